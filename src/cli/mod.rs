@@ -1,0 +1,281 @@
+//! The `custodian` command line: serve, migrate, and the operator's subcommands.
+//! Exit codes: 0 success, 1 failure, 2 bad usage or configuration.
+
+use std::{io::Read, path::PathBuf, process::ExitCode};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+use crate::{
+    config::{Config, Overrides},
+    identity::{tokens, users},
+    AppState,
+};
+
+#[derive(Debug, Parser)]
+#[command(name = "custodian", version, about = "Wallet-custody service API")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Settings every subcommand takes (flags > environment > file > defaults).
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// TOML configuration file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Database URL, e.g. sqlite://data/custodian.db [env: CUSTODIAN_DATABASE_URL].
+    #[arg(long, global = true, value_name = "URL")]
+    pub database: Option<String>,
+    /// test or production [env: CUSTODIAN_ENVIRONMENT].
+    #[arg(long, global = true, value_name = "ENV")]
+    pub environment: Option<String>,
+    /// File with the 32-byte master key as 64 hex characters [env: CUSTODIAN_SECRET_KEY_FILE].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub secret_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP API.
+    Serve {
+        /// Address to listen on [env: CUSTODIAN_LISTEN] [default: 127.0.0.1:3080].
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Print the OpenAPI 3.1 document.
+    Openapi,
+    /// Manage users.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Manage enterprises.
+    #[command(subcommand)]
+    Enterprise(EnterpriseCommand),
+    /// Manage access token templates.
+    #[command(subcommand, name = "token-template")]
+    TokenTemplate(TemplateCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a user with a password and a new TOTP seed.
+    Create {
+        #[arg(long)]
+        email: String,
+        /// "First Last".
+        #[arg(long)]
+        name: Option<String>,
+        /// Read the password from standard input instead of a no-echo prompt.
+        #[arg(long)]
+        password_stdin: bool,
+        /// Make the user a service employee holding the service-admin permission.
+        #[arg(long)]
+        service_admin: bool,
+        /// Print one JSON object {id, email, totpSecret, otpauthUri} and nothing else.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnterpriseCommand {
+    /// Create an enterprise.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// Print {id, name} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a user to an enterprise (or change their admin flag).
+    AddUser {
+        #[arg(long)]
+        enterprise: String,
+        #[arg(long)]
+        email: String,
+        /// Make the user an admin of the enterprise.
+        #[arg(long)]
+        admin: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TemplateCommand {
+    /// Create a template from a JSON object of access token fields (§4.3).
+    Create {
+        /// File holding the JSON object ("-" for standard input).
+        #[arg(long, value_name = "FILE")]
+        json_file: PathBuf,
+        /// Print {id, fields} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let overrides = Overrides {
+        listen: match &cli.command {
+            Command::Serve { listen } => listen.clone(),
+            _ => None,
+        },
+        database_url: cli.global.database.clone(),
+        environment: cli.global.environment.clone(),
+        secret_key_file: cli.global.secret_key_file.clone(),
+    };
+    let config = match Config::load(cli.global.config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("custodian: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    if matches!(cli.command, Command::Openapi) {
+        println!("{}", crate::http::openapi_json());
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("custodian: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli.command, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("custodian: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if config.log_format == "json" { builder.json().try_init() } else { builder.try_init() };
+}
+
+async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    let production = config.environment == crate::config::Environment::Production;
+    match command {
+        Command::Serve { .. } => {
+            let listen = config.listen;
+            let state = AppState::new(config).await?;
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("cannot listen on {listen}"))?;
+            tracing::info!(address = %listener.local_addr()?, production, "custodian listening");
+            crate::serve(listener, state, crate::shutdown_signal()).await
+        }
+        Command::Migrate => {
+            crate::store::open(&config.database_url).await?;
+            eprintln!("migrations applied to {}", config.database_url);
+            Ok(())
+        }
+        Command::Openapi => Ok(()),
+        Command::User(UserCommand::Create { email, name, password_stdin, service_admin, json }) => {
+            let password = read_password(password_stdin)?;
+            let state = AppState::new(config).await?;
+            let created =
+                users::create_user(&state.store, &state.key, &email, name.as_deref(), &password, service_admin)
+                    .await?;
+            if json {
+                println!("{}", serde_json::to_string(&created)?);
+            } else {
+                println!("Created user {} ({})", created.email, created.id);
+                println!("Scan this code with an authenticator app, or enter the secret {}:", created.totp_secret);
+                println!("{}", qr(&created.otpauth_uri));
+                println!("{}", created.otpauth_uri);
+            }
+            Ok(())
+        }
+        Command::Enterprise(EnterpriseCommand::Create { name, json }) => {
+            let state = AppState::new(config).await?;
+            let e = users::create_enterprise(&state.store, &name).await?;
+            if json {
+                println!("{}", json!({ "id": e.id, "name": e.name }));
+            } else {
+                println!("Created enterprise {} ({})", e.name, e.id);
+            }
+            Ok(())
+        }
+        Command::Enterprise(EnterpriseCommand::AddUser { enterprise, email, admin }) => {
+            let state = AppState::new(config).await?;
+            let store = &state.store;
+            let e = store
+                .enterprise_by_id(&enterprise)
+                .await?
+                .with_context(|| format!("no enterprise with id {enterprise}"))?;
+            let user = store
+                .user_by_email(&email.trim().to_ascii_lowercase())
+                .await?
+                .with_context(|| format!("no user with email {email}"))?;
+            store.upsert_membership(&e.id, &user.id, admin).await?;
+            println!("{} is now {} of {}", user.email, if admin { "an admin" } else { "a member" }, e.name);
+            Ok(())
+        }
+        Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
+            let text = read_file_or_stdin(&json_file)?;
+            let fields: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", json_file.display()))?;
+            let state = AppState::new(config).await?;
+            let t = tokens::create_template(&state.store, fields).await?;
+            if json {
+                println!("{}", json!({ "id": t.id, "fields": t.fields }));
+            } else {
+                println!("Created access token template {}", t.id);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn read_file_or_stdin(path: &std::path::Path) -> anyhow::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    }
+}
+
+fn read_password(from_stdin: bool) -> anyhow::Result<String> {
+    let password = if from_stdin {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).context("reading the password from standard input")?;
+        line.trim_end_matches(['\r', '\n']).to_string()
+    } else {
+        let first = rpassword::prompt_password("Password: ")
+            .context("no terminal to prompt for a password: use --password-stdin")?;
+        let again = rpassword::prompt_password("Repeat password: ")?;
+        if first != again {
+            anyhow::bail!("the passwords do not match");
+        }
+        first
+    };
+    Ok(password)
+}
+
+fn qr(uri: &str) -> String {
+    use qrcode::render::unicode::Dense1x2;
+    match qrcode::QrCode::new(uri.as_bytes()) {
+        Ok(code) => code
+            .render::<Dense1x2>()
+            .dark_color(Dense1x2::Light)
+            .light_color(Dense1x2::Dark)
+            .quiet_zone(true)
+            .build(),
+        Err(_) => String::new(),
+    }
+}

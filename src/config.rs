@@ -1,0 +1,207 @@
+//! Configuration: embedded defaults -> TOML file -> `CUSTODIAN_*` environment -> command-line flags
+//! (later sources win). Validated once at start; a bad setting is one clear line and exit code 2.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use figment::{
+    providers::{Env, Format, Serialized, Toml},
+    Figment,
+};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// Deployment environment (spec §4.3, §5): `production` requires `ipRestrict` on tokens, refuses the
+/// fixed test OTP and needs a configured master key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Environment {
+    Test,
+    Production,
+}
+
+impl Environment {
+    /// The name reported as `origin` on access tokens (spec §2.4).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Environment::Test => "test",
+            Environment::Production => "production",
+        }
+    }
+}
+
+/// Login brute-force limits (issue 2 §4).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoginConfig {
+    /// Failed attempts allowed per email within `window` before 429.
+    pub max_failures_per_email: u32,
+    /// Failed attempts allowed per client address within `window` before 429.
+    pub max_failures_per_ip: u32,
+    /// Length of the counting window, seconds.
+    pub window: u64,
+    /// Lifetime of a login session token, seconds (`expires_in` of §2.2).
+    pub session_ttl: u64,
+}
+
+impl Default for LoginConfig {
+    fn default() -> Self {
+        Self {
+            max_failures_per_email: 5,
+            max_failures_per_ip: 50,
+            window: 15 * 60,
+            session_ttl: 3600,
+        }
+    }
+}
+
+/// The whole configuration of one process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address `serve` listens on.
+    pub listen: SocketAddr,
+    /// `sqlite://path` (default) or, later, `postgres://...`.
+    pub database_url: String,
+    pub environment: Environment,
+    /// File holding the 32-byte master key as 64 hex characters.
+    pub secret_key_file: Option<PathBuf>,
+    /// Peers whose `X-Forwarded-For` is believed (CIDR blocks or addresses).
+    #[serde(deserialize_with = "de_cidr_list")]
+    pub trusted_proxies: Vec<IpNet>,
+    /// Largest number of ids in one wallet lookup (issue 3).
+    pub max_lookup_ids: usize,
+    /// `text` (default) or `json` log lines on standard error.
+    pub log_format: String,
+    pub login: LoginConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 3080)),
+            database_url: "sqlite://data/custodian.db".into(),
+            environment: Environment::Test,
+            secret_key_file: None,
+            trusted_proxies: Vec::new(),
+            max_lookup_ids: 1000,
+            log_format: "text".into(),
+            login: LoginConfig::default(),
+        }
+    }
+}
+
+/// Values given on the command line; `None` leaves the lower layers in force.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Overrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_key_file: Option<PathBuf>,
+}
+
+/// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
+const ENV_SECTIONS: &[&str] = &["login"];
+
+/// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
+/// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.
+const ENV_KEYS: &[&str] = &[
+    "listen",
+    "database_url",
+    "environment",
+    "secret_key_file",
+    "trusted_proxies",
+    "max_lookup_ids",
+    "log_format",
+];
+
+impl Config {
+    /// Loads and validates. Errors are one human-readable line.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, String> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(format!("config file {} does not exist", path.display()));
+            }
+            fig = fig.merge(Toml::file(path));
+        }
+        fig = fig
+            .merge(
+                Env::prefixed("CUSTODIAN_")
+                    .filter(|key| {
+                        let key = key.as_str().to_ascii_lowercase();
+                        ENV_KEYS.contains(&key.as_str())
+                            || ENV_SECTIONS.iter().any(|s| key.starts_with(&format!("{s}_")))
+                    })
+                    .map(|key| {
+                let key = key.as_str().to_ascii_lowercase();
+                for section in ENV_SECTIONS {
+                    if let Some(rest) = key.strip_prefix(&format!("{section}_")) {
+                        return format!("{section}.{rest}").into();
+                    }
+                }
+                key.into()
+            }),
+            )
+            .merge(Serialized::defaults(overrides));
+        let config: Config = fig.extract().map_err(|e| {
+            let e = e.into_iter().next().map(|e| e.to_string()).unwrap_or_default();
+            format!("invalid configuration: {e}")
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
+            return Err(format!(
+                "invalid configuration: database_url must start with sqlite:// or postgres://, got {:?}",
+                self.database_url
+            ));
+        }
+        if self.login.window == 0 || self.login.session_ttl == 0 {
+            return Err("invalid configuration: login.window and login.session_ttl must be positive".into());
+        }
+        if self.log_format != "text" && self.log_format != "json" {
+            return Err(format!("invalid configuration: log_format must be text or json, got {:?}", self.log_format));
+        }
+        if self.max_lookup_ids == 0 {
+            return Err("invalid configuration: max_lookup_ids must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Accepts a TOML array or one comma-separated string (as environment variables give it).
+fn de_cidr_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        List(Vec<String>),
+        One(String),
+    }
+    let items = match Raw::deserialize(d)? {
+        Raw::List(v) => v,
+        Raw::One(s) => s.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+    };
+    items
+        .iter()
+        .map(|s| parse_cidr(s).map_err(serde::de::Error::custom))
+        .collect()
+}
+
+/// Parses an IP address (as a single-host block) or a CIDR block, normalised to its network address.
+pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
+    if let Ok(net) = s.parse::<IpNet>() {
+        return Ok(net.trunc());
+    }
+    s.parse::<std::net::IpAddr>()
+        .map(IpNet::from)
+        .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR block"))
+}

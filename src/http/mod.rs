@@ -1,0 +1,127 @@
+//! Router assembly: routes with their OpenAPI descriptions, request ids, the 1 MiB body limit,
+//! the uniform error body, and the health and OpenAPI endpoints.
+
+use axum::{
+    extract::{DefaultBodyLimit, State},
+    http::StatusCode,
+    middleware,
+    response::IntoResponse,
+    routing::get,
+    Json, Router,
+};
+use serde::Serialize;
+use serde_json::Value;
+use tower_http::{
+    request_id::{PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::TraceLayer,
+};
+use utoipa::{
+    openapi::security::{Http, HttpAuthScheme, SecurityScheme},
+    Modify, OpenApi, ToSchema,
+};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::{identity, AppState};
+
+pub mod error;
+pub mod extract;
+pub mod request_id;
+
+/// Largest request body accepted, bytes (issue 2 §2).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// The error body of spec §7.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorResponse {
+    /// Stable PascalCase code (docs/errors.md).
+    pub name: String,
+    /// Human-readable message.
+    pub error: String,
+    /// Properties specific to `name`, e.g. `field`.
+    #[schema(value_type = Object)]
+    pub context: Value,
+    /// Equals the `request-id` response header.
+    pub request_id: String,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Custodian", description = "Wallet-custody service API: wallet lookup, login with TOTP, scoped access tokens, webhooks."),
+    modifiers(&BearerAuth),
+    components(schemas(ErrorResponse))
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        if let Some(c) = openapi.components.as_mut() {
+            c.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+        }
+    }
+}
+
+/// `{"status": "ok"}` when the database answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+}
+
+/// 200 when the database answers, 503 otherwise.
+#[utoipa::path(get, path = "/health", tag = "operations",
+    responses(
+        (status = 200, description = "Healthy", body = Health),
+        (status = 503, description = "The database does not answer", body = ErrorResponse),
+    ))]
+async fn health(State(state): State<AppState>) -> Result<Json<Health>, error::Error> {
+    state
+        .store
+        .ping()
+        .await
+        .map_err(|e| error::Error::Unavailable(format!("database unavailable: {e}")))?;
+    Ok(Json(Health { status: "ok".into() }))
+}
+
+/// The routes and the OpenAPI document describing them, built together so they cannot drift.
+pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health))
+        .routes(routes!(identity::login::login))
+        .routes(routes!(identity::tokens::create_access_token))
+        .routes(routes!(identity::users::me))
+        .split_for_parts()
+}
+
+/// The OpenAPI 3.1 document as pretty JSON (what `GET /openapi.json` serves and the repository
+/// commits as openapi.json).
+pub fn openapi_json() -> String {
+    let (_, doc) = routes();
+    doc.to_pretty_json().unwrap_or_default()
+}
+
+/// The whole HTTP application for `state`.
+pub fn app(state: AppState) -> Router {
+    let (router, doc) = routes();
+    let doc_json = doc.to_pretty_json().unwrap_or_default();
+    router
+        .route(
+            "/openapi.json",
+            get(move || async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], doc_json) }),
+        )
+        .fallback(|| async { StatusCode::NOT_FOUND.into_response() })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+            let id = req
+                .headers()
+                .get(&request_id::REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+        }))
+        .layer(middleware::from_fn(request_id::error_body_layer))
+        .layer(PropagateRequestIdLayer::new(request_id::REQUEST_ID.clone()))
+        .layer(SetRequestIdLayer::new(request_id::REQUEST_ID.clone(), request_id::MakeHexRequestId))
+        .with_state(state)
+}

@@ -1,0 +1,71 @@
+//! Request ids and the uniform error body. The id comes from the client's `request-id` header
+//! or is generated (32 hex characters); it is echoed in the response header and, for every
+//! response with status >= 400, in the body's `requestId` (spec §7).
+
+use axum::{
+    body::Body,
+    extract::Request,
+    http::{header, HeaderName, HeaderValue, StatusCode},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use serde_json::{json, Value};
+use tower_http::request_id::{MakeRequestId, RequestId};
+
+use super::error::ErrorBody;
+
+/// Name of the request id header, in requests and responses.
+pub static REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+
+/// Generates 32 lowercase hex characters from the OS CSPRNG.
+#[derive(Clone, Copy, Default)]
+pub struct MakeHexRequestId;
+
+impl MakeRequestId for MakeHexRequestId {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        HeaderValue::from_str(&crate::ids::new_id()).ok().map(RequestId::new)
+    }
+}
+
+/// Fills `requestId` into error bodies and gives every other 4xx/5xx (unknown route, wrong
+/// method, body too large, ...) the §7 shape.
+pub async fn error_body_layer(req: Request, next: Next) -> Response {
+    let request_id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let res = next.run(req).await;
+    let status = res.status();
+    if status.as_u16() < 400 {
+        return res;
+    }
+    let body = match res.extensions().get::<ErrorBody>() {
+        Some(b) => b.clone(),
+        None => default_body(status),
+    };
+    let mut map = body.0;
+    map.insert("requestId".into(), json!(request_id));
+    let (mut parts, _) = res.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let bytes = serde_json::to_vec(&Value::Object(map)).unwrap_or_default();
+    Response::from_parts(parts, Body::from(bytes)).into_response()
+}
+
+fn default_body(status: StatusCode) -> ErrorBody {
+    let (name, message) = match status {
+        StatusCode::NOT_FOUND => ("NotFound", "no such route"),
+        StatusCode::METHOD_NOT_ALLOWED => ("MethodNotAllowed", "method not allowed on this route"),
+        StatusCode::PAYLOAD_TOO_LARGE => ("PayloadTooLarge", "request body exceeds 1 MiB"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            ("UnsupportedMediaType", "Content-Type must be application/json")
+        }
+        StatusCode::REQUEST_TIMEOUT => ("RequestTimeout", "request timed out"),
+        s if s.is_client_error() => ("BadRequest", "bad request"),
+        _ => ("InternalError", "internal error"),
+    };
+    ErrorBody::new(name, message, json!({}))
+}

@@ -1,0 +1,9 @@
+//! Users, passwords, TOTP, login, access tokens, scopes and the auth extractor.
+
+pub mod auth;
+pub mod login;
+pub mod password;
+pub mod scopes;
+pub mod tokens;
+pub mod totp;
+pub mod users;

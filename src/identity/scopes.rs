@@ -1,0 +1,422 @@
+//! The scope policy (spec §4.3 table, §5.4): the one place that decides whether a token may do
+//! something. Handlers ask [`Policy`]; they never compare scope strings themselves.
+//! The rules are written out in docs/scopes.md.
+
+use std::collections::BTreeSet;
+
+use crate::{
+    config::Environment,
+    store::{TokenKind, TokenRecord},
+};
+
+/// Every scope value of the §4.3 table.
+pub const SCOPES: &[&str] = &[
+    "all",
+    "crypto_compare",
+    "enterprise_manage_all",
+    "enterprise_view_all",
+    "metamask_institutional",
+    "openid",
+    "openid_enterprises",
+    "pending_approval_update",
+    "portfolio_view",
+    "profile",
+    "user_manage",
+    "auditlogs_view_all",
+    "settlement_network_read",
+    "settlement_network_write",
+    "trade_trade",
+    "trade_view",
+    "trade_fix",
+    "wallet_approve",
+    "wallet_approve_all",
+    "wallet_approve_enterprise",
+    "wallet_create",
+    "wallet_edit",
+    "wallet_edit_all",
+    "wallet_edit_enterprise",
+    "wallet_freeze",
+    "wallet_freeze_all",
+    "wallet_manage",
+    "wallet_manage_all",
+    "wallet_manage_enterprise",
+    "wallet_spend",
+    "wallet_spend_all",
+    "wallet_spend_enterprise",
+    "wallet_stake",
+    "wallet_stake_all",
+    "wallet_view",
+    "wallet_view_all",
+    "wallet_view_enterprise",
+    "third_party_user_lookup",
+    "private_verify_email",
+    "scim",
+];
+
+/// Scopes that the §4.3 table marks "needs wallet context": they may take the form
+/// `<scope>:<walletId>`.
+pub const WALLET_CONTEXT_SCOPES: &[&str] = &[
+    "wallet_approve",
+    "wallet_edit",
+    "wallet_freeze",
+    "wallet_manage",
+    "wallet_spend",
+    "wallet_stake",
+    "wallet_view",
+];
+
+/// Scopes held by a login session (spec §4.2): what a person signed in with password and OTP
+/// may do. `all` is added in the test environment only (§4.3: "all actions in the test
+/// environment").
+pub const SESSION_SCOPES: &[&str] = &[
+    "openid",
+    "profile",
+    "user_manage",
+    "crypto_compare",
+    "enterprise_view_all",
+    "enterprise_manage_all",
+    "auditlogs_view_all",
+    "pending_approval_update",
+    "trade_view",
+    "trade_trade",
+    "wallet_create",
+    "wallet_view_all",
+    "wallet_manage_all",
+    "wallet_spend_all",
+    "wallet_approve_all",
+    "wallet_freeze_all",
+    "wallet_edit_all",
+    "wallet_stake_all",
+];
+
+/// Scopes of a token from a `forReset2FA` login: reading the profile only.
+pub const RESET_2FA_SCOPES: &[&str] = &["openid", "profile"];
+
+/// The scopes a new login session gets in `env`.
+pub fn session_scopes(env: Environment) -> Vec<String> {
+    let mut v: Vec<String> = SESSION_SCOPES.iter().map(|s| s.to_string()).collect();
+    if env == Environment::Test {
+        v.insert(0, "all".into());
+    }
+    v
+}
+
+/// The wallet permission families, each with its plain, `:<walletId>`, `_enterprise` and
+/// `_all` forms (§4.3, §5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalletPermission {
+    View,
+    Manage,
+    Spend,
+    Approve,
+    Freeze,
+    Edit,
+    Stake,
+}
+
+impl WalletPermission {
+    /// The plain scope name, e.g. `wallet_view`.
+    pub fn base(self) -> &'static str {
+        match self {
+            WalletPermission::View => "wallet_view",
+            WalletPermission::Manage => "wallet_manage",
+            WalletPermission::Spend => "wallet_spend",
+            WalletPermission::Approve => "wallet_approve",
+            WalletPermission::Freeze => "wallet_freeze",
+            WalletPermission::Edit => "wallet_edit",
+            WalletPermission::Stake => "wallet_stake",
+        }
+    }
+}
+
+/// A checked scope value: `name` is from [`SCOPES`]; `wallet` is the `:<walletId>` context.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    pub name: String,
+    pub wallet: Option<String>,
+}
+
+impl Grant {
+    /// Parses a scope value. Errors say why, for the 400's message.
+    pub fn parse(s: &str) -> Result<Grant, String> {
+        if let Some((name, wallet)) = s.split_once(':') {
+            if !WALLET_CONTEXT_SCOPES.contains(&name) {
+                return Err(format!("scope {name:?} does not take a wallet context"));
+            }
+            if !crate::ids::is_id(wallet) {
+                return Err(format!("wallet context {wallet:?} is not a 32-hex wallet id"));
+            }
+            return Ok(Grant { name: name.into(), wallet: Some(wallet.into()) });
+        }
+        if !SCOPES.contains(&s) {
+            return Err(format!("{s:?} is not an allowed scope value"));
+        }
+        Ok(Grant { name: s.into(), wallet: None })
+    }
+
+    /// The canonical text form.
+    pub fn to_scope_string(&self) -> String {
+        match &self.wallet {
+            Some(w) => format!("{}:{w}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// What a token is being asked to do.
+#[derive(Debug, Clone, Copy)]
+pub enum Action<'a> {
+    /// Read the token's own user profile (GET /api/v2/user/me).
+    ViewProfile,
+    /// Create another access token.
+    CreateAccessToken,
+    /// A wallet permission on one wallet.
+    Wallet { permission: WalletPermission, wallet_id: &'a str, enterprise: Option<&'a str> },
+    /// View an enterprise.
+    ViewEnterprise { enterprise_id: &'a str },
+    /// Manage an enterprise (users, settings, webhooks).
+    ManageEnterprise { enterprise_id: &'a str },
+    /// An operator-only action (service-admin permission).
+    ServiceAdmin,
+}
+
+/// Decides what a token may do, in the deployment's environment.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub environment: Environment,
+}
+
+/// Why a token may not do something: the scope that would have allowed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    pub required: String,
+}
+
+impl Policy {
+    fn has(&self, token: &TokenRecord, name: &str) -> bool {
+        token.scopes.iter().any(|s| s == name)
+    }
+
+    fn has_all(&self, token: &TokenRecord) -> bool {
+        self.environment == Environment::Test && self.has(token, "all")
+    }
+
+    /// Whether `token` may perform `action`. Membership of the user in the wallet or enterprise
+    /// is checked by the caller against the store; this decides the token's side only.
+    pub fn check(&self, token: &TokenRecord, action: Action<'_>) -> Result<(), Denied> {
+        let deny = |required: &str| Err(Denied { required: required.to_string() });
+        match action {
+            Action::ViewProfile => {
+                if self.has_all(token) || self.has(token, "profile") {
+                    Ok(())
+                } else {
+                    deny("profile")
+                }
+            }
+            Action::CreateAccessToken => {
+                if token.kind == TokenKind::Reset2fa {
+                    deny("a session that is not limited to 2FA reset")
+                } else {
+                    Ok(())
+                }
+            }
+            Action::ServiceAdmin => {
+                if token.admin {
+                    Ok(())
+                } else {
+                    deny("service admin")
+                }
+            }
+            Action::ViewEnterprise { enterprise_id } | Action::ManageEnterprise { enterprise_id } => {
+                let needed = match action {
+                    Action::ViewEnterprise { .. } => "enterprise_view_all",
+                    _ => "enterprise_manage_all",
+                };
+                let scoped = self.has_all(token)
+                    || self.has(token, needed)
+                    || (needed == "enterprise_view_all" && self.has(token, "enterprise_manage_all"));
+                if !scoped {
+                    return deny(needed);
+                }
+                if let Some(permitted) = &token.permitted_enterprises {
+                    if !permitted.iter().any(|e| e == enterprise_id) {
+                        return deny("permittedEnterprises including this enterprise");
+                    }
+                }
+                Ok(())
+            }
+            Action::Wallet { permission, wallet_id, enterprise } => {
+                if !self.wallet_scope_covers(token, permission, wallet_id, enterprise) {
+                    return deny(&format!("{}:{wallet_id}", permission.base()));
+                }
+                if let Some(permitted) = &token.permitted_wallets {
+                    if !permitted.iter().any(|w| w == wallet_id) {
+                        return deny("permittedWallets including this wallet");
+                    }
+                }
+                if let Some(permitted) = &token.permitted_enterprises {
+                    let inside = enterprise.is_some_and(|e| permitted.iter().any(|p| p == e));
+                    if !inside {
+                        return deny("permittedEnterprises including this wallet's enterprise");
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn wallet_scope_covers(
+        &self,
+        token: &TokenRecord,
+        permission: WalletPermission,
+        wallet_id: &str,
+        enterprise: Option<&str>,
+    ) -> bool {
+        let base = permission.base();
+        if self.has_all(token) || self.has(token, &format!("{base}_all")) {
+            return true;
+        }
+        if self.has(token, &format!("{base}:{wallet_id}")) {
+            return true;
+        }
+        // The _enterprise form covers the wallets of the token's own enterprise.
+        if self.has(token, &format!("{base}_enterprise"))
+            && enterprise.is_some()
+            && token.enterprise.as_deref() == enterprise
+        {
+            return true;
+        }
+        // The plain form takes its wallet context from permittedWallets (docs/scopes.md).
+        self.has(token, base)
+            && token.permitted_wallets.as_ref().is_some_and(|p| p.iter().any(|w| w == wallet_id))
+    }
+
+    /// Whether a token holding `parent` may issue a token holding `child` (the child cannot
+    /// exceed its parent; docs/scopes.md). `same_enterprise` says the child's `enterprise` equals
+    /// the parent's.
+    pub fn grant_covers(&self, parent: &[Grant], child: &Grant, same_enterprise: bool) -> bool {
+        let has = |name: &str, wallet: Option<&str>| {
+            parent.iter().any(|g| g.name == name && g.wallet.as_deref() == wallet)
+        };
+        if self.environment == Environment::Test && has("all", None) {
+            return true;
+        }
+        let base = WALLET_CONTEXT_SCOPES.iter().find(|b| {
+            child.name == **b || child.name.strip_prefix(**b).is_some_and(|r| r.starts_with('_'))
+        });
+        if base.is_some_and(|b| has(&format!("{b}_all"), None)) {
+            return true;
+        }
+        // An _enterprise form means "the token's enterprise": it carries over only to a child
+        // bound to the same enterprise.
+        if child.name.ends_with("_enterprise") && !same_enterprise {
+            return false;
+        }
+        has(&child.name, child.wallet.as_deref())
+    }
+}
+
+/// Parses and de-duplicates scope values, keeping first-seen order.
+pub fn parse_scopes(values: &[String]) -> Result<Vec<Grant>, (usize, String)> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        let g = Grant::parse(v).map_err(|e| (i, e))?;
+        if seen.insert(g.clone()) {
+            out.push(g);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(scopes: &[&str]) -> TokenRecord {
+        TokenRecord {
+            id: "0".repeat(32),
+            token_hash: String::new(),
+            user_id: "1".repeat(32),
+            kind: TokenKind::Access,
+            label: None,
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            created_at: 0,
+            expires_at: i64::MAX,
+            revoked_at: None,
+            ip: None,
+            ip_restrict: None,
+            enterprise: Some("e".repeat(32)),
+            is_extensible: false,
+            admin: false,
+            spending_limits: None,
+            permitted_wallets: None,
+            permitted_enterprises: None,
+            origin: "test".into(),
+            parent_id: None,
+        }
+    }
+
+    const W: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const E: &str = "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
+    const OTHER_E: &str = "ffffffffffffffffffffffffffffffff";
+
+    fn view(p: &Policy, t: &TokenRecord, enterprise: &str) -> bool {
+        p.check(
+            t,
+            Action::Wallet { permission: WalletPermission::View, wallet_id: W, enterprise: Some(enterprise) },
+        )
+        .is_ok()
+    }
+
+    #[test]
+    fn wallet_forms_cover_as_documented() {
+        let p = Policy { environment: Environment::Production };
+        assert!(view(&p, &token(&["wallet_view_all"]), OTHER_E));
+        assert!(view(&p, &token(&[&format!("wallet_view:{W}")]), OTHER_E));
+        assert!(view(&p, &token(&["wallet_view_enterprise"]), E));
+        assert!(!view(&p, &token(&["wallet_view_enterprise"]), OTHER_E));
+        assert!(!view(&p, &token(&["wallet_view"]), E), "plain form needs permittedWallets");
+        let mut t = token(&["wallet_view"]);
+        t.permitted_wallets = Some(vec![W.into()]);
+        assert!(view(&p, &t, E));
+        assert!(!view(&p, &token(&["wallet_spend_all"]), E), "another family grants nothing");
+        assert!(!view(&p, &token(&["all"]), E), "all is for the test environment only");
+        assert!(view(&Policy { environment: Environment::Test }, &token(&["all"]), E));
+    }
+
+    #[test]
+    fn permitted_lists_narrow_every_form() {
+        let p = Policy { environment: Environment::Production };
+        let mut t = token(&["wallet_view_all"]);
+        t.permitted_wallets = Some(vec!["b".repeat(32)]);
+        assert!(!view(&p, &t, E));
+        let mut t = token(&["wallet_view_all"]);
+        t.permitted_enterprises = Some(vec![OTHER_E.into()]);
+        assert!(!view(&p, &t, E));
+        assert!(view(&p, &t, OTHER_E));
+    }
+
+    #[test]
+    fn scope_parsing_rejects_unknown_and_bad_context() {
+        assert!(Grant::parse("wallet_view_all").is_ok());
+        assert!(Grant::parse(&format!("wallet_spend:{W}")).is_ok());
+        assert!(Grant::parse("wallet_fly").is_err());
+        assert!(Grant::parse(&format!("wallet_view_all:{W}")).is_err());
+        assert!(Grant::parse("wallet_view:XYZ").is_err());
+        let dup = vec!["profile".to_string(), "profile".to_string()];
+        assert_eq!(parse_scopes(&dup).map(|v| v.len()), Ok(1));
+    }
+
+    #[test]
+    fn child_grants_within_parent() {
+        let p = Policy { environment: Environment::Production };
+        let parent = parse_scopes(&["wallet_view_all".into(), "wallet_spend_enterprise".into()]).unwrap_or_default();
+        let g = |s: &str| Grant::parse(s).unwrap_or(Grant { name: String::new(), wallet: None });
+        assert!(p.grant_covers(&parent, &g(&format!("wallet_view:{W}")), false));
+        assert!(p.grant_covers(&parent, &g("wallet_view_enterprise"), false));
+        assert!(p.grant_covers(&parent, &g("wallet_spend_enterprise"), true));
+        assert!(!p.grant_covers(&parent, &g("wallet_spend_all"), true));
+        assert!(!p.grant_covers(&parent, &g("profile"), true));
+    }
+}

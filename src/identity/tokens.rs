@@ -1,0 +1,474 @@
+//! POST /api/v2/user/accesstoken (spec §4.3, §2.4, §5): scoped access tokens, with templates
+//! and the rule that a token cannot create a token larger than itself (docs/scopes.md).
+
+use std::collections::BTreeSet;
+
+use axum::{
+    extract::{Request, State},
+    Json,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+
+use super::{
+    auth::{hash_token, new_token_value, Auth},
+    login::verify_otp,
+    scopes::{parse_scopes, Action, Grant},
+    users::require_membership,
+};
+use crate::{
+    config::{parse_cidr, Environment},
+    http::{
+        error::{Error, Result},
+        extract::{json_value, parse_value},
+        ErrorResponse,
+    },
+    ids,
+    store::{TokenKind, TokenRecord, TokenTemplate},
+    AppState,
+};
+
+/// Longest token lifetime and the default `duration`: 10 years, in seconds.
+pub const MAX_DURATION: u64 = 315_360_000;
+
+/// Request body of §4.3. Values are checked field by field in [`validate`].
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateAccessTokenRequest {
+    /// A list of scope values (or one value as a string).
+    #[schema(value_type = Option<Vec<String>>)]
+    pub scope: Option<ScopeInput>,
+    /// Seconds, 1..=315360000; default 315360000, capped by the creating token's expiry.
+    #[schema(value_type = Option<u64>)]
+    pub duration: Option<Value>,
+    pub label: Option<String>,
+    pub otp: Option<String>,
+    pub admin: Option<bool>,
+    /// IP addresses or CIDR blocks; required in production.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub ip_restrict: Option<Option<Vec<String>>>,
+    pub enterprise: Option<String>,
+    pub spending_limits: Option<Vec<SpendingLimitRequest>>,
+    pub access_token_template_id: Option<String>,
+    pub permitted_enterprises: Option<Vec<String>>,
+    pub permitted_wallets: Option<Vec<String>>,
+}
+
+/// `scope` as a list or a single string.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ScopeInput {
+    Many(Vec<String>),
+    One(String),
+}
+
+/// Distinguishes an absent field (`None`) from an explicit `null` (`Some(None)`).
+fn nullable<'de, D, T>(d: D) -> std::result::Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// An element of `spendingLimits`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpendingLimitRequest {
+    pub coin: String,
+    pub max_limit: Option<bool>,
+    /// Base units: a digit string or a JSON integer, kept lossless.
+    #[schema(value_type = String)]
+    pub tx_value_limit: Value,
+    pub all_erc20_tokens_limit: Option<AllErc20TokensLimit>,
+}
+
+/// `allErc20TokensLimit` of a spending limit.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AllErc20TokensLimit {
+    pub enabled: bool,
+    pub max_limit: bool,
+    #[schema(value_type = Option<String>)]
+    pub tx_value_limit: Option<Value>,
+}
+
+/// The access token of §2.4.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessTokenResponse {
+    pub id: String,
+    /// The secret token value; returned only in this response.
+    pub token: String,
+    pub label: String,
+    pub scope: Vec<String>,
+    /// Address of the client that requested the token.
+    pub ip: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_restrict: Option<Vec<String>>,
+    /// ISO 8601.
+    pub created: String,
+    /// ISO 8601.
+    pub expires: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enterprise: Option<String>,
+    pub user: String,
+    pub is_extensible: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub unlock: Option<Value>,
+    /// The environment that issued the token: "test" or "production".
+    pub origin: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_admin_permissions: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permitted_wallets: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permitted_enterprises: Option<Vec<String>>,
+}
+
+/// The permission carried by tokens of service employees created with `admin: true`.
+pub const SERVICE_ADMIN_PERMISSION: &str = "service_admin";
+
+/// Fields a template may supply (all of §4.3 but `otp` and `accessTokenTemplateId`).
+pub const TEMPLATE_FIELDS: &[&str] = &[
+    "scope",
+    "duration",
+    "label",
+    "admin",
+    "ipRestrict",
+    "enterprise",
+    "spendingLimits",
+    "permittedEnterprises",
+    "permittedWallets",
+];
+
+/// Checks a template's fields (a JSON object of [`TEMPLATE_FIELDS`] with the types of §4.3)
+/// and stores it. Errors say which field is wrong.
+pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> anyhow::Result<TokenTemplate> {
+    let Value::Object(map) = &fields else {
+        anyhow::bail!("a token template must be a JSON object");
+    };
+    if let Some(k) = map.keys().find(|k| !TEMPLATE_FIELDS.contains(&k.as_str())) {
+        anyhow::bail!("field {k:?} cannot be in a template (allowed: {})", TEMPLATE_FIELDS.join(", "));
+    }
+    let parsed: CreateAccessTokenRequest = parse_value(fields.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(scope) = &parsed.scope {
+        parse_scopes(&scope_values(scope)).map_err(|(i, e)| anyhow::anyhow!("scope[{i}]: {e}"))?;
+    }
+    let t = TokenTemplate { id: ids::new_id(), fields, created_at: ids::now() };
+    store.insert_template(&t).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(t)
+}
+
+fn scope_values(s: &ScopeInput) -> Vec<String> {
+    match s {
+        ScopeInput::Many(v) => v.clone(),
+        ScopeInput::One(s) => vec![s.clone()],
+    }
+}
+
+/// A validated request, ready to become a token.
+struct Validated {
+    label: String,
+    otp: String,
+    grants: Vec<Grant>,
+    duration: Option<u64>,
+    admin: bool,
+    ip_restrict: Option<Vec<String>>,
+    enterprise: Option<String>,
+    spending_limits: Option<Value>,
+    permitted_wallets: Option<Vec<String>>,
+    permitted_enterprises: Option<Vec<String>>,
+}
+
+fn id_list(field: &str, v: Option<Vec<String>>) -> Result<Option<Vec<String>>> {
+    let Some(v) = v else { return Ok(None) };
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (i, id) in v.into_iter().enumerate() {
+        if !ids::is_id(&id) {
+            return Err(Error::invalid_field(format!("{field}[{i}]"), "must be a 32-hex id"));
+        }
+        if seen.insert(id.clone()) {
+            out.push(id);
+        }
+    }
+    Ok(Some(out))
+}
+
+fn base_units(field: &str, v: &Value) -> Result<String> {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => String::new(),
+    };
+    if !ids::is_base_units(&text) {
+        return Err(Error::invalid_field(
+            field,
+            "must be a non-negative integer in base units (digits, or a JSON integer)",
+        ));
+    }
+    let trimmed = text.trim_start_matches('0');
+    Ok(if trimmed.is_empty() { "0".into() } else { trimmed.into() })
+}
+
+/// `ipRestrict` entries normalised: a single address as itself, a block as network/prefix.
+fn normalise_ip(field: &str, s: &str) -> Result<String> {
+    let net = parse_cidr(s.trim()).map_err(|e| Error::invalid_field(field, e))?;
+    Ok(if net.prefix_len() == net.max_prefix_len() { net.addr().to_string() } else { net.to_string() })
+}
+
+fn validate(req: CreateAccessTokenRequest, env: Environment) -> Result<Validated> {
+    let label = req.label.map(|l| l.trim().to_string()).unwrap_or_default();
+    if label.is_empty() {
+        return Err(Error::missing_field("label"));
+    }
+    if label.chars().count() > 256 {
+        return Err(Error::invalid_field("label", "at most 256 characters"));
+    }
+    let otp = req.otp.map(|o| o.trim().to_string()).filter(|o| !o.is_empty());
+    let Some(otp) = otp else { return Err(Error::missing_field("otp")) };
+    let grants = match &req.scope {
+        Some(s) => parse_scopes(&scope_values(s)).map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), e))?,
+        None => Vec::new(),
+    };
+    let duration = match &req.duration {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(d) if (1..=MAX_DURATION).contains(&d) => Some(d),
+            _ => {
+                return Err(Error::invalid_field(
+                    "duration",
+                    format!("must be a whole number of seconds from 1 to {MAX_DURATION}"),
+                ))
+            }
+        },
+    };
+    let ip_restrict = match req.ip_restrict.flatten() {
+        None => None,
+        Some(list) => {
+            let mut out: Vec<String> = Vec::new();
+            for (i, s) in list.iter().enumerate() {
+                let n = normalise_ip(&format!("ipRestrict[{i}]"), s)?;
+                if !out.contains(&n) {
+                    out.push(n);
+                }
+            }
+            (!out.is_empty()).then_some(out)
+        }
+    };
+    if env == Environment::Production && ip_restrict.is_none() {
+        return Err(Error::invalid_field(
+            "ipRestrict",
+            "the production environment requires a non-empty ipRestrict",
+        ));
+    }
+    if let Some(e) = &req.enterprise {
+        if !ids::is_id(e) {
+            return Err(Error::invalid_field("enterprise", "must be a 32-hex enterprise id"));
+        }
+    }
+    let spending_limits = match req.spending_limits {
+        None => None,
+        Some(list) => {
+            let mut out = Map::new();
+            for (i, l) in list.into_iter().enumerate() {
+                let at = |f: &str| format!("spendingLimits[{i}].{f}");
+                if !ids::is_coin(&l.coin) {
+                    return Err(Error::invalid_field(at("coin"), "must be a lower-case coin symbol"));
+                }
+                if out.contains_key(&l.coin) {
+                    return Err(Error::invalid_field(at("coin"), "a coin may have only one spending limit"));
+                }
+                let mut entry = Map::new();
+                entry.insert("txValueLimit".into(), json!(base_units(&at("txValueLimit"), &l.tx_value_limit)?));
+                if let Some(m) = l.max_limit {
+                    entry.insert("maxLimit".into(), json!(m));
+                }
+                if let Some(a) = l.all_erc20_tokens_limit {
+                    let mut e = json!({ "enabled": a.enabled, "maxLimit": a.max_limit });
+                    if let Some(v) = &a.tx_value_limit {
+                        e["txValueLimit"] = json!(base_units(&at("allErc20TokensLimit.txValueLimit"), v)?);
+                    }
+                    entry.insert("allErc20TokensLimit".into(), e);
+                }
+                out.insert(l.coin, Value::Object(entry));
+            }
+            (!out.is_empty()).then_some(Value::Object(out))
+        }
+    };
+    Ok(Validated {
+        label,
+        otp,
+        grants,
+        duration,
+        admin: req.admin.unwrap_or(false),
+        ip_restrict,
+        enterprise: req.enterprise,
+        spending_limits,
+        permitted_wallets: id_list("permittedWallets", req.permitted_wallets)?,
+        permitted_enterprises: id_list("permittedEnterprises", req.permitted_enterprises)?,
+    })
+}
+
+/// Fills fields absent from `body` from the template named by `accessTokenTemplateId`.
+async fn apply_template(state: &AppState, body: &mut Value) -> Result<()> {
+    let Some(map) = body.as_object_mut() else {
+        return Err(Error::BadRequest {
+            name: "InvalidRequestBody",
+            message: "the request body must be a JSON object".into(),
+            context: json!({}),
+        });
+    };
+    let Some(id) = map.get("accessTokenTemplateId") else { return Ok(()) };
+    let field = "accessTokenTemplateId";
+    let id = id.as_str().filter(|s| ids::is_id(s)).ok_or_else(|| Error::invalid_field(field, "must be a 32-hex template id"))?;
+    let template = state
+        .store
+        .template_by_id(id)
+        .await?
+        .ok_or_else(|| Error::invalid_field(field, "no such access token template"))?;
+    if let Value::Object(fields) = template.fields {
+        for (k, v) in fields {
+            map.entry(k).or_insert(v);
+        }
+    }
+    Ok(())
+}
+
+/// Creates an access token for the caller's user. Needs a correct OTP of that user. The new
+/// token cannot exceed the creating one (scopes, permitted lists, enterprise, expiry, admin).
+#[utoipa::path(post, path = "/api/v2/user/accesstoken", tag = "identity",
+    security(("bearer" = [])),
+    request_body = CreateAccessTokenRequest,
+    responses(
+        (status = 200, description = "The new token (§2.4)", body = AccessTokenResponse),
+        (status = 400, description = "A field is invalid; context.field names it", body = ErrorResponse),
+        (status = 401, description = "Not authenticated, or wrong OTP (needsOTP)", body = ErrorResponse),
+        (status = 403, description = "The token may not create tokens", body = ErrorResponse),
+    ))]
+pub async fn create_access_token(
+    State(state): State<AppState>,
+    auth: Auth,
+    req: Request,
+) -> Result<Json<AccessTokenResponse>> {
+    auth.require(state.policy(), Action::CreateAccessToken)?;
+    let mut body = json_value(req, &state).await?;
+    apply_template(&state, &mut body).await?;
+    let req: CreateAccessTokenRequest = parse_value(body)?;
+    let mut v = validate(req, state.config.environment)?;
+    let parent = &auth.token;
+    let now = ids::now();
+
+    // The child's enterprise: inherited from the parent when absent, never different from it.
+    match (&parent.enterprise, &v.enterprise) {
+        (Some(p), Some(c)) if p != c => {
+            return Err(Error::invalid_field("enterprise", "cannot differ from the creating token's enterprise"))
+        }
+        (Some(p), None) => v.enterprise = Some(p.clone()),
+        _ => {}
+    }
+    if let Some(e) = &v.enterprise {
+        require_membership(&state.store, &auth.user.id, e, "enterprise").await?;
+    }
+    let policy = state.policy();
+    let parent_grants: Vec<Grant> = parent.scopes.iter().filter_map(|s| Grant::parse(s).ok()).collect();
+    let same_enterprise = v.enterprise.is_some() && v.enterprise == parent.enterprise;
+    for (i, g) in v.grants.iter().enumerate() {
+        if !policy.grant_covers(&parent_grants, g, same_enterprise) {
+            return Err(Error::BadRequest {
+                name: "ExceedsCreatingToken",
+                message: format!("scope {:?} is not within the creating token's scopes", g.to_scope_string()),
+                context: json!({ "field": format!("scope[{i}]") }),
+            });
+        }
+    }
+    for (field, parent_list, child) in [
+        ("permittedWallets", &parent.permitted_wallets, &mut v.permitted_wallets),
+        ("permittedEnterprises", &parent.permitted_enterprises, &mut v.permitted_enterprises),
+    ] {
+        if let Some(allowed) = parent_list {
+            match child {
+                None => *child = Some(allowed.clone()),
+                Some(list) => {
+                    if let Some(i) = list.iter().position(|x| !allowed.contains(x)) {
+                        return Err(Error::BadRequest {
+                            name: "ExceedsCreatingToken",
+                            message: format!("{field}[{i}] is not permitted to the creating token"),
+                            context: json!({ "field": format!("{field}[{i}]") }),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    if v.admin && !(parent.admin && auth.user.service_admin) {
+        return Err(Error::invalid_field("admin", "only a service employee's admin session may create admin tokens"));
+    }
+    let remaining = parent.expires_at.saturating_sub(now).max(0) as u64;
+    let duration = match v.duration {
+        Some(d) if d > remaining => {
+            return Err(Error::BadRequest {
+                name: "ExceedsCreatingToken",
+                message: format!("duration may not exceed the creating token's remaining lifetime ({remaining} s)"),
+                context: json!({ "field": "duration", "maxDuration": remaining }),
+            })
+        }
+        Some(d) => d,
+        None => MAX_DURATION.min(remaining),
+    };
+
+    // Everything is valid: only now spend the one-time password.
+    if !verify_otp(&state, &auth.user, &v.otp).await? {
+        return Err(Error::LoginFailed {
+            name: "InvalidOtp",
+            message: "a valid one-time password is required".into(),
+            needs_otp: true,
+        });
+    }
+    let value = new_token_value();
+    let scopes: Vec<String> = v.grants.iter().map(Grant::to_scope_string).collect();
+    let record = TokenRecord {
+        id: ids::new_id(),
+        token_hash: hash_token(&value),
+        user_id: auth.user.id.clone(),
+        kind: TokenKind::Access,
+        label: Some(v.label.clone()),
+        scopes: scopes.clone(),
+        created_at: now,
+        expires_at: now + i64::try_from(duration).unwrap_or(0),
+        revoked_at: None,
+        ip: Some(auth.client_ip.to_string()),
+        ip_restrict: v.ip_restrict.clone(),
+        enterprise: v.enterprise.clone(),
+        is_extensible: false,
+        admin: v.admin,
+        spending_limits: v.spending_limits.clone(),
+        permitted_wallets: v.permitted_wallets.clone(),
+        permitted_enterprises: v.permitted_enterprises.clone(),
+        origin: state.config.environment.as_str().into(),
+        parent_id: Some(parent.id.clone()),
+    };
+    state.store.insert_token(&record).await?;
+    Ok(Json(AccessTokenResponse {
+        id: record.id,
+        token: value,
+        label: v.label,
+        scope: scopes,
+        ip: auth.client_ip.to_string(),
+        ip_restrict: v.ip_restrict,
+        created: ids::iso(record.created_at),
+        expires: ids::iso(record.expires_at),
+        enterprise: v.enterprise,
+        user: auth.user.id.clone(),
+        is_extensible: false,
+        unlock: v.spending_limits.map(|l| json!({ "spendingLimits": l })),
+        origin: record.origin,
+        service_admin_permissions: v.admin.then(|| vec![SERVICE_ADMIN_PERMISSION.to_string()]),
+        permitted_wallets: v.permitted_wallets,
+        permitted_enterprises: v.permitted_enterprises,
+    }))
+}
