@@ -48,12 +48,7 @@ pub struct LoginConfig {
 
 impl Default for LoginConfig {
     fn default() -> Self {
-        Self {
-            max_failures_per_email: 5,
-            max_failures_per_ip: 50,
-            window: 15 * 60,
-            session_ttl: 3600,
-        }
+        Self { max_failures_per_email: 5, max_failures_per_ip: 50, window: 15 * 60, session_ttl: 3600 }
     }
 }
 
@@ -140,14 +135,14 @@ impl Config {
                             || ENV_SECTIONS.iter().any(|s| key.starts_with(&format!("{s}_")))
                     })
                     .map(|key| {
-                let key = key.as_str().to_ascii_lowercase();
-                for section in ENV_SECTIONS {
-                    if let Some(rest) = key.strip_prefix(&format!("{section}_")) {
-                        return format!("{section}.{rest}").into();
-                    }
-                }
-                key.into()
-            }),
+                        let key = key.as_str().to_ascii_lowercase();
+                        for section in ENV_SECTIONS {
+                            if let Some(rest) = key.strip_prefix(&format!("{section}_")) {
+                                return format!("{section}.{rest}").into();
+                            }
+                        }
+                        key.into()
+                    }),
             )
             .merge(Serialized::defaults(overrides));
         let config: Config = fig.extract().map_err(|e| {
@@ -169,7 +164,10 @@ impl Config {
             return Err("invalid configuration: login.window and login.session_ttl must be positive".into());
         }
         if self.log_format != "text" && self.log_format != "json" {
-            return Err(format!("invalid configuration: log_format must be text or json, got {:?}", self.log_format));
+            return Err(format!(
+                "invalid configuration: log_format must be text or json, got {:?}",
+                self.log_format
+            ));
         }
         if self.max_lookup_ids == 0 {
             return Err("invalid configuration: max_lookup_ids must be positive".into());
@@ -190,10 +188,7 @@ fn de_cidr_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D:
         Raw::List(v) => v,
         Raw::One(s) => s.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
     };
-    items
-        .iter()
-        .map(|s| parse_cidr(s).map_err(serde::de::Error::custom))
-        .collect()
+    items.iter().map(|s| parse_cidr(s).map_err(serde::de::Error::custom)).collect()
 }
 
 /// Parses an IP address (as a single-host block) or a CIDR block, normalised to its network address.

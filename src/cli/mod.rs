@@ -186,14 +186,23 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::User(UserCommand::Create { email, name, password_stdin, service_admin, json }) => {
             let password = read_password(password_stdin)?;
             let state = AppState::new(config).await?;
-            let created =
-                users::create_user(&state.store, &state.key, &email, name.as_deref(), &password, service_admin)
-                    .await?;
+            let created = users::create_user(
+                &state.store,
+                &state.key,
+                &email,
+                name.as_deref(),
+                &password,
+                service_admin,
+            )
+            .await?;
             if json {
                 println!("{}", serde_json::to_string(&created)?);
             } else {
                 println!("Created user {} ({})", created.email, created.id);
-                println!("Scan this code with an authenticator app, or enter the secret {}:", created.totp_secret);
+                println!(
+                    "Scan this code with an authenticator app, or enter the secret {}:",
+                    created.totp_secret
+                );
                 println!("{}", qr(&created.otpauth_uri));
                 println!("{}", created.otpauth_uri);
             }
@@ -226,8 +235,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         }
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
             let text = read_file_or_stdin(&json_file)?;
-            let fields: serde_json::Value =
-                serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", json_file.display()))?;
+            let fields: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not valid JSON", json_file.display()))?;
             let state = AppState::new(config).await?;
             let t = tokens::create_template(&state.store, fields).await?;
             if json {

@@ -97,10 +97,9 @@ impl Error {
 impl From<crate::store::StoreError> for Error {
     fn from(e: crate::store::StoreError) -> Self {
         match e {
-            crate::store::StoreError::Conflict(what) => Error::Conflict {
-                name: "AlreadyExists",
-                message: format!("{what} already exists"),
-            },
+            crate::store::StoreError::Conflict(what) => {
+                Error::Conflict { name: "AlreadyExists", message: format!("{what} already exists") }
+            }
             crate::store::StoreError::Other(e) => Error::Internal(e),
         }
     }
@@ -142,11 +141,9 @@ impl IntoResponse for Error {
                 ErrorBody::new("TooManyRequests", message, json!({ "retryAfter": retry_after }))
             }
             Error::PayloadTooLarge => ErrorBody::new("PayloadTooLarge", &self.to_string(), json!({})),
-            Error::UnsupportedMediaType => ErrorBody::new(
-                "UnsupportedMediaType",
-                &self.to_string(),
-                json!({ "header": "Content-Type" }),
-            ),
+            Error::UnsupportedMediaType => {
+                ErrorBody::new("UnsupportedMediaType", &self.to_string(), json!({ "header": "Content-Type" }))
+            }
             Error::Unavailable(message) => ErrorBody::new("ServiceUnavailable", message, json!({})),
             Error::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "internal error");

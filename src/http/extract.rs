@@ -59,10 +59,18 @@ pub async fn json_value<S: Send + Sync>(req: Request, state: &S) -> Result<Value
 
 /// Deserializes a JSON value into `T`, naming the offending field on failure.
 pub fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
-    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+    // Through text, not `from_value`: serde_json loses the digits of integers beyond 64 bits
+    // when deserializing from a `Value`, and base-unit amounts must stay exact.
+    let text = serde_json::to_vec(&value).map_err(|e| Error::Internal(e.into()))?;
+    let mut de = serde_json::Deserializer::from_slice(&text);
+    serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
-        let field = if path == "." { missing_field_name(&inner).unwrap_or_default() } else { path };
+        let field = match (missing_field_name(&inner), path.as_str()) {
+            (Some(name), ".") => name,
+            (Some(name), parent) => format!("{parent}.{name}"),
+            (None, _) => path,
+        };
         Error::BadRequest {
             name: if inner.starts_with("missing field") { "MissingField" } else { "InvalidField" },
             message: if field.is_empty() { inner } else { format!("{field}: {inner}") },

@@ -76,11 +76,7 @@ pub struct Health {
         (status = 503, description = "The database does not answer", body = ErrorResponse),
     ))]
 async fn health(State(state): State<AppState>) -> Result<Json<Health>, error::Error> {
-    state
-        .store
-        .ping()
-        .await
-        .map_err(|e| error::Error::Unavailable(format!("database unavailable: {e}")))?;
+    state.store.ping().await.map_err(|e| error::Error::Unavailable(format!("database unavailable: {e}")))?;
     Ok(Json(Health { status: "ok".into() }))
 }
 
@@ -113,11 +109,8 @@ pub fn app(state: AppState) -> Router {
         .fallback(|| async { StatusCode::NOT_FOUND.into_response() })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-            let id = req
-                .headers()
-                .get(&request_id::REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
+            let id =
+                req.headers().get(&request_id::REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or_default();
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
         }))
         .layer(middleware::from_fn(request_id::error_body_layer))

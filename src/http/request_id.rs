@@ -48,9 +48,7 @@ pub async fn error_body_layer(req: Request, next: Next) -> Response {
     map.insert("requestId".into(), json!(request_id));
     let (mut parts, _) = res.into_parts();
     parts.headers.remove(header::CONTENT_LENGTH);
-    parts
-        .headers
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let bytes = serde_json::to_vec(&Value::Object(map)).unwrap_or_default();
     Response::from_parts(parts, Body::from(bytes)).into_response()
 }

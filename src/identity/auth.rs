@@ -29,9 +29,9 @@ pub fn hash_token(value: &str) -> String {
 }
 
 fn well_formed(value: &str) -> bool {
-    value.strip_prefix(TOKEN_PREFIX).is_some_and(|h| {
-        h.len() == 64 && h.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-    })
+    value
+        .strip_prefix(TOKEN_PREFIX)
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)))
 }
 
 /// An authenticated caller: the token presented and its user.
@@ -61,16 +61,17 @@ impl FromRequestParts<AppState> for Auth {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
         let ClientIp(client_ip) = ClientIp::from_request_parts(parts, state).await?;
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| unauthenticated("AuthenticationRequired", "an Authorization: Bearer token is required"))?;
+        let header =
+            parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).ok_or_else(
+                || unauthenticated("AuthenticationRequired", "an Authorization: Bearer token is required"),
+            )?;
         let value = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
             .map(str::trim)
-            .ok_or_else(|| unauthenticated("AuthenticationRequired", "the Authorization header must be Bearer <token>"))?;
+            .ok_or_else(|| {
+                unauthenticated("AuthenticationRequired", "the Authorization header must be Bearer <token>")
+            })?;
         if !well_formed(value) {
             return Err(unauthenticated("InvalidToken", "unknown or revoked access token"));
         }

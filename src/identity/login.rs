@@ -191,4 +191,3 @@ pub async fn login(
         warning: reset.then(|| "this session is limited to the 2FA reset process".to_string()),
     }))
 }
-

@@ -301,9 +301,9 @@ impl Policy {
         if self.environment == Environment::Test && has("all", None) {
             return true;
         }
-        let base = WALLET_CONTEXT_SCOPES.iter().find(|b| {
-            child.name == **b || child.name.strip_prefix(**b).is_some_and(|r| r.starts_with('_'))
-        });
+        let base = WALLET_CONTEXT_SCOPES
+            .iter()
+            .find(|b| child.name == **b || child.name.strip_prefix(**b).is_some_and(|r| r.starts_with('_')));
         if base.is_some_and(|b| has(&format!("{b}_all"), None)) {
             return true;
         }
@@ -411,7 +411,8 @@ mod tests {
     #[test]
     fn child_grants_within_parent() {
         let p = Policy { environment: Environment::Production };
-        let parent = parse_scopes(&["wallet_view_all".into(), "wallet_spend_enterprise".into()]).unwrap_or_default();
+        let parent =
+            parse_scopes(&["wallet_view_all".into(), "wallet_spend_enterprise".into()]).unwrap_or_default();
         let g = |s: &str| Grant::parse(s).unwrap_or(Grant { name: String::new(), wallet: None });
         assert!(p.grant_covers(&parent, &g(&format!("wallet_view:{W}")), false));
         assert!(p.grant_covers(&parent, &g("wallet_view_enterprise"), false));

@@ -232,7 +232,9 @@ fn validate(req: CreateAccessTokenRequest, env: Environment) -> Result<Validated
     let otp = req.otp.map(|o| o.trim().to_string()).filter(|o| !o.is_empty());
     let Some(otp) = otp else { return Err(Error::missing_field("otp")) };
     let grants = match &req.scope {
-        Some(s) => parse_scopes(&scope_values(s)).map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), e))?,
+        Some(s) => {
+            parse_scopes(&scope_values(s)).map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), e))?
+        }
         None => Vec::new(),
     };
     let duration = match &req.duration {
@@ -284,7 +286,10 @@ fn validate(req: CreateAccessTokenRequest, env: Environment) -> Result<Validated
                     return Err(Error::invalid_field(at("coin"), "a coin may have only one spending limit"));
                 }
                 let mut entry = Map::new();
-                entry.insert("txValueLimit".into(), json!(base_units(&at("txValueLimit"), &l.tx_value_limit)?));
+                entry.insert(
+                    "txValueLimit".into(),
+                    json!(base_units(&at("txValueLimit"), &l.tx_value_limit)?),
+                );
                 if let Some(m) = l.max_limit {
                     entry.insert("maxLimit".into(), json!(m));
                 }
@@ -325,7 +330,10 @@ async fn apply_template(state: &AppState, body: &mut Value) -> Result<()> {
     };
     let Some(id) = map.get("accessTokenTemplateId") else { return Ok(()) };
     let field = "accessTokenTemplateId";
-    let id = id.as_str().filter(|s| ids::is_id(s)).ok_or_else(|| Error::invalid_field(field, "must be a 32-hex template id"))?;
+    let id = id
+        .as_str()
+        .filter(|s| ids::is_id(s))
+        .ok_or_else(|| Error::invalid_field(field, "must be a 32-hex template id"))?;
     let template = state
         .store
         .template_by_id(id)
@@ -366,7 +374,10 @@ pub async fn create_access_token(
     // The child's enterprise: inherited from the parent when absent, never different from it.
     match (&parent.enterprise, &v.enterprise) {
         (Some(p), Some(c)) if p != c => {
-            return Err(Error::invalid_field("enterprise", "cannot differ from the creating token's enterprise"))
+            return Err(Error::invalid_field(
+                "enterprise",
+                "cannot differ from the creating token's enterprise",
+            ))
         }
         (Some(p), None) => v.enterprise = Some(p.clone()),
         _ => {}
@@ -406,14 +417,19 @@ pub async fn create_access_token(
         }
     }
     if v.admin && !(parent.admin && auth.user.service_admin) {
-        return Err(Error::invalid_field("admin", "only a service employee's admin session may create admin tokens"));
+        return Err(Error::invalid_field(
+            "admin",
+            "only a service employee's admin session may create admin tokens",
+        ));
     }
     let remaining = parent.expires_at.saturating_sub(now).max(0) as u64;
     let duration = match v.duration {
         Some(d) if d > remaining => {
             return Err(Error::BadRequest {
                 name: "ExceedsCreatingToken",
-                message: format!("duration may not exceed the creating token's remaining lifetime ({remaining} s)"),
+                message: format!(
+                    "duration may not exceed the creating token's remaining lifetime ({remaining} s)"
+                ),
                 context: json!({ "field": "duration", "maxDuration": remaining }),
             })
         }

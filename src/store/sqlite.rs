@@ -53,9 +53,7 @@ pub fn sqlite_path(url: &str) -> String {
 }
 
 fn json_list(v: Option<String>) -> StoreResult<Option<Vec<String>>> {
-    v.map(|s| serde_json::from_str(&s).context("stored JSON list"))
-        .transpose()
-        .map_err(StoreError::Other)
+    v.map(|s| serde_json::from_str(&s).context("stored JSON list")).transpose().map_err(StoreError::Other)
 }
 
 fn to_json<T: serde::Serialize>(v: &Option<T>) -> Option<String> {
@@ -157,18 +155,13 @@ impl Store for SqliteStore {
     }
 
     async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>> {
-        let row = sqlx::query("SELECT * FROM users WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query("SELECT * FROM users WHERE id = ?").bind(id).fetch_optional(&self.pool).await?;
         row.as_ref().map(user_from_row).transpose()
     }
 
     async fn user_by_email(&self, email: &str) -> StoreResult<Option<User>> {
-        let row = sqlx::query("SELECT * FROM users WHERE email = ?")
-            .bind(email)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row =
+            sqlx::query("SELECT * FROM users WHERE email = ?").bind(email).fetch_optional(&self.pool).await?;
         row.as_ref().map(user_from_row).transpose()
     }
 

@@ -1,0 +1,132 @@
+//! The `custodian` binary itself: user creation output, configuration errors, shutdown.
+
+use std::{
+    io::Write,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_custodian");
+
+fn custodian(dir: &std::path::Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(dir)
+        .env_remove("CUSTODIAN_DATABASE_URL")
+        .env_remove("CUSTODIAN_ENVIRONMENT")
+        .env_remove("CUSTODIAN_LISTEN")
+        .env_remove("CUSTODIAN_SECRET_KEY_FILE");
+    c
+}
+
+#[test]
+fn user_create_json_prints_exactly_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = custodian(dir.path())
+        .args([
+            "user",
+            "create",
+            "--email",
+            "Zoe@Example.com",
+            "--name",
+            "Zoe Q",
+            "--password-stdin",
+            "--json",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"a long enough password\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    let obj = v.as_object().unwrap();
+    let mut keys: Vec<_> = obj.keys().cloned().collect();
+    keys.sort();
+    assert_eq!(keys, ["email", "id", "otpauthUri", "totpSecret"]);
+    assert_eq!(v["email"], "zoe@example.com");
+    assert!(custodian::ids::is_id(v["id"].as_str().unwrap()));
+    assert!(v["otpauthUri"].as_str().unwrap().starts_with("otpauth://totp/"));
+    // The default database and a 0600 master key were created under ./data.
+    assert!(dir.path().join("data/custodian.db").exists());
+    let key = dir.path().join("data/master.key");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    // A short password is refused.
+    let mut child = custodian(dir.path())
+        .args(["user", "create", "--email", "short@example.com", "--password-stdin"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"short\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 12"));
+}
+
+#[test]
+fn bad_setting_prints_one_line_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = custodian(dir.path()).args(["migrate", "--environment", "staging"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let out =
+        custodian(dir.path()).env("CUSTODIAN_LISTEN", "not-an-address").arg("migrate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::write(dir.path().join("c.toml"), "listen = \"127.0.0.1:1\"\nbogus = 1\n").unwrap();
+    let out = custodian(dir.path()).args(["migrate", "--config", "c.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn production_refuses_to_start_without_a_master_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = custodian(dir.path())
+        .args(["serve", "--environment", "production", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("master key"));
+}
+
+#[test]
+fn serve_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = custodian(dir.path())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut up = false;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(up, "server did not start");
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let mut code = None;
+    for _ in 0..100 {
+        if let Some(s) = child.try_wait().unwrap() {
+            code = s.code();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if code.is_none() {
+        let _ = child.kill();
+    }
+    assert_eq!(code, Some(0));
+}

@@ -1,0 +1,154 @@
+//! The test harness: the real server on 127.0.0.1:0 over a fresh SQLite file, a real HTTP
+//! client, and helpers to create users and sign in.
+
+use std::path::PathBuf;
+
+use custodian::{
+    config::{Config, Environment},
+    identity::{totp, users},
+    AppState,
+};
+use reqwest::{Client, Response};
+use serde_json::{json, Value};
+
+pub const PASSWORD: &str = "correct horse battery staple";
+
+pub struct TestApp {
+    pub base: String,
+    pub client: Client,
+    pub state: AppState,
+    /// Keeps the database folder alive for the test's duration.
+    pub _dir: tempfile::TempDir,
+}
+
+/// A user created through the library (as the CLI does), with its TOTP seed.
+pub struct TestUser {
+    pub id: String,
+    pub email: String,
+    pub seed: Vec<u8>,
+}
+
+impl TestUser {
+    /// The TOTP code `offset` steps from now (RFC 6238, 30 s steps).
+    pub fn code(&self, offset: i64) -> String {
+        let at = custodian::ids::now() + offset * totp::STEP as i64;
+        totp::code_at(&self.seed, at as u64).expect("code")
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// Boots the server with the default test configuration changed by `tweak`.
+pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config {
+        database_url: format!("sqlite://{}", dir.path().join("custodian.db").display()),
+        ..Config::default()
+    };
+    tweak(&mut config);
+    if config.environment == Environment::Production && config.secret_key_file.is_none() {
+        let key: PathBuf = dir.path().join("prod.key");
+        std::fs::write(&key, "11".repeat(32)).expect("key");
+        config.secret_key_file = Some(key);
+    }
+    let state = AppState::new(config).await.expect("state");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(custodian::serve(listener, state.clone(), std::future::pending()));
+    TestApp {
+        base: format!("http://{addr}"),
+        client: Client::builder().no_proxy().build().expect("client"),
+        state,
+        _dir: dir,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn create_user(&self, email: &str) -> TestUser {
+        self.create_user_with(email, false).await
+    }
+
+    pub async fn create_user_with(&self, email: &str, service_admin: bool) -> TestUser {
+        let c = users::create_user(
+            &self.state.store,
+            &self.state.key,
+            email,
+            Some("Test User"),
+            PASSWORD,
+            service_admin,
+        )
+        .await
+        .expect("create user");
+        let seed = totp_rs::Secret::Encoded(c.totp_secret.clone()).to_bytes().expect("seed");
+        TestUser { id: c.id, email: c.email, seed }
+    }
+
+    pub async fn create_enterprise(&self, name: &str, members: &[(&TestUser, bool)]) -> String {
+        let e = users::create_enterprise(&self.state.store, name).await.expect("enterprise");
+        for (u, admin) in members {
+            self.state.store.upsert_membership(&e.id, &u.id, *admin).await.expect("member");
+        }
+        e.id
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Response {
+        self.client.post(self.url(path)).json(body).send().await.expect("request")
+    }
+
+    pub async fn post_auth(&self, path: &str, token: &str, body: &Value) -> Response {
+        self.client.post(self.url(path)).bearer_auth(token).json(body).send().await.expect("request")
+    }
+
+    pub async fn get_auth(&self, path: &str, token: &str) -> Response {
+        self.client.get(self.url(path)).bearer_auth(token).send().await.expect("request")
+    }
+
+    pub async fn login_raw(&self, email: &str, password: &str, otp: &str) -> Response {
+        self.post("/api/v2/internal/user/login", &json!({ "email": email, "password": password, "otp": otp }))
+            .await
+    }
+
+    /// Logs in with the test environment's fixed code; returns the session token.
+    pub async fn login(&self, user: &TestUser) -> String {
+        let res = self.login_raw(&user.email, PASSWORD, "000000").await;
+        assert_eq!(res.status(), 200, "login failed");
+        let body: Value = res.json().await.expect("json");
+        body["access_token"].as_str().expect("access_token").to_string()
+    }
+
+    /// Creates an access token from `parent` with `fields` (label and otp added when absent).
+    pub async fn create_token(&self, parent: &str, mut fields: Value) -> Response {
+        let obj = fields.as_object_mut().expect("object");
+        obj.entry("label").or_insert(json!("test token"));
+        obj.entry("otp").or_insert(json!("000000"));
+        self.post_auth("/api/v2/user/accesstoken", parent, &fields).await
+    }
+
+    /// Creates an access token and returns its secret value.
+    pub async fn token_with(&self, parent: &str, fields: Value) -> String {
+        let res = self.create_token(parent, fields).await;
+        let status = res.status();
+        let body: Value = res.json().await.expect("json");
+        assert_eq!(status, 200, "token creation failed: {body}");
+        body["token"].as_str().expect("token").to_string()
+    }
+}
+
+/// Asserts the §7 error shape and that `requestId` equals the `request-id` header; returns the body.
+pub async fn assert_error(res: Response, status: u16, name: &str) -> Value {
+    assert_eq!(res.status().as_u16(), status, "status");
+    let header =
+        res.headers().get("request-id").and_then(|v| v.to_str().ok()).expect("request-id header").to_string();
+    let body: Value = res.json().await.expect("error body is JSON");
+    assert_eq!(body["name"], name, "name in {body}");
+    assert!(body["error"].as_str().is_some_and(|s| !s.is_empty()), "error message in {body}");
+    assert!(body["context"].is_object(), "context object in {body}");
+    assert_eq!(body["requestId"], header, "requestId equals the header");
+    body
+}

@@ -1,0 +1,118 @@
+//! The §7 error body and request-id contract for every kind of bad request.
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+#[tokio::test]
+async fn health_answers_ok() {
+    let app = spawn_app().await;
+    let res = app.client.get(app.url("/health")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["status"], "ok");
+}
+
+#[tokio::test]
+async fn unknown_route_is_404_with_error_body() {
+    let app = spawn_app().await;
+    let res = app.client.get(app.url("/api/v2/nope")).send().await.unwrap();
+    assert_error(res, 404, "NotFound").await;
+}
+
+#[tokio::test]
+async fn wrong_method_is_405_with_error_body() {
+    let app = spawn_app().await;
+    let res = app.client.get(app.url("/api/v2/internal/user/login")).send().await.unwrap();
+    assert_error(res, 405, "MethodNotAllowed").await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_400() {
+    let app = spawn_app().await;
+    let res = app
+        .client
+        .post(app.url("/api/v2/internal/user/login"))
+        .header("content-type", "application/json")
+        .body("{\"email\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_error(res, 400, "MalformedJson").await;
+}
+
+#[tokio::test]
+async fn missing_or_wrong_content_type_is_415() {
+    let app = spawn_app().await;
+    let body = r#"{"email":"a@b.co","password":"x","otp":"1"}"#;
+    let res = app.client.post(app.url("/api/v2/internal/user/login")).body(body).send().await.unwrap();
+    assert_error(res, 415, "UnsupportedMediaType").await;
+    let res = app
+        .client
+        .post(app.url("/api/v2/internal/user/login"))
+        .header("content-type", "text/plain")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_error(res, 415, "UnsupportedMediaType").await;
+}
+
+#[tokio::test]
+async fn field_of_wrong_type_is_400_naming_it() {
+    let app = spawn_app().await;
+    let res =
+        app.post("/api/v2/internal/user/login", &json!({ "email": 5, "password": "x", "otp": "1" })).await;
+    let body = assert_error(res, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "email");
+    let res = app.post("/api/v2/internal/user/login", &json!({ "password": "x" })).await;
+    let body = assert_error(res, 400, "MissingField").await;
+    assert_eq!(body["context"]["field"], "email");
+}
+
+#[tokio::test]
+async fn body_over_one_mebibyte_is_413() {
+    let app = spawn_app().await;
+    let big = format!("{{\"email\":\"{}\",\"password\":\"x\"}}", "a".repeat(1024 * 1024 + 10));
+    let res = app
+        .client
+        .post(app.url("/api/v2/internal/user/login"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_error(res, 413, "PayloadTooLarge").await;
+}
+
+#[tokio::test]
+async fn request_id_is_echoed_or_generated() {
+    let app = spawn_app().await;
+    let res =
+        app.client.get(app.url("/nowhere")).header("request-id", "client-chosen-id-42").send().await.unwrap();
+    assert_eq!(res.headers()["request-id"], "client-chosen-id-42");
+    let body = assert_error(res, 404, "NotFound").await;
+    assert_eq!(body["requestId"], "client-chosen-id-42");
+
+    let res = app.client.get(app.url("/health")).send().await.unwrap();
+    let id = res.headers()["request-id"].to_str().unwrap().to_string();
+    assert!(custodian::ids::is_id(&id), "generated id {id:?} is 32 hex");
+}
+
+#[tokio::test]
+async fn served_openapi_matches_committed_file() {
+    let app = spawn_app().await;
+    let served: Value = app.client.get(app.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json")).expect("openapi.json"),
+    )
+    .expect("committed openapi.json is JSON");
+    assert_eq!(
+        served, committed,
+        "openapi.json is stale: regenerate it with `cargo run -q -- openapi > openapi.json`"
+    );
+    assert_eq!(served["openapi"], "3.1.0");
+    for path in ["/api/v2/internal/user/login", "/api/v2/user/accesstoken", "/api/v2/user/me", "/health"] {
+        assert!(served["paths"].get(path).is_some(), "{path} documented");
+    }
+}
