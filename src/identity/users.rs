@@ -149,6 +149,12 @@ pub struct UserResponse {
     pub password_updated_at: String,
 }
 
+/// A stable id for the user's one TOTP device, distinct from the user id.
+fn otp_device_id(user_id: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(format!("otp-device:{user_id}").as_bytes())[..16])
+}
+
 /// Builds the §2.3 record of `user` with its enterprise memberships.
 pub fn user_response(user: &User, memberships: &[Membership]) -> UserResponse {
     let full = format!("{} {}", user.name_first, user.name_last).trim().to_string();
@@ -163,7 +169,7 @@ pub fn user_response(user: &User, memberships: &[Membership]) -> UserResponse {
         force_reset_password: false,
         identity: json!({ "verified": false }),
         otp_devices: vec![json!({
-            "id": format!("{}", &user.id),
+            "id": otp_device_id(&user.id),
             "type": "totp",
             "label": "Authenticator app",
             "verified": true,
