@@ -42,10 +42,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     identity::password::warm_up();
+    let store = state.store.clone();
     let app = http::app(state);
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown)
         .await?;
+    store.close().await;
     Ok(())
 }
 

@@ -141,6 +141,8 @@ pub struct TokenTemplate {
 pub trait Store: Send + Sync + 'static {
     /// Answers when the database answers.
     async fn ping(&self) -> StoreResult<()>;
+    /// Closes the connections; later calls fail. Used at shutdown.
+    async fn close(&self);
 
     async fn insert_user(&self, user: &User) -> StoreResult<()>;
     async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>>;

@@ -127,6 +127,10 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
     async fn insert_user(&self, u: &User) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO users (id, email, name_first, name_last, password_hash, totp_secret_enc, \

@@ -130,3 +130,50 @@ fn serve_stops_cleanly_on_sigterm() {
     }
     assert_eq!(code, Some(0));
 }
+
+#[test]
+fn enterprise_and_template_commands_print_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = custodian(dir.path())
+        .args(["enterprise", "create", "--name", "Acme Fund", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["name"], "Acme Fund");
+    let id = e["id"].as_str().unwrap();
+    assert!(custodian::ids::is_id(id));
+
+    let mut child = custodian(dir.path())
+        .args(["user", "create", "--email", "amy@example.com", "--password-stdin", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"a long enough password\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    let out = custodian(dir.path())
+        .args(["enterprise", "add-user", "--enterprise", id, "--email", "amy@example.com", "--admin"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = custodian(dir.path())
+        .args(["enterprise", "add-user", "--enterprise", &"0".repeat(32), "--email", "amy@example.com"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+
+    std::fs::write(dir.path().join("t.json"), r#"{"scope":["profile"],"duration":60}"#).unwrap();
+    let out = custodian(dir.path())
+        .args(["token-template", "create", "--json-file", "t.json", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(custodian::ids::is_id(t["id"].as_str().unwrap()));
+    assert_eq!(t["fields"]["duration"], 60);
+    std::fs::write(dir.path().join("bad.json"), r#"{"scope":["nope"]}"#).unwrap();
+    let out =
+        custodian(dir.path()).args(["token-template", "create", "--json-file", "bad.json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}

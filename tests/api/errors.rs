@@ -14,6 +14,14 @@ async fn health_answers_ok() {
 }
 
 #[tokio::test]
+async fn health_is_503_when_the_database_does_not_answer() {
+    let app = spawn_app().await;
+    app.state.store.close().await;
+    let res = app.client.get(app.url("/health")).send().await.unwrap();
+    assert_error(res, 503, "ServiceUnavailable").await;
+}
+
+#[tokio::test]
 async fn unknown_route_is_404_with_error_body() {
     let app = spawn_app().await;
     let res = app.client.get(app.url("/api/v2/nope")).send().await.unwrap();
