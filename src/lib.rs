@@ -12,6 +12,7 @@ pub mod identity;
 pub mod ids;
 pub mod secrets;
 pub mod store;
+pub mod wallets;
 
 /// What every handler shares.
 #[derive(Clone)]

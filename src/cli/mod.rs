@@ -57,6 +57,9 @@ pub enum Command {
     /// Manage enterprises.
     #[command(subcommand)]
     Enterprise(EnterpriseCommand),
+    /// Manage wallet records.
+    #[command(subcommand)]
+    Wallet(WalletCommand),
     /// Manage access token templates.
     #[command(subcommand, name = "token-template")]
     TokenTemplate(TemplateCommand),
@@ -102,6 +105,36 @@ pub enum EnterpriseCommand {
         /// Make the user an admin of the enterprise.
         #[arg(long)]
         admin: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WalletCommand {
+    /// Import §2.1 wallet records from a JSON array or NDJSON file ("-" for standard input).
+    Import {
+        file: PathBuf,
+        /// Print the summary as one JSON object {imported, updated, rejected}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set balances of a wallet (base units, decimal digits; only the ones given change).
+    SetBalance {
+        /// Wallet id.
+        #[arg(long)]
+        id: String,
+        #[arg(long, value_name = "BASE_UNITS")]
+        balance: Option<String>,
+        #[arg(long, value_name = "BASE_UNITS")]
+        confirmed: Option<String>,
+        #[arg(long, value_name = "BASE_UNITS")]
+        spendable: Option<String>,
+        #[arg(long, value_name = "BASE_UNITS")]
+        staking: Option<String>,
+        #[arg(long, value_name = "BASE_UNITS")]
+        reward: Option<String>,
+        /// USD cents.
+        #[arg(long, value_name = "CENTS")]
+        withdraw_hold_usd: Option<String>,
     },
 }
 
@@ -233,6 +266,75 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("{} is now {} of {}", user.email, if admin { "an admin" } else { "a member" }, e.name);
             Ok(())
         }
+        Command::Wallet(WalletCommand::Import { file, json }) => {
+            let text = read_file_or_stdin(&file)?;
+            let state = AppState::new(config).await?;
+            let bar = progress_bar();
+            let summary = crate::wallets::import::import(&state.store, &text, |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            })
+            .await;
+            bar.finish_and_clear();
+            let summary = summary?;
+            if json {
+                println!("{}", serde_json::to_string(&summary)?);
+            } else {
+                println!(
+                    "imported {}, updated {}, rejected {}",
+                    summary.imported,
+                    summary.updated,
+                    summary.rejected.len()
+                );
+                for r in &summary.rejected {
+                    let at = match (r.index, r.line) {
+                        (Some(i), _) => format!("record {i}"),
+                        (_, Some(l)) => format!("line {l}"),
+                        _ => String::new(),
+                    };
+                    let field = if r.field.is_empty() { String::new() } else { format!("{}: ", r.field) };
+                    println!(
+                        "  rejected {at}{}: {field}{}",
+                        r.id.as_deref().map(|i| format!(" ({i})")).unwrap_or_default(),
+                        r.reason
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Wallet(WalletCommand::SetBalance {
+            id,
+            balance,
+            confirmed,
+            spendable,
+            staking,
+            reward,
+            withdraw_hold_usd,
+        }) => {
+            let mut body = serde_json::Map::new();
+            for (k, v) in [
+                ("balanceString", balance),
+                ("confirmedBalanceString", confirmed),
+                ("spendableBalanceString", spendable),
+                ("stakingBalanceString", staking),
+                ("rewardBalanceString", reward),
+                ("withdrawHoldAmountUsdString", withdraw_hold_usd),
+            ] {
+                if let Some(v) = v {
+                    body.insert(k.into(), serde_json::Value::String(v));
+                }
+            }
+            let balances = crate::wallets::parse_balances(&serde_json::Value::Object(body))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let state = AppState::new(config).await?;
+            state
+                .store
+                .update_wallet_balances(&id, &balances)
+                .await?
+                .with_context(|| format!("no wallet with id {id}"))?;
+            println!("balances of {id} updated");
+            Ok(())
+        }
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
             let text = read_file_or_stdin(&json_file)?;
             let fields: serde_json::Value = serde_json::from_str(&text)
@@ -246,6 +348,20 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// A progress bar on a terminal; hidden otherwise.
+fn progress_bar() -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} records ({eta})") {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
     }
 }
 

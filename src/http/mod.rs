@@ -87,6 +87,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(identity::login::login))
         .routes(routes!(identity::tokens::create_access_token))
         .routes(routes!(identity::users::me))
+        .routes(routes!(crate::wallets::lookup))
+        .routes(routes!(crate::wallets::set_balance))
         .split_for_parts()
 }
 

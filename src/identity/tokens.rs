@@ -32,7 +32,7 @@ use crate::{
 /// Longest token lifetime and the default `duration`: 10 years, in seconds.
 pub const MAX_DURATION: u64 = 315_360_000;
 
-/// Request body of §4.3. Values are checked field by field in [`validate`].
+/// Request body of §4.3; every value is checked field by field.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateAccessTokenRequest {

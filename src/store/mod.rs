@@ -6,6 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
+pub use crate::wallets::model::{Balances, WalletRow};
+
 pub mod sqlite;
 
 /// What a store call can fail with.
@@ -164,6 +166,15 @@ pub trait Store: Send + Sync + 'static {
 
     async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()>;
     async fn template_by_id(&self, id: &str) -> StoreResult<Option<TokenTemplate>>;
+
+    /// Inserts or replaces wallets in one transaction. Balances absent from a row keep their
+    /// stored value. Returns (inserted, updated).
+    async fn upsert_wallets(&self, rows: &[WalletRow]) -> StoreResult<(u64, u64)>;
+    /// The wallets with these ids, in one query; deleted ones only with `include_deleted`.
+    /// Unknown ids are absent; order is unspecified.
+    async fn wallets_by_ids(&self, ids: &[String], include_deleted: bool) -> StoreResult<Vec<WalletRow>>;
+    /// Sets the balances given in `balances` (others unchanged); `None` when no such wallet.
+    async fn update_wallet_balances(&self, id: &str, balances: &Balances) -> StoreResult<Option<WalletRow>>;
 
     /// Counts a failed login for `email` from `ip` at `at` (Unix seconds).
     async fn record_login_failure(&self, email: &str, ip: &str, at: i64) -> StoreResult<()>;

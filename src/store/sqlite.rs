@@ -115,6 +115,29 @@ fn token_from_row(r: &SqliteRow) -> StoreResult<TokenRecord> {
     })
 }
 
+const WALLET_COLUMNS: &str = "id, coin, enterprise, deleted, user_ids, record, balance, confirmed_balance, \
+     spendable_balance, staking_balance, reward_balance, withdraw_hold_usd";
+
+fn wallet_from_row(r: &SqliteRow) -> StoreResult<WalletRow> {
+    let user_ids: &str = r.try_get("user_ids")?;
+    Ok(WalletRow {
+        id: r.try_get("id")?,
+        coin: r.try_get("coin")?,
+        enterprise: r.try_get("enterprise")?,
+        deleted: r.try_get("deleted")?,
+        user_ids: user_ids.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+        record: r.try_get("record")?,
+        balances: Balances {
+            balance: r.try_get("balance")?,
+            confirmed: r.try_get("confirmed_balance")?,
+            spendable: r.try_get("spendable_balance")?,
+            staking: r.try_get("staking_balance")?,
+            reward: r.try_get("reward_balance")?,
+            withdraw_hold_usd: r.try_get("withdraw_hold_usd")?,
+        },
+    })
+}
+
 fn count_row(r: &SqliteRow) -> StoreResult<(u32, Option<i64>)> {
     let n: i64 = r.try_get(0)?;
     Ok((u32::try_from(n).unwrap_or(u32::MAX), r.try_get(1)?))
@@ -317,6 +340,95 @@ impl Store for SqliteStore {
             }),
             None => None,
         })
+    }
+
+    async fn upsert_wallets(&self, rows: &[WalletRow]) -> StoreResult<(u64, u64)> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+        let existing: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM wallets WHERE id IN (SELECT value FROM json_each(?))")
+                .bind(serde_json::to_string(&ids).map_err(|e| StoreError::Other(e.into()))?)
+                .fetch_all(&mut *tx)
+                .await?;
+        let existing: std::collections::HashSet<String> = existing.into_iter().collect();
+        let now = crate::ids::now();
+        let (mut inserted, mut updated) = (0, 0);
+        let mut seen = std::collections::HashSet::new();
+        for w in rows {
+            let b = &w.balances;
+            sqlx::query(
+                "INSERT INTO wallets (id, coin, enterprise, deleted, user_ids, record, balance, \
+                 confirmed_balance, spendable_balance, staking_balance, reward_balance, \
+                 withdraw_hold_usd, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) \
+                 ON CONFLICT (id) DO UPDATE SET coin = excluded.coin, enterprise = excluded.enterprise, \
+                 deleted = excluded.deleted, user_ids = excluded.user_ids, record = excluded.record, \
+                 balance = COALESCE(excluded.balance, wallets.balance), \
+                 confirmed_balance = COALESCE(excluded.confirmed_balance, wallets.confirmed_balance), \
+                 spendable_balance = COALESCE(excluded.spendable_balance, wallets.spendable_balance), \
+                 staking_balance = COALESCE(excluded.staking_balance, wallets.staking_balance), \
+                 reward_balance = COALESCE(excluded.reward_balance, wallets.reward_balance), \
+                 withdraw_hold_usd = COALESCE(excluded.withdraw_hold_usd, wallets.withdraw_hold_usd), \
+                 updated_at = excluded.updated_at",
+            )
+            .bind(&w.id)
+            .bind(&w.coin)
+            .bind(&w.enterprise)
+            .bind(w.deleted)
+            .bind(w.user_ids.join(","))
+            .bind(&w.record)
+            .bind(&b.balance)
+            .bind(&b.confirmed)
+            .bind(&b.spendable)
+            .bind(&b.staking)
+            .bind(&b.reward)
+            .bind(&b.withdraw_hold_usd)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if existing.contains(&w.id) || !seen.insert(w.id.as_str()) {
+                updated += 1;
+            } else {
+                inserted += 1;
+            }
+        }
+        tx.commit().await?;
+        Ok((inserted, updated))
+    }
+
+    async fn wallets_by_ids(&self, ids: &[String], include_deleted: bool) -> StoreResult<Vec<WalletRow>> {
+        let sql = format!(
+            "SELECT {WALLET_COLUMNS} FROM wallets WHERE id IN (SELECT value FROM json_each(?)){}",
+            if include_deleted { "" } else { " AND deleted = 0" }
+        );
+        let rows = sqlx::query(&sql)
+            .bind(serde_json::to_string(ids).map_err(|e| StoreError::Other(e.into()))?)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(wallet_from_row).collect()
+    }
+
+    async fn update_wallet_balances(&self, id: &str, b: &Balances) -> StoreResult<Option<WalletRow>> {
+        let res = sqlx::query(
+            "UPDATE wallets SET balance = COALESCE(?, balance), \
+             confirmed_balance = COALESCE(?, confirmed_balance), \
+             spendable_balance = COALESCE(?, spendable_balance), \
+             staking_balance = COALESCE(?, staking_balance), reward_balance = COALESCE(?, reward_balance), \
+             withdraw_hold_usd = COALESCE(?, withdraw_hold_usd), updated_at = ? WHERE id = ?",
+        )
+        .bind(&b.balance)
+        .bind(&b.confirmed)
+        .bind(&b.spendable)
+        .bind(&b.staking)
+        .bind(&b.reward)
+        .bind(&b.withdraw_hold_usd)
+        .bind(crate::ids::now())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        if res.rows_affected() == 0 {
+            return Ok(None);
+        }
+        Ok(self.wallets_by_ids(&[id.to_string()], true).await?.pop())
     }
 
     async fn record_login_failure(&self, email: &str, ip: &str, at: i64) -> StoreResult<()> {

@@ -115,8 +115,8 @@ async fn served_openapi_matches_committed_file() {
         &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json")).expect("openapi.json"),
     )
     .expect("committed openapi.json is JSON");
-    assert_eq!(
-        served, committed,
+    assert!(
+        served == committed,
         "openapi.json is stale: regenerate it with `cargo run -q -- openapi > openapi.json`"
     );
     assert_eq!(served["openapi"], "3.1.0");

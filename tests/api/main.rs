@@ -5,3 +5,4 @@ mod common;
 mod errors;
 mod identity;
 mod tokens;
+mod wallets;
