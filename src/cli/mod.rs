@@ -92,6 +92,9 @@ pub enum EnterpriseCommand {
     Create {
         #[arg(long)]
         name: String,
+        /// Keep an existing id (32 hex), e.g. when migrating; a new one is generated otherwise.
+        #[arg(long)]
+        id: Option<String>,
         /// Print {id, name} as JSON.
         #[arg(long)]
         json: bool,
@@ -241,9 +244,9 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Enterprise(EnterpriseCommand::Create { name, json }) => {
-            let state = AppState::new(config).await?;
-            let e = users::create_enterprise(&state.store, &name).await?;
+        Command::Enterprise(EnterpriseCommand::Create { name, id, json }) => {
+            let store = crate::store::open(&config.database_url).await?;
+            let e = users::create_enterprise(&store, &name, id.as_deref()).await?;
             if json {
                 println!("{}", json!({ "id": e.id, "name": e.name }));
             } else {
@@ -252,8 +255,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Enterprise(EnterpriseCommand::AddUser { enterprise, email, admin }) => {
-            let state = AppState::new(config).await?;
-            let store = &state.store;
+            let store = &crate::store::open(&config.database_url).await?;
             let e = store
                 .enterprise_by_id(&enterprise)
                 .await?
@@ -268,9 +270,9 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         }
         Command::Wallet(WalletCommand::Import { file, json }) => {
             let text = read_file_or_stdin(&file)?;
-            let state = AppState::new(config).await?;
+            let store = crate::store::open(&config.database_url).await?;
             let bar = progress_bar();
-            let summary = crate::wallets::import::import(&state.store, &text, |done, total| {
+            let summary = crate::wallets::import::import(&store, &text, |done, total| {
                 bar.set_length(total as u64);
                 bar.set_position(done as u64);
             })
@@ -326,9 +328,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             }
             let balances = crate::wallets::parse_balances(&serde_json::Value::Object(body))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let state = AppState::new(config).await?;
-            state
-                .store
+            let store = crate::store::open(&config.database_url).await?;
+            store
                 .update_wallet_balances(&id, &balances)
                 .await?
                 .with_context(|| format!("no wallet with id {id}"))?;
@@ -339,8 +340,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let text = read_file_or_stdin(&json_file)?;
             let fields: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not valid JSON", json_file.display()))?;
-            let state = AppState::new(config).await?;
-            let t = tokens::create_template(&state.store, fields).await?;
+            let store = crate::store::open(&config.database_url).await?;
+            let t = tokens::create_template(&store, fields).await?;
             if json {
                 println!("{}", json!({ "id": t.id, "fields": t.fields }));
             } else {

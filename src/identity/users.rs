@@ -93,13 +93,17 @@ pub async fn create_user(
     })
 }
 
-/// Creates an enterprise named `name`.
-pub async fn create_enterprise(store: &DynStore, name: &str) -> anyhow::Result<Enterprise> {
+/// Creates an enterprise named `name`, with the given id (32 hex) or a new one.
+pub async fn create_enterprise(store: &DynStore, name: &str, id: Option<&str>) -> anyhow::Result<Enterprise> {
     let name = name.trim();
     if name.is_empty() {
         anyhow::bail!("the enterprise name must not be empty");
     }
-    let e = Enterprise { id: ids::new_id(), name: name.into(), created_at: ids::now() };
+    if id.is_some_and(|i| !ids::is_id(i)) {
+        anyhow::bail!("the enterprise id must be 32 lowercase hex characters");
+    }
+    let id = id.map(str::to_string).unwrap_or_else(ids::new_id);
+    let e = Enterprise { id, name: name.into(), created_at: ids::now() };
     store.insert_enterprise(&e).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(e)
 }

@@ -115,27 +115,27 @@ fn token_from_row(r: &SqliteRow) -> StoreResult<TokenRecord> {
     })
 }
 
-const WALLET_COLUMNS: &str = "id, coin, enterprise, deleted, user_ids, record, balance, confirmed_balance, \
-     spendable_balance, staking_balance, reward_balance, withdraw_hold_usd";
-
-fn wallet_from_row(r: &SqliteRow) -> StoreResult<WalletRow> {
-    let user_ids: &str = r.try_get("user_ids")?;
-    Ok(WalletRow {
-        id: r.try_get("id")?,
-        coin: r.try_get("coin")?,
-        enterprise: r.try_get("enterprise")?,
-        deleted: r.try_get("deleted")?,
-        user_ids: user_ids.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
-        record: r.try_get("record")?,
-        balances: Balances {
-            balance: r.try_get("balance")?,
-            confirmed: r.try_get("confirmed_balance")?,
-            spendable: r.try_get("spendable_balance")?,
-            staking: r.try_get("staking_balance")?,
-            reward: r.try_get("reward_balance")?,
-            withdraw_hold_usd: r.try_get("withdraw_hold_usd")?,
-        },
-    })
+/// One record of [`SqliteStore::wallets_by_ids`]'s packed answer.
+fn unpack_wallet(packed: &str) -> StoreResult<WalletRow> {
+    let mut f = packed.splitn(12, '\u{1f}');
+    let mut next =
+        || f.next().ok_or_else(|| StoreError::Other(anyhow::anyhow!("malformed packed wallet row")));
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let id = next()?.to_string();
+    let coin = next()?.to_string();
+    let enterprise = opt(next()?);
+    let deleted = next()? != "0";
+    let user_ids = next()?.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
+    let balances = Balances {
+        balance: opt(next()?),
+        confirmed: opt(next()?),
+        spendable: opt(next()?),
+        staking: opt(next()?),
+        reward: opt(next()?),
+        withdraw_hold_usd: opt(next()?),
+    };
+    let record = next()?.to_string();
+    Ok(WalletRow { id, coin, enterprise, deleted, user_ids, record, balances })
 }
 
 fn count_row(r: &SqliteRow) -> StoreResult<(u32, Option<i64>)> {
@@ -396,15 +396,25 @@ impl Store for SqliteStore {
     }
 
     async fn wallets_by_ids(&self, ids: &[String], include_deleted: bool) -> StoreResult<Vec<WalletRow>> {
+        // One row for the whole answer: SQLite joins the fields with unit (0x1F) and record
+        // (0x1E) separators. Per-row decoding was most of a 1000-id lookup's time; the
+        // separators cannot occur inside the values (hex ids, digits, and serde_json's JSON
+        // text, which escapes every control character).
         let sql = format!(
-            "SELECT {WALLET_COLUMNS} FROM wallets WHERE id IN (SELECT value FROM json_each(?)){}",
+            "SELECT group_concat(id || char(31) || coin || char(31) || IFNULL(enterprise, '') || char(31) \
+             || deleted || char(31) || user_ids || char(31) || IFNULL(balance, '') || char(31) \
+             || IFNULL(confirmed_balance, '') || char(31) || IFNULL(spendable_balance, '') || char(31) \
+             || IFNULL(staking_balance, '') || char(31) || IFNULL(reward_balance, '') || char(31) \
+             || IFNULL(withdraw_hold_usd, '') || char(31) || record, char(30)) \
+             FROM wallets WHERE id IN (SELECT value FROM json_each(?)){}",
             if include_deleted { "" } else { " AND deleted = 0" }
         );
-        let rows = sqlx::query(&sql)
+        let packed: Option<String> = sqlx::query_scalar(&sql)
             .bind(serde_json::to_string(ids).map_err(|e| StoreError::Other(e.into()))?)
-            .fetch_all(&self.pool)
+            .fetch_one(&self.pool)
             .await?;
-        rows.iter().map(wallet_from_row).collect()
+        let Some(packed) = packed else { return Ok(Vec::new()) };
+        packed.split('\u{1e}').map(unpack_wallet).collect()
     }
 
     async fn update_wallet_balances(&self, id: &str, b: &Balances) -> StoreResult<Option<WalletRow>> {

@@ -177,3 +177,44 @@ fn enterprise_and_template_commands_print_json() {
         custodian(dir.path()).args(["token-template", "create", "--json-file", "bad.json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn wallet_import_prints_a_json_summary_and_set_balance_updates() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = r#"{"id":"0123456789abcdef0123456789abcdef","label":"w","coin":"btc","allowBackupKeySigning":false,"approvalsRequired":1,"coinSpecific":{},"deleted":false,"disableTransactionNotifications":false,"hasLargeNumberOfAddresses":null,"isCold":false,"startDate":"2025-01-01T00:00:00Z"}"#;
+    let bad = r#"{"id":"nope"}"#;
+    std::fs::write(dir.path().join("w.ndjson"), format!("{good}\n{bad}\n")).unwrap();
+    let out = custodian(dir.path()).args(["wallet", "import", "w.ndjson", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(s["imported"], 1);
+    assert_eq!(s["updated"], 0);
+    assert_eq!(s["rejected"][0]["line"], 2);
+    assert_eq!(s["rejected"][0]["field"], "allowBackupKeySigning");
+    assert!(!dir.path().join("data/master.key").exists(), "importing needs no master key");
+
+    let out = custodian(dir.path())
+        .args(["wallet", "set-balance", "--id", "0123456789abcdef0123456789abcdef", "--balance", "123"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = custodian(dir.path())
+        .args(["wallet", "set-balance", "--id", "0123456789abcdef0123456789abcdef", "--balance", "1.5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let out = custodian(dir.path())
+        .args([
+            "enterprise",
+            "create",
+            "--name",
+            "Kept",
+            "--id",
+            "5f2a1c9e8d7b6a5f4e3d2c1b0a998877",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["id"], "5f2a1c9e8d7b6a5f4e3d2c1b0a998877");
+}

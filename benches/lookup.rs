@@ -1,0 +1,112 @@
+//! Wallet lookup benchmark (issue 3): POST /api/v2/internal/wallet with 1, 100 and 1000 ids
+//! through the real HTTP server, 10,000 wallets stored. Prints p50/p99 per size.
+//!
+//! Run: `cargo bench --bench lookup`; with `BENCH_STORE=1` it also times the store query alone.
+
+use std::time::{Duration, Instant};
+
+use custodian::{config::Config, identity::users, AppState};
+use rand::seq::SliceRandom;
+use serde_json::{json, Value};
+
+const WALLETS: usize = 10_000;
+
+fn record(i: usize, user: &str, enterprise: &str) -> Value {
+    let coin = ["btc", "eth", "sol", "ofcbtc"][i % 4];
+    json!({
+        "id": format!("{i:032x}"), "label": format!("Wallet {i}"), "coin": coin,
+        "type": if i % 4 == 3 { "trading" } else { "hot" },
+        "m": if i % 4 == 3 { 1 } else { 2 }, "n": if i % 4 == 3 { 1 } else { 3 },
+        "allowBackupKeySigning": false, "approvalsRequired": 1,
+        "coinSpecific": { "rootAddress": format!("0x{i:040x}") }, "deleted": false,
+        "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false, "isCold": false,
+        "startDate": "2025-01-02T03:04:05.000Z", "enterprise": enterprise,
+        "keys": [format!("{i:024x}"), format!("{:024x}", i + 1), format!("{:024x}", i + 2)],
+        "users": [{ "user": user, "permissions": ["admin", "spend", "view"] }],
+        "receiveAddress": { "address": format!("addr{i}"), "chain": 0, "index": 0 },
+        "balanceString": format!("{}", (i as u128) * 1_000_000_000_000_000_000_000u128),
+        "confirmedBalanceString": "1000", "spendableBalanceString": "900",
+    })
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx].as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = Config {
+        database_url: format!("sqlite://{}", dir.path().join("bench.db").display()),
+        ..Config::default()
+    };
+    let state = AppState::new(config).await?;
+    let user =
+        users::create_user(&state.store, &state.key, "bench@example.com", None, "benchmark password", false)
+            .await?;
+    let enterprise = users::create_enterprise(&state.store, "Bench", None).await?;
+    let records: Vec<Value> = (0..WALLETS).map(|i| record(i, &user.id, &enterprise.id)).collect();
+    let summary =
+        custodian::wallets::import::import(&state.store, &serde_json::to_string(&records)?, |_, _| {})
+            .await?;
+    assert_eq!(summary.imported as usize, WALLETS);
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(custodian::serve(listener, state.clone(), std::future::pending()));
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let login: Value = client
+        .post(format!("{base}/api/v2/internal/user/login"))
+        .json(&json!({ "email": "bench@example.com", "password": "benchmark password", "otp": "000000" }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let token = login["access_token"].as_str().unwrap_or_default().to_string();
+    let ids: Vec<String> = (0..WALLETS).map(|i| format!("{i:032x}")).collect();
+    let mut rng = rand::thread_rng();
+
+    if std::env::var("BENCH_STORE").is_ok() {
+        let pick: Vec<String> = ids.choose_multiple(&mut rng, 1000).cloned().collect();
+        let mut t = Vec::new();
+        for _ in 0..100 {
+            let s = Instant::now();
+            let rows = state.store.wallets_by_ids(&pick, false).await?;
+            t.push(s.elapsed());
+            assert_eq!(rows.len(), 1000);
+        }
+        t.sort();
+        println!("store only 1000: p50 {:.2} ms", percentile(&t, 0.5));
+    }
+    println!("wallet lookup, SQLite, {WALLETS} wallets stored, expandBalance=true");
+    println!("{:>6} {:>8} {:>9} {:>9}", "ids", "requests", "p50 ms", "p99 ms");
+    for (size, rounds) in [(1usize, 2000usize), (100, 1000), (1000, 300)] {
+        let mut times = Vec::with_capacity(rounds);
+        for round in 0..rounds + 20 {
+            let pick: Vec<&String> = ids.choose_multiple(&mut rng, size).collect();
+            let body = json!({ "ids": pick });
+            let start = Instant::now();
+            let res = client
+                .post(format!("{base}/api/v2/internal/wallet?expandBalance=true"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await?;
+            let status = res.status();
+            let bytes = res.bytes().await?;
+            let elapsed = start.elapsed();
+            anyhow::ensure!(status == 200, "status {status}");
+            if round == 0 {
+                let v: Value = serde_json::from_slice(&bytes)?;
+                anyhow::ensure!(v["wallets"].as_array().map(Vec::len) == Some(size), "wrong count");
+            }
+            if round >= 20 {
+                times.push(elapsed);
+            }
+        }
+        times.sort();
+        println!("{size:>6} {rounds:>8} {:>9.2} {:>9.2}", percentile(&times, 0.5), percentile(&times, 0.99));
+    }
+    Ok(())
+}
