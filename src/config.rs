@@ -52,6 +52,45 @@ impl Default for LoginConfig {
     }
 }
 
+/// The webhook delivery engine (issue 4 §B).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// CIDR blocks delivery may reach even though they are not globally routable.
+    #[serde(deserialize_with = "de_cidr_list")]
+    pub allowed_cidrs: Vec<IpNet>,
+    /// Delay before each retry, seconds (BitGo's schedule: 1, 5, 10, 30, 60, 120, 240 minutes).
+    #[serde(deserialize_with = "de_number_list")]
+    pub retry_schedule: Vec<u64>,
+    /// Per-attempt timeout, seconds.
+    pub timeout: u64,
+    /// Deliveries in flight at once per process.
+    pub concurrency: usize,
+    /// Failures within `suspend_window` that suspend a webhook.
+    pub suspend_after_failures: u32,
+    /// Seconds.
+    pub suspend_window: u64,
+    /// Failures over a webhook's life that suspend it.
+    pub suspend_after_total_failures: u32,
+    /// How often to look for due notifications when not woken, milliseconds.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        Self {
+            allowed_cidrs: Vec::new(),
+            retry_schedule: vec![60, 300, 600, 1800, 3600, 7200, 14400],
+            timeout: 10,
+            concurrency: 64,
+            suspend_after_failures: 100,
+            suspend_window: 7 * 24 * 3600,
+            suspend_after_total_failures: 500,
+            poll_interval_ms: 250,
+        }
+    }
+}
+
 /// The whole configuration of one process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -71,6 +110,7 @@ pub struct Config {
     /// `text` (default) or `json` log lines on standard error.
     pub log_format: String,
     pub login: LoginConfig,
+    pub delivery: DeliveryConfig,
 }
 
 impl Default for Config {
@@ -84,6 +124,7 @@ impl Default for Config {
             max_lookup_ids: 1000,
             log_format: "text".into(),
             login: LoginConfig::default(),
+            delivery: DeliveryConfig::default(),
         }
     }
 }
@@ -102,7 +143,7 @@ pub struct Overrides {
 }
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
-const ENV_SECTIONS: &[&str] = &["login"];
+const ENV_SECTIONS: &[&str] = &["login", "delivery"];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.
@@ -169,6 +210,10 @@ impl Config {
                 self.log_format
             ));
         }
+        if self.delivery.timeout == 0 || self.delivery.concurrency == 0 || self.delivery.poll_interval_ms == 0
+        {
+            return Err("invalid configuration: delivery.timeout, delivery.concurrency and delivery.poll_interval_ms must be positive".into());
+        }
         if self.max_lookup_ids == 0 {
             return Err("invalid configuration: max_lookup_ids must be positive".into());
         }
@@ -189,6 +234,30 @@ fn de_cidr_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D:
         Raw::One(s) => s.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
     };
     items.iter().map(|s| parse_cidr(s).map_err(serde::de::Error::custom)).collect()
+}
+
+/// Accepts a TOML array of integers or one comma-separated string.
+fn de_number_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        List(Vec<u64>),
+        One(String),
+        Single(u64),
+    }
+    match Raw::deserialize(d)? {
+        Raw::List(v) => Ok(v),
+        Raw::Single(n) => Ok(vec![n]),
+        Raw::One(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<u64>()
+                    .map_err(|_| serde::de::Error::custom(format!("{s:?} is not a whole number of seconds")))
+            })
+            .collect(),
+    }
 }
 
 /// Parses an IP address (as a single-host block) or a CIDR block, normalised to its network address.

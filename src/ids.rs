@@ -40,3 +40,15 @@ pub fn is_coin(s: &str) -> bool {
 pub fn is_base_units(s: &str) -> bool {
     !s.is_empty() && s.len() <= 100 && s.bytes().all(|c| c.is_ascii_digit())
 }
+
+/// Current time as Unix milliseconds.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Unix milliseconds as an ISO 8601 / RFC 3339 UTC string.
+pub fn iso_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

@@ -7,12 +7,15 @@ use tokio::net::TcpListener;
 
 pub mod cli;
 pub mod config;
+pub mod delivery;
 pub mod http;
 pub mod identity;
 pub mod ids;
+pub mod metrics;
 pub mod secrets;
 pub mod store;
 pub mod wallets;
+pub mod webhooks;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -20,6 +23,11 @@ pub struct AppState {
     pub store: store::DynStore,
     pub config: Arc<config::Config>,
     pub key: Arc<secrets::MasterKey>,
+    /// Wakes the delivery engine when notifications are written.
+    pub wake: Arc<tokio::sync::Notify>,
+    pub metrics: Arc<metrics::Metrics>,
+    /// Decrypted webhook secrets, briefly cached for delivery.
+    pub secrets: Arc<webhooks::secrets::SecretCache>,
 }
 
 impl AppState {
@@ -27,7 +35,14 @@ impl AppState {
     pub async fn new(config: config::Config) -> anyhow::Result<Self> {
         let key = secrets::MasterKey::load(&config)?;
         let store = store::open(&config.database_url).await?;
-        Ok(Self { store, config: Arc::new(config), key: Arc::new(key) })
+        Ok(Self {
+            store,
+            config: Arc::new(config),
+            key: Arc::new(key),
+            wake: Arc::default(),
+            metrics: Arc::default(),
+            secrets: Arc::default(),
+        })
     }
 
     /// The scope policy for this deployment.
@@ -36,18 +51,29 @@ impl AppState {
     }
 }
 
-/// Serves the API on `listener` until `shutdown` completes, then finishes in-flight requests.
+/// Serves the API on `listener` and runs the delivery engine until `shutdown` completes, then
+/// finishes in-flight requests and deliveries.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     identity::password::warm_up();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let engine = delivery::Engine::new(state.clone())?.spawn(stop_rx.clone());
     let store = state.store.clone();
     let app = http::app(state);
+    let mut stop = stop_rx;
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
         .await?;
+    let _ = engine.await;
     store.close().await;
     Ok(())
 }

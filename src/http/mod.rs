@@ -21,7 +21,7 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::{identity, AppState};
+use crate::{identity, webhooks, AppState};
 
 pub mod error;
 pub mod extract;
@@ -89,6 +89,28 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(identity::users::me))
         .routes(routes!(crate::wallets::lookup))
         .routes(routes!(crate::wallets::set_balance))
+        .routes(routes!(
+            webhooks::create_wallet_webhook,
+            webhooks::list_wallet_webhooks,
+            webhooks::remove_wallet_webhooks
+        ))
+        .routes(routes!(webhooks::simulate_wallet_webhook))
+        .routes(routes!(
+            webhooks::create_block_webhook,
+            webhooks::list_block_webhooks,
+            webhooks::remove_block_webhooks
+        ))
+        .routes(routes!(webhooks::simulate_block_webhook))
+        .routes(routes!(webhooks::create_enterprise_webhook, webhooks::list_enterprise_webhooks))
+        .routes(routes!(webhooks::remove_enterprise_webhook))
+        .routes(routes!(webhooks::simulate_enterprise_webhook))
+        .routes(routes!(webhooks::create_secret))
+        .routes(routes!(webhooks::verify))
+        .routes(routes!(webhooks::unblock))
+        .routes(routes!(webhooks::list_notifications))
+        .routes(routes!(webhooks::list_attempts))
+        .routes(routes!(webhooks::resend))
+        .routes(routes!(webhooks::ingest_event))
         .split_for_parts()
 }
 
@@ -108,7 +130,9 @@ pub fn app(state: AppState) -> Router {
             "/openapi.json",
             get(move || async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], doc_json) }),
         )
+        .route("/metrics", get(crate::metrics::render))
         .fallback(|| async { StatusCode::NOT_FOUND.into_response() })
+        .layer(middleware::from_fn_with_state(state.clone(), crate::metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
             let id =

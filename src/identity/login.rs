@@ -175,7 +175,7 @@ pub async fn login(
         origin: state.config.environment.as_str().into(),
         parent_id: None,
     };
-    state.store.insert_token(&token).await?;
+    state.store.insert_token(&token, &[]).await?;
     let mut user = user;
     user.last_login = Some(now);
     let memberships = state.store.memberships(&user.id).await?;

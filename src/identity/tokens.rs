@@ -468,7 +468,11 @@ pub async fn create_access_token(
         origin: state.config.environment.as_str().into(),
         parent_id: Some(parent.id.clone()),
     };
-    state.store.insert_token(&record).await?;
+    let notifications = crate::webhooks::access_token_notifications(&state, &record).await?;
+    state.store.insert_token(&record, &notifications).await?;
+    if !notifications.is_empty() {
+        state.wake.notify_one();
+    }
     Ok(Json(AccessTokenResponse {
         id: record.id,
         token: value,

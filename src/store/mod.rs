@@ -138,6 +138,141 @@ pub struct TokenTemplate {
     pub created_at: i64,
 }
 
+/// A webhook (spec §2.5). `scope` is `wallet`, `block` or `enterprise`.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    pub id: String,
+    pub scope: String,
+    pub wallet_id: Option<String>,
+    /// The enterprise whose secret signs its notifications (docs/webhooks.md).
+    pub enterprise_id: Option<String>,
+    /// The creator; the owner of a block webhook.
+    pub user_id: String,
+    pub coin: Option<String>,
+    pub webhook_type: String,
+    pub url: String,
+    pub label: Option<String>,
+    pub num_confirmations: Option<i64>,
+    /// `active` or `suspended`.
+    pub state: String,
+    pub successive_failed_attempts: i64,
+    pub failed_attempts_total: i64,
+    pub listen_to_failure_states: bool,
+    pub tx_request_states: Vec<String>,
+    pub tx_request_transaction_states: Vec<String>,
+    pub custom_headers: std::collections::BTreeMap<String, String>,
+    pub allow_blocked_hosts: bool,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// Which webhooks a list or removal applies to.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookFilter {
+    pub scope: String,
+    pub wallet_id: Option<String>,
+    pub enterprise_id: Option<String>,
+    pub user_id: Option<String>,
+    pub coin: Option<String>,
+    pub webhook_type: Option<String>,
+    /// Only webhooks in this state.
+    pub state: Option<String>,
+}
+
+/// An enterprise's webhook secret, sealed with the master key.
+#[derive(Debug, Clone)]
+pub struct WebhookSecret {
+    pub current_enc: Vec<u8>,
+    /// The secret before the last rotation, valid for the grace period after it.
+    pub previous_enc: Option<Vec<u8>>,
+    /// Unix seconds.
+    pub rotated_at: i64,
+}
+
+/// A notification in the outbox (spec §2.6). Times are Unix milliseconds.
+#[derive(Debug, Clone)]
+pub struct Notification {
+    pub id: String,
+    pub webhook_id: String,
+    pub event_id: Option<String>,
+    pub notification_type: String,
+    /// `new`, `pending`, `processed` or `failed`.
+    pub state: String,
+    pub simulation: bool,
+    pub retries: i64,
+    /// The exact JSON text that is POSTed.
+    pub payload: String,
+    pub hash: String,
+    pub idempotency_key: String,
+    /// The other §2.6 fields of its level (wallet, enterprise, coin, transfer, ...).
+    pub meta: Value,
+    pub next_attempt_at: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// One delivery attempt. Times in Unix milliseconds.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub notification_id: String,
+    pub webhook_id: String,
+    pub started_at: i64,
+    pub duration_ms: i64,
+    pub status_code: Option<u16>,
+    pub success: bool,
+    /// The first 20 KB of the response body.
+    pub response_body: Option<String>,
+    pub error: Option<String>,
+}
+
+/// What follows an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    Delivered,
+    /// Failed; try again at this Unix millisecond.
+    Retry(i64),
+    /// Failed for the last time.
+    Failed,
+}
+
+/// An attempt and what follows it, written together.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub attempt: Attempt,
+    pub completion: Completion,
+}
+
+/// When failures suspend a webhook.
+#[derive(Debug, Clone, Copy)]
+pub struct SuspendRule {
+    pub window_ms: i64,
+    pub max_in_window: u32,
+    pub max_total: u32,
+}
+
+/// A claimed notification and its webhook.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub notification: Notification,
+    pub webhook: Webhook,
+}
+
+/// Gauges for /metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeliveryStats {
+    pub due: i64,
+    pub in_flight: i64,
+    pub suspended_webhooks: i64,
+}
+
+/// Result of a secret rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotation {
+    Done,
+    /// Rotated too recently; seconds to wait.
+    TooSoon(i64),
+}
+
 /// Everything the service stores. One implementation per database.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -161,7 +296,9 @@ pub trait Store: Send + Sync + 'static {
     async fn upsert_membership(&self, enterprise_id: &str, user_id: &str, is_admin: bool) -> StoreResult<()>;
     async fn memberships(&self, user_id: &str) -> StoreResult<Vec<Membership>>;
 
-    async fn insert_token(&self, t: &TokenRecord) -> StoreResult<()>;
+    /// Stores a token and, in the same transaction, the notifications it fires (outbox).
+    async fn insert_token(&self, t: &TokenRecord, notifications: &[Notification]) -> StoreResult<()>;
+    async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>>;
     async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>>;
 
     async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()>;
@@ -175,6 +312,79 @@ pub trait Store: Send + Sync + 'static {
     async fn wallets_by_ids(&self, ids: &[String], include_deleted: bool) -> StoreResult<Vec<WalletRow>>;
     /// Sets the balances given in `balances` (others unchanged); `None` when no such wallet.
     async fn update_wallet_balances(&self, id: &str, balances: &Balances) -> StoreResult<Option<WalletRow>>;
+
+    /// Inserts a webhook unless its level already has `max_per_type` of that type (§8);
+    /// returns false then. The count and insert are one transaction.
+    async fn insert_webhook(&self, w: &Webhook, max_per_type: u32) -> StoreResult<bool>;
+    async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>>;
+    /// Webhooks matching `filter` with ids greater than `after_id`, by id, at most `limit`.
+    async fn list_webhooks(
+        &self,
+        filter: &WebhookFilter,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Webhook>>;
+    /// Removes webhooks matching `filter` and (`id`, or `type` and `url`). Returns how many.
+    async fn delete_webhooks(
+        &self,
+        filter: &WebhookFilter,
+        id: Option<&str>,
+        type_url: Option<(&str, &str)>,
+    ) -> StoreResult<u64>;
+    /// Makes a webhook active and clears its failure counters; false when no such webhook.
+    async fn unblock_webhook(&self, id: &str, now_ms: i64) -> StoreResult<bool>;
+
+    async fn webhook_secret(&self, enterprise_id: &str) -> StoreResult<Option<WebhookSecret>>;
+    /// Stores `new_enc` as the current secret, keeping the old one as previous, unless the last
+    /// rotation was less than `min_interval` seconds before `now`.
+    async fn rotate_webhook_secret(
+        &self,
+        enterprise_id: &str,
+        new_enc: &[u8],
+        now: i64,
+        min_interval: i64,
+    ) -> StoreResult<Rotation>;
+
+    /// Adds notifications to the outbox; one whose (webhook, idempotency key) exists is skipped.
+    async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64>;
+    /// Records an ingested event and its notifications in one transaction. When `event_id` was
+    /// seen before, writes nothing and returns the stored result.
+    async fn record_event(
+        &self,
+        event_id: &str,
+        body: &str,
+        transfer_id: Option<&str>,
+        result: &str,
+        notifications: &[Notification],
+    ) -> StoreResult<Option<String>>;
+    /// The most recent ingested event body naming this transfer.
+    async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>>;
+    /// Leases up to `limit` due notifications of active webhooks until `lease_until_ms`.
+    async fn claim_due(&self, now_ms: i64, lease_until_ms: i64, limit: u32) -> StoreResult<Vec<Claimed>>;
+    /// Writes attempts and their consequences in one transaction; returns webhooks suspended.
+    async fn complete(
+        &self,
+        outcomes: &[Outcome],
+        now_ms: i64,
+        rule: SuspendRule,
+    ) -> StoreResult<Vec<String>>;
+    async fn notification_by_id(&self, webhook_id: &str, id: &str) -> StoreResult<Option<Notification>>;
+    async fn list_notifications(
+        &self,
+        webhook_id: &str,
+        state: Option<&str>,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Notification>>;
+    async fn attempts(&self, notification_id: &str) -> StoreResult<Vec<Attempt>>;
+    /// Queues a notification again now, with retries reset; None when it does not exist.
+    async fn resend_notification(
+        &self,
+        webhook_id: &str,
+        id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Option<Notification>>;
+    async fn delivery_stats(&self, now_ms: i64) -> StoreResult<DeliveryStats>;
 
     /// Counts a failed login for `email` from `ip` at `at` (Unix seconds).
     async fn record_login_failure(&self, email: &str, ip: &str, at: i64) -> StoreResult<()>;

@@ -46,6 +46,14 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// A transaction that takes the write lock at once (`BEGIN IMMEDIATE`): a deferred one that
+    /// reads first fails with SQLITE_BUSY instead of waiting when another writer got in between.
+    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
 /// The file path of a `sqlite://PATH[?query]` URL.
 pub fn sqlite_path(url: &str) -> String {
     let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
@@ -136,6 +144,124 @@ fn unpack_wallet(packed: &str) -> StoreResult<WalletRow> {
     };
     let record = next()?.to_string();
     Ok(WalletRow { id, coin, enterprise, deleted, user_ids, record, balances })
+}
+
+fn webhook_from_row(r: &SqliteRow) -> StoreResult<Webhook> {
+    let headers: &str = r.try_get("custom_headers")?;
+    Ok(Webhook {
+        id: r.try_get("id")?,
+        scope: r.try_get("scope")?,
+        wallet_id: r.try_get("wallet_id")?,
+        enterprise_id: r.try_get("enterprise_id")?,
+        user_id: r.try_get("user_id")?,
+        coin: r.try_get("coin")?,
+        webhook_type: r.try_get("type")?,
+        url: r.try_get("url")?,
+        label: r.try_get("label")?,
+        num_confirmations: r.try_get("num_confirmations")?,
+        state: r.try_get("state")?,
+        successive_failed_attempts: r.try_get("successive_failed_attempts")?,
+        failed_attempts_total: r.try_get("failed_attempts_total")?,
+        listen_to_failure_states: r.try_get("listen_to_failure_states")?,
+        tx_request_states: json_list(Some(r.try_get("tx_request_states")?))?.unwrap_or_default(),
+        tx_request_transaction_states: json_list(Some(r.try_get("tx_request_transaction_states")?))?
+            .unwrap_or_default(),
+        custom_headers: serde_json::from_str(headers).map_err(|e| StoreError::Other(e.into()))?,
+        allow_blocked_hosts: r.try_get("allow_blocked_hosts")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+fn notification_from_row(r: &SqliteRow) -> StoreResult<Notification> {
+    let meta: &str = r.try_get("meta")?;
+    Ok(Notification {
+        id: r.try_get("id")?,
+        webhook_id: r.try_get("webhook_id")?,
+        event_id: r.try_get("event_id")?,
+        notification_type: r.try_get("type")?,
+        state: r.try_get("state")?,
+        simulation: r.try_get("simulation")?,
+        retries: r.try_get("retries")?,
+        payload: r.try_get("payload")?,
+        hash: r.try_get("hash")?,
+        idempotency_key: r.try_get("idempotency_key")?,
+        meta: serde_json::from_str(meta).map_err(|e| StoreError::Other(e.into()))?,
+        next_attempt_at: r.try_get("next_attempt_at")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+/// The WHERE clause (with binds, in order) selecting the webhooks of a filter.
+fn filter_sql(f: &WebhookFilter) -> (String, Vec<String>) {
+    let mut sql = String::from("scope = ?");
+    let mut binds = vec![f.scope.clone()];
+    for (col, v) in [
+        ("wallet_id", &f.wallet_id),
+        ("enterprise_id", &f.enterprise_id),
+        ("user_id", &f.user_id),
+        ("coin", &f.coin),
+        ("type", &f.webhook_type),
+        ("state", &f.state),
+    ] {
+        if let Some(v) = v {
+            sql.push_str(&format!(" AND {col} = ?"));
+            binds.push(v.clone());
+        }
+    }
+    (sql, binds)
+}
+
+/// The filter that §8's per-type limit counts within for `w`'s level.
+fn limit_filter(w: &Webhook) -> WebhookFilter {
+    match w.scope.as_str() {
+        "wallet" => {
+            WebhookFilter { scope: w.scope.clone(), wallet_id: w.wallet_id.clone(), ..Default::default() }
+        }
+        "enterprise" => WebhookFilter {
+            scope: w.scope.clone(),
+            enterprise_id: w.enterprise_id.clone(),
+            ..Default::default()
+        },
+        _ => WebhookFilter {
+            scope: w.scope.clone(),
+            user_id: Some(w.user_id.clone()),
+            coin: w.coin.clone(),
+            ..Default::default()
+        },
+    }
+}
+
+async fn insert_notifications_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    notifications: &[Notification],
+) -> StoreResult<u64> {
+    let mut n = 0;
+    for x in notifications {
+        let res = sqlx::query(
+            "INSERT OR IGNORE INTO notifications (id, webhook_id, event_id, type, state, simulation, retries, \
+             payload, hash, idempotency_key, meta, next_attempt_at, lease_until, created_at, updated_at) \
+             VALUES (?,?,?,?,?,?,?,?,?,?,?,?,0,?,?)",
+        )
+        .bind(&x.id)
+        .bind(&x.webhook_id)
+        .bind(&x.event_id)
+        .bind(&x.notification_type)
+        .bind(&x.state)
+        .bind(x.simulation)
+        .bind(x.retries)
+        .bind(&x.payload)
+        .bind(&x.hash)
+        .bind(&x.idempotency_key)
+        .bind(x.meta.to_string())
+        .bind(x.next_attempt_at)
+        .bind(x.created_at)
+        .bind(x.updated_at)
+        .execute(&mut **tx)
+        .await?;
+        n += res.rows_affected();
+    }
+    Ok(n)
 }
 
 fn count_row(r: &SqliteRow) -> StoreResult<(u32, Option<i64>)> {
@@ -275,7 +401,8 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn insert_token(&self, t: &TokenRecord) -> StoreResult<()> {
+    async fn insert_token(&self, t: &TokenRecord, notifications: &[Notification]) -> StoreResult<()> {
+        let mut tx = self.write_tx().await?;
         sqlx::query(
             "INSERT INTO access_tokens (id, token_hash, user_id, kind, label, scopes, created_at, \
              expires_at, revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, \
@@ -301,10 +428,20 @@ impl Store for SqliteStore {
         .bind(to_json(&t.permitted_enterprises))
         .bind(&t.origin)
         .bind(&t.parent_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| unique_violation(e, "a token with this id"))?;
+        insert_notifications_tx(&mut tx, notifications).await?;
+        tx.commit().await?;
         Ok(())
+    }
+
+    async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>> {
+        let row = sqlx::query("SELECT * FROM access_tokens WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(token_from_row).transpose()
     }
 
     async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>> {
@@ -343,7 +480,7 @@ impl Store for SqliteStore {
     }
 
     async fn upsert_wallets(&self, rows: &[WalletRow]) -> StoreResult<(u64, u64)> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
         let existing: Vec<String> =
             sqlx::query_scalar("SELECT id FROM wallets WHERE id IN (SELECT value FROM json_each(?))")
@@ -439,6 +576,425 @@ impl Store for SqliteStore {
             return Ok(None);
         }
         Ok(self.wallets_by_ids(&[id.to_string()], true).await?.pop())
+    }
+
+    async fn insert_webhook(&self, w: &Webhook, max_per_type: u32) -> StoreResult<bool> {
+        let mut tx = self.write_tx().await?;
+        let (where_sql, binds) = filter_sql(&limit_filter(w));
+        let sql = format!("SELECT COUNT(*) FROM webhooks WHERE {where_sql} AND type = ?");
+        let mut q = sqlx::query_scalar::<_, i64>(&sql);
+        for b in &binds {
+            q = q.bind(b);
+        }
+        let count = q.bind(&w.webhook_type).fetch_one(&mut *tx).await?;
+        if count >= i64::from(max_per_type) {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO webhooks (id, scope, wallet_id, enterprise_id, user_id, coin, type, url, label, \
+             num_confirmations, state, listen_to_failure_states, tx_request_states, \
+             tx_request_transaction_states, custom_headers, allow_blocked_hosts, created_at) \
+             VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        )
+        .bind(&w.id)
+        .bind(&w.scope)
+        .bind(&w.wallet_id)
+        .bind(&w.enterprise_id)
+        .bind(&w.user_id)
+        .bind(&w.coin)
+        .bind(&w.webhook_type)
+        .bind(&w.url)
+        .bind(&w.label)
+        .bind(w.num_confirmations)
+        .bind(&w.state)
+        .bind(w.listen_to_failure_states)
+        .bind(serde_json::to_string(&w.tx_request_states).unwrap_or_else(|_| "[]".into()))
+        .bind(serde_json::to_string(&w.tx_request_transaction_states).unwrap_or_else(|_| "[]".into()))
+        .bind(serde_json::to_string(&w.custom_headers).unwrap_or_else(|_| "{}".into()))
+        .bind(w.allow_blocked_hosts)
+        .bind(w.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| unique_violation(e, "a webhook with this id"))?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>> {
+        let row =
+            sqlx::query("SELECT * FROM webhooks WHERE id = ?").bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(webhook_from_row).transpose()
+    }
+
+    async fn list_webhooks(
+        &self,
+        filter: &WebhookFilter,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Webhook>> {
+        let (where_sql, binds) = filter_sql(filter);
+        let sql = format!("SELECT * FROM webhooks WHERE {where_sql} AND id > ? ORDER BY id LIMIT ?");
+        let mut q = sqlx::query(&sql);
+        for b in &binds {
+            q = q.bind(b);
+        }
+        let rows = q.bind(after_id.unwrap_or("")).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(webhook_from_row).collect()
+    }
+
+    async fn delete_webhooks(
+        &self,
+        filter: &WebhookFilter,
+        id: Option<&str>,
+        type_url: Option<(&str, &str)>,
+    ) -> StoreResult<u64> {
+        let (mut where_sql, mut binds) = filter_sql(filter);
+        if let Some(id) = id {
+            where_sql.push_str(" AND id = ?");
+            binds.push(id.to_string());
+        }
+        if let Some((t, u)) = type_url {
+            where_sql.push_str(" AND type = ? AND url = ?");
+            binds.push(t.to_string());
+            binds.push(u.to_string());
+        }
+        let sql = format!("DELETE FROM webhooks WHERE {where_sql}");
+        let mut q = sqlx::query(&sql);
+        for b in &binds {
+            q = q.bind(b);
+        }
+        Ok(q.execute(&self.pool).await?.rows_affected())
+    }
+
+    async fn unblock_webhook(&self, id: &str, now_ms: i64) -> StoreResult<bool> {
+        let res = sqlx::query(
+            "UPDATE webhooks SET state = 'active', successive_failed_attempts = 0, failed_attempts_total = 0, \
+             counters_reset_at = ? WHERE id = ?",
+        )
+        .bind(now_ms)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    async fn webhook_secret(&self, enterprise_id: &str) -> StoreResult<Option<WebhookSecret>> {
+        let row = sqlx::query(
+            "SELECT current_enc, previous_enc, rotated_at FROM webhook_secrets WHERE enterprise_id = ?",
+        )
+        .bind(enterprise_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            Some(r) => Some(WebhookSecret {
+                current_enc: r.try_get("current_enc")?,
+                previous_enc: r.try_get("previous_enc")?,
+                rotated_at: r.try_get("rotated_at")?,
+            }),
+            None => None,
+        })
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        enterprise_id: &str,
+        new_enc: &[u8],
+        now: i64,
+        min_interval: i64,
+    ) -> StoreResult<Rotation> {
+        let mut tx = self.write_tx().await?;
+        let last: Option<i64> =
+            sqlx::query_scalar("SELECT rotated_at FROM webhook_secrets WHERE enterprise_id = ?")
+                .bind(enterprise_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some(last) = last {
+            if now < last + min_interval {
+                return Ok(Rotation::TooSoon(last + min_interval - now));
+            }
+        }
+        sqlx::query(
+            "INSERT INTO webhook_secrets (enterprise_id, current_enc, previous_enc, rotated_at) VALUES (?,?,NULL,?) \
+             ON CONFLICT (enterprise_id) DO UPDATE SET previous_enc = webhook_secrets.current_enc, \
+             current_enc = excluded.current_enc, rotated_at = excluded.rotated_at",
+        )
+        .bind(enterprise_id)
+        .bind(new_enc)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Rotation::Done)
+    }
+
+    async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64> {
+        let mut tx = self.write_tx().await?;
+        let count = insert_notifications_tx(&mut tx, n).await?;
+        tx.commit().await?;
+        Ok(count)
+    }
+
+    async fn record_event(
+        &self,
+        event_id: &str,
+        body: &str,
+        transfer_id: Option<&str>,
+        result: &str,
+        notifications: &[Notification],
+    ) -> StoreResult<Option<String>> {
+        let mut tx = self.write_tx().await?;
+        let inserted = sqlx::query(
+            "INSERT OR IGNORE INTO events (event_id, result, body, transfer_id, created_at) VALUES (?,?,?,?,?)",
+        )
+        .bind(event_id)
+        .bind(result)
+        .bind(body)
+        .bind(transfer_id)
+        .bind(crate::ids::now())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            let stored: String = sqlx::query_scalar("SELECT result FROM events WHERE event_id = ?")
+                .bind(event_id)
+                .fetch_one(&mut *tx)
+                .await?;
+            return Ok(Some(stored));
+        }
+        insert_notifications_tx(&mut tx, notifications).await?;
+        tx.commit().await?;
+        Ok(None)
+    }
+
+    async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT body FROM events WHERE transfer_id = ? ORDER BY created_at DESC LIMIT 1",
+        )
+        .bind(transfer_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn claim_due(&self, now_ms: i64, lease_until_ms: i64, limit: u32) -> StoreResult<Vec<Claimed>> {
+        let rows = sqlx::query(
+            "UPDATE notifications SET state = 'pending', lease_until = ?, updated_at = ? WHERE id IN \
+             (SELECT n.id FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
+              WHERE n.state IN ('new', 'pending') AND n.next_attempt_at <= ? AND n.lease_until < ? \
+              AND w.state = 'active' ORDER BY n.next_attempt_at LIMIT ?) RETURNING *",
+        )
+        .bind(lease_until_ms)
+        .bind(now_ms)
+        .bind(now_ms)
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let notifications: Vec<Notification> =
+            rows.iter().map(notification_from_row).collect::<StoreResult<_>>()?;
+        let mut ids: Vec<&str> = notifications.iter().map(|n| n.webhook_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let hooks = sqlx::query("SELECT * FROM webhooks WHERE id IN (SELECT value FROM json_each(?))")
+            .bind(serde_json::to_string(&ids).map_err(|e| StoreError::Other(e.into()))?)
+            .fetch_all(&self.pool)
+            .await?;
+        let hooks: std::collections::HashMap<String, Webhook> = hooks
+            .iter()
+            .map(|r| webhook_from_row(r).map(|w| (w.id.clone(), w)))
+            .collect::<StoreResult<_>>()?;
+        Ok(notifications
+            .into_iter()
+            .filter_map(|n| {
+                hooks.get(&n.webhook_id).cloned().map(|webhook| Claimed { notification: n, webhook })
+            })
+            .collect())
+    }
+
+    async fn complete(
+        &self,
+        outcomes: &[Outcome],
+        now_ms: i64,
+        rule: SuspendRule,
+    ) -> StoreResult<Vec<String>> {
+        let mut tx = self.write_tx().await?;
+        let mut failing: Vec<&str> = Vec::new();
+        for o in outcomes {
+            let a = &o.attempt;
+            sqlx::query(
+                "INSERT INTO delivery_attempts (notification_id, webhook_id, started_at, duration_ms, status_code, \
+                 success, response_body, error) SELECT ?,?,?,?,?,?,?,? WHERE EXISTS \
+                 (SELECT 1 FROM notifications WHERE id = ?)",
+            )
+            .bind(&a.notification_id)
+            .bind(&a.webhook_id)
+            .bind(a.started_at)
+            .bind(a.duration_ms)
+            .bind(a.status_code.map(i64::from))
+            .bind(a.success)
+            .bind(&a.response_body)
+            .bind(&a.error)
+            .bind(&a.notification_id)
+            .execute(&mut *tx)
+            .await?;
+            let (state, next, retry_inc) = match o.completion {
+                Completion::Delivered => ("processed", None, 0),
+                Completion::Retry(at) => ("pending", Some(at), 1),
+                Completion::Failed => ("failed", None, 1),
+            };
+            sqlx::query(
+                "UPDATE notifications SET state = ?, retries = retries + ?, next_attempt_at = COALESCE(?, next_attempt_at), \
+                 lease_until = 0, updated_at = ? WHERE id = ?",
+            )
+            .bind(state)
+            .bind(retry_inc)
+            .bind(next)
+            .bind(now_ms)
+            .bind(&a.notification_id)
+            .execute(&mut *tx)
+            .await?;
+            if a.success {
+                sqlx::query("UPDATE webhooks SET successive_failed_attempts = 0 WHERE id = ?")
+                    .bind(&a.webhook_id)
+                    .execute(&mut *tx)
+                    .await?;
+            } else {
+                sqlx::query(
+                    "UPDATE webhooks SET successive_failed_attempts = successive_failed_attempts + 1, \
+                     failed_attempts_total = failed_attempts_total + 1 WHERE id = ?",
+                )
+                .bind(&a.webhook_id)
+                .execute(&mut *tx)
+                .await?;
+                if !failing.contains(&a.webhook_id.as_str()) {
+                    failing.push(&a.webhook_id);
+                }
+            }
+        }
+        let mut suspended = Vec::new();
+        for id in failing {
+            let row = sqlx::query(
+                "SELECT failed_attempts_total, counters_reset_at, state FROM webhooks WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = row else { continue };
+            let total: i64 = row.try_get(0)?;
+            let reset: i64 = row.try_get(1)?;
+            let state: String = row.try_get(2)?;
+            if state != "active" {
+                continue;
+            }
+            let since = (now_ms - rule.window_ms).max(reset);
+            let recent: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM delivery_attempts WHERE webhook_id = ? AND success = 0 AND started_at >= ?",
+            )
+            .bind(id)
+            .bind(since)
+            .fetch_one(&mut *tx)
+            .await?;
+            if recent >= i64::from(rule.max_in_window) || total >= i64::from(rule.max_total) {
+                sqlx::query("UPDATE webhooks SET state = 'suspended' WHERE id = ?")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                suspended.push(id.to_string());
+            }
+        }
+        tx.commit().await?;
+        Ok(suspended)
+    }
+
+    async fn notification_by_id(&self, webhook_id: &str, id: &str) -> StoreResult<Option<Notification>> {
+        let row = sqlx::query("SELECT * FROM notifications WHERE webhook_id = ? AND id = ?")
+            .bind(webhook_id)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(notification_from_row).transpose()
+    }
+
+    async fn list_notifications(
+        &self,
+        webhook_id: &str,
+        state: Option<&str>,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Notification>> {
+        let rows = sqlx::query(
+            "SELECT * FROM notifications WHERE webhook_id = ? AND (? IS NULL OR state = ?) AND id > ? \
+             ORDER BY id LIMIT ?",
+        )
+        .bind(webhook_id)
+        .bind(state)
+        .bind(state)
+        .bind(after_id.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(notification_from_row).collect()
+    }
+
+    async fn attempts(&self, notification_id: &str) -> StoreResult<Vec<Attempt>> {
+        let rows = sqlx::query("SELECT * FROM delivery_attempts WHERE notification_id = ? ORDER BY id")
+            .bind(notification_id)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Attempt {
+                    notification_id: r.try_get("notification_id")?,
+                    webhook_id: r.try_get("webhook_id")?,
+                    started_at: r.try_get("started_at")?,
+                    duration_ms: r.try_get("duration_ms")?,
+                    status_code: r
+                        .try_get::<Option<i64>, _>("status_code")?
+                        .and_then(|c| u16::try_from(c).ok()),
+                    success: r.try_get("success")?,
+                    response_body: r.try_get("response_body")?,
+                    error: r.try_get("error")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn resend_notification(
+        &self,
+        webhook_id: &str,
+        id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Option<Notification>> {
+        let res = sqlx::query(
+            "UPDATE notifications SET state = 'new', retries = 0, next_attempt_at = ?, lease_until = 0, updated_at = ? \
+             WHERE webhook_id = ? AND id = ?",
+        )
+        .bind(now_ms)
+        .bind(now_ms)
+        .bind(webhook_id)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        if res.rows_affected() == 0 {
+            return Ok(None);
+        }
+        self.notification_by_id(webhook_id, id).await
+    }
+
+    async fn delivery_stats(&self, now_ms: i64) -> StoreResult<DeliveryStats> {
+        let r = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM notifications WHERE state IN ('new', 'pending') AND next_attempt_at <= ? AND lease_until < ?), \
+             (SELECT COUNT(*) FROM notifications WHERE state = 'pending' AND lease_until >= ?), \
+             (SELECT COUNT(*) FROM webhooks WHERE state = 'suspended')",
+        )
+        .bind(now_ms)
+        .bind(now_ms)
+        .bind(now_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(DeliveryStats { due: r.try_get(0)?, in_flight: r.try_get(1)?, suspended_webhooks: r.try_get(2)? })
     }
 
     async fn record_login_failure(&self, email: &str, ip: &str, at: i64) -> StoreResult<()> {

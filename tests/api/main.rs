@@ -4,5 +4,7 @@ mod cli;
 mod common;
 mod errors;
 mod identity;
+mod receiver;
 mod tokens;
 mod wallets;
+mod webhooks;

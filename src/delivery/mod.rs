@@ -1,0 +1,282 @@
+//! The delivery engine (issue 4 §B): claims due notifications from the outbox with a lease,
+//! POSTs each one's exact payload with its signatures, and records every attempt with what
+//! follows it (delivered, retry at a time, failed, webhook suspended).
+//!
+//! Claims are leased: a worker that dies mid-delivery loses its claims when the lease ends and
+//! another worker (or the restarted process) delivers them again, so every notification is
+//! delivered at least once and twice only after a crash.
+
+use std::{sync::Arc, time::Duration};
+
+use reqwest::{header, Client, Url};
+use tokio::{
+    sync::{mpsc, watch, Semaphore},
+    task::JoinHandle,
+    time::Instant,
+};
+
+use crate::{
+    ids,
+    store::{Attempt, Claimed, Completion, Outcome, SuspendRule},
+    AppState,
+};
+
+pub mod retry;
+pub mod signing;
+pub mod ssrf;
+
+/// Notifications claimed per query.
+const CLAIM_BATCH: usize = 256;
+/// Outcomes written per transaction.
+const COMPLETE_BATCH: usize = 512;
+/// Response body kept per attempt, bytes (issue 4: the first 20 KB).
+pub const RESPONSE_BODY_LIMIT: usize = 20 * 1024;
+/// How long a claim outlives twice the attempt timeout, milliseconds: time to connect and to
+/// write the outcome. A crashed worker's claims come back after this.
+const LEASE_MARGIN_MS: i64 = 5_000;
+
+/// The engine of one process.
+pub struct Engine {
+    state: AppState,
+    guard: Arc<ssrf::Guard>,
+    /// Connects only through the SSRF guard.
+    guarded: Client,
+    /// For webhooks with `allowBlockedHosts` (set by a service admin).
+    open: Client,
+}
+
+fn client(
+    concurrency: usize,
+    timeout: Duration,
+    resolver: Option<Arc<ssrf::GuardedResolver>>,
+) -> reqwest::Result<Client> {
+    let mut b = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("Custodian-Webhooks/", env!("CARGO_PKG_VERSION")))
+        .pool_max_idle_per_host(concurrency)
+        .connect_timeout(timeout)
+        .no_proxy();
+    if let Some(r) = resolver {
+        b = b.dns_resolver(r);
+    }
+    b.build()
+}
+
+/// The error and its causes on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        let t = x.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = x.source();
+    }
+    s
+}
+
+/// What an attempt got back.
+struct Response {
+    status: u16,
+    body: String,
+    retry_after: Option<Duration>,
+}
+
+impl Engine {
+    /// Builds the HTTP clients from `delivery.*` settings.
+    pub fn new(state: AppState) -> anyhow::Result<Self> {
+        let cfg = &state.config.delivery;
+        let guard = Arc::new(ssrf::Guard { allowed: cfg.allowed_cidrs.clone() });
+        let timeout = Duration::from_secs(cfg.timeout);
+        let resolver = Arc::new(ssrf::GuardedResolver { guard: guard.clone() });
+        Ok(Self {
+            guarded: client(cfg.concurrency, timeout, Some(resolver))?,
+            open: client(cfg.concurrency, timeout, None)?,
+            guard,
+            state,
+        })
+    }
+
+    /// Runs until `shutdown` turns true, then lets in-flight deliveries finish.
+    pub fn spawn(self, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+        let me = Arc::new(self);
+        tokio::spawn(async move {
+            let cfg = me.state.config.delivery.clone();
+            let (tx, rx) = mpsc::channel::<Outcome>(COMPLETE_BATCH * 4);
+            let completer = tokio::spawn(me.clone().complete_loop(rx));
+            let permits = Arc::new(Semaphore::new(cfg.concurrency));
+            let lease_ms = i64::try_from(cfg.timeout).unwrap_or(10) * 2000 + LEASE_MARGIN_MS;
+            let poll = Duration::from_millis(cfg.poll_interval_ms);
+            while !*shutdown.borrow() {
+                let free = permits.available_permits().min(CLAIM_BATCH);
+                let mut full = false;
+                if free > 0 {
+                    let now = ids::now_ms();
+                    match me.state.store.claim_due(now, now + lease_ms, free as u32).await {
+                        Ok(batch) => {
+                            full = batch.len() == free;
+                            for c in batch {
+                                let Ok(permit) = permits.clone().acquire_owned().await else { break };
+                                let (me, tx) = (me.clone(), tx.clone());
+                                tokio::spawn(async move {
+                                    let outcome = me.deliver(c).await;
+                                    let _ = tx.send(outcome).await;
+                                    drop(permit);
+                                });
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "claiming notifications failed");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+                if full && permits.available_permits() > 0 {
+                    continue;
+                }
+                tokio::select! {
+                    _ = me.state.wake.notified() => {}
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+            let all = u32::try_from(cfg.concurrency).unwrap_or(u32::MAX);
+            let _ =
+                tokio::time::timeout(Duration::from_secs(cfg.timeout + 5), permits.acquire_many(all)).await;
+            drop(tx);
+            let _ = completer.await;
+        })
+    }
+
+    async fn complete_loop(self: Arc<Self>, mut rx: mpsc::Receiver<Outcome>) {
+        let cfg = &self.state.config.delivery;
+        let rule = SuspendRule {
+            window_ms: i64::try_from(cfg.suspend_window).unwrap_or(i64::MAX / 2000) * 1000,
+            max_in_window: cfg.suspend_after_failures,
+            max_total: cfg.suspend_after_total_failures,
+        };
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < COMPLETE_BATCH {
+                match rx.try_recv() {
+                    Ok(o) => batch.push(o),
+                    Err(_) => break,
+                }
+            }
+            match self.state.store.complete(&batch, ids::now_ms(), rule).await {
+                Ok(suspended) => {
+                    for id in suspended {
+                        tracing::warn!(webhook = %id, "webhook suspended after repeated delivery failures");
+                    }
+                }
+                // The leases run out and the notifications are delivered again.
+                Err(e) => {
+                    tracing::error!(error = %e, count = batch.len(), "recording delivery outcomes failed")
+                }
+            }
+            self.state.wake.notify_one();
+        }
+    }
+
+    /// One attempt at one notification.
+    async fn deliver(&self, c: Claimed) -> Outcome {
+        let started_at = ids::now_ms();
+        let t0 = Instant::now();
+        let result = self.send(&c).await;
+        let elapsed = t0.elapsed();
+        let n = &c.notification;
+        let (status_code, response_body, error, retry_after) = match result {
+            Ok(r) => (Some(r.status), Some(r.body), None, r.retry_after),
+            Err(e) => (None, None, Some(e), None),
+        };
+        let success = status_code.is_some_and(|s| (200..300).contains(&s));
+        if let (Some(code), false) = (status_code, success) {
+            tracing::info!(notification = %n.id, webhook = %c.webhook.id, status = code, "delivery refused by receiver");
+        }
+        let completion = if success {
+            Completion::Delivered
+        } else {
+            let failed_before = usize::try_from(n.retries).unwrap_or(usize::MAX);
+            match retry::next_delay(&self.state.config.delivery.retry_schedule, failed_before, retry_after) {
+                Some(d) => {
+                    Completion::Retry(ids::now_ms() + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2))
+                }
+                None => Completion::Failed,
+            }
+        };
+        let outcome = match completion {
+            Completion::Delivered => "delivered",
+            Completion::Retry(_) => "retry",
+            Completion::Failed => "failed",
+        };
+        self.state.metrics.delivery(outcome, elapsed.as_secs_f64());
+        Outcome {
+            attempt: Attempt {
+                notification_id: n.id.clone(),
+                webhook_id: c.webhook.id.clone(),
+                started_at,
+                duration_ms: i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX),
+                status_code,
+                success,
+                response_body,
+                error,
+            },
+            completion,
+        }
+    }
+
+    async fn send(&self, c: &Claimed) -> Result<Response, String> {
+        let (n, w) = (&c.notification, &c.webhook);
+        let url = Url::parse(&w.url).map_err(|e| format!("invalid url: {e}"))?;
+        let client = if w.allow_blocked_hosts {
+            &self.open
+        } else {
+            ssrf::check_literal(&self.guard, &url).map_err(|e| e.to_string())?;
+            &self.guarded
+        };
+        let timestamp = ids::now();
+        let mut req = client
+            .post(url)
+            .timeout(Duration::from_secs(self.state.config.delivery.timeout))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("idempotency-key", &n.idempotency_key)
+            .header("webhook-id", &n.id)
+            .header("webhook-timestamp", timestamp.to_string());
+        if let Some(eid) = &w.enterprise_id {
+            let secrets =
+                self.state.secrets.get(&self.state, eid).await.map_err(|e| format!("webhook secret: {e}"))?;
+            if let Some(s) = secrets {
+                let body = n.payload.as_bytes();
+                req = req.header("x-signature-sha256", signing::bitgo_signature(&s.current, body));
+                let mut sigs = vec![signing::standard_signature(&s.current, &n.id, timestamp, body)];
+                if let Some(prev) = &s.previous {
+                    sigs.push(signing::standard_signature(prev, &n.id, timestamp, body));
+                }
+                req = req.header("webhook-signature", sigs.join(" "));
+            }
+        }
+        for (k, v) in &w.custom_headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let mut res = req.body(n.payload.clone()).send().await.map_err(|e| error_chain(&e))?;
+        let status = res.status().as_u16();
+        let retry_after = res
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| retry::parse_retry_after(v, chrono::Utc::now()));
+        let mut body = Vec::new();
+        while body.len() < RESPONSE_BODY_LIMIT {
+            match res.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = RESPONSE_BODY_LIMIT - body.len();
+                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                _ => break,
+            }
+        }
+        Ok(Response { status, body: String::from_utf8_lossy(&body).into_owned(), retry_after })
+    }
+}

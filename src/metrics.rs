@@ -1,0 +1,119 @@
+//! Prometheus metrics (GET /metrics): HTTP requests by route, deliveries by outcome, attempt
+//! latency, and gauges read from the store at scrape time.
+
+use std::time::Instant;
+
+use axum::{
+    extract::{MatchedPath, Request, State},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use prometheus_client::{
+    encoding::{text::encode, EncodeLabelSet},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{exponential_buckets, Histogram},
+    },
+    registry::Registry,
+};
+
+use crate::AppState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub method: String,
+    pub route: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `delivered`, `retry`, `failed` or `refused`.
+    pub outcome: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms to ~16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: Family<RouteLabels, Counter>,
+    pub http_latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    pub deliveries: Family<OutcomeLabels, Counter>,
+    pub attempt_latency: Histogram,
+    pub due: Gauge,
+    pub in_flight: Gauge,
+    pub suspended: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("custodian");
+        let http_requests = Family::<RouteLabels, Counter>::default();
+        let http_latency =
+            Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let deliveries = Family::<OutcomeLabels, Counter>::default();
+        let attempt_latency = latency_histogram();
+        let (due, in_flight, suspended) = (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register("http_requests", "HTTP requests by route and status", http_requests.clone());
+        registry.register("http_request_duration_seconds", "HTTP request latency", http_latency.clone());
+        registry.register("webhook_deliveries", "Delivery attempts by outcome", deliveries.clone());
+        registry.register(
+            "webhook_attempt_duration_seconds",
+            "Delivery attempt latency",
+            attempt_latency.clone(),
+        );
+        registry.register("webhook_notifications_due", "Notifications due and not leased", due.clone());
+        registry.register(
+            "webhook_notifications_in_flight",
+            "Notifications leased by a worker",
+            in_flight.clone(),
+        );
+        registry.register("webhooks_suspended", "Webhooks suspended after failures", suspended.clone());
+        Self { registry, http_requests, http_latency, deliveries, attempt_latency, due, in_flight, suspended }
+    }
+}
+
+impl Metrics {
+    /// Counts one delivery attempt.
+    pub fn delivery(&self, outcome: &str, seconds: f64) {
+        self.deliveries.get_or_create(&OutcomeLabels { outcome: outcome.into() }).inc();
+        self.attempt_latency.observe(seconds);
+    }
+}
+
+/// Records each request's route, status and latency.
+pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let res = next.run(req).await;
+    let labels = RouteLabels { method, route, status: res.status().as_u16().to_string() };
+    state.metrics.http_requests.get_or_create(&labels).inc();
+    state.metrics.http_latency.get_or_create(&labels).observe(start.elapsed().as_secs_f64());
+    res
+}
+
+/// GET /metrics in the Prometheus text format.
+pub async fn render(State(state): State<AppState>) -> Response {
+    if let Ok(stats) = state.store.delivery_stats(crate::ids::now_ms()).await {
+        state.metrics.due.set(stats.due);
+        state.metrics.in_flight.set(stats.in_flight);
+        state.metrics.suspended.set(stats.suspended_webhooks);
+    }
+    let mut body = String::new();
+    if encode(&mut body, &state.metrics.registry).is_err() {
+        return crate::http::error::Error::Internal(anyhow::anyhow!("encoding metrics")).into_response();
+    }
+    ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
+        .into_response()
+}

@@ -1,0 +1,249 @@
+//! Building notifications (spec §2.6, §6): from ingested events, from simulations, and from
+//! access token creation. Each carries the exact payload text that will be POSTed.
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::{
+    ids,
+    store::{Notification, Webhook},
+};
+
+/// Notification `version` (§2.6, §9).
+pub const VERSION: u32 = 2;
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// A deterministic idempotency key for `webhook` and a source (event id, block, token).
+pub fn idempotency_key(webhook_id: &str, source: &str) -> String {
+    sha256_hex(&format!("{webhook_id}:{source}"))
+}
+
+/// A random 64-hex hash for placeholder transactions.
+fn placeholder_hash() -> String {
+    format!("{}{}", ids::new_id(), ids::new_id())
+}
+
+/// A new notification for `webhook`, due now.
+pub fn new_notification(
+    webhook: &Webhook,
+    payload: &Value,
+    hash: String,
+    idempotency_key: String,
+    event_id: Option<String>,
+    simulation: bool,
+    meta: Value,
+) -> Notification {
+    let now = ids::now_ms();
+    Notification {
+        id: ids::new_id(),
+        webhook_id: webhook.id.clone(),
+        event_id,
+        notification_type: webhook.webhook_type.clone(),
+        state: "new".into(),
+        simulation,
+        retries: 0,
+        payload: payload.to_string(),
+        hash,
+        idempotency_key,
+        meta,
+        next_attempt_at: now,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// The §2.6 level-specific fields stored with a wallet notification.
+fn wallet_meta(webhook: &Webhook, organization: Option<&str>, transfer: Option<&str>) -> Value {
+    let mut m = json!({
+        "wallet": webhook.wallet_id,
+        "enterprise": webhook.enterprise_id,
+        "coin": webhook.coin,
+    });
+    if let Some(o) = organization {
+        m["organization"] = json!(o);
+    }
+    if let Some(t) = transfer {
+        m["transfer"] = json!(t);
+    }
+    m
+}
+
+/// A simulated wallet notification (§4.5). `event` is an ingested event naming the transfer,
+/// when there is one; otherwise the payload is placeholder data marked `"placeholder": true`.
+pub fn simulate_wallet(
+    webhook: &Webhook,
+    organization: Option<&str>,
+    transfer_id: Option<&str>,
+    event: Option<Value>,
+) -> Notification {
+    let wallet = webhook.wallet_id.clone().unwrap_or_default();
+    let mut payload = match event {
+        Some(Value::Object(mut e)) => {
+            e.remove("eventId");
+            e.insert("type".into(), json!(webhook.webhook_type));
+            e.insert("wallet".into(), json!(wallet));
+            Value::Object(e)
+        }
+        _ => {
+            let mut p = json!({
+                "type": webhook.webhook_type,
+                "wallet": wallet,
+                "coin": webhook.coin,
+                "hash": placeholder_hash(),
+                "state": "confirmed",
+                "placeholder": true,
+            });
+            if webhook.webhook_type == "transfer" {
+                p["transfer"] = json!(transfer_id.map(str::to_string).unwrap_or_else(ids::new_id));
+                p["transferType"] = json!("receive");
+                p["valueString"] = json!("0");
+            }
+            p
+        }
+    };
+    payload["simulation"] = json!(true);
+    let hash =
+        payload.get("hash").and_then(Value::as_str).map(str::to_string).unwrap_or_else(placeholder_hash);
+    let transfer = payload.get("transfer").and_then(Value::as_str).map(str::to_string);
+    let meta = wallet_meta(webhook, organization, transfer.as_deref());
+    new_notification(webhook, &payload, hash, ids::new_id(), None, true, meta)
+}
+
+/// A simulated block notification (§4.7).
+pub fn simulate_block(webhook: &Webhook, block_id: Option<&str>) -> Notification {
+    let hash = block_id.map(str::to_string).unwrap_or_else(placeholder_hash);
+    let mut payload =
+        json!({ "type": webhook.webhook_type, "coin": webhook.coin, "hash": hash, "simulation": true });
+    if block_id.is_none() {
+        payload["placeholder"] = json!(true);
+    }
+    let meta = json!({ "coin": webhook.coin });
+    new_notification(webhook, &payload, hash, ids::new_id(), None, true, meta)
+}
+
+/// The payload of an `accessToken` enterprise notification (§6.3).
+pub fn access_token_payload(
+    webhook: &Webhook,
+    token: Option<&crate::store::TokenRecord>,
+    token_id: &str,
+) -> Value {
+    match token {
+        Some(t) => json!({
+            "type": "accessToken",
+            "enterpriseId": webhook.enterprise_id,
+            "accessTokenId": t.id,
+            "label": t.label,
+            "user": t.user_id,
+            "scope": t.scopes,
+            "created": ids::iso(t.created_at),
+            "expires": ids::iso(t.expires_at),
+        }),
+        None => json!({
+            "type": "accessToken",
+            "enterpriseId": webhook.enterprise_id,
+            "accessTokenId": token_id,
+            "placeholder": true,
+        }),
+    }
+}
+
+/// An enterprise notification with `payload`; `source` makes its idempotency key.
+pub fn enterprise_notification(
+    webhook: &Webhook,
+    payload: Value,
+    simulation: bool,
+    source: Option<&str>,
+) -> Notification {
+    let text = payload.to_string();
+    let hash = sha256_hex(&text);
+    let key = source.map(|s| idempotency_key(&webhook.id, s)).unwrap_or_else(ids::new_id);
+    let access_token = payload.get("accessTokenId").cloned().unwrap_or(Value::Null);
+    let meta = json!({ "enterprise": webhook.enterprise_id, "accessToken": access_token });
+    new_notification(webhook, &payload, hash, key, None, simulation, meta)
+}
+
+/// A simulated enterprise notification (§4.9).
+pub fn simulate_enterprise(
+    webhook: &Webhook,
+    token: Option<&crate::store::TokenRecord>,
+    token_id: Option<&str>,
+) -> Notification {
+    let mut payload = if webhook.webhook_type == "accessToken" {
+        access_token_payload(webhook, token, token_id.unwrap_or(""))
+    } else {
+        json!({ "type": webhook.webhook_type, "enterpriseId": webhook.enterprise_id, "bankAccountId": ids::new_id(), "placeholder": true })
+    };
+    payload["simulation"] = json!(true);
+    enterprise_notification(webhook, payload, true, None)
+}
+
+/// The notification an ingested event makes for `webhook`: the event's fields (less
+/// `eventId`) plus `wallet` for wallet events. Block events are keyed per block so that a
+/// block notifies each webhook once however many confirmation events arrive.
+pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>) -> Notification {
+    let mut payload = event.clone();
+    payload.remove("eventId");
+    if let Some(w) = event.get("walletId") {
+        payload.insert("wallet".into(), w.clone());
+    }
+    let payload = Value::Object(payload);
+    let hash = event
+        .get("hash")
+        .or_else(|| event.get("blockId"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| sha256_hex(&payload.to_string()));
+    let source = match (webhook.scope.as_str(), event.get("blockId").and_then(Value::as_str)) {
+        ("block", Some(block)) if webhook.webhook_type == "block" => format!("block:{block}"),
+        _ => format!("event:{event_id}"),
+    };
+    let meta = match webhook.scope.as_str() {
+        "wallet" => wallet_meta(webhook, None, event.get("transferId").and_then(Value::as_str)),
+        "enterprise" => json!({ "enterprise": webhook.enterprise_id }),
+        _ => json!({ "coin": webhook.coin }),
+    };
+    new_notification(
+        webhook,
+        &payload,
+        hash,
+        idempotency_key(&webhook.id, &source),
+        Some(event_id.to_string()),
+        false,
+        meta,
+    )
+}
+
+/// The §2.6 representation of a notification of `webhook`, with its `payload`.
+pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
+    let mut m = json!({
+        "id": n.id,
+        "url": webhook.url,
+        "hash": n.hash,
+        "simulation": n.simulation,
+        "retries": n.retries,
+        "webhook": n.webhook_id,
+        "updatedAt": ids::iso_ms(n.updated_at),
+        "version": VERSION,
+        "state": n.state,
+        "payload": n.payload,
+    });
+    if let Value::Object(meta) = &n.meta {
+        for (k, v) in meta {
+            if !v.is_null() {
+                m[k.as_str()] = v.clone();
+            }
+        }
+    }
+    match webhook.scope.as_str() {
+        "wallet" => {
+            m["type"] = json!(n.notification_type);
+            m["idempotencyKey"] = json!(n.idempotency_key);
+        }
+        "block" => m["type"] = json!(n.notification_type),
+        _ => m["allowBlockedHosts"] = json!(webhook.allow_blocked_hosts),
+    }
+    m
+}
