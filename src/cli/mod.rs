@@ -60,6 +60,9 @@ pub enum Command {
     /// Manage wallet records.
     #[command(subcommand)]
     Wallet(WalletCommand),
+    /// Ingest events from upstream systems (chain indexers, the wallet platform).
+    #[command(subcommand)]
+    Event(EventCommand),
     /// Manage access token templates.
     #[command(subcommand, name = "token-template")]
     TokenTemplate(TemplateCommand),
@@ -138,6 +141,16 @@ pub enum WalletCommand {
         /// USD cents.
         #[arg(long, value_name = "CENTS")]
         withdraw_hold_usd: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventCommand {
+    /// Fan one event out to every matching webhook, as POST /api/v2/internal/events does.
+    Emit {
+        /// File holding the event JSON object ("-" for standard input).
+        #[arg(long, value_name = "FILE")]
+        json_file: PathBuf,
     },
 }
 
@@ -334,6 +347,15 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 .await?
                 .with_context(|| format!("no wallet with id {id}"))?;
             println!("balances of {id} updated");
+            Ok(())
+        }
+        Command::Event(EventCommand::Emit { json_file }) => {
+            let text = read_file_or_stdin(&json_file)?;
+            let body: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not valid JSON", json_file.display()))?;
+            let state = AppState::new(config).await?;
+            let result = crate::webhooks::ingest(&state, body).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {

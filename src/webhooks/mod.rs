@@ -1081,3 +1081,30 @@ pub async fn access_token_notifications(
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn production_requires_https_callbacks() {
+        assert!(check_url("http://example.com/h", Environment::Test).is_ok());
+        assert!(check_url("http://example.com/h", Environment::Production).is_err());
+        assert!(check_url("https://example.com/h", Environment::Production).is_ok());
+        assert!(check_url("https://", Environment::Test).is_err());
+        assert!(check_url("mailto:a@b.co", Environment::Test).is_err());
+    }
+
+    #[test]
+    fn reserved_and_malformed_headers_are_refused() {
+        let h = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(check_headers(&h("X-Api-Key", "abc")).is_ok());
+        for reserved in
+            ["Host", "content-length", "Webhook-Signature", "X-Signature-SHA256", "Idempotency-Key"]
+        {
+            assert!(check_headers(&h(reserved, "x")).is_err(), "{reserved}");
+        }
+        assert!(check_headers(&h("bad name", "x")).is_err());
+        assert!(check_headers(&h("X-Ok", "a\r\nInjected: 1")).is_err());
+    }
+}

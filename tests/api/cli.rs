@@ -218,3 +218,21 @@ fn wallet_import_prints_a_json_summary_and_set_balance_updates() {
     let e: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(e["id"], "5f2a1c9e8d7b6a5f4e3d2c1b0a998877");
 }
+
+#[test]
+fn event_emit_fans_out_and_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = r#"{"eventId":"cli-1","type":"block","coin":"tbtc","blockId":"b1","confirmations":1}"#;
+    std::fs::write(dir.path().join("e.json"), ev).unwrap();
+    for _ in 0..2 {
+        let out = custodian(dir.path()).args(["event", "emit", "--json-file", "e.json"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["eventId"], "cli-1");
+        assert_eq!(r["notifications"], 0);
+    }
+    std::fs::write(dir.path().join("bad.json"), r#"{"eventId":"x","type":"nope"}"#).unwrap();
+    let out = custodian(dir.path()).args(["event", "emit", "--json-file", "bad.json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("webhook type"));
+}

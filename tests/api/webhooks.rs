@@ -147,9 +147,20 @@ async fn create_list_and_remove_at_each_level() {
     assert_eq!(e["enterpriseId"], f.enterprise.as_str());
     assert!(e.get("coin").is_none() && e.get("walletId").is_none());
 
-    // Lists.
+    // Lists, paged with limit and prevId.
     let l = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks")).await;
     assert_eq!(l["webhooks"].as_array().unwrap().len(), 1);
+    for i in 0..2 {
+        f.wallet_hook(json!({ "type": "txRequest", "url": format!("https://example.com/{i}") })).await;
+    }
+    let p1 = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks?limit=2")).await;
+    assert_eq!(p1["webhooks"].as_array().unwrap().len(), 2);
+    let next = p1["nextBatchPrevId"].as_str().expect("more to come");
+    let p2 = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks?limit=2&prevId={next}")).await;
+    assert_eq!(p2["webhooks"].as_array().unwrap().len(), 1);
+    assert!(p2.get("nextBatchPrevId").is_none());
+    let res = f.app.get_auth(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks?limit=0"), &f.token).await;
+    assert_error(res, 400, "InvalidField").await;
     let l = f.get("/api/v2/tbtc/webhooks").await;
     assert_eq!(l["webhooks"][0]["id"], b["id"]);
     let l = f.get(&format!("/api/v2/enterprise/{}/webhooks", f.enterprise)).await;
@@ -602,6 +613,22 @@ async fn verify_checks_the_enterprise_secret_including_rotation_grace() {
     );
     assert_eq!(verify(hmac_hex(b"wrong", payload.as_bytes())).await["isValid"], false);
     assert_eq!(verify(hmac_hex(new.as_bytes(), b"tampered")).await["isValid"], false);
+    // Deliveries during the grace period carry Standard Webhooks signatures under both secrets.
+    let rx = TestReceiver::start().await;
+    let live = f.wallet_hook_id(&rx.url, "transfer").await;
+    f.app
+        .post_auth(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{live}/simulate"), &f.token, &json!({}))
+        .await;
+    let got = rx.wait_for(1, 10).await;
+    let h = |k: &str| got[0].headers[k].to_str().unwrap().to_string();
+    let (id, ts) = (h("webhook-id"), h("webhook-timestamp"));
+    let want = format!(
+        "{} {}",
+        standard_sig(&new, &id, &ts, &got[0].body),
+        standard_sig(&old, &id, &ts, &got[0].body)
+    );
+    assert_eq!(h("webhook-signature"), want);
+    assert_eq!(h("x-signature-sha256"), hmac_hex(new.as_bytes(), got[0].body.as_bytes()));
     // A second rotation within 5 minutes is refused.
     let res =
         f.app.post_auth("/api/v2/webhook/secret", &f.token, &json!({ "enterpriseId": f.enterprise })).await;
@@ -624,33 +651,37 @@ async fn failed_deliveries_are_retried_and_recorded() {
     let rx = TestReceiver::start().await;
     rx.plan(&[
         Answer { status: 500, retry_after: None, delay_ms: 0 },
+        Answer { status: 302, retry_after: None, delay_ms: 0 }, // redirects are not followed
         Answer { status: 200, retry_after: None, delay_ms: 1500 }, // over the 1 s timeout
     ]);
     let hook = f.wallet_hook_id(&rx.url, "transfer").await;
     let admin = f.admin_token().await;
     f.event(&admin, json!({ "eventId": "ev-1", "type": "transfer", "walletId": WALLET, "coin": "tbtc", "transferId": "t1", "hash": "h1" })).await;
-    let got = rx.wait_for(3, 15).await;
+    let got = rx.wait_for(4, 20).await;
     let gap = got[1].at - got[0].at;
     assert!(
         gap >= Duration::from_millis(700) && gap <= Duration::from_millis(2500),
         "retry after ~1 s (+-20%), got {gap:?}"
     );
     assert_eq!(
-        got[0].headers["idempotency-key"], got[2].headers["idempotency-key"],
+        got[0].headers["idempotency-key"], got[3].headers["idempotency-key"],
         "same key on every attempt"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
     let n = &list["notifications"][0];
     assert_eq!(n["state"], "processed", "{n}");
-    assert_eq!(n["retries"], 2);
+    assert_eq!(n["retries"], 3);
     let attempts =
         f.get(&format!("/api/v2/webhook/{hook}/notifications/{}/attempts", n["id"].as_str().unwrap())).await;
     let a = attempts["attempts"].as_array().unwrap();
-    assert_eq!(a.len(), 3);
+    assert_eq!(a.len(), 4);
     assert_eq!(a[0]["statusCode"], 500);
-    assert!(a[1]["error"].as_str().unwrap().contains("timed out"), "{}", a[1]);
-    assert_eq!(a[2]["statusCode"], 200);
+    assert_eq!(a[0]["responseBody"], "receiver says hi");
+    assert_eq!(a[1]["statusCode"], 302);
+    assert_eq!(a[1]["success"], false);
+    assert!(a[2]["error"].as_str().unwrap().contains("timed out"), "{}", a[2]);
+    assert_eq!(a[3]["statusCode"], 200);
     let hooks = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks")).await;
     assert_eq!(hooks["webhooks"][0]["successiveFailedAttempts"], 0, "reset on success");
 }
