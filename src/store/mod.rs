@@ -8,6 +8,7 @@ use serde_json::Value;
 
 pub use crate::wallets::model::{Balances, WalletRow};
 
+mod sql;
 pub mod sqlite;
 
 /// What a store call can fail with.
