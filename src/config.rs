@@ -91,6 +91,37 @@ impl Default for DeliveryConfig {
     }
 }
 
+/// PostgreSQL connection settings (issue 5).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Connections in the pool.
+    pub max_connections: u32,
+    /// Longest a statement may run, seconds.
+    pub statement_timeout: u64,
+    /// TLS: disable, allow, prefer, require, verify-ca or verify-full. Unset: the URL's
+    /// `sslmode`, else prefer.
+    pub sslmode: Option<String>,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self { max_connections: 16, statement_timeout: 30, sslmode: None }
+    }
+}
+
+/// What a `serve` process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The HTTP API only.
+    Api,
+    /// The delivery engine only (with /health and /metrics).
+    Worker,
+    /// Both.
+    All,
+}
+
 /// The whole configuration of one process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -111,6 +142,9 @@ pub struct Config {
     pub log_format: String,
     pub login: LoginConfig,
     pub delivery: DeliveryConfig,
+    pub postgres: PostgresConfig,
+    /// What `serve` runs: api, worker or all.
+    pub role: Role,
 }
 
 impl Default for Config {
@@ -125,6 +159,8 @@ impl Default for Config {
             log_format: "text".into(),
             login: LoginConfig::default(),
             delivery: DeliveryConfig::default(),
+            postgres: PostgresConfig::default(),
+            role: Role::All,
         }
     }
 }
@@ -140,10 +176,12 @@ pub struct Overrides {
     pub environment: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret_key_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
 }
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
-const ENV_SECTIONS: &[&str] = &["login", "delivery"];
+const ENV_SECTIONS: &[&str] = &["login", "delivery", "postgres"];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.
@@ -155,6 +193,7 @@ const ENV_KEYS: &[&str] = &[
     "trusted_proxies",
     "max_lookup_ids",
     "log_format",
+    "role",
 ];
 
 impl Config {
@@ -196,13 +235,22 @@ impl Config {
 
     fn validate(&self) -> Result<(), String> {
         if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
-            return Err(format!(
-                "invalid configuration: database_url must start with sqlite:// or postgres://, got {:?}",
-                self.database_url
-            ));
+            return Err("invalid configuration: database_url must start with sqlite:// or postgres://".into());
         }
         if self.login.window == 0 || self.login.session_ttl == 0 {
             return Err("invalid configuration: login.window and login.session_ttl must be positive".into());
+        }
+        if let Some(mode) = &self.postgres.sslmode {
+            const MODES: &[&str] = &["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
+            if !MODES.contains(&mode.as_str()) {
+                return Err(format!(
+                    "invalid configuration: postgres.sslmode must be one of {}",
+                    MODES.join(", ")
+                ));
+            }
+        }
+        if self.postgres.max_connections == 0 || self.postgres.statement_timeout == 0 {
+            return Err("invalid configuration: postgres.max_connections and postgres.statement_timeout must be positive".into());
         }
         if self.log_format != "text" && self.log_format != "json" {
             return Err(format!(

@@ -34,7 +34,7 @@ impl AppState {
     /// Opens the database (applying migrations) and loads the master key.
     pub async fn new(config: config::Config) -> anyhow::Result<Self> {
         let key = secrets::MasterKey::load(&config)?;
-        let store = store::open(&config.database_url).await?;
+        let store = store::open(&config).await?;
         Ok(Self {
             store,
             config: Arc::new(config),
@@ -64,16 +64,22 @@ pub async fn serve(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let engine = delivery::Engine::new(state.clone())?.spawn(stop_rx.clone());
+    let role = state.config.role;
+    let engine = match role {
+        config::Role::Api => None,
+        _ => Some(delivery::Engine::new(state.clone())?.spawn(stop_rx.clone())),
+    };
     let store = state.store.clone();
-    let app = http::app(state);
+    let app = http::app_for(state, role != config::Role::Worker);
     let mut stop = stop_rx;
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;
         })
         .await?;
-    let _ = engine.await;
+    if let Some(engine) = engine {
+        let _ = engine.await;
+    }
     store.close().await;
     Ok(())
 }

@@ -46,6 +46,10 @@ pub enum Command {
         /// Address to listen on [env: CUSTODIAN_LISTEN] [default: 127.0.0.1:3080].
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+        /// api (HTTP API only), worker (webhook delivery, with /health and /metrics) or all
+        /// [env: CUSTODIAN_ROLE] [default: all].
+        #[arg(long, value_name = "ROLE")]
+        role: Option<String>,
     },
     /// Apply database migrations and exit.
     Migrate,
@@ -172,7 +176,11 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let overrides = Overrides {
         listen: match &cli.command {
-            Command::Serve { listen } => listen.clone(),
+            Command::Serve { listen, .. } => listen.clone(),
+            _ => None,
+        },
+        role: match &cli.command {
+            Command::Serve { role, .. } => role.clone(),
             _ => None,
         },
         database_url: cli.global.database.clone(),
@@ -209,7 +217,7 @@ pub fn main() -> ExitCode {
 
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = if config.log_format == "json" { builder.json().try_init() } else { builder.try_init() };
 }
@@ -223,12 +231,12 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
-            tracing::info!(address = %listener.local_addr()?, production, "custodian listening");
+            tracing::info!(address = %listener.local_addr()?, production, role = ?state.config.role, "custodian listening");
             crate::serve(listener, state, crate::shutdown_signal()).await
         }
         Command::Migrate => {
-            crate::store::open(&config.database_url).await?;
-            eprintln!("migrations applied to {}", config.database_url);
+            crate::store::open(&config).await?;
+            eprintln!("migrations applied");
             Ok(())
         }
         Command::Openapi => Ok(()),
@@ -258,7 +266,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Enterprise(EnterpriseCommand::Create { name, id, json }) => {
-            let store = crate::store::open(&config.database_url).await?;
+            let store = crate::store::open(&config).await?;
             let e = users::create_enterprise(&store, &name, id.as_deref()).await?;
             if json {
                 println!("{}", json!({ "id": e.id, "name": e.name }));
@@ -268,7 +276,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Enterprise(EnterpriseCommand::AddUser { enterprise, email, admin }) => {
-            let store = &crate::store::open(&config.database_url).await?;
+            let store = &crate::store::open(&config).await?;
             let e = store
                 .enterprise_by_id(&enterprise)
                 .await?
@@ -283,7 +291,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         }
         Command::Wallet(WalletCommand::Import { file, json }) => {
             let text = read_file_or_stdin(&file)?;
-            let store = crate::store::open(&config.database_url).await?;
+            let store = crate::store::open(&config).await?;
             let bar = progress_bar();
             let summary = crate::wallets::import::import(&store, &text, |done, total| {
                 bar.set_length(total as u64);
@@ -341,7 +349,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             }
             let balances = crate::wallets::parse_balances(&serde_json::Value::Object(body))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let store = crate::store::open(&config.database_url).await?;
+            let store = crate::store::open(&config).await?;
             store
                 .update_wallet_balances(&id, &balances)
                 .await?
@@ -362,7 +370,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let text = read_file_or_stdin(&json_file)?;
             let fields: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not valid JSON", json_file.display()))?;
-            let store = crate::store::open(&config.database_url).await?;
+            let store = crate::store::open(&config).await?;
             let t = tokens::create_template(&store, fields).await?;
             if json {
                 println!("{}", json!({ "id": t.id, "fields": t.fields }));

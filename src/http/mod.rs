@@ -123,7 +123,13 @@ pub fn openapi_json() -> String {
 
 /// The whole HTTP application for `state`.
 pub fn app(state: AppState) -> Router {
+    app_for(state, true)
+}
+
+/// The HTTP application: every route with `api`, else only /health and /metrics (a worker).
+pub fn app_for(state: AppState, api: bool) -> Router {
     let (router, doc) = routes();
+    let router = if api { router } else { Router::new().route("/health", get(health)) };
     let doc_json = doc.to_pretty_json().unwrap_or_default();
     router
         .route(

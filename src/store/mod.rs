@@ -8,6 +8,7 @@ use serde_json::Value;
 
 pub use crate::wallets::model::{Balances, WalletRow};
 
+pub mod postgres;
 mod sql;
 pub mod sqlite;
 
@@ -400,12 +401,16 @@ pub trait Store: Send + Sync + 'static {
 /// A shared store handle.
 pub type DynStore = Arc<dyn Store>;
 
-/// Opens (creating if needed) the database at `url` and applies migrations.
-/// `sqlite://path` is the embedded default; other schemes are refused with a clear error.
-pub async fn open(url: &str) -> anyhow::Result<DynStore> {
+/// Opens the configured database and applies migrations. The backend is chosen by the URL's
+/// scheme: `sqlite://PATH` (the embedded default; file and folder created) or
+/// `postgres://...` / `postgresql://...`.
+pub async fn open(config: &crate::config::Config) -> anyhow::Result<DynStore> {
+    let url = config.database_url.as_str();
     if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PostgresStore::open(url, &config.postgres).await?))
     } else {
-        anyhow::bail!("database URL scheme not supported: {url:?} (use sqlite://PATH)")
+        anyhow::bail!("database URL scheme not supported (use sqlite://PATH or postgres://...)")
     }
 }

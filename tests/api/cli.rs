@@ -8,7 +8,32 @@ use std::{
 
 use serde_json::Value;
 
+use crate::common::{Backend, TestDb};
+
 const BIN: &str = env!("CARGO_BIN_EXE_custodian");
+
+/// A folder to run the binary in, with the test's database: the default SQLite file under
+/// ./data, or a PostgreSQL database of its own.
+struct Scratch {
+    dir: tempfile::TempDir,
+    db: Option<TestDb>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = (crate::BACKEND == Backend::Postgres).then(|| TestDb::blocking(dir.path()));
+        Scratch { dir, db }
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = custodian(self.dir.path());
+        if let Some(db) = &self.db {
+            c.env("CUSTODIAN_DATABASE_URL", &db.url);
+        }
+        c
+    }
+}
 
 fn custodian(dir: &std::path::Path) -> Command {
     let mut c = Command::new(BIN);
@@ -22,8 +47,10 @@ fn custodian(dir: &std::path::Path) -> Command {
 
 #[test]
 fn user_create_json_prints_exactly_one_object() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = custodian(dir.path())
+    let scratch = Scratch::new();
+    let dir = &scratch.dir;
+    let mut child = scratch
+        .cmd()
         .args([
             "user",
             "create",
@@ -51,7 +78,9 @@ fn user_create_json_prints_exactly_one_object() {
     assert!(custodian::ids::is_id(v["id"].as_str().unwrap()));
     assert!(v["otpauthUri"].as_str().unwrap().starts_with("otpauth://totp/"));
     // The default database and a 0600 master key were created under ./data.
-    assert!(dir.path().join("data/custodian.db").exists());
+    if crate::BACKEND == Backend::Sqlite {
+        assert!(dir.path().join("data/custodian.db").exists());
+    }
     let key = dir.path().join("data/master.key");
     #[cfg(unix)]
     {
@@ -59,7 +88,8 @@ fn user_create_json_prints_exactly_one_object() {
         assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
     }
     // A short password is refused.
-    let mut child = custodian(dir.path())
+    let mut child = scratch
+        .cmd()
         .args(["user", "create", "--email", "short@example.com", "--password-stdin"])
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
@@ -73,23 +103,24 @@ fn user_create_json_prints_exactly_one_object() {
 
 #[test]
 fn bad_setting_prints_one_line_and_exits_2() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = custodian(dir.path()).args(["migrate", "--environment", "staging"]).output().unwrap();
+    let scratch = Scratch::new();
+    let dir = &scratch.dir;
+    let out = scratch.cmd().args(["migrate", "--environment", "staging"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    let out =
-        custodian(dir.path()).env("CUSTODIAN_LISTEN", "not-an-address").arg("migrate").output().unwrap();
+    let out = scratch.cmd().env("CUSTODIAN_LISTEN", "not-an-address").arg("migrate").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     std::fs::write(dir.path().join("c.toml"), "listen = \"127.0.0.1:1\"\nbogus = 1\n").unwrap();
-    let out = custodian(dir.path()).args(["migrate", "--config", "c.toml"]).output().unwrap();
+    let out = scratch.cmd().args(["migrate", "--config", "c.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]
 fn production_refuses_to_start_without_a_master_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = custodian(dir.path())
+    let scratch = Scratch::new();
+    let out = scratch
+        .cmd()
         .args(["serve", "--environment", "production", "--listen", "127.0.0.1:0"])
         .output()
         .unwrap();
@@ -99,9 +130,10 @@ fn production_refuses_to_start_without_a_master_key() {
 
 #[test]
 fn serve_stops_cleanly_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
+    let scratch = Scratch::new();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = custodian(dir.path())
+    let mut child = scratch
+        .cmd()
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .stderr(Stdio::null())
         .spawn()
@@ -133,18 +165,17 @@ fn serve_stops_cleanly_on_sigterm() {
 
 #[test]
 fn enterprise_and_template_commands_print_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = custodian(dir.path())
-        .args(["enterprise", "create", "--name", "Acme Fund", "--json"])
-        .output()
-        .unwrap();
+    let scratch = Scratch::new();
+    let dir = &scratch.dir;
+    let out = scratch.cmd().args(["enterprise", "create", "--name", "Acme Fund", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let e: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(e["name"], "Acme Fund");
     let id = e["id"].as_str().unwrap();
     assert!(custodian::ids::is_id(id));
 
-    let mut child = custodian(dir.path())
+    let mut child = scratch
+        .cmd()
         .args(["user", "create", "--email", "amy@example.com", "--password-stdin", "--json"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -152,39 +183,39 @@ fn enterprise_and_template_commands_print_json() {
         .unwrap();
     child.stdin.take().unwrap().write_all(b"a long enough password\n").unwrap();
     assert!(child.wait().unwrap().success());
-    let out = custodian(dir.path())
+    let out = scratch
+        .cmd()
         .args(["enterprise", "add-user", "--enterprise", id, "--email", "amy@example.com", "--admin"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = custodian(dir.path())
+    let out = scratch
+        .cmd()
         .args(["enterprise", "add-user", "--enterprise", &"0".repeat(32), "--email", "amy@example.com"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 
     std::fs::write(dir.path().join("t.json"), r#"{"scope":["profile"],"duration":60}"#).unwrap();
-    let out = custodian(dir.path())
-        .args(["token-template", "create", "--json-file", "t.json", "--json"])
-        .output()
-        .unwrap();
+    let out =
+        scratch.cmd().args(["token-template", "create", "--json-file", "t.json", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(custodian::ids::is_id(t["id"].as_str().unwrap()));
     assert_eq!(t["fields"]["duration"], 60);
     std::fs::write(dir.path().join("bad.json"), r#"{"scope":["nope"]}"#).unwrap();
-    let out =
-        custodian(dir.path()).args(["token-template", "create", "--json-file", "bad.json"]).output().unwrap();
+    let out = scratch.cmd().args(["token-template", "create", "--json-file", "bad.json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
 
 #[test]
 fn wallet_import_prints_a_json_summary_and_set_balance_updates() {
-    let dir = tempfile::tempdir().unwrap();
+    let scratch = Scratch::new();
+    let dir = &scratch.dir;
     let good = r#"{"id":"0123456789abcdef0123456789abcdef","label":"w","coin":"btc","allowBackupKeySigning":false,"approvalsRequired":1,"coinSpecific":{},"deleted":false,"disableTransactionNotifications":false,"hasLargeNumberOfAddresses":null,"isCold":false,"startDate":"2025-01-01T00:00:00Z"}"#;
     let bad = r#"{"id":"nope"}"#;
     std::fs::write(dir.path().join("w.ndjson"), format!("{good}\n{bad}\n")).unwrap();
-    let out = custodian(dir.path()).args(["wallet", "import", "w.ndjson", "--json"]).output().unwrap();
+    let out = scratch.cmd().args(["wallet", "import", "w.ndjson", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(s["imported"], 1);
@@ -193,17 +224,20 @@ fn wallet_import_prints_a_json_summary_and_set_balance_updates() {
     assert_eq!(s["rejected"][0]["field"], "allowBackupKeySigning");
     assert!(!dir.path().join("data/master.key").exists(), "importing needs no master key");
 
-    let out = custodian(dir.path())
+    let out = scratch
+        .cmd()
         .args(["wallet", "set-balance", "--id", "0123456789abcdef0123456789abcdef", "--balance", "123"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = custodian(dir.path())
+    let out = scratch
+        .cmd()
         .args(["wallet", "set-balance", "--id", "0123456789abcdef0123456789abcdef", "--balance", "1.5"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    let out = custodian(dir.path())
+    let out = scratch
+        .cmd()
         .args([
             "enterprise",
             "create",
@@ -221,18 +255,19 @@ fn wallet_import_prints_a_json_summary_and_set_balance_updates() {
 
 #[test]
 fn event_emit_fans_out_and_is_idempotent() {
-    let dir = tempfile::tempdir().unwrap();
+    let scratch = Scratch::new();
+    let dir = &scratch.dir;
     let ev = r#"{"eventId":"cli-1","type":"block","coin":"tbtc","blockId":"b1","confirmations":1}"#;
     std::fs::write(dir.path().join("e.json"), ev).unwrap();
     for _ in 0..2 {
-        let out = custodian(dir.path()).args(["event", "emit", "--json-file", "e.json"]).output().unwrap();
+        let out = scratch.cmd().args(["event", "emit", "--json-file", "e.json"]).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let r: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(r["eventId"], "cli-1");
         assert_eq!(r["notifications"], 0);
     }
     std::fs::write(dir.path().join("bad.json"), r#"{"eventId":"x","type":"nope"}"#).unwrap();
-    let out = custodian(dir.path()).args(["event", "emit", "--json-file", "bad.json"]).output().unwrap();
+    let out = scratch.cmd().args(["event", "emit", "--json-file", "bad.json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("webhook type"));
 }

@@ -13,11 +13,91 @@ use serde_json::{json, Value};
 
 pub const PASSWORD: &str = "correct horse battery staple";
 
+/// Which database a test binary runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh database for one test: a SQLite file in the test's folder, or a PostgreSQL database
+/// created on CUSTODIAN_TEST_POSTGRES_URL's server and dropped when this is dropped.
+pub struct TestDb {
+    pub url: String,
+    admin: Option<(String, String)>,
+}
+
+fn admin_url() -> String {
+    std::env::var("CUSTODIAN_TEST_POSTGRES_URL").expect("CUSTODIAN_TEST_POSTGRES_URL")
+}
+
+/// `url` with its database name replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) =
+        url.split_once('?').map(|(b, q)| (b, format!("?{q}"))).unwrap_or((url, String::new()));
+    let cut = base
+        .rfind('/')
+        .filter(|i| base[..*i].contains("//") && !base[..*i].ends_with('/'))
+        .unwrap_or(base.len());
+    format!("{}/{name}{query}", &base[..cut])
+}
+
+async fn pg_admin(sql: &str) {
+    use sqlx::Connection;
+    let mut conn =
+        sqlx::PgConnection::connect(&admin_url()).await.expect("connect to CUSTODIAN_TEST_POSTGRES_URL");
+    sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+impl TestDb {
+    /// The database for a test whose files live in `dir`.
+    pub async fn new(dir: &std::path::Path) -> Self {
+        match crate::BACKEND {
+            Backend::Sqlite => {
+                TestDb { url: format!("sqlite://{}", dir.join("custodian.db").display()), admin: None }
+            }
+            Backend::Postgres => {
+                let name = format!("custodian_test_{}", custodian::ids::new_id());
+                pg_admin(&format!("CREATE DATABASE {name}")).await;
+                TestDb { url: with_database(&admin_url(), &name), admin: Some((admin_url(), name)) }
+            }
+        }
+    }
+
+    /// [`TestDb::new`] for synchronous tests.
+    pub fn blocking(dir: &std::path::Path) -> Self {
+        let dir = dir.to_path_buf();
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(TestDb::new(&dir))
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((_, name)) = self.admin.take() {
+            let _ = std::thread::spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    rt.block_on(pg_admin(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")));
+                }
+            })
+            .join();
+        }
+    }
+}
+
 pub struct TestApp {
     pub base: String,
     pub client: Client,
     pub state: AppState,
-    /// Keeps the database folder alive for the test's duration.
+    /// Dropped after the server: the test's database, then its folder.
+    pub _db: TestDb,
     pub _dir: tempfile::TempDir,
 }
 
@@ -43,10 +123,8 @@ pub async fn spawn_app() -> TestApp {
 /// Boots the server with the default test configuration changed by `tweak`.
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = Config {
-        database_url: format!("sqlite://{}", dir.path().join("custodian.db").display()),
-        ..Config::default()
-    };
+    let db = TestDb::new(dir.path()).await;
+    let mut config = Config { database_url: db.url.clone(), ..Config::default() };
     tweak(&mut config);
     if config.environment == Environment::Production && config.secret_key_file.is_none() {
         let key: PathBuf = dir.path().join("prod.key");
@@ -61,6 +139,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         base: format!("http://{addr}"),
         client: Client::builder().no_proxy().build().expect("client"),
         state,
+        _db: db,
         _dir: dir,
     }
 }

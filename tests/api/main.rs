@@ -1,4 +1,8 @@
-//! One integration-test binary: the real server over real HTTP.
+//! One integration-test binary: the real server over real HTTP, on SQLite. The same modules run
+//! on PostgreSQL from tests/api_postgres.rs when CUSTODIAN_TEST_POSTGRES_URL is set.
+
+/// The database every test of this binary runs on.
+pub const BACKEND: common::Backend = common::Backend::Sqlite;
 
 mod cli;
 mod common;

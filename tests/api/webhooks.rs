@@ -952,7 +952,8 @@ async fn no_notification_is_lost_when_the_server_is_killed() {
     let rx = TestReceiver::start().await;
     rx.delay_all(30);
     let bin = env!("CARGO_BIN_EXE_custodian");
-    let db = format!("sqlite://{}", dir.path().join("c.db").display());
+    let test_db = TestDb::new(dir.path()).await;
+    let db = test_db.url.clone();
     let cmd = |args: &[&str]| {
         let mut c = Command::new(bin);
         c.args(args)

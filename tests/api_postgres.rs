@@ -1,0 +1,26 @@
+//! The integration suite of tests/api on PostgreSQL, each test in a database of its own,
+//! created and dropped by the harness. Compiled when CUSTODIAN_TEST_POSTGRES_URL is set (an
+//! admin URL, e.g. postgres://postgres@127.0.0.1:5432/postgres); see build.rs.
+#![cfg(postgres_tests)]
+
+/// The database every test of this binary runs on.
+pub const BACKEND: common::Backend = common::Backend::Postgres;
+
+#[path = "api/cli.rs"]
+mod cli;
+#[path = "api/common.rs"]
+mod common;
+#[path = "api/errors.rs"]
+mod errors;
+#[path = "api/identity.rs"]
+mod identity;
+#[path = "api/receiver.rs"]
+mod receiver;
+#[path = "api/scaleout.rs"]
+mod scaleout;
+#[path = "api/tokens.rs"]
+mod tokens;
+#[path = "api/wallets.rs"]
+mod wallets;
+#[path = "api/webhooks.rs"]
+mod webhooks;
