@@ -14,6 +14,8 @@ mod common;
 mod errors;
 #[path = "api/identity.rs"]
 mod identity;
+#[path = "api/procs.rs"]
+mod procs;
 #[path = "api/receiver.rs"]
 mod receiver;
 #[path = "api/scaleout.rs"]

@@ -8,6 +8,7 @@ mod cli;
 mod common;
 mod errors;
 mod identity;
+mod procs;
 mod receiver;
 mod tokens;
 mod wallets;

@@ -1,1 +1,71 @@
-//! Several processes on one PostgreSQL database.
+//! Several `custodian serve` processes on one PostgreSQL database share the delivery work
+//! (issue 5): claims use FOR UPDATE SKIP LOCKED with leases, so nothing is delivered twice
+//! unless a process dies, and nothing is lost when one does.
+
+use std::time::Duration;
+
+use crate::{
+    procs::{distinct, Cluster},
+    receiver::TestReceiver,
+};
+
+const TOTAL: usize = 5000;
+
+fn delivery_env() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32"),
+        ("CUSTODIAN_DELIVERY_RETRY_SCHEDULE", "1,1,1"),
+        ("CUSTODIAN_DELIVERY_TIMEOUT", "2"),
+        ("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50"),
+    ]
+}
+
+async fn wait_distinct(rx: &TestReceiver, n: usize, secs: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while distinct(&rx.received()) < n && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_deliver_every_notification_exactly_once() {
+    let rx = TestReceiver::start().await;
+    let cluster = Cluster::new(&delivery_env()).await;
+    let a = cluster.start().await;
+    let b = cluster.start().await;
+    let token = cluster.login(&a.base).await;
+    cluster.webhooks(&a.base, &token, &rx.url, 10).await;
+    // 500 events x 10 webhooks, ingested half through each process.
+    cluster.events(&[&a.base, &b.base], &token, "e", 0..TOTAL / 10).await;
+    wait_distinct(&rx, TOTAL, 120).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.stop();
+    b.stop();
+    let received = rx.received();
+    assert_eq!(distinct(&received), TOTAL, "every notification arrives");
+    assert_eq!(received.len() - TOTAL, 0, "duplicates");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_one_of_two_processes_loses_nothing() {
+    let rx = TestReceiver::start().await;
+    // A slow receiver and few workers, so that the kill lands mid-run.
+    rx.delay_all(50);
+    let mut env = delivery_env();
+    env.push(("CUSTODIAN_DELIVERY_CONCURRENCY", "8"));
+    let cluster = Cluster::new(&env).await;
+    let a = cluster.start().await;
+    let mut b = cluster.start().await;
+    let token = cluster.login(&a.base).await;
+    cluster.webhooks(&a.base, &token, &rx.url, 10).await;
+    cluster.events(&[&a.base], &token, "k", 0..TOTAL / 10).await;
+    rx.wait_for(TOTAL / 5, 60).await;
+    b.kill();
+    let at_kill = rx.received().len();
+    assert!(at_kill < TOTAL, "the kill came too late ({at_kill} delivered)");
+    rx.delay_all(0);
+    // The survivor delivers the rest, and the dead process's claims once their leases end.
+    wait_distinct(&rx, TOTAL, 120).await;
+    a.stop();
+    assert_eq!(distinct(&rx.received()), TOTAL, "every notification arrives (killed after {at_kill})");
+}

@@ -944,128 +944,38 @@ async fn metrics_are_exported() {
 /// every notification still arrives (at least once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_notification_is_lost_when_the_server_is_killed() {
-    use std::{
-        io::Write,
-        process::{Command, Stdio},
-    };
-    let dir = tempfile::tempdir().unwrap();
+    use crate::procs::{distinct, Cluster};
     let rx = TestReceiver::start().await;
     rx.delay_all(30);
-    let bin = env!("CARGO_BIN_EXE_custodian");
-    let test_db = TestDb::new(dir.path()).await;
-    let db = test_db.url.clone();
-    let cmd = |args: &[&str]| {
-        let mut c = Command::new(bin);
-        c.args(args)
-            .current_dir(dir.path())
-            .env("CUSTODIAN_DATABASE_URL", &db)
-            .env("CUSTODIAN_ENVIRONMENT", "test")
-            .env("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32")
-            .env("CUSTODIAN_DELIVERY_RETRY_SCHEDULE", "1,1,1")
-            .env("CUSTODIAN_DELIVERY_TIMEOUT", "2")
-            .env("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50")
-            .env("CUSTODIAN_DELIVERY_CONCURRENCY", "16")
-            .env_remove("CUSTODIAN_LISTEN")
-            .env_remove("CUSTODIAN_SECRET_KEY_FILE")
-            .stderr(Stdio::null());
-        c
-    };
-    let mut create = cmd(&[
-        "user",
-        "create",
-        "--email",
-        "ops@example.com",
-        "--service-admin",
-        "--password-stdin",
-        "--json",
+    let cluster = Cluster::new(&[
+        ("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32"),
+        ("CUSTODIAN_DELIVERY_RETRY_SCHEDULE", "1,1,1"),
+        ("CUSTODIAN_DELIVERY_TIMEOUT", "2"),
+        ("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50"),
+        ("CUSTODIAN_DELIVERY_CONCURRENCY", "16"),
     ])
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    create.stdin.take().unwrap().write_all(format!("{PASSWORD}\n").as_bytes()).unwrap();
-    assert!(create.wait_with_output().unwrap().status.success());
-    let wallet = json!([{
-        "id": WALLET, "label": "w", "coin": "tbtc", "allowBackupKeySigning": false, "approvalsRequired": 1,
-        "coinSpecific": {}, "deleted": false, "disableTransactionNotifications": false,
-        "hasLargeNumberOfAddresses": false, "isCold": false, "startDate": "2025-01-01T00:00:00Z",
-    }]);
-    std::fs::write(dir.path().join("w.json"), wallet.to_string()).unwrap();
-    assert!(cmd(&["wallet", "import", "w.json"]).stdout(Stdio::null()).status().unwrap().success());
-
-    let start = |port: u16| cmd(&["serve", "--listen", &format!("127.0.0.1:{port}")]).spawn().unwrap();
-    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let wait_up = |port: u16| {
-        let client = client.clone();
-        async move {
-            for _ in 0..200 {
-                if client.get(format!("http://127.0.0.1:{port}/health")).send().await.is_ok() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            panic!("server did not start");
-        }
-    };
-    let port = free_port();
-    let mut server = start(port);
-    wait_up(port).await;
-    let base = format!("http://127.0.0.1:{port}");
-    let login: Value = client
-        .post(format!("{base}/api/v2/internal/user/login"))
-        .json(&json!({ "email": "ops@example.com", "password": PASSWORD, "otp": "000000" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = login["access_token"].as_str().unwrap().to_string();
-    for i in 0..10 {
-        let res = client
-            .post(format!("{base}/api/v2/tbtc/wallet/{WALLET}/webhooks"))
-            .bearer_auth(&token)
-            .json(&json!({ "type": "transfer", "url": format!("{}?h={i}", rx.url) }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200);
-    }
-    for i in 0..100 {
-        let res = client
-            .post(format!("{base}/api/v2/internal/events"))
-            .bearer_auth(&token)
-            .json(&json!({ "eventId": format!("crash-{i}"), "type": "transfer", "walletId": WALLET }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200);
-    }
+    .await;
+    let mut server = cluster.start().await;
+    let base = server.base.clone();
+    let token = cluster.login(&base).await;
+    cluster.webhooks(&base, &token, &rx.url, 10).await;
+    cluster.events(&[&base], &token, "crash", 0..100).await;
     // Mid-way: some delivered, most not.
     rx.wait_for(100, 60).await;
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
     let before = rx.received().len();
     assert!(before < 1000, "the kill came too late to test anything ({before} delivered)");
 
-    let port = free_port();
-    let mut server = start(port);
-    wait_up(port).await;
+    let server = cluster.start().await;
     rx.delay_all(0);
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    let distinct = loop {
-        let ids: std::collections::HashSet<String> = rx
-            .received()
-            .iter()
-            .filter_map(|r| r.headers.get("webhook-id").and_then(|v| v.to_str().ok()).map(str::to_string))
-            .collect();
-        if ids.len() >= 1000 || std::time::Instant::now() > deadline {
-            break ids.len();
-        }
+    while distinct(&rx.received()) < 1000 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let _ = Command::new("kill").args(["-TERM", &server.id().to_string()]).status();
-    let _ = server.wait();
-    assert_eq!(distinct, 1000, "every notification arrives after the crash (killed after {before})");
+    }
+    server.stop();
+    assert_eq!(
+        distinct(&rx.received()),
+        1000,
+        "every notification arrives after the crash (killed after {before})"
+    );
 }

@@ -1,0 +1,183 @@
+//! Running the real `custodian` binary as separate server processes on one database, for the
+//! crash and scale-out tests.
+
+use std::{
+    io::Write,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+
+use crate::common::{TestDb, PASSWORD};
+
+/// The wallet every process test uses.
+pub const WALLET: &str = "0123456789abcdef0123456789abcdef";
+
+/// A folder and database shared by several server processes, with a service admin and a wallet.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub db: TestDb,
+    /// Extra environment for every process (delivery settings).
+    pub env: Vec<(String, String)>,
+    pub client: reqwest::Client,
+}
+
+impl Cluster {
+    /// Creates the service admin `ops@example.com` and imports [`WALLET`] through the CLI.
+    pub async fn new(env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TestDb::new(dir.path()).await;
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let c = Cluster { dir, db, env, client: reqwest::Client::builder().no_proxy().build().unwrap() };
+        let mut create = c
+            .cmd(&[
+                "user",
+                "create",
+                "--email",
+                "ops@example.com",
+                "--service-admin",
+                "--password-stdin",
+                "--json",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        create.stdin.take().unwrap().write_all(format!("{PASSWORD}\n").as_bytes()).unwrap();
+        assert!(create.wait_with_output().unwrap().status.success());
+        let wallet = json!([{
+            "id": WALLET, "label": "w", "coin": "tbtc", "allowBackupKeySigning": false, "approvalsRequired": 1,
+            "coinSpecific": {}, "deleted": false, "disableTransactionNotifications": false,
+            "hasLargeNumberOfAddresses": false, "isCold": false, "startDate": "2025-01-01T00:00:00Z",
+        }]);
+        std::fs::write(c.dir.path().join("w.json"), wallet.to_string()).unwrap();
+        assert!(c.cmd(&["wallet", "import", "w.json"]).stdout(Stdio::null()).status().unwrap().success());
+        c
+    }
+
+    /// The binary with the cluster's folder, database and environment.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_custodian"));
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env("CUSTODIAN_DATABASE_URL", &self.db.url)
+            .env("CUSTODIAN_ENVIRONMENT", "test")
+            .env_remove("CUSTODIAN_LISTEN")
+            .env_remove("CUSTODIAN_SECRET_KEY_FILE")
+            .stderr(Stdio::null());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// Starts `custodian serve` on a free port and waits until /health answers.
+    pub async fn start(&self) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = self
+            .cmd(&["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Server { child: Some(child), base: format!("http://127.0.0.1:{port}") };
+        for _ in 0..200 {
+            if self
+                .client
+                .get(format!("{}/health", server.base))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("server did not start");
+    }
+
+    /// A session token of the service admin.
+    pub async fn login(&self, base: &str) -> String {
+        let login: Value = self
+            .client
+            .post(format!("{base}/api/v2/internal/user/login"))
+            .json(&json!({ "email": "ops@example.com", "password": PASSWORD, "otp": "000000" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        login["access_token"].as_str().unwrap().to_string()
+    }
+
+    /// Registers `n` transfer webhooks on [`WALLET`] pointing at `url`.
+    pub async fn webhooks(&self, base: &str, token: &str, url: &str, n: usize) {
+        for i in 0..n {
+            let res = self
+                .client
+                .post(format!("{base}/api/v2/tbtc/wallet/{WALLET}/webhooks"))
+                .bearer_auth(token)
+                .json(&json!({ "type": "transfer", "url": format!("{url}?h={i}") }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+        }
+    }
+
+    /// Posts transfer events `{prefix}-{i}` for `i` in `range`, to the servers in turn.
+    pub async fn events(&self, bases: &[&str], token: &str, prefix: &str, range: std::ops::Range<usize>) {
+        for i in range {
+            let base = bases[i % bases.len()];
+            let res = self
+                .client
+                .post(format!("{base}/api/v2/internal/events"))
+                .bearer_auth(token)
+                .json(&json!({ "eventId": format!("{prefix}-{i}"), "type": "transfer", "walletId": WALLET }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+        }
+    }
+}
+
+/// A running server process; killed when dropped, so a failing test leaves none behind.
+pub struct Server {
+    child: Option<Child>,
+    pub base: String,
+}
+
+impl Server {
+    /// SIGKILL: the process dies at once, mid-delivery.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM: a clean stop.
+    pub fn stop(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Distinct `webhook-id` headers (notification ids) among `received`.
+pub fn distinct(received: &[crate::receiver::Received]) -> usize {
+    received
+        .iter()
+        .filter_map(|r| r.headers.get("webhook-id").and_then(|v| v.to_str().ok()))
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+}
