@@ -5,7 +5,10 @@
 //! 2. latency: events POSTed at a steady 500/s for 10 s, each fanning out to one webhook;
 //!    event-to-receipt latency (from before the POST to the receiver's handler) p50/p99.
 //!
-//! Run: `cargo bench --bench delivery`.
+//! Run: `cargo bench --bench delivery`; with
+//! `CUSTODIAN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres` also on PostgreSQL.
+
+mod common;
 
 use std::{
     sync::{
@@ -53,12 +56,14 @@ async fn receiver() -> anyhow::Result<(String, Arc<Sink>)> {
     Ok((url, sink))
 }
 
-async fn setup(url: &str, webhooks: usize) -> anyhow::Result<(tempfile::TempDir, AppState)> {
+async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(tempfile::TempDir, AppState)> {
     let dir = tempfile::tempdir()?;
     let mut config = Config {
-        database_url: format!("sqlite://{}", dir.path().join("bench.db").display()),
+        database_url: db_url.to_string(),
+        secret_key_file: Some(dir.path().join("key")),
         ..Config::default()
     };
+    std::fs::write(dir.path().join("key"), "22".repeat(32))?;
     config.delivery.allowed_cidrs = vec!["127.0.0.1/32".parse()?];
     config.delivery.poll_interval_ms = 100;
     let state = AppState::new(config).await?;
@@ -107,9 +112,20 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // 1. Throughput.
+    for db in common::databases().await? {
+        throughput(db.label, &db.url).await?;
+        db.drop_database().await;
+    }
+    for db in common::databases().await? {
+        latency(db.label, &db.url).await?;
+        db.drop_database().await;
+    }
+    Ok(())
+}
+
+async fn throughput(label: &str, db_url: &str) -> anyhow::Result<()> {
     let (url, sink) = receiver().await?;
-    let (_dir, state) = setup(&url, 10).await?;
+    let (_dir, state) = setup(db_url, &url, 10).await?;
     for i in 0..1000 {
         custodian::webhooks::ingest(&state, json!({ "eventId": format!("e{i}"), "type": "transfer", "walletId": WALLET, "hash": format!("h{i}") }))
             .await
@@ -124,13 +140,15 @@ async fn main() -> anyhow::Result<()> {
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "throughput: 10000 notifications delivered in {secs:.2} s = {:.0} deliveries/s (SQLite)",
+        "throughput: 10000 notifications delivered in {secs:.2} s = {:.0} deliveries/s ({label})",
         10_000.0 / secs
     );
+    Ok(())
+}
 
-    // 2. Latency at a steady 500 events/s.
+async fn latency(label: &str, db_url: &str) -> anyhow::Result<()> {
     let (url, sink) = receiver().await?;
-    let (_dir2, state) = setup(&url, 1).await?;
+    let (_dir, state) = setup(db_url, &url, 1).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(custodian::serve(listener, state.clone(), std::future::pending()));
@@ -168,11 +186,11 @@ async fn main() -> anyhow::Result<()> {
     let mut l = sink.latencies.lock().map(|l| l.clone()).unwrap_or_default();
     l.sort_by(f64::total_cmp);
     println!(
-        "latency: {total} events at {:.0}/s, event-to-receipt p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (SQLite)",
+        "latency: {total} events at {:.0}/s, event-to-receipt p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({label})",
         total as f64 / sent_secs,
         percentile(&l, 0.5),
         percentile(&l, 0.99),
-        l.last().copied().unwrap_or(f64::NAN)
+        l.last().copied().unwrap_or(f64::NAN),
     );
     Ok(())
 }

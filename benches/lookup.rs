@@ -1,7 +1,11 @@
 //! Wallet lookup benchmark (issue 3): POST /api/v2/internal/wallet with 1, 100 and 1000 ids
 //! through the real HTTP server, 10,000 wallets stored. Prints p50/p99 per size.
 //!
-//! Run: `cargo bench --bench lookup`; with `BENCH_STORE=1` it also times the store query alone.
+//! Run: `cargo bench --bench lookup`; with `BENCH_STORE=1` it also times the store query alone;
+//! with `CUSTODIAN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres` it also runs
+//! on PostgreSQL.
+
+mod common;
 
 use std::time::{Duration, Instant};
 
@@ -36,11 +40,21 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    for db in common::databases().await? {
+        run(db.label, &db.url).await?;
+        db.drop_database().await;
+    }
+    Ok(())
+}
+
+async fn run(label: &str, url: &str) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let config = Config {
-        database_url: format!("sqlite://{}", dir.path().join("bench.db").display()),
+        database_url: url.to_string(),
+        secret_key_file: Some(dir.path().join("key")),
         ..Config::default()
     };
+    std::fs::write(dir.path().join("key"), "22".repeat(32))?;
     let state = AppState::new(config).await?;
     let user =
         users::create_user(&state.store, &state.key, "bench@example.com", None, "benchmark password", false)
@@ -79,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
         t.sort();
         println!("store only 1000: p50 {:.2} ms", percentile(&t, 0.5));
     }
-    println!("wallet lookup, SQLite, {WALLETS} wallets stored, expandBalance=true");
+    println!("wallet lookup, {label}, {WALLETS} wallets stored, expandBalance=true");
     println!("{:>6} {:>8} {:>9} {:>9}", "ids", "requests", "p50 ms", "p99 ms");
     for (size, rounds) in [(1usize, 2000usize), (100, 1000), (1000, 300)] {
         let mut times = Vec::with_capacity(rounds);

@@ -1,0 +1,48 @@
+//! The databases a benchmark runs on: SQLite in a temporary folder, and PostgreSQL when
+//! CUSTODIAN_BENCH_POSTGRES_URL names an admin URL (a fresh database is created and dropped).
+
+use sqlx::Connection;
+
+/// One database to run on.
+pub struct BenchDb {
+    pub label: &'static str,
+    pub url: String,
+    admin: Option<(String, String)>,
+    _dir: tempfile::TempDir,
+}
+
+impl BenchDb {
+    pub async fn drop_database(self) {
+        if let Some((admin, name)) = &self.admin {
+            if let Ok(mut c) = sqlx::PgConnection::connect(admin).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut c)
+                    .await;
+            }
+        }
+    }
+}
+
+/// SQLite, then PostgreSQL if configured.
+pub async fn databases() -> anyhow::Result<Vec<BenchDb>> {
+    let dir = tempfile::tempdir()?;
+    let mut out = vec![BenchDb {
+        label: "SQLite",
+        url: format!("sqlite://{}", dir.path().join("bench.db").display()),
+        admin: None,
+        _dir: dir,
+    }];
+    if let Ok(admin) = std::env::var("CUSTODIAN_BENCH_POSTGRES_URL") {
+        let name = format!("custodian_bench_{}", custodian::ids::new_id());
+        let mut c = sqlx::PgConnection::connect(&admin).await?;
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
+        let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).unwrap_or(admin.clone());
+        out.push(BenchDb {
+            label: "PostgreSQL",
+            url: format!("{base}/{name}"),
+            admin: Some((admin, name)),
+            _dir: tempfile::tempdir()?,
+        });
+    }
+    Ok(out)
+}
