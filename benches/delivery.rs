@@ -66,6 +66,9 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
     std::fs::write(dir.path().join("key"), "22".repeat(32))?;
     config.delivery.allowed_cidrs = vec!["127.0.0.1/32".parse()?];
     config.delivery.poll_interval_ms = 100;
+    if let Ok(c) = std::env::var("BENCH_CONCURRENCY") {
+        config.delivery.concurrency = c.parse()?;
+    }
     let state = AppState::new(config).await?;
     let admin =
         users::create_user(&state.store, &state.key, "ops@example.com", None, "benchmark password", true)

@@ -42,6 +42,8 @@ impl PostgresStore {
         Ok(Self { pool })
     }
 
+    const RELAXED_COMMIT: &'static str = "SET LOCAL synchronous_commit = off";
+
     /// Adapts a shared statement: `$n` placeholders and PostgreSQL's spellings of the few
     /// SQLite-isms the shared SQL uses.
     fn q(sql: &str) -> String {

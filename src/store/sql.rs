@@ -1,7 +1,8 @@
 //! The SQL both backends share. Statements are written once, in the SQLite dialect with `?`
 //! placeholders, and each backend's `q()` adapts them (PostgreSQL: `$n` placeholders and a few
 //! function names). [`sql_store!`] implements [`super::Store`] for a backend type that provides:
-//! `pool`, `fn q(&str) -> String`, and `async fn write_tx(&self)`.
+//! `pool`, `fn q(&str) -> String`, `async fn write_tx(&self)` and `const RELAXED_COMMIT: &str`
+//! (a statement that lets a transaction commit without waiting for the disk, or "").
 
 use anyhow::Context;
 
@@ -763,54 +764,100 @@ macro_rules! sql_store {
         rule: SuspendRule,
     ) -> StoreResult<Vec<String>> {
         let mut tx = self.write_tx().await?;
-        let mut failing: Vec<&str> = Vec::new();
-        for o in outcomes {
-            let a = &o.attempt;
-            sqlx::query(&Self::q("INSERT INTO delivery_attempts (notification_id, webhook_id, started_at, duration_ms, status_code, \
-                 success, response_body, error) SELECT ?,?,?,?,?,?,?,? WHERE EXISTS \
-                 (SELECT 1 FROM notifications WHERE id = ?)"),
-            )
-            .bind(&a.notification_id)
-            .bind(&a.webhook_id)
-            .bind(a.started_at)
-            .bind(a.duration_ms)
-            .bind(a.status_code.map(i64::from))
-            .bind(a.success)
-            .bind(&a.response_body)
-            .bind(&a.error)
-            .bind(&a.notification_id)
-            .execute(&mut *tx)
-            .await?;
-            let (state, next, retry_inc) = match o.completion {
-                Completion::Delivered => ("processed", None, 0),
-                Completion::Retry(at) => ("pending", Some(at), 1),
-                Completion::Failed => ("failed", None, 1),
-            };
-            sqlx::query(&Self::q("UPDATE notifications SET state = ?, retries = retries + ?, next_attempt_at = COALESCE(?, next_attempt_at), \
-                 lease_until = 0, updated_at = ? WHERE id = ?"),
-            )
-            .bind(state)
-            .bind(retry_inc)
-            .bind(next)
-            .bind(now_ms)
-            .bind(&a.notification_id)
-            .execute(&mut *tx)
-            .await?;
-            if a.success {
-                sqlx::query(&Self::q("UPDATE webhooks SET successive_failed_attempts = 0 WHERE id = ?"))
+        // An outcome lost in a database crash only means a redelivery (at least once), so it
+        // need not wait for a flush to disk (PostgreSQL: synchronous_commit off, this tx only).
+        if !Self::RELAXED_COMMIT.is_empty() {
+            sqlx::query(Self::RELAXED_COMMIT).execute(&mut *tx).await?;
+        }
+        // Attempts: multi-row inserts, skipping notifications removed meanwhile (with their webhook).
+        for chunk in outcomes.chunks(500) {
+            let values = vec!["(?,?,?,?,?,?,?,?)"; chunk.len()].join(",");
+            let sql = Self::q(&format!(
+                "INSERT INTO delivery_attempts (notification_id, webhook_id, started_at, duration_ms, status_code, \
+                 success, response_body, error) SELECT column1, column2, column3, column4, column5, column6, \
+                 column7, column8 FROM (VALUES {values}) AS v WHERE EXISTS \
+                 (SELECT 1 FROM notifications n WHERE n.id = v.column1)"
+            ));
+            let mut q = sqlx::query(&sql);
+            for o in chunk {
+                let a = &o.attempt;
+                q = q
+                    .bind(&a.notification_id)
                     .bind(&a.webhook_id)
+                    .bind(a.started_at)
+                    .bind(a.duration_ms)
+                    .bind(a.status_code.map(i64::from))
+                    .bind(a.success)
+                    .bind(&a.response_body)
+                    .bind(&a.error);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        // Notifications: one statement per final state; retries each have their own time.
+        let (mut delivered, mut failed) = (Vec::new(), Vec::new());
+        for o in outcomes {
+            let id = o.attempt.notification_id.as_str();
+            match o.completion {
+                Completion::Delivered => delivered.push(id),
+                Completion::Failed => failed.push(id),
+                Completion::Retry(at) => {
+                    sqlx::query(&Self::q("UPDATE notifications SET state = 'pending', retries = retries + 1, \
+                         next_attempt_at = ?, lease_until = 0, updated_at = ? WHERE id = ?"))
+                    .bind(at)
+                    .bind(now_ms)
+                    .bind(id)
                     .execute(&mut *tx)
                     .await?;
-            } else {
-                sqlx::query(&Self::q("UPDATE webhooks SET successive_failed_attempts = successive_failed_attempts + 1, \
-                     failed_attempts_total = failed_attempts_total + 1 WHERE id = ?"),
-                )
-                .bind(&a.webhook_id)
-                .execute(&mut *tx)
-                .await?;
-                if !failing.contains(&a.webhook_id.as_str()) {
-                    failing.push(&a.webhook_id);
                 }
+            }
+        }
+        for (state, ids, retry_inc) in [("processed", delivered, 0i64), ("failed", failed, 1)] {
+            if ids.is_empty() {
+                continue;
+            }
+            sqlx::query(&Self::q("UPDATE notifications SET state = ?, retries = retries + ?, lease_until = 0, \
+                 updated_at = ? WHERE id IN (SELECT value FROM json_each(?))"))
+            .bind(state)
+            .bind(retry_inc)
+            .bind(now_ms)
+            .bind(serde_json::to_string(&ids).map_err(|e| StoreError::Other(e.into()))?)
+            .execute(&mut *tx)
+            .await?;
+        }
+        // Webhook counters, one statement per webhook: failures after its last success in this
+        // batch continue (or restart) the successive count.
+        let mut counters: Vec<(&str, bool, i64, i64)> = Vec::new();
+        for o in outcomes {
+            let a = &o.attempt;
+            let i = match counters.iter().position(|c| c.0 == a.webhook_id) {
+                Some(i) => i,
+                None => {
+                    counters.push((&a.webhook_id, false, 0, 0));
+                    counters.len() - 1
+                }
+            };
+            let c = &mut counters[i];
+            if a.success {
+                c.1 = true;
+                c.2 = 0;
+            } else {
+                c.2 += 1;
+                c.3 += 1;
+            }
+        }
+        let mut failing: Vec<&str> = Vec::new();
+        for (id, reset, fails_after, fails) in &counters {
+            sqlx::query(&Self::q("UPDATE webhooks SET successive_failed_attempts = CASE WHEN ? THEN ? \
+                 ELSE successive_failed_attempts + ? END, failed_attempts_total = failed_attempts_total + ? WHERE id = ?"))
+            .bind(*reset)
+            .bind(*fails_after)
+            .bind(*fails_after)
+            .bind(*fails)
+            .bind(*id)
+            .execute(&mut *tx)
+            .await?;
+            if *fails > 0 {
+                failing.push(id);
             }
         }
         let mut suspended = Vec::new();

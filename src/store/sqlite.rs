@@ -46,6 +46,9 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// WAL with synchronous=NORMAL already commits without a flush.
+    const RELAXED_COMMIT: &'static str = "";
+
     /// The shared statements are written in SQLite's dialect already.
     fn q(sql: &str) -> String {
         sql.to_string()
