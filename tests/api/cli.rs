@@ -111,6 +111,15 @@ fn bad_setting_prints_one_line_and_exits_2() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     let out = scratch.cmd().env("CUSTODIAN_LISTEN", "not-an-address").arg("migrate").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    for (k, v) in [
+        ("CUSTODIAN_POSTGRES_SSLMODE", "sometimes"),
+        ("CUSTODIAN_ROLE", "boss"),
+        ("CUSTODIAN_DELIVERY_RETRY_SCHEDULE", "1,x"),
+    ] {
+        let out = scratch.cmd().env(k, v).arg("migrate").output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{k}={v}");
+    }
+    assert_eq!(out.status.code(), Some(2));
     std::fs::write(dir.path().join("c.toml"), "listen = \"127.0.0.1:1\"\nbogus = 1\n").unwrap();
     let out = scratch.cmd().args(["migrate", "--config", "c.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -74,12 +74,15 @@ impl Cluster {
 
     /// Starts `custodian serve` on a free port and waits until /health answers.
     pub async fn start(&self) -> Server {
+        self.start_role("all").await
+    }
+
+    /// [`Cluster::start`] with `--role` (api, worker or all).
+    pub async fn start_role(&self, role: &str) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = self
-            .cmd(&["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let listen = format!("127.0.0.1:{port}");
+        let child =
+            self.cmd(&["serve", "--listen", &listen, "--role", role]).stdout(Stdio::null()).spawn().unwrap();
         let server = Server { child: Some(child), base: format!("http://127.0.0.1:{port}") };
         for _ in 0..200 {
             if self

@@ -979,3 +979,36 @@ async fn no_notification_is_lost_when_the_server_is_killed() {
         "every notification arrives after the crash (killed after {before})"
     );
 }
+
+/// An API-only process takes events; a worker-only process, which serves no API, delivers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_and_worker_roles_split_the_work() {
+    use crate::procs::{distinct, Cluster};
+    let rx = TestReceiver::start().await;
+    let cluster = Cluster::new(&[
+        ("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32"),
+        ("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50"),
+    ])
+    .await;
+    let api = cluster.start_role("api").await;
+    let token = cluster.login(&api.base).await;
+    cluster.webhooks(&api.base, &token, &rx.url, 2).await;
+    cluster.events(&[&api.base], &token, "role", 0..5).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(rx.received().is_empty(), "an api process delivers nothing");
+    let worker = cluster.start_role("worker").await;
+    let res = cluster
+        .client
+        .get(format!("{}/api/v2/user/me", worker.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404, "a worker serves no API");
+    let metrics = cluster.client.get(format!("{}/metrics", worker.base)).send().await.unwrap();
+    assert_eq!(metrics.status(), 200);
+    rx.wait_for(10, 20).await;
+    assert_eq!(distinct(&rx.received()), 10);
+    api.stop();
+    worker.stop();
+}
