@@ -50,11 +50,33 @@ pub async fn json_value<S: Send + Sync>(req: Request, state: &S) -> Result<Value
             Error::BadRequest { name: "BadRequest", message: rej.body_text(), context: json!({}) }
         }
     })?;
-    serde_json::from_slice::<Value>(&bytes).map_err(|e| Error::BadRequest {
+    let value = serde_json::from_slice::<Value>(&bytes).map_err(|e| Error::BadRequest {
         name: "MalformedJson",
         message: format!("request body is not valid JSON: {e}"),
         context: json!({ "line": e.line(), "column": e.column() }),
-    })
+    })?;
+    match nul_path(&value, String::new()) {
+        Some(field) => Err(Error::invalid_field(field, "strings may not contain the NUL character (U+0000)")),
+        None => Ok(value),
+    }
+}
+
+/// The path of the first string (or key) holding U+0000, which no database text column
+/// accepts everywhere; refused at the edge rather than failing in the store.
+fn nul_path(v: &Value, at: String) -> Option<String> {
+    match v {
+        Value::String(s) if s.contains('\0') => Some(at),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, x)| nul_path(x, format!("{at}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, x)| {
+            let here = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+            if k.contains('\0') {
+                Some(here)
+            } else {
+                nul_path(x, here)
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// Deserializes a JSON value into `T`, naming the offending field on failure.

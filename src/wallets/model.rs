@@ -349,7 +349,15 @@ pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
     let user_ids = map
         .get("users")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|u| u.get("user").and_then(Value::as_str)).map(str::to_string).collect())
+        .map(|a| {
+            // Only ids of this service's users (32 hex) can grant visibility; others (another
+            // system's ids) stay in the record but match no one.
+            a.iter()
+                .filter_map(|u| u.get("user").and_then(Value::as_str))
+                .filter(|u| ids::is_id(u))
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     Ok(WalletRow {
         id: map["id"].as_str().unwrap_or_default().to_string(),

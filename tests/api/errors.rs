@@ -124,3 +124,21 @@ async fn served_openapi_matches_committed_file() {
         assert!(served["paths"].get(path).is_some(), "{path} documented");
     }
 }
+
+#[tokio::test]
+async fn nul_characters_are_refused_at_the_edge() {
+    let app = spawn_app().await;
+    let res = app
+        .post(
+            "/api/v2/internal/user/login",
+            &json!({ "email": "a\u{0}@example.com", "password": "x", "otp": "1" }),
+        )
+        .await;
+    let body = assert_error(res, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "email");
+    let user = app.create_user("nul@example.com").await;
+    let token = app.login(&user).await;
+    let res = app.create_token(&token, json!({ "label": "ok", "permittedWallets": ["a\u{0}"] })).await;
+    let body = assert_error(res, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "permittedWallets[0]");
+}
