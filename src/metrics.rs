@@ -103,7 +103,9 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
     res
 }
 
-/// GET /metrics in the Prometheus text format.
+/// Metrics in the Prometheus / OpenMetrics text format.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
 pub async fn render(State(state): State<AppState>) -> Response {
     if let Ok(stats) = state.store.delivery_stats(crate::ids::now_ms()).await {
         state.metrics.due.set(stats.due);

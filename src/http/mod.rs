@@ -5,7 +5,7 @@ use axum::{
     extract::{DefaultBodyLimit, State},
     http::StatusCode,
     middleware,
-    response::IntoResponse,
+    response::{IntoResponse, Response},
     routing::get,
     Json, Router,
 };
@@ -84,6 +84,8 @@ async fn health(State(state): State<AppState>) -> Result<Json<Health>, error::Er
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(health))
+        .routes(routes!(crate::metrics::render))
+        .routes(routes!(openapi_document))
         .routes(routes!(identity::login::login))
         .routes(routes!(identity::tokens::create_access_token))
         .routes(routes!(identity::users::me))
@@ -114,6 +116,15 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .split_for_parts()
 }
 
+/// The OpenAPI 3.1 document of every route.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
+async fn openapi_document() -> Response {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let doc = DOC.get_or_init(openapi_json).clone();
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], doc).into_response()
+}
+
 /// The OpenAPI 3.1 document as pretty JSON (what `GET /openapi.json` serves and the repository
 /// commits as openapi.json).
 pub fn openapi_json() -> String {
@@ -128,15 +139,15 @@ pub fn app(state: AppState) -> Router {
 
 /// The HTTP application: every route with `api`, else only /health and /metrics (a worker).
 pub fn app_for(state: AppState, api: bool) -> Router {
-    let (router, doc) = routes();
-    let router = if api { router } else { Router::new().route("/health", get(health)) };
-    let doc_json = doc.to_pretty_json().unwrap_or_default();
+    let router = if api {
+        routes().0
+    } else {
+        Router::new()
+            .route("/health", get(health))
+            .route("/metrics", get(crate::metrics::render))
+            .route("/openapi.json", get(openapi_document))
+    };
     router
-        .route(
-            "/openapi.json",
-            get(move || async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], doc_json) }),
-        )
-        .route("/metrics", get(crate::metrics::render))
         .fallback(|| async { StatusCode::NOT_FOUND.into_response() })
         .layer(middleware::from_fn_with_state(state.clone(), crate::metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

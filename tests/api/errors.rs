@@ -120,7 +120,20 @@ async fn served_openapi_matches_committed_file() {
         "openapi.json is stale: regenerate it with `cargo run -q -- openapi > openapi.json`"
     );
     assert_eq!(served["openapi"], "3.1.0");
-    for path in ["/api/v2/internal/user/login", "/api/v2/user/accesstoken", "/api/v2/user/me", "/health"] {
+    for path in [
+        "/api/v2/internal/user/login",
+        "/api/v2/user/accesstoken",
+        "/api/v2/user/me",
+        "/api/v2/internal/wallet",
+        "/api/v2/{coin}/wallet/{walletId}/webhooks",
+        "/api/v2/{coin}/webhooks",
+        "/api/v2/enterprise/{enterpriseId}/webhooks",
+        "/api/v2/webhook/{webhookId}/verify",
+        "/api/v2/internal/events",
+        "/health",
+        "/metrics",
+        "/openapi.json",
+    ] {
         assert!(served["paths"].get(path).is_some(), "{path} documented");
     }
 }
