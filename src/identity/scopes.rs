@@ -170,6 +170,8 @@ pub enum Action<'a> {
     ViewProfile,
     /// Create another access token.
     CreateAccessToken,
+    /// Create, list or remove the user's own block webhooks.
+    ManageOwnWebhooks,
     /// A wallet permission on one wallet.
     Wallet { permission: WalletPermission, wallet_id: &'a str, enterprise: Option<&'a str> },
     /// View an enterprise.
@@ -213,7 +215,7 @@ impl Policy {
                     deny("profile")
                 }
             }
-            Action::CreateAccessToken => {
+            Action::CreateAccessToken | Action::ManageOwnWebhooks => {
                 if token.kind == TokenKind::Reset2fa {
                     deny("a session that is not limited to 2FA reset")
                 } else {

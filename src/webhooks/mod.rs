@@ -497,11 +497,23 @@ pub async fn create_block_webhook(
     ApiJson(req): ApiJson<CreateWebhookRequest>,
 ) -> Result<Json<WebhookResponse>> {
     check_coin(&coin)?;
-    auth.require(state.policy(), Action::CreateAccessToken)?;
+    auth.require(state.policy(), Action::ManageOwnWebhooks)?;
     let mut w = build(req, "block", BLOCK_TYPES, &auth, state.config.environment)?;
     w.coin = Some(coin);
     w.enterprise_id = block_enterprise(&state, &auth).await?;
     insert(&state, w).await
+}
+
+/// The caller's own block webhooks of `coin`; a 2FA-reset token may not manage them.
+fn own_block_webhooks(state: &AppState, auth: &Auth, coin: String) -> Result<WebhookFilter> {
+    check_coin(&coin)?;
+    auth.require(state.policy(), Action::ManageOwnWebhooks)?;
+    Ok(WebhookFilter {
+        scope: "block".into(),
+        user_id: Some(auth.user.id.clone()),
+        coin: Some(coin),
+        ..Default::default()
+    })
 }
 
 /// Lists the caller's block webhooks for a coin.
@@ -514,13 +526,7 @@ pub async fn list_block_webhooks(
     Path(coin): Path<String>,
     Query(paging): Query<Paging>,
 ) -> Result<Json<WebhookList>> {
-    check_coin(&coin)?;
-    let filter = WebhookFilter {
-        scope: "block".into(),
-        user_id: Some(auth.user.id.clone()),
-        coin: Some(coin),
-        ..Default::default()
-    };
+    let filter = own_block_webhooks(&state, &auth, coin)?;
     list(&state, &filter, &paging).await
 }
 
@@ -534,13 +540,7 @@ pub async fn remove_block_webhooks(
     Path(coin): Path<String>,
     ApiJson(req): ApiJson<RemoveWebhookRequest>,
 ) -> Result<Json<Removed>> {
-    check_coin(&coin)?;
-    let filter = WebhookFilter {
-        scope: "block".into(),
-        user_id: Some(auth.user.id.clone()),
-        coin: Some(coin),
-        ..Default::default()
-    };
+    let filter = own_block_webhooks(&state, &auth, coin)?;
     remove(&state, &filter, req).await
 }
 
