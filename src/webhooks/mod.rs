@@ -670,8 +670,14 @@ pub async fn simulate_wallet_webhook(
         .filter(|w| w.wallet_id.as_deref() == Some(wallet.id.as_str()))
         .ok_or_else(|| not_found("WebhookNotFound"))?;
     let transfer = req.transfer_id.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    // Only an event of this wallet may lend its data: another wallet's transfer stays unknown.
     let event = match transfer {
-        Some(t) => state.store.event_by_transfer(t).await?.and_then(|b| serde_json::from_str(&b).ok()),
+        Some(t) => state
+            .store
+            .event_by_transfer(t)
+            .await?
+            .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+            .filter(|e| e.get("walletId").and_then(Value::as_str) == Some(wallet.id.as_str())),
         None => None,
     };
     let organization: Option<String> = serde_json::from_str::<Value>(&wallet.record)
@@ -1027,13 +1033,13 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
     let mut after: Option<String> = None;
     loop {
         let page = state.store.list_webhooks(&filter, after.as_deref(), 500).await?;
-        let last = page.last().map(|w| w.id.clone());
+        let full = page.len() == 500;
+        after = page.last().map(|w| w.id.clone());
         hooks.extend(
             page.into_iter().filter(|w| t != "block" || confirmations >= w.num_confirmations.unwrap_or(0)),
         );
-        match last {
-            Some(id) if hooks.len() % 500 == 0 => after = Some(id),
-            _ => break,
+        if !full {
+            break;
         }
     }
     let notifications: Vec<Notification> =

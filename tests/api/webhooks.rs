@@ -875,6 +875,33 @@ async fn events_fan_out_once_per_event_id() {
         serde_json::from_str(sim["webhookNotifications"][0]["payload"].as_str().unwrap()).unwrap();
     assert_eq!(payload["hash"], "0xabc");
     assert!(payload.get("placeholder").is_none());
+    // Another wallet's webhook cannot borrow that transfer's data.
+    let other = "fedcba9876543210fedcba9876543210";
+    let stored = f.app.state.store.wallets_by_ids(&[WALLET.to_string()], false).await.unwrap();
+    let mut rec: Value = serde_json::from_str(&stored[0].record).unwrap();
+    rec["id"] = json!(other);
+    custodian::wallets::import::import(&f.app.state.store, &json!([rec]).to_string(), |_, _| {})
+        .await
+        .unwrap();
+    let hook_other: Value = f
+        .app
+        .post_auth(
+            &format!("/api/v2/tbtc/wallet/{other}/webhooks"),
+            &f.token,
+            &json!({ "type": "transfer", "url": "https://example.com/o" }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let path =
+        format!("/api/v2/tbtc/wallet/{other}/webhooks/{}/simulate", hook_other["id"].as_str().unwrap());
+    let sim: Value =
+        f.app.post_auth(&path, &f.token, &json!({ "transferId": "tr-9" })).await.json().await.unwrap();
+    let payload: Value =
+        serde_json::from_str(sim["webhookNotifications"][0]["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(payload["placeholder"], true, "{payload}");
+    assert_ne!(payload["hash"], "0xabc");
     // Only service admins ingest events, and bad events are refused.
     let res = f.app.post_auth("/api/v2/internal/events", &f.token, &ev).await;
     assert_error(res, 403, "InsufficientScope").await;
