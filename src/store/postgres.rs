@@ -52,7 +52,13 @@ impl PostgresStore {
             .replace("group_concat(", "string_agg(")
             .replace("char(31)", "chr(31)")
             .replace("char(30)", "chr(30)")
-            .replace("/*SKIP_LOCKED*/", "FOR UPDATE OF n SKIP LOCKED");
+            // The claim: lock due rows with SKIP LOCKED, and update them through the primary key
+            // (an IN over the subquery makes the planner scan the whole table).
+            .replace(
+                "WHERE id IN (SELECT n.id FROM notifications n",
+                "WHERE id = ANY(ARRAY(SELECT n.id FROM notifications n",
+            )
+            .replace("/*SKIP_LOCKED*/)", "FOR UPDATE OF n SKIP LOCKED))");
         let mut out = String::with_capacity(sql.len() + 16);
         let mut n = 0;
         let mut in_string = false;
