@@ -66,6 +66,9 @@ pub struct DeliveryConfig {
     pub timeout: u64,
     /// Deliveries in flight at once per process.
     pub concurrency: usize,
+    /// Deliveries in flight at once per webhook and process, so that one slow receiver cannot
+    /// hold every slot.
+    pub per_webhook_concurrency: usize,
     /// Failures within `suspend_window` that suspend a webhook.
     pub suspend_after_failures: u32,
     /// Seconds.
@@ -83,6 +86,7 @@ impl Default for DeliveryConfig {
             retry_schedule: vec![60, 300, 600, 1800, 3600, 7200, 14400],
             timeout: 10,
             concurrency: 64,
+            per_webhook_concurrency: 16,
             suspend_after_failures: 100,
             suspend_window: 7 * 24 * 3600,
             suspend_after_total_failures: 500,

@@ -35,9 +35,14 @@ pub const RESPONSE_BODY_LIMIT: usize = 20 * 1024;
 /// write the outcome. A crashed worker's claims come back after this.
 const LEASE_MARGIN_MS: i64 = 5_000;
 
+/// How long a notification waits when its webhook already has its share of slots, ms.
+const DEFER_MS: i64 = 200;
+
 /// The engine of one process.
 pub struct Engine {
     state: AppState,
+    /// Deliveries in flight per webhook id.
+    in_flight: std::sync::Mutex<std::collections::HashMap<String, usize>>,
     guard: Arc<ssrf::Guard>,
     /// Connects only through the SSRF guard.
     guarded: Client,
@@ -96,6 +101,7 @@ impl Engine {
             open: client(cfg.concurrency, timeout, None)?,
             guard,
             state,
+            in_flight: Default::default(),
         })
     }
 
@@ -117,14 +123,30 @@ impl Engine {
                     match me.state.store.claim_due(now, now + lease_ms, free as u32).await {
                         Ok(batch) => {
                             full = batch.len() == free;
+                            let mut deferred = Vec::new();
                             for c in batch {
+                                if !me.take_slot(&c.webhook.id) {
+                                    deferred.push(c.notification.id);
+                                    continue;
+                                }
                                 let Ok(permit) = permits.clone().acquire_owned().await else { break };
                                 let (me, tx) = (me.clone(), tx.clone());
                                 tokio::spawn(async move {
+                                    let webhook = c.webhook.id.clone();
                                     let outcome = me.deliver(c).await;
+                                    me.release_slot(&webhook);
                                     let _ = tx.send(outcome).await;
                                     drop(permit);
                                 });
+                            }
+                            if !deferred.is_empty() {
+                                // Wait for a wake-up rather than claiming the same backlog again.
+                                full = false;
+                                if let Err(e) =
+                                    me.state.store.defer(&deferred, ids::now_ms() + DEFER_MS).await
+                                {
+                                    tracing::error!(error = %e, "deferring notifications failed; their leases will end");
+                                }
                             }
                         }
                         Err(e) => {
@@ -148,6 +170,29 @@ impl Engine {
             drop(tx);
             let _ = completer.await;
         })
+    }
+
+    /// Takes one of the webhook's slots, unless it has `per_webhook_concurrency` in flight.
+    fn take_slot(&self, webhook_id: &str) -> bool {
+        let cap = self.state.config.delivery.per_webhook_concurrency;
+        let Ok(mut map) = self.in_flight.lock() else { return true };
+        let n = map.entry(webhook_id.to_string()).or_insert(0);
+        if *n >= cap {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn release_slot(&self, webhook_id: &str) {
+        if let Ok(mut map) = self.in_flight.lock() {
+            if let Some(n) = map.get_mut(webhook_id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(webhook_id);
+                }
+            }
+        }
     }
 
     async fn complete_loop(self: Arc<Self>, mut rx: mpsc::Receiver<Outcome>) {

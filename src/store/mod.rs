@@ -363,6 +363,8 @@ pub trait Store: Send + Sync + 'static {
     async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>>;
     /// Leases up to `limit` due notifications of active webhooks until `lease_until_ms`.
     async fn claim_due(&self, now_ms: i64, lease_until_ms: i64, limit: u32) -> StoreResult<Vec<Claimed>>;
+    /// Gives back claimed notifications unattempted, due again at `at_ms` (no attempt counted).
+    async fn defer(&self, ids: &[String], at_ms: i64) -> StoreResult<()>;
     /// Writes attempts and their consequences in one transaction; returns webhooks suspended.
     async fn complete(
         &self,

@@ -757,6 +757,16 @@ macro_rules! sql_store {
             .collect())
     }
 
+    async fn defer(&self, ids: &[String], at_ms: i64) -> StoreResult<()> {
+        sqlx::query(&Self::q("UPDATE notifications SET next_attempt_at = ?, lease_until = 0 \
+             WHERE id IN (SELECT value FROM json_each(?))"))
+        .bind(at_ms)
+        .bind(serde_json::to_string(ids).map_err(|e| StoreError::Other(e.into()))?)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn complete(
         &self,
         outcomes: &[Outcome],

@@ -1039,3 +1039,36 @@ async fn api_and_worker_roles_split_the_work() {
     api.stop();
     worker.stop();
 }
+
+/// A slow receiver gets at most its share of delivery slots: a fast one behind it is not kept
+/// waiting.
+#[tokio::test]
+async fn a_slow_receiver_cannot_hold_every_delivery_slot() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.timeout = 5;
+        c.delivery.concurrency = 8;
+        c.delivery.per_webhook_concurrency = 2;
+    })
+    .await;
+    let slow = TestReceiver::start().await;
+    slow.delay_all(1000);
+    let quick = TestReceiver::start().await;
+    f.wallet_hook_id(&slow.url, "transfer").await;
+    f.wallet_hook_id(&quick.url, "txRequest").await;
+    let admin = f.admin_token().await;
+    for i in 0..20 {
+        f.event(&admin, json!({ "eventId": format!("slow-{i}"), "type": "transfer", "walletId": WALLET }))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = std::time::Instant::now();
+    for i in 0..5 {
+        f.event(&admin, json!({ "eventId": format!("quick-{i}"), "type": "txRequest", "walletId": WALLET }))
+            .await;
+    }
+    quick.wait_for(5, 10).await;
+    assert!(start.elapsed() < Duration::from_millis(900), "the quick receiver waited {:?}", start.elapsed());
+    assert!(slow.received().len() <= 4, "at most 2 slots per webhook: {} in 1.2 s", slow.received().len());
+    slow.wait_for(20, 30).await;
+}
