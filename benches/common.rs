@@ -46,3 +46,24 @@ pub async fn databases() -> anyhow::Result<Vec<BenchDb>> {
     }
     Ok(out)
 }
+
+/// Serves `state` on 127.0.0.1:0 and logs `email` in (password "benchmark password", the test
+/// OTP). Returns the base URL, a client and the session token.
+pub async fn serve_and_login(
+    state: &custodian::AppState,
+    email: &str,
+) -> anyhow::Result<(String, reqwest::Client, String)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(custodian::serve(listener, state.clone(), std::future::pending()));
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let login: serde_json::Value = client
+        .post(format!("{base}/api/v2/internal/user/login"))
+        .json(&serde_json::json!({ "email": email, "password": "benchmark password", "otp": "000000" }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let token = login["access_token"].as_str().unwrap_or_default().to_string();
+    Ok((base, client, token))
+}

@@ -152,18 +152,7 @@ async fn throughput(label: &str, db_url: &str) -> anyhow::Result<()> {
 async fn latency(label: &str, db_url: &str) -> anyhow::Result<()> {
     let (url, sink) = receiver().await?;
     let (_dir, state) = setup(db_url, &url, 1).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(custodian::serve(listener, state.clone(), std::future::pending()));
-    let client = reqwest::Client::builder().no_proxy().build()?;
-    let login: Value = client
-        .post(format!("{base}/api/v2/internal/user/login"))
-        .json(&json!({ "email": "ops@example.com", "password": "benchmark password", "otp": "000000" }))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let token = login["access_token"].as_str().unwrap_or_default().to_string();
+    let (base, client, token) = common::serve_and_login(&state, "ops@example.com").await?;
     let total = 5000;
     let mut tick = tokio::time::interval(Duration::from_millis(2));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);

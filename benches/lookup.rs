@@ -66,18 +66,7 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
             .await?;
     assert_eq!(summary.imported as usize, WALLETS);
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(custodian::serve(listener, state.clone(), std::future::pending()));
-    let client = reqwest::Client::builder().no_proxy().build()?;
-    let login: Value = client
-        .post(format!("{base}/api/v2/internal/user/login"))
-        .json(&json!({ "email": "bench@example.com", "password": "benchmark password", "otp": "000000" }))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let token = login["access_token"].as_str().unwrap_or_default().to_string();
+    let (base, client, token) = common::serve_and_login(&state, "bench@example.com").await?;
     let ids: Vec<String> = (0..WALLETS).map(|i| format!("{i:032x}")).collect();
     let mut rng = rand::thread_rng();
 
