@@ -130,7 +130,7 @@ async fn throughput(label: &str, db_url: &str) -> anyhow::Result<()> {
     let (url, sink) = receiver().await?;
     let (_dir, state) = setup(db_url, &url, 10).await?;
     for i in 0..1000 {
-        custodian::webhooks::ingest(&state, json!({ "eventId": format!("e{i}"), "type": "transfer", "walletId": WALLET, "hash": format!("h{i}") }))
+        custodian::webhooks::events::ingest(&state, json!({ "eventId": format!("e{i}"), "type": "transfer", "walletId": WALLET, "hash": format!("h{i}") }))
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }

@@ -8,12 +8,15 @@ use tokio::net::TcpListener;
 pub mod cli;
 pub mod config;
 pub mod delivery;
+pub mod error;
 pub mod http;
 pub mod identity;
 pub mod ids;
 pub mod metrics;
+pub mod paging;
 pub mod secrets;
 pub mod store;
+pub mod types;
 pub mod wallets;
 pub mod webhooks;
 

@@ -114,7 +114,10 @@ pub async fn render(State(state): State<AppState>) -> Response {
     }
     let mut body = String::new();
     if encode(&mut body, &state.metrics.registry).is_err() {
-        return crate::http::error::Error::Internal(anyhow::anyhow!("encoding metrics")).into_response();
+        return crate::http::error::ApiError::from(crate::error::Error::Internal(anyhow::anyhow!(
+            "encoding metrics"
+        )))
+        .into_response();
     }
     ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
         .into_response()

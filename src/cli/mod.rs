@@ -276,16 +276,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Enterprise(EnterpriseCommand::AddUser { enterprise, email, admin }) => {
-            let store = &crate::store::open(&config).await?;
-            let e = store
-                .enterprise_by_id(&enterprise)
-                .await?
-                .with_context(|| format!("no enterprise with id {enterprise}"))?;
-            let user = store
-                .user_by_email(&email.trim().to_ascii_lowercase())
-                .await?
-                .with_context(|| format!("no user with email {email}"))?;
-            store.upsert_membership(&e.id, &user.id, admin).await?;
+            let store = crate::store::open(&config).await?;
+            let (e, user) = users::add_member(&store, &enterprise, &email, admin).await?;
             println!("{} is now {} of {}", user.email, if admin { "an admin" } else { "a member" }, e.name);
             Ok(())
         }
@@ -347,13 +339,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                     body.insert(k.into(), serde_json::Value::String(v));
                 }
             }
-            let balances = crate::wallets::parse_balances(&serde_json::Value::Object(body))
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let store = crate::store::open(&config).await?;
-            store
-                .update_wallet_balances(&id, &balances)
-                .await?
-                .with_context(|| format!("no wallet with id {id}"))?;
+            let state = AppState::new(config).await?;
+            crate::wallets::set_balances(&state, None, &id, &serde_json::Value::Object(body)).await?;
             println!("balances of {id} updated");
             Ok(())
         }
@@ -362,7 +349,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let body: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not valid JSON", json_file.display()))?;
             let state = AppState::new(config).await?;
-            let result = crate::webhooks::ingest(&state, body).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let result = crate::webhooks::events::ingest(&state, body).await?;
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }

@@ -1,5 +1,5 @@
-//! Extractors that turn a request into checked values or a §7 error: JSON bodies and the
-//! client address.
+//! Extractors that turn a request into checked values or a §7 error: JSON bodies, typed path
+//! and query parameters, and the client address.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -11,8 +11,11 @@ use axum::{
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use super::error::Error;
-use crate::AppState;
+use super::error::ApiError;
+use crate::{
+    error::{parse_value, Error},
+    AppState,
+};
 
 /// A JSON request body. Missing or wrong Content-Type: 415 `UnsupportedMediaType`; over 1 MiB:
 /// 413 `PayloadTooLarge`; not JSON: 400 `MalformedJson`; a field of the wrong type: 400
@@ -20,16 +23,16 @@ use crate::AppState;
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
-    type Rejection = Error;
+    type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let value = json_value(req, state).await?;
-        parse_value(value).map(ApiJson)
+        Ok(ApiJson(parse_value(value)?))
     }
 }
 
 /// Reads the body as a JSON value, with the checks of [`ApiJson`].
-pub async fn json_value<S: Send + Sync>(req: Request, state: &S) -> Result<Value, Error> {
+pub async fn json_value<S: Send + Sync>(req: Request, state: &S) -> Result<Value, ApiError> {
     let is_json = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -41,22 +44,24 @@ pub async fn json_value<S: Send + Sync>(req: Request, state: &S) -> Result<Value
         })
         .unwrap_or(false);
     if !is_json {
-        return Err(Error::UnsupportedMediaType);
+        return Err(ApiError::UnsupportedMediaType);
     }
     let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
         if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Error::PayloadTooLarge
+            ApiError::PayloadTooLarge
         } else {
-            Error::BadRequest { name: "BadRequest", message: rej.body_text(), context: json!({}) }
+            Error::Invalid { name: "BadRequest", message: rej.body_text(), context: json!({}) }.into()
         }
     })?;
-    let value = serde_json::from_slice::<Value>(&bytes).map_err(|e| Error::BadRequest {
+    let value = serde_json::from_slice::<Value>(&bytes).map_err(|e| Error::Invalid {
         name: "MalformedJson",
         message: format!("request body is not valid JSON: {e}"),
         context: json!({ "line": e.line(), "column": e.column() }),
     })?;
     match nul_path(&value, String::new()) {
-        Some(field) => Err(Error::invalid_field(field, "strings may not contain the NUL character (U+0000)")),
+        Some(field) => {
+            Err(Error::invalid_field(field, "strings may not contain the NUL character (U+0000)").into())
+        }
         None => Ok(value),
     }
 }
@@ -79,42 +84,15 @@ fn nul_path(v: &Value, at: String) -> Option<String> {
     }
 }
 
-/// Deserializes a JSON value into `T`, naming the offending field on failure.
-pub fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
-    // Through text, not `from_value`: serde_json loses the digits of integers beyond 64 bits
-    // when deserializing from a `Value`, and base-unit amounts must stay exact.
-    let text = serde_json::to_vec(&value).map_err(|e| Error::Internal(e.into()))?;
-    let mut de = serde_json::Deserializer::from_slice(&text);
-    serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let field = match (missing_field_name(&inner), path.as_str()) {
-            (Some(name), ".") => name,
-            (Some(name), parent) => format!("{parent}.{name}"),
-            (None, _) => path,
-        };
-        Error::BadRequest {
-            name: if inner.starts_with("missing field") { "MissingField" } else { "InvalidField" },
-            message: if field.is_empty() { inner } else { format!("{field}: {inner}") },
-            context: json!({ "field": field }),
-        }
-    })
-}
-
-fn missing_field_name(msg: &str) -> Option<String> {
-    let rest = msg.strip_prefix("missing field `")?;
-    Some(rest.split('`').next()?.to_string())
-}
-
 /// The address of the client: the socket peer, or, when the peer is a configured trusted proxy,
 /// the right-most address of `X-Forwarded-For` that is not itself a trusted proxy.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientIp(pub IpAddr);
 
 impl FromRequestParts<AppState> for ClientIp {
-    type Rejection = Error;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
@@ -147,4 +125,49 @@ fn client_ip(peer: IpAddr, parts: &Parts, trusted: &[ipnet::IpNet]) -> IpAddr {
         .map(canonical)
         .collect();
     forwarded.into_iter().rev().find(|ip| !is_trusted(ip)).unwrap_or(peer)
+}
+
+/// Path parameters parsed into typed values ([`crate::types`]): a value that breaks its type's
+/// rule is a 400 `InvalidField` naming the parameter, before the handler runs.
+pub struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        use axum::extract::path::ErrorKind;
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
+            Err(axum::extract::rejection::PathRejection::FailedToDeserializePathParams(e)) => {
+                Err(match e.into_kind() {
+                    ErrorKind::DeserializeError { key, message, .. } => {
+                        Error::invalid_field(key.clone(), format!("{key}: {message}"))
+                    }
+                    ErrorKind::ParseErrorAtKey { key, expected_type, .. } => {
+                        Error::invalid_field(key.clone(), format!("{key}: must be {expected_type}"))
+                    }
+                    ErrorKind::InvalidUtf8InPathParam { key } => {
+                        Error::invalid_field(key.clone(), format!("{key}: not valid UTF-8"))
+                    }
+                    other => Error::invalid_field("path", other.to_string()),
+                }
+                .into())
+            }
+            Err(other) => Err(Error::invalid_field("path", other.body_text()).into()),
+        }
+    }
+}
+
+/// Query parameters; a value of the wrong type is a 400 `InvalidField` naming `query`.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(v)| ApiQuery(v))
+            .map_err(|e| Error::invalid_field("query", e.body_text()).into())
+    }
 }

@@ -1,5 +1,7 @@
-//! Router assembly: routes with their OpenAPI descriptions, request ids, the 1 MiB body limit,
-//! the uniform error body, and the health and OpenAPI endpoints.
+//! The HTTP layer: router assembly (routes with their OpenAPI descriptions, request ids, the
+//! 1 MiB body limit, the uniform error body), extractors, the error mapping, and the handlers
+//! of each capability in [`handlers`]. Only this module (with `metrics.rs` and the crate root)
+//! knows axum; it calls the domain (`identity`, `wallets`, `webhooks`), never the reverse.
 
 use axum::{
     extract::{DefaultBodyLimit, State},
@@ -21,10 +23,13 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::{identity, webhooks, AppState};
+use self::handlers::{events, identity, wallets, webhooks};
+use crate::{error::Error, AppState};
 
+pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod handlers;
 pub mod request_id;
 
 /// Largest request body accepted, bytes (issue 2 §2).
@@ -49,7 +54,15 @@ pub struct ErrorResponse {
 #[openapi(
     info(title = "Custodian", description = "Wallet-custody service API: wallet lookup, login with TOTP, scoped access tokens, webhooks."),
     modifiers(&BearerAuth),
-    components(schemas(ErrorResponse))
+    components(schemas(
+        ErrorResponse,
+        crate::types::WalletId,
+        crate::types::EnterpriseId,
+        crate::types::WebhookId,
+        crate::types::NotificationId,
+        crate::types::AnyId,
+        crate::types::Coin
+    ))
 )]
 struct ApiDoc;
 
@@ -75,8 +88,8 @@ pub struct Health {
         (status = 200, description = "Healthy", body = Health),
         (status = 503, description = "The database does not answer", body = ErrorResponse),
     ))]
-async fn health(State(state): State<AppState>) -> Result<Json<Health>, error::Error> {
-    state.store.ping().await.map_err(|e| error::Error::Unavailable(format!("database unavailable: {e}")))?;
+async fn health(State(state): State<AppState>) -> error::ApiResult<Json<Health>> {
+    state.store.ping().await.map_err(|e| Error::Unavailable(format!("database unavailable: {e}")))?;
     Ok(Json(Health { status: "ok".into() }))
 }
 
@@ -86,11 +99,11 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health))
         .routes(routes!(crate::metrics::render))
         .routes(routes!(openapi_document))
-        .routes(routes!(identity::login::login))
-        .routes(routes!(identity::tokens::create_access_token))
-        .routes(routes!(identity::users::me))
-        .routes(routes!(crate::wallets::lookup))
-        .routes(routes!(crate::wallets::set_balance))
+        .routes(routes!(identity::login))
+        .routes(routes!(identity::create_access_token))
+        .routes(routes!(identity::me))
+        .routes(routes!(wallets::lookup))
+        .routes(routes!(wallets::set_balance))
         .routes(routes!(
             webhooks::create_wallet_webhook,
             webhooks::list_wallet_webhooks,
@@ -112,7 +125,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(webhooks::list_notifications))
         .routes(routes!(webhooks::list_attempts))
         .routes(routes!(webhooks::resend))
-        .routes(routes!(webhooks::ingest_event))
+        .routes(routes!(events::ingest_event))
         .split_for_parts()
 }
 

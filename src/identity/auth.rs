@@ -1,12 +1,16 @@
-//! Bearer-token authentication (spec §5): `Authorization: Bearer <token>`. Missing, unknown,
-//! expired or revoked tokens, and tokens used from outside their `ipRestrict`, get 401 with
-//! `x-auth-required: true`.
+//! Bearer-token authentication (spec §5): token values, their stored hashes, and
+//! [`authenticate`], which turns a presented token into a [`Principal`]. Missing, unknown,
+//! expired or revoked tokens, and tokens used from outside their `ipRestrict`, are
+//! [`Error::Unauthenticated`].
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use axum::{extract::FromRequestParts, http::request::Parts};
+use std::net::IpAddr;
+
 use sha2::{Digest, Sha256};
 
 use crate::{
-    http::{error::Error, extract::ClientIp},
+    error::{Error, Result},
     identity::scopes::{Action, Policy},
     ids,
     store::{TokenRecord, User},
@@ -34,18 +38,18 @@ fn well_formed(value: &str) -> bool {
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)))
 }
 
-/// An authenticated caller: the token presented and its user.
+/// An authenticated caller: the token presented, its user, and the address it came from.
 #[derive(Debug, Clone)]
-pub struct Auth {
+pub struct Principal {
     pub token: TokenRecord,
     pub user: User,
     /// The client address the request came from.
-    pub client_ip: std::net::IpAddr,
+    pub client_ip: IpAddr,
 }
 
-impl Auth {
-    /// Asks the scope policy; a denial is a 403 naming the scope that was needed.
-    pub fn require(&self, policy: Policy, action: Action<'_>) -> Result<(), Error> {
+impl Principal {
+    /// Asks the scope policy; a denial is [`Error::Forbidden`] naming the scope that was needed.
+    pub fn require(&self, policy: Policy, action: Action<'_>) -> Result<()> {
         policy
             .check(&self.token, action)
             .map_err(|d| Error::forbidden("the access token's scopes do not permit this", &d.required))
@@ -56,52 +60,51 @@ fn unauthenticated(name: &'static str, message: &str) -> Error {
     Error::Unauthenticated { name, message: message.into() }
 }
 
-impl FromRequestParts<AppState> for Auth {
-    type Rejection = Error;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        let ClientIp(client_ip) = ClientIp::from_request_parts(parts, state).await?;
-        let header =
-            parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).ok_or_else(
-                || unauthenticated("AuthenticationRequired", "an Authorization: Bearer token is required"),
-            )?;
-        let value = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .map(str::trim)
-            .ok_or_else(|| {
-                unauthenticated("AuthenticationRequired", "the Authorization header must be Bearer <token>")
-            })?;
-        if !well_formed(value) {
-            return Err(unauthenticated("InvalidToken", "unknown or revoked access token"));
-        }
-        let token = state
-            .store
-            .token_by_hash(&hash_token(value))
-            .await?
-            .filter(|t| t.revoked_at.is_none())
-            .ok_or_else(|| unauthenticated("InvalidToken", "unknown or revoked access token"))?;
-        if ids::now() >= token.expires_at {
-            return Err(unauthenticated("TokenExpired", "the access token has expired"));
-        }
-        if let Some(allowed) = &token.ip_restrict {
-            let inside = allowed
-                .iter()
-                .filter_map(|c| crate::config::parse_cidr(c).ok())
-                .any(|net| net.contains(&client_ip));
-            if !inside {
-                return Err(unauthenticated(
-                    "IpNotAllowed",
-                    "the access token may not be used from this address",
-                ));
-            }
-        }
-        let user = state
-            .store
-            .user_by_id(&token.user_id)
-            .await?
-            .filter(|u| u.is_active)
-            .ok_or_else(|| unauthenticated("InvalidToken", "the token's user is not active"))?;
-        Ok(Auth { token, user, client_ip })
+/// The principal of `authorization` (the whole header value, `Bearer <token>`), used from
+/// `client_ip`. Errors: `AuthenticationRequired` (no or malformed header), `InvalidToken`
+/// (unknown, revoked, or its user inactive), `TokenExpired`, `IpNotAllowed` (outside the
+/// token's `ipRestrict`, spec §5.5).
+pub async fn authenticate(
+    state: &AppState,
+    authorization: Option<&str>,
+    client_ip: IpAddr,
+) -> Result<Principal> {
+    let header = authorization.ok_or_else(|| {
+        unauthenticated("AuthenticationRequired", "an Authorization: Bearer token is required")
+    })?;
+    let value =
+        header.strip_prefix("Bearer ").or_else(|| header.strip_prefix("bearer ")).map(str::trim).ok_or_else(
+            || unauthenticated("AuthenticationRequired", "the Authorization header must be Bearer <token>"),
+        )?;
+    if !well_formed(value) {
+        return Err(unauthenticated("InvalidToken", "unknown or revoked access token"));
     }
+    let token = state
+        .store
+        .token_by_hash(&hash_token(value))
+        .await?
+        .filter(|t| t.revoked_at.is_none())
+        .ok_or_else(|| unauthenticated("InvalidToken", "unknown or revoked access token"))?;
+    if ids::now() >= token.expires_at {
+        return Err(unauthenticated("TokenExpired", "the access token has expired"));
+    }
+    if let Some(allowed) = &token.ip_restrict {
+        let inside = allowed
+            .iter()
+            .filter_map(|c| crate::config::parse_cidr(c).ok())
+            .any(|net| net.contains(&client_ip));
+        if !inside {
+            return Err(unauthenticated(
+                "IpNotAllowed",
+                "the access token may not be used from this address",
+            ));
+        }
+    }
+    let user = state
+        .store
+        .user_by_id(&token.user_id)
+        .await?
+        .filter(|u| u.is_active)
+        .ok_or_else(|| unauthenticated("InvalidToken", "the token's user is not active"))?;
+    Ok(Principal { token, user, client_ip })
 }

@@ -1,31 +1,27 @@
-//! POST /api/v2/user/accesstoken (spec §4.3, §2.4, §5): scoped access tokens, with templates
-//! and the rule that a token cannot create a token larger than itself (docs/scopes.md).
+//! Access tokens (spec §4.3, §2.4, §5): scoped tokens, templates, and the rule that a token
+//! cannot create a token larger than itself (docs/scopes.md). The request is parsed here, not in
+//! `http/`, because templates store the same fields and are merged into it before parsing.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, net::IpAddr};
 
-use axum::{
-    extract::{Request, State},
-    Json,
-};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::{
-    auth::{hash_token, new_token_value, Auth},
+    auth::{hash_token, new_token_value, Principal},
     login::verify_otp,
     scopes::{parse_scopes, Action, Grant},
     users::require_membership,
 };
 use crate::{
     config::{parse_cidr, Environment},
-    http::{
-        error::{Error, Result},
-        extract::{json_value, parse_value},
-        ErrorResponse,
-    },
+    error::{parse_value, Error, Result},
     ids,
     store::{TokenKind, TokenRecord, TokenTemplate},
+    types::BaseUnits,
     AppState,
 };
 
@@ -95,40 +91,6 @@ pub struct AllErc20TokensLimit {
     pub tx_value_limit: Option<Value>,
 }
 
-/// The access token of §2.4.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AccessTokenResponse {
-    pub id: String,
-    /// The secret token value; returned only in this response.
-    pub token: String,
-    pub label: String,
-    pub scope: Vec<String>,
-    /// Address of the client that requested the token.
-    pub ip: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ip_restrict: Option<Vec<String>>,
-    /// ISO 8601.
-    pub created: String,
-    /// ISO 8601.
-    pub expires: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub enterprise: Option<String>,
-    pub user: String,
-    pub is_extensible: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub unlock: Option<Value>,
-    /// The environment that issued the token: "test" or "production".
-    pub origin: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service_admin_permissions: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub permitted_wallets: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub permitted_enterprises: Option<Vec<String>>,
-}
-
 /// The permission carried by tokens of service employees created with `admin: true`.
 pub const SERVICE_ADMIN_PERMISSION: &str = "service_admin";
 
@@ -147,19 +109,23 @@ pub const TEMPLATE_FIELDS: &[&str] = &[
 
 /// Checks a template's fields (a JSON object of [`TEMPLATE_FIELDS`] with the types of §4.3)
 /// and stores it. Errors say which field is wrong.
-pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> anyhow::Result<TokenTemplate> {
+pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> Result<TokenTemplate> {
     let Value::Object(map) = &fields else {
-        anyhow::bail!("a token template must be a JSON object");
+        return Err(Error::invalid_field("", "a token template must be a JSON object"));
     };
     if let Some(k) = map.keys().find(|k| !TEMPLATE_FIELDS.contains(&k.as_str())) {
-        anyhow::bail!("field {k:?} cannot be in a template (allowed: {})", TEMPLATE_FIELDS.join(", "));
+        return Err(Error::invalid_field(
+            k.clone(),
+            format!("field {k:?} cannot be in a template (allowed: {})", TEMPLATE_FIELDS.join(", ")),
+        ));
     }
-    let parsed: CreateAccessTokenRequest = parse_value(fields.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let parsed: CreateAccessTokenRequest = parse_value(fields.clone())?;
     if let Some(scope) = &parsed.scope {
-        parse_scopes(&scope_values(scope)).map_err(|(i, e)| anyhow::anyhow!("scope[{i}]: {e}"))?;
+        parse_scopes(&scope_values(scope))
+            .map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), format!("scope[{i}]: {e}")))?;
     }
     let t = TokenTemplate { id: ids::new_id(), fields, created_at: ids::now() };
-    store.insert_template(&t).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    store.insert_template(&t).await?;
     Ok(t)
 }
 
@@ -200,19 +166,9 @@ fn id_list(field: &str, v: Option<Vec<String>>) -> Result<Option<Vec<String>>> {
 }
 
 fn base_units(field: &str, v: &Value) -> Result<String> {
-    let text = match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => String::new(),
-    };
-    if !ids::is_base_units(&text) {
-        return Err(Error::invalid_field(
-            field,
-            "must be a non-negative integer in base units (digits, or a JSON integer)",
-        ));
-    }
-    let trimmed = text.trim_start_matches('0');
-    Ok(if trimmed.is_empty() { "0".into() } else { trimmed.into() })
+    BaseUnits::from_json(v)
+        .map(BaseUnits::into_string)
+        .ok_or_else(|| Error::invalid_field(field, BaseUnits::EXPECTED))
 }
 
 /// `ipRestrict` entries normalised: a single address as itself, a block as network/prefix.
@@ -322,7 +278,7 @@ fn validate(req: CreateAccessTokenRequest, env: Environment) -> Result<Validated
 /// Fills fields absent from `body` from the template named by `accessTokenTemplateId`.
 async fn apply_template(state: &AppState, body: &mut Value) -> Result<()> {
     let Some(map) = body.as_object_mut() else {
-        return Err(Error::BadRequest {
+        return Err(Error::Invalid {
             name: "InvalidRequestBody",
             message: "the request body must be a JSON object".into(),
             context: json!({}),
@@ -347,25 +303,61 @@ async fn apply_template(state: &AppState, body: &mut Value) -> Result<()> {
     Ok(())
 }
 
-/// Creates an access token for the caller's user. Needs a correct OTP of that user. The new
-/// token cannot exceed the creating one (scopes, permitted lists, enterprise, expiry, admin).
-#[utoipa::path(post, path = "/api/v2/user/accesstoken", tag = "identity",
-    security(("bearer" = [])),
-    request_body = CreateAccessTokenRequest,
-    responses(
-        (status = 200, description = "The new token (§2.4)", body = AccessTokenResponse),
-        (status = 400, description = "A field is invalid; context.field names it", body = ErrorResponse),
-        (status = 401, description = "Not authenticated, or wrong OTP (needsOTP)", body = ErrorResponse),
-        (status = 403, description = "The token may not create tokens", body = ErrorResponse),
-    ))]
+/// A new access token: its secret value (shown once) and the stored record.
+#[derive(Debug)]
+pub struct CreatedToken {
+    pub value: String,
+    pub record: TokenRecord,
+}
+
+/// Builds a token record with the fields every token has; the caller sets the rest (label,
+/// limits, restrictions). Times are Unix seconds; `ip` is the requesting client's address.
+#[allow(clippy::too_many_arguments)]
+pub fn new_token_record(
+    state: &AppState,
+    token_hash: String,
+    user_id: &str,
+    kind: TokenKind,
+    scopes: Vec<String>,
+    created_at: i64,
+    expires_at: i64,
+    ip: IpAddr,
+) -> TokenRecord {
+    TokenRecord {
+        id: ids::new_id(),
+        token_hash,
+        user_id: user_id.to_string(),
+        kind,
+        label: None,
+        scopes,
+        created_at,
+        expires_at,
+        revoked_at: None,
+        ip: Some(ip.to_string()),
+        ip_restrict: None,
+        enterprise: None,
+        is_extensible: false,
+        admin: false,
+        spending_limits: None,
+        permitted_wallets: None,
+        permitted_enterprises: None,
+        origin: state.config.environment.as_str().into(),
+        parent_id: None,
+    }
+}
+
+/// Creates an access token for the principal's user from a §4.3 request body (a JSON object;
+/// `accessTokenTemplateId` fills absent fields from a template). Needs a correct OTP of that
+/// user, checked last so a bad request does not use it up. The new token cannot exceed the
+/// creating one (scopes, permitted lists, enterprise, expiry, admin). Errors: `Invalid` naming
+/// the field, `ExceedsCreatingToken`, `Forbidden`, `LoginFailed` (`InvalidOtp`).
 pub async fn create_access_token(
-    State(state): State<AppState>,
-    auth: Auth,
-    req: Request,
-) -> Result<Json<AccessTokenResponse>> {
+    state: &AppState,
+    auth: &Principal,
+    mut body: Value,
+) -> Result<CreatedToken> {
     auth.require(state.policy(), Action::CreateAccessToken)?;
-    let mut body = json_value(req, &state).await?;
-    apply_template(&state, &mut body).await?;
+    apply_template(state, &mut body).await?;
     let req: CreateAccessTokenRequest = parse_value(body)?;
     let mut v = validate(req, state.config.environment)?;
     let parent = &auth.token;
@@ -390,7 +382,7 @@ pub async fn create_access_token(
     let same_enterprise = v.enterprise.is_some() && v.enterprise == parent.enterprise;
     for (i, g) in v.grants.iter().enumerate() {
         if !policy.grant_covers(&parent_grants, g, same_enterprise) {
-            return Err(Error::BadRequest {
+            return Err(Error::Invalid {
                 name: "ExceedsCreatingToken",
                 message: format!("scope {:?} is not within the creating token's scopes", g.to_scope_string()),
                 context: json!({ "field": format!("scope[{i}]") }),
@@ -406,7 +398,7 @@ pub async fn create_access_token(
                 None => *child = Some(allowed.clone()),
                 Some(list) => {
                     if let Some(i) = list.iter().position(|x| !allowed.contains(x)) {
-                        return Err(Error::BadRequest {
+                        return Err(Error::Invalid {
                             name: "ExceedsCreatingToken",
                             message: format!("{field}[{i}] is not permitted to the creating token"),
                             context: json!({ "field": format!("{field}[{i}]") }),
@@ -425,7 +417,7 @@ pub async fn create_access_token(
     let remaining = parent.expires_at.saturating_sub(now).max(0) as u64;
     let duration = match v.duration {
         Some(d) if d > remaining => {
-            return Err(Error::BadRequest {
+            return Err(Error::Invalid {
                 name: "ExceedsCreatingToken",
                 message: format!(
                     "duration may not exceed the creating token's remaining lifetime ({remaining} s)"
@@ -438,7 +430,7 @@ pub async fn create_access_token(
     };
 
     // Everything is valid: only now spend the one-time password.
-    if !verify_otp(&state, &auth.user, &v.otp).await? {
+    if !verify_otp(state, &auth.user, &v.otp).await? {
         return Err(Error::LoginFailed {
             name: "InvalidOtp",
             message: "a valid one-time password is required".into(),
@@ -447,48 +439,28 @@ pub async fn create_access_token(
     }
     let value = new_token_value();
     let scopes: Vec<String> = v.grants.iter().map(Grant::to_scope_string).collect();
-    let record = TokenRecord {
-        id: ids::new_id(),
-        token_hash: hash_token(&value),
-        user_id: auth.user.id.clone(),
-        kind: TokenKind::Access,
-        label: Some(v.label.clone()),
-        scopes: scopes.clone(),
-        created_at: now,
-        expires_at: now + i64::try_from(duration).unwrap_or(0),
-        revoked_at: None,
-        ip: Some(auth.client_ip.to_string()),
-        ip_restrict: v.ip_restrict.clone(),
-        enterprise: v.enterprise.clone(),
-        is_extensible: false,
-        admin: v.admin,
-        spending_limits: v.spending_limits.clone(),
-        permitted_wallets: v.permitted_wallets.clone(),
-        permitted_enterprises: v.permitted_enterprises.clone(),
-        origin: state.config.environment.as_str().into(),
-        parent_id: Some(parent.id.clone()),
-    };
-    let notifications = crate::webhooks::access_token_notifications(&state, &record).await?;
+    let mut record = new_token_record(
+        state,
+        hash_token(&value),
+        &auth.user.id,
+        TokenKind::Access,
+        scopes,
+        now,
+        now + i64::try_from(duration).unwrap_or(0),
+        auth.client_ip,
+    );
+    record.label = Some(v.label);
+    record.ip_restrict = v.ip_restrict;
+    record.enterprise = v.enterprise;
+    record.admin = v.admin;
+    record.spending_limits = v.spending_limits;
+    record.permitted_wallets = v.permitted_wallets;
+    record.permitted_enterprises = v.permitted_enterprises;
+    record.parent_id = Some(parent.id.clone());
+    let notifications = crate::webhooks::events::access_token_notifications(state, &record).await?;
     state.store.insert_token(&record, &notifications).await?;
     if !notifications.is_empty() {
         state.wake.notify_one();
     }
-    Ok(Json(AccessTokenResponse {
-        id: record.id,
-        token: value,
-        label: v.label,
-        scope: scopes,
-        ip: auth.client_ip.to_string(),
-        ip_restrict: v.ip_restrict,
-        created: ids::iso(record.created_at),
-        expires: ids::iso(record.expires_at),
-        enterprise: v.enterprise,
-        user: auth.user.id.clone(),
-        is_extensible: false,
-        unlock: v.spending_limits.map(|l| json!({ "spendingLimits": l })),
-        origin: record.origin,
-        service_admin_permissions: v.admin.then(|| vec![SERVICE_ADMIN_PERMISSION.to_string()]),
-        permitted_wallets: v.permitted_wallets,
-        permitted_enterprises: v.permitted_enterprises,
-    }))
+    Ok(CreatedToken { value, record })
 }

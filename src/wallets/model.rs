@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::ids;
+use crate::{ids, types::BaseUnits};
 
 /// Allowed `type` values (§2.1).
 pub const WALLET_TYPES: &[&str] =
@@ -166,20 +166,6 @@ pub fn is_ofc(coin: &str) -> bool {
     coin.starts_with("ofc")
 }
 
-/// Normalises a base-unit amount: digits only, no leading zeros. `None` when it is not one.
-pub fn base_units(v: &Value) -> Option<String> {
-    let text = match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => return None,
-    };
-    if !ids::is_base_units(&text) {
-        return None;
-    }
-    let t = text.trim_start_matches('0');
-    Some(if t.is_empty() { "0".into() } else { t.into() })
-}
-
 fn check(kind: Kind, v: &Value) -> Result<(), String> {
     let ok = match kind {
         Kind::Bool => v.is_boolean(),
@@ -317,17 +303,20 @@ pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
 
     let mut balances = Balances::default();
     for (i, (string_field, number_field)) in BALANCE_FIELDS.iter().enumerate() {
-        let from_string =
-            match map.get(*string_field) {
-                Some(v) if v.is_string() => Some(base_units(v).ok_or_else(|| {
+        let from_string = match map.get(*string_field) {
+            Some(v) if v.is_string() => {
+                Some(BaseUnits::from_json(v).map(BaseUnits::into_string).ok_or_else(|| {
                     invalid(string_field, "must be a non-negative integer as decimal digits")
-                })?),
-                Some(_) => return Err(invalid(string_field, "must be a string of decimal digits")),
-                None => None,
-            };
+                })?)
+            }
+            Some(_) => return Err(invalid(string_field, "must be a string of decimal digits")),
+            None => None,
+        };
         let from_number = match number_field.and_then(|f| map.get(f).map(|v| (f, v))) {
             Some((f, v)) if v.is_number() => Some(
-                base_units(v).ok_or_else(|| invalid(f, "must be a non-negative integer in base units"))?,
+                BaseUnits::from_json(v)
+                    .map(BaseUnits::into_string)
+                    .ok_or_else(|| invalid(f, "must be a non-negative integer in base units"))?,
             ),
             Some((f, _)) => return Err(invalid(f, "must be a number")),
             None => None,

@@ -1,5 +1,8 @@
 //! Enterprise webhook secrets: created or rotated by enterprise admins, sealed with the master
-//! key, with the previous secret valid for [`GRACE_SECS`] after a rotation.
+//! key, with the previous secret valid for [`GRACE_SECS`] after a rotation; and the check of a
+//! received notification against them (§4.10, §5.7).
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 use std::{
     collections::HashMap,
@@ -7,7 +10,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{ids, AppState};
+use super::access::{enterprise_access, webhook_access};
+use crate::{
+    delivery::signing,
+    error::{Error, Result},
+    identity::auth::Principal,
+    ids,
+    store::Rotation,
+    AppState,
+};
 
 /// How long the previous secret stays valid after a rotation, seconds (issue 4: 24 hours).
 pub const GRACE_SECS: i64 = 24 * 3600;
@@ -74,4 +85,48 @@ impl SecretCache {
             map.remove(enterprise_id);
         }
     }
+}
+
+/// Creates or rotates the enterprise's webhook secret (enterprise admins); returns the new
+/// secret, shown once. Errors: access, `Throttled` within [`MIN_ROTATION_INTERVAL`] of the
+/// last rotation.
+pub async fn rotate(state: &AppState, auth: &Principal, enterprise_id: &str) -> Result<String> {
+    let e = enterprise_access(state, auth, enterprise_id).await?;
+    let secret = signing::new_secret();
+    let sealed = state.key.seal(&secret_aad(&e.id), secret.as_bytes())?;
+    match state.store.rotate_webhook_secret(&e.id, &sealed, ids::now(), MIN_ROTATION_INTERVAL).await? {
+        Rotation::Done => {
+            state.secrets.invalidate(&e.id);
+            Ok(secret)
+        }
+        Rotation::TooSoon(wait) => Err(Error::Throttled {
+            message: "the webhook secret may be rotated at most once per 5 minutes".into(),
+            retry_after_secs: u64::try_from(wait).unwrap_or(1).max(1),
+        }),
+    }
+}
+
+/// Whether `signature` (hex HMAC-SHA256, BitGo's `X-Signature-SHA256`) signs `payload` under
+/// the current secret of the webhook's enterprise, or the previous one within its grace.
+/// Errors: access, `NoWebhookSecret`.
+pub async fn verify(
+    state: &AppState,
+    auth: &Principal,
+    webhook_id: &str,
+    signature: &str,
+    payload: &str,
+) -> Result<bool> {
+    let w = webhook_access(state, auth, webhook_id).await?;
+    let no_secret = || Error::Invalid {
+        name: "NoWebhookSecret",
+        message:
+            "the webhook's enterprise has no webhook secret: create one with POST /api/v2/webhook/secret"
+                .into(),
+        context: serde_json::json!({ "enterpriseId": w.enterprise_id }),
+    };
+    let eid = w.enterprise_id.as_deref().ok_or_else(no_secret)?;
+    let s = load(state, eid).await?.ok_or_else(no_secret)?;
+    let body = payload.as_bytes();
+    Ok(signing::verify_bitgo(&s.current, body, signature)
+        | s.previous.as_ref().is_some_and(|p| signing::verify_bitgo(p, body, signature)))
 }

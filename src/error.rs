@@ -1,0 +1,117 @@
+//! The domain error: what a rule of the service can refuse or fail with, independent of HTTP.
+//! `http/error.rs` maps each variant to a status and the spec's §7 body; the CLI prints the
+//! message and exits non-zero. `name` values are the stable codes listed in docs/errors.md.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+/// Result with the service's domain [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a domain operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The input is malformed or a field is invalid. `context` names the field (`{field}`).
+    #[error("{message}")]
+    Invalid { name: &'static str, message: String, context: Value },
+    /// No usable credentials (missing, unknown, expired or revoked token; wrong address).
+    #[error("{message}")]
+    Unauthenticated { name: &'static str, message: String },
+    /// Login or OTP check failed: wrong password, unknown user, or a missing/wrong OTP
+    /// (`needs_otp`).
+    #[error("{message}")]
+    LoginFailed { name: &'static str, message: String, needs_otp: bool },
+    /// Authenticated, but the token's scopes or the user's role do not permit the action.
+    #[error("{message}")]
+    Forbidden { name: &'static str, message: String, context: Value },
+    /// No such resource (or one the caller may not know exists).
+    #[error("{message}")]
+    NotFound { name: &'static str, message: String },
+    /// The resource already exists.
+    #[error("{message}")]
+    Conflict { name: &'static str, message: String },
+    /// Too many attempts; try again after `retry_after_secs` seconds.
+    #[error("{message}")]
+    Throttled { message: String, retry_after_secs: u64 },
+    /// A dependency (the database) does not answer.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or an environment failure. Details are logged, never shown to a client.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl Error {
+    /// An invalid field: `context = {"field": field}`.
+    pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Invalid {
+            name: "InvalidField",
+            message: message.into(),
+            context: json!({ "field": field.into() }),
+        }
+    }
+
+    /// A required field that is absent.
+    pub fn missing_field(field: &str) -> Self {
+        Error::Invalid {
+            name: "MissingField",
+            message: format!("{field} is required"),
+            context: json!({ "field": field }),
+        }
+    }
+
+    /// A denial naming the scope that would have allowed the action.
+    pub fn forbidden(message: impl Into<String>, required: &str) -> Self {
+        Error::Forbidden {
+            name: "InsufficientScope",
+            message: message.into(),
+            context: json!({ "requiredScope": required }),
+        }
+    }
+
+    /// A resource that does not exist or that the caller may not see.
+    pub fn not_found(name: &'static str) -> Self {
+        Error::NotFound { name, message: "not found, or not accessible with this token".into() }
+    }
+}
+
+impl From<crate::store::StoreError> for Error {
+    fn from(e: crate::store::StoreError) -> Self {
+        match e {
+            crate::store::StoreError::Conflict(what) => {
+                Error::Conflict { name: "AlreadyExists", message: format!("{what} already exists") }
+            }
+            crate::store::StoreError::Other(e) => Error::Internal(e),
+        }
+    }
+}
+
+/// Deserializes a JSON value into `T`, naming the offending field on failure (`MissingField`
+/// or `InvalidField` with `context.field` the dotted path, e.g. `spendingLimits[0].coin`).
+pub fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T> {
+    // Through text, not `from_value`: serde_json loses the digits of integers beyond 64 bits
+    // when deserializing from a `Value`, and base-unit amounts must stay exact.
+    let text = serde_json::to_vec(&value).map_err(|e| Error::Internal(e.into()))?;
+    let mut de = serde_json::Deserializer::from_slice(&text);
+    serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let field = match (missing_field_name(&inner), path.as_str()) {
+            (Some(name), ".") => name,
+            (Some(name), parent) => format!("{parent}.{name}"),
+            (None, _) => path,
+        };
+        Error::Invalid {
+            name: if inner.starts_with("missing field") { "MissingField" } else { "InvalidField" },
+            message: if field.is_empty() { inner } else { format!("{field}: {inner}") },
+            context: json!({ "field": field }),
+        }
+    })
+}
+
+fn missing_field_name(msg: &str) -> Option<String> {
+    let rest = msg.strip_prefix("missing field `")?;
+    Some(rest.split('`').next()?.to_string())
+}

@@ -1,0 +1,300 @@
+//! Identity routes: login (§4.2), access token creation (§4.3) and the caller's profile.
+//! Each handler extracts, calls one domain function in `crate::identity`, and shapes §2.2,
+//! §2.3 or §2.4.
+
+use axum::{
+    extract::{Request, State},
+    Json,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+
+use crate::{
+    http::{
+        auth::Auth,
+        error::ApiResult,
+        extract::{json_value, ApiJson, ClientIp},
+        ErrorResponse,
+    },
+    identity::{
+        self,
+        login::Credentials,
+        tokens::{CreateAccessTokenRequest, SERVICE_ADMIN_PERMISSION},
+    },
+    ids,
+    store::{Membership, TokenRecord, User},
+    AppState,
+};
+
+/// Request body of §4.2.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoginRequest {
+    pub email: String,
+    /// Required by §4.2; when absent the answer is 401 with `needsOTP: true`.
+    #[serde(default)]
+    pub otp: Option<String>,
+    pub password: String,
+    #[serde(default)]
+    pub extensible: Option<bool>,
+    #[serde(default)]
+    pub initial_hash: Option<String>,
+    #[serde(default)]
+    pub fingerprint_hash: Option<String>,
+    /// Gives a token limited to the 2FA-reset flow (docs/scopes.md).
+    #[serde(default, rename = "forReset2FA")]
+    pub for_reset_2fa: Option<bool>,
+}
+
+/// Login result of §2.2.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LoginResponse {
+    /// The secret bearer token; shown only here.
+    pub access_token: String,
+    /// Unix seconds.
+    pub expires_at: i64,
+    /// Seconds.
+    pub expires_in: i64,
+    pub scope: Vec<String>,
+    /// Public 32-hex id of the token.
+    pub token_id: String,
+    /// Always "bearer".
+    pub token_type: String,
+    /// Always "password" here.
+    pub grant_type: String,
+    pub user: UserResponse,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl From<LoginRequest> for Credentials {
+    fn from(r: LoginRequest) -> Self {
+        Credentials {
+            email: r.email,
+            otp: r.otp,
+            password: r.password,
+            extensible: r.extensible.unwrap_or(false),
+            for_reset_2fa: r.for_reset_2fa.unwrap_or(false),
+        }
+    }
+}
+
+/// Logs a user in with email, password and a one-time password (TOTP, RFC 6238).
+#[utoipa::path(post, path = "/api/v2/internal/user/login", tag = "identity",
+    request_body = LoginRequest,
+    responses(
+        (status = 200, description = "Login result (§2.2)", body = LoginResponse),
+        (status = 400, description = "Malformed request", body = ErrorResponse),
+        (status = 401, description = "Wrong credentials or OTP", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),
+        (status = 429, description = "Too many failed attempts", body = ErrorResponse),
+    ))]
+pub async fn login(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    ApiJson(req): ApiJson<LoginRequest>,
+) -> ApiResult<Json<LoginResponse>> {
+    let s = identity::login::login(&state, req.into(), ip).await?;
+    Ok(Json(LoginResponse {
+        access_token: s.value,
+        expires_at: s.token.expires_at,
+        expires_in: s.ttl_secs,
+        scope: s.token.scopes,
+        token_id: s.token.id,
+        token_type: "bearer".into(),
+        grant_type: "password".into(),
+        user: user_response(&s.user, &s.memberships),
+        warning: s.reset_2fa.then(|| "this session is limited to the 2FA reset process".to_string()),
+    }))
+}
+
+/// The access token of §2.4.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessTokenResponse {
+    pub id: String,
+    /// The secret token value; returned only in this response.
+    pub token: String,
+    pub label: String,
+    pub scope: Vec<String>,
+    /// Address of the client that requested the token.
+    pub ip: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_restrict: Option<Vec<String>>,
+    /// ISO 8601.
+    pub created: String,
+    /// ISO 8601.
+    pub expires: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enterprise: Option<String>,
+    pub user: String,
+    pub is_extensible: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub unlock: Option<Value>,
+    /// The environment that issued the token: "test" or "production".
+    pub origin: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_admin_permissions: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permitted_wallets: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permitted_enterprises: Option<Vec<String>>,
+}
+
+impl AccessTokenResponse {
+    fn new(value: String, t: TokenRecord) -> Self {
+        AccessTokenResponse {
+            token: value,
+            label: t.label.unwrap_or_default(),
+            scope: t.scopes,
+            ip: t.ip.unwrap_or_default(),
+            ip_restrict: t.ip_restrict,
+            created: ids::iso(t.created_at),
+            expires: ids::iso(t.expires_at),
+            enterprise: t.enterprise,
+            user: t.user_id,
+            is_extensible: t.is_extensible,
+            unlock: t.spending_limits.map(|l| json!({ "spendingLimits": l })),
+            origin: t.origin,
+            service_admin_permissions: t.admin.then(|| vec![SERVICE_ADMIN_PERMISSION.to_string()]),
+            permitted_wallets: t.permitted_wallets,
+            permitted_enterprises: t.permitted_enterprises,
+            id: t.id,
+        }
+    }
+}
+
+/// Creates an access token for the caller's user. Needs a correct OTP of that user. The new
+/// token cannot exceed the creating one (scopes, permitted lists, enterprise, expiry, admin).
+#[utoipa::path(post, path = "/api/v2/user/accesstoken", tag = "identity",
+    security(("bearer" = [])),
+    request_body = CreateAccessTokenRequest,
+    responses(
+        (status = 200, description = "The new token (§2.4)", body = AccessTokenResponse),
+        (status = 400, description = "A field is invalid; context.field names it", body = ErrorResponse),
+        (status = 401, description = "Not authenticated, or wrong OTP (needsOTP)", body = ErrorResponse),
+        (status = 403, description = "The token may not create tokens", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),
+    ))]
+pub async fn create_access_token(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    req: Request,
+) -> ApiResult<Json<AccessTokenResponse>> {
+    let body = json_value(req, &state).await?;
+    let created = identity::tokens::create_access_token(&state, &auth, body).await?;
+    Ok(Json(AccessTokenResponse::new(created.value, created.record)))
+}
+
+/// The user record of spec §2.3 (required fields and the optional ones the service knows).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserResponse {
+    #[schema(value_type = Object)]
+    pub agreements: Value,
+    pub allowed_coins: Vec<String>,
+    pub service_employee: bool,
+    #[schema(value_type = Object)]
+    pub currency: Value,
+    #[serde(rename = "disableReset2FA")]
+    pub disable_reset_2fa: bool,
+    #[schema(value_type = Vec<Object>)]
+    pub organizations: Vec<Value>,
+    pub feature_flags: Vec<String>,
+    pub force_reset_password: bool,
+    #[schema(value_type = Object)]
+    pub identity: Value,
+    #[schema(value_type = Vec<Object>)]
+    pub otp_devices: Vec<Value>,
+    #[schema(value_type = Object)]
+    pub phone: Value,
+    pub timezone: String,
+    /// 32 hex characters.
+    pub id: String,
+    /// The email address.
+    pub username: String,
+    #[schema(value_type = Object)]
+    pub name: Value,
+    #[schema(value_type = Vec<Object>)]
+    pub enterprises: Vec<Value>,
+    #[schema(value_type = Object)]
+    pub email: Value,
+    pub is_active: bool,
+    pub is_frozen: bool,
+    pub locale: String,
+    #[schema(value_type = Option<String>)]
+    pub ecdh_keychain: Option<String>,
+    /// ISO 8601.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_login: Option<String>,
+    pub create_time: String,
+    pub password_updated_at: String,
+}
+
+/// A stable id for the user's one TOTP device, distinct from the user id.
+fn otp_device_id(user_id: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(format!("otp-device:{user_id}").as_bytes())[..16])
+}
+
+/// Builds the §2.3 record of `user` with its enterprise memberships.
+pub fn user_response(user: &User, memberships: &[Membership]) -> UserResponse {
+    let full = format!("{} {}", user.name_first, user.name_last).trim().to_string();
+    UserResponse {
+        agreements: json!({}),
+        allowed_coins: user.allowed_coins.clone(),
+        service_employee: user.service_admin,
+        currency: json!({ "currency": "USD", "bitcoinUnit": "BTC" }),
+        disable_reset_2fa: false,
+        organizations: Vec::new(),
+        feature_flags: Vec::new(),
+        force_reset_password: false,
+        identity: json!({ "verified": false }),
+        otp_devices: vec![json!({
+            "id": otp_device_id(&user.id),
+            "type": "totp",
+            "label": "Authenticator app",
+            "verified": true,
+        })],
+        phone: json!({}),
+        timezone: user.timezone.clone(),
+        id: user.id.clone(),
+        username: user.email.clone(),
+        name: json!({ "first": user.name_first, "last": user.name_last, "full": full }),
+        enterprises: memberships
+            .iter()
+            .map(|m| json!({ "id": m.enterprise.id, "name": m.enterprise.name, "isAdmin": m.is_admin }))
+            .collect(),
+        email: json!({ "email": user.email, "verified": true }),
+        is_active: user.is_active,
+        is_frozen: false,
+        locale: user.locale.clone(),
+        ecdh_keychain: None,
+        last_login: user.last_login.map(ids::iso),
+        create_time: ids::iso(user.created_at),
+        password_updated_at: ids::iso(user.password_updated_at),
+    }
+}
+
+/// `{ user: <§2.3> }`, as BitGo's /user/me answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MeResponse {
+    pub user: UserResponse,
+}
+
+/// The token's own user. Needs the `profile` scope (docs/scopes.md).
+#[utoipa::path(get, path = "/api/v2/user/me", tag = "identity",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The token's user (§2.3)", body = MeResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "Token lacks the profile scope", body = ErrorResponse),
+    ))]
+pub async fn me(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<MeResponse>> {
+    let (user, memberships) = identity::users::profile(&state, &auth).await?;
+    Ok(Json(MeResponse { user: user_response(&user, &memberships) }))
+}

@@ -1,0 +1,165 @@
+//! Wallet routes: the internal bulk lookup (§4.1) and the balance update. The response is
+//! written from the stored JSON without re-parsing it ([`crate::wallets::model::render`]).
+
+use axum::{
+    extract::{Request, State},
+    http::header,
+    response::{IntoResponse, Response},
+};
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::{
+    error::{Error, Result},
+    http::{
+        auth::Auth,
+        error::ApiResult,
+        extract::{json_value, ApiJson, ApiPath, ApiQuery},
+        ErrorResponse,
+    },
+    types::WalletId,
+    wallets::{
+        self,
+        model::{self, Expand, WalletRow},
+    },
+    AppState,
+};
+
+/// Request body of §4.1.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WalletLookupRequest {
+    /// Wallet ids (32 hex), 1 to `max_lookup_ids` (default 1000); duplicates are collapsed.
+    pub ids: Vec<String>,
+    /// Also return deleted wallets. Default false.
+    pub include_deleted: Option<bool>,
+}
+
+/// Query parameters of the lookup: each `true` or `false`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct LookupQuery {
+    /// Adds balanceString, confirmedBalanceString, spendableBalanceString and their numbers.
+    #[param(value_type = Option<bool>)]
+    pub expand_balance: Option<String>,
+    /// Adds stakingBalanceString and rewardBalanceString.
+    #[param(value_type = Option<bool>)]
+    pub include_staking_balances: Option<String>,
+    /// Adds withdrawHoldAmountUsdString to ofc wallets.
+    #[param(value_type = Option<bool>)]
+    pub all_tokens: Option<String>,
+}
+
+/// Response of §4.1: `{wallets: [Wallet]}` in request order.
+#[derive(Debug, ToSchema)]
+pub struct WalletLookupResponse {
+    /// Wallet records (§2.1).
+    #[allow(dead_code)]
+    #[schema(value_type = Vec<Object>)]
+    pub wallets: Vec<Value>,
+}
+
+fn flag(name: &str, v: &Option<String>) -> Result<bool> {
+    match v.as_deref() {
+        None | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") | Some("") => Ok(true),
+        Some(_) => Err(Error::invalid_field(name, "must be true or false")),
+    }
+}
+
+impl LookupQuery {
+    fn expand(&self) -> Result<Expand> {
+        Ok(Expand {
+            balance: flag("expandBalance", &self.expand_balance)?,
+            staking: flag("includeStakingBalances", &self.include_staking_balances)?,
+            all_tokens: flag("allTokens", &self.all_tokens)?,
+        })
+    }
+}
+
+/// Writes `{"wallets":[...]}` from stored rows without re-parsing them.
+fn wallets_json(rows: &[WalletRow], expand: Expand) -> Response {
+    let mut body = String::from("{\"wallets\":[");
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        model::render(row, expand, &mut body);
+    }
+    body.push_str("]}");
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Returns the wallets with the given ids that the token may see, in request order. An id the
+/// token may not see is left out exactly like one that does not exist.
+#[utoipa::path(post, path = "/api/v2/internal/wallet", tag = "wallets",
+    security(("bearer" = [])),
+    params(LookupQuery),
+    request_body = WalletLookupRequest,
+    responses(
+        (status = 200, description = "The visible wallets (§2.1), in request order", body = WalletLookupResponse),
+        (status = 400, description = "Bad ids or parameters; context names the index", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),
+    ))]
+pub async fn lookup(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiQuery(query): ApiQuery<LookupQuery>,
+    ApiJson(req): ApiJson<WalletLookupRequest>,
+) -> ApiResult<Response> {
+    let expand = query.expand()?;
+    let rows = wallets::lookup(&state, &auth, &req.ids, req.include_deleted.unwrap_or(false)).await?;
+    Ok(wallets_json(&rows, expand))
+}
+
+/// Body of the balance update: any of the §2.1 balance strings, in base units (USD cents for
+/// the withdraw hold).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetBalanceRequest {
+    #[schema(value_type = Option<String>)]
+    pub balance_string: Option<Value>,
+    #[schema(value_type = Option<String>)]
+    pub confirmed_balance_string: Option<Value>,
+    #[schema(value_type = Option<String>)]
+    pub spendable_balance_string: Option<Value>,
+    #[schema(value_type = Option<String>)]
+    pub staking_balance_string: Option<Value>,
+    #[schema(value_type = Option<String>)]
+    pub reward_balance_string: Option<Value>,
+    #[schema(value_type = Option<String>)]
+    pub withdraw_hold_amount_usd_string: Option<Value>,
+}
+
+/// Sets a wallet's balances (service admins only): the hook for event ingestion. Returns the
+/// wallet with every balance field.
+#[utoipa::path(post, path = "/api/v2/internal/wallet/{walletId}/balance", tag = "wallets",
+    security(("bearer" = [])),
+    params(("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
+    request_body = SetBalanceRequest,
+    responses(
+        (status = 200, description = "The wallet with all balances", body = Object),
+        (status = 400, description = "Bad balance", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "Not a service admin", body = ErrorResponse),
+        (status = 404, description = "No such wallet", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),
+    ))]
+pub async fn set_balance(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(wallet_id): ApiPath<WalletId>,
+    req: Request,
+) -> ApiResult<Response> {
+    let body: Value = json_value(req, &state).await?;
+    let row = wallets::set_balances(&state, Some(&auth), wallet_id.as_str(), &body).await?;
+    let all = Expand { balance: true, staking: true, all_tokens: true };
+    let mut body = String::new();
+    model::render(&row, all, &mut body);
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}

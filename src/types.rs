@@ -1,0 +1,240 @@
+//! Values parsed once at the edge and carried inward typed: the 32-hex ids of spec §2
+//! (`^[0-9a-f]{32}$`), coin symbols (§1) and lossless base-unit amounts. Each type checks its
+//! rule in `FromStr` and `Deserialize`, so a path, query or body value that breaks it never
+//! reaches a handler, and carries its OpenAPI schema (pattern included), so the published
+//! document states the same rule.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+use std::{fmt, str::FromStr};
+
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+use utoipa::openapi::{schema::Type, ObjectBuilder, RefOr, Schema};
+
+/// Pattern of every id (spec §2).
+pub const ID_PATTERN: &str = "^[0-9a-f]{32}$";
+/// Pattern of a coin symbol or token ticker (spec §1; see [`Coin`]).
+pub const COIN_PATTERN: &str = "^[a-z0-9][a-z0-9:_-]{0,39}$";
+/// Pattern of a base-unit amount (see [`BaseUnits`]).
+pub const BASE_UNITS_PATTERN: &str = "^[0-9]{1,100}$";
+
+fn string_schema(pattern: &str, description: &str) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(pattern))
+        .description(Some(description))
+        .into()
+}
+
+/// Declares a string newtype checked by `$check`, with `FromStr`, serde and an OpenAPI schema.
+macro_rules! checked_string {
+    ($(#[$doc:meta])* $name:ident, $check:expr, $pattern:expr, $expect:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            /// What a valid value looks like, for error messages.
+            pub const EXPECTED: &'static str = $expect;
+
+            /// The value as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The owned text.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = &'static str;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                let check: fn(&str) -> bool = $check;
+                if check(s) {
+                    Ok($name(s.to_string()))
+                } else {
+                    Err($expect)
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                // A visitor on `str`, so that path extractors report the failing key.
+                struct V;
+                impl de::Visitor<'_> for V {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expect)
+                    }
+                    fn visit_str<E: de::Error>(self, s: &str) -> Result<$name, E> {
+                        s.parse().map_err(|e: &str| E::custom(format!("must be {e}")))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                string_schema($pattern, $expect)
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
+    };
+}
+
+checked_string!(
+    /// A wallet id (spec §2.1 `id`).
+    WalletId, is_id, ID_PATTERN, "a 32-hex wallet id"
+);
+checked_string!(
+    /// An enterprise id.
+    EnterpriseId, is_id, ID_PATTERN, "a 32-hex enterprise id"
+);
+checked_string!(
+    /// A user id (spec §2.3 `id`).
+    UserId, is_id, ID_PATTERN, "a 32-hex user id"
+);
+checked_string!(
+    /// A webhook id (spec §2.5 `id`).
+    WebhookId, is_id, ID_PATTERN, "a 32-hex webhook id"
+);
+checked_string!(
+    /// A notification id (spec §2.6 `id`).
+    NotificationId, is_id, ID_PATTERN, "a 32-hex notification id"
+);
+checked_string!(
+    /// The public id of an access token (spec §2.4 `id`, §2.2 `token_id`).
+    TokenId, is_id, ID_PATTERN, "a 32-hex access token id"
+);
+checked_string!(
+    /// Any 32-hex id (templates, paging cursors).
+    AnyId, is_id, ID_PATTERN, "a 32-hex id"
+);
+checked_string!(
+    /// A coin symbol or token ticker (spec §1: lower case), 1 to 40 characters of
+    /// `a-z 0-9 : _ -` starting with a letter or digit: `btc`, `teth`, `ofcbtc`, `eth:usdc`.
+    Coin, is_coin, COIN_PATTERN, "a lower-case coin symbol"
+);
+
+/// True when `s` matches `^[0-9a-f]{32}$` (spec §2).
+pub fn is_id(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
+/// True for a coin symbol (see [`Coin`]).
+pub fn is_coin(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 40
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || matches!(c, b':' | b'_' | b'-'))
+}
+
+/// A non-negative integer amount in base units (satoshi, wei, ...; USD cents for the withdraw
+/// hold), exact at any size: kept as canonical decimal digits without leading zeros. Parsed
+/// from a digit string or a JSON integer of at most 100 digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BaseUnits(String);
+
+impl BaseUnits {
+    /// What a valid value looks like, for error messages.
+    pub const EXPECTED: &'static str = "a non-negative integer in base units (digits, or a JSON integer)";
+
+    /// Parses digits (1 to 100 of them); leading zeros are dropped.
+    pub fn parse(text: &str) -> Option<Self> {
+        if text.is_empty() || text.len() > 100 || !text.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let trimmed = text.trim_start_matches('0');
+        Some(BaseUnits(if trimmed.is_empty() { "0".into() } else { trimmed.into() }))
+    }
+
+    /// Parses a JSON string of digits or a JSON integer (losslessly: the crate keeps numbers'
+    /// text with serde_json's arbitrary_precision).
+    pub fn from_json(v: &serde_json::Value) -> Option<Self> {
+        match v {
+            serde_json::Value::String(s) => Self::parse(s),
+            serde_json::Value::Number(n) => Self::parse(&n.to_string()),
+            _ => None,
+        }
+    }
+
+    /// The canonical digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The owned digits.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl fmt::Display for BaseUnits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_follow_the_spec_pattern() {
+        assert!("0123456789abcdef0123456789abcdef".parse::<WalletId>().is_ok());
+        for bad in ["", "0", "0123456789ABCDEF0123456789abcdef", "0123456789abcdef0123456789abcde"] {
+            assert!(bad.parse::<WalletId>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn coins_are_lower_case_symbols() {
+        for ok in ["btc", "tbtc4", "eth:usdc", "ofc_btc", "hteth"] {
+            assert!(ok.parse::<Coin>().is_ok(), "{ok}");
+        }
+        for bad in ["", "BTC", ":btc", "b tc", &"a".repeat(41)] {
+            assert!(bad.parse::<Coin>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn base_units_are_exact_and_canonical() {
+        assert_eq!(BaseUnits::parse("007").map(BaseUnits::into_string).as_deref(), Some("7"));
+        assert_eq!(BaseUnits::parse("000").map(BaseUnits::into_string).as_deref(), Some("0"));
+        let big = "1".repeat(78);
+        assert_eq!(BaseUnits::parse(&big).map(BaseUnits::into_string), Some(big));
+        for bad in ["", "-1", "1.5", "1e3", &"1".repeat(101)] {
+            assert!(BaseUnits::parse(bad).is_none(), "{bad:?}");
+        }
+    }
+}

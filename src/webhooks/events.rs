@@ -1,0 +1,161 @@
+//! Event fan-out: an event from an upstream system (`POST /api/v2/internal/events`, or
+//! `custodian event emit`) becomes one notification per matching active webhook, written in
+//! the same transaction as the event (the outbox); access token creation does the same for
+//! accessToken webhooks.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::{invalid_type, notify, BLOCK_TYPES, ENTERPRISE_TYPES, WALLET_TYPES};
+use crate::{
+    error::{parse_value, Error, Result},
+    identity::{auth::Principal, scopes::Action},
+    ids,
+    store::{Notification, WebhookFilter},
+    AppState,
+};
+
+fn check_id(field: &str, id: &str) -> Result<()> {
+    if ids::is_id(id) {
+        Ok(())
+    } else {
+        Err(Error::invalid_field(field, "must be a 32-hex id"))
+    }
+}
+
+fn check_coin(coin: &str) -> Result<()> {
+    if ids::is_coin(coin) {
+        Ok(())
+    } else {
+        Err(Error::invalid_field("coin", "must be a lower-case coin symbol"))
+    }
+}
+
+/// Fans an event out for a principal holding the service-admin permission. Idempotent on
+/// `eventId`.
+pub async fn ingest_as(state: &AppState, auth: &Principal, body: Value) -> Result<EventResult> {
+    auth.require(state.policy(), Action::ServiceAdmin)?;
+    ingest(state, body).await
+}
+
+/// An event from an upstream system. Extra fields are kept and delivered in the payload.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventRequest {
+    /// Unique per event; a repeat returns the first result and sends nothing.
+    pub event_id: String,
+    /// A webhook type of §6.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub coin: Option<String>,
+    pub wallet_id: Option<String>,
+    pub enterprise_id: Option<String>,
+    pub transfer_id: Option<String>,
+    pub hash: Option<String>,
+    pub block_id: Option<String>,
+    pub confirmations: Option<u64>,
+    pub state: Option<String>,
+}
+
+/// What an event fanned out to.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventResult {
+    pub event_id: String,
+    /// Notifications queued.
+    pub notifications: u64,
+    /// Webhooks notified.
+    pub webhooks: Vec<String>,
+}
+
+/// Checks an event and records it with its notifications in one transaction (the outbox).
+/// Errors name the field; an unknown `type` is `InvalidWebhookType`.
+pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
+    let ev: EventRequest = parse_value(body.clone())?;
+    let Value::Object(map) = body else {
+        return Err(Error::invalid_field("", "an event must be a JSON object"));
+    };
+    if ev.event_id.is_empty() || ev.event_id.len() > 200 {
+        return Err(Error::invalid_field("eventId", "must be 1 to 200 characters"));
+    }
+    let t = ev.event_type.as_str();
+    let filter = if WALLET_TYPES.contains(&t) {
+        let wallet = ev.wallet_id.clone().ok_or_else(|| Error::missing_field("walletId"))?;
+        check_id("walletId", &wallet)?;
+        WebhookFilter { scope: "wallet".into(), wallet_id: Some(wallet), ..Default::default() }
+    } else if BLOCK_TYPES.contains(&t) {
+        let coin = ev.coin.clone().ok_or_else(|| Error::missing_field("coin"))?;
+        check_coin(&coin)?;
+        WebhookFilter { scope: "block".into(), coin: Some(coin), ..Default::default() }
+    } else if ENTERPRISE_TYPES.contains(&t) {
+        let e = ev.enterprise_id.clone().ok_or_else(|| Error::missing_field("enterpriseId"))?;
+        check_id("enterpriseId", &e)?;
+        WebhookFilter { scope: "enterprise".into(), enterprise_id: Some(e), ..Default::default() }
+    } else {
+        let all: Vec<&str> =
+            WALLET_TYPES.iter().chain(BLOCK_TYPES).chain(ENTERPRISE_TYPES).copied().collect();
+        return Err(invalid_type("known", &all));
+    };
+    let filter = WebhookFilter { webhook_type: Some(t.into()), state: Some("active".into()), ..filter };
+    let confirmations = i64::try_from(ev.confirmations.unwrap_or(0)).unwrap_or(i64::MAX);
+    let mut hooks = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = state.store.list_webhooks(&filter, after.as_deref(), 500).await?;
+        let full = page.len() == 500;
+        after = page.last().map(|w| w.id.clone());
+        hooks.extend(
+            page.into_iter().filter(|w| t != "block" || confirmations >= w.num_confirmations.unwrap_or(0)),
+        );
+        if !full {
+            break;
+        }
+    }
+    let notifications: Vec<Notification> =
+        hooks.iter().map(|w| notify::from_event(w, &ev.event_id, &map)).collect();
+    let result = EventResult {
+        event_id: ev.event_id.clone(),
+        notifications: notifications.len() as u64,
+        webhooks: hooks.iter().map(|w| w.id.clone()).collect(),
+    };
+    let result_text = serde_json::to_string(&result).map_err(|e| Error::Internal(e.into()))?;
+    let map_text = Value::Object(map.clone()).to_string();
+    match state
+        .store
+        .record_event(&ev.event_id, &map_text, ev.transfer_id.as_deref(), &result_text, &notifications)
+        .await?
+    {
+        Some(previous) => serde_json::from_str(&previous).map_err(|e| Error::Internal(e.into())),
+        None => {
+            state.wake.notify_one();
+            Ok(result)
+        }
+    }
+}
+
+/// The accessToken notifications (§6.3) for a token created with `enterprise`: one per active
+/// accessToken webhook of that enterprise. Written with the token (the outbox).
+pub async fn access_token_notifications(
+    state: &AppState,
+    token: &crate::store::TokenRecord,
+) -> Result<Vec<Notification>> {
+    let Some(e) = &token.enterprise else { return Ok(Vec::new()) };
+    let filter = WebhookFilter {
+        scope: "enterprise".into(),
+        enterprise_id: Some(e.clone()),
+        webhook_type: Some("accessToken".into()),
+        state: Some("active".into()),
+        ..Default::default()
+    };
+    let hooks = state.store.list_webhooks(&filter, None, 500).await?;
+    Ok(hooks
+        .iter()
+        .map(|w| {
+            let payload = notify::access_token_payload(w, Some(token), &token.id);
+            notify::enterprise_notification(w, payload, false, Some(&format!("accessToken:{}", token.id)))
+        })
+        .collect())
+}

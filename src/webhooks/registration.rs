@@ -1,0 +1,245 @@
+//! Creating, listing, removing and unblocking webhooks at their three levels (spec §4.4, §4.6,
+//! §4.8, §8): the level decides who may act and which webhooks a call sees.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::{
+    access::{enterprise_access, webhook_access},
+    check_headers, check_url, invalid_type, BLOCK_TYPES, ENTERPRISE_TYPES, MAX_WEBHOOKS_PER_TYPE,
+    WALLET_TYPES,
+};
+use crate::{
+    error::{Error, Result},
+    identity::{
+        auth::Principal,
+        scopes::{Action, WalletPermission},
+    },
+    ids,
+    paging::{Page, PageRequest},
+    store::{Webhook, WebhookFilter},
+    wallets::wallet_access,
+    AppState,
+};
+
+/// Where a webhook lives, as named by the route.
+#[derive(Debug, Clone, Copy)]
+pub enum Level<'a> {
+    /// A wallet's webhooks (§4.4); the caller needs wallet_manage on it.
+    Wallet { coin: &'a str, wallet_id: &'a str },
+    /// The caller's own block webhooks of a coin (§4.6).
+    Block { coin: &'a str },
+    /// An enterprise's webhooks (§4.8); enterprise admins only.
+    Enterprise { enterprise_id: &'a str },
+}
+
+/// A webhook to create: the fields of §4.4, §4.6 and §4.8 as given.
+#[derive(Debug, Clone, Default)]
+pub struct NewWebhook {
+    /// A type of the level's §6 table.
+    pub webhook_type: String,
+    /// Absolute http(s) URL, at most 2048 characters; https only in production.
+    pub url: String,
+    pub label: Option<String>,
+    pub listen_to_failure_states: Option<bool>,
+    pub custom_http_headers: Option<BTreeMap<String, String>>,
+    pub tx_request_states: Option<Vec<String>>,
+    pub tx_request_transaction_states: Option<Vec<String>>,
+    /// Block webhooks: confirmations before notifying, a whole number >= 0.
+    pub num_confirmations: Option<Value>,
+    /// Deliver even to non-routable addresses; service admins only.
+    pub allow_blocked_hosts: Option<bool>,
+}
+
+/// Which webhooks a removal names: one id, or every one with a type and URL.
+#[derive(Debug, Clone)]
+pub enum Removal {
+    Id(String),
+    TypeAndUrl { webhook_type: String, url: String },
+}
+
+/// The filter of the webhooks at `level` that the caller may manage, after checking access.
+async fn level_filter(state: &AppState, auth: &Principal, level: Level<'_>) -> Result<WebhookFilter> {
+    Ok(match level {
+        Level::Wallet { coin, wallet_id } => {
+            let wallet = wallet_access(state, auth, coin, wallet_id, WalletPermission::Manage).await?;
+            WebhookFilter { scope: "wallet".into(), wallet_id: Some(wallet.id), ..Default::default() }
+        }
+        Level::Block { coin } => {
+            // A 2FA-reset token may not manage block webhooks.
+            auth.require(state.policy(), Action::ManageOwnWebhooks)?;
+            WebhookFilter {
+                scope: "block".into(),
+                user_id: Some(auth.user.id.clone()),
+                coin: Some(coin.into()),
+                ..Default::default()
+            }
+        }
+        Level::Enterprise { enterprise_id } => {
+            let e = enterprise_access(state, auth, enterprise_id).await?;
+            WebhookFilter { scope: "enterprise".into(), enterprise_id: Some(e.id), ..Default::default() }
+        }
+    })
+}
+
+/// Builds a webhook record from a checked request.
+fn build(
+    req: NewWebhook,
+    scope: &str,
+    allowed: &[&str],
+    auth: &Principal,
+    state: &AppState,
+) -> Result<Webhook> {
+    if !allowed.contains(&req.webhook_type.as_str()) {
+        return Err(invalid_type(scope, allowed));
+    }
+    check_url(&req.url, state.config.environment)?;
+    let headers = req.custom_http_headers.unwrap_or_default();
+    check_headers(&headers)?;
+    if req.label.as_ref().is_some_and(|l| l.chars().count() > 250) {
+        return Err(Error::invalid_field("label", "at most 250 characters"));
+    }
+    let allow_blocked_hosts = req.allow_blocked_hosts.unwrap_or(false);
+    if allow_blocked_hosts && !auth.token.admin {
+        return Err(Error::forbidden("only a service admin may set allowBlockedHosts", "service admin"));
+    }
+    let num_confirmations = match (scope, &req.num_confirmations) {
+        ("block", None | Some(Value::Null)) => Some(0),
+        ("block", Some(v)) => Some(
+            v.as_u64()
+                .and_then(|n| i64::try_from(n).ok())
+                .ok_or_else(|| Error::invalid_field("numConfirmations", "must be a whole number >= 0"))?,
+        ),
+        _ => None,
+    };
+    Ok(Webhook {
+        id: ids::new_id(),
+        scope: scope.into(),
+        wallet_id: None,
+        enterprise_id: None,
+        user_id: auth.user.id.clone(),
+        coin: None,
+        webhook_type: req.webhook_type,
+        url: req.url,
+        label: req.label,
+        num_confirmations,
+        state: "active".into(),
+        successive_failed_attempts: 0,
+        failed_attempts_total: 0,
+        listen_to_failure_states: req.listen_to_failure_states.unwrap_or(false),
+        tx_request_states: req.tx_request_states.unwrap_or_default(),
+        tx_request_transaction_states: req.tx_request_transaction_states.unwrap_or_default(),
+        custom_headers: headers,
+        allow_blocked_hosts,
+        created_at: ids::now(),
+    })
+}
+
+/// The enterprise whose secret signs a block webhook: the token's, else the user's first
+/// (docs/webhooks.md).
+async fn block_enterprise(state: &AppState, auth: &Principal) -> Result<Option<String>> {
+    if let Some(e) = &auth.token.enterprise {
+        return Ok(Some(e.clone()));
+    }
+    Ok(state.store.memberships(&auth.user.id).await?.into_iter().next().map(|m| m.enterprise.id))
+}
+
+/// Creates a webhook at `level`. Errors: access (`NotFound`, `Forbidden`), an invalid field,
+/// `InvalidWebhookType`, `WebhookLimitReached` (§8: [`MAX_WEBHOOKS_PER_TYPE`] of a type).
+pub async fn create(
+    state: &AppState,
+    auth: &Principal,
+    level: Level<'_>,
+    req: NewWebhook,
+) -> Result<Webhook> {
+    let w = match level {
+        Level::Wallet { coin, wallet_id } => {
+            let wallet = wallet_access(state, auth, coin, wallet_id, WalletPermission::Manage).await?;
+            let mut w = build(req, "wallet", WALLET_TYPES, auth, state)?;
+            w.wallet_id = Some(wallet.id);
+            w.enterprise_id = wallet.enterprise;
+            w.coin = Some(coin.into());
+            w
+        }
+        Level::Block { coin } => {
+            auth.require(state.policy(), Action::ManageOwnWebhooks)?;
+            let mut w = build(req, "block", BLOCK_TYPES, auth, state)?;
+            w.coin = Some(coin.into());
+            w.enterprise_id = block_enterprise(state, auth).await?;
+            w
+        }
+        Level::Enterprise { enterprise_id } => {
+            let e = enterprise_access(state, auth, enterprise_id).await?;
+            let mut w = build(req, "enterprise", ENTERPRISE_TYPES, auth, state)?;
+            w.enterprise_id = Some(e.id);
+            w
+        }
+    };
+    if !state.store.insert_webhook(&w, MAX_WEBHOOKS_PER_TYPE).await? {
+        return Err(Error::Invalid {
+            name: "WebhookLimitReached",
+            message: format!("at most {MAX_WEBHOOKS_PER_TYPE} webhooks of type {} here (§8)", w.webhook_type),
+            context: json!({ "field": "type", "max": MAX_WEBHOOKS_PER_TYPE }),
+        });
+    }
+    Ok(w)
+}
+
+/// The webhooks at `level`, by id.
+pub async fn list(
+    state: &AppState,
+    auth: &Principal,
+    level: Level<'_>,
+    page: &PageRequest,
+) -> Result<Page<Webhook>> {
+    let filter = level_filter(state, auth, level).await?;
+    let rows = state.store.list_webhooks(&filter, page.prev_id.as_deref(), page.fetch()).await?;
+    Ok(page.page(rows, |w| &w.id))
+}
+
+/// Removes the webhooks at `level` that `removal` names; returns how many.
+pub async fn remove(state: &AppState, auth: &Principal, level: Level<'_>, removal: Removal) -> Result<u64> {
+    let filter = level_filter(state, auth, level).await?;
+    Ok(match &removal {
+        Removal::Id(id) => state.store.delete_webhooks(&filter, Some(id), None).await?,
+        Removal::TypeAndUrl { webhook_type, url } => {
+            state.store.delete_webhooks(&filter, None, Some((webhook_type, url))).await?
+        }
+    })
+}
+
+/// Removes one webhook of an enterprise. Errors: access, `WebhookNotFound`.
+pub async fn remove_enterprise_webhook(
+    state: &AppState,
+    auth: &Principal,
+    enterprise_id: &str,
+    webhook_id: &str,
+) -> Result<()> {
+    match remove(state, auth, Level::Enterprise { enterprise_id }, Removal::Id(webhook_id.into())).await? {
+        0 => Err(Error::not_found("WebhookNotFound")),
+        _ => Ok(()),
+    }
+}
+
+/// Makes a suspended webhook active again and clears its failure counters.
+pub async fn unblock(state: &AppState, auth: &Principal, webhook_id: &str) -> Result<Webhook> {
+    let w = webhook_access(state, auth, webhook_id).await?;
+    state.store.unblock_webhook(&w.id, ids::now_ms()).await?;
+    state.wake.notify_one();
+    state.store.webhook_by_id(&w.id).await?.ok_or_else(|| Error::not_found("WebhookNotFound"))
+}
+
+impl Removal {
+    /// `{id}` or `{type, url}` of a removal body. Errors: `InvalidField` naming `id`.
+    pub fn parse(id: Option<String>, webhook_type: Option<String>, url: Option<String>) -> Result<Removal> {
+        match (id, webhook_type, url) {
+            (Some(id), _, _) if ids::is_id(&id) => Ok(Removal::Id(id)),
+            (Some(_), _, _) => Err(Error::invalid_field("id", "must be a 32-hex id")),
+            (None, Some(webhook_type), Some(url)) => Ok(Removal::TypeAndUrl { webhook_type, url }),
+            _ => Err(Error::invalid_field("id", "give id, or type and url")),
+        }
+    }
+}
