@@ -13,6 +13,7 @@ pub mod http;
 pub mod identity;
 pub mod ids;
 pub mod metrics;
+pub mod outbox;
 pub mod paging;
 pub mod secrets;
 pub mod store;

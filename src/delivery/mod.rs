@@ -18,11 +18,11 @@ use tokio::{
 use crate::{
     ids,
     store::{Attempt, Claimed, Completion, Outcome, SuspendRule},
+    webhooks::signing,
     AppState,
 };
 
 pub mod retry;
-pub mod signing;
 pub mod ssrf;
 
 /// Notifications claimed per query.

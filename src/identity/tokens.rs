@@ -457,7 +457,7 @@ pub async fn create_access_token(
     record.permitted_wallets = v.permitted_wallets;
     record.permitted_enterprises = v.permitted_enterprises;
     record.parent_id = Some(parent.id.clone());
-    let notifications = crate::webhooks::events::access_token_notifications(state, &record).await?;
+    let notifications = crate::outbox::access_token_notifications(state, &record).await?;
     state.store.insert_token(&record, &notifications).await?;
     if !notifications.is_empty() {
         state.wake.notify_one();

@@ -6,8 +6,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-pub use crate::wallets::model::{Balances, WalletRow};
-
 pub mod postgres;
 mod sql;
 pub mod sqlite;
@@ -55,6 +53,31 @@ pub struct User {
     pub created_at: i64,
     pub password_updated_at: i64,
     pub last_login: Option<i64>,
+}
+
+/// Balances in base units (USD cents for the withdraw hold), as decimal digit strings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Balances {
+    pub balance: Option<String>,
+    pub confirmed: Option<String>,
+    pub spendable: Option<String>,
+    pub staking: Option<String>,
+    pub reward: Option<String>,
+    pub withdraw_hold_usd: Option<String>,
+}
+
+/// A validated wallet, ready to store.
+#[derive(Debug, Clone)]
+pub struct WalletRow {
+    pub id: String,
+    pub coin: String,
+    pub enterprise: Option<String>,
+    pub deleted: bool,
+    /// Ids from `users[].user`: the users who may see the wallet.
+    pub user_ids: Vec<String>,
+    /// The §2.1 record without balances, as JSON object text.
+    pub record: String,
+    pub balances: Balances,
 }
 
 /// An enterprise (a customer organisation).

@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+pub use crate::store::{Balances, WalletRow};
 use crate::{ids, types::BaseUnits};
 
 /// Allowed `type` values (§2.1).
@@ -101,17 +102,6 @@ pub const BALANCE_FIELDS: &[(&str, Option<&str>)] = &[
     ("withdrawHoldAmountUsdString", None),
 ];
 
-/// Balances in base units (USD cents for the withdraw hold), as decimal digit strings.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Balances {
-    pub balance: Option<String>,
-    pub confirmed: Option<String>,
-    pub spendable: Option<String>,
-    pub staking: Option<String>,
-    pub reward: Option<String>,
-    pub withdraw_hold_usd: Option<String>,
-}
-
 impl Balances {
     /// The balance for the `i`th entry of [`BALANCE_FIELDS`].
     pub fn get_mut(&mut self, i: usize) -> &mut Option<String> {
@@ -145,20 +135,6 @@ impl Balances {
             }
         }
     }
-}
-
-/// A validated wallet, ready to store.
-#[derive(Debug, Clone)]
-pub struct WalletRow {
-    pub id: String,
-    pub coin: String,
-    pub enterprise: Option<String>,
-    pub deleted: bool,
-    /// Ids from `users[].user`: the users who may see the wallet.
-    pub user_ids: Vec<String>,
-    /// The §2.1 record without balances, as JSON object text.
-    pub record: String,
-    pub balances: Balances,
 }
 
 /// True for an ofc (trading-account) coin: `ofc` or an `ofc`-prefixed ticker.

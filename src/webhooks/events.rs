@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::{invalid_type, notify, BLOCK_TYPES, ENTERPRISE_TYPES, WALLET_TYPES};
+use super::{invalid_type, BLOCK_TYPES, ENTERPRISE_TYPES, WALLET_TYPES};
 use crate::{
     error::{parse_value, Error, Result},
     identity::{auth::Principal, scopes::Action},
-    ids,
+    ids, outbox,
     store::{Notification, WebhookFilter},
     AppState,
 };
@@ -115,7 +115,7 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
         }
     }
     let notifications: Vec<Notification> =
-        hooks.iter().map(|w| notify::from_event(w, &ev.event_id, &map)).collect();
+        hooks.iter().map(|w| outbox::from_event(w, &ev.event_id, &map)).collect();
     let result = EventResult {
         event_id: ev.event_id.clone(),
         notifications: notifications.len() as u64,
@@ -134,28 +134,4 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
             Ok(result)
         }
     }
-}
-
-/// The accessToken notifications (§6.3) for a token created with `enterprise`: one per active
-/// accessToken webhook of that enterprise. Written with the token (the outbox).
-pub async fn access_token_notifications(
-    state: &AppState,
-    token: &crate::store::TokenRecord,
-) -> Result<Vec<Notification>> {
-    let Some(e) = &token.enterprise else { return Ok(Vec::new()) };
-    let filter = WebhookFilter {
-        scope: "enterprise".into(),
-        enterprise_id: Some(e.clone()),
-        webhook_type: Some("accessToken".into()),
-        state: Some("active".into()),
-        ..Default::default()
-    };
-    let hooks = state.store.list_webhooks(&filter, None, 500).await?;
-    Ok(hooks
-        .iter()
-        .map(|w| {
-            let payload = notify::access_token_payload(w, Some(token), &token.id);
-            notify::enterprise_notification(w, payload, false, Some(&format!("accessToken:{}", token.id)))
-        })
-        .collect())
 }

@@ -1,7 +1,7 @@
 //! Webhooks (spec §4.4 to §4.10, §2.5 to §2.7, §6, §8): registration at wallet, block and
 //! enterprise level ([`registration`]), who may manage them ([`access`]), simulation
 //! ([`simulate`]), secrets and verification ([`secrets`]), event fan-out ([`events`]), the
-//! operator's views ([`operator`]) and notification building ([`notify`]). The HTTP shapes are
+//! operator's views ([`operator`]) and signatures ([`signing`]); notifications are built by [`crate::outbox`]. The HTTP shapes are
 //! in `http/handlers/webhooks.rs`.
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
@@ -18,10 +18,10 @@ use crate::{
 
 pub mod access;
 pub mod events;
-pub mod notify;
 pub mod operator;
 pub mod registration;
 pub mod secrets;
+pub mod signing;
 pub mod simulate;
 
 /// Wallet webhook types (§6.1).

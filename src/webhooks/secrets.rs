@@ -10,9 +10,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::access::{enterprise_access, webhook_access};
+use super::{
+    access::{enterprise_access, webhook_access},
+    signing,
+};
 use crate::{
-    delivery::signing,
     error::{Error, Result},
     identity::auth::Principal,
     ids,

@@ -5,14 +5,11 @@
 
 use serde_json::Value;
 
-use super::{
-    access::{enterprise_access, webhook_access},
-    notify,
-};
+use super::access::{enterprise_access, webhook_access};
 use crate::{
     error::{Error, Result},
     identity::{auth::Principal, scopes::WalletPermission},
-    ids,
+    ids, outbox,
     store::{Notification, Webhook},
     wallets::wallet_access,
     AppState,
@@ -59,7 +56,7 @@ pub async fn wallet(
     let organization: Option<String> = serde_json::from_str::<Value>(&wallet.record)
         .ok()
         .and_then(|r| r.get("organization").and_then(Value::as_str).map(str::to_string));
-    let n = notify::simulate_wallet(&w, organization.as_deref(), transfer, event);
+    let n = outbox::simulate_wallet(&w, organization.as_deref(), transfer, event);
     enqueue(state, w, n).await
 }
 
@@ -75,7 +72,7 @@ pub async fn block(
     if w.scope != "block" || w.coin.as_deref() != Some(coin) {
         return Err(Error::not_found("WebhookNotFound"));
     }
-    let n = notify::simulate_block(&w, given(block_id));
+    let n = outbox::simulate_block(&w, given(block_id));
     enqueue(state, w, n).await
 }
 
@@ -102,6 +99,6 @@ pub async fn enterprise(
         }
         None => None,
     };
-    let n = notify::simulate_enterprise(&w, token.as_ref(), token_id);
+    let n = outbox::simulate_enterprise(&w, token.as_ref(), token_id);
     enqueue(state, w, n).await
 }

@@ -577,7 +577,7 @@ async fn verify_checks_the_enterprise_secret_including_rotation_grace() {
         f.app.post_auth(&path, &f.token, &json!({ "signature": "00", "notificationPayload": payload })).await;
     assert_error(res, 400, "NoWebhookSecret").await;
     // An old secret, rotated long ago, so that the next rotation is allowed.
-    let old = custodian::delivery::signing::new_secret();
+    let old = custodian::webhooks::signing::new_secret();
     let sealed = f
         .app
         .state

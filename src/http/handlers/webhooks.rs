@@ -15,12 +15,12 @@ use crate::{
         extract::{ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
-    ids,
+    ids, outbox,
     paging::{Page, PageRequest},
     store::Webhook,
     types::{AnyId, Coin, EnterpriseId, NotificationId, WalletId, WebhookId},
     webhooks::{
-        self, notify, operator,
+        self, operator,
         registration::{self, Level, NewWebhook, Removal},
         secrets, simulate,
     },
@@ -216,7 +216,7 @@ pub struct SimulateRequest {
 }
 
 fn simulated(n: &crate::store::Notification, w: &Webhook) -> Json<SimulateResponse> {
-    Json(SimulateResponse { webhook_notifications: vec![notify::notification_json(n, w)] })
+    Json(SimulateResponse { webhook_notifications: vec![outbox::notification_json(n, w)] })
 }
 
 // ----- wallet webhooks -----
@@ -609,7 +609,7 @@ pub async fn list_notifications(
     let (w, p) =
         operator::notifications(&state, &auth, webhook_id.as_str(), paging.state.as_deref(), &page).await?;
     Ok(Json(NotificationList {
-        notifications: p.items.iter().map(|n| notify::notification_json(n, &w)).collect(),
+        notifications: p.items.iter().map(|n| outbox::notification_json(n, &w)).collect(),
         next_batch_prev_id: p.next_batch_prev_id,
     }))
 }
@@ -677,5 +677,5 @@ pub async fn resend(
     ApiPath((webhook_id, notification_id)): ApiPath<(WebhookId, NotificationId)>,
 ) -> ApiResult<Json<Value>> {
     let (n, w) = operator::resend(&state, &auth, webhook_id.as_str(), notification_id.as_str()).await?;
-    Ok(Json(notify::notification_json(&n, &w)))
+    Ok(Json(outbox::notification_json(&n, &w)))
 }

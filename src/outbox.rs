@@ -1,12 +1,17 @@
-//! Building notifications (spec §2.6, §6): from ingested events, from simulations, and from
-//! access token creation. Each carries the exact payload text that will be POSTed.
+//! The outbox's notifications (spec §2.6, §6): built from ingested events, from simulations,
+//! and from access token creation, each with the exact payload text that will be POSTed. A
+//! leaf below the capabilities: identity (token creation) and webhooks (events, simulation)
+//! both build notifications here, and it depends only on the store's records.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::{
     ids,
-    store::{Notification, Webhook},
+    store::{Notification, Webhook, WebhookFilter},
+    AppState,
 };
 
 /// Notification `version` (§2.6, §9).
@@ -246,4 +251,28 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
         _ => m["allowBlockedHosts"] = json!(webhook.allow_blocked_hosts),
     }
     m
+}
+
+/// The accessToken notifications (§6.3) for a token created with `enterprise`: one per active
+/// accessToken webhook of that enterprise. Written with the token (the outbox).
+pub async fn access_token_notifications(
+    state: &AppState,
+    token: &crate::store::TokenRecord,
+) -> crate::store::StoreResult<Vec<Notification>> {
+    let Some(e) = &token.enterprise else { return Ok(Vec::new()) };
+    let filter = WebhookFilter {
+        scope: "enterprise".into(),
+        enterprise_id: Some(e.clone()),
+        webhook_type: Some("accessToken".into()),
+        state: Some("active".into()),
+        ..Default::default()
+    };
+    let hooks = state.store.list_webhooks(&filter, None, 500).await?;
+    Ok(hooks
+        .iter()
+        .map(|w| {
+            let payload = access_token_payload(w, Some(token), &token.id);
+            enterprise_notification(w, payload, false, Some(&format!("accessToken:{}", token.id)))
+        })
+        .collect())
 }
