@@ -47,6 +47,7 @@ pub struct CreateAccessTokenRequest {
     pub ip_restrict: Option<Option<Vec<String>>>,
     pub enterprise: Option<String>,
     pub spending_limits: Option<Vec<SpendingLimitRequest>>,
+    #[schema(pattern = "^[0-9a-f]{32}$")]
     pub access_token_template_id: Option<String>,
     pub permitted_enterprises: Option<Vec<String>>,
     pub permitted_wallets: Option<Vec<String>>,

@@ -46,6 +46,7 @@ pub async fn ingest_as(state: &AppState, auth: &Principal, body: Value) -> Resul
 #[serde(rename_all = "camelCase")]
 pub struct EventRequest {
     /// Unique per event; a repeat returns the first result and sends nothing.
+    #[schema(min_length = 1, max_length = 200)]
     pub event_id: String,
     /// A webhook type of §6.
     #[serde(rename = "type")]

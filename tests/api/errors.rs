@@ -155,3 +155,35 @@ async fn nul_characters_are_refused_at_the_edge() {
     let body = assert_error(res, 400, "InvalidField").await;
     assert_eq!(body["context"]["field"], "permittedWallets[0]");
 }
+
+#[tokio::test]
+async fn bad_path_values_are_400_naming_the_parameter() {
+    let app = spawn_app().await;
+    let user = app.create_user("paths@example.com").await;
+    let token = app.login(&user).await;
+    let id = "0123456789abcdef0123456789abcdef";
+    let client = reqwest::Client::new();
+    let cases: Vec<(reqwest::Method, String, &str)> = vec![
+        (reqwest::Method::GET, "/api/v2/BTC/webhooks".into(), "coin"),
+        (reqwest::Method::GET, format!("/api/v2/btc/wallet/{}/webhooks", "0"), "walletId"),
+        (reqwest::Method::GET, "/api/v2/enterprise/ACME/webhooks".into(), "enterpriseId"),
+        (reqwest::Method::POST, "/api/v2/webhook/0/unblock".into(), "webhookId"),
+        (
+            reqwest::Method::GET,
+            format!("/api/v2/webhook/{id}/notifications/{}/attempts", "x".repeat(32)),
+            "notificationId",
+        ),
+        (reqwest::Method::POST, format!("/api/v2/internal/wallet/{}/balance", id.to_uppercase()), "walletId"),
+    ];
+    for (method, path, field) in cases {
+        let res = client
+            .request(method, app.url(&path))
+            .bearer_auth(&token)
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("request");
+        let body = assert_error(res, 400, "InvalidField").await;
+        assert_eq!(body["context"]["field"], field, "{path}: {body}");
+    }
+}

@@ -31,6 +31,7 @@ use crate::{
 #[serde(rename_all = "camelCase")]
 pub struct WalletLookupRequest {
     /// Wallet ids (32 hex), 1 to `max_lookup_ids` (default 1000); duplicates are collapsed.
+    #[schema(value_type = Vec<WalletId>, min_items = 1)]
     pub ids: Vec<String>,
     /// Also return deleted wallets. Default false.
     pub include_deleted: Option<bool>,
@@ -121,17 +122,17 @@ pub async fn lookup(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SetBalanceRequest {
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
     pub balance_string: Option<Value>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
     pub confirmed_balance_string: Option<Value>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
     pub spendable_balance_string: Option<Value>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
     pub staking_balance_string: Option<Value>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
     pub reward_balance_string: Option<Value>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
     pub withdraw_hold_amount_usd_string: Option<Value>,
 }
 

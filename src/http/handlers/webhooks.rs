@@ -179,6 +179,7 @@ pub struct NotificationPaging {
 /// Body of the removal routes: `{id}` or `{type, url}`.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct RemoveWebhookRequest {
+    #[schema(pattern = "^[0-9a-f]{32}$")]
     pub id: Option<String>,
     #[serde(rename = "type")]
     pub webhook_type: Option<String>,
