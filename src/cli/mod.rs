@@ -228,11 +228,12 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Serve { .. } => {
             let listen = config.listen;
             let state = AppState::new(config).await?;
+            let shutdown = crate::shutdown_signal();
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
             tracing::info!(address = %listener.local_addr()?, production, role = ?state.config.role, "custodian listening");
-            crate::serve(listener, state, crate::shutdown_signal()).await
+            crate::serve(listener, state, shutdown).await
         }
         Command::Migrate => {
             crate::store::open(&config).await?;
