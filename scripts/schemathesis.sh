@@ -75,25 +75,25 @@ ST_EXIT=$?
 set -e
 cat "$WORK/st.log"
 
-# Which checks failed, from the JUnit report; only the five above decide the exit code.
-python3 - "$WORK/report" $REQUIRED_CHECKS <<'PY'
-import glob, sys, xml.etree.ElementTree as ET
-report, required = sys.argv[1], set(sys.argv[2:])
-failed = {}
-cases = 0
-for path in glob.glob(f"{report}/*.xml"):
-    for case in ET.parse(path).getroot().iter("testcase"):
-        cases += 1
-        for f in list(case.iter("failure")) + list(case.iter("error")):
-            text = (f.get("message") or "") + "\n" + (f.text or "")
-            for check in required:
-                if check in text or check.replace("_", " ") in text.lower():
-                    failed.setdefault(check, set()).add(case.get("name"))
-print(f"schemathesis: {cases} operations in the report")
+# Which of the required checks failed, from the failure titles schemathesis prints.
+python3 - "$WORK/st.log" <<'PY'
+import re, sys
+titles = {
+    "not_a_server_error": ["Server error"],
+    "status_code_conformance": ["Undocumented HTTP status code"],
+    "response_schema_conformance": ["Response violates schema"],
+    "content_type_conformance": ["Undocumented Content-Type", "Malformed media type"],
+    "positive_data_acceptance": ["Schema-valid request rejected"],
+}
+log = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+m = re.search(r"(\d+) generated", log)
+print(f"schemathesis: {m.group(1) if m else '?'} test cases generated")
+failed = {c: sum(len(re.findall(rf"^- (?:ST[0-9]+ )?{re.escape(t)}", log, re.M)) for t in ts) for c, ts in titles.items()}
+failed = {c: n for c, n in failed.items() if n}
+for c, n in sorted(failed.items()):
+    print(f"FAILED {c}: {n}")
 if failed:
-    for check, ops in sorted(failed.items()):
-        print(f"FAILED {check}: {', '.join(sorted(ops))}")
     sys.exit(1)
-print("schemathesis: no failure of " + ", ".join(sorted(required)))
+print("schemathesis: no failure of " + ", ".join(sorted(titles)))
 PY
 echo "schemathesis exit code $ST_EXIT (checks outside the required five do not fail this script)"
