@@ -1,27 +1,25 @@
 //! The PostgreSQL backend (also for PostgreSQL-compatible distributed SQL engines): a pool with a
 //! configurable size, statement timeout and TLS mode, migrations from migrations/postgres, and
-//! delivery claims with `FOR UPDATE SKIP LOCKED` so that many processes share the outbox.
+//! PostgreSQL's spelling of the statements that differ ([`Dialect`]), among them delivery claims
+//! with `FOR UPDATE SKIP LOCKED` so that many processes share the outbox.
 
-use std::{str::FromStr, time::Duration};
+use std::{future::Future, str::FromStr, time::Duration};
 
 use anyhow::Context;
-use serde_json::Value;
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions, PgSslMode},
-    PgPool, Row,
+    Pool, Postgres, Transaction,
 };
 
-use super::{sql::*, *};
+use super::{Dialect, SqlStore};
 use crate::config::PostgresConfig;
 
 /// A PostgreSQL database shared by a connection pool.
-pub struct PostgresStore {
-    pool: PgPool,
-}
+pub type PostgresStore = SqlStore<Postgres>;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
-impl PostgresStore {
+impl SqlStore<Postgres> {
     /// Connects to `postgres://...` with `cfg`'s pool settings and applies migrations (under
     /// sqlx's advisory lock, so processes starting together do not race).
     pub async fn open(url: &str, cfg: &PostgresConfig) -> anyhow::Result<Self> {
@@ -39,62 +37,49 @@ impl PostgresStore {
             .await
             .context("cannot connect to PostgreSQL")?;
         MIGRATOR.run(&pool).await.context("applying migrations")?;
-        Ok(Self { pool })
-    }
-
-    const RELAXED_COMMIT: &'static str = "SET LOCAL synchronous_commit = off";
-
-    /// Adapts a shared statement: `$n` placeholders and PostgreSQL's spellings of the few
-    /// SQLite-isms the shared SQL uses.
-    fn q(sql: &str) -> String {
-        let sql = sql
-            .replace("SELECT value FROM json_each(?)", "SELECT json_array_elements_text(CAST(? AS json))")
-            .replace("group_concat(", "string_agg(")
-            .replace("char(31)", "chr(31)")
-            .replace("char(30)", "chr(30)")
-            // The claim: lock due rows with SKIP LOCKED, and update them through the primary key
-            // (an IN over the subquery makes the planner scan the whole table).
-            .replace(
-                "WHERE id IN (SELECT n.id FROM notifications n",
-                "WHERE id = ANY(ARRAY(SELECT n.id FROM notifications n",
-            )
-            .replace("/*SKIP_LOCKED*/)", "FOR UPDATE OF n SKIP LOCKED))");
-        let mut out = String::with_capacity(sql.len() + 16);
-        let mut n = 0;
-        let mut in_string = false;
-        for c in sql.chars() {
-            match c {
-                '\'' => {
-                    in_string = !in_string;
-                    out.push(c);
-                }
-                '?' if !in_string => {
-                    n += 1;
-                    out.push('$');
-                    out.push_str(&n.to_string());
-                }
-                _ => out.push(c),
-            }
-        }
-        out
-    }
-
-    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
-        self.pool.begin().await
+        Ok(Self::new(pool))
     }
 }
 
-sql_store!(PostgresStore, sqlx::Postgres);
+impl Dialect for Postgres {
+    const RELAXED_COMMIT: Option<&'static str> = Some("SET LOCAL synchronous_commit = off");
 
-#[cfg(test)]
-mod tests {
-    use super::PostgresStore;
+    const EXISTING_WALLET_IDS: &'static str =
+        "SELECT id FROM wallets WHERE id IN (SELECT json_array_elements_text(CAST($1 AS json)))";
 
-    #[test]
-    fn statements_are_adapted() {
-        assert_eq!(
-            PostgresStore::q("SELECT a FROM t WHERE b = ? AND c IN (SELECT value FROM json_each(?)) AND d = '?'"),
-            "SELECT a FROM t WHERE b = $1 AND c IN (SELECT json_array_elements_text(CAST($2 AS json))) AND d = '?'"
-        );
+    const WALLETS_PACKED: &'static str = "SELECT string_agg(id || chr(31) || coin || chr(31) \
+        || COALESCE(enterprise, '') || chr(31) || CASE WHEN deleted THEN '1' ELSE '0' END || chr(31) \
+        || user_ids || chr(31) || COALESCE(balance, '') || chr(31) || COALESCE(confirmed_balance, '') \
+        || chr(31) || COALESCE(spendable_balance, '') || chr(31) || COALESCE(staking_balance, '') \
+        || chr(31) || COALESCE(reward_balance, '') || chr(31) || COALESCE(withdraw_hold_usd, '') \
+        || chr(31) || record, chr(30)) \
+        FROM wallets WHERE id IN (SELECT json_array_elements_text(CAST($1 AS json))) AND ($2 OR NOT deleted)";
+
+    /// Locks the due rows with `SKIP LOCKED` so concurrent processes lease disjoint sets, and
+    /// updates them through the primary key (an `IN` over the subquery makes the planner scan
+    /// the whole table).
+    const CLAIM_DUE: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
+        updated_at = $2 WHERE id = ANY(ARRAY(SELECT n.id FROM notifications n \
+        JOIN webhooks w ON w.id = n.webhook_id WHERE n.state IN ('new', 'pending') \
+        AND n.next_attempt_at <= $2 AND n.lease_until < $2 AND w.state = 'active' \
+        ORDER BY n.next_attempt_at LIMIT $3 FOR UPDATE OF n SKIP LOCKED)) RETURNING *";
+
+    const WEBHOOKS_BY_IDS: &'static str =
+        "SELECT * FROM webhooks WHERE id IN (SELECT json_array_elements_text(CAST($1 AS json)))";
+
+    const DEFER: &'static str = "UPDATE notifications SET next_attempt_at = $1, lease_until = 0 \
+        WHERE id IN (SELECT json_array_elements_text(CAST($2 AS json)))";
+
+    const FINISH: &'static str = "UPDATE notifications SET state = $1, retries = retries + $2, \
+        lease_until = 0, updated_at = $3 WHERE id IN (SELECT json_array_elements_text(CAST($4 AS json)))";
+
+    fn rows_affected(r: &Self::QueryResult) -> u64 {
+        r.rows_affected()
+    }
+
+    fn begin_write(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send {
+        pool.begin()
     }
 }

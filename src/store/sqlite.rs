@@ -1,24 +1,22 @@
-//! The embedded SQLite backend: WAL mode, a busy timeout, migrations from migrations/sqlite.
+//! The embedded SQLite backend: WAL mode, a busy timeout, migrations from migrations/sqlite,
+//! and SQLite's spelling of the statements that differ ([`Dialect`]).
 
-use std::{str::FromStr, time::Duration};
+use std::{future::Future, str::FromStr, time::Duration};
 
 use anyhow::Context;
-use serde_json::Value;
 use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
-    Row, SqlitePool,
+    Pool, Sqlite, Transaction,
 };
 
-use super::{sql::*, *};
+use super::{Dialect, SqlStore};
 
 /// A SQLite database file shared by a connection pool.
-pub struct SqliteStore {
-    pool: SqlitePool,
-}
+pub type SqliteStore = SqlStore<Sqlite>;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
-impl SqliteStore {
+impl SqlStore<Sqlite> {
     /// Opens `sqlite://PATH`, creating the file and its folder, and applies migrations.
     pub async fn open(url: &str) -> anyhow::Result<Self> {
         let path = sqlite_path(url);
@@ -41,23 +39,50 @@ impl SqliteStore {
             .await
             .with_context(|| format!("cannot open SQLite database {path}"))?;
         MIGRATOR.run(&pool).await.context("applying migrations")?;
-        Ok(Self { pool })
+        Ok(Self::new(pool))
     }
 }
 
-impl SqliteStore {
+impl Dialect for Sqlite {
     /// WAL with synchronous=NORMAL already commits without a flush.
-    const RELAXED_COMMIT: &'static str = "";
+    const RELAXED_COMMIT: Option<&'static str> = None;
 
-    /// The shared statements are written in SQLite's dialect already.
-    fn q(sql: &str) -> String {
-        sql.to_string()
+    const EXISTING_WALLET_IDS: &'static str =
+        "SELECT id FROM wallets WHERE id IN (SELECT value FROM json_each($1))";
+
+    const WALLETS_PACKED: &'static str = "SELECT group_concat(id || char(31) || coin || char(31) \
+        || COALESCE(enterprise, '') || char(31) || CASE WHEN deleted THEN '1' ELSE '0' END || char(31) \
+        || user_ids || char(31) || COALESCE(balance, '') || char(31) || COALESCE(confirmed_balance, '') \
+        || char(31) || COALESCE(spendable_balance, '') || char(31) || COALESCE(staking_balance, '') \
+        || char(31) || COALESCE(reward_balance, '') || char(31) || COALESCE(withdraw_hold_usd, '') \
+        || char(31) || record, char(30)) \
+        FROM wallets WHERE id IN (SELECT value FROM json_each($1)) AND ($2 OR NOT deleted)";
+
+    /// One writer at a time: the subquery and update are one atomic statement.
+    const CLAIM_DUE: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
+        updated_at = $2 WHERE id IN (SELECT n.id FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
+        WHERE n.state IN ('new', 'pending') AND n.next_attempt_at <= $2 AND n.lease_until < $2 \
+        AND w.state = 'active' ORDER BY n.next_attempt_at LIMIT $3) RETURNING *";
+
+    const WEBHOOKS_BY_IDS: &'static str =
+        "SELECT * FROM webhooks WHERE id IN (SELECT value FROM json_each($1))";
+
+    const DEFER: &'static str = "UPDATE notifications SET next_attempt_at = $1, lease_until = 0 \
+        WHERE id IN (SELECT value FROM json_each($2))";
+
+    const FINISH: &'static str = "UPDATE notifications SET state = $1, retries = retries + $2, \
+        lease_until = 0, updated_at = $3 WHERE id IN (SELECT value FROM json_each($4))";
+
+    fn rows_affected(r: &Self::QueryResult) -> u64 {
+        r.rows_affected()
     }
 
-    /// A transaction that takes the write lock at once (`BEGIN IMMEDIATE`): a deferred one that
-    /// reads first fails with SQLITE_BUSY instead of waiting when another writer got in between.
-    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await
+    /// `BEGIN IMMEDIATE` takes the write lock at once: a deferred transaction that reads first
+    /// fails with SQLITE_BUSY instead of waiting when another writer got in between.
+    fn begin_write(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send {
+        pool.begin_with("BEGIN IMMEDIATE")
     }
 }
 
@@ -66,5 +91,3 @@ pub fn sqlite_path(url: &str) -> String {
     let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
     rest.split('?').next().unwrap_or_default().to_string()
 }
-
-sql_store!(SqliteStore, sqlx::Sqlite);

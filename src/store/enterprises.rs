@@ -1,0 +1,100 @@
+//! Enterprises (customer organisations) and their members.
+
+use async_trait::async_trait;
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::sql::{unique_violation, Dialect, SqlStore};
+use super::StoreResult;
+
+/// An enterprise (a customer organisation).
+#[derive(Debug, Clone, FromRow)]
+pub struct Enterprise {
+    pub id: String,
+    pub name: String,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// A user's membership of an enterprise.
+#[derive(Debug, Clone)]
+pub struct Membership {
+    pub enterprise: Enterprise,
+    pub is_admin: bool,
+}
+
+/// Enterprises and memberships.
+#[async_trait]
+pub trait EnterpriseStore: Send + Sync {
+    /// Fails with [`super::StoreError::Conflict`] when the id is taken.
+    async fn insert_enterprise(&self, e: &Enterprise) -> StoreResult<()>;
+    async fn enterprise_by_id(&self, id: &str) -> StoreResult<Option<Enterprise>>;
+    /// Adds the user to the enterprise, or updates the admin flag when already a member.
+    async fn upsert_membership(&self, enterprise_id: &str, user_id: &str, is_admin: bool) -> StoreResult<()>;
+    /// The user's enterprises, by name then id.
+    async fn memberships(&self, user_id: &str) -> StoreResult<Vec<Membership>>;
+}
+
+#[derive(FromRow)]
+struct MembershipRow {
+    #[sqlx(flatten)]
+    enterprise: Enterprise,
+    is_admin: bool,
+}
+
+#[async_trait]
+impl<DB> EnterpriseStore for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> Enterprise: FromRow<'r, DB::Row>,
+    for<'r> MembershipRow: FromRow<'r, DB::Row>,
+{
+    async fn insert_enterprise(&self, e: &Enterprise) -> StoreResult<()> {
+        sqlx::query("INSERT INTO enterprises (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(e.id.as_str())
+            .bind(e.name.as_str())
+            .bind(e.created_at)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| unique_violation(e, "an enterprise with this id"))?;
+        Ok(())
+    }
+
+    async fn enterprise_by_id(&self, id: &str) -> StoreResult<Option<Enterprise>> {
+        Ok(sqlx::query_as("SELECT id, name, created_at FROM enterprises WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn upsert_membership(&self, enterprise_id: &str, user_id: &str, is_admin: bool) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO enterprise_users (enterprise_id, user_id, is_admin) VALUES ($1, $2, $3) \
+             ON CONFLICT (enterprise_id, user_id) DO UPDATE SET is_admin = excluded.is_admin",
+        )
+        .bind(enterprise_id)
+        .bind(user_id)
+        .bind(is_admin)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn memberships(&self, user_id: &str) -> StoreResult<Vec<Membership>> {
+        let rows: Vec<MembershipRow> = sqlx::query_as(
+            "SELECT e.id, e.name, e.created_at, m.is_admin FROM enterprise_users m \
+             JOIN enterprises e ON e.id = m.enterprise_id WHERE m.user_id = $1 ORDER BY e.name, e.id",
+        )
+        .bind(user_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| Membership { enterprise: r.enterprise, is_admin: r.is_admin }).collect())
+    }
+}

@@ -1,0 +1,578 @@
+//! The outbox: notifications waiting for delivery (spec §2.6), their leases, and the record of
+//! every delivery attempt. Writers add notifications in the transaction that causes them.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::sql::{json_value, placeholders, to_json, Dialect, SqlStore};
+use super::webhooks::{Webhook, WebhookRow};
+use super::StoreResult;
+
+/// A notification in the outbox (spec §2.6). Times are Unix milliseconds.
+#[derive(Debug, Clone)]
+pub struct Notification {
+    pub id: String,
+    pub webhook_id: String,
+    pub event_id: Option<String>,
+    pub notification_type: String,
+    /// `new`, `pending`, `processed` or `failed`.
+    pub state: String,
+    pub simulation: bool,
+    pub retries: i64,
+    /// The exact JSON text that is POSTed.
+    pub payload: String,
+    pub hash: String,
+    pub idempotency_key: String,
+    /// The other §2.6 fields of its level (wallet, enterprise, coin, transfer, ...).
+    pub meta: Value,
+    pub next_attempt_at: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// One delivery attempt. Times in Unix milliseconds.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub notification_id: String,
+    pub webhook_id: String,
+    pub started_at: i64,
+    pub duration_ms: i64,
+    pub status_code: Option<u16>,
+    pub success: bool,
+    /// The first 20 KB of the response body.
+    pub response_body: Option<String>,
+    pub error: Option<String>,
+}
+
+/// What follows an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    Delivered,
+    /// Failed; try again at this Unix millisecond.
+    Retry(i64),
+    /// Failed for the last time.
+    Failed,
+}
+
+/// An attempt and what follows it, written together.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub attempt: Attempt,
+    pub completion: Completion,
+}
+
+/// When failures suspend a webhook.
+#[derive(Debug, Clone, Copy)]
+pub struct SuspendRule {
+    pub window_ms: i64,
+    pub max_in_window: u32,
+    pub max_total: u32,
+}
+
+/// A claimed notification and its webhook.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub notification: Notification,
+    pub webhook: Webhook,
+}
+
+/// Gauges for /metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeliveryStats {
+    pub due: i64,
+    pub in_flight: i64,
+    pub suspended_webhooks: i64,
+}
+
+/// The outbox and its attempts.
+#[async_trait]
+pub trait OutboxStore: Send + Sync {
+    /// Adds notifications to the outbox; one whose (webhook, idempotency key) exists is skipped.
+    async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64>;
+    /// Leases up to `limit` due notifications of active webhooks until `lease_until_ms`.
+    async fn claim_due(&self, now_ms: i64, lease_until_ms: i64, limit: u32) -> StoreResult<Vec<Claimed>>;
+    /// Gives back claimed notifications unattempted, due again at `at_ms` (no attempt counted).
+    async fn defer(&self, ids: &[String], at_ms: i64) -> StoreResult<()>;
+    /// Writes attempts and their consequences in one transaction; returns webhooks suspended.
+    async fn complete(
+        &self,
+        outcomes: &[Outcome],
+        now_ms: i64,
+        rule: SuspendRule,
+    ) -> StoreResult<Vec<String>>;
+    async fn notification_by_id(&self, webhook_id: &str, id: &str) -> StoreResult<Option<Notification>>;
+    /// A webhook's notifications (in `state` when given) with ids after `after_id`, by id.
+    async fn list_notifications(
+        &self,
+        webhook_id: &str,
+        state: Option<&str>,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Notification>>;
+    /// A notification's attempts, oldest first.
+    async fn attempts(&self, notification_id: &str) -> StoreResult<Vec<Attempt>>;
+    /// Queues a notification again now, with retries reset; None when it does not exist.
+    async fn resend_notification(
+        &self,
+        webhook_id: &str,
+        id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Option<Notification>>;
+    async fn delivery_stats(&self, now_ms: i64) -> StoreResult<DeliveryStats>;
+}
+
+#[derive(FromRow)]
+pub(super) struct NotificationRow {
+    id: String,
+    webhook_id: String,
+    event_id: Option<String>,
+    #[sqlx(rename = "type")]
+    notification_type: String,
+    state: String,
+    simulation: bool,
+    retries: i64,
+    payload: String,
+    hash: String,
+    idempotency_key: String,
+    meta: String,
+    next_attempt_at: i64,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl NotificationRow {
+    fn into_notification(self) -> StoreResult<Notification> {
+        Ok(Notification {
+            id: self.id,
+            webhook_id: self.webhook_id,
+            event_id: self.event_id,
+            notification_type: self.notification_type,
+            state: self.state,
+            simulation: self.simulation,
+            retries: self.retries,
+            payload: self.payload,
+            hash: self.hash,
+            idempotency_key: self.idempotency_key,
+            meta: json_value(&self.meta)?,
+            next_attempt_at: self.next_attempt_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+struct AttemptRow {
+    notification_id: String,
+    webhook_id: String,
+    started_at: i64,
+    duration_ms: i64,
+    status_code: Option<i64>,
+    success: bool,
+    response_body: Option<String>,
+    error: Option<String>,
+}
+
+#[derive(FromRow)]
+struct StatsRow {
+    due: i64,
+    in_flight: i64,
+    suspended_webhooks: i64,
+}
+
+#[derive(FromRow)]
+struct FailureRow {
+    failed_attempts_total: i64,
+    counters_reset_at: i64,
+    state: String,
+}
+
+const NOTIFICATION_COLUMNS: &str = "id, webhook_id, event_id, type, state, simulation, retries, payload, \
+    hash, idempotency_key, meta, next_attempt_at, created_at, updated_at";
+
+/// Adds notifications inside the caller's transaction (outbox: they commit with their cause).
+pub(super) async fn insert_notifications_tx<DB>(
+    conn: &mut DB::Connection,
+    notifications: &[Notification],
+) -> StoreResult<u64>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+{
+    let sql = format!(
+        "INSERT INTO notifications ({NOTIFICATION_COLUMNS}, lease_until) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 0) ON CONFLICT DO NOTHING"
+    );
+    let mut n = 0;
+    for x in notifications {
+        n += sqlx::query(&sql)
+            .bind(x.id.as_str())
+            .bind(x.webhook_id.as_str())
+            .bind(x.event_id.as_deref())
+            .bind(x.notification_type.as_str())
+            .bind(x.state.as_str())
+            .bind(x.simulation)
+            .bind(x.retries)
+            .bind(x.payload.as_str())
+            .bind(x.hash.as_str())
+            .bind(x.idempotency_key.as_str())
+            .bind(x.meta.to_string())
+            .bind(x.next_attempt_at)
+            .bind(x.created_at)
+            .bind(x.updated_at)
+            .execute(&mut *conn)
+            .await
+            .map(|r| DB::rows_affected(&r))?;
+    }
+    Ok(n)
+}
+
+/// Per webhook in a batch, by webhook id: (id, a success reset the successive count, failures
+/// after the last success, all failures). The order matters: processes completing batches
+/// at the same time lock webhook rows in the same order, so they cannot deadlock.
+fn failure_counters(outcomes: &[Outcome]) -> Vec<(&str, bool, i64, i64)> {
+    let mut counters: Vec<(&str, bool, i64, i64)> = Vec::new();
+    for o in outcomes {
+        let a = &o.attempt;
+        let i = match counters.iter().position(|c| c.0 == a.webhook_id) {
+            Some(i) => i,
+            None => {
+                counters.push((&a.webhook_id, false, 0, 0));
+                counters.len() - 1
+            }
+        };
+        let c = &mut counters[i];
+        if a.success {
+            c.1 = true;
+            c.2 = 0;
+        } else {
+            c.2 += 1;
+            c.3 += 1;
+        }
+    }
+    counters.sort_unstable_by_key(|c| c.0);
+    counters
+}
+
+#[async_trait]
+impl<DB> OutboxStore for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> NotificationRow: FromRow<'r, DB::Row>,
+    for<'r> WebhookRow: FromRow<'r, DB::Row>,
+    for<'r> AttemptRow: FromRow<'r, DB::Row>,
+    for<'r> StatsRow: FromRow<'r, DB::Row>,
+    for<'r> FailureRow: FromRow<'r, DB::Row>,
+{
+    async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64> {
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let count = insert_notifications_tx::<DB>(&mut tx, n).await?;
+        tx.commit().await?;
+        Ok(count)
+    }
+
+    async fn claim_due(&self, now_ms: i64, lease_until_ms: i64, limit: u32) -> StoreResult<Vec<Claimed>> {
+        let rows: Vec<NotificationRow> = sqlx::query_as(DB::CLAIM_DUE)
+            .bind(lease_until_ms)
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let notifications: Vec<Notification> =
+            rows.into_iter().map(NotificationRow::into_notification).collect::<StoreResult<_>>()?;
+        let mut ids: Vec<&str> = notifications.iter().map(|n| n.webhook_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let hooks: Vec<WebhookRow> =
+            sqlx::query_as(DB::WEBHOOKS_BY_IDS).bind(to_json(&ids)?).fetch_all(&self.pool).await?;
+        let hooks: HashMap<String, Webhook> = hooks
+            .into_iter()
+            .map(|r| r.into_webhook().map(|w| (w.id.clone(), w)))
+            .collect::<StoreResult<_>>()?;
+        Ok(notifications
+            .into_iter()
+            .filter_map(|n| {
+                hooks.get(&n.webhook_id).cloned().map(|webhook| Claimed { notification: n, webhook })
+            })
+            .collect())
+    }
+
+    async fn defer(&self, ids: &[String], at_ms: i64) -> StoreResult<()> {
+        sqlx::query(DB::DEFER).bind(at_ms).bind(to_json(ids)?).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        outcomes: &[Outcome],
+        now_ms: i64,
+        rule: SuspendRule,
+    ) -> StoreResult<Vec<String>> {
+        let mut tx = DB::begin_write(&self.pool).await?;
+        if let Some(relaxed) = DB::RELAXED_COMMIT {
+            sqlx::query(relaxed).execute(&mut *tx).await?;
+        }
+        // Attempts: multi-row inserts, skipping notifications removed meanwhile (with their webhook).
+        for chunk in outcomes.chunks(500) {
+            let values = (0..chunk.len())
+                .map(|i| format!("({})", placeholders(i * 8 + 1, 8)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "INSERT INTO delivery_attempts (notification_id, webhook_id, started_at, duration_ms, \
+                 status_code, success, response_body, error) SELECT column1, column2, column3, column4, \
+                 column5, column6, column7, column8 FROM (VALUES {values}) AS v \
+                 WHERE EXISTS (SELECT 1 FROM notifications n WHERE n.id = v.column1)"
+            );
+            let mut q = sqlx::query(&sql);
+            for a in chunk.iter().map(|o| &o.attempt) {
+                q = q
+                    .bind(a.notification_id.as_str())
+                    .bind(a.webhook_id.as_str())
+                    .bind(a.started_at)
+                    .bind(a.duration_ms)
+                    .bind(a.status_code.map(i64::from))
+                    .bind(a.success)
+                    .bind(a.response_body.as_deref())
+                    .bind(a.error.as_deref());
+            }
+            q.execute(&mut *tx).await?;
+        }
+        // Notifications: one statement per final state; retries each have their own time.
+        let (mut delivered, mut failed) = (Vec::new(), Vec::new());
+        for o in outcomes {
+            let id = o.attempt.notification_id.as_str();
+            match o.completion {
+                Completion::Delivered => delivered.push(id),
+                Completion::Failed => failed.push(id),
+                Completion::Retry(at) => {
+                    sqlx::query(
+                        "UPDATE notifications SET state = 'pending', retries = retries + 1, \
+                         next_attempt_at = $1, lease_until = 0, updated_at = $2 WHERE id = $3",
+                    )
+                    .bind(at)
+                    .bind(now_ms)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+        }
+        for (state, ids, retry_inc) in [("processed", delivered, 0i64), ("failed", failed, 1)] {
+            if !ids.is_empty() {
+                sqlx::query(DB::FINISH)
+                    .bind(state)
+                    .bind(retry_inc)
+                    .bind(now_ms)
+                    .bind(to_json(&ids)?)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        // Webhook counters, one statement per webhook: failures after its last success in this
+        // batch continue (or restart) the successive count.
+        let mut suspended = Vec::new();
+        for (id, reset, fails_after, fails) in failure_counters(outcomes) {
+            sqlx::query(
+                "UPDATE webhooks SET successive_failed_attempts = CASE WHEN $1 THEN $2 \
+                 ELSE successive_failed_attempts + $2 END, \
+                 failed_attempts_total = failed_attempts_total + $3 WHERE id = $4",
+            )
+            .bind(reset)
+            .bind(fails_after)
+            .bind(fails)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            if fails > 0 && should_suspend::<DB>(&mut tx, id, now_ms, rule).await? {
+                sqlx::query("UPDATE webhooks SET state = 'suspended' WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                suspended.push(id.to_string());
+            }
+        }
+        tx.commit().await?;
+        Ok(suspended)
+    }
+
+    async fn notification_by_id(&self, webhook_id: &str, id: &str) -> StoreResult<Option<Notification>> {
+        let sql =
+            format!("SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE webhook_id = $1 AND id = $2");
+        let row: Option<NotificationRow> =
+            sqlx::query_as(&sql).bind(webhook_id).bind(id).fetch_optional(&self.pool).await?;
+        row.map(NotificationRow::into_notification).transpose()
+    }
+
+    async fn list_notifications(
+        &self,
+        webhook_id: &str,
+        state: Option<&str>,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Notification>> {
+        let sql = format!(
+            "SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE webhook_id = $1 \
+             AND (CAST($2 AS TEXT) IS NULL OR state = $2) AND id > $3 ORDER BY id LIMIT $4"
+        );
+        let rows: Vec<NotificationRow> = sqlx::query_as(&sql)
+            .bind(webhook_id)
+            .bind(state)
+            .bind(after_id.unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(NotificationRow::into_notification).collect()
+    }
+
+    async fn attempts(&self, notification_id: &str) -> StoreResult<Vec<Attempt>> {
+        let rows: Vec<AttemptRow> = sqlx::query_as(
+            "SELECT notification_id, webhook_id, started_at, duration_ms, status_code, success, \
+             response_body, error FROM delivery_attempts WHERE notification_id = $1 ORDER BY id",
+        )
+        .bind(notification_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Attempt {
+                notification_id: r.notification_id,
+                webhook_id: r.webhook_id,
+                started_at: r.started_at,
+                duration_ms: r.duration_ms,
+                status_code: r.status_code.and_then(|c| u16::try_from(c).ok()),
+                success: r.success,
+                response_body: r.response_body,
+                error: r.error,
+            })
+            .collect())
+    }
+
+    async fn resend_notification(
+        &self,
+        webhook_id: &str,
+        id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Option<Notification>> {
+        let res = sqlx::query(
+            "UPDATE notifications SET state = 'new', retries = 0, next_attempt_at = $1, lease_until = 0, \
+             updated_at = $1 WHERE webhook_id = $2 AND id = $3",
+        )
+        .bind(now_ms)
+        .bind(webhook_id)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        if DB::rows_affected(&res) == 0 {
+            return Ok(None);
+        }
+        self.notification_by_id(webhook_id, id).await
+    }
+
+    async fn delivery_stats(&self, now_ms: i64) -> StoreResult<DeliveryStats> {
+        let r: StatsRow = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM notifications WHERE state IN ('new', 'pending') \
+             AND next_attempt_at <= $1 AND lease_until < $1) AS due, \
+             (SELECT COUNT(*) FROM notifications WHERE state = 'pending' AND lease_until >= $1) AS in_flight, \
+             (SELECT COUNT(*) FROM webhooks WHERE state = 'suspended') AS suspended_webhooks",
+        )
+        .bind(now_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(DeliveryStats { due: r.due, in_flight: r.in_flight, suspended_webhooks: r.suspended_webhooks })
+    }
+}
+
+/// Whether an active webhook's failures now break `rule`: too many in its window (counted
+/// from its last unblock at the earliest) or in total.
+async fn should_suspend<DB>(
+    conn: &mut DB::Connection,
+    id: &str,
+    now_ms: i64,
+    rule: SuspendRule,
+) -> StoreResult<bool>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> FailureRow: FromRow<'r, DB::Row>,
+{
+    let row: Option<FailureRow> =
+        sqlx::query_as("SELECT failed_attempts_total, counters_reset_at, state FROM webhooks WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(row) = row.filter(|r| r.state == "active") else { return Ok(false) };
+    let since = (now_ms - rule.window_ms).max(row.counters_reset_at);
+    let recent: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM delivery_attempts WHERE webhook_id = $1 AND NOT success AND started_at >= $2",
+    )
+    .bind(id)
+    .bind(since)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(recent >= i64::from(rule.max_in_window) || row.failed_attempts_total >= i64::from(rule.max_total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(webhook: &str, success: bool) -> Outcome {
+        Outcome {
+            attempt: Attempt {
+                notification_id: "n".into(),
+                webhook_id: webhook.into(),
+                started_at: 0,
+                duration_ms: 0,
+                status_code: None,
+                success,
+                response_body: None,
+                error: None,
+            },
+            completion: if success { Completion::Delivered } else { Completion::Failed },
+        }
+    }
+
+    #[test]
+    fn counters_are_per_webhook_in_id_order() {
+        let batch = [
+            outcome("b", false),
+            outcome("a", false),
+            outcome("b", true),
+            outcome("b", false),
+            outcome("a", false),
+        ];
+        assert_eq!(failure_counters(&batch), vec![("a", false, 2, 2), ("b", true, 1, 2)]);
+    }
+}

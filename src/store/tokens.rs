@@ -1,0 +1,241 @@
+//! Access tokens (spec §2.4) and token templates: records and storage.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::outbox::{insert_notifications_tx, Notification};
+use super::sql::{
+    json_list, json_list_opt, json_value, to_json, to_json_opt, unique_violation, Dialect, SqlStore,
+};
+use super::StoreResult;
+
+/// What a token was issued by, which bounds what it may do (docs/scopes.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// From login with password + OTP.
+    Session,
+    /// From login with `forReset2FA`: may only read the profile.
+    Reset2fa,
+    /// From POST /api/v2/user/accesstoken.
+    Access,
+}
+
+impl TokenKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenKind::Session => "session",
+            TokenKind::Reset2fa => "reset2fa",
+            TokenKind::Access => "access",
+        }
+    }
+
+    /// Unknown kinds read as the narrowest one.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "session" => TokenKind::Session,
+            "access" => TokenKind::Access,
+            _ => TokenKind::Reset2fa,
+        }
+    }
+}
+
+/// An access token (spec §2.4). The secret itself is never stored: only its SHA-256.
+#[derive(Debug, Clone)]
+pub struct TokenRecord {
+    /// Public id, 32 hex.
+    pub id: String,
+    /// Hex SHA-256 of the secret token value.
+    pub token_hash: String,
+    pub user_id: String,
+    pub kind: TokenKind,
+    pub label: Option<String>,
+    pub scopes: Vec<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds.
+    pub expires_at: i64,
+    /// Unix seconds.
+    pub revoked_at: Option<i64>,
+    /// Address of the client that requested it.
+    pub ip: Option<String>,
+    /// Normalised CIDR blocks; `None` means unrestricted.
+    pub ip_restrict: Option<Vec<String>>,
+    pub enterprise: Option<String>,
+    pub is_extensible: bool,
+    /// Carries the service-admin permission.
+    pub admin: bool,
+    /// `{coin: {txValueLimit, maxLimit?, allErc20TokensLimit?}}`.
+    pub spending_limits: Option<Value>,
+    pub permitted_wallets: Option<Vec<String>>,
+    pub permitted_enterprises: Option<Vec<String>>,
+    pub origin: String,
+    pub parent_id: Option<String>,
+}
+
+/// An access token template (issue 2 §5): default field values for token creation.
+#[derive(Debug, Clone)]
+pub struct TokenTemplate {
+    pub id: String,
+    /// A JSON object with the request fields of §4.3 it supplies.
+    pub fields: Value,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// Tokens by id and by hash, and templates.
+#[async_trait]
+pub trait TokenStore: Send + Sync {
+    /// Stores a token and, in the same transaction, the notifications it fires (outbox).
+    async fn insert_token(&self, t: &TokenRecord, notifications: &[Notification]) -> StoreResult<()>;
+    async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>>;
+    /// `token_hash`: hex SHA-256 of the secret.
+    async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>>;
+    /// Fails with [`super::StoreError::Conflict`] when the id is taken.
+    async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()>;
+    async fn template_by_id(&self, id: &str) -> StoreResult<Option<TokenTemplate>>;
+}
+
+#[derive(FromRow)]
+struct TokenRow {
+    id: String,
+    token_hash: String,
+    user_id: String,
+    kind: String,
+    label: Option<String>,
+    scopes: String,
+    created_at: i64,
+    expires_at: i64,
+    revoked_at: Option<i64>,
+    ip: Option<String>,
+    ip_restrict: Option<String>,
+    enterprise: Option<String>,
+    is_extensible: bool,
+    admin: bool,
+    spending_limits: Option<String>,
+    permitted_wallets: Option<String>,
+    permitted_enterprises: Option<String>,
+    origin: String,
+    parent_id: Option<String>,
+}
+
+impl TokenRow {
+    fn into_record(self) -> StoreResult<TokenRecord> {
+        Ok(TokenRecord {
+            id: self.id,
+            token_hash: self.token_hash,
+            user_id: self.user_id,
+            kind: TokenKind::parse(&self.kind),
+            label: self.label,
+            scopes: json_list(&self.scopes)?,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            revoked_at: self.revoked_at,
+            ip: self.ip,
+            ip_restrict: json_list_opt(self.ip_restrict)?,
+            enterprise: self.enterprise,
+            is_extensible: self.is_extensible,
+            admin: self.admin,
+            spending_limits: self.spending_limits.as_deref().map(json_value).transpose()?,
+            permitted_wallets: json_list_opt(self.permitted_wallets)?,
+            permitted_enterprises: json_list_opt(self.permitted_enterprises)?,
+            origin: self.origin,
+            parent_id: self.parent_id,
+        })
+    }
+}
+
+#[derive(FromRow)]
+struct TemplateRow {
+    id: String,
+    fields: String,
+    created_at: i64,
+}
+
+const TOKEN_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
+    revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
+    permitted_enterprises, origin, parent_id";
+
+#[async_trait]
+impl<DB> TokenStore for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> TokenRow: FromRow<'r, DB::Row>,
+    for<'r> TemplateRow: FromRow<'r, DB::Row>,
+{
+    async fn insert_token(&self, t: &TokenRecord, notifications: &[Notification]) -> StoreResult<()> {
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let sql = format!(
+            "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        );
+        sqlx::query(&sql)
+            .bind(t.id.as_str())
+            .bind(t.token_hash.as_str())
+            .bind(t.user_id.as_str())
+            .bind(t.kind.as_str())
+            .bind(t.label.as_deref())
+            .bind(to_json(&t.scopes)?)
+            .bind(t.created_at)
+            .bind(t.expires_at)
+            .bind(t.revoked_at)
+            .bind(t.ip.as_deref())
+            .bind(to_json_opt(&t.ip_restrict)?)
+            .bind(t.enterprise.as_deref())
+            .bind(t.is_extensible)
+            .bind(t.admin)
+            .bind(to_json_opt(&t.spending_limits)?)
+            .bind(to_json_opt(&t.permitted_wallets)?)
+            .bind(to_json_opt(&t.permitted_enterprises)?)
+            .bind(t.origin.as_str())
+            .bind(t.parent_id.as_deref())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| unique_violation(e, "a token with this id"))?;
+        insert_notifications_tx::<DB>(&mut tx, notifications).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>> {
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM access_tokens WHERE id = $1");
+        let row: Option<TokenRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+        row.map(TokenRow::into_record).transpose()
+    }
+
+    async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>> {
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM access_tokens WHERE token_hash = $1");
+        let row: Option<TokenRow> = sqlx::query_as(&sql).bind(token_hash).fetch_optional(&self.pool).await?;
+        row.map(TokenRow::into_record).transpose()
+    }
+
+    async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()> {
+        sqlx::query("INSERT INTO token_templates (id, fields, created_at) VALUES ($1, $2, $3)")
+            .bind(t.id.as_str())
+            .bind(t.fields.to_string())
+            .bind(t.created_at)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| unique_violation(e, "a template with this id"))?;
+        Ok(())
+    }
+
+    async fn template_by_id(&self, id: &str) -> StoreResult<Option<TokenTemplate>> {
+        let row: Option<TemplateRow> =
+            sqlx::query_as("SELECT id, fields, created_at FROM token_templates WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|r| Ok(TokenTemplate { id: r.id, fields: json_value(&r.fields)?, created_at: r.created_at }))
+            .transpose()
+    }
+}

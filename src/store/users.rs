@@ -1,0 +1,173 @@
+//! Users (spec §2.3): the record and its storage.
+
+use async_trait::async_trait;
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::sql::{json_list, to_json, unique_violation, Dialect, SqlStore};
+use super::StoreResult;
+
+/// A user (spec §2.3). The TOTP seed is only held encrypted ([`crate::secrets::MasterKey`]).
+#[derive(Debug, Clone)]
+pub struct User {
+    pub id: String,
+    /// Lower-cased; unique.
+    pub email: String,
+    pub name_first: String,
+    pub name_last: String,
+    /// PHC string of an argon2id hash.
+    pub password_hash: String,
+    /// Nonce || ciphertext of the raw TOTP seed.
+    pub totp_secret_enc: Vec<u8>,
+    /// Last RFC 6238 time step accepted, against replay.
+    pub totp_last_step: Option<i64>,
+    /// A service employee holding the service-admin permission.
+    pub service_admin: bool,
+    pub is_active: bool,
+    pub timezone: String,
+    pub locale: String,
+    /// Coin symbols; empty means no restriction.
+    pub allowed_coins: Vec<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds.
+    pub password_updated_at: i64,
+    /// Unix seconds.
+    pub last_login: Option<i64>,
+}
+
+/// Users by id and by email, and their TOTP replay counter.
+#[async_trait]
+pub trait UserStore: Send + Sync {
+    /// Fails with [`super::StoreError::Conflict`] when the email is taken.
+    async fn insert_user(&self, user: &User) -> StoreResult<()>;
+    async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>>;
+    /// `email` must already be lower-cased.
+    async fn user_by_email(&self, email: &str) -> StoreResult<Option<User>>;
+    /// Records `step` as the user's last accepted TOTP step if it is newer than the stored one.
+    /// Returns false when it is not (a replayed or older code).
+    async fn advance_totp_step(&self, user_id: &str, step: i64) -> StoreResult<bool>;
+    /// `at` in Unix seconds.
+    async fn set_last_login(&self, user_id: &str, at: i64) -> StoreResult<()>;
+}
+
+#[derive(FromRow)]
+struct UserRow {
+    id: String,
+    email: String,
+    name_first: String,
+    name_last: String,
+    password_hash: String,
+    totp_secret_enc: Vec<u8>,
+    totp_last_step: Option<i64>,
+    service_admin: bool,
+    is_active: bool,
+    timezone: String,
+    locale: String,
+    allowed_coins: String,
+    created_at: i64,
+    password_updated_at: i64,
+    last_login: Option<i64>,
+}
+
+impl UserRow {
+    fn into_user(self) -> StoreResult<User> {
+        Ok(User {
+            id: self.id,
+            email: self.email,
+            name_first: self.name_first,
+            name_last: self.name_last,
+            password_hash: self.password_hash,
+            totp_secret_enc: self.totp_secret_enc,
+            totp_last_step: self.totp_last_step,
+            service_admin: self.service_admin,
+            is_active: self.is_active,
+            timezone: self.timezone,
+            locale: self.locale,
+            allowed_coins: json_list(&self.allowed_coins)?,
+            created_at: self.created_at,
+            password_updated_at: self.password_updated_at,
+            last_login: self.last_login,
+        })
+    }
+}
+
+const USER_COLUMNS: &str = "id, email, name_first, name_last, password_hash, totp_secret_enc, \
+    totp_last_step, service_admin, is_active, timezone, locale, allowed_coins, created_at, \
+    password_updated_at, last_login";
+
+#[async_trait]
+impl<DB> UserStore for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> UserRow: FromRow<'r, DB::Row>,
+{
+    async fn insert_user(&self, u: &User) -> StoreResult<()> {
+        let sql = format!(
+            "INSERT INTO users ({USER_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+        );
+        sqlx::query(&sql)
+            .bind(u.id.as_str())
+            .bind(u.email.as_str())
+            .bind(u.name_first.as_str())
+            .bind(u.name_last.as_str())
+            .bind(u.password_hash.as_str())
+            .bind(u.totp_secret_enc.as_slice())
+            .bind(u.totp_last_step)
+            .bind(u.service_admin)
+            .bind(u.is_active)
+            .bind(u.timezone.as_str())
+            .bind(u.locale.as_str())
+            .bind(to_json(&u.allowed_coins)?)
+            .bind(u.created_at)
+            .bind(u.password_updated_at)
+            .bind(u.last_login)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| unique_violation(e, "a user with this email"))?;
+        Ok(())
+    }
+
+    async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>> {
+        let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1");
+        let row: Option<UserRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+        row.map(UserRow::into_user).transpose()
+    }
+
+    async fn user_by_email(&self, email: &str) -> StoreResult<Option<User>> {
+        let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE email = $1");
+        let row: Option<UserRow> = sqlx::query_as(&sql).bind(email).fetch_optional(&self.pool).await?;
+        row.map(UserRow::into_user).transpose()
+    }
+
+    async fn advance_totp_step(&self, user_id: &str, step: i64) -> StoreResult<bool> {
+        let res = sqlx::query(
+            "UPDATE users SET totp_last_step = $1 \
+             WHERE id = $2 AND (totp_last_step IS NULL OR totp_last_step < $1)",
+        )
+        .bind(step)
+        .bind(user_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(DB::rows_affected(&res) == 1)
+    }
+
+    async fn set_last_login(&self, user_id: &str, at: i64) -> StoreResult<()> {
+        sqlx::query("UPDATE users SET last_login = $1 WHERE id = $2")
+            .bind(at)
+            .bind(user_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

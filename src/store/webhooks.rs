@@ -1,0 +1,366 @@
+//! Webhooks (spec §2.5) and the enterprise webhook secrets that sign their notifications.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::sql::{json_list, json_value, to_json, unique_violation, Dialect, SqlStore};
+use super::StoreResult;
+
+/// A webhook (spec §2.5). `scope` is `wallet`, `block` or `enterprise`.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    pub id: String,
+    pub scope: String,
+    pub wallet_id: Option<String>,
+    /// The enterprise whose secret signs its notifications (docs/webhooks.md).
+    pub enterprise_id: Option<String>,
+    /// The creator; the owner of a block webhook.
+    pub user_id: String,
+    pub coin: Option<String>,
+    pub webhook_type: String,
+    pub url: String,
+    pub label: Option<String>,
+    pub num_confirmations: Option<i64>,
+    /// `active` or `suspended`.
+    pub state: String,
+    pub successive_failed_attempts: i64,
+    pub failed_attempts_total: i64,
+    pub listen_to_failure_states: bool,
+    pub tx_request_states: Vec<String>,
+    pub tx_request_transaction_states: Vec<String>,
+    pub custom_headers: BTreeMap<String, String>,
+    pub allow_blocked_hosts: bool,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// Which webhooks a list or removal applies to.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookFilter {
+    pub scope: String,
+    pub wallet_id: Option<String>,
+    pub enterprise_id: Option<String>,
+    pub user_id: Option<String>,
+    pub coin: Option<String>,
+    pub webhook_type: Option<String>,
+    /// Only webhooks in this state.
+    pub state: Option<String>,
+}
+
+impl WebhookFilter {
+    /// The filter that §8's per-type limit counts within for `w`'s level.
+    fn limit_for(w: &Webhook) -> Self {
+        let scope = w.scope.clone();
+        match w.scope.as_str() {
+            "wallet" => WebhookFilter { scope, wallet_id: w.wallet_id.clone(), ..Default::default() },
+            "enterprise" => {
+                WebhookFilter { scope, enterprise_id: w.enterprise_id.clone(), ..Default::default() }
+            }
+            _ => WebhookFilter {
+                scope,
+                user_id: Some(w.user_id.clone()),
+                coin: w.coin.clone(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The WHERE clause selecting the filter's webhooks, with its binds in placeholder order
+    /// (`$1`...); more conditions may follow from `$n+1`.
+    fn to_sql(&self) -> (String, Vec<&str>) {
+        let mut sql = String::from("scope = $1");
+        let mut binds = vec![self.scope.as_str()];
+        for (col, v) in [
+            ("wallet_id", &self.wallet_id),
+            ("enterprise_id", &self.enterprise_id),
+            ("user_id", &self.user_id),
+            ("coin", &self.coin),
+            ("type", &self.webhook_type),
+            ("state", &self.state),
+        ] {
+            if let Some(v) = v {
+                binds.push(v);
+                sql.push_str(&format!(" AND {col} = ${}", binds.len()));
+            }
+        }
+        (sql, binds)
+    }
+}
+
+/// An enterprise's webhook secret, sealed with the master key.
+#[derive(Debug, Clone, FromRow)]
+pub struct WebhookSecret {
+    pub current_enc: Vec<u8>,
+    /// The secret before the last rotation, valid for the grace period after it.
+    pub previous_enc: Option<Vec<u8>>,
+    /// Unix seconds.
+    pub rotated_at: i64,
+}
+
+/// Result of a secret rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotation {
+    Done,
+    /// Rotated too recently; seconds to wait.
+    TooSoon(i64),
+}
+
+/// Webhooks and webhook secrets.
+#[async_trait]
+pub trait WebhookStore: Send + Sync {
+    /// Inserts a webhook unless its level already has `max_per_type` of that type (§8);
+    /// returns false then. The count and insert are one transaction.
+    async fn insert_webhook(&self, w: &Webhook, max_per_type: u32) -> StoreResult<bool>;
+    async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>>;
+    /// Webhooks matching `filter` with ids greater than `after_id`, by id, at most `limit`.
+    async fn list_webhooks(
+        &self,
+        filter: &WebhookFilter,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Webhook>>;
+    /// Removes webhooks matching `filter` and (`id`, or `type` and `url`). Returns how many.
+    async fn delete_webhooks(
+        &self,
+        filter: &WebhookFilter,
+        id: Option<&str>,
+        type_url: Option<(&str, &str)>,
+    ) -> StoreResult<u64>;
+    /// Makes a webhook active and clears its failure counters; false when no such webhook.
+    async fn unblock_webhook(&self, id: &str, now_ms: i64) -> StoreResult<bool>;
+
+    async fn webhook_secret(&self, enterprise_id: &str) -> StoreResult<Option<WebhookSecret>>;
+    /// Stores `new_enc` as the current secret, keeping the old one as previous, unless the last
+    /// rotation was less than `min_interval` seconds before `now` (Unix seconds).
+    async fn rotate_webhook_secret(
+        &self,
+        enterprise_id: &str,
+        new_enc: &[u8],
+        now: i64,
+        min_interval: i64,
+    ) -> StoreResult<Rotation>;
+}
+
+#[derive(FromRow)]
+pub(super) struct WebhookRow {
+    id: String,
+    scope: String,
+    wallet_id: Option<String>,
+    enterprise_id: Option<String>,
+    user_id: String,
+    coin: Option<String>,
+    #[sqlx(rename = "type")]
+    webhook_type: String,
+    url: String,
+    label: Option<String>,
+    num_confirmations: Option<i64>,
+    state: String,
+    successive_failed_attempts: i64,
+    failed_attempts_total: i64,
+    listen_to_failure_states: bool,
+    tx_request_states: String,
+    tx_request_transaction_states: String,
+    custom_headers: String,
+    allow_blocked_hosts: bool,
+    created_at: i64,
+}
+
+impl WebhookRow {
+    pub(super) fn into_webhook(self) -> StoreResult<Webhook> {
+        Ok(Webhook {
+            id: self.id,
+            scope: self.scope,
+            wallet_id: self.wallet_id,
+            enterprise_id: self.enterprise_id,
+            user_id: self.user_id,
+            coin: self.coin,
+            webhook_type: self.webhook_type,
+            url: self.url,
+            label: self.label,
+            num_confirmations: self.num_confirmations,
+            state: self.state,
+            successive_failed_attempts: self.successive_failed_attempts,
+            failed_attempts_total: self.failed_attempts_total,
+            listen_to_failure_states: self.listen_to_failure_states,
+            tx_request_states: json_list(&self.tx_request_states)?,
+            tx_request_transaction_states: json_list(&self.tx_request_transaction_states)?,
+            custom_headers: json_value(&self.custom_headers)?,
+            allow_blocked_hosts: self.allow_blocked_hosts,
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// The columns of [`WebhookRow`], for `SELECT`.
+pub(super) const WEBHOOK_COLUMNS: &str = "id, scope, wallet_id, enterprise_id, user_id, coin, type, url, \
+    label, num_confirmations, state, successive_failed_attempts, failed_attempts_total, \
+    listen_to_failure_states, tx_request_states, tx_request_transaction_states, custom_headers, \
+    allow_blocked_hosts, created_at";
+
+const INSERT_WEBHOOK: &str = "INSERT INTO webhooks (id, scope, wallet_id, enterprise_id, user_id, coin, \
+    type, url, label, num_confirmations, state, listen_to_failure_states, tx_request_states, \
+    tx_request_transaction_states, custom_headers, allow_blocked_hosts, created_at) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)";
+
+#[async_trait]
+impl<DB> WebhookStore for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> WebhookRow: FromRow<'r, DB::Row>,
+    for<'r> WebhookSecret: FromRow<'r, DB::Row>,
+{
+    async fn insert_webhook(&self, w: &Webhook, max_per_type: u32) -> StoreResult<bool> {
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let filter = WebhookFilter::limit_for(w);
+        let (where_sql, binds) = filter.to_sql();
+        let sql = format!("SELECT COUNT(*) FROM webhooks WHERE {where_sql} AND type = ${}", binds.len() + 1);
+        let mut count = sqlx::query_scalar::<_, i64>(&sql);
+        for b in binds {
+            count = count.bind(b);
+        }
+        if count.bind(w.webhook_type.as_str()).fetch_one(&mut *tx).await? >= i64::from(max_per_type) {
+            return Ok(false);
+        }
+        sqlx::query(INSERT_WEBHOOK)
+            .bind(w.id.as_str())
+            .bind(w.scope.as_str())
+            .bind(w.wallet_id.as_deref())
+            .bind(w.enterprise_id.as_deref())
+            .bind(w.user_id.as_str())
+            .bind(w.coin.as_deref())
+            .bind(w.webhook_type.as_str())
+            .bind(w.url.as_str())
+            .bind(w.label.as_deref())
+            .bind(w.num_confirmations)
+            .bind(w.state.as_str())
+            .bind(w.listen_to_failure_states)
+            .bind(to_json(&w.tx_request_states)?)
+            .bind(to_json(&w.tx_request_transaction_states)?)
+            .bind(to_json(&w.custom_headers)?)
+            .bind(w.allow_blocked_hosts)
+            .bind(w.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| unique_violation(e, "a webhook with this id"))?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>> {
+        let sql = format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1");
+        let row: Option<WebhookRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+        row.map(WebhookRow::into_webhook).transpose()
+    }
+
+    async fn list_webhooks(
+        &self,
+        filter: &WebhookFilter,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Webhook>> {
+        let (where_sql, binds) = filter.to_sql();
+        let n = binds.len();
+        let sql = format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE {where_sql} AND id > ${} ORDER BY id LIMIT ${}",
+            n + 1,
+            n + 2
+        );
+        let mut q = sqlx::query_as::<_, WebhookRow>(&sql);
+        for b in binds {
+            q = q.bind(b);
+        }
+        let rows = q.bind(after_id.unwrap_or("")).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.into_iter().map(WebhookRow::into_webhook).collect()
+    }
+
+    async fn delete_webhooks(
+        &self,
+        filter: &WebhookFilter,
+        id: Option<&str>,
+        type_url: Option<(&str, &str)>,
+    ) -> StoreResult<u64> {
+        let (mut where_sql, mut binds) = filter.to_sql();
+        if let Some(id) = id {
+            binds.push(id);
+            where_sql.push_str(&format!(" AND id = ${}", binds.len()));
+        }
+        if let Some((t, u)) = type_url {
+            binds.push(t);
+            binds.push(u);
+            where_sql.push_str(&format!(" AND type = ${} AND url = ${}", binds.len() - 1, binds.len()));
+        }
+        let sql = format!("DELETE FROM webhooks WHERE {where_sql}");
+        let mut q = sqlx::query(&sql);
+        for b in binds {
+            q = q.bind(b);
+        }
+        Ok(q.execute(&self.pool).await.map(|r| DB::rows_affected(&r))?)
+    }
+
+    async fn unblock_webhook(&self, id: &str, now_ms: i64) -> StoreResult<bool> {
+        let res = sqlx::query(
+            "UPDATE webhooks SET state = 'active', successive_failed_attempts = 0, \
+             failed_attempts_total = 0, counters_reset_at = $1 WHERE id = $2",
+        )
+        .bind(now_ms)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(DB::rows_affected(&res) == 1)
+    }
+
+    async fn webhook_secret(&self, enterprise_id: &str) -> StoreResult<Option<WebhookSecret>> {
+        Ok(sqlx::query_as(
+            "SELECT current_enc, previous_enc, rotated_at FROM webhook_secrets WHERE enterprise_id = $1",
+        )
+        .bind(enterprise_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        enterprise_id: &str,
+        new_enc: &[u8],
+        now: i64,
+        min_interval: i64,
+    ) -> StoreResult<Rotation> {
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let last: Option<i64> =
+            sqlx::query_scalar("SELECT rotated_at FROM webhook_secrets WHERE enterprise_id = $1")
+                .bind(enterprise_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some(last) = last {
+            if now < last + min_interval {
+                return Ok(Rotation::TooSoon(last + min_interval - now));
+            }
+        }
+        sqlx::query(
+            "INSERT INTO webhook_secrets (enterprise_id, current_enc, previous_enc, rotated_at) \
+             VALUES ($1, $2, NULL, $3) ON CONFLICT (enterprise_id) DO UPDATE SET \
+             previous_enc = webhook_secrets.current_enc, current_enc = excluded.current_enc, \
+             rotated_at = excluded.rotated_at",
+        )
+        .bind(enterprise_id)
+        .bind(new_enc)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Rotation::Done)
+    }
+}
