@@ -10,8 +10,12 @@ pub const BACKEND: common::Backend = common::Backend::Postgres;
 mod cli;
 #[path = "api/common.rs"]
 mod common;
+#[path = "api/delivery.rs"]
+mod delivery;
 #[path = "api/errors.rs"]
 mod errors;
+#[path = "api/events.rs"]
+mod events;
 #[path = "api/identity.rs"]
 mod identity;
 #[path = "api/procs.rs"]

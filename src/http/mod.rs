@@ -23,7 +23,7 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use self::handlers::{events, identity, wallets, webhooks};
+use self::handlers::{events, identity, wallets, webhook_admin, webhooks};
 use crate::{error::Error, AppState};
 
 pub mod auth;
@@ -119,12 +119,12 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(webhooks::create_enterprise_webhook, webhooks::list_enterprise_webhooks))
         .routes(routes!(webhooks::remove_enterprise_webhook))
         .routes(routes!(webhooks::simulate_enterprise_webhook))
-        .routes(routes!(webhooks::create_secret))
-        .routes(routes!(webhooks::verify))
-        .routes(routes!(webhooks::unblock))
-        .routes(routes!(webhooks::list_notifications))
-        .routes(routes!(webhooks::list_attempts))
-        .routes(routes!(webhooks::resend))
+        .routes(routes!(webhook_admin::create_secret))
+        .routes(routes!(webhook_admin::verify))
+        .routes(routes!(webhook_admin::unblock))
+        .routes(routes!(webhook_admin::list_notifications))
+        .routes(routes!(webhook_admin::list_attempts))
+        .routes(routes!(webhook_admin::resend))
         .routes(routes!(events::ingest_event))
         .split_for_parts()
 }

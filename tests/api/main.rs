@@ -6,7 +6,9 @@ pub const BACKEND: common::Backend = common::Backend::Sqlite;
 
 mod cli;
 mod common;
+mod delivery;
 mod errors;
+mod events;
 mod identity;
 mod procs;
 mod receiver;

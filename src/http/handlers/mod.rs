@@ -4,4 +4,5 @@
 pub mod events;
 pub mod identity;
 pub mod wallets;
+pub mod webhook_admin;
 pub mod webhooks;

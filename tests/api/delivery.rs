@@ -1,0 +1,385 @@
+//! Delivery of webhook notifications to a real receiver: signatures, verification, retries,
+//! suspension and the SSRF guard (§2.6, §2.7, §4.10).
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::{
+    common::*,
+    receiver::{Answer, TestReceiver},
+    webhooks::{fast, fixture, hmac_hex, standard_sig, WALLET},
+};
+
+#[tokio::test]
+async fn simulated_wallet_notification_is_delivered_signed() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    let secret = f.secret().await;
+    assert!(secret.starts_with("whsec_"));
+    let res = f
+        .wallet_hook(
+            json!({ "type": "transfer", "url": rx.url, "customHttpHeaders": { "X-Receiver-Token": "abc" } }),
+        )
+        .await;
+    let hook: Value = res.json().await.unwrap();
+    let hook_id = hook["id"].as_str().unwrap();
+    let res = f
+        .app
+        .post_auth(
+            &format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{hook_id}/simulate"),
+            &f.token,
+            &json!({ "transferId": "5f0c5e1a2b3c4d5e6f708192a3b4c5d6" }),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    let n = &body["webhookNotifications"][0];
+    for (k, v) in [
+        ("simulation", json!(true)),
+        ("state", json!("new")),
+        ("retries", json!(0)),
+        ("version", json!(2)),
+        ("webhook", json!(hook_id)),
+        ("type", json!("transfer")),
+        ("wallet", json!(WALLET)),
+        ("coin", json!("tbtc")),
+        ("enterprise", json!(f.enterprise)),
+        ("organization", json!("org-7")),
+        ("url", json!(rx.url)),
+        ("transfer", json!("5f0c5e1a2b3c4d5e6f708192a3b4c5d6")),
+    ] {
+        assert_eq!(n[k], v, "{k} in {n}");
+    }
+    for k in ["id", "hash", "idempotencyKey", "updatedAt", "payload"] {
+        assert!(n[k].as_str().is_some_and(|s| !s.is_empty()), "{k} in {n}");
+    }
+    let payload: Value = serde_json::from_str(n["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(payload["placeholder"], true, "unknown transfer: placeholder data, marked");
+    assert_eq!(payload["simulation"], true);
+
+    let got = rx.wait_for(1, 10).await;
+    let r = &got[0];
+    assert_eq!(r.body, n["payload"].as_str().unwrap(), "the exact payload is POSTed");
+    let h = |k: &str| r.headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    assert_eq!(h("content-type"), "application/json");
+    assert_eq!(h("idempotency-key"), n["idempotencyKey"].as_str().unwrap());
+    assert_eq!(h("x-receiver-token"), "abc");
+    assert_eq!(h("webhook-id"), n["id"].as_str().unwrap());
+    assert_eq!(
+        h("x-signature-sha256"),
+        hmac_hex(secret.as_bytes(), r.body.as_bytes()),
+        "BitGo-style signature"
+    );
+    assert_eq!(
+        h("webhook-signature"),
+        standard_sig(&secret, &h("webhook-id"), &h("webhook-timestamp"), &r.body),
+        "Standard Webhooks signature"
+    );
+    let ts: i64 = h("webhook-timestamp").parse().unwrap();
+    assert!((ts - custodian::ids::now()).abs() <= 5);
+
+    // The operator's views show it processed, with one successful attempt.
+    let list = f.get(&format!("/api/v2/webhook/{hook_id}/notifications?state=processed")).await;
+    let nid = n["id"].as_str().unwrap();
+    assert_eq!(list["notifications"][0]["id"], nid, "{list}");
+    let attempts = f.get(&format!("/api/v2/webhook/{hook_id}/notifications/{nid}/attempts")).await;
+    assert_eq!(attempts["attempts"][0]["statusCode"], 200);
+    assert_eq!(attempts["attempts"][0]["responseBody"], "receiver says hi");
+    // Resend delivers it again.
+    let res = f
+        .app
+        .post_auth(&format!("/api/v2/webhook/{hook_id}/notifications/{nid}/resend"), &f.token, &json!({}))
+        .await;
+    assert_eq!(res.status(), 200);
+    rx.wait_for(2, 10).await;
+}
+
+#[tokio::test]
+async fn block_and_enterprise_simulations_have_their_level_fields() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    let b: Value = f
+        .app
+        .post_auth("/api/v2/tbtc/webhooks", &f.token, &json!({ "type": "block", "url": rx.url }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(b["id"].is_string(), "{b}");
+    let res = f
+        .app
+        .post_auth(
+            &format!("/api/v2/tbtc/webhooks/{}/simulate", b["id"].as_str().unwrap()),
+            &f.token,
+            &json!({ "blockId": "00000000000000000002a7c4c1e48d76c5a37902165a270156b7a8d72728a054" }),
+        )
+        .await;
+    let body: Value = res.json().await.unwrap();
+    let n = &body["webhookNotifications"][0];
+    assert_eq!(n["type"], "block");
+    assert_eq!(n["coin"], "tbtc");
+    assert_eq!(n["hash"], "00000000000000000002a7c4c1e48d76c5a37902165a270156b7a8d72728a054");
+    assert_eq!(n["state"], "new");
+    assert!(n.get("wallet").is_none() && n.get("idempotencyKey").is_none());
+
+    let e: Value = f
+        .app
+        .post_auth(
+            &format!("/api/v2/enterprise/{}/webhooks", f.enterprise),
+            &f.token,
+            &json!({ "type": "accessToken", "url": rx.url }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let created: Value = f
+        .app
+        .create_token(&f.token, json!({ "scope": ["profile"], "enterprise": f.enterprise }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let res = f
+        .app
+        .post_auth(
+            &format!("/api/v2/enterprise/{}/webhook/{}/simulate", f.enterprise, e["id"].as_str().unwrap()),
+            &f.token,
+            &json!({ "accessTokenId": created["id"] }),
+        )
+        .await;
+    let body: Value = res.json().await.unwrap();
+    let n = &body["webhookNotifications"][0];
+    assert_eq!(n["accessToken"], created["id"]);
+    assert_eq!(n["allowBlockedHosts"], false);
+    assert_eq!(n["simulation"], true);
+    let payload: Value = serde_json::from_str(n["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(payload["label"], "test token", "built from the real token");
+    assert!(payload.get("placeholder").is_none());
+    // Block sim + the real accessToken notification from the creation + the enterprise sim.
+    rx.wait_for(3, 10).await;
+}
+
+#[tokio::test]
+async fn verify_checks_the_enterprise_secret_including_rotation_grace() {
+    let f = fixture(fast).await;
+    let hook = f.wallet_hook_id("https://example.com/h", "transfer").await;
+    let path = format!("/api/v2/webhook/{hook}/verify");
+    let payload = r#"{"type":"transfer","hash":"abc"}"#;
+    let res =
+        f.app.post_auth(&path, &f.token, &json!({ "signature": "00", "notificationPayload": payload })).await;
+    assert_error(res, 400, "NoWebhookSecret").await;
+    // An old secret, rotated long ago, so that the next rotation is allowed.
+    let old = custodian::webhooks::signing::new_secret();
+    let sealed = f
+        .app
+        .state
+        .key
+        .seal(&custodian::webhooks::secrets::secret_aad(&f.enterprise), old.as_bytes())
+        .unwrap();
+    f.app
+        .state
+        .store
+        .rotate_webhook_secret(&f.enterprise, &sealed, custodian::ids::now() - 3600, 300)
+        .await
+        .unwrap();
+    let verify = |sig: String| {
+        let (app, path, token) = (&f.app, path.clone(), f.token.clone());
+        async move {
+            let r: Value = app
+                .post_auth(&path, &token, &json!({ "signature": sig, "notificationPayload": payload }))
+                .await
+                .json()
+                .await
+                .unwrap();
+            r
+        }
+    };
+    let r = verify(hmac_hex(old.as_bytes(), payload.as_bytes())).await;
+    assert_eq!(r, json!({ "webhookId": hook, "isValid": true }));
+    let new = f.secret().await;
+    assert_eq!(verify(hmac_hex(new.as_bytes(), payload.as_bytes())).await["isValid"], true);
+    assert_eq!(
+        verify(hmac_hex(old.as_bytes(), payload.as_bytes())).await["isValid"],
+        true,
+        "previous secret within 24 h"
+    );
+    assert_eq!(verify(hmac_hex(b"wrong", payload.as_bytes())).await["isValid"], false);
+    assert_eq!(verify(hmac_hex(new.as_bytes(), b"tampered")).await["isValid"], false);
+    // Deliveries during the grace period carry Standard Webhooks signatures under both secrets.
+    let rx = TestReceiver::start().await;
+    let live = f.wallet_hook_id(&rx.url, "transfer").await;
+    f.app
+        .post_auth(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{live}/simulate"), &f.token, &json!({}))
+        .await;
+    let got = rx.wait_for(1, 10).await;
+    let h = |k: &str| got[0].headers[k].to_str().unwrap().to_string();
+    let (id, ts) = (h("webhook-id"), h("webhook-timestamp"));
+    let want = format!(
+        "{} {}",
+        standard_sig(&new, &id, &ts, &got[0].body),
+        standard_sig(&old, &id, &ts, &got[0].body)
+    );
+    assert_eq!(h("webhook-signature"), want);
+    assert_eq!(h("x-signature-sha256"), hmac_hex(new.as_bytes(), got[0].body.as_bytes()));
+    // A second rotation within 5 minutes is refused.
+    let res =
+        f.app.post_auth("/api/v2/webhook/secret", &f.token, &json!({ "enterpriseId": f.enterprise })).await;
+    assert!(res.headers().contains_key("retry-after"));
+    assert_error(res, 429, "TooManyRequests").await;
+    let res = f
+        .app
+        .post_auth(
+            &format!("/api/v2/webhook/{}/verify", "9".repeat(32)),
+            &f.token,
+            &json!({ "signature": "00", "notificationPayload": "{}" }),
+        )
+        .await;
+    assert_error(res, 404, "WebhookNotFound").await;
+}
+
+#[tokio::test]
+async fn failed_deliveries_are_retried_and_recorded() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    rx.plan(&[
+        Answer { status: 500, retry_after: None, delay_ms: 0 },
+        Answer { status: 302, retry_after: None, delay_ms: 0 }, // redirects are not followed
+        Answer { status: 200, retry_after: None, delay_ms: 1500 }, // over the 1 s timeout
+    ]);
+    let hook = f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(&admin, json!({ "eventId": "ev-1", "type": "transfer", "walletId": WALLET, "coin": "tbtc", "transferId": "t1", "hash": "h1" })).await;
+    let got = rx.wait_for(4, 20).await;
+    let gap = got[1].at - got[0].at;
+    assert!(
+        gap >= Duration::from_millis(700) && gap <= Duration::from_millis(2500),
+        "retry after ~1 s (+-20%), got {gap:?}"
+    );
+    assert_eq!(
+        got[0].headers["idempotency-key"], got[3].headers["idempotency-key"],
+        "same key on every attempt"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
+    let n = &list["notifications"][0];
+    assert_eq!(n["state"], "processed", "{n}");
+    assert_eq!(n["retries"], 3);
+    let attempts =
+        f.get(&format!("/api/v2/webhook/{hook}/notifications/{}/attempts", n["id"].as_str().unwrap())).await;
+    let a = attempts["attempts"].as_array().unwrap();
+    assert_eq!(a.len(), 4);
+    assert_eq!(a[0]["statusCode"], 500);
+    assert_eq!(a[0]["responseBody"], "receiver says hi");
+    assert_eq!(a[1]["statusCode"], 302);
+    assert_eq!(a[1]["success"], false);
+    assert!(a[2]["error"].as_str().unwrap().contains("timed out"), "{}", a[2]);
+    assert_eq!(a[3]["statusCode"], 200);
+    let hooks = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks")).await;
+    assert_eq!(hooks["webhooks"][0]["successiveFailedAttempts"], 0, "reset on success");
+}
+
+#[tokio::test]
+async fn retry_after_sets_the_delay_within_bounds() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.retry_schedule = vec![1];
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    rx.plan(&[Answer { status: 503, retry_after: Some(2), delay_ms: 0 }]);
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(&admin, json!({ "eventId": "ev-ra", "type": "transfer", "walletId": WALLET })).await;
+    let got = rx.wait_for(2, 10).await;
+    let gap = got[1].at - got[0].at;
+    assert!(
+        gap >= Duration::from_millis(1900) && gap < Duration::from_millis(3000),
+        "Retry-After 2 s honoured: {gap:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_is_suspended_after_repeated_failures_and_unblocked() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.retry_schedule = vec![];
+        c.delivery.suspend_after_failures = 3;
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    rx.always(500);
+    let hook = f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    for i in 0..3 {
+        f.event(&admin, json!({ "eventId": format!("ev-s{i}"), "type": "transfer", "walletId": WALLET }))
+            .await;
+    }
+    rx.wait_for(3, 10).await;
+    let mut state = Value::Null;
+    for _ in 0..50 {
+        let hooks = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks")).await;
+        state = hooks["webhooks"][0].clone();
+        if state["state"] == "suspended" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(state["state"], "suspended", "{state}");
+    assert_eq!(state["successiveFailedAttempts"], 3);
+    let failed = f.get(&format!("/api/v2/webhook/{hook}/notifications?state=failed")).await;
+    assert_eq!(failed["notifications"].as_array().unwrap().len(), 3, "no retries left: failed");
+    // Suspended: receives nothing.
+    let r = f.event(&admin, json!({ "eventId": "ev-s3", "type": "transfer", "walletId": WALLET })).await;
+    assert_eq!(r["notifications"], 0);
+    let res = f.app.post_auth(&format!("/api/v2/webhook/{hook}/unblock"), &f.token, &json!({})).await;
+    let w: Value = res.json().await.unwrap();
+    assert_eq!(w["state"], "active");
+    assert_eq!(w["successiveFailedAttempts"], 0);
+    rx.always(200);
+    f.event(&admin, json!({ "eventId": "ev-s4", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(4, 10).await;
+}
+
+#[tokio::test]
+async fn delivery_refuses_non_routable_destinations() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.allowed_cidrs = vec![];
+        c.delivery.retry_schedule = vec![];
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    let by_ip = f.wallet_hook_id(&rx.url, "transfer").await;
+    let by_name = f.wallet_hook_id(&format!("http://localhost:{}/hook", rx.port), "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(&admin, json!({ "eventId": "ev-x", "type": "transfer", "walletId": WALLET })).await;
+    for hook in [&by_ip, &by_name] {
+        let mut attempts = Value::Null;
+        for _ in 0..100 {
+            let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
+            if list["notifications"][0]["state"] == "failed" {
+                let nid = list["notifications"][0]["id"].as_str().unwrap().to_string();
+                attempts = f.get(&format!("/api/v2/webhook/{hook}/notifications/{nid}/attempts")).await;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let err = attempts["attempts"][0]["error"].as_str().unwrap_or_default().to_string();
+        assert!(err.contains("not a globally routable address"), "{hook}: {attempts}");
+    }
+    assert!(rx.received().is_empty(), "nothing reached the internal receiver");
+    // A service admin's allowBlockedHosts overrides the guard.
+    let res = f
+        .app
+        .post_auth(
+            &format!("/api/v2/tbtc/wallet/{WALLET}/webhooks"),
+            &admin,
+            &json!({ "type": "transfer", "url": rx.url, "allowBlockedHosts": true }),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    f.event(&admin, json!({ "eventId": "ev-y", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(1, 10).await;
+}

@@ -1,0 +1,295 @@
+//! Events fanned out to webhooks (§4.11), token notifications, metrics, and delivery across
+//! server processes and restarts.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::{
+    common::*,
+    receiver::TestReceiver,
+    webhooks::{fast, fixture, hmac_hex, WALLET},
+};
+
+#[tokio::test]
+async fn creating_an_access_token_fires_the_enterprise_webhook() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    let secret = f.secret().await;
+    f.app
+        .post_auth(
+            &format!("/api/v2/enterprise/{}/webhooks", f.enterprise),
+            &f.token,
+            &json!({ "type": "accessToken", "url": rx.url }),
+        )
+        .await;
+    let created: Value = f
+        .app
+        .create_token(&f.token, json!({ "scope": ["profile"], "label": "ci bot" }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(created.get("enterprise").is_none());
+    let created: Value = f
+        .app
+        .create_token(
+            &f.token,
+            json!({ "scope": ["profile"], "label": "ci bot", "enterprise": f.enterprise }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let got = rx.wait_for(1, 10).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rx.received().len(), 1, "only the token with an enterprise fires");
+    let p: Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(p["type"], "accessToken");
+    assert_eq!(p["accessTokenId"], created["id"]);
+    assert_eq!(p["label"], "ci bot");
+    assert!(!got[0].body.contains(created["token"].as_str().unwrap()), "the token value is never sent");
+    assert_eq!(
+        got[0].headers["x-signature-sha256"].to_str().unwrap(),
+        hmac_hex(secret.as_bytes(), got[0].body.as_bytes())
+    );
+}
+
+#[tokio::test]
+async fn events_fan_out_once_per_event_id() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    let a = f.wallet_hook_id(&rx.url, "transfer").await;
+    let b = f.wallet_hook_id(&format!("{}?second", rx.url), "transfer").await;
+    f.wallet_hook_id(&rx.url, "txRequest").await;
+    let admin = f.admin_token().await;
+    let ev = json!({ "eventId": "ev-fan", "type": "transfer", "walletId": WALLET, "coin": "tbtc", "transferId": "tr-9", "hash": "0xabc", "state": "confirmed", "valueString": "123456789012345678901234567890" });
+    let r1 = f.event(&admin, ev.clone()).await;
+    assert_eq!(r1["notifications"], 2);
+    let mut hooks: Vec<&str> = r1["webhooks"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    hooks.sort();
+    let mut want = vec![a.as_str(), b.as_str()];
+    want.sort();
+    assert_eq!(hooks, want);
+    let r2 = f.event(&admin, ev.clone()).await;
+    assert_eq!(r1, r2, "a repeated eventId returns the original result");
+    let got = rx.wait_for(2, 10).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rx.received().len(), 2, "and sends nothing more");
+    let p: Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(p["wallet"], WALLET);
+    assert_eq!(p["hash"], "0xabc");
+    assert!(got[0].body.contains("\"valueString\":\"123456789012345678901234567890\""));
+    // A simulation of that transfer now uses the ingested event's data.
+    let sim: Value = f
+        .app
+        .post_auth(
+            &format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{a}/simulate"),
+            &f.token,
+            &json!({ "transferId": "tr-9" }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let payload: Value =
+        serde_json::from_str(sim["webhookNotifications"][0]["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(payload["hash"], "0xabc");
+    assert!(payload.get("placeholder").is_none());
+    // Another wallet's webhook cannot borrow that transfer's data.
+    let other = "fedcba9876543210fedcba9876543210";
+    let stored = f.app.state.store.wallets_by_ids(&[WALLET.to_string()], false).await.unwrap();
+    let mut rec: Value = serde_json::from_str(&stored[0].record).unwrap();
+    rec["id"] = json!(other);
+    custodian::wallets::import::import(&f.app.state.store, &json!([rec]).to_string(), |_, _| {})
+        .await
+        .unwrap();
+    let hook_other: Value = f
+        .app
+        .post_auth(
+            &format!("/api/v2/tbtc/wallet/{other}/webhooks"),
+            &f.token,
+            &json!({ "type": "transfer", "url": "https://example.com/o" }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let path =
+        format!("/api/v2/tbtc/wallet/{other}/webhooks/{}/simulate", hook_other["id"].as_str().unwrap());
+    let sim: Value =
+        f.app.post_auth(&path, &f.token, &json!({ "transferId": "tr-9" })).await.json().await.unwrap();
+    let payload: Value =
+        serde_json::from_str(sim["webhookNotifications"][0]["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(payload["placeholder"], true, "{payload}");
+    assert_ne!(payload["hash"], "0xabc");
+    // Only service admins ingest events, and bad events are refused.
+    let res = f.app.post_auth("/api/v2/internal/events", &f.token, &ev).await;
+    assert_error(res, 403, "InsufficientScope").await;
+    let res = f
+        .app
+        .post_auth("/api/v2/internal/events", &admin, &json!({ "eventId": "e", "type": "teleport" }))
+        .await;
+    assert_error(res, 400, "InvalidWebhookType").await;
+    let res = f
+        .app
+        .post_auth("/api/v2/internal/events", &admin, &json!({ "eventId": "e", "type": "transfer" }))
+        .await;
+    assert_error(res, 400, "MissingField").await;
+}
+
+#[tokio::test]
+async fn block_events_honour_num_confirmations_once_per_block() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    f.app
+        .post_auth(
+            "/api/v2/tbtc/webhooks",
+            &f.token,
+            &json!({ "type": "block", "url": rx.url, "numConfirmations": 3 }),
+        )
+        .await;
+    let admin = f.admin_token().await;
+    let r = f.event(&admin, json!({ "eventId": "b1-c1", "type": "block", "coin": "tbtc", "blockId": "blk1", "confirmations": 1 })).await;
+    assert_eq!(r["notifications"], 0);
+    let r = f.event(&admin, json!({ "eventId": "b1-c3", "type": "block", "coin": "tbtc", "blockId": "blk1", "confirmations": 3 })).await;
+    assert_eq!(r["notifications"], 1);
+    f.event(
+        &admin,
+        json!({ "eventId": "b1-c4", "type": "block", "coin": "tbtc", "blockId": "blk1", "confirmations": 4 }),
+    )
+    .await;
+    f.event(&admin, json!({ "eventId": "other-coin", "type": "block", "coin": "btc", "blockId": "blk1", "confirmations": 9 })).await;
+    rx.wait_for(1, 10).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(rx.received().len(), 1, "one notification for the block");
+}
+
+#[tokio::test]
+async fn metrics_are_exported() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(&admin, json!({ "eventId": "m1", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(1, 10).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let text = f.app.client.get(f.app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for needle in [
+        "custodian_webhook_deliveries_total{outcome=\"delivered\"} 1",
+        "custodian_webhook_attempt_duration_seconds_bucket",
+        "custodian_webhook_notifications_due",
+        "custodian_webhook_notifications_in_flight",
+        "custodian_webhooks_suspended",
+        "custodian_http_requests_total{method=\"POST\",route=\"/api/v2/internal/events\",status=\"200\"} 1",
+        "custodian_http_request_duration_seconds_bucket",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+}
+
+/// Kills the server process mid-delivery with SIGKILL; after a restart on the same database
+/// every notification still arrives (at least once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_notification_is_lost_when_the_server_is_killed() {
+    use crate::procs::{distinct, Cluster};
+    let rx = TestReceiver::start().await;
+    rx.delay_all(30);
+    let cluster = Cluster::new(&[
+        ("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32"),
+        ("CUSTODIAN_DELIVERY_RETRY_SCHEDULE", "1,1,1"),
+        ("CUSTODIAN_DELIVERY_TIMEOUT", "2"),
+        ("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50"),
+        ("CUSTODIAN_DELIVERY_CONCURRENCY", "16"),
+    ])
+    .await;
+    let mut server = cluster.start().await;
+    let base = server.base.clone();
+    let token = cluster.login(&base).await;
+    cluster.webhooks(&base, &token, &rx.url, 10).await;
+    cluster.events(&[&base], &token, "crash", 0..100).await;
+    // Mid-way: some delivered, most not.
+    rx.wait_for(100, 60).await;
+    server.kill();
+    let before = rx.received().len();
+    assert!(before < 1000, "the kill came too late to test anything ({before} delivered)");
+
+    let server = cluster.start().await;
+    rx.delay_all(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while distinct(&rx.received()) < 1000 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.stop();
+    assert_eq!(
+        distinct(&rx.received()),
+        1000,
+        "every notification arrives after the crash (killed after {before})"
+    );
+}
+
+/// An API-only process takes events; a worker-only process, which serves no API, delivers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_and_worker_roles_split_the_work() {
+    use crate::procs::{distinct, Cluster};
+    let rx = TestReceiver::start().await;
+    let cluster = Cluster::new(&[
+        ("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32"),
+        ("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50"),
+    ])
+    .await;
+    let api = cluster.start_role("api").await;
+    let token = cluster.login(&api.base).await;
+    cluster.webhooks(&api.base, &token, &rx.url, 2).await;
+    cluster.events(&[&api.base], &token, "role", 0..5).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(rx.received().is_empty(), "an api process delivers nothing");
+    let worker = cluster.start_role("worker").await;
+    let res = cluster
+        .client
+        .get(format!("{}/api/v2/user/me", worker.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404, "a worker serves no API");
+    let metrics = cluster.client.get(format!("{}/metrics", worker.base)).send().await.unwrap();
+    assert_eq!(metrics.status(), 200);
+    rx.wait_for(10, 20).await;
+    assert_eq!(distinct(&rx.received()), 10);
+    api.stop();
+    worker.stop();
+}
+
+/// A slow receiver gets at most its share of delivery slots: a fast one behind it is not kept
+/// waiting.
+#[tokio::test]
+async fn a_slow_receiver_cannot_hold_every_delivery_slot() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.timeout = 5;
+        c.delivery.concurrency = 8;
+        c.delivery.per_webhook_concurrency = 2;
+    })
+    .await;
+    let slow = TestReceiver::start().await;
+    slow.delay_all(1000);
+    let quick = TestReceiver::start().await;
+    f.wallet_hook_id(&slow.url, "transfer").await;
+    f.wallet_hook_id(&quick.url, "txRequest").await;
+    let admin = f.admin_token().await;
+    for i in 0..20 {
+        f.event(&admin, json!({ "eventId": format!("slow-{i}"), "type": "transfer", "walletId": WALLET }))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = std::time::Instant::now();
+    for i in 0..5 {
+        f.event(&admin, json!({ "eventId": format!("quick-{i}"), "type": "txRequest", "walletId": WALLET }))
+            .await;
+    }
+    quick.wait_for(5, 10).await;
+    assert!(start.elapsed() < Duration::from_millis(900), "the quick receiver waited {:?}", start.elapsed());
+    assert!(slow.received().len() <= 4, "at most 2 slots per webhook: {} in 1.2 s", slow.received().len());
+    slow.wait_for(20, 30).await;
+}
