@@ -34,7 +34,10 @@ pub enum Error {
     Conflict { name: &'static str, message: String },
     /// Too many attempts; try again after `retry_after_secs` seconds.
     #[error("{message}")]
-    Throttled { message: String, retry_after_secs: u64 },
+    Throttled { name: &'static str, message: String, retry_after_secs: u64 },
+    /// The server is at a configured capacity limit; try again after `retry_after_secs`.
+    #[error("{message}")]
+    Busy { message: String, retry_after_secs: u64 },
     /// A dependency (the database) does not answer.
     #[error("{0}")]
     Unavailable(String),

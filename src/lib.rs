@@ -32,6 +32,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Decrypted webhook secrets, briefly cached for delivery.
     pub secrets: Arc<webhooks::secrets::SecretCache>,
+    /// Bounds password hashing (`login.max_concurrent_hashes` and friends).
+    pub hashing: Arc<identity::password::HashLimiter>,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
         let store = store::open(&config).await?;
         Ok(Self {
             store,
+            hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
             config: Arc::new(config),
             key: Arc::new(key),
             wake: Arc::default(),

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use axum::{
     extract::{MatchedPath, Request, State},
+    http::Method,
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -49,6 +50,9 @@ pub struct Metrics {
     pub due: Gauge,
     pub in_flight: Gauge,
     pub suspended: Gauge,
+    /// Password hashes running now, and the most ever at once (issue 9 §1).
+    pub hashes_running: Gauge,
+    pub hashes_peak: Gauge,
 }
 
 impl Default for Metrics {
@@ -75,7 +79,25 @@ impl Default for Metrics {
             in_flight.clone(),
         );
         registry.register("webhooks_suspended", "Webhooks suspended after failures", suspended.clone());
-        Self { registry, http_requests, http_latency, deliveries, attempt_latency, due, in_flight, suspended }
+        let (hashes_running, hashes_peak) = (Gauge::default(), Gauge::default());
+        registry.register("login_hashes_running", "Password hashes running now", hashes_running.clone());
+        registry.register(
+            "login_hashes_peak",
+            "Most password hashes ever running at once",
+            hashes_peak.clone(),
+        );
+        Self {
+            registry,
+            http_requests,
+            http_latency,
+            deliveries,
+            attempt_latency,
+            due,
+            in_flight,
+            suspended,
+            hashes_running,
+            hashes_peak,
+        }
     }
 }
 
@@ -94,7 +116,17 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().to_string();
+    // Only standard methods: a client's invented ones must not grow the label set.
+    let method = match *req.method() {
+        Method::GET
+        | Method::POST
+        | Method::PUT
+        | Method::DELETE
+        | Method::PATCH
+        | Method::HEAD
+        | Method::OPTIONS => req.method().as_str().to_string(),
+        _ => "other".to_string(),
+    };
     let start = Instant::now();
     let res = next.run(req).await;
     let labels = RouteLabels { method, route, status: res.status().as_u16().to_string() };
@@ -112,6 +144,8 @@ pub async fn render(State(state): State<AppState>) -> Response {
         state.metrics.in_flight.set(stats.in_flight);
         state.metrics.suspended.set(stats.suspended_webhooks);
     }
+    state.metrics.hashes_running.set(state.hashing.running());
+    state.metrics.hashes_peak.set(state.hashing.peak());
     let mut body = String::new();
     if encode(&mut body, &state.metrics.registry).is_err() {
         return crate::http::error::ApiError::from(crate::error::Error::Internal(anyhow::anyhow!(

@@ -45,7 +45,7 @@ impl ApiError {
                 Error::NotFound { .. } => StatusCode::NOT_FOUND,
                 Error::Conflict { .. } => StatusCode::CONFLICT,
                 Error::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
-                Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                Error::Unavailable(_) | Error::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
         }
@@ -79,8 +79,11 @@ impl ApiError {
                 }
                 b
             }
-            Error::Throttled { message, retry_after_secs } => {
-                ErrorBody::new("TooManyRequests", message, json!({ "retryAfter": retry_after_secs }))
+            Error::Throttled { name, message, retry_after_secs } => {
+                ErrorBody::new(name, message, json!({ "retryAfter": retry_after_secs }))
+            }
+            Error::Busy { message, retry_after_secs } => {
+                ErrorBody::new("ServerBusy", message, json!({ "retryAfter": retry_after_secs }))
             }
             Error::Unavailable(message) => ErrorBody::new("ServiceUnavailable", message, json!({})),
             Error::Internal(e) => {
@@ -115,7 +118,9 @@ impl IntoResponse for ApiError {
             ApiError::Domain(Error::Unauthenticated { .. }) => {
                 res.headers_mut().insert("x-auth-required", HeaderValue::from_static("true"));
             }
-            ApiError::Domain(Error::Throttled { retry_after_secs, .. }) => {
+            ApiError::Domain(
+                Error::Throttled { retry_after_secs, .. } | Error::Busy { retry_after_secs, .. },
+            ) => {
                 res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             }
             _ => {}

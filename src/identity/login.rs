@@ -8,8 +8,8 @@ use std::net::IpAddr;
 
 use super::{
     auth::{hash_token, new_token_value},
-    password,
     scopes::{session_scopes, RESET_2FA_SCOPES},
+    throttle,
     tokens::new_token_record,
     totp::{self, OtpCheck},
 };
@@ -46,33 +46,44 @@ pub struct Session {
     pub reset_2fa: bool,
 }
 
-/// Refuses the attempt with 429 when `email` or `ip` has too many recent failures.
-async fn check_lockout(state: &AppState, email: &str, ip: &str, now: i64) -> Result<()> {
-    let cfg = &state.config.login;
-    let window = i64::try_from(cfg.window).unwrap_or(i64::MAX);
-    let since = now.saturating_sub(window);
-    let by_email = state.store.login_failures_by_email(email, since).await?;
-    let by_ip = state.store.login_failures_by_ip(ip, since).await?;
-    for ((count, oldest), max) in [(by_email, cfg.max_failures_per_email), (by_ip, cfg.max_failures_per_ip)] {
-        if count >= max {
-            let retry_after = oldest.map(|o| o + window - now).unwrap_or(window).max(1);
-            return Err(Error::Throttled {
-                message: "too many failed login attempts; try again later".into(),
-                retry_after_secs: u64::try_from(retry_after).unwrap_or(1),
-            });
+/// The longest email (RFC 5321 path limit), password (bytes) and the OTP length; checked
+/// before any lookup or hashing (issue 9 §1).
+pub const MAX_EMAIL_LEN: usize = 254;
+pub const MAX_PASSWORD_BYTES: usize = 1024;
+pub const OTP_DIGITS: usize = 6;
+
+/// Refuses oversized credentials and malformed OTPs with a 400 naming the field.
+fn check_lengths(email: &str, password: &str, otp: Option<&str>) -> Result<()> {
+    if email.len() > MAX_EMAIL_LEN {
+        return Err(Error::invalid_field("email", format!("at most {MAX_EMAIL_LEN} characters")));
+    }
+    if password.len() > MAX_PASSWORD_BYTES {
+        return Err(Error::invalid_field("password", format!("at most {MAX_PASSWORD_BYTES} bytes")));
+    }
+    if let Some(otp) = otp.map(str::trim).filter(|o| !o.is_empty()) {
+        if otp.len() != OTP_DIGITS || !otp.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Error::invalid_field("otp", format!("exactly {OTP_DIGITS} digits")));
         }
     }
     Ok(())
 }
 
-/// Checks a one-time password for `user` and claims its time step against replay.
-/// Shared by login and access token creation. `Ok(false)` means wrong or replayed.
-pub async fn verify_otp(state: &AppState, user: &User, code: &str) -> Result<bool> {
-    match totp::check(&state.key, state.config.environment, user, code, ids::now())? {
-        OtpCheck::Invalid => Ok(false),
-        OtpCheck::Valid(None) => Ok(true),
-        OtpCheck::Valid(Some(step)) => Ok(state.store.advance_totp_step(&user.id, step).await?),
+/// Checks a one-time password for `user`, presented from `ip`, and claims its time step
+/// against replay. Used wherever an OTP is checked (login, access token creation). Each check
+/// counts as a failure until it passes (`identity::throttle`). `Ok(false)` means wrong or
+/// replayed; `Throttled` (`TooManyOtpAttempts`) after too many wrong codes.
+pub async fn verify_otp(state: &AppState, user: &User, code: &str, ip: IpAddr) -> Result<bool> {
+    let now = ids::now();
+    let attempt = throttle::begin_otp(state, &user.id, &throttle::client_key(ip), now).await?;
+    let ok = match totp::check(&state.key, state.config.environment, user, code, now)? {
+        OtpCheck::Invalid => false,
+        OtpCheck::Valid(None) => true,
+        OtpCheck::Valid(Some(step)) => state.store.advance_totp_step(&user.id, step).await?,
+    };
+    if ok {
+        attempt.forget(state).await?;
     }
+    Ok(ok)
 }
 
 fn login_failed(needs_otp: bool) -> Error {
@@ -92,30 +103,39 @@ fn login_failed(needs_otp: bool) -> Error {
 }
 
 /// Logs a user in with email, password and a one-time password (TOTP, RFC 6238) from
-/// `client_ip`. Errors: `Throttled` after too many failures (settings `login.*`),
-/// `LoginFailed` (`InvalidCredentials`, or `InvalidOtp` with `needs_otp`).
+/// `ip`. Errors: `Invalid` for oversized fields or a malformed OTP, `Throttled` after too many
+/// failures (settings `login.*`, `identity::throttle`), `Busy` when password hashing is at
+/// capacity, `LoginFailed` (`InvalidCredentials`, or `InvalidOtp` with `needs_otp`).
 pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Session> {
     let email = req.email.trim().to_ascii_lowercase();
-    let ip_text = ip.to_string();
+    check_lengths(&email, &req.password, req.otp.as_deref())?;
+    let client = throttle::client_key(ip);
     let now = ids::now();
-    check_lockout(state, &email, &ip_text, now).await?;
+    let attempt = throttle::begin_login(state, &email, &client, now).await?;
 
     let user = state.store.user_by_email(&email).await?.filter(|u| u.is_active);
-    let password_ok = password::verify(req.password, user.as_ref().map(|u| u.password_hash.clone())).await;
+    let phc = user.as_ref().map(|u| u.password_hash.clone());
+    let password_ok = match state.hashing.verify(&client, req.password, phc).await {
+        Ok(ok) => ok,
+        Err(e) => {
+            // Refused for capacity, not tried: not a failure.
+            attempt.forget(state).await?;
+            return Err(e);
+        }
+    };
     let (Some(mut user), true) = (user, password_ok) else {
-        state.store.record_login_failure(&email, &ip_text, now).await?;
         return Err(login_failed(false));
     };
     let Some(otp) = req.otp.as_deref().map(str::trim).filter(|o| !o.is_empty()) else {
         // The usual first step of a two-step client: not counted as a failure.
+        attempt.forget(state).await?;
         return Err(login_failed(true));
     };
-    if !verify_otp(state, &user, otp).await? {
-        state.store.record_login_failure(&email, &ip_text, now).await?;
+    if !verify_otp(state, &user, otp, ip).await? {
         return Err(login_failed(true));
     }
-    let window = i64::try_from(state.config.login.window).unwrap_or(i64::MAX);
-    state.store.clear_login_failures(&email, now.saturating_sub(window)).await?;
+    attempt.forget(state).await?;
+    throttle::login_succeeded(state, &email, &client, now).await?;
     state.store.set_last_login(&user.id, now).await?;
 
     let reset = req.for_reset_2fa;

@@ -4,6 +4,7 @@ pub mod auth;
 pub mod login;
 pub mod password;
 pub mod scopes;
+pub mod throttle;
 pub mod tokens;
 pub mod totp;
 pub mod users;

@@ -431,7 +431,7 @@ pub async fn create_access_token(
     };
 
     // Everything is valid: only now spend the one-time password.
-    if !verify_otp(state, &auth.user, &v.otp).await? {
+    if !verify_otp(state, &auth.user, &v.otp, auth.client_ip).await? {
         return Err(Error::LoginFailed {
             name: "InvalidOtp",
             message: "a valid one-time password is required".into(),

@@ -9,7 +9,7 @@
 //! | `webhooks.rs`   | [`WebhookStore`]       | webhooks, enterprise webhook secrets         |
 //! | `outbox.rs`     | [`OutboxStore`]        | notifications, leases, delivery attempts     |
 //! | `events.rs`     | [`EventStore`]         | ingested events (idempotency by event id)    |
-//! | `throttle.rs`   | [`LoginThrottleStore`] | failed-login counters                        |
+//! | `throttle.rs`   | [`LoginThrottleStore`] | failed logins and OTPs, login clients        |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
@@ -38,7 +38,7 @@ pub use outbox::{
     Attempt, Claimed, Completion, DeliveryStats, Notification, OutboxStore, Outcome, SuspendRule,
 };
 pub use sql::{Dialect, SqlStore};
-pub use throttle::LoginThrottleStore;
+pub use throttle::{FailureCount, LoginThrottleStore};
 pub use tokens::{TokenKind, TokenRecord, TokenStore, TokenTemplate};
 pub use users::{User, UserStore};
 pub use wallets::{Balances, WalletRow, WalletStore};

@@ -1,4 +1,6 @@
-//! Failed-login counters, by email and by client address, for the login throttle.
+//! Failed authentication attempts (logins and one-time passwords), counted by subject (an email
+//! or a user id) and by client (an IPv4 address or an IPv6 /64), and the clients each user
+//! logged in from. The rules that use them are in `identity::throttle`.
 
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
@@ -6,18 +8,69 @@ use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 use super::sql::{count_u32, Dialect, SqlStore};
 use super::StoreResult;
 
-/// Failed logins. Times are Unix seconds.
+/// Failures in a window: how many, the oldest and the latest (Unix seconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailureCount {
+    pub count: u32,
+    pub oldest: Option<i64>,
+    pub latest: Option<i64>,
+}
+
+/// Failed attempts. `kind` is `login` or `otp`; times are Unix seconds.
 #[async_trait]
 pub trait LoginThrottleStore: Send + Sync {
-    /// Counts a failed login for `email` from `ip` at `at`.
-    async fn record_login_failure(&self, email: &str, ip: &str, at: i64) -> StoreResult<()>;
-    /// Failures for `email` since `since`: (count, oldest time).
-    async fn login_failures_by_email(&self, email: &str, since: i64) -> StoreResult<(u32, Option<i64>)>;
-    /// Failures from `ip` since `since`: (count, oldest time).
-    async fn login_failures_by_ip(&self, ip: &str, since: i64) -> StoreResult<(u32, Option<i64>)>;
-    /// Forgets the failures of `email` (after a successful login) and those older than `before`.
-    async fn clear_login_failures(&self, email: &str, before: i64) -> StoreResult<()>;
+    /// Records an attempt as failed before it is tried; returns its id, which orders attempts.
+    async fn reserve_failure(&self, kind: &str, subject: &str, client: &str, at: i64) -> StoreResult<i64>;
+    /// Removes a reserved failure (the attempt succeeded, or was refused without being tried).
+    async fn forget_failure(&self, id: i64) -> StoreResult<()>;
+    /// Failures of `subject` from `client` since `since`, counting only ids up to `up_to`.
+    async fn failures_by_pair(
+        &self,
+        kind: &str,
+        subject: &str,
+        client: &str,
+        since: i64,
+        up_to: i64,
+    ) -> StoreResult<FailureCount>;
+    /// Failures of `subject` from any client since `since`, ids up to `up_to`.
+    async fn failures_by_subject(
+        &self,
+        kind: &str,
+        subject: &str,
+        since: i64,
+        up_to: i64,
+    ) -> StoreResult<FailureCount>;
+    /// Failures from `client` for any subject since `since`, ids up to `up_to`.
+    async fn failures_by_client(
+        &self,
+        kind: &str,
+        client: &str,
+        since: i64,
+        up_to: i64,
+    ) -> StoreResult<FailureCount>;
+    /// Forgets `subject`'s failures from `client` (after a success there) and every failure
+    /// older than `before`.
+    async fn clear_failures(&self, kind: &str, subject: &str, client: &str, before: i64) -> StoreResult<()>;
+    /// Notes a successful login of `subject` from `client` at `at`.
+    async fn remember_login_client(&self, subject: &str, client: &str, at: i64) -> StoreResult<()>;
+    /// Whether `subject` logged in successfully from `client` since `since`.
+    async fn known_login_client(&self, subject: &str, client: &str, since: i64) -> StoreResult<bool>;
 }
+
+#[derive(FromRow)]
+struct CountRow {
+    n: i64,
+    oldest: Option<i64>,
+    latest: Option<i64>,
+}
+
+impl From<CountRow> for FailureCount {
+    fn from(r: CountRow) -> Self {
+        FailureCount { count: count_u32(r.n), oldest: r.oldest, latest: r.latest }
+    }
+}
+
+const COUNT: &str = "SELECT COUNT(*) AS n, MIN(at) AS oldest, MAX(at) AS latest FROM auth_failures";
 
 #[async_trait]
 impl<DB> LoginThrottleStore for SqlStore<DB>
@@ -27,47 +80,118 @@ where
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'r> (i64, Option<i64>): FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> CountRow: FromRow<'r, DB::Row>,
 {
-    async fn record_login_failure(&self, email: &str, ip: &str, at: i64) -> StoreResult<()> {
-        sqlx::query("INSERT INTO login_failures (email, ip, at) VALUES ($1, $2, $3)")
-            .bind(email)
-            .bind(ip)
-            .bind(at)
-            .execute(&self.pool)
-            .await?;
+    async fn reserve_failure(&self, kind: &str, subject: &str, client: &str, at: i64) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO auth_failures (kind, subject, client, at) VALUES ($1, $2, $3, $4) RETURNING id",
+        )
+        .bind(kind)
+        .bind(subject)
+        .bind(client)
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn forget_failure(&self, id: i64) -> StoreResult<()> {
+        sqlx::query("DELETE FROM auth_failures WHERE id = $1").bind(id).execute(&self.pool).await?;
         Ok(())
     }
 
-    async fn login_failures_by_email(&self, email: &str, since: i64) -> StoreResult<(u32, Option<i64>)> {
-        let (n, oldest): (i64, Option<i64>) =
-            sqlx::query_as("SELECT COUNT(*), MIN(at) FROM login_failures WHERE email = $1 AND at > $2")
-                .bind(email)
-                .bind(since)
-                .fetch_one(&self.pool)
-                .await?;
-        Ok((count_u32(n), oldest))
-    }
-
-    async fn login_failures_by_ip(&self, ip: &str, since: i64) -> StoreResult<(u32, Option<i64>)> {
-        let (n, oldest): (i64, Option<i64>) =
-            sqlx::query_as("SELECT COUNT(*), MIN(at) FROM login_failures WHERE ip = $1 AND at > $2")
-                .bind(ip)
-                .bind(since)
-                .fetch_one(&self.pool)
-                .await?;
-        Ok((count_u32(n), oldest))
-    }
-
-    async fn clear_login_failures(&self, email: &str, before: i64) -> StoreResult<()> {
-        sqlx::query("DELETE FROM login_failures WHERE email = $1 OR at <= $2")
-            .bind(email)
-            .bind(before)
-            .execute(&self.pool)
+    async fn failures_by_pair(
+        &self,
+        kind: &str,
+        subject: &str,
+        client: &str,
+        since: i64,
+        up_to: i64,
+    ) -> StoreResult<FailureCount> {
+        let sql =
+            format!("{COUNT} WHERE kind = $1 AND subject = $2 AND client = $3 AND at > $4 AND id <= $5");
+        let r: CountRow = sqlx::query_as(&sql)
+            .bind(kind)
+            .bind(subject)
+            .bind(client)
+            .bind(since)
+            .bind(up_to)
+            .fetch_one(&self.pool)
             .await?;
+        Ok(r.into())
+    }
+
+    async fn failures_by_subject(
+        &self,
+        kind: &str,
+        subject: &str,
+        since: i64,
+        up_to: i64,
+    ) -> StoreResult<FailureCount> {
+        let sql = format!("{COUNT} WHERE kind = $1 AND subject = $2 AND at > $3 AND id <= $4");
+        let r: CountRow = sqlx::query_as(&sql)
+            .bind(kind)
+            .bind(subject)
+            .bind(since)
+            .bind(up_to)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(r.into())
+    }
+
+    async fn failures_by_client(
+        &self,
+        kind: &str,
+        client: &str,
+        since: i64,
+        up_to: i64,
+    ) -> StoreResult<FailureCount> {
+        let sql = format!("{COUNT} WHERE kind = $1 AND client = $2 AND at > $3 AND id <= $4");
+        let r: CountRow = sqlx::query_as(&sql)
+            .bind(kind)
+            .bind(client)
+            .bind(since)
+            .bind(up_to)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(r.into())
+    }
+
+    async fn clear_failures(&self, kind: &str, subject: &str, client: &str, before: i64) -> StoreResult<()> {
+        sqlx::query(
+            "DELETE FROM auth_failures WHERE (kind = $1 AND subject = $2 AND client = $3) OR at <= $4",
+        )
+        .bind(kind)
+        .bind(subject)
+        .bind(client)
+        .bind(before)
+        .execute(&self.pool)
+        .await?;
         Ok(())
+    }
+
+    async fn remember_login_client(&self, subject: &str, client: &str, at: i64) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO login_clients (subject, client, at) VALUES ($1, $2, $3) \
+             ON CONFLICT (subject, client) DO UPDATE SET at = excluded.at",
+        )
+        .bind(subject)
+        .bind(client)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn known_login_client(&self, subject: &str, client: &str, since: i64) -> StoreResult<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM login_clients WHERE subject = $1 AND client = $2 AND at > $3",
+        )
+        .bind(subject)
+        .bind(client)
+        .bind(since)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n > 0)
     }
 }

@@ -102,6 +102,7 @@ pub async fn rotate(state: &AppState, auth: &Principal, enterprise_id: &str) -> 
             Ok(secret)
         }
         Rotation::TooSoon(wait) => Err(Error::Throttled {
+            name: "TooManyRequests",
             message: "the webhook secret may be rotated at most once per 5 minutes".into(),
             retry_after_secs: u64::try_from(wait).unwrap_or(1).max(1),
         }),

@@ -1,0 +1,165 @@
+//! Brute-force limits on logins and one-time passwords (issue 9 §2, §3). Every attempt is
+//! recorded as a failure *before* its password or OTP is checked and forgotten when it
+//! succeeds, so N parallel guesses count as N; an attempt refused by a limit is not recorded,
+//! so an attacker's refused guesses do not extend anyone's lockout. Settings: `login.*`.
+//!
+//! Layer rule: no web-framework types (docs/architecture.md).
+
+use std::net::IpAddr;
+
+use crate::{
+    error::{Error, Result},
+    store::FailureCount,
+    AppState,
+};
+
+const LOGIN: &str = "login";
+const OTP: &str = "otp";
+const HOUR: i64 = 3600;
+
+/// The client a limit counts: an IPv4 address, or the /64 of an IPv6 address (one subscriber
+/// usually holds a whole /64). IPv4-mapped IPv6 addresses count as their IPv4 address.
+pub fn client_key(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
+}
+
+/// A failure recorded ahead of the check it guards; [`Reservation::forget`] removes it.
+#[derive(Debug)]
+pub struct Reservation {
+    id: i64,
+}
+
+impl Reservation {
+    /// The guarded check passed, or was not tried: the attempt is not a failure.
+    pub async fn forget(self, state: &AppState) -> Result<()> {
+        state.store.forget_failure(self.id).await?;
+        Ok(())
+    }
+}
+
+fn secs(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn throttled(name: &'static str, message: &str, retry_at: i64, now: i64) -> Error {
+    Error::Throttled {
+        name,
+        message: message.into(),
+        retry_after_secs: u64::try_from(retry_at - now).unwrap_or(0).max(1),
+    }
+}
+
+/// Whether `c` (which includes the caller's own reservation when `own` is 1) reaches `max`.
+fn reached(c: FailureCount, own: u32, max: u32) -> bool {
+    c.count.saturating_sub(own) >= max
+}
+
+/// Applies the login limits for `email` from `client`, counting failures up to `up_to`.
+async fn check_login(
+    state: &AppState,
+    email: &str,
+    client: &str,
+    now: i64,
+    up_to: i64,
+    own: u32,
+) -> Result<()> {
+    let cfg = &state.config.login;
+    let window = secs(cfg.window);
+    let since = now.saturating_sub(window);
+    let message = "too many failed login attempts; try again later";
+    let pair = state.store.failures_by_pair(LOGIN, email, client, since, up_to).await?;
+    if reached(pair, own, cfg.max_failures_per_email) {
+        return Err(throttled("TooManyRequests", message, pair.oldest.unwrap_or(now) + window, now));
+    }
+    let by_client = state.store.failures_by_client(LOGIN, client, since, up_to).await?;
+    if reached(by_client, own, cfg.max_failures_per_ip) {
+        return Err(throttled("TooManyRequests", message, by_client.oldest.unwrap_or(now) + window, now));
+    }
+    let by_email = state.store.failures_by_subject(LOGIN, email, now - HOUR, up_to).await?;
+    if reached(by_email, own, cfg.email_delay_after) {
+        let known_since = now.saturating_sub(secs(cfg.known_client_days).saturating_mul(86_400));
+        if !state.store.known_login_client(email, client, known_since).await? {
+            let over = i64::from(by_email.count.saturating_sub(own) - cfg.email_delay_after) + 1;
+            let delay = over.saturating_mul(secs(cfg.email_delay_step)).min(secs(cfg.email_delay_max));
+            let retry_at = by_email.latest.unwrap_or(now) + delay;
+            if retry_at > now {
+                return Err(throttled("TooManyRequests", message, retry_at, now));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Admits a login attempt for `email` (lower-cased) from `client` ([`client_key`]) at `now`
+/// (Unix seconds), recording it as a failure until it succeeds. Errors: `Throttled` when a
+/// limit is reached (per email and client, per client, or the per-email wait).
+pub async fn begin_login(state: &AppState, email: &str, client: &str, now: i64) -> Result<Reservation> {
+    check_login(state, email, client, now, i64::MAX, 0).await?;
+    let id = state.store.reserve_failure(LOGIN, email, client, now).await?;
+    // Parallel attempts all reserved before any was checked: only those within the limit in
+    // reservation order go ahead.
+    if let Err(e) = check_login(state, email, client, now, id, 1).await {
+        state.store.forget_failure(id).await?;
+        return Err(e);
+    }
+    Ok(Reservation { id })
+}
+
+/// After a successful login: forgets `email`'s failures from `client` and stale ones, and
+/// remembers the client as one the user logs in from.
+pub async fn login_succeeded(state: &AppState, email: &str, client: &str, now: i64) -> Result<()> {
+    let keep = secs(state.config.login.window).max(HOUR);
+    state.store.clear_failures(LOGIN, email, client, now.saturating_sub(keep)).await?;
+    state.store.remember_login_client(email, client, now).await?;
+    Ok(())
+}
+
+async fn check_otp(state: &AppState, user_id: &str, now: i64, up_to: i64, own: u32) -> Result<()> {
+    let cfg = &state.config.login;
+    let window = secs(cfg.window);
+    let c = state.store.failures_by_subject(OTP, user_id, now.saturating_sub(window), up_to).await?;
+    if reached(c, own, cfg.max_otp_failures) {
+        return Err(throttled(
+            "TooManyOtpAttempts",
+            "too many wrong one-time passwords; try again later",
+            c.oldest.unwrap_or(now) + window,
+            now,
+        ));
+    }
+    Ok(())
+}
+
+/// Admits an OTP check for `user_id` from `client`, wherever an OTP is checked, recording it as
+/// a failure until it succeeds. Errors: `Throttled` (`TooManyOtpAttempts`) after
+/// `login.max_otp_failures` wrong codes within `login.window`, whatever the token or address.
+pub async fn begin_otp(state: &AppState, user_id: &str, client: &str, now: i64) -> Result<Reservation> {
+    check_otp(state, user_id, now, i64::MAX, 0).await?;
+    let id = state.store.reserve_failure(OTP, user_id, client, now).await?;
+    if let Err(e) = check_otp(state, user_id, now, id, 1).await {
+        state.store.forget_failure(id).await?;
+        return Err(e);
+    }
+    Ok(Reservation { id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::client_key;
+
+    #[test]
+    fn clients_are_ipv4_addresses_or_ipv6_slash_64s() {
+        assert_eq!(client_key("192.0.2.7".parse().unwrap()), "192.0.2.7");
+        assert_eq!(client_key("::ffff:192.0.2.7".parse().unwrap()), "192.0.2.7");
+        assert_eq!(client_key("2001:db8:1:2:3:4:5:6".parse().unwrap()), "2001:db8:1:2::/64");
+        assert_eq!(client_key("2001:db8:1:2::9".parse().unwrap()), "2001:db8:1:2::/64");
+    }
+}

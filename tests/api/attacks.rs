@@ -1,0 +1,254 @@
+//! The attack suite (issue 9): one test per control, each able to fail when its control is
+//! missing. Logins come from other client addresses through a trusted proxy
+//! (`X-Forwarded-For`), as they would behind a load balancer.
+
+use futures_util::future::join_all;
+use reqwest::{Method, Response};
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// Trusts 127.0.0.1 as a proxy, so `X-Forwarded-For` names the client.
+fn behind_proxy(c: &mut custodian::config::Config) {
+    c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+}
+
+async fn login_from(app: &TestApp, client: &str, email: &str, password: &str, otp: &str) -> Response {
+    app.client
+        .post(app.url("/api/v2/internal/user/login"))
+        .header("x-forwarded-for", client)
+        .json(&json!({ "email": email, "password": password, "otp": otp }))
+        .send()
+        .await
+        .expect("request")
+}
+
+fn statuses(responses: &[Response]) -> (usize, usize, usize) {
+    let count = |s: u16| responses.iter().filter(|r| r.status().as_u16() == s).count();
+    (count(401), count(429), count(503))
+}
+
+#[tokio::test]
+async fn parallel_password_guesses_are_all_counted() {
+    // Room for every guess to be hashed, so that only the failure limit can stop them.
+    let app = spawn_app_with(|c| {
+        behind_proxy(c);
+        c.login.hash_queue = 100;
+        c.login.hash_wait_ms = 60_000;
+        c.login.max_hashes_per_client = 100;
+    })
+    .await;
+    let user = app.create_user("target@example.com").await;
+    let guesses =
+        (0..20).map(|i| {
+            let (app, user) = (&app, &user);
+            async move {
+                login_from(app, "198.51.100.1", &user.email, &format!("guess number {i}"), "000000").await
+            }
+        });
+    let responses = join_all(guesses).await;
+    let (wrong, throttled, busy) = statuses(&responses);
+    assert_eq!((wrong, throttled, busy), (5, 15, 0), "5 guesses tried, the others refused");
+    // The limit holds for the right password from that client too.
+    let res = login_from(&app, "198.51.100.1", &user.email, PASSWORD, "000000").await;
+    assert_error(res, 429, "TooManyRequests").await;
+}
+
+#[tokio::test]
+async fn one_address_cannot_lock_the_user_out_from_another() {
+    let app = spawn_app_with(behind_proxy).await;
+    let user = app.create_user("owner@example.com").await;
+    for i in 0..12 {
+        let res =
+            login_from(&app, "203.0.113.66", &user.email, &format!("attacker guess {i}"), "000000").await;
+        assert!(matches!(res.status().as_u16(), 401 | 429), "{}", res.status());
+    }
+    let res = login_from(&app, "203.0.113.66", &user.email, PASSWORD, "000000").await;
+    assert_eq!(res.status(), 429, "the attacking address is throttled");
+    let res = login_from(&app, "192.0.2.10", &user.email, PASSWORD, "000000").await;
+    assert_eq!(res.status(), 200, "the owner logs in from elsewhere");
+}
+
+#[tokio::test]
+async fn ipv6_clients_are_counted_per_slash_64() {
+    let app = spawn_app_with(|c| {
+        behind_proxy(c);
+        c.login.max_failures_per_ip = 3;
+    })
+    .await;
+    for i in 0..3 {
+        let client = format!("2001:db8:0:7::{i:x}");
+        let res =
+            login_from(&app, &client, &format!("nobody{i}@example.com"), "wrong password", "000000").await;
+        assert_eq!(res.status(), 401);
+    }
+    let user = app.create_user("v6@example.com").await;
+    let res = login_from(&app, "2001:db8:0:7::ffff", &user.email, PASSWORD, "000000").await;
+    assert_error(res, 429, "TooManyRequests").await;
+    let res = login_from(&app, "2001:db8:0:8::1", &user.email, PASSWORD, "000000").await;
+    assert_eq!(res.status(), 200, "another /64 is another client");
+}
+
+#[tokio::test]
+async fn otp_guesses_at_token_creation_stop_at_five() {
+    let app = spawn_app_with(|c| c.environment = custodian::config::Environment::Production).await;
+    let user = app.create_user("otp-target@example.com").await;
+    let res = app.login_raw(&user.email, PASSWORD, &user.code(0)).await;
+    let session: Value = res.json().await.unwrap();
+    let session = session["access_token"].as_str().unwrap().to_string();
+    let valid = [user.code(-1), user.code(0), user.code(1)];
+    let wrong: Vec<String> =
+        (0..1_000_000).map(|n| format!("{n:06}")).filter(|c| !valid.contains(c)).take(8).collect();
+    let mut answers = Vec::new();
+    for code in &wrong {
+        let res = app.create_token(&session, json!({ "otp": code, "ipRestrict": ["127.0.0.1"] })).await;
+        answers.push(res.status().as_u16());
+    }
+    assert_eq!(answers, [401, 401, 401, 401, 401, 429, 429, 429], "five wrong codes, then throttled");
+    // Now even the right code is refused, from a new session too.
+    let res = app.create_token(&session, json!({ "otp": user.code(1), "ipRestrict": ["127.0.0.1"] })).await;
+    let body = assert_error(res, 429, "TooManyOtpAttempts").await;
+    assert!(body["context"]["retryAfter"].as_u64().is_some_and(|s| s > 0));
+    let res = app.login_raw(&user.email, PASSWORD, &user.code(1)).await;
+    assert_error(res, 429, "TooManyOtpAttempts").await;
+}
+
+#[tokio::test]
+async fn parallel_otp_guesses_are_all_counted() {
+    let app = spawn_app_with(|c| c.environment = custodian::config::Environment::Production).await;
+    let user = app.create_user("otp-race@example.com").await;
+    let res = app.login_raw(&user.email, PASSWORD, &user.code(0)).await;
+    let session: Value = res.json().await.unwrap();
+    let session = session["access_token"].as_str().unwrap().to_string();
+    let valid = [user.code(-1), user.code(0), user.code(1)];
+    let wrong: Vec<String> =
+        (0..1_000_000).map(|n| format!("{n:06}")).filter(|c| !valid.contains(c)).take(20).collect();
+    let guesses = wrong
+        .iter()
+        .map(|code| app.create_token(&session, json!({ "otp": code, "ipRestrict": ["127.0.0.1"] })));
+    let responses = join_all(guesses).await;
+    let (tried, throttled, _) = statuses(&responses);
+    assert!(tried <= 5, "at most 5 OTP guesses may be tried, {tried} were");
+    assert_eq!(tried + throttled, 20);
+}
+
+#[tokio::test]
+async fn credentials_are_length_checked_before_any_work() {
+    let app = spawn_app().await;
+    let long_email = format!("{}@example.com", "a".repeat(250));
+    for (body, field) in [
+        (json!({ "email": long_email, "password": "x", "otp": "000000" }), "email"),
+        (json!({ "email": "a@example.com", "password": "p".repeat(1025), "otp": "000000" }), "password"),
+        (json!({ "email": "a@example.com", "password": "x", "otp": "12345" }), "otp"),
+        (json!({ "email": "a@example.com", "password": "x", "otp": "12345a" }), "otp"),
+    ] {
+        let res = app.post("/api/v2/internal/user/login", &body).await;
+        let body = assert_error(res, 400, "InvalidField").await;
+        assert_eq!(body["context"]["field"], field);
+    }
+    assert_eq!(app.state.hashing.peak(), 0, "no password was hashed");
+}
+
+/// Reads one unlabelled gauge from /metrics.
+async fn gauge(app: &TestApp, name: &str) -> i64 {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+}
+
+#[tokio::test]
+async fn password_hashing_never_exceeds_its_limit() {
+    let app = spawn_app_with(|c| {
+        c.login.max_concurrent_hashes = 2;
+        c.login.hash_queue = 200;
+        c.login.hash_wait_ms = 120_000;
+        c.login.max_hashes_per_client = 200;
+        c.login.max_failures_per_ip = 1_000_000;
+    })
+    .await;
+    let logins = (0..200).map(|i| {
+        let app = &app;
+        async move { app.login_raw(&format!("flood{i}@example.com"), "wrong password", "000000").await }
+    });
+    let responses = join_all(logins).await;
+    let (wrong, _, _) = statuses(&responses);
+    assert_eq!(wrong, 200, "each login waited its turn and was answered 401");
+    let peak = gauge(&app, "custodian_login_hashes_peak").await;
+    assert!((1..=2).contains(&peak), "peak hashes in flight {peak}");
+}
+
+#[tokio::test]
+async fn a_full_hashing_queue_answers_503_server_busy() {
+    let app = spawn_app_with(|c| {
+        c.login.max_concurrent_hashes = 1;
+        c.login.hash_queue = 0;
+        c.login.max_hashes_per_client = 100;
+        c.login.max_failures_per_ip = 1_000_000;
+    })
+    .await;
+    let logins = (0..12).map(|i| {
+        let app = &app;
+        async move { app.login_raw(&format!("busy{i}@example.com"), "wrong password", "000000").await }
+    });
+    let responses = join_all(logins).await;
+    let (wrong, _, busy) = statuses(&responses);
+    assert!(wrong >= 1 && busy >= 1, "{wrong} tried, {busy} refused");
+    assert_eq!(wrong + busy, 12);
+    let refused = responses.into_iter().find(|r| r.status() == 503).unwrap();
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_error(refused, 503, "ServerBusy").await;
+}
+
+#[tokio::test]
+async fn one_client_holds_at_most_its_share_of_hashing() {
+    let app = spawn_app_with(|c| {
+        c.login.max_concurrent_hashes = 1;
+        c.login.hash_queue = 100;
+        c.login.hash_wait_ms = 60_000;
+        c.login.max_hashes_per_client = 2;
+        c.login.max_failures_per_ip = 1_000_000;
+    })
+    .await;
+    let logins = (0..10).map(|i| {
+        let app = &app;
+        async move { app.login_raw(&format!("share{i}@example.com"), "wrong password", "000000").await }
+    });
+    let responses = join_all(logins).await;
+    let (wrong, throttled, _) = statuses(&responses);
+    assert!(throttled >= 1, "a client with 10 logins in flight is throttled ({wrong} tried)");
+    assert_eq!(wrong + throttled, 10);
+}
+
+#[tokio::test]
+async fn invented_http_methods_are_not_metric_labels() {
+    let app = spawn_app().await;
+    let method = Method::from_bytes(b"FROBNICATE").unwrap();
+    let res = app.client.request(method, app.url("/health")).send().await.unwrap();
+    assert!(res.status().is_client_error());
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(!text.contains("FROBNICATE"), "the method is not a label");
+    assert!(text.contains("method=\"other\""), "it is counted as other");
+}
+
+#[tokio::test]
+async fn distributed_guessing_makes_the_email_wait_except_from_known_clients() {
+    let app = spawn_app_with(|c| {
+        behind_proxy(c);
+        c.login.email_delay_after = 3;
+        c.login.email_delay_step = 30;
+    })
+    .await;
+    let user = app.create_user("popular@example.com").await;
+    // The owner's usual place.
+    assert_eq!(login_from(&app, "192.0.2.50", &user.email, PASSWORD, "000000").await.status(), 200);
+    for i in 1..=3 {
+        let res = login_from(&app, &format!("198.51.100.{i}"), &user.email, "botnet guess", "000000").await;
+        assert_eq!(res.status(), 401);
+    }
+    let res = login_from(&app, "198.51.100.99", &user.email, PASSWORD, "000000").await;
+    let retry: u64 = res.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=30).contains(&retry), "Retry-After {retry}");
+    assert_error(res, 429, "TooManyRequests").await;
+    assert_eq!(login_from(&app, "192.0.2.50", &user.email, PASSWORD, "000000").await.status(), 200);
+}
