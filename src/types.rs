@@ -165,6 +165,19 @@ pub fn is_coin(s: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BaseUnits(String);
 
+/// Numeric order: canonical digits have no leading zeros, so the longer is the larger.
+impl Ord for BaseUnits {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.len().cmp(&other.0.len()).then_with(|| self.0.cmp(&other.0))
+    }
+}
+
+impl PartialOrd for BaseUnits {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl BaseUnits {
     /// What a valid value looks like, for error messages.
     pub const EXPECTED: &'static str = "a non-negative integer in base units (digits, or a JSON integer)";

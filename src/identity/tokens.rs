@@ -6,6 +6,7 @@
 
 use std::{collections::BTreeSet, net::IpAddr};
 
+use ipnet::{IpNet, Ipv4Net};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
@@ -173,12 +174,22 @@ fn base_units(field: &str, v: &Value) -> Result<String> {
 }
 
 /// `ipRestrict` entries normalised: a single address as itself, a block as network/prefix.
+/// IPv4-mapped IPv6 entries (`::ffff:a.b.c.d/n`, n >= 96) become IPv4, so that they compare with
+/// the IPv4 addresses clients connect from.
 fn normalise_ip(field: &str, s: &str) -> Result<String> {
-    let net = parse_cidr(s.trim()).map_err(|e| Error::invalid_field(field, e))?;
+    let mut net = parse_cidr(s.trim()).map_err(|e| Error::invalid_field(field, e))?;
+    if let IpNet::V6(v6) = net {
+        if let (Some(v4), true) = (v6.addr().to_ipv4_mapped(), v6.prefix_len() >= 96) {
+            net = IpNet::V4(
+                Ipv4Net::new(v4, v6.prefix_len() - 96)
+                    .map_err(|e| Error::invalid_field(field, e.to_string()))?,
+            );
+        }
+    }
     Ok(if net.prefix_len() == net.max_prefix_len() { net.addr().to_string() } else { net.to_string() })
 }
 
-fn validate(req: CreateAccessTokenRequest, env: Environment) -> Result<Validated> {
+fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
     let label = req.label.map(|l| l.trim().to_string()).unwrap_or_default();
     if label.is_empty() {
         return Err(Error::missing_field("label"));
@@ -219,12 +230,6 @@ fn validate(req: CreateAccessTokenRequest, env: Environment) -> Result<Validated
             (!out.is_empty()).then_some(out)
         }
     };
-    if env == Environment::Production && ip_restrict.is_none() {
-        return Err(Error::invalid_field(
-            "ipRestrict",
-            "the production environment requires a non-empty ipRestrict",
-        ));
-    }
     if let Some(e) = &req.enterprise {
         if !ids::is_id(e) {
             return Err(Error::invalid_field("enterprise", "must be a 32-hex enterprise id"));
@@ -347,6 +352,76 @@ pub fn new_token_record(
     }
 }
 
+fn exceeds(field: String, message: String) -> Error {
+    Error::Invalid { name: "ExceedsCreatingToken", message, context: json!({ "field": field }) }
+}
+
+/// Bounds a child token's lists by its parent's (issue 9 §4): `permittedWallets`,
+/// `permittedEnterprises` and `ipRestrict` must lie within the parent's, `spendingLimits` may
+/// not exceed the parent's per coin; each absent one (or absent coin) takes the parent's.
+/// Errors: `ExceedsCreatingToken` naming the first offending element.
+fn bound_by_parent(parent: &TokenRecord, v: &mut Validated) -> Result<()> {
+    for (field, parent_list, child) in [
+        ("permittedWallets", &parent.permitted_wallets, &mut v.permitted_wallets),
+        ("permittedEnterprises", &parent.permitted_enterprises, &mut v.permitted_enterprises),
+    ] {
+        let Some(allowed) = parent_list else { continue };
+        match child {
+            None => *child = Some(allowed.clone()),
+            Some(list) => {
+                if let Some(i) = list.iter().position(|x| !allowed.contains(x)) {
+                    return Err(exceeds(
+                        format!("{field}[{i}]"),
+                        format!("{field}[{i}] is not permitted to the creating token"),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(parent_blocks) = &parent.ip_restrict {
+        let parent_nets: Vec<IpNet> = parent_blocks.iter().filter_map(|b| parse_cidr(b).ok()).collect();
+        match &v.ip_restrict {
+            None => v.ip_restrict = Some(parent_blocks.clone()),
+            Some(blocks) => {
+                for (i, b) in blocks.iter().enumerate() {
+                    let inside = parse_cidr(b).is_ok_and(|net| parent_nets.iter().any(|p| p.contains(&net)));
+                    if !inside {
+                        return Err(exceeds(
+                            format!("ipRestrict[{i}]"),
+                            format!("{b} is not within the creating token's ipRestrict"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(Value::Object(parent_limits)) = &parent.spending_limits {
+        let mut limits = match v.spending_limits.take() {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        for (coin, parent_entry) in parent_limits {
+            let Some(child_entry) = limits.get(coin) else {
+                limits.insert(coin.clone(), parent_entry.clone());
+                continue;
+            };
+            for path in ["/txValueLimit", "/allErc20TokensLimit/txValueLimit"] {
+                let value = |e: &Value| e.pointer(path).and_then(BaseUnits::from_json);
+                if let Some(max) = value(parent_entry) {
+                    if value(child_entry).is_none_or(|c| c > max) {
+                        return Err(exceeds(
+                            format!("spendingLimits.{coin}{}", path.replace('/', ".")),
+                            format!("the {coin} limit exceeds the creating token's ({})", max.as_str()),
+                        ));
+                    }
+                }
+            }
+        }
+        v.spending_limits = Some(Value::Object(limits));
+    }
+    Ok(())
+}
+
 /// Creates an access token for the principal's user from a §4.3 request body (a JSON object;
 /// `accessTokenTemplateId` fills absent fields from a template). Needs a correct OTP of that
 /// user, checked last so a bad request does not use it up. The new token cannot exceed the
@@ -360,7 +435,7 @@ pub async fn create_access_token(
     auth.require(state.policy(), Action::CreateAccessToken)?;
     apply_template(state, &mut body).await?;
     let req: CreateAccessTokenRequest = parse_value(body)?;
-    let mut v = validate(req, state.config.environment)?;
+    let mut v = validate(req)?;
     let parent = &auth.token;
     let now = ids::now();
 
@@ -390,24 +465,12 @@ pub async fn create_access_token(
             });
         }
     }
-    for (field, parent_list, child) in [
-        ("permittedWallets", &parent.permitted_wallets, &mut v.permitted_wallets),
-        ("permittedEnterprises", &parent.permitted_enterprises, &mut v.permitted_enterprises),
-    ] {
-        if let Some(allowed) = parent_list {
-            match child {
-                None => *child = Some(allowed.clone()),
-                Some(list) => {
-                    if let Some(i) = list.iter().position(|x| !allowed.contains(x)) {
-                        return Err(Error::Invalid {
-                            name: "ExceedsCreatingToken",
-                            message: format!("{field}[{i}] is not permitted to the creating token"),
-                            context: json!({ "field": format!("{field}[{i}]") }),
-                        });
-                    }
-                }
-            }
-        }
+    bound_by_parent(parent, &mut v)?;
+    if state.config.environment == Environment::Production && v.ip_restrict.is_none() {
+        return Err(Error::invalid_field(
+            "ipRestrict",
+            "the production environment requires a non-empty ipRestrict",
+        ));
     }
     if v.admin && !(parent.admin && auth.user.service_admin) {
         return Err(Error::invalid_field(

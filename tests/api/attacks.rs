@@ -252,3 +252,53 @@ async fn distributed_guessing_makes_the_email_wait_except_from_known_clients() {
     assert_error(res, 429, "TooManyRequests").await;
     assert_eq!(login_from(&app, "192.0.2.50", &user.email, PASSWORD, "000000").await.status(), 200);
 }
+
+#[tokio::test]
+async fn a_child_token_cannot_widen_ip_restrict() {
+    let app = spawn_app().await;
+    let user = app.create_user("narrow@example.com").await;
+    let session = app.login(&user).await;
+    let parent = app.token_with(&session, json!({ "ipRestrict": ["127.0.0.1", "10.1.0.0/16"] })).await;
+    for (blocks, field) in [
+        (json!(["0.0.0.0/0", "::/0"]), "ipRestrict[0]"),
+        (json!(["127.0.0.1", "10.0.0.0/8"]), "ipRestrict[1]"),
+        (json!(["::ffff:10.2.0.0/112"]), "ipRestrict[0]"),
+    ] {
+        let res = app.create_token(&parent, json!({ "ipRestrict": blocks })).await;
+        let body = assert_error(res, 400, "ExceedsCreatingToken").await;
+        assert_eq!(body["context"]["field"], field, "{blocks}");
+    }
+    // Inside the parent's blocks (an IPv4-mapped entry counts as IPv4), or absent: the parent's.
+    let res = app.create_token(&parent, json!({ "ipRestrict": ["10.1.2.0/24", "::ffff:127.0.0.1"] })).await;
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["ipRestrict"], json!(["10.1.2.0/24", "127.0.0.1"]), "{body}");
+    let res = app.create_token(&parent, json!({})).await;
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["ipRestrict"], json!(["127.0.0.1", "10.1.0.0/16"]), "{body}");
+}
+
+#[tokio::test]
+async fn a_child_token_cannot_raise_spending_limits() {
+    let app = spawn_app().await;
+    let user = app.create_user("limits@example.com").await;
+    let session = app.login(&user).await;
+    let parent = app
+        .token_with(&session, json!({ "spendingLimits": [{ "coin": "tbtc", "txValueLimit": "100000" }] }))
+        .await;
+    let res = app
+        .create_token(&parent, json!({ "spendingLimits": [{ "coin": "tbtc", "txValueLimit": "100001" }] }))
+        .await;
+    let body = assert_error(res, 400, "ExceedsCreatingToken").await;
+    assert_eq!(body["context"]["field"], "spendingLimits.tbtc.txValueLimit");
+    // Lower, or another coin (the parent's tbtc limit carried over), is fine.
+    let res = app
+        .create_token(&parent, json!({ "spendingLimits": [{ "coin": "teth", "txValueLimit": "5" }] }))
+        .await;
+    let body: Value = res.json().await.unwrap();
+    let limits = body["unlock"]["spendingLimits"].to_string();
+    assert!(limits.contains("teth") && limits.contains("tbtc") && limits.contains("100000"), "{body}");
+    let res = app
+        .create_token(&parent, json!({ "spendingLimits": [{ "coin": "tbtc", "txValueLimit": 99999 }] }))
+        .await;
+    assert_eq!(res.status(), 200);
+}

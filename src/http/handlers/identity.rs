@@ -31,10 +31,16 @@ use crate::{
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoginRequest {
+    /// At most 254 characters.
+    #[schema(max_length = 254)]
     pub email: String,
-    /// Required by §4.2; when absent the answer is 401 with `needsOTP: true`.
+    /// Six digits (RFC 6238). Required by §4.2; when absent the answer is 401 with
+    /// `needsOTP: true`.
     #[serde(default)]
+    #[schema(pattern = "^[0-9]{6}$")]
     pub otp: Option<String>,
+    /// At most 1,024 bytes (the schema states 256 characters, which always fit).
+    #[schema(max_length = 256)]
     pub password: String,
     #[serde(default)]
     pub extensible: Option<bool>,
