@@ -180,6 +180,10 @@ pub struct Config {
     pub trusted_proxies: Vec<IpNet>,
     /// Largest number of ids in one wallet lookup (issue 3).
     pub max_lookup_ids: usize,
+    /// Longest time a request may take, seconds; then 408 `RequestTimeout` (issue 9 §8).
+    pub request_timeout: u64,
+    /// Requests handled at once per process; beyond, 503 `ServerBusy` at once (issue 9 §8).
+    pub max_in_flight_requests: usize,
     /// `text` (default) or `json` log lines on standard error.
     pub log_format: String,
     pub login: LoginConfig,
@@ -198,6 +202,8 @@ impl Default for Config {
             secret_key_file: None,
             trusted_proxies: Vec::new(),
             max_lookup_ids: 1000,
+            request_timeout: 30,
+            max_in_flight_requests: 1024,
             log_format: "text".into(),
             login: LoginConfig::default(),
             delivery: DeliveryConfig::default(),
@@ -234,6 +240,8 @@ const ENV_KEYS: &[&str] = &[
     "secret_key_file",
     "trusted_proxies",
     "max_lookup_ids",
+    "request_timeout",
+    "max_in_flight_requests",
     "log_format",
     "role",
 ];
@@ -303,6 +311,11 @@ impl Config {
         if self.delivery.timeout == 0 || self.delivery.concurrency == 0 || self.delivery.poll_interval_ms == 0
         {
             return Err("invalid configuration: delivery.timeout, delivery.concurrency and delivery.poll_interval_ms must be positive".into());
+        }
+        if self.request_timeout == 0 || self.max_in_flight_requests == 0 {
+            return Err(
+                "invalid configuration: request_timeout and max_in_flight_requests must be positive".into()
+            );
         }
         if self.max_lookup_ids == 0 {
             return Err("invalid configuration: max_lookup_ids must be positive".into());

@@ -160,8 +160,23 @@ pub fn app_for(state: AppState, api: bool) -> Router {
             .route("/metrics", get(crate::metrics::render))
             .route("/openapi.json", get(openapi_document))
     };
+    let timeout = std::time::Duration::from_secs(state.config.request_timeout);
+    // Past `max_in_flight_requests`, shed at once rather than queue: a queue only hides the
+    // overload until the timeout.
+    let in_flight = tower::ServiceBuilder::new()
+        .layer(axum::error_handling::HandleErrorLayer::new(|_: tower::BoxError| async {
+            error::ApiError::from(crate::error::Error::Busy {
+                message: "the server is handling too many requests; try again shortly".into(),
+                retry_after_secs: 1,
+            })
+            .into_response()
+        }))
+        .layer(tower::load_shed::LoadShedLayer::new())
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(state.config.max_in_flight_requests));
     router
         .fallback(|| async { StatusCode::NOT_FOUND.into_response() })
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
+        .layer(in_flight)
         .layer(middleware::from_fn_with_state(state.clone(), crate::metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {

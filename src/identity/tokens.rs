@@ -152,8 +152,23 @@ struct Validated {
     permitted_enterprises: Option<Vec<String>>,
 }
 
+/// Largest lists a token request may carry (issue 9 §8); longer ones are a 400 naming the field.
+pub const MAX_SCOPES: usize = 64;
+pub const MAX_IP_RESTRICT: usize = 100;
+pub const MAX_PERMITTED: usize = 1000;
+pub const MAX_SPENDING_LIMITS: usize = 100;
+
+/// Refuses a list longer than `max` before any of it is examined.
+fn cap(field: &str, len: usize, max: usize) -> Result<()> {
+    if len > max {
+        return Err(Error::invalid_field(field, format!("at most {max} entries")));
+    }
+    Ok(())
+}
+
 fn id_list(field: &str, v: Option<Vec<String>>) -> Result<Option<Vec<String>>> {
     let Some(v) = v else { return Ok(None) };
+    cap(field, v.len(), MAX_PERMITTED)?;
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for (i, id) in v.into_iter().enumerate() {
@@ -199,6 +214,15 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
     }
     let otp = req.otp.map(|o| o.trim().to_string()).filter(|o| !o.is_empty());
     let Some(otp) = otp else { return Err(Error::missing_field("otp")) };
+    if let Some(ScopeInput::Many(list)) = &req.scope {
+        cap("scope", list.len(), MAX_SCOPES)?;
+    }
+    if let Some(Some(list)) = &req.ip_restrict {
+        cap("ipRestrict", list.len(), MAX_IP_RESTRICT)?;
+    }
+    if let Some(list) = &req.spending_limits {
+        cap("spendingLimits", list.len(), MAX_SPENDING_LIMITS)?;
+    }
     let grants = match &req.scope {
         Some(s) => {
             parse_scopes(&scope_values(s)).map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), e))?
@@ -220,10 +244,10 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
     let ip_restrict = match req.ip_restrict.flatten() {
         None => None,
         Some(list) => {
-            let mut out: Vec<String> = Vec::new();
+            let (mut out, mut seen) = (Vec::new(), BTreeSet::new());
             for (i, s) in list.iter().enumerate() {
                 let n = normalise_ip(&format!("ipRestrict[{i}]"), s)?;
-                if !out.contains(&n) {
+                if seen.insert(n.clone()) {
                     out.push(n);
                 }
             }

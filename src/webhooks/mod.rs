@@ -84,13 +84,27 @@ pub fn check_url(url: &str, env: Environment) -> Result<()> {
     Ok(())
 }
 
-/// Checks `customHttpHeaders`: valid names and values, none reserved, at most 20.
+/// Most `customHttpHeaders`, and the longest value in bytes (issue 9 §8).
+pub const MAX_CUSTOM_HEADERS: usize = 20;
+pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
+/// Most entries of `txRequestStates` / `txRequestTransactionStates`, and the longest one.
+pub const MAX_TX_REQUEST_STATES: usize = 20;
+pub const MAX_STATE_LEN: usize = 64;
+
+/// Checks `customHttpHeaders`: valid names and values, none reserved, at most
+/// [`MAX_CUSTOM_HEADERS`], values at most [`MAX_HEADER_VALUE_BYTES`].
 pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<()> {
-    if headers.len() > 20 {
-        return Err(Error::invalid_field("customHttpHeaders", "at most 20 headers"));
+    if headers.len() > MAX_CUSTOM_HEADERS {
+        return Err(Error::invalid_field(
+            "customHttpHeaders",
+            format!("at most {MAX_CUSTOM_HEADERS} headers"),
+        ));
     }
     for (k, v) in headers {
         let field = format!("customHttpHeaders.{k}");
+        if v.len() > MAX_HEADER_VALUE_BYTES {
+            return Err(Error::invalid_field(&field, format!("at most {MAX_HEADER_VALUE_BYTES} bytes")));
+        }
         let name = HeaderName::from_bytes(k.as_bytes())
             .map_err(|_| Error::invalid_field(&field, "not a valid header name"))?;
         if RESERVED_HEADERS.contains(&name.as_str()) {
@@ -102,6 +116,28 @@ pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<()> {
         HeaderValue::from_str(v).map_err(|_| Error::invalid_field(&field, "not a valid header value"))?;
     }
     Ok(())
+}
+
+/// Checks a list of txRequest states: at most [`MAX_TX_REQUEST_STATES`] names of letters, each
+/// at most [`MAX_STATE_LEN`] long; duplicates are dropped.
+pub fn check_states(field: &str, states: Option<Vec<String>>) -> Result<Vec<String>> {
+    let states = states.unwrap_or_default();
+    if states.len() > MAX_TX_REQUEST_STATES {
+        return Err(Error::invalid_field(field, format!("at most {MAX_TX_REQUEST_STATES} states")));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (i, s) in states.into_iter().enumerate() {
+        if s.is_empty() || s.len() > MAX_STATE_LEN || !s.bytes().all(|b| b.is_ascii_alphabetic()) {
+            return Err(Error::invalid_field(
+                format!("{field}[{i}]"),
+                format!("a state name: 1 to {MAX_STATE_LEN} letters"),
+            ));
+        }
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    Ok(out)
 }
 
 /// `InvalidWebhookType`: `level` has no such type; `allowed` lists the level's types.

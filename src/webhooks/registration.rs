@@ -102,6 +102,9 @@ fn build(
     if req.label.as_ref().is_some_and(|l| l.chars().count() > 250) {
         return Err(Error::invalid_field("label", "at most 250 characters"));
     }
+    let tx_request_states = super::check_states("txRequestStates", req.tx_request_states)?;
+    let tx_request_transaction_states =
+        super::check_states("txRequestTransactionStates", req.tx_request_transaction_states)?;
     let allow_blocked_hosts = req.allow_blocked_hosts.unwrap_or(false);
     if allow_blocked_hosts && !auth.token.admin {
         return Err(Error::forbidden("only a service admin may set allowBlockedHosts", "service admin"));
@@ -130,8 +133,8 @@ fn build(
         successive_failed_attempts: 0,
         failed_attempts_total: 0,
         listen_to_failure_states: req.listen_to_failure_states.unwrap_or(false),
-        tx_request_states: req.tx_request_states.unwrap_or_default(),
-        tx_request_transaction_states: req.tx_request_transaction_states.unwrap_or_default(),
+        tx_request_states,
+        tx_request_transaction_states,
         custom_headers: headers,
         allow_blocked_hosts,
         created_at: ids::now(),

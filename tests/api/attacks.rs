@@ -302,3 +302,83 @@ async fn a_child_token_cannot_raise_spending_limits() {
         .await;
     assert_eq!(res.status(), 200);
 }
+
+#[tokio::test]
+async fn every_list_in_a_request_is_capped() {
+    let app = spawn_app().await;
+    let user = app.create_user("lists@example.com").await;
+    let session = app.login(&user).await;
+    let id = "0123456789abcdef0123456789abcdef";
+    let limits: Vec<Value> =
+        (0..101).map(|i| json!({ "coin": format!("c{i}"), "txValueLimit": "1" })).collect();
+    for (fields, field) in [
+        (json!({ "scope": vec!["wallet_view_all"; 65] }), "scope"),
+        (json!({ "ipRestrict": vec!["127.0.0.1"; 101] }), "ipRestrict"),
+        (json!({ "permittedWallets": vec![id; 1001] }), "permittedWallets"),
+        (json!({ "permittedEnterprises": vec![id; 1001] }), "permittedEnterprises"),
+        (json!({ "spendingLimits": limits }), "spendingLimits"),
+    ] {
+        let res = app.create_token(&session, fields).await;
+        let body = assert_error(res, 400, "InvalidField").await;
+        assert_eq!(body["context"]["field"], field);
+    }
+    let headers: serde_json::Map<String, Value> = (0..21).map(|i| (format!("x-h{i}"), json!("v"))).collect();
+    let hook = |extra: Value| {
+        let mut body = json!({ "type": "block", "url": "https://example.com/hook" });
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    for (extra, field) in [
+        (json!({ "customHttpHeaders": headers }), "customHttpHeaders"),
+        (json!({ "customHttpHeaders": { "x-big": "v".repeat(1025) } }), "customHttpHeaders.x-big"),
+        (json!({ "txRequestStates": vec!["signed"; 21] }), "txRequestStates"),
+        (json!({ "txRequestTransactionStates": ["not a state"] }), "txRequestTransactionStates[0]"),
+    ] {
+        let res = app.post_auth("/api/v2/tbtc/webhooks", &session, &hook(extra)).await;
+        let body = assert_error(res, 400, "InvalidField").await;
+        assert_eq!(body["context"]["field"], field);
+    }
+}
+
+#[tokio::test]
+async fn slow_requests_time_out_with_408() {
+    let app = spawn_app_with(|c| {
+        c.request_timeout = 1;
+        c.login.max_concurrent_hashes = 1;
+        c.login.hash_queue = 1000;
+        c.login.hash_wait_ms = 600_000;
+        c.login.max_hashes_per_client = 1000;
+        c.login.max_failures_per_ip = 1_000_000;
+    })
+    .await;
+    // One hashing slot and 200 logins: the last ones wait far beyond a second.
+    let logins = (0..200).map(|i| {
+        let app = &app;
+        async move { app.login_raw(&format!("slow{i}@example.com"), "wrong password", "000000").await }
+    });
+    let responses = join_all(logins).await;
+    let timed_out = responses.into_iter().find(|r| r.status() == 408).expect("a request timed out");
+    assert_error(timed_out, 408, "RequestTimeout").await;
+}
+
+#[tokio::test]
+async fn requests_beyond_the_in_flight_limit_are_shed_with_503() {
+    let app = spawn_app_with(|c| {
+        c.max_in_flight_requests = 2;
+        c.login.max_concurrent_hashes = 1;
+        c.login.hash_queue = 100;
+        c.login.hash_wait_ms = 60_000;
+        c.login.max_hashes_per_client = 100;
+        c.login.max_failures_per_ip = 1_000_000;
+    })
+    .await;
+    let logins = (0..20).map(|i| {
+        let app = &app;
+        async move { app.login_raw(&format!("shed{i}@example.com"), "wrong password", "000000").await }
+    });
+    let responses = join_all(logins).await;
+    let (tried, _, shed) = statuses(&responses);
+    assert!(tried >= 1 && shed >= 1, "{tried} handled, {shed} shed");
+    let res = responses.into_iter().find(|r| r.status() == 503).unwrap();
+    assert_error(res, 503, "ServerBusy").await;
+}
