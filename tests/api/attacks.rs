@@ -23,6 +23,14 @@ async fn login_from(app: &TestApp, client: &str, email: &str, password: &str, ot
         .expect("request")
 }
 
+/// `n` failed logins at once, each for a distinct unknown email (`{prefix}{i}@example.com`).
+async fn login_flood(app: &TestApp, prefix: &str, n: usize) -> Vec<Response> {
+    join_all((0..n).map(|i| async move {
+        app.login_raw(&format!("{prefix}{i}@example.com"), "wrong password", "000000").await
+    }))
+    .await
+}
+
 fn statuses(responses: &[Response]) -> (usize, usize, usize) {
     let count = |s: u16| responses.iter().filter(|r| r.status().as_u16() == s).count();
     (count(401), count(429), count(503))
@@ -167,11 +175,7 @@ async fn password_hashing_never_exceeds_its_limit() {
         c.login.max_failures_per_ip = 1_000_000;
     })
     .await;
-    let logins = (0..200).map(|i| {
-        let app = &app;
-        async move { app.login_raw(&format!("flood{i}@example.com"), "wrong password", "000000").await }
-    });
-    let responses = join_all(logins).await;
+    let responses = login_flood(&app, "flood", 200).await;
     let (wrong, _, _) = statuses(&responses);
     assert_eq!(wrong, 200, "each login waited its turn and was answered 401");
     let peak = gauge(&app, "custodian_login_hashes_peak").await;
@@ -187,11 +191,7 @@ async fn a_full_hashing_queue_answers_503_server_busy() {
         c.login.max_failures_per_ip = 1_000_000;
     })
     .await;
-    let logins = (0..12).map(|i| {
-        let app = &app;
-        async move { app.login_raw(&format!("busy{i}@example.com"), "wrong password", "000000").await }
-    });
-    let responses = join_all(logins).await;
+    let responses = login_flood(&app, "busy", 12).await;
     let (wrong, _, busy) = statuses(&responses);
     assert!(wrong >= 1 && busy >= 1, "{wrong} tried, {busy} refused");
     assert_eq!(wrong + busy, 12);
@@ -210,11 +210,7 @@ async fn one_client_holds_at_most_its_share_of_hashing() {
         c.login.max_failures_per_ip = 1_000_000;
     })
     .await;
-    let logins = (0..10).map(|i| {
-        let app = &app;
-        async move { app.login_raw(&format!("share{i}@example.com"), "wrong password", "000000").await }
-    });
-    let responses = join_all(logins).await;
+    let responses = login_flood(&app, "share", 10).await;
     let (wrong, throttled, _) = statuses(&responses);
     assert!(throttled >= 1, "a client with 10 logins in flight is throttled ({wrong} tried)");
     assert_eq!(wrong + throttled, 10);
@@ -352,11 +348,7 @@ async fn slow_requests_time_out_with_408() {
     })
     .await;
     // One hashing slot and 200 logins: the last ones wait far beyond a second.
-    let logins = (0..200).map(|i| {
-        let app = &app;
-        async move { app.login_raw(&format!("slow{i}@example.com"), "wrong password", "000000").await }
-    });
-    let responses = join_all(logins).await;
+    let responses = login_flood(&app, "slow", 200).await;
     let timed_out = responses.into_iter().find(|r| r.status() == 408).expect("a request timed out");
     assert_error(timed_out, 408, "RequestTimeout").await;
 }
@@ -372,11 +364,7 @@ async fn requests_beyond_the_in_flight_limit_are_shed_with_503() {
         c.login.max_failures_per_ip = 1_000_000;
     })
     .await;
-    let logins = (0..20).map(|i| {
-        let app = &app;
-        async move { app.login_raw(&format!("shed{i}@example.com"), "wrong password", "000000").await }
-    });
-    let responses = join_all(logins).await;
+    let responses = login_flood(&app, "shed", 20).await;
     let (tried, _, shed) = statuses(&responses);
     assert!(tried >= 1 && shed >= 1, "{tried} handled, {shed} shed");
     let res = responses.into_iter().find(|r| r.status() == 503).unwrap();
