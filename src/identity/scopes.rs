@@ -268,9 +268,10 @@ impl Policy {
     }
 
     /// Whether `token` may see wallet `wallet_id` in the internal lookup (§4.1; docs/scopes.md):
-    /// a service-admin token sees every wallet; otherwise the user must be allowed to see it
-    /// (`user_may_see`: listed in its `users`, or an admin of its enterprise) and the token's
-    /// view scopes must cover it. `permittedWallets` / `permittedEnterprises` narrow both cases.
+    /// the user must be allowed to see it (`user_may_see`: listed in its `users`, an admin of
+    /// its enterprise, or a service admin, for whom membership is waived) and the token's view
+    /// scopes, `permittedWallets` and `permittedEnterprises` must cover it (for service admins
+    /// too: issue 9 §5).
     pub fn can_view_wallet(
         &self,
         token: &TokenRecord,
@@ -278,15 +279,6 @@ impl Policy {
         wallet_id: &str,
         enterprise: Option<&str>,
     ) -> bool {
-        if token.admin {
-            let in_wallets =
-                token.permitted_wallets.as_ref().is_none_or(|p| p.iter().any(|w| w == wallet_id));
-            let in_enterprises = token
-                .permitted_enterprises
-                .as_ref()
-                .is_none_or(|p| enterprise.is_some_and(|e| p.iter().any(|x| x == e)));
-            return in_wallets && in_enterprises;
-        }
         user_may_see
             && self
                 .check(token, Action::Wallet { permission: WalletPermission::View, wallet_id, enterprise })

@@ -25,15 +25,17 @@ use model::{Balances, WalletRow, BALANCE_FIELDS};
 
 /// Who may see which wallet, for one principal: the one visibility rule of the lookup and
 /// the webhook routes (docs/scopes.md). A user sees a wallet listed in its `users` or one of
-/// an enterprise the user administers.
+/// an enterprise the user administers; a service-admin token waives this membership rule, but
+/// never its scopes or permitted lists (issue 9 §5).
 pub struct Visibility {
     user_id: String,
     admin_of: HashSet<String>,
+    service_admin: bool,
 }
 
 impl Visibility {
-    /// Loads the principal's enterprise memberships (skipped for service-admin tokens, which
-    /// the scope policy lets see every wallet).
+    /// Loads the principal's enterprise memberships (skipped for service-admin tokens, for
+    /// which membership is waived).
     pub async fn load(state: &AppState, auth: &Principal) -> Result<Self> {
         let admin_of = if auth.token.admin {
             HashSet::new()
@@ -47,12 +49,13 @@ impl Visibility {
                 .map(|m| m.enterprise.id)
                 .collect()
         };
-        Ok(Visibility { user_id: auth.user.id.clone(), admin_of })
+        Ok(Visibility { user_id: auth.user.id.clone(), admin_of, service_admin: auth.token.admin })
     }
 
     /// Whether the user (regardless of the token's scopes) may see `row`.
     pub fn user_may_see(&self, row: &WalletRow) -> bool {
-        row.user_ids.contains(&self.user_id)
+        self.service_admin
+            || row.user_ids.contains(&self.user_id)
             || row.enterprise.as_ref().is_some_and(|e| self.admin_of.contains(e))
     }
 
@@ -69,7 +72,7 @@ impl Visibility {
 
 /// The wallet `wallet_id` of `coin`, when the principal may see it and the token covers
 /// `permission` on it. Unknown or invisible: `WalletNotFound`; visible but not permitted:
-/// `Forbidden`. Service-admin tokens skip both checks.
+/// `Forbidden`. Service-admin tokens skip the membership check, not the scopes.
 pub async fn wallet_access(
     state: &AppState,
     auth: &Principal,
@@ -84,15 +87,13 @@ pub async fn wallet_access(
         .pop()
         .filter(|w| w.coin == coin)
         .ok_or_else(|| Error::not_found("WalletNotFound"))?;
-    if !auth.token.admin {
-        if !Visibility::load(state, auth).await?.user_may_see(&row) {
-            return Err(Error::not_found("WalletNotFound"));
-        }
-        auth.require(
-            state.policy(),
-            Action::Wallet { permission, wallet_id: &row.id, enterprise: row.enterprise.as_deref() },
-        )?;
+    if !Visibility::load(state, auth).await?.user_may_see(&row) {
+        return Err(Error::not_found("WalletNotFound"));
     }
+    auth.require(
+        state.policy(),
+        Action::Wallet { permission, wallet_id: &row.id, enterprise: row.enterprise.as_deref() },
+    )?;
     Ok(row)
 }
 

@@ -14,8 +14,9 @@ use crate::{
     AppState,
 };
 
-/// The enterprise, when the caller is its admin (or a service admin) and the token may manage
-/// it. Unknown or not a member: `EnterpriseNotFound`; member without admin or scope: `Forbidden`.
+/// The enterprise, when the caller is its admin (or a service admin: membership waived) and
+/// the token's scopes and `permittedEnterprises` let it manage it. Unknown or not a member:
+/// `EnterpriseNotFound`; member without admin or scope: `Forbidden`.
 pub async fn enterprise_access(
     state: &AppState,
     auth: &Principal,
@@ -26,18 +27,17 @@ pub async fn enterprise_access(
         .enterprise_by_id(enterprise_id)
         .await?
         .ok_or_else(|| Error::not_found("EnterpriseNotFound"))?;
-    if auth.token.admin {
-        return Ok(enterprise);
-    }
-    let membership = state
-        .store
-        .memberships(&auth.user.id)
-        .await?
-        .into_iter()
-        .find(|m| m.enterprise.id == enterprise_id)
-        .ok_or_else(|| Error::not_found("EnterpriseNotFound"))?;
-    if !membership.is_admin {
-        return Err(Error::forbidden("only an admin of the enterprise may do this", "enterprise admin"));
+    if !auth.token.admin {
+        let membership = state
+            .store
+            .memberships(&auth.user.id)
+            .await?
+            .into_iter()
+            .find(|m| m.enterprise.id == enterprise_id)
+            .ok_or_else(|| Error::not_found("EnterpriseNotFound"))?;
+        if !membership.is_admin {
+            return Err(Error::forbidden("only an admin of the enterprise may do this", "enterprise admin"));
+        }
     }
     auth.require(state.policy(), Action::ManageEnterprise { enterprise_id })?;
     Ok(enterprise)

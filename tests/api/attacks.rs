@@ -370,3 +370,65 @@ async fn requests_beyond_the_in_flight_limit_are_shed_with_503() {
     let res = responses.into_iter().find(|r| r.status() == 503).unwrap();
     assert_error(res, 503, "ServerBusy").await;
 }
+
+/// Imports wallet `id` of `enterprise`, listing no users.
+async fn import_wallet(app: &TestApp, id: &str, enterprise: &str) {
+    let record = json!({
+        "id": id, "label": "w", "coin": "tbtc", "type": "hot", "m": 2, "n": 3, "enterprise": enterprise,
+        "organization": "org", "allowBackupKeySigning": false, "approvalsRequired": 1, "coinSpecific": {},
+        "deleted": false, "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false,
+        "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [],
+    });
+    let s = custodian::wallets::import::import(&app.state.store, &json!([record]).to_string(), |_, _| {})
+        .await
+        .unwrap();
+    assert_eq!(s.imported, 1);
+}
+
+#[tokio::test]
+async fn service_admin_tokens_are_bound_by_their_scopes_and_permitted_lists() {
+    let app = spawn_app().await;
+    let ops = app.create_user_with("ops@example.com", true).await;
+    let e1 = app.create_enterprise("One", &[]).await;
+    let e2 = app.create_enterprise("Two", &[]).await;
+    let (w1, w2) = ("11111111111111111111111111111111", "22222222222222222222222222222222");
+    import_wallet(&app, w1, &e1).await;
+    import_wallet(&app, w2, &e2).await;
+    let session = app.login(&ops).await;
+    let narrowed = app
+        .token_with(
+            &session,
+            json!({
+                "admin": true,
+                "scope": ["enterprise_manage_all", "enterprise_view_all", "wallet_view_all", "wallet_manage_all"],
+                "permittedEnterprises": [e1],
+            }),
+        )
+        .await;
+    // Membership is waived inside the permitted enterprise...
+    let res = app.post_auth("/api/v2/webhook/secret", &narrowed, &json!({ "enterpriseId": e1 })).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(app.get_auth(&format!("/api/v2/enterprise/{e1}/webhooks"), &narrowed).await.status(), 200);
+    // ...but nowhere else.
+    let res = app.post_auth("/api/v2/webhook/secret", &narrowed, &json!({ "enterpriseId": e2 })).await;
+    assert_error(res, 403, "InsufficientScope").await;
+    let res = app.get_auth(&format!("/api/v2/enterprise/{e2}/webhooks"), &narrowed).await;
+    assert_error(res, 403, "InsufficientScope").await;
+    let res = app.get_auth(&format!("/api/v2/tbtc/wallet/{w2}/webhooks"), &narrowed).await;
+    assert_error(res, 403, "InsufficientScope").await;
+    let res = app.post_auth("/api/v2/internal/wallet", &narrowed, &json!({ "ids": [w1, w2] })).await;
+    let body: Value = res.json().await.unwrap();
+    let seen: Vec<&str> =
+        body["wallets"].as_array().unwrap().iter().filter_map(|w| w["id"].as_str()).collect();
+    assert_eq!(seen, [w1], "the lookup shows only the permitted enterprise's wallet");
+
+    // An admin token without wallet scopes sees no wallet and manages no webhook.
+    let profile_only = app.token_with(&session, json!({ "admin": true, "scope": ["profile"] })).await;
+    let res = app.post_auth("/api/v2/internal/wallet", &profile_only, &json!({ "ids": [w1] })).await;
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["wallets"], json!([]), "{body}");
+    let res = app.get_auth(&format!("/api/v2/tbtc/wallet/{w1}/webhooks"), &profile_only).await;
+    assert_error(res, 403, "InsufficientScope").await;
+    let res = app.post_auth("/api/v2/webhook/secret", &profile_only, &json!({ "enterpriseId": e1 })).await;
+    assert_error(res, 403, "InsufficientScope").await;
+}
