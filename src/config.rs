@@ -191,6 +191,10 @@ pub struct Config {
     pub postgres: PostgresConfig,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
+    /// Whether `environment` was chosen (flag, environment variable or file) rather than
+    /// defaulted; `serve` refuses a non-loopback address in a defaulted test environment.
+    #[serde(skip)]
+    pub environment_explicit: bool,
 }
 
 impl Default for Config {
@@ -209,6 +213,7 @@ impl Default for Config {
             delivery: DeliveryConfig::default(),
             postgres: PostgresConfig::default(),
             role: Role::All,
+            environment_explicit: false,
         }
     }
 }
@@ -275,10 +280,14 @@ impl Config {
                     }),
             )
             .merge(Serialized::defaults(overrides));
-        let config: Config = fig.extract().map_err(|e| {
+        let explicit = overrides.environment.is_some()
+            || std::env::var_os("CUSTODIAN_ENVIRONMENT").is_some()
+            || file.is_some_and(|p| Figment::from(Toml::file(p)).contains("environment"));
+        let mut config: Config = fig.extract().map_err(|e| {
             let e = e.into_iter().next().map(|e| e.to_string()).unwrap_or_default();
             format!("invalid configuration: {e}")
         })?;
+        config.environment_explicit = explicit;
         config.validate()?;
         Ok(config)
     }

@@ -66,6 +66,9 @@ impl MasterKey {
     /// generated once beside the SQLite file (or in ./data) with mode 0600, and a warning logged.
     pub fn load(config: &Config) -> anyhow::Result<Self> {
         if let Some(path) = &config.secret_key_file {
+            if config.environment == Environment::Production {
+                refuse_shared_key_file(path)?;
+            }
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read secret key file {}", path.display()))?;
             return Self::from_hex(&text).with_context(|| format!("secret key file {}", path.display()));
@@ -91,6 +94,27 @@ impl MasterKey {
         );
         Self::from_hex(&hex::encode(key))
     }
+}
+
+/// In production the master key file must be readable by its owner only (mode 0600 or
+/// stricter), as ssh does for private keys.
+fn refuse_shared_key_file(path: &Path) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .with_context(|| format!("cannot read secret key file {}", path.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            bail!(
+                "secret key file {} is readable by group or others (mode {:o}): run chmod 600 on it",
+                path.display(),
+                mode & 0o777
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `master.key` beside the SQLite file, or `data/master.key` for other databases.

@@ -227,6 +227,20 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve { .. } => {
             let listen = config.listen;
+            if !production {
+                // The test environment accepts OTP 000000 and grants `all`: never by accident
+                // on an address other machines can reach (issue 9 §9).
+                if !listen.ip().is_loopback() && !config.environment_explicit {
+                    anyhow::bail!(
+                        "refusing to serve the test environment (OTP 000000 accepted) on {listen}: \
+                         choose it explicitly with --environment test, or use --environment production"
+                    );
+                }
+                tracing::warn!(
+                    "TEST ENVIRONMENT: one-time password 000000 is accepted and sessions hold scope `all`; \
+                     never use it with real users or money (--environment production)"
+                );
+            }
             let state = AppState::new(config).await?;
             let shutdown = crate::shutdown_signal();
             let listener = tokio::net::TcpListener::bind(listen)

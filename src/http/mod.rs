@@ -89,7 +89,11 @@ pub struct Health {
         (status = 503, description = "The database does not answer", body = ErrorResponse),
     ))]
 async fn health(State(state): State<AppState>) -> error::ApiResult<Json<Health>> {
-    state.store.ping().await.map_err(|e| Error::Unavailable(format!("database unavailable: {e}")))?;
+    // The cause goes to the log, not to whoever asks: it can name hosts and users.
+    state.store.ping().await.map_err(|e| {
+        tracing::error!(error = %e, "health check: the database does not answer");
+        Error::Unavailable("database unavailable".into())
+    })?;
     Ok(Json(Health { status: "ok".into() }))
 }
 

@@ -20,12 +20,7 @@ impl SqlStore<Sqlite> {
     /// Opens `sqlite://PATH`, creating the file and its folder, and applies migrations.
     pub async fn open(url: &str) -> anyhow::Result<Self> {
         let path = sqlite_path(url);
-        if let Some(dir) = std::path::Path::new(&path).parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("cannot create database folder {}", dir.display()))?;
-            }
-        }
+        create_private(&path)?;
         let opts = SqliteConnectOptions::from_str(url)
             .with_context(|| format!("invalid SQLite URL {url:?}"))?
             .create_if_missing(true)
@@ -84,6 +79,37 @@ impl Dialect for Sqlite {
     ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send {
         pool.begin_with("BEGIN IMMEDIATE")
     }
+}
+
+/// Creates the database file (0600) and its folder (0700) when missing, so that only the
+/// service's user can read them; existing ones keep their modes. SQLite gives its `-wal` and
+/// `-shm` files the database file's mode.
+fn create_private(path: &str) -> anyhow::Result<()> {
+    let path = std::path::Path::new(path);
+    if path.as_os_str().is_empty() || path == std::path::Path::new(":memory:") {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            builder.mode(0o700);
+        }
+        builder.create(dir).with_context(|| format!("cannot create database folder {}", dir.display()))?;
+    }
+    if !path.exists() {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        opts.open(path).with_context(|| format!("cannot create database file {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// The file path of a `sqlite://PATH[?query]` URL.

@@ -280,3 +280,52 @@ fn event_emit_fans_out_and_is_idempotent() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("webhook type"));
 }
+
+/// Runs the binary to completion; returns (success, standard error).
+fn run_to_end(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.stdout(Stdio::null()).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_defaulted_test_environment_refuses_a_public_address() {
+    let scratch = Scratch::new();
+    let (ok, stderr) = run_to_end(scratch.cmd().args(["serve", "--listen", "0.0.0.0:0"]));
+    assert!(!ok, "serve must refuse");
+    assert!(stderr.contains("refusing to serve the test environment"), "{stderr}");
+}
+
+#[test]
+fn a_production_key_file_readable_by_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new();
+    let key = scratch.dir.path().join("master.key");
+    std::fs::write(&key, "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let args = [
+        "--environment",
+        "production",
+        "--secret-key-file",
+        "master.key",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let (ok, stderr) = run_to_end(scratch.cmd().args(args));
+    assert!(!ok, "serve must refuse");
+    assert!(stderr.contains("readable by group or others"), "{stderr}");
+}
+
+#[test]
+fn the_sqlite_file_and_folder_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stderr) = run_to_end(
+        custodian(dir.path()).args(["migrate"]).env("CUSTODIAN_DATABASE_URL", "sqlite://private/db/c.db"),
+    );
+    assert!(ok, "{stderr}");
+    let mode = |p: &str| std::fs::metadata(dir.path().join(p)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("private"), 0o700);
+    assert_eq!(mode("private/db"), 0o700);
+    assert_eq!(mode("private/db/c.db"), 0o600);
+}

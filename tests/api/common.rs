@@ -129,6 +129,9 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     if config.environment == Environment::Production && config.secret_key_file.is_none() {
         let key: PathBuf = dir.path().join("prod.key");
         std::fs::write(&key, "11".repeat(32)).expect("key");
+        // Production refuses a key file others can read.
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("key mode");
         config.secret_key_file = Some(key);
     }
     let state = AppState::new(config).await.expect("state");

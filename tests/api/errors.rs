@@ -18,7 +18,8 @@ async fn health_is_503_when_the_database_does_not_answer() {
     let app = spawn_app().await;
     app.state.store.close().await;
     let res = app.client.get(app.url("/health")).send().await.unwrap();
-    assert_error(res, 503, "ServiceUnavailable").await;
+    let body = assert_error(res, 503, "ServiceUnavailable").await;
+    assert_eq!(body["error"], "database unavailable", "the cause stays in the log");
 }
 
 #[tokio::test]
