@@ -110,21 +110,44 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 fn client_ip(peer: IpAddr, parts: &Parts, trusted: &[ipnet::IpNet]) -> IpAddr {
-    let peer = canonical(peer);
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
-    if !is_trusted(&peer) {
-        return peer;
-    }
-    let forwarded: Vec<IpAddr> = parts
+    let hops: Vec<&str> = parts
         .headers
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        .map(|v| v.to_str().unwrap_or("unreadable"))
         .flat_map(|v| v.split(','))
-        .filter_map(|s| s.trim().parse::<IpAddr>().ok())
-        .map(canonical)
         .collect();
-    forwarded.into_iter().rev().find(|ip| !is_trusted(ip)).unwrap_or(peer)
+    walk_forwarded(peer, &hops, trusted)
+}
+
+/// One `X-Forwarded-For` hop: an address, `ip:port`, `[v6]` or `[v6]:port`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim();
+    hop.parse::<IpAddr>()
+        .ok()
+        .or_else(|| hop.parse::<SocketAddr>().ok().map(|s| s.ip()))
+        .or_else(|| hop.strip_prefix('[')?.strip_suffix(']')?.parse().ok())
+        .map(canonical)
+}
+
+/// Walks `X-Forwarded-For` from the right (issue 9 §10): each trusted hop hands over to the one
+/// before it; the first untrusted hop is the client. A hop that does not parse stops the walk
+/// (what lies left of it is not vouched for) and the last trusted address is the client, as is
+/// the left-most when every hop is trusted.
+fn walk_forwarded(peer: IpAddr, hops: &[&str], trusted: &[ipnet::IpNet]) -> IpAddr {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
+    let mut last = canonical(peer);
+    if !is_trusted(&last) {
+        return last;
+    }
+    for hop in hops.iter().rev() {
+        let Some(ip) = parse_hop(hop) else { return last };
+        if !is_trusted(&ip) {
+            return ip;
+        }
+        last = ip;
+    }
+    last
 }
 
 /// Path parameters parsed into typed values ([`crate::types`]): a value that breaks its type's
@@ -169,5 +192,42 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
             .await
             .map(|axum::extract::Query(v)| ApiQuery(v))
             .map_err(|e| Error::invalid_field("query", e.body_text()).into())
+    }
+}
+
+#[cfg(test)]
+mod forwarded_tests {
+    use super::*;
+
+    fn walk(peer: &str, xff: &str) -> String {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap(), "fd00::/8".parse().unwrap()];
+        let hops: Vec<&str> = if xff.is_empty() { Vec::new() } else { xff.split(',').collect() };
+        walk_forwarded(peer.parse().unwrap(), &hops, &trusted).to_string()
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_claims() {
+        assert_eq!(walk("203.0.113.9", "198.51.100.1"), "203.0.113.9");
+    }
+
+    #[test]
+    fn the_right_most_untrusted_hop_is_the_client() {
+        assert_eq!(walk("10.0.0.1", "1.1.1.1, 198.51.100.7, 10.0.0.2"), "198.51.100.7");
+        assert_eq!(walk("10.0.0.1", ""), "10.0.0.1");
+        assert_eq!(walk("10.0.0.1", "10.0.0.3, 10.0.0.2"), "10.0.0.3");
+    }
+
+    #[test]
+    fn port_forms_are_understood() {
+        assert_eq!(walk("10.0.0.1", "198.51.100.7:4711"), "198.51.100.7");
+        assert_eq!(walk("10.0.0.1", "[2001:db8::7]:443"), "2001:db8::7");
+        assert_eq!(walk("10.0.0.1", "[2001:db8::8]"), "2001:db8::8");
+        assert_eq!(walk("10.0.0.1", "::ffff:198.51.100.9"), "198.51.100.9");
+    }
+
+    #[test]
+    fn an_unparseable_hop_stops_the_walk_at_the_last_trusted_address() {
+        assert_eq!(walk("10.0.0.1", "198.51.100.7, garbage"), "10.0.0.1");
+        assert_eq!(walk("10.0.0.1", "198.51.100.7, unknown, 10.0.0.2"), "10.0.0.2");
     }
 }

@@ -432,3 +432,30 @@ async fn service_admin_tokens_are_bound_by_their_scopes_and_permitted_lists() {
     let res = app.post_auth("/api/v2/webhook/secret", &profile_only, &json!({ "enterpriseId": e1 })).await;
     assert_error(res, 403, "InsufficientScope").await;
 }
+
+#[tokio::test]
+async fn forwarded_addresses_are_believed_only_through_trusted_proxies() {
+    let app = spawn_app_with(behind_proxy).await;
+    let user = app.create_user("xff@example.com").await;
+    let session = app.login(&user).await;
+    let ip_seen = |xff: &'static str| {
+        let (app, session) = (&app, &session);
+        async move {
+            let res = app
+                .client
+                .post(app.url("/api/v2/user/accesstoken"))
+                .bearer_auth(session)
+                .header("x-forwarded-for", xff)
+                .json(&json!({ "label": "x", "otp": "000000" }))
+                .send()
+                .await
+                .unwrap();
+            let body: Value = res.json().await.unwrap();
+            body["ip"].as_str().unwrap_or_else(|| panic!("{body}")).to_string()
+        }
+    };
+    assert_eq!(ip_seen("198.51.100.20:5555").await, "198.51.100.20", "ip:port is understood");
+    assert_eq!(ip_seen("[2001:db8::20]:443").await, "2001:db8::20", "[v6]:port is understood");
+    // A spoofed left part behind an unparseable hop is not believed: the proxy itself is.
+    assert_eq!(ip_seen("203.0.113.5, not-an-address").await, "127.0.0.1");
+}
