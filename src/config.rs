@@ -133,6 +133,14 @@ impl Default for DeliveryConfig {
     }
 }
 
+/// Access token rules (issue 9 §4).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TokensConfig {
+    /// Allows `ipRestrict` blocks wider than /8 (IPv4) or /32 (IPv6) in production.
+    pub allow_wide_ip_restrict: bool,
+}
+
 /// PostgreSQL connection settings (issue 5).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -189,6 +197,7 @@ pub struct Config {
     pub login: LoginConfig,
     pub delivery: DeliveryConfig,
     pub postgres: PostgresConfig,
+    pub tokens: TokensConfig,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
     /// Whether `environment` was chosen (flag, environment variable or file) rather than
@@ -212,6 +221,7 @@ impl Default for Config {
             login: LoginConfig::default(),
             delivery: DeliveryConfig::default(),
             postgres: PostgresConfig::default(),
+            tokens: TokensConfig::default(),
             role: Role::All,
             environment_explicit: false,
         }
@@ -234,7 +244,7 @@ pub struct Overrides {
 }
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
-const ENV_SECTIONS: &[&str] = &["login", "delivery", "postgres"];
+const ENV_SECTIONS: &[&str] = &["login", "delivery", "postgres", "tokens"];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.

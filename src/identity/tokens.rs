@@ -376,6 +376,40 @@ pub fn new_token_record(
     }
 }
 
+/// The widest `ipRestrict` blocks production accepts without `tokens.allow_wide_ip_restrict`.
+pub const MIN_IPV4_PREFIX: u8 = 8;
+pub const MIN_IPV6_PREFIX: u8 = 32;
+
+/// Production needs a non-empty `ipRestrict` of blocks no wider than /8 (IPv4) or /32 (IPv6),
+/// unless `allow_wide` (issue 9 §4).
+fn check_production_ip_restrict(blocks: Option<&[String]>, allow_wide: bool) -> Result<()> {
+    let Some(blocks) = blocks else {
+        return Err(Error::invalid_field(
+            "ipRestrict",
+            "the production environment requires a non-empty ipRestrict",
+        ));
+    };
+    if allow_wide {
+        return Ok(());
+    }
+    for (i, b) in blocks.iter().enumerate() {
+        let wide = match parse_cidr(b) {
+            Ok(IpNet::V4(n)) => n.prefix_len() < MIN_IPV4_PREFIX,
+            Ok(IpNet::V6(n)) => n.prefix_len() < MIN_IPV6_PREFIX,
+            Err(_) => true,
+        };
+        if wide {
+            return Err(Error::invalid_field(
+                format!("ipRestrict[{i}]"),
+                format!(
+                    "blocks wider than /{MIN_IPV4_PREFIX} (IPv4) or /{MIN_IPV6_PREFIX} (IPv6) need tokens.allow_wide_ip_restrict"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn exceeds(field: String, message: String) -> Error {
     Error::Invalid { name: "ExceedsCreatingToken", message, context: json!({ "field": field }) }
 }
@@ -490,11 +524,8 @@ pub async fn create_access_token(
         }
     }
     bound_by_parent(parent, &mut v)?;
-    if state.config.environment == Environment::Production && v.ip_restrict.is_none() {
-        return Err(Error::invalid_field(
-            "ipRestrict",
-            "the production environment requires a non-empty ipRestrict",
-        ));
+    if state.config.environment == Environment::Production {
+        check_production_ip_restrict(v.ip_restrict.as_deref(), state.config.tokens.allow_wide_ip_restrict)?;
     }
     if v.admin && !(parent.admin && auth.user.service_admin) {
         return Err(Error::invalid_field(

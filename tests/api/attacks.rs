@@ -459,3 +459,27 @@ async fn forwarded_addresses_are_believed_only_through_trusted_proxies() {
     // A spoofed left part behind an unparseable hop is not believed: the proxy itself is.
     assert_eq!(ip_seen("203.0.113.5, not-an-address").await, "127.0.0.1");
 }
+
+#[tokio::test]
+async fn production_refuses_wide_ip_restrict_unless_allowed() {
+    for allow in [false, true] {
+        let app = spawn_app_with(|c| {
+            c.environment = custodian::config::Environment::Production;
+            c.tokens.allow_wide_ip_restrict = allow;
+        })
+        .await;
+        let user = app.create_user("wide@example.com").await;
+        let res = app.login_raw(&user.email, PASSWORD, &user.code(0)).await;
+        let session: Value = res.json().await.unwrap();
+        let session = session["access_token"].as_str().unwrap().to_string();
+        let res = app
+            .create_token(&session, json!({ "otp": user.code(1), "ipRestrict": ["10.0.0.0/8", "::/0"] }))
+            .await;
+        if allow {
+            assert_eq!(res.status(), 200);
+        } else {
+            let body = assert_error(res, 400, "InvalidField").await;
+            assert_eq!(body["context"]["field"], "ipRestrict[1]");
+        }
+    }
+}
