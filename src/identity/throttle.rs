@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use crate::{
     error::{Error, Result},
-    store::FailureCount,
+    store::{FailureCount, FailuresOf},
     AppState,
 };
 
@@ -76,15 +76,15 @@ async fn check_login(
     let window = secs(cfg.window);
     let since = now.saturating_sub(window);
     let message = "too many failed login attempts; try again later";
-    let pair = state.store.failures_by_pair(LOGIN, email, client, since, up_to).await?;
+    let pair = state.store.failures(LOGIN, FailuresOf::Pair { subject: email, client }, since, up_to).await?;
     if reached(pair, own, cfg.max_failures_per_email) {
         return Err(throttled("TooManyRequests", message, pair.oldest.unwrap_or(now) + window, now));
     }
-    let by_client = state.store.failures_by_client(LOGIN, client, since, up_to).await?;
+    let by_client = state.store.failures(LOGIN, FailuresOf::Client(client), since, up_to).await?;
     if reached(by_client, own, cfg.max_failures_per_ip) {
         return Err(throttled("TooManyRequests", message, by_client.oldest.unwrap_or(now) + window, now));
     }
-    let by_email = state.store.failures_by_subject(LOGIN, email, now - HOUR, up_to).await?;
+    let by_email = state.store.failures(LOGIN, FailuresOf::Subject(email), now - HOUR, up_to).await?;
     if reached(by_email, own, cfg.email_delay_after) {
         let known_since = now.saturating_sub(secs(cfg.known_client_days).saturating_mul(86_400));
         if !state.store.known_login_client(email, client, known_since).await? {
@@ -126,7 +126,8 @@ pub async fn login_succeeded(state: &AppState, email: &str, client: &str, now: i
 async fn check_otp(state: &AppState, user_id: &str, now: i64, up_to: i64, own: u32) -> Result<()> {
     let cfg = &state.config.login;
     let window = secs(cfg.window);
-    let c = state.store.failures_by_subject(OTP, user_id, now.saturating_sub(window), up_to).await?;
+    let c =
+        state.store.failures(OTP, FailuresOf::Subject(user_id), now.saturating_sub(window), up_to).await?;
     if reached(c, own, cfg.max_otp_failures) {
         return Err(throttled(
             "TooManyOtpAttempts",

@@ -38,7 +38,7 @@ pub use outbox::{
     Attempt, Claimed, Completion, DeliveryStats, Notification, OutboxStore, Outcome, SuspendRule,
 };
 pub use sql::{Dialect, SqlStore};
-pub use throttle::{FailureCount, LoginThrottleStore};
+pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::{TokenKind, TokenRecord, TokenStore, TokenTemplate};
 pub use users::{User, UserStore};
 pub use wallets::{Balances, WalletRow, WalletStore};

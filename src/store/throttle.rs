@@ -16,6 +16,17 @@ pub struct FailureCount {
     pub latest: Option<i64>,
 }
 
+/// Whose failures to count.
+#[derive(Debug, Clone, Copy)]
+pub enum FailuresOf<'a> {
+    /// One subject (email or user id) from one client.
+    Pair { subject: &'a str, client: &'a str },
+    /// One subject from any client.
+    Subject(&'a str),
+    /// One client, for any subject.
+    Client(&'a str),
+}
+
 /// Failed attempts. `kind` is `login` or `otp`; times are Unix seconds.
 #[async_trait]
 pub trait LoginThrottleStore: Send + Sync {
@@ -23,28 +34,11 @@ pub trait LoginThrottleStore: Send + Sync {
     async fn reserve_failure(&self, kind: &str, subject: &str, client: &str, at: i64) -> StoreResult<i64>;
     /// Removes a reserved failure (the attempt succeeded, or was refused without being tried).
     async fn forget_failure(&self, id: i64) -> StoreResult<()>;
-    /// Failures of `subject` from `client` since `since`, counting only ids up to `up_to`.
-    async fn failures_by_pair(
+    /// Failures of `who` since `since`, counting only ids up to `up_to`.
+    async fn failures(
         &self,
         kind: &str,
-        subject: &str,
-        client: &str,
-        since: i64,
-        up_to: i64,
-    ) -> StoreResult<FailureCount>;
-    /// Failures of `subject` from any client since `since`, ids up to `up_to`.
-    async fn failures_by_subject(
-        &self,
-        kind: &str,
-        subject: &str,
-        since: i64,
-        up_to: i64,
-    ) -> StoreResult<FailureCount>;
-    /// Failures from `client` for any subject since `since`, ids up to `up_to`.
-    async fn failures_by_client(
-        &self,
-        kind: &str,
-        client: &str,
+        who: FailuresOf<'_>,
         since: i64,
         up_to: i64,
     ) -> StoreResult<FailureCount>;
@@ -100,58 +94,26 @@ where
         Ok(())
     }
 
-    async fn failures_by_pair(
+    async fn failures(
         &self,
         kind: &str,
-        subject: &str,
-        client: &str,
+        who: FailuresOf<'_>,
         since: i64,
         up_to: i64,
     ) -> StoreResult<FailureCount> {
-        let sql =
-            format!("{COUNT} WHERE kind = $1 AND subject = $2 AND client = $3 AND at > $4 AND id <= $5");
+        // Both branches bind $4 and $5, so one statement shape serves all three.
+        let (filter, a, b) = match who {
+            FailuresOf::Pair { subject, client } => ("subject = $4 AND client = $5", subject, client),
+            FailuresOf::Subject(subject) => ("subject = $4 AND $5 = ''", subject, ""),
+            FailuresOf::Client(client) => ("client = $4 AND $5 = ''", client, ""),
+        };
+        let sql = format!("{COUNT} WHERE kind = $1 AND at > $2 AND id <= $3 AND {filter}");
         let r: CountRow = sqlx::query_as(&sql)
             .bind(kind)
-            .bind(subject)
-            .bind(client)
             .bind(since)
             .bind(up_to)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(r.into())
-    }
-
-    async fn failures_by_subject(
-        &self,
-        kind: &str,
-        subject: &str,
-        since: i64,
-        up_to: i64,
-    ) -> StoreResult<FailureCount> {
-        let sql = format!("{COUNT} WHERE kind = $1 AND subject = $2 AND at > $3 AND id <= $4");
-        let r: CountRow = sqlx::query_as(&sql)
-            .bind(kind)
-            .bind(subject)
-            .bind(since)
-            .bind(up_to)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(r.into())
-    }
-
-    async fn failures_by_client(
-        &self,
-        kind: &str,
-        client: &str,
-        since: i64,
-        up_to: i64,
-    ) -> StoreResult<FailureCount> {
-        let sql = format!("{COUNT} WHERE kind = $1 AND client = $2 AND at > $3 AND id <= $4");
-        let r: CountRow = sqlx::query_as(&sql)
-            .bind(kind)
-            .bind(client)
-            .bind(since)
-            .bind(up_to)
+            .bind(a)
+            .bind(b)
             .fetch_one(&self.pool)
             .await?;
         Ok(r.into())
