@@ -63,7 +63,10 @@ TOKEN=$(curl -fsS -X POST "$BASE/api/v2/internal/user/login" -H 'content-type: a
   python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
 
 set +e
-"$VENV/bin/st" run "$BASE/openapi.json" \
+# The stateful phase is left out: it feeds the lookup's `ids` list into single `walletId`
+# path parameters, which no schema can make valid.
+"$VENV/bin/st" --config-file scripts/schemathesis.toml run "$BASE/openapi.json" \
+  --phases examples,coverage,fuzzing \
   --checks all \
   --header "Authorization: Bearer $TOKEN" \
   --max-examples "$MAX_EXAMPLES" \

@@ -4,7 +4,7 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use serde::de::DeserializeOwned;
+use serde::{de::DeserializeOwned, Serialize};
 use serde_json::{json, Value};
 
 /// Result with the service's domain [`Error`].
@@ -93,7 +93,35 @@ impl From<crate::store::StoreError> for Error {
 
 /// Deserializes a JSON value into `T`, naming the offending field on failure (`MissingField`
 /// or `InvalidField` with `context.field` the dotted path, e.g. `spendingLimits[0].coin`).
-pub fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T> {
+/// A string or key of `T` holding U+0000 is `InvalidField` too: no database text column
+/// accepts it everywhere. Fields `T` does not read are ignored, NUL or not.
+pub fn parse_value<T: DeserializeOwned + Serialize>(value: Value) -> Result<T> {
+    let parsed: T = parse_only(value)?;
+    let seen = serde_json::to_value(&parsed).map_err(|e| Error::Internal(e.into()))?;
+    match nul_path(&seen, String::new()) {
+        Some(field) => Err(Error::invalid_field(field, "strings may not contain the NUL character (U+0000)")),
+        None => Ok(parsed),
+    }
+}
+
+/// The path of the first string (or key) holding U+0000.
+fn nul_path(v: &Value, at: String) -> Option<String> {
+    match v {
+        Value::String(s) if s.contains('\0') => Some(at),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, x)| nul_path(x, format!("{at}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, x)| {
+            let here = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+            if k.contains('\0') {
+                Some(here)
+            } else {
+                nul_path(x, here)
+            }
+        }),
+        _ => None,
+    }
+}
+
+fn parse_only<T: DeserializeOwned>(value: Value) -> Result<T> {
     // Through text, not `from_value`: serde_json loses the digits of integers beyond 64 bits
     // when deserializing from a `Value`, and base-unit amounts must stay exact.
     let text = serde_json::to_vec(&value).map_err(|e| Error::Internal(e.into()))?;

@@ -218,6 +218,27 @@ impl fmt::Display for BaseUnits {
     }
 }
 
+/// A JSON number that is a whole, non-negative value: `3` and `3.0` alike (JSON Schema counts
+/// both as integers), up to 2^53 for floats, which hold integers exactly only that far.
+pub fn whole_number(v: &serde_json::Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(f))
+            .map(|f| f as u64)
+    })
+}
+
+/// Deserializes an optional [`whole_number`]; `null` is absent.
+pub fn de_whole_number_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v: Option<serde_json::Value> = serde::Deserialize::deserialize(d)?;
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => {
+            whole_number(&v).map(Some).ok_or_else(|| serde::de::Error::custom("expected a whole number >= 0"))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +270,16 @@ mod tests {
         for bad in ["", "-1", "1.5", "1e3", &"1".repeat(101)] {
             assert!(BaseUnits::parse(bad).is_none(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn whole_numbers_may_be_written_as_floats() {
+        use serde_json::json;
+        assert_eq!(super::whole_number(&json!(3)), Some(3));
+        assert_eq!(super::whole_number(&json!(3.0)), Some(3));
+        assert_eq!(super::whole_number(&json!(3.5)), None);
+        assert_eq!(super::whole_number(&json!(-1)), None);
+        assert_eq!(super::whole_number(&json!(1e300)), None);
+        assert_eq!(super::whole_number(&json!("3")), None);
     }
 }

@@ -8,7 +8,7 @@ use axum::{
     extract::{ConnectInfo, FromRequest, FromRequestParts, Request},
     http::{header, request::Parts, StatusCode},
 };
-use serde::de::DeserializeOwned;
+use serde::{de::DeserializeOwned, Serialize};
 use serde_json::{json, Value};
 
 use super::error::ApiError;
@@ -19,10 +19,11 @@ use crate::{
 
 /// A JSON request body. Missing or wrong Content-Type: 415 `UnsupportedMediaType`; over 1 MiB:
 /// 413 `PayloadTooLarge`; not JSON: 400 `MalformedJson`; a field of the wrong type: 400
-/// `InvalidField` with `context.field` the path of the field.
+/// `InvalidField` with `context.field` the path of the field (also for a NUL character in a
+/// field `T` reads).
 pub struct ApiJson<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+impl<T: DeserializeOwned + Serialize, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
@@ -31,7 +32,20 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
-/// Reads the body as a JSON value, with the checks of [`ApiJson`].
+/// A JSON body kept as a value, for domain functions that parse it themselves (and check NUL
+/// characters in the fields they read): the checks of [`ApiJson`] otherwise.
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        Ok(JsonBody(json_value(req, state).await?))
+    }
+}
+
+/// Reads the body as a JSON value, with the checks of [`ApiJson`] but the NUL check, which is
+/// the job of [`parse_value`] on the type the value is read into.
 pub async fn json_value<S: Send + Sync>(req: Request, state: &S) -> Result<Value, ApiError> {
     let is_json = req
         .headers()
@@ -58,30 +72,7 @@ pub async fn json_value<S: Send + Sync>(req: Request, state: &S) -> Result<Value
         message: format!("request body is not valid JSON: {e}"),
         context: json!({ "line": e.line(), "column": e.column() }),
     })?;
-    match nul_path(&value, String::new()) {
-        Some(field) => {
-            Err(Error::invalid_field(field, "strings may not contain the NUL character (U+0000)").into())
-        }
-        None => Ok(value),
-    }
-}
-
-/// The path of the first string (or key) holding U+0000, which no database text column
-/// accepts everywhere; refused at the edge rather than failing in the store.
-fn nul_path(v: &Value, at: String) -> Option<String> {
-    match v {
-        Value::String(s) if s.contains('\0') => Some(at),
-        Value::Array(items) => items.iter().enumerate().find_map(|(i, x)| nul_path(x, format!("{at}[{i}]"))),
-        Value::Object(map) => map.iter().find_map(|(k, x)| {
-            let here = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
-            if k.contains('\0') {
-                Some(here)
-            } else {
-                nul_path(x, here)
-            }
-        }),
-        _ => None,
-    }
+    Ok(value)
 }
 
 /// The address of the client: the socket peer, or, when the peer is a configured trusted proxy,

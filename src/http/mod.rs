@@ -30,6 +30,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod handlers;
+mod openapi;
 pub mod request_id;
 
 /// Largest request body accepted, bytes (issue 2 §2).
@@ -146,7 +147,9 @@ async fn openapi_document() -> Response {
 /// commits as openapi.json).
 pub fn openapi_json() -> String {
     let (_, doc) = routes();
-    doc.to_pretty_json().unwrap_or_default()
+    let mut doc = serde_json::to_value(&doc).unwrap_or_default();
+    openapi::refine(&mut doc);
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
 /// The whole HTTP application for `state`.

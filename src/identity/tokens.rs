@@ -7,7 +7,7 @@
 use std::{collections::BTreeSet, net::IpAddr};
 
 use ipnet::{IpNet, Ipv4Net};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
@@ -30,7 +30,7 @@ use crate::{
 pub const MAX_DURATION: u64 = 315_360_000;
 
 /// Request body of §4.3; every value is checked field by field.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateAccessTokenRequest {
     /// A list of scope values (or one value as a string).
@@ -55,7 +55,7 @@ pub struct CreateAccessTokenRequest {
 }
 
 /// `scope` as a list or a single string.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum ScopeInput {
     Many(Vec<String>),
@@ -72,7 +72,7 @@ where
 }
 
 /// An element of `spendingLimits`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SpendingLimitRequest {
     pub coin: String,
@@ -84,7 +84,7 @@ pub struct SpendingLimitRequest {
 }
 
 /// `allErc20TokensLimit` of a spending limit.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AllErc20TokensLimit {
     pub enabled: bool,
@@ -231,7 +231,7 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
     };
     let duration = match &req.duration {
         None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
+        Some(v) => match crate::types::whole_number(v) {
             Some(d) if (1..=MAX_DURATION).contains(&d) => Some(d),
             _ => {
                 return Err(Error::invalid_field(
@@ -533,7 +533,14 @@ pub async fn create_access_token(
             "only a service employee's admin session may create admin tokens",
         ));
     }
-    let remaining = parent.expires_at.saturating_sub(now).max(0) as u64;
+    // A token made from an interactive login (password and OTP, then the OTP again here) may
+    // live up to 10 years, which is what API tokens are for; one made by another access token
+    // never outlives it (issue 10 §1).
+    let remaining = if parent.kind == TokenKind::Session {
+        MAX_DURATION
+    } else {
+        parent.expires_at.saturating_sub(now).max(0) as u64
+    };
     let duration = match v.duration {
         Some(d) if d > remaining => {
             return Err(Error::Invalid {

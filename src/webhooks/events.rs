@@ -42,7 +42,7 @@ pub async fn ingest_as(state: &AppState, auth: &Principal, body: Value) -> Resul
 }
 
 /// An event from an upstream system. Extra fields are kept and delivered in the payload.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventRequest {
     /// Unique per event; a repeat returns the first result and sends nothing.
@@ -57,6 +57,7 @@ pub struct EventRequest {
     pub transfer_id: Option<String>,
     pub hash: Option<String>,
     pub block_id: Option<String>,
+    #[serde(default, deserialize_with = "crate::types::de_whole_number_opt")]
     pub confirmations: Option<u64>,
     pub state: Option<String>,
 }

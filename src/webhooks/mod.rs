@@ -48,6 +48,8 @@ pub const ENTERPRISE_TYPES: &[&str] = &["accessToken", "bankAccount"];
 pub const MAX_WEBHOOKS_PER_TYPE: u32 = 10;
 /// Longest callback URL, characters.
 pub const MAX_URL_LEN: usize = 2048;
+/// The most confirmations a block webhook may wait for.
+pub const MAX_NUM_CONFIRMATIONS: u64 = 1_000_000;
 /// Webhook record `version` (§2.5).
 pub const VERSION: u32 = 2;
 /// Header names a webhook's `customHttpHeaders` may not set: the delivery engine sets them.

@@ -112,9 +112,15 @@ fn build(
     let num_confirmations = match (scope, &req.num_confirmations) {
         ("block", None | Some(Value::Null)) => Some(0),
         ("block", Some(v)) => Some(
-            v.as_u64()
+            crate::types::whole_number(v)
+                .filter(|n| *n <= super::MAX_NUM_CONFIRMATIONS)
                 .and_then(|n| i64::try_from(n).ok())
-                .ok_or_else(|| Error::invalid_field("numConfirmations", "must be a whole number >= 0"))?,
+                .ok_or_else(|| {
+                    Error::invalid_field(
+                        "numConfirmations",
+                        format!("must be a whole number from 0 to {}", super::MAX_NUM_CONFIRMATIONS),
+                    )
+                })?,
         ),
         _ => None,
     };

@@ -155,6 +155,14 @@ async fn nul_characters_are_refused_at_the_edge() {
     let res = app.create_token(&token, json!({ "label": "ok", "permittedWallets": ["a\u{0}"] })).await;
     let body = assert_error(res, 400, "InvalidField").await;
     assert_eq!(body["context"]["field"], "permittedWallets[0]");
+    // Fields the server does not read are ignored, NUL or not.
+    let res = app
+        .post(
+            "/api/v2/internal/user/login",
+            &json!({ "email": user.email, "password": PASSWORD, "otp": "000000", "extra\u{0}": "x\u{0}" }),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
 }
 
 #[tokio::test]

@@ -156,6 +156,21 @@ async fn wrong_otp_is_401_with_needs_otp() {
 }
 
 #[tokio::test]
+async fn a_login_session_mints_long_lived_tokens() {
+    let app = spawn_app().await;
+    let user = app.create_user("long@example.com").await;
+    let session = app.login(&user).await;
+    // A day, then the 10-year maximum (written as a float, which JSON Schema counts as whole).
+    for (duration, secs) in [(json!(86_400), 86_400), (json!(315_360_000.0), 315_360_000)] {
+        let res = app.create_token(&session, json!({ "duration": duration })).await;
+        let body: Value = res.json().await.unwrap();
+        let expires = chrono::DateTime::parse_from_rfc3339(body["expires"].as_str().unwrap()).unwrap();
+        let created = chrono::DateTime::parse_from_rfc3339(body["created"].as_str().unwrap()).unwrap();
+        assert!(((expires - created).num_seconds() - secs).abs() <= 1, "{body}");
+    }
+}
+
+#[tokio::test]
 async fn production_requires_ip_restrict() {
     let app = spawn_app_with(|c| c.environment = Environment::Production).await;
     let user = app.create_user("prod@example.com").await;

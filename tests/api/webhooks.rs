@@ -270,6 +270,10 @@ async fn registration_is_validated() {
         )
         .await;
     assert_error(res, 400, "InvalidField").await;
+    let too_many = json!({ "type": "block", "url": "https://example.com", "numConfirmations": 1_000_001 });
+    let res = f.app.post_auth("/api/v2/tbtc/webhooks", &f.token, &too_many).await;
+    let body = assert_error(res, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "numConfirmations");
     let res = f
         .app
         .post_auth(

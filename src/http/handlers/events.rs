@@ -2,10 +2,9 @@
 //! [`crate::webhooks::events::ingest`].
 
 use axum::{extract::State, Json};
-use serde_json::Value;
 
 use crate::{
-    http::{auth::Auth, error::ApiResult, extract::ApiJson, ErrorResponse},
+    http::{auth::Auth, error::ApiResult, extract::JsonBody, ErrorResponse},
     webhooks::events::{self, EventRequest, EventResult},
     AppState,
 };
@@ -24,7 +23,7 @@ use crate::{
 pub async fn ingest_event(
     State(state): State<AppState>,
     Auth(auth): Auth,
-    ApiJson(body): ApiJson<Value>,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Json<EventResult>> {
     Ok(Json(events::ingest_as(&state, &auth, body).await?))
 }

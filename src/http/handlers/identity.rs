@@ -28,7 +28,7 @@ use crate::{
 };
 
 /// Request body of §4.2.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoginRequest {
     /// At most 254 characters.

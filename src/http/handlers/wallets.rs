@@ -6,7 +6,7 @@ use axum::{
     http::header,
     response::{IntoResponse, Response},
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
@@ -27,7 +27,7 @@ use crate::{
 };
 
 /// Request body of §4.1.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WalletLookupRequest {
     /// Wallet ids (32 hex), 1 to `max_lookup_ids` (default 1000); duplicates are collapsed.
@@ -118,21 +118,21 @@ pub async fn lookup(
 }
 
 /// Body of the balance update: any of the §2.1 balance strings, in base units (USD cents for
-/// the withdraw hold).
+/// the withdraw hold). At least one; no other fields.
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SetBalanceRequest {
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
+    #[schema(value_type = String, required = false, pattern = "^[0-9]{1,100}$")]
     pub balance_string: Option<Value>,
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
+    #[schema(value_type = String, required = false, pattern = "^[0-9]{1,100}$")]
     pub confirmed_balance_string: Option<Value>,
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
+    #[schema(value_type = String, required = false, pattern = "^[0-9]{1,100}$")]
     pub spendable_balance_string: Option<Value>,
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
+    #[schema(value_type = String, required = false, pattern = "^[0-9]{1,100}$")]
     pub staking_balance_string: Option<Value>,
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
+    #[schema(value_type = String, required = false, pattern = "^[0-9]{1,100}$")]
     pub reward_balance_string: Option<Value>,
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
+    #[schema(value_type = String, required = false, pattern = "^[0-9]{1,100}$")]
     pub withdraw_hold_amount_usd_string: Option<Value>,
 }
 

@@ -26,7 +26,7 @@ use super::webhooks::{NotificationPaging, WebhookResponse};
 // ----- secrets and verification -----
 
 /// Body of POST /api/v2/webhook/secret.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSecretRequest {
     pub enterprise_id: EnterpriseId,
@@ -61,7 +61,7 @@ pub async fn create_secret(
 }
 
 /// Body of §4.10.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyRequest {
     /// Hex HMAC-SHA256 of `notificationPayload` (the `X-Signature-SHA256` header received).

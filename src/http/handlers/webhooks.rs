@@ -28,7 +28,7 @@ use crate::{
 };
 
 /// Request body of §4.4, §4.6 and §4.8.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateWebhookRequest {
     /// A type of the level's §6 table.
@@ -177,7 +177,7 @@ pub struct NotificationPaging {
 }
 
 /// Body of the removal routes: `{id}` or `{type, url}`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
 pub struct RemoveWebhookRequest {
     #[schema(pattern = "^[0-9a-f]{32}$")]
     pub id: Option<String>,
@@ -208,7 +208,7 @@ pub struct SimulateResponse {
 }
 
 /// Body of the simulate routes: the id the notification is built from.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SimulateRequest {
     pub transfer_id: Option<String>,

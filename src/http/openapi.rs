@@ -1,0 +1,193 @@
+//! Rules of the API that utoipa's derive cannot state, added to the generated OpenAPI document
+//! so that it is exact: a client generated from it, or a fuzzer driven by it, sends nothing the
+//! server refuses (issue 8 §5). Each rule names the server check it mirrors; the constants come
+//! from the domain, so the two cannot drift.
+
+use serde_json::{json, Value};
+
+use crate::{
+    identity::{
+        login::OTP_DIGITS,
+        scopes::{SCOPES, WALLET_CONTEXT_SCOPES},
+        tokens::{MAX_DURATION, MAX_IP_RESTRICT, MAX_PERMITTED, MAX_SCOPES, MAX_SPENDING_LIMITS},
+    },
+    types::{COIN_PATTERN, ID_PATTERN as ID},
+    webhooks::{
+        BLOCK_TYPES, ENTERPRISE_TYPES, MAX_CUSTOM_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_STATE_LEN,
+        MAX_TX_REQUEST_STATES, MAX_URL_LEN, RESERVED_HEADERS, WALLET_TYPES,
+    },
+};
+
+/// Text without U+0000, which the server refuses in every string (`error::parse_value`).
+const NO_NUL: &str = "^[^\\u0000]*$";
+/// Text with at least one character that is not white space (labels are trimmed).
+const NOT_BLANK: &str = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$";
+/// An absolute http(s) URL whose host is a name (`webhooks::check_url`); a name's labels start
+/// with a letter, so that no host reads as a malformed IPv4 address.
+const URL: &str = "^https?://[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[1-9][0-9]{0,3})?(/[!-~]*)?$";
+/// An IPv4 address or CIDR block (IPv6 is accepted too; see the `anyOf`).
+const IPV4_OR_CIDR: &str = "^((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(/([0-9]|[12][0-9]|3[0-2]))?$";
+
+/// Applies every rule to `doc`, the document as JSON.
+pub fn refine(doc: &mut Value) {
+    let schemas = &mut doc["components"]["schemas"];
+    access_token_request(schemas);
+    webhook_requests(schemas);
+    event_request(schemas);
+    let remove = &mut schemas["RemoveWebhookRequest"];
+    remove["anyOf"] = json!([{ "required": ["id"] }, { "required": ["type", "url"] }]);
+    for field in ["id", "type", "url"] {
+        remove["properties"][field]["type"] = json!("string");
+    }
+    schemas["SetBalanceRequest"]["minProperties"] = json!(1);
+    for path in [
+        "/api/v2/{coin}/wallet/{walletId}/webhooks",
+        "/api/v2/{coin}/webhooks",
+        "/api/v2/enterprise/{enterpriseId}/webhooks",
+    ] {
+        let level = match path {
+            p if p.contains("/wallet/") => "WalletWebhookRequest",
+            p if p.contains("/enterprise/") => "EnterpriseWebhookRequest",
+            _ => "BlockWebhookRequest",
+        };
+        doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"] =
+            json!({ "$ref": format!("#/components/schemas/{level}") });
+    }
+    if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
+        schemas.remove("CreateWebhookRequest");
+    }
+    no_nul_strings(doc);
+}
+
+/// §4.3 as `identity::tokens::validate` checks it.
+fn access_token_request(schemas: &mut Value) {
+    let s = &mut schemas["CreateAccessTokenRequest"];
+    s["required"] = json!(["label", "otp"]);
+    let p = &mut s["properties"];
+    p["label"] = json!({ "type": "string", "pattern": NOT_BLANK, "maxLength": 256 });
+    p["otp"] = json!({ "type": "string", "pattern": format!("^[0-9]{{{OTP_DIGITS}}}$") });
+    p["duration"]["minimum"] = json!(1);
+    p["duration"]["maximum"] = json!(MAX_DURATION);
+    p["enterprise"]["pattern"] = json!(ID);
+    let names: Vec<&str> = SCOPES.to_vec();
+    let scope = format!("^({}|({}):[0-9a-f]{{32}})$", names.join("|"), WALLET_CONTEXT_SCOPES.join("|"));
+    p["scope"]["items"] = json!({ "type": "string", "pattern": scope });
+    p["scope"]["maxItems"] = json!(MAX_SCOPES);
+    p["ipRestrict"]["items"] = json!({ "anyOf": [
+        { "type": "string", "pattern": IPV4_OR_CIDR },
+        { "type": "string", "format": "ipv6" },
+    ] });
+    p["ipRestrict"]["maxItems"] = json!(MAX_IP_RESTRICT);
+    for list in ["permittedWallets", "permittedEnterprises"] {
+        p[list]["items"] = json!({ "type": "string", "pattern": ID });
+        p[list]["maxItems"] = json!(MAX_PERMITTED);
+    }
+    p["spendingLimits"]["maxItems"] = json!(MAX_SPENDING_LIMITS);
+    let limit = &mut schemas["SpendingLimitRequest"]["properties"];
+    limit["coin"]["pattern"] = json!(COIN_PATTERN);
+    limit["txValueLimit"]["pattern"] = json!("^[0-9]{1,100}$");
+}
+
+/// One request schema per level (§4.4, §4.6, §4.8): the level's types, and
+/// `numConfirmations` for blocks only (`webhooks::registration::build`).
+fn webhook_requests(schemas: &mut Value) {
+    let mut base = schemas["CreateWebhookRequest"].clone();
+    let p = &mut base["properties"];
+    p["url"]["pattern"] = json!(URL);
+    p["url"]["maxLength"] = json!(MAX_URL_LEN);
+    p["label"]["maxLength"] = json!(250);
+    let reserved: Vec<String> = RESERVED_HEADERS.iter().map(|h| any_case(h)).collect();
+    p["customHttpHeaders"]["maxProperties"] = json!(MAX_CUSTOM_HEADERS);
+    p["customHttpHeaders"]["propertyNames"] = json!({
+        "type": "string",
+        "pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+        "not": { "pattern": format!("^({})$", reserved.join("|")) },
+    });
+    p["customHttpHeaders"]["additionalProperties"] =
+        json!({ "type": "string", "pattern": "^[\\t\\x20-\\x7e]*$", "maxLength": MAX_HEADER_VALUE_BYTES });
+    for list in ["txRequestStates", "txRequestTransactionStates"] {
+        p[list]["items"] = json!({ "type": "string", "pattern": format!("^[A-Za-z]{{1,{MAX_STATE_LEN}}}$") });
+        p[list]["maxItems"] = json!(MAX_TX_REQUEST_STATES);
+    }
+    for (name, types) in [
+        ("WalletWebhookRequest", WALLET_TYPES),
+        ("BlockWebhookRequest", BLOCK_TYPES),
+        ("EnterpriseWebhookRequest", ENTERPRISE_TYPES),
+    ] {
+        let mut s = base.clone();
+        s["properties"]["type"]["enum"] = json!(types);
+        if name != "BlockWebhookRequest" {
+            if let Some(props) = s["properties"].as_object_mut() {
+                props.remove("numConfirmations");
+            }
+        } else {
+            s["properties"]["numConfirmations"]["maximum"] = json!(crate::webhooks::MAX_NUM_CONFIRMATIONS);
+        }
+        schemas[name] = s;
+    }
+}
+
+/// The event body (§4.11): each family of types names the id it fans out by
+/// (`webhooks::events::ingest`).
+fn event_request(schemas: &mut Value) {
+    let s = &mut schemas["EventRequest"];
+    let p = &mut s["properties"];
+    p["walletId"]["pattern"] = json!(ID);
+    p["enterpriseId"]["pattern"] = json!(ID);
+    p["coin"]["pattern"] = json!(COIN_PATTERN);
+    let all: Vec<&str> = WALLET_TYPES.iter().chain(BLOCK_TYPES).chain(ENTERPRISE_TYPES).copied().collect();
+    p["type"]["enum"] = json!(all);
+    let family = |types: &[&str], id: &str| json!({ "properties": { "type": { "enum": types }, id: { "type": "string" } }, "required": [id] });
+    s["oneOf"] = json!([
+        family(WALLET_TYPES, "walletId"),
+        family(BLOCK_TYPES, "coin"),
+        family(ENTERPRISE_TYPES, "enterpriseId"),
+    ]);
+}
+
+/// A pattern matching `name` in any letter case (header names are case-insensitive).
+fn any_case(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphabetic() {
+                format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+            } else {
+                regex_escape(c)
+            }
+        })
+        .collect()
+}
+
+fn regex_escape(c: char) -> String {
+    if "\\^$.|?*+()[]{}-".contains(c) {
+        format!("\\{c}")
+    } else {
+        c.to_string()
+    }
+}
+
+/// Every string schema without a pattern, format or enum gets [`NO_NUL`].
+fn no_nul_strings(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let is_string = match map.get("type") {
+                Some(Value::String(t)) => t == "string",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+                _ => false,
+            };
+            let constrained =
+                ["pattern", "format", "enum", "const", "$ref"].iter().any(|k| map.contains_key(*k));
+            if is_string && !constrained {
+                map.insert("pattern".into(), json!(NO_NUL));
+            }
+            for (k, x) in map.iter_mut() {
+                // Examples and descriptions are data, not schemas.
+                if k != "example" && k != "examples" && k != "description" {
+                    no_nul_strings(x);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(no_nul_strings),
+        _ => {}
+    }
+}
