@@ -234,3 +234,30 @@ pub async fn assert_error(res: Response, status: u16, name: &str) -> Value {
     assert_eq!(body["requestId"], header, "requestId equals the header");
     body
 }
+
+/// Polls `check` until it gives a value (panics after `secs`, naming `what`): the bounded wait
+/// every test uses instead of sleeping and hoping.
+pub async fn until<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `store` has no notification due or in flight: every delivery has finished, so
+/// whatever a receiver got is all it will get.
+pub async fn wait_until_idle(store: &custodian::store::DynStore) {
+    until("the outbox to drain", 20, || async {
+        let s = store.delivery_stats(custodian::ids::now_ms()).await.expect("stats");
+        (s.due == 0 && s.in_flight == 0).then_some(())
+    })
+    .await
+}

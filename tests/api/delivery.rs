@@ -261,7 +261,7 @@ async fn failed_deliveries_are_retried_and_recorded() {
         got[0].headers["idempotency-key"], got[3].headers["idempotency-key"],
         "same key on every attempt"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until_idle(&f.app.state.store).await;
     let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
     let n = &list["notifications"][0];
     assert_eq!(n["state"], "processed", "{n}");
@@ -317,16 +317,11 @@ async fn a_webhook_is_suspended_after_repeated_failures_and_unblocked() {
             .await;
     }
     rx.wait_for(3, 10).await;
-    let mut state = Value::Null;
-    for _ in 0..50 {
+    let state = until("the webhook to be suspended", 10, || async {
         let hooks = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks")).await;
-        state = hooks["webhooks"][0].clone();
-        if state["state"] == "suspended" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(state["state"], "suspended", "{state}");
+        Some(hooks["webhooks"][0].clone()).filter(|w| w["state"] == "suspended")
+    })
+    .await;
     assert_eq!(state["successiveFailedAttempts"], 3);
     let failed = f.get(&format!("/api/v2/webhook/{hook}/notifications?state=failed")).await;
     assert_eq!(failed["notifications"].as_array().unwrap().len(), 3, "no retries left: failed");
@@ -356,16 +351,13 @@ async fn delivery_refuses_non_routable_destinations() {
     let admin = f.admin_token().await;
     f.event(&admin, json!({ "eventId": "ev-x", "type": "transfer", "walletId": WALLET })).await;
     for hook in [&by_ip, &by_name] {
-        let mut attempts = Value::Null;
-        for _ in 0..100 {
+        let nid = until("the notification to fail", 10, || async {
             let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
-            if list["notifications"][0]["state"] == "failed" {
-                let nid = list["notifications"][0]["id"].as_str().unwrap().to_string();
-                attempts = f.get(&format!("/api/v2/webhook/{hook}/notifications/{nid}/attempts")).await;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            let n = &list["notifications"][0];
+            (n["state"] == "failed").then(|| n["id"].as_str().unwrap_or_default().to_string())
+        })
+        .await;
+        let attempts = f.get(&format!("/api/v2/webhook/{hook}/notifications/{nid}/attempts")).await;
         let err = attempts["attempts"][0]["error"].as_str().unwrap_or_default().to_string();
         assert!(err.contains("not a globally routable address"), "{hook}: {attempts}");
     }

@@ -42,7 +42,7 @@ async fn creating_an_access_token_fires_the_enterprise_webhook() {
         .await
         .unwrap();
     let got = rx.wait_for(1, 10).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until_idle(&f.app.state.store).await;
     assert_eq!(rx.received().len(), 1, "only the token with an enterprise fires");
     let p: Value = serde_json::from_str(&got[0].body).unwrap();
     assert_eq!(p["type"], "accessToken");
@@ -74,7 +74,7 @@ async fn events_fan_out_once_per_event_id() {
     let r2 = f.event(&admin, ev.clone()).await;
     assert_eq!(r1, r2, "a repeated eventId returns the original result");
     let got = rx.wait_for(2, 10).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until_idle(&f.app.state.store).await;
     assert_eq!(rx.received().len(), 2, "and sends nothing more");
     let p: Value = serde_json::from_str(&got[0].body).unwrap();
     assert_eq!(p["wallet"], WALLET);
@@ -161,7 +161,7 @@ async fn block_events_honour_num_confirmations_once_per_block() {
     .await;
     f.event(&admin, json!({ "eventId": "other-coin", "type": "block", "coin": "btc", "blockId": "blk1", "confirmations": 9 })).await;
     rx.wait_for(1, 10).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    wait_until_idle(&f.app.state.store).await;
     assert_eq!(rx.received().len(), 1, "one notification for the block");
 }
 
@@ -173,7 +173,7 @@ async fn metrics_are_exported() {
     let admin = f.admin_token().await;
     f.event(&admin, json!({ "eventId": "m1", "type": "transfer", "walletId": WALLET })).await;
     rx.wait_for(1, 10).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until_idle(&f.app.state.store).await;
     let text = f.app.client.get(f.app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for needle in [
         "custodian_webhook_deliveries_total{outcome=\"delivered\"} 1",
@@ -220,6 +220,7 @@ async fn no_notification_is_lost_when_the_server_is_killed() {
     while distinct(&rx.received()) < 1000 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    cluster.wait_until_idle().await;
     server.stop();
     assert_eq!(
         distinct(&rx.received()),

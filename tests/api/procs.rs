@@ -24,6 +24,15 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Waits until the cluster's outbox has nothing due or in flight (see
+    /// [`crate::common::wait_until_idle`]).
+    pub async fn wait_until_idle(&self) {
+        let config = custodian::config::Config { database_url: self.db.url.clone(), ..Default::default() };
+        let store = custodian::store::open(&config).await.expect("open the cluster's database");
+        crate::common::wait_until_idle(&store).await;
+        store.close().await;
+    }
+
     /// Creates the service admin `ops@example.com` and imports [`WALLET`] through the CLI.
     pub async fn new(env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();

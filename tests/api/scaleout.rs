@@ -38,7 +38,7 @@ async fn two_processes_deliver_every_notification_exactly_once() {
     // 500 events x 10 webhooks, ingested half through each process.
     cluster.events(&[&a.base, &b.base], &token, "e", 0..TOTAL / 10).await;
     wait_distinct(&rx, TOTAL, 120).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.wait_until_idle().await;
     a.stop();
     b.stop();
     let received = rx.received();
