@@ -91,7 +91,7 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
             url: format!("{url}?h={i}"),
             label: None,
             num_confirmations: None,
-            state: "active".into(),
+            state: custodian::store::WebhookState::Active,
             successive_failed_attempts: 0,
             failed_attempts_total: 0,
             listen_to_failure_states: false,

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     ids,
-    store::{Notification, Webhook, WebhookFilter},
+    store::{Notification, NotificationState, Webhook, WebhookFilter, WebhookState},
     AppState,
 };
 
@@ -47,7 +47,7 @@ pub fn new_notification(
         webhook_id: webhook.id.clone(),
         event_id,
         notification_type: webhook.webhook_type.clone(),
-        state: "new".into(),
+        state: NotificationState::New,
         simulation,
         retries: 0,
         payload: payload.to_string(),
@@ -232,7 +232,7 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
         "webhook": n.webhook_id,
         "updatedAt": ids::iso_ms(n.updated_at),
         "version": VERSION,
-        "state": n.state,
+        "state": n.state.as_str(),
         "payload": n.payload,
     });
     if let Value::Object(meta) = &n.meta {
@@ -264,7 +264,7 @@ pub async fn access_token_notifications(
         scope: "enterprise".into(),
         enterprise_id: Some(e.clone()),
         webhook_type: Some("accessToken".into()),
-        state: Some("active".into()),
+        state: Some(WebhookState::Active),
         ..Default::default()
     };
     let hooks = state.store.list_webhooks(&filter, None, 500).await?;

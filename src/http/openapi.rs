@@ -56,7 +56,29 @@ pub fn refine(doc: &mut Value) {
     if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
         schemas.remove("CreateWebhookRequest");
     }
+    every_operation_may_time_out_or_be_shed(doc);
     no_nul_strings(doc);
+}
+
+/// Any request may outlive `request_timeout` (408) or arrive beyond `max_in_flight_requests`
+/// (503 `ServerBusy`); login may also find password hashing full (503).
+fn every_operation_may_time_out_or_be_shed(doc: &mut Value) {
+    let error = json!({ "application/json": { "schema": { "$ref": "#/components/schemas/ErrorResponse" } } });
+    let Some(paths) = doc["paths"].as_object_mut() else { return };
+    for item in paths.values_mut() {
+        let Some(ops) = item.as_object_mut() else { continue };
+        for op in ops.values_mut() {
+            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else { continue };
+            for (code, description) in [
+                ("408", "The request took longer than `request_timeout` (RequestTimeout)"),
+                ("503", "At capacity (ServerBusy), or the database does not answer; see Retry-After"),
+            ] {
+                responses
+                    .entry(code)
+                    .or_insert_with(|| json!({ "description": description, "content": error.clone() }));
+            }
+        }
+    }
 }
 
 /// §4.3 as `identity::tokens::validate` checks it.

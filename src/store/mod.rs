@@ -35,14 +35,15 @@ mod webhooks;
 pub use enterprises::{Enterprise, EnterpriseStore, Membership};
 pub use events::EventStore;
 pub use outbox::{
-    Attempt, Claimed, Completion, DeliveryStats, Notification, OutboxStore, Outcome, SuspendRule,
+    Attempt, Claimed, Completion, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome,
+    SuspendRule,
 };
 pub use sql::{Dialect, SqlStore};
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::{TokenKind, TokenRecord, TokenStore, TokenTemplate};
 pub use users::{User, UserStore};
 pub use wallets::{Balances, WalletRow, WalletStore};
-pub use webhooks::{Rotation, Webhook, WebhookFilter, WebhookSecret, WebhookStore};
+pub use webhooks::{Rotation, Webhook, WebhookFilter, WebhookSecret, WebhookState, WebhookStore};
 
 /// What a store call can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -8,8 +8,46 @@ use serde_json::Value;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::sql::{json_value, placeholders, to_json, Dialect, SqlStore};
-use super::webhooks::{Webhook, WebhookRow};
-use super::StoreResult;
+use super::webhooks::{Webhook, WebhookRow, WebhookState};
+use super::{StoreError, StoreResult};
+
+/// Where a notification is in its delivery (spec §2.6 `state`; docs/webhooks.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationState {
+    /// Queued, never attempted.
+    New,
+    /// Leased by a worker, or waiting for a retry.
+    Pending,
+    /// Delivered.
+    Processed,
+    /// Failed for the last time.
+    Failed,
+}
+
+impl NotificationState {
+    /// Every state, in delivery order.
+    pub const ALL: [NotificationState; 4] = [
+        NotificationState::New,
+        NotificationState::Pending,
+        NotificationState::Processed,
+        NotificationState::Failed,
+    ];
+
+    /// The spec's spelling, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationState::New => "new",
+            NotificationState::Pending => "pending",
+            NotificationState::Processed => "processed",
+            NotificationState::Failed => "failed",
+        }
+    }
+
+    /// The state spelt `s`, if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
 
 /// A notification in the outbox (spec §2.6). Times are Unix milliseconds.
 #[derive(Debug, Clone)]
@@ -18,8 +56,7 @@ pub struct Notification {
     pub webhook_id: String,
     pub event_id: Option<String>,
     pub notification_type: String,
-    /// `new`, `pending`, `processed` or `failed`.
-    pub state: String,
+    pub state: NotificationState,
     pub simulation: bool,
     pub retries: i64,
     /// The exact JSON text that is POSTed.
@@ -108,7 +145,7 @@ pub trait OutboxStore: Send + Sync {
     async fn list_notifications(
         &self,
         webhook_id: &str,
-        state: Option<&str>,
+        state: Option<NotificationState>,
         after_id: Option<&str>,
         limit: u32,
     ) -> StoreResult<Vec<Notification>>;
@@ -150,7 +187,9 @@ impl NotificationRow {
             webhook_id: self.webhook_id,
             event_id: self.event_id,
             notification_type: self.notification_type,
-            state: self.state,
+            state: NotificationState::parse(&self.state).ok_or_else(|| {
+                StoreError::Other(anyhow::anyhow!("stored notification state {:?}", self.state))
+            })?,
             simulation: self.simulation,
             retries: self.retries,
             payload: self.payload,
@@ -382,10 +421,12 @@ where
                 }
             }
         }
-        for (state, ids, retry_inc) in [("processed", delivered, 0i64), ("failed", failed, 1)] {
+        for (state, ids, retry_inc) in
+            [(NotificationState::Processed, delivered, 0i64), (NotificationState::Failed, failed, 1)]
+        {
             if !ids.is_empty() {
                 sqlx::query(DB::FINISH)
-                    .bind(state)
+                    .bind(state.as_str())
                     .bind(retry_inc)
                     .bind(now_ms)
                     .bind(to_json(&ids)?)
@@ -431,7 +472,7 @@ where
     async fn list_notifications(
         &self,
         webhook_id: &str,
-        state: Option<&str>,
+        state: Option<NotificationState>,
         after_id: Option<&str>,
         limit: u32,
     ) -> StoreResult<Vec<Notification>> {
@@ -441,7 +482,7 @@ where
         );
         let rows: Vec<NotificationRow> = sqlx::query_as(&sql)
             .bind(webhook_id)
-            .bind(state)
+            .bind(state.map(NotificationState::as_str))
             .bind(after_id.unwrap_or(""))
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
@@ -532,7 +573,8 @@ where
             .bind(id)
             .fetch_optional(&mut *conn)
             .await?;
-    let Some(row) = row.filter(|r| r.state == "active") else { return Ok(false) };
+    let active = WebhookState::Active.as_str();
+    let Some(row) = row.filter(|r| r.state == active) else { return Ok(false) };
     let since = (now_ms - rule.window_ms).max(row.counters_reset_at);
     let recent: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM delivery_attempts WHERE webhook_id = $1 AND NOT success AND started_at >= $2",

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::sql::{json_list, json_value, to_json, unique_violation, Dialect, SqlStore};
-use super::StoreResult;
+use super::{StoreError, StoreResult};
 
 /// A webhook (spec §2.5). `scope` is `wallet`, `block` or `enterprise`.
 #[derive(Debug, Clone)]
@@ -23,8 +23,7 @@ pub struct Webhook {
     pub url: String,
     pub label: Option<String>,
     pub num_confirmations: Option<i64>,
-    /// `active` or `suspended`.
-    pub state: String,
+    pub state: WebhookState,
     pub successive_failed_attempts: i64,
     pub failed_attempts_total: i64,
     pub listen_to_failure_states: bool,
@@ -34,6 +33,33 @@ pub struct Webhook {
     pub allow_blocked_hosts: bool,
     /// Unix seconds.
     pub created_at: i64,
+}
+
+/// Whether a webhook is delivered to (spec §2.5 `state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookState {
+    Active,
+    /// Stopped after repeated failures until unblocked.
+    Suspended,
+}
+
+impl WebhookState {
+    /// The spec's spelling, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookState::Active => "active",
+            WebhookState::Suspended => "suspended",
+        }
+    }
+
+    /// The state spelt `s`, if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "active" => Some(WebhookState::Active),
+            "suspended" => Some(WebhookState::Suspended),
+            _ => None,
+        }
+    }
 }
 
 /// Which webhooks a list or removal applies to.
@@ -46,7 +72,7 @@ pub struct WebhookFilter {
     pub coin: Option<String>,
     pub webhook_type: Option<String>,
     /// Only webhooks in this state.
-    pub state: Option<String>,
+    pub state: Option<WebhookState>,
 }
 
 impl WebhookFilter {
@@ -78,12 +104,15 @@ impl WebhookFilter {
             ("user_id", &self.user_id),
             ("coin", &self.coin),
             ("type", &self.webhook_type),
-            ("state", &self.state),
         ] {
             if let Some(v) = v {
                 binds.push(v);
                 sql.push_str(&format!(" AND {col} = ${}", binds.len()));
             }
+        }
+        if let Some(st) = self.state {
+            binds.push(st.as_str());
+            sql.push_str(&format!(" AND state = ${}", binds.len()));
         }
         (sql, binds)
     }
@@ -180,7 +209,8 @@ impl WebhookRow {
             url: self.url,
             label: self.label,
             num_confirmations: self.num_confirmations,
-            state: self.state,
+            state: WebhookState::parse(&self.state)
+                .ok_or_else(|| StoreError::Other(anyhow::anyhow!("stored webhook state {:?}", self.state)))?,
             successive_failed_attempts: self.successive_failed_attempts,
             failed_attempts_total: self.failed_attempts_total,
             listen_to_failure_states: self.listen_to_failure_states,

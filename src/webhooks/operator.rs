@@ -8,12 +8,9 @@ use crate::{
     identity::auth::Principal,
     ids,
     paging::{Page, PageRequest},
-    store::{Attempt, Notification, Webhook},
+    store::{Attempt, Notification, NotificationState, Webhook},
     AppState,
 };
-
-/// Notification states (docs/webhooks.md).
-pub const NOTIFICATION_STATES: &[&str] = &["new", "pending", "processed", "failed"];
 
 /// A webhook's notifications, optionally in one `state`, paged by id.
 pub async fn notifications(
@@ -24,9 +21,12 @@ pub async fn notifications(
     page: &PageRequest,
 ) -> Result<(Webhook, Page<Notification>)> {
     let w = webhook_access(state, auth, webhook_id).await?;
-    if notification_state.is_some_and(|s| !NOTIFICATION_STATES.contains(&s)) {
-        return Err(Error::invalid_field("state", "must be new, pending, processed or failed"));
-    }
+    let notification_state = notification_state
+        .map(|s| {
+            NotificationState::parse(s)
+                .ok_or_else(|| Error::invalid_field("state", "must be new, pending, processed or failed"))
+        })
+        .transpose()?;
     let rows = state
         .store
         .list_notifications(&w.id, notification_state, page.prev_id.as_deref(), page.fetch())

@@ -20,7 +20,7 @@ use crate::{
     },
     ids,
     paging::{Page, PageRequest},
-    store::{Webhook, WebhookFilter},
+    store::{Webhook, WebhookFilter, WebhookState},
     wallets::wallet_access,
     AppState,
 };
@@ -135,7 +135,7 @@ fn build(
         url: req.url,
         label: req.label,
         num_confirmations,
-        state: "active".into(),
+        state: WebhookState::Active,
         successive_failed_attempts: 0,
         failed_attempts_total: 0,
         listen_to_failure_states: req.listen_to_failure_states.unwrap_or(false),

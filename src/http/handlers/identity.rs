@@ -184,6 +184,7 @@ impl AccessTokenResponse {
         (status = 401, description = "Not authenticated, or wrong OTP (needsOTP)", body = ErrorResponse),
         (status = 403, description = "The token may not create tokens", body = ErrorResponse),
         (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 429, description = "Too many wrong one-time passwords (TooManyOtpAttempts)", body = ErrorResponse),
         (status = 415, description = "Body not JSON", body = ErrorResponse),
     ))]
 pub async fn create_access_token(

@@ -120,7 +120,7 @@ impl From<&Webhook> for WebhookResponse {
             url: w.url.clone(),
             version: webhooks::VERSION,
             num_confirmations,
-            state: w.state.clone(),
+            state: w.state.as_str().to_string(),
             successive_failed_attempts: w.successive_failed_attempts,
             listen_to_failure_states: w.listen_to_failure_states,
             tx_request_states: w.tx_request_states.clone(),
