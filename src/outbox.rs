@@ -54,9 +54,9 @@ pub fn new_notification(
         hash,
         idempotency_key,
         meta,
-        next_attempt_at: now,
-        created_at: now,
-        updated_at: now,
+        next_attempt_at_ms: now,
+        created_at_ms: now,
+        updated_at_ms: now,
     }
 }
 
@@ -230,7 +230,7 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
         "simulation": n.simulation,
         "retries": n.retries,
         "webhook": n.webhook_id,
-        "updatedAt": ids::iso_ms(n.updated_at),
+        "updatedAt": ids::iso_ms(n.updated_at_ms),
         "version": VERSION,
         "state": n.state.as_str(),
         "payload": n.payload,

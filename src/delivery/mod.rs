@@ -261,7 +261,7 @@ impl Engine {
             attempt: Attempt {
                 notification_id: n.id.clone(),
                 webhook_id: c.webhook.id.clone(),
-                started_at,
+                started_at_ms: started_at,
                 duration_ms: i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX),
                 status_code,
                 success,

@@ -65,9 +65,9 @@ pub struct Notification {
     pub idempotency_key: String,
     /// The other §2.6 fields of its level (wallet, enterprise, coin, transfer, ...).
     pub meta: Value,
-    pub next_attempt_at: i64,
-    pub created_at: i64,
-    pub updated_at: i64,
+    pub next_attempt_at_ms: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
 }
 
 /// One delivery attempt. Times in Unix milliseconds.
@@ -75,7 +75,7 @@ pub struct Notification {
 pub struct Attempt {
     pub notification_id: String,
     pub webhook_id: String,
-    pub started_at: i64,
+    pub started_at_ms: i64,
     pub duration_ms: i64,
     pub status_code: Option<u16>,
     pub success: bool,
@@ -196,9 +196,9 @@ impl NotificationRow {
             hash: self.hash,
             idempotency_key: self.idempotency_key,
             meta: json_value(&self.meta)?,
-            next_attempt_at: self.next_attempt_at,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
+            next_attempt_at_ms: self.next_attempt_at,
+            created_at_ms: self.created_at,
+            updated_at_ms: self.updated_at,
         })
     }
 }
@@ -267,9 +267,9 @@ where
             .bind(x.hash.as_str())
             .bind(x.idempotency_key.as_str())
             .bind(x.meta.to_string())
-            .bind(x.next_attempt_at)
-            .bind(x.created_at)
-            .bind(x.updated_at)
+            .bind(x.next_attempt_at_ms)
+            .bind(x.created_at_ms)
+            .bind(x.updated_at_ms)
             .execute(&mut *conn)
             .await
             .map(|r| DB::rows_affected(&r))?;
@@ -392,7 +392,7 @@ where
                 q = q
                     .bind(a.notification_id.as_str())
                     .bind(a.webhook_id.as_str())
-                    .bind(a.started_at)
+                    .bind(a.started_at_ms)
                     .bind(a.duration_ms)
                     .bind(a.status_code.map(i64::from))
                     .bind(a.success)
@@ -503,7 +503,7 @@ where
             .map(|r| Attempt {
                 notification_id: r.notification_id,
                 webhook_id: r.webhook_id,
-                started_at: r.started_at,
+                started_at_ms: r.started_at,
                 duration_ms: r.duration_ms,
                 status_code: r.status_code.and_then(|c| u16::try_from(c).ok()),
                 success: r.success,
@@ -595,7 +595,7 @@ mod tests {
             attempt: Attempt {
                 notification_id: "n".into(),
                 webhook_id: webhook.into(),
-                started_at: 0,
+                started_at_ms: 0,
                 duration_ms: 0,
                 status_code: None,
                 success,

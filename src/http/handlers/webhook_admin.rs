@@ -190,7 +190,7 @@ pub async fn list_attempts(
         attempts: attempts
             .into_iter()
             .map(|a| AttemptResponse {
-                started_at: ids::iso_ms(a.started_at),
+                started_at: ids::iso_ms(a.started_at_ms),
                 duration_ms: a.duration_ms,
                 status_code: a.status_code,
                 success: a.success,
