@@ -82,15 +82,15 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
     for i in 0..webhooks {
         let w = custodian::store::Webhook {
             id: custodian::ids::new_id(),
-            scope: "wallet".into(),
-            wallet_id: Some(WALLET.into()),
-            enterprise_id: None,
+            level: custodian::store::WebhookLevel::Wallet {
+                coin: "tbtc".into(),
+                wallet_id: WALLET.into(),
+                enterprise_id: None,
+            },
             user_id: admin.id.clone(),
-            coin: Some("tbtc".into()),
             webhook_type: "transfer".into(),
             url: format!("{url}?h={i}"),
             label: None,
-            num_confirmations: None,
             state: custodian::store::WebhookState::Active,
             successive_failed_attempts: 0,
             failed_attempts_total: 0,

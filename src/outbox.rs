@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     ids,
-    store::{Notification, NotificationState, Webhook, WebhookFilter, WebhookState},
+    store::{Notification, NotificationState, Webhook, WebhookFilter, WebhookLevel, WebhookState},
     AppState,
 };
 
@@ -63,9 +63,9 @@ pub fn new_notification(
 /// The §2.6 level-specific fields stored with a wallet notification.
 fn wallet_meta(webhook: &Webhook, organization: Option<&str>, transfer: Option<&str>) -> Value {
     let mut m = json!({
-        "wallet": webhook.wallet_id,
-        "enterprise": webhook.enterprise_id,
-        "coin": webhook.coin,
+        "wallet": webhook.level.wallet_id(),
+        "enterprise": webhook.level.enterprise_id(),
+        "coin": webhook.level.coin(),
     });
     if let Some(o) = organization {
         m["organization"] = json!(o);
@@ -84,7 +84,7 @@ pub fn simulate_wallet(
     transfer_id: Option<&str>,
     event: Option<Value>,
 ) -> Notification {
-    let wallet = webhook.wallet_id.clone().unwrap_or_default();
+    let wallet = webhook.level.wallet_id().unwrap_or_default().to_string();
     let mut payload = match event {
         Some(Value::Object(mut e)) => {
             e.remove("eventId");
@@ -96,7 +96,7 @@ pub fn simulate_wallet(
             let mut p = json!({
                 "type": webhook.webhook_type,
                 "wallet": wallet,
-                "coin": webhook.coin,
+                "coin": webhook.level.coin(),
                 "hash": placeholder_hash(),
                 "state": "confirmed",
                 "placeholder": true,
@@ -120,12 +120,11 @@ pub fn simulate_wallet(
 /// A simulated block notification (§4.7).
 pub fn simulate_block(webhook: &Webhook, block_id: Option<&str>) -> Notification {
     let hash = block_id.map(str::to_string).unwrap_or_else(placeholder_hash);
-    let mut payload =
-        json!({ "type": webhook.webhook_type, "coin": webhook.coin, "hash": hash, "simulation": true });
+    let mut payload = json!({ "type": webhook.webhook_type, "coin": webhook.level.coin(), "hash": hash, "simulation": true });
     if block_id.is_none() {
         payload["placeholder"] = json!(true);
     }
-    let meta = json!({ "coin": webhook.coin });
+    let meta = json!({ "coin": webhook.level.coin() });
     new_notification(webhook, &payload, hash, ids::new_id(), None, true, meta)
 }
 
@@ -138,7 +137,7 @@ pub fn access_token_payload(
     match token {
         Some(t) => json!({
             "type": "accessToken",
-            "enterpriseId": webhook.enterprise_id,
+            "enterpriseId": webhook.level.enterprise_id(),
             "accessTokenId": t.id,
             "label": t.label,
             "user": t.user_id,
@@ -148,7 +147,7 @@ pub fn access_token_payload(
         }),
         None => json!({
             "type": "accessToken",
-            "enterpriseId": webhook.enterprise_id,
+            "enterpriseId": webhook.level.enterprise_id(),
             "accessTokenId": token_id,
             "placeholder": true,
         }),
@@ -166,7 +165,7 @@ pub fn enterprise_notification(
     let hash = sha256_hex(&text);
     let key = source.map(|s| idempotency_key(&webhook.id, s)).unwrap_or_else(ids::new_id);
     let access_token = payload.get("accessTokenId").cloned().unwrap_or(Value::Null);
-    let meta = json!({ "enterprise": webhook.enterprise_id, "accessToken": access_token });
+    let meta = json!({ "enterprise": webhook.level.enterprise_id(), "accessToken": access_token });
     new_notification(webhook, &payload, hash, key, None, simulation, meta)
 }
 
@@ -179,7 +178,7 @@ pub fn simulate_enterprise(
     let mut payload = if webhook.webhook_type == "accessToken" {
         access_token_payload(webhook, token, token_id.unwrap_or(""))
     } else {
-        json!({ "type": webhook.webhook_type, "enterpriseId": webhook.enterprise_id, "bankAccountId": ids::new_id(), "placeholder": true })
+        json!({ "type": webhook.webhook_type, "enterpriseId": webhook.level.enterprise_id(), "bankAccountId": ids::new_id(), "placeholder": true })
     };
     payload["simulation"] = json!(true);
     enterprise_notification(webhook, payload, true, None)
@@ -201,14 +200,18 @@ pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>)
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| sha256_hex(&payload.to_string()));
-    let source = match (webhook.scope.as_str(), event.get("blockId").and_then(Value::as_str)) {
-        ("block", Some(block)) if webhook.webhook_type == "block" => format!("block:{block}"),
+    let source = match (&webhook.level, event.get("blockId").and_then(Value::as_str)) {
+        (WebhookLevel::Block { .. }, Some(block)) if webhook.webhook_type == "block" => {
+            format!("block:{block}")
+        }
         _ => format!("event:{event_id}"),
     };
-    let meta = match webhook.scope.as_str() {
-        "wallet" => wallet_meta(webhook, None, event.get("transferId").and_then(Value::as_str)),
-        "enterprise" => json!({ "enterprise": webhook.enterprise_id }),
-        _ => json!({ "coin": webhook.coin }),
+    let meta = match &webhook.level {
+        WebhookLevel::Wallet { .. } => {
+            wallet_meta(webhook, None, event.get("transferId").and_then(Value::as_str))
+        }
+        WebhookLevel::Enterprise { enterprise_id } => json!({ "enterprise": enterprise_id }),
+        WebhookLevel::Block { coin, .. } => json!({ "coin": coin }),
     };
     new_notification(
         webhook,
@@ -242,13 +245,13 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
             }
         }
     }
-    match webhook.scope.as_str() {
-        "wallet" => {
+    match &webhook.level {
+        WebhookLevel::Wallet { .. } => {
             m["type"] = json!(n.notification_type);
             m["idempotencyKey"] = json!(n.idempotency_key);
         }
-        "block" => m["type"] = json!(n.notification_type),
-        _ => m["allowBlockedHosts"] = json!(webhook.allow_blocked_hosts),
+        WebhookLevel::Block { .. } => m["type"] = json!(n.notification_type),
+        WebhookLevel::Enterprise { .. } => m["allowBlockedHosts"] = json!(webhook.allow_blocked_hosts),
     }
     m
 }

@@ -289,7 +289,7 @@ impl Engine {
             .header("idempotency-key", &n.idempotency_key)
             .header("webhook-id", &n.id)
             .header("webhook-timestamp", timestamp.to_string());
-        if let Some(eid) = &w.enterprise_id {
+        if let Some(eid) = w.level.enterprise_id() {
             let secrets =
                 self.state.secrets.get(&self.state, eid).await.map_err(|e| format!("webhook secret: {e}"))?;
             if let Some(s) = secrets {

@@ -43,7 +43,9 @@ pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::{TokenKind, TokenRecord, TokenStore, TokenTemplate};
 pub use users::{User, UserStore};
 pub use wallets::{Balances, WalletRow, WalletStore};
-pub use webhooks::{Rotation, Webhook, WebhookFilter, WebhookSecret, WebhookState, WebhookStore};
+pub use webhooks::{
+    Rotation, Webhook, WebhookFilter, WebhookLevel, WebhookSecret, WebhookState, WebhookStore,
+};
 
 /// What a store call can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -8,21 +8,90 @@ use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 use super::sql::{json_list, json_value, to_json, unique_violation, Dialect, SqlStore};
 use super::{StoreError, StoreResult};
 
-/// A webhook (spec §2.5). `scope` is `wallet`, `block` or `enterprise`.
+/// Where a webhook lives (spec §2.5), with the fields of its level. `enterprise_id` is the
+/// enterprise whose secret signs its notifications (docs/webhooks.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookLevel {
+    /// §4.4: one wallet's events; signed by the wallet's enterprise, if any.
+    Wallet { coin: String, wallet_id: String, enterprise_id: Option<String> },
+    /// §4.6: a user's webhook for a coin's blocks, once a block has `num_confirmations`.
+    Block { coin: String, num_confirmations: i64, enterprise_id: Option<String> },
+    /// §4.8: one enterprise's events.
+    Enterprise { enterprise_id: String },
+}
+
+impl WebhookLevel {
+    /// `wallet`, `block` or `enterprise`: the spec's name, as stored.
+    pub fn name(&self) -> &'static str {
+        match self {
+            WebhookLevel::Wallet { .. } => "wallet",
+            WebhookLevel::Block { .. } => "block",
+            WebhookLevel::Enterprise { .. } => "enterprise",
+        }
+    }
+
+    pub fn coin(&self) -> Option<&str> {
+        match self {
+            WebhookLevel::Wallet { coin, .. } | WebhookLevel::Block { coin, .. } => Some(coin),
+            WebhookLevel::Enterprise { .. } => None,
+        }
+    }
+
+    pub fn wallet_id(&self) -> Option<&str> {
+        match self {
+            WebhookLevel::Wallet { wallet_id, .. } => Some(wallet_id),
+            _ => None,
+        }
+    }
+
+    /// The enterprise whose secret signs the webhook's notifications.
+    pub fn enterprise_id(&self) -> Option<&str> {
+        match self {
+            WebhookLevel::Wallet { enterprise_id, .. } | WebhookLevel::Block { enterprise_id, .. } => {
+                enterprise_id.as_deref()
+            }
+            WebhookLevel::Enterprise { enterprise_id } => Some(enterprise_id),
+        }
+    }
+
+    pub fn num_confirmations(&self) -> Option<i64> {
+        match self {
+            WebhookLevel::Block { num_confirmations, .. } => Some(*num_confirmations),
+            _ => None,
+        }
+    }
+
+    /// Rebuilds a level from its stored columns.
+    fn from_columns(
+        scope: &str,
+        coin: Option<String>,
+        wallet_id: Option<String>,
+        enterprise_id: Option<String>,
+        num_confirmations: Option<i64>,
+    ) -> Option<Self> {
+        Some(match scope {
+            "wallet" => WebhookLevel::Wallet { coin: coin?, wallet_id: wallet_id?, enterprise_id },
+            "block" => WebhookLevel::Block {
+                coin: coin?,
+                num_confirmations: num_confirmations.unwrap_or(0),
+                enterprise_id,
+            },
+            "enterprise" => WebhookLevel::Enterprise { enterprise_id: enterprise_id? },
+            _ => return None,
+        })
+    }
+}
+
+/// A webhook (spec §2.5).
 #[derive(Debug, Clone)]
 pub struct Webhook {
     pub id: String,
-    pub scope: String,
-    pub wallet_id: Option<String>,
-    /// The enterprise whose secret signs its notifications (docs/webhooks.md).
-    pub enterprise_id: Option<String>,
+    pub level: WebhookLevel,
     /// The creator; the owner of a block webhook.
     pub user_id: String,
-    pub coin: Option<String>,
     pub webhook_type: String,
     pub url: String,
     pub label: Option<String>,
-    pub num_confirmations: Option<i64>,
     pub state: WebhookState,
     pub successive_failed_attempts: i64,
     pub failed_attempts_total: i64,
@@ -78,16 +147,18 @@ pub struct WebhookFilter {
 impl WebhookFilter {
     /// The filter that §8's per-type limit counts within for `w`'s level.
     fn limit_for(w: &Webhook) -> Self {
-        let scope = w.scope.clone();
-        match w.scope.as_str() {
-            "wallet" => WebhookFilter { scope, wallet_id: w.wallet_id.clone(), ..Default::default() },
-            "enterprise" => {
-                WebhookFilter { scope, enterprise_id: w.enterprise_id.clone(), ..Default::default() }
+        let scope = w.level.name().to_string();
+        match &w.level {
+            WebhookLevel::Wallet { wallet_id, .. } => {
+                WebhookFilter { scope, wallet_id: Some(wallet_id.clone()), ..Default::default() }
             }
-            _ => WebhookFilter {
+            WebhookLevel::Enterprise { enterprise_id } => {
+                WebhookFilter { scope, enterprise_id: Some(enterprise_id.clone()), ..Default::default() }
+            }
+            WebhookLevel::Block { coin, .. } => WebhookFilter {
                 scope,
                 user_id: Some(w.user_id.clone()),
-                coin: w.coin.clone(),
+                coin: Some(coin.clone()),
                 ..Default::default()
             },
         }
@@ -198,17 +269,21 @@ pub(super) struct WebhookRow {
 
 impl WebhookRow {
     pub(super) fn into_webhook(self) -> StoreResult<Webhook> {
+        let level = WebhookLevel::from_columns(
+            &self.scope,
+            self.coin,
+            self.wallet_id,
+            self.enterprise_id,
+            self.num_confirmations,
+        )
+        .ok_or_else(|| StoreError::Other(anyhow::anyhow!("stored webhook {} has no valid level", self.id)))?;
         Ok(Webhook {
             id: self.id,
-            scope: self.scope,
-            wallet_id: self.wallet_id,
-            enterprise_id: self.enterprise_id,
+            level,
             user_id: self.user_id,
-            coin: self.coin,
             webhook_type: self.webhook_type,
             url: self.url,
             label: self.label,
-            num_confirmations: self.num_confirmations,
             state: WebhookState::parse(&self.state)
                 .ok_or_else(|| StoreError::Other(anyhow::anyhow!("stored webhook state {:?}", self.state)))?,
             successive_failed_attempts: self.successive_failed_attempts,
@@ -266,15 +341,15 @@ where
         }
         sqlx::query(INSERT_WEBHOOK)
             .bind(w.id.as_str())
-            .bind(w.scope.as_str())
-            .bind(w.wallet_id.as_deref())
-            .bind(w.enterprise_id.as_deref())
+            .bind(w.level.name())
+            .bind(w.level.wallet_id())
+            .bind(w.level.enterprise_id())
             .bind(w.user_id.as_str())
-            .bind(w.coin.as_deref())
+            .bind(w.level.coin())
             .bind(w.webhook_type.as_str())
             .bind(w.url.as_str())
             .bind(w.label.as_deref())
-            .bind(w.num_confirmations)
+            .bind(w.level.num_confirmations())
             .bind(w.state.as_str())
             .bind(w.listen_to_failure_states)
             .bind(to_json(&w.tx_request_states)?)

@@ -9,7 +9,7 @@ use crate::{
         auth::Principal,
         scopes::{Action, WalletPermission},
     },
-    store::{Enterprise, Webhook},
+    store::{Enterprise, Webhook, WebhookLevel},
     wallets::wallet_access,
     AppState,
 };
@@ -52,19 +52,15 @@ pub async fn webhook_access(state: &AppState, auth: &Principal, webhook_id: &str
         Error::NotFound { .. } => Error::not_found("WebhookNotFound"),
         other => other,
     };
-    match w.scope.as_str() {
-        "wallet" => {
-            let (coin, wallet) =
-                (w.coin.clone().unwrap_or_default(), w.wallet_id.clone().unwrap_or_default());
-            wallet_access(state, auth, &coin, &wallet, WalletPermission::Manage).await.map_err(hide)?;
+    match &w.level {
+        WebhookLevel::Wallet { coin, wallet_id, .. } => {
+            wallet_access(state, auth, coin, wallet_id, WalletPermission::Manage).await.map_err(hide)?;
         }
-        "enterprise" => {
-            enterprise_access(state, auth, w.enterprise_id.as_deref().unwrap_or_default())
-                .await
-                .map_err(hide)?;
+        WebhookLevel::Enterprise { enterprise_id } => {
+            enterprise_access(state, auth, enterprise_id).await.map_err(hide)?;
         }
-        _ if auth.token.admin || w.user_id == auth.user.id => {}
-        _ => return Err(Error::not_found("WebhookNotFound")),
+        WebhookLevel::Block { .. } if auth.token.admin || w.user_id == auth.user.id => {}
+        WebhookLevel::Block { .. } => return Err(Error::not_found("WebhookNotFound")),
     }
     Ok(w)
 }

@@ -110,7 +110,8 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
         let full = page.len() == 500;
         after = page.last().map(|w| w.id.clone());
         hooks.extend(
-            page.into_iter().filter(|w| t != "block" || confirmations >= w.num_confirmations.unwrap_or(0)),
+            page.into_iter()
+                .filter(|w| t != "block" || confirmations >= w.level.num_confirmations().unwrap_or(0)),
         );
         if !full {
             break;

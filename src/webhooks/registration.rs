@@ -20,7 +20,7 @@ use crate::{
     },
     ids,
     paging::{Page, PageRequest},
-    store::{Webhook, WebhookFilter, WebhookState},
+    store::{Webhook, WebhookFilter, WebhookLevel, WebhookState},
     wallets::wallet_access,
     AppState,
 };
@@ -85,16 +85,33 @@ async fn level_filter(state: &AppState, auth: &Principal, level: Level<'_>) -> R
     })
 }
 
-/// Builds a webhook record from a checked request.
+/// `numConfirmations` of a block webhook: a whole number up to
+/// [`super::MAX_NUM_CONFIRMATIONS`], 0 when absent.
+fn num_confirmations(v: &Option<Value>) -> Result<i64> {
+    match v {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => crate::types::whole_number(v)
+            .filter(|n| *n <= super::MAX_NUM_CONFIRMATIONS)
+            .and_then(|n| i64::try_from(n).ok())
+            .ok_or_else(|| {
+                Error::invalid_field(
+                    "numConfirmations",
+                    format!("must be a whole number from 0 to {}", super::MAX_NUM_CONFIRMATIONS),
+                )
+            }),
+    }
+}
+
+/// Builds a webhook record at `level` from a checked request; `allowed` are the level's types.
 fn build(
     req: NewWebhook,
-    scope: &str,
+    level: WebhookLevel,
     allowed: &[&str],
     auth: &Principal,
     state: &AppState,
 ) -> Result<Webhook> {
     if !allowed.contains(&req.webhook_type.as_str()) {
-        return Err(invalid_type(scope, allowed));
+        return Err(invalid_type(level.name(), allowed));
     }
     check_url(&req.url, state.config.environment)?;
     let headers = req.custom_http_headers.unwrap_or_default();
@@ -109,32 +126,13 @@ fn build(
     if allow_blocked_hosts && !auth.token.admin {
         return Err(Error::forbidden("only a service admin may set allowBlockedHosts", "service admin"));
     }
-    let num_confirmations = match (scope, &req.num_confirmations) {
-        ("block", None | Some(Value::Null)) => Some(0),
-        ("block", Some(v)) => Some(
-            crate::types::whole_number(v)
-                .filter(|n| *n <= super::MAX_NUM_CONFIRMATIONS)
-                .and_then(|n| i64::try_from(n).ok())
-                .ok_or_else(|| {
-                    Error::invalid_field(
-                        "numConfirmations",
-                        format!("must be a whole number from 0 to {}", super::MAX_NUM_CONFIRMATIONS),
-                    )
-                })?,
-        ),
-        _ => None,
-    };
     Ok(Webhook {
         id: ids::new_id(),
-        scope: scope.into(),
-        wallet_id: None,
-        enterprise_id: None,
+        level,
         user_id: auth.user.id.clone(),
-        coin: None,
         webhook_type: req.webhook_type,
         url: req.url,
         label: req.label,
-        num_confirmations,
         state: WebhookState::Active,
         successive_failed_attempts: 0,
         failed_attempts_total: 0,
@@ -167,24 +165,25 @@ pub async fn create(
     let w = match level {
         Level::Wallet { coin, wallet_id } => {
             let wallet = wallet_access(state, auth, coin, wallet_id, WalletPermission::Manage).await?;
-            let mut w = build(req, "wallet", WALLET_TYPES, auth, state)?;
-            w.wallet_id = Some(wallet.id);
-            w.enterprise_id = wallet.enterprise;
-            w.coin = Some(coin.into());
-            w
+            let level = WebhookLevel::Wallet {
+                coin: coin.into(),
+                wallet_id: wallet.id,
+                enterprise_id: wallet.enterprise,
+            };
+            build(req, level, WALLET_TYPES, auth, state)?
         }
         Level::Block { coin } => {
             auth.require(state.policy(), Action::ManageOwnWebhooks)?;
-            let mut w = build(req, "block", BLOCK_TYPES, auth, state)?;
-            w.coin = Some(coin.into());
-            w.enterprise_id = block_enterprise(state, auth).await?;
-            w
+            let level = WebhookLevel::Block {
+                coin: coin.into(),
+                num_confirmations: num_confirmations(&req.num_confirmations)?,
+                enterprise_id: block_enterprise(state, auth).await?,
+            };
+            build(req, level, BLOCK_TYPES, auth, state)?
         }
         Level::Enterprise { enterprise_id } => {
             let e = enterprise_access(state, auth, enterprise_id).await?;
-            let mut w = build(req, "enterprise", ENTERPRISE_TYPES, auth, state)?;
-            w.enterprise_id = Some(e.id);
-            w
+            build(req, WebhookLevel::Enterprise { enterprise_id: e.id }, ENTERPRISE_TYPES, auth, state)?
         }
     };
     if !state.store.insert_webhook(&w, MAX_WEBHOOKS_PER_TYPE).await? {

@@ -125,9 +125,9 @@ pub async fn verify(
         message:
             "the webhook's enterprise has no webhook secret: create one with POST /api/v2/webhook/secret"
                 .into(),
-        context: serde_json::json!({ "enterpriseId": w.enterprise_id }),
+        context: serde_json::json!({ "enterpriseId": w.level.enterprise_id() }),
     };
-    let eid = w.enterprise_id.as_deref().ok_or_else(no_secret)?;
+    let eid = w.level.enterprise_id().ok_or_else(no_secret)?;
     let s = load(state, eid).await?.ok_or_else(no_secret)?;
     let body = payload.as_bytes();
     Ok(signing::verify_bitgo(&s.current, body, signature)

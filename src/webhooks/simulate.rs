@@ -10,7 +10,7 @@ use crate::{
     error::{Error, Result},
     identity::{auth::Principal, scopes::WalletPermission},
     ids, outbox,
-    store::{Notification, Webhook},
+    store::{Notification, Webhook, WebhookLevel},
     wallets::wallet_access,
     AppState,
 };
@@ -41,7 +41,7 @@ pub async fn wallet(
         .store
         .webhook_by_id(webhook_id)
         .await?
-        .filter(|w| w.wallet_id.as_deref() == Some(wallet.id.as_str()))
+        .filter(|w| w.level.wallet_id() == Some(wallet.id.as_str()))
         .ok_or_else(|| Error::not_found("WebhookNotFound"))?;
     let transfer = given(transfer_id);
     let event = match transfer {
@@ -69,7 +69,7 @@ pub async fn block(
     block_id: Option<&str>,
 ) -> Result<(Notification, Webhook)> {
     let w = webhook_access(state, auth, webhook_id).await?;
-    if w.scope != "block" || w.coin.as_deref() != Some(coin) {
+    if !matches!(&w.level, WebhookLevel::Block { coin: c, .. } if c.as_str() == coin) {
         return Err(Error::not_found("WebhookNotFound"));
     }
     let n = outbox::simulate_block(&w, given(block_id));
@@ -90,7 +90,7 @@ pub async fn enterprise(
         .store
         .webhook_by_id(webhook_id)
         .await?
-        .filter(|w| w.scope == "enterprise" && w.enterprise_id.as_deref() == Some(e.id.as_str()))
+        .filter(|w| matches!(&w.level, WebhookLevel::Enterprise { enterprise_id } if *enterprise_id == e.id))
         .ok_or_else(|| Error::not_found("WebhookNotFound"))?;
     let token_id = given(access_token_id);
     let token = match token_id.filter(|t| ids::is_id(t)) {

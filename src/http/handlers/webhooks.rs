@@ -17,7 +17,7 @@ use crate::{
     },
     ids, outbox,
     paging::{Page, PageRequest},
-    store::Webhook,
+    store::{Webhook, WebhookLevel},
     types::{AnyId, Coin, EnterpriseId, WalletId, WebhookId},
     webhooks::{
         self,
@@ -102,10 +102,16 @@ pub struct WebhookResponse {
 
 impl From<&Webhook> for WebhookResponse {
     fn from(w: &Webhook) -> Self {
-        let (scope, wallet_id, enterprise_id, user_id, coin, num_confirmations) = match w.scope.as_str() {
-            "wallet" => (Some("wallet".into()), w.wallet_id.clone(), None, None, w.coin.clone(), None),
-            "enterprise" => (Some("enterprise".into()), None, w.enterprise_id.clone(), None, None, None),
-            _ => (None, None, None, Some(w.user_id.clone()), w.coin.clone(), w.num_confirmations),
+        let (scope, wallet_id, enterprise_id, user_id, coin, num_confirmations) = match &w.level {
+            WebhookLevel::Wallet { coin, wallet_id, .. } => {
+                (Some("wallet".into()), Some(wallet_id.clone()), None, None, Some(coin.clone()), None)
+            }
+            WebhookLevel::Enterprise { enterprise_id } => {
+                (Some("enterprise".into()), None, Some(enterprise_id.clone()), None, None, None)
+            }
+            WebhookLevel::Block { coin, num_confirmations, .. } => {
+                (None, None, None, Some(w.user_id.clone()), Some(coin.clone()), Some(*num_confirmations))
+            }
         };
         WebhookResponse {
             id: w.id.clone(),
