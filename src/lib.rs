@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod delivery;
 pub mod error;
+pub mod grant;
 pub mod http;
 pub mod identity;
 pub mod ids;

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use super::{
     auth::{hash_token, new_token_value},
-    scopes::{session_scopes, RESET_2FA_SCOPES},
+    scopes::{session_scopes, Grant, RESET_2FA_SCOPES},
     throttle,
     tokens::new_token_record,
     totp::{self, OtpCheck},
@@ -141,7 +141,7 @@ pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Ses
     let reset = req.for_reset_2fa;
     let ttl = i64::try_from(state.config.login.session_ttl).unwrap_or(3600);
     let scopes = if reset {
-        RESET_2FA_SCOPES.iter().map(|s| s.to_string()).collect()
+        RESET_2FA_SCOPES.iter().map(|s| Grant::plain(s)).collect()
     } else {
         session_scopes(state.config.environment)
     };

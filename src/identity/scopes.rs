@@ -4,66 +4,11 @@
 
 use std::collections::BTreeSet;
 
+pub use crate::grant::{Grant, SCOPES, WALLET_CONTEXT_SCOPES};
 use crate::{
     config::Environment,
     store::{TokenKind, TokenRecord},
 };
-
-/// Every scope value of the §4.3 table.
-pub const SCOPES: &[&str] = &[
-    "all",
-    "crypto_compare",
-    "enterprise_manage_all",
-    "enterprise_view_all",
-    "metamask_institutional",
-    "openid",
-    "openid_enterprises",
-    "pending_approval_update",
-    "portfolio_view",
-    "profile",
-    "user_manage",
-    "auditlogs_view_all",
-    "settlement_network_read",
-    "settlement_network_write",
-    "trade_trade",
-    "trade_view",
-    "trade_fix",
-    "wallet_approve",
-    "wallet_approve_all",
-    "wallet_approve_enterprise",
-    "wallet_create",
-    "wallet_edit",
-    "wallet_edit_all",
-    "wallet_edit_enterprise",
-    "wallet_freeze",
-    "wallet_freeze_all",
-    "wallet_manage",
-    "wallet_manage_all",
-    "wallet_manage_enterprise",
-    "wallet_spend",
-    "wallet_spend_all",
-    "wallet_spend_enterprise",
-    "wallet_stake",
-    "wallet_stake_all",
-    "wallet_view",
-    "wallet_view_all",
-    "wallet_view_enterprise",
-    "third_party_user_lookup",
-    "private_verify_email",
-    "scim",
-];
-
-/// Scopes that the §4.3 table marks "needs wallet context": they may take the form
-/// `<scope>:<walletId>`.
-pub const WALLET_CONTEXT_SCOPES: &[&str] = &[
-    "wallet_approve",
-    "wallet_edit",
-    "wallet_freeze",
-    "wallet_manage",
-    "wallet_spend",
-    "wallet_stake",
-    "wallet_view",
-];
 
 /// Scopes held by a login session (spec §4.2): what a person signed in with password and OTP
 /// may do. `all` is added in the test environment only (§4.3: "all actions in the test
@@ -93,10 +38,10 @@ pub const SESSION_SCOPES: &[&str] = &[
 pub const RESET_2FA_SCOPES: &[&str] = &["openid", "profile"];
 
 /// The scopes a new login session gets in `env`.
-pub fn session_scopes(env: Environment) -> Vec<String> {
-    let mut v: Vec<String> = SESSION_SCOPES.iter().map(|s| s.to_string()).collect();
+pub fn session_scopes(env: Environment) -> Vec<Grant> {
+    let mut v: Vec<Grant> = SESSION_SCOPES.iter().map(|s| Grant::plain(s)).collect();
     if env == Environment::Test {
-        v.insert(0, "all".into());
+        v.insert(0, Grant::plain("all"));
     }
     v
 }
@@ -125,40 +70,6 @@ impl WalletPermission {
             WalletPermission::Freeze => "wallet_freeze",
             WalletPermission::Edit => "wallet_edit",
             WalletPermission::Stake => "wallet_stake",
-        }
-    }
-}
-
-/// A checked scope value: `name` is from [`SCOPES`]; `wallet` is the `:<walletId>` context.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Grant {
-    pub name: String,
-    pub wallet: Option<String>,
-}
-
-impl Grant {
-    /// Parses a scope value. Errors say why, for the 400's message.
-    pub fn parse(s: &str) -> Result<Grant, String> {
-        if let Some((name, wallet)) = s.split_once(':') {
-            if !WALLET_CONTEXT_SCOPES.contains(&name) {
-                return Err(format!("scope {name:?} does not take a wallet context"));
-            }
-            if !crate::ids::is_id(wallet) {
-                return Err(format!("wallet context {wallet:?} is not a 32-hex wallet id"));
-            }
-            return Ok(Grant { name: name.into(), wallet: Some(wallet.into()) });
-        }
-        if !SCOPES.contains(&s) {
-            return Err(format!("{s:?} is not an allowed scope value"));
-        }
-        Ok(Grant { name: s.into(), wallet: None })
-    }
-
-    /// The canonical text form.
-    pub fn to_scope_string(&self) -> String {
-        match &self.wallet {
-            Some(w) => format!("{}:{w}", self.name),
-            None => self.name.clone(),
         }
     }
 }
@@ -195,8 +106,14 @@ pub struct Denied {
 }
 
 impl Policy {
+    /// Whether `token` holds scope `name` without a wallet context.
     fn has(&self, token: &TokenRecord, name: &str) -> bool {
-        token.scopes.iter().any(|s| s == name)
+        token.scopes.iter().any(|g| g.wallet.is_none() && g.name == name)
+    }
+
+    /// Whether `token` holds scope `name` for wallet `wallet_id` (`name:walletId`).
+    fn has_for_wallet(&self, token: &TokenRecord, name: &str, wallet_id: &str) -> bool {
+        token.scopes.iter().any(|g| g.name == name && g.wallet.as_deref() == Some(wallet_id))
     }
 
     fn has_all(&self, token: &TokenRecord) -> bool {
@@ -296,7 +213,7 @@ impl Policy {
         if self.has_all(token) || self.has(token, &format!("{base}_all")) {
             return true;
         }
-        if self.has(token, &format!("{base}:{wallet_id}")) {
+        if self.has_for_wallet(token, base, wallet_id) {
             return true;
         }
         // The _enterprise form covers the wallets of the token's own enterprise.
@@ -360,7 +277,7 @@ mod tests {
             user_id: "1".repeat(32),
             kind: TokenKind::Access,
             label: None,
-            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            scopes: scopes.iter().map(|s| Grant::parse(s).expect("a valid scope")).collect(),
             created_at: 0,
             expires_at: i64::MAX,
             revoked_at: None,

@@ -348,7 +348,7 @@ pub fn new_token_record(
     token_hash: String,
     user_id: &str,
     kind: TokenKind,
-    scopes: Vec<String>,
+    scopes: Vec<Grant>,
     created_at: i64,
     expires_at: i64,
     ip: IpAddr,
@@ -512,10 +512,10 @@ pub async fn create_access_token(
         require_membership(&state.store, &auth.user.id, e, "enterprise").await?;
     }
     let policy = state.policy();
-    let parent_grants: Vec<Grant> = parent.scopes.iter().filter_map(|s| Grant::parse(s).ok()).collect();
+    let parent_grants = &parent.scopes;
     let same_enterprise = v.enterprise.is_some() && v.enterprise == parent.enterprise;
     for (i, g) in v.grants.iter().enumerate() {
-        if !policy.grant_covers(&parent_grants, g, same_enterprise) {
+        if !policy.grant_covers(parent_grants, g, same_enterprise) {
             return Err(Error::Invalid {
                 name: "ExceedsCreatingToken",
                 message: format!("scope {:?} is not within the creating token's scopes", g.to_scope_string()),
@@ -564,7 +564,7 @@ pub async fn create_access_token(
         });
     }
     let value = new_token_value();
-    let scopes: Vec<String> = v.grants.iter().map(Grant::to_scope_string).collect();
+    let scopes = v.grants.clone();
     let mut record = new_token_record(
         state,
         hash_token(&value),

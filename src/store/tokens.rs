@@ -8,7 +8,8 @@ use super::outbox::{insert_notifications_tx, Notification};
 use super::sql::{
     json_list, json_list_opt, json_value, to_json, to_json_opt, unique_violation, Dialect, SqlStore,
 };
-use super::StoreResult;
+use super::{StoreError, StoreResult};
+use crate::grant::Grant;
 
 /// What a token was issued by, which bounds what it may do (docs/scopes.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +51,8 @@ pub struct TokenRecord {
     pub user_id: String,
     pub kind: TokenKind,
     pub label: Option<String>,
-    pub scopes: Vec<String>,
+    /// Parsed scope values (§4.3), stored as their text forms.
+    pub scopes: Vec<Grant>,
     /// Unix seconds.
     pub created_at: i64,
     /// Unix seconds.
@@ -127,7 +129,13 @@ impl TokenRow {
             user_id: self.user_id,
             kind: TokenKind::parse(&self.kind),
             label: self.label,
-            scopes: json_list(&self.scopes)?,
+            scopes: json_list(&self.scopes)?
+                .iter()
+                .map(|s| {
+                    Grant::parse(s)
+                        .map_err(|e| StoreError::Other(anyhow::anyhow!("stored scope of token: {e}")))
+                })
+                .collect::<StoreResult<_>>()?,
             created_at: self.created_at,
             expires_at: self.expires_at,
             revoked_at: self.revoked_at,
@@ -184,7 +192,7 @@ where
             .bind(t.user_id.as_str())
             .bind(t.kind.as_str())
             .bind(t.label.as_deref())
-            .bind(to_json(&t.scopes)?)
+            .bind(to_json(&t.scopes.iter().map(Grant::to_scope_string).collect::<Vec<_>>())?)
             .bind(t.created_at)
             .bind(t.expires_at)
             .bind(t.revoked_at)

@@ -107,7 +107,7 @@ pub async fn login(
         access_token: s.value,
         expires_at: s.token.expires_at,
         expires_in: s.ttl_secs,
-        scope: s.token.scopes,
+        scope: s.token.scopes.iter().map(|g| g.to_scope_string()).collect(),
         token_id: s.token.id,
         token_type: "bearer".into(),
         grant_type: "password".into(),
@@ -155,7 +155,7 @@ impl AccessTokenResponse {
         AccessTokenResponse {
             token: value,
             label: t.label.unwrap_or_default(),
-            scope: t.scopes,
+            scope: t.scopes.iter().map(|g| g.to_scope_string()).collect(),
             ip: t.ip.unwrap_or_default(),
             ip_restrict: t.ip_restrict,
             created: ids::iso(t.created_at),
