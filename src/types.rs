@@ -218,6 +218,58 @@ impl fmt::Display for BaseUnits {
     }
 }
 
+/// An IP address or CIDR block of `ipRestrict` (spec §4.3), parsed once: host bits cleared,
+/// IPv4-mapped IPv6 blocks (`::ffff:a.b.c.d/n`, n >= 96) as IPv4 so that they compare with the
+/// IPv4 addresses clients connect from. Written as the address alone for a single host, else
+/// `network/prefix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Cidr(ipnet::IpNet);
+
+impl Cidr {
+    /// Parses an address or a block; the error says why.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let net = crate::config::parse_cidr(text.trim())?;
+        if let ipnet::IpNet::V6(v6) = net {
+            if let (Some(v4), true) = (v6.addr().to_ipv4_mapped(), v6.prefix_len() >= 96) {
+                let v4 = ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_err(|e| e.to_string())?;
+                return Ok(Cidr(ipnet::IpNet::V4(v4)));
+            }
+        }
+        Ok(Cidr(net))
+    }
+
+    /// Whether `ip` lies in the block.
+    pub fn contains_ip(&self, ip: &std::net::IpAddr) -> bool {
+        self.0.contains(ip)
+    }
+
+    /// Whether `other` lies wholly inside this block.
+    pub fn contains(&self, other: &Cidr) -> bool {
+        self.0.contains(&other.0)
+    }
+
+    /// The prefix length and whether the block is IPv4.
+    pub fn prefix(&self) -> (u8, bool) {
+        (self.0.prefix_len(), matches!(self.0, ipnet::IpNet::V4(_)))
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.prefix_len() == self.0.max_prefix_len() {
+            write!(f, "{}", self.0.addr())
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+impl serde::Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// A JSON number that is a whole, non-negative value: `3` and `3.0` alike (JSON Schema counts
 /// both as integers), up to 2^53 for floats, which hold integers exactly only that far.
 pub fn whole_number(v: &serde_json::Value) -> Option<u64> {
@@ -281,5 +333,20 @@ mod tests {
         assert_eq!(super::whole_number(&json!(-1)), None);
         assert_eq!(super::whole_number(&json!(1e300)), None);
         assert_eq!(super::whole_number(&json!("3")), None);
+    }
+
+    #[test]
+    fn cidrs_are_parsed_once_and_written_canonically() {
+        use super::Cidr;
+        let show = |s: &str| Cidr::parse(s).map(|c| c.to_string());
+        assert_eq!(show("127.0.0.1").as_deref(), Ok("127.0.0.1"));
+        assert_eq!(show("10.1.2.3/16").as_deref(), Ok("10.1.0.0/16"));
+        assert_eq!(show("::ffff:10.2.0.0/112").as_deref(), Ok("10.2.0.0/16"));
+        assert_eq!(show("::ffff:127.0.0.1").as_deref(), Ok("127.0.0.1"));
+        assert!(show("300.1.1.1").is_err());
+        let parent = Cidr::parse("10.0.0.0/8").unwrap();
+        assert!(parent.contains(&Cidr::parse("10.9.0.0/16").unwrap()));
+        assert!(!parent.contains(&Cidr::parse("0.0.0.0/0").unwrap()));
+        assert!(parent.contains_ip(&"10.1.1.1".parse().unwrap()));
     }
 }

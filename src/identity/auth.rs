@@ -89,10 +89,7 @@ pub async fn authenticate(
         return Err(unauthenticated("TokenExpired", "the access token has expired"));
     }
     if let Some(allowed) = &token.ip_restrict {
-        let inside = allowed
-            .iter()
-            .filter_map(|c| crate::config::parse_cidr(c).ok())
-            .any(|net| net.contains(&client_ip));
+        let inside = allowed.iter().any(|c| c.contains_ip(&client_ip));
         if !inside {
             return Err(unauthenticated(
                 "IpNotAllowed",

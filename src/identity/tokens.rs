@@ -6,7 +6,6 @@
 
 use std::{collections::BTreeSet, net::IpAddr};
 
-use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
@@ -18,11 +17,11 @@ use super::{
     users::require_membership,
 };
 use crate::{
-    config::{parse_cidr, Environment},
+    config::Environment,
     error::{parse_value, Error, Result},
     ids,
     store::{TokenKind, TokenRecord, TokenTemplate},
-    types::BaseUnits,
+    types::{BaseUnits, Cidr},
     AppState,
 };
 
@@ -145,7 +144,7 @@ struct Validated {
     grants: Vec<Grant>,
     duration: Option<u64>,
     admin: bool,
-    ip_restrict: Option<Vec<String>>,
+    ip_restrict: Option<Vec<Cidr>>,
     enterprise: Option<String>,
     spending_limits: Option<Value>,
     permitted_wallets: Option<Vec<String>>,
@@ -186,22 +185,6 @@ fn base_units(field: &str, v: &Value) -> Result<String> {
     BaseUnits::from_json(v)
         .map(BaseUnits::into_string)
         .ok_or_else(|| Error::invalid_field(field, BaseUnits::EXPECTED))
-}
-
-/// `ipRestrict` entries normalised: a single address as itself, a block as network/prefix.
-/// IPv4-mapped IPv6 entries (`::ffff:a.b.c.d/n`, n >= 96) become IPv4, so that they compare with
-/// the IPv4 addresses clients connect from.
-fn normalise_ip(field: &str, s: &str) -> Result<String> {
-    let mut net = parse_cidr(s.trim()).map_err(|e| Error::invalid_field(field, e))?;
-    if let IpNet::V6(v6) = net {
-        if let (Some(v4), true) = (v6.addr().to_ipv4_mapped(), v6.prefix_len() >= 96) {
-            net = IpNet::V4(
-                Ipv4Net::new(v4, v6.prefix_len() - 96)
-                    .map_err(|e| Error::invalid_field(field, e.to_string()))?,
-            );
-        }
-    }
-    Ok(if net.prefix_len() == net.max_prefix_len() { net.addr().to_string() } else { net.to_string() })
 }
 
 fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
@@ -246,9 +229,9 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
         Some(list) => {
             let (mut out, mut seen) = (Vec::new(), BTreeSet::new());
             for (i, s) in list.iter().enumerate() {
-                let n = normalise_ip(&format!("ipRestrict[{i}]"), s)?;
-                if seen.insert(n.clone()) {
-                    out.push(n);
+                let c = Cidr::parse(s).map_err(|e| Error::invalid_field(format!("ipRestrict[{i}]"), e))?;
+                if seen.insert(c) {
+                    out.push(c);
                 }
             }
             (!out.is_empty()).then_some(out)
@@ -382,7 +365,7 @@ pub const MIN_IPV6_PREFIX: u8 = 32;
 
 /// Production needs a non-empty `ipRestrict` of blocks no wider than /8 (IPv4) or /32 (IPv6),
 /// unless `allow_wide` (issue 9 §4).
-fn check_production_ip_restrict(blocks: Option<&[String]>, allow_wide: bool) -> Result<()> {
+fn check_production_ip_restrict(blocks: Option<&[Cidr]>, allow_wide: bool) -> Result<()> {
     let Some(blocks) = blocks else {
         return Err(Error::invalid_field(
             "ipRestrict",
@@ -393,10 +376,9 @@ fn check_production_ip_restrict(blocks: Option<&[String]>, allow_wide: bool) -> 
         return Ok(());
     }
     for (i, b) in blocks.iter().enumerate() {
-        let wide = match parse_cidr(b) {
-            Ok(IpNet::V4(n)) => n.prefix_len() < MIN_IPV4_PREFIX,
-            Ok(IpNet::V6(n)) => n.prefix_len() < MIN_IPV6_PREFIX,
-            Err(_) => true,
+        let wide = match b.prefix() {
+            (len, true) => len < MIN_IPV4_PREFIX,
+            (len, false) => len < MIN_IPV6_PREFIX,
         };
         if wide {
             return Err(Error::invalid_field(
@@ -437,12 +419,11 @@ fn bound_by_parent(parent: &TokenRecord, v: &mut Validated) -> Result<()> {
         }
     }
     if let Some(parent_blocks) = &parent.ip_restrict {
-        let parent_nets: Vec<IpNet> = parent_blocks.iter().filter_map(|b| parse_cidr(b).ok()).collect();
         match &v.ip_restrict {
             None => v.ip_restrict = Some(parent_blocks.clone()),
             Some(blocks) => {
                 for (i, b) in blocks.iter().enumerate() {
-                    let inside = parse_cidr(b).is_ok_and(|net| parent_nets.iter().any(|p| p.contains(&net)));
+                    let inside = parent_blocks.iter().any(|p| p.contains(b));
                     if !inside {
                         return Err(exceeds(
                             format!("ipRestrict[{i}]"),

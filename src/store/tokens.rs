@@ -9,7 +9,7 @@ use super::sql::{
     json_list, json_list_opt, json_value, to_json, to_json_opt, unique_violation, Dialect, SqlStore,
 };
 use super::{StoreError, StoreResult};
-use crate::grant::Grant;
+use crate::{grant::Grant, types::Cidr};
 
 /// What a token was issued by, which bounds what it may do (docs/scopes.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +61,8 @@ pub struct TokenRecord {
     pub revoked_at: Option<i64>,
     /// Address of the client that requested it.
     pub ip: Option<String>,
-    /// Normalised CIDR blocks; `None` means unrestricted.
-    pub ip_restrict: Option<Vec<String>>,
+    /// Addresses and blocks it may be used from; `None` means unrestricted.
+    pub ip_restrict: Option<Vec<Cidr>>,
     pub enterprise: Option<String>,
     pub is_extensible: bool,
     /// Carries the service-admin permission.
@@ -140,7 +140,16 @@ impl TokenRow {
             expires_at: self.expires_at,
             revoked_at: self.revoked_at,
             ip: self.ip,
-            ip_restrict: json_list_opt(self.ip_restrict)?,
+            ip_restrict: json_list_opt(self.ip_restrict)?
+                .map(|list| {
+                    list.iter()
+                        .map(|c| {
+                            Cidr::parse(c)
+                                .map_err(|e| StoreError::Other(anyhow::anyhow!("stored ipRestrict: {e}")))
+                        })
+                        .collect::<StoreResult<Vec<_>>>()
+                })
+                .transpose()?,
             enterprise: self.enterprise,
             is_extensible: self.is_extensible,
             admin: self.admin,

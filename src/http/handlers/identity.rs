@@ -157,7 +157,7 @@ impl AccessTokenResponse {
             label: t.label.unwrap_or_default(),
             scope: t.scopes.iter().map(|g| g.to_scope_string()).collect(),
             ip: t.ip.unwrap_or_default(),
-            ip_restrict: t.ip_restrict,
+            ip_restrict: t.ip_restrict.map(|list| list.iter().map(ToString::to_string).collect()),
             created: ids::iso(t.created_at),
             expires: ids::iso(t.expires_at),
             enterprise: t.enterprise,
