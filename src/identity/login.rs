@@ -17,6 +17,7 @@ use crate::{
     error::{Error, Result},
     ids,
     store::{Membership, TokenKind, TokenRecord, User},
+    types::{Email, OtpCode},
     AppState,
 };
 
@@ -46,33 +47,33 @@ pub struct Session {
     pub reset_2fa: bool,
 }
 
-/// The longest email (RFC 5321 path limit), password (bytes) and the OTP length; checked
-/// before any lookup or hashing (issue 9 §1).
-pub const MAX_EMAIL_LEN: usize = 254;
+/// The longest password, bytes; checked before any lookup or hashing (issue 9 §1), with the
+/// email's length ([`Email::MAX_LEN`]) and the OTP's shape ([`OtpCode`]).
 pub const MAX_PASSWORD_BYTES: usize = 1024;
-pub const OTP_DIGITS: usize = 6;
+pub const OTP_DIGITS: usize = OtpCode::DIGITS;
 
-/// Refuses oversized credentials and malformed OTPs with a 400 naming the field.
-fn check_lengths(email: &str, password: &str, otp: Option<&str>) -> Result<()> {
-    if email.len() > MAX_EMAIL_LEN {
-        return Err(Error::invalid_field("email", format!("at most {MAX_EMAIL_LEN} characters")));
-    }
-    if password.len() > MAX_PASSWORD_BYTES {
+/// Parses the credentials' email and OTP; refuses oversized or malformed ones with a 400 naming
+/// the field. An absent or blank OTP is `None` (the first step of a two-step client).
+fn parse_credentials(req: &Credentials) -> Result<(Email, Option<OtpCode>)> {
+    let email = Email::parse(&req.email).map_err(|e| Error::invalid_field("email", e))?;
+    if req.password.len() > MAX_PASSWORD_BYTES {
         return Err(Error::invalid_field("password", format!("at most {MAX_PASSWORD_BYTES} bytes")));
     }
-    if let Some(otp) = otp.map(str::trim).filter(|o| !o.is_empty()) {
-        if otp.len() != OTP_DIGITS || !otp.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(Error::invalid_field("otp", format!("exactly {OTP_DIGITS} digits")));
-        }
-    }
-    Ok(())
+    let otp = match req.otp.as_deref().map(str::trim).filter(|o| !o.is_empty()) {
+        None => None,
+        Some(o) => Some(
+            OtpCode::parse(o)
+                .ok_or_else(|| Error::invalid_field("otp", format!("exactly {OTP_DIGITS} digits")))?,
+        ),
+    };
+    Ok((email, otp))
 }
 
 /// Checks a one-time password for `user`, presented from `ip`, and claims its time step
 /// against replay. Used wherever an OTP is checked (login, access token creation). Each check
 /// counts as a failure until it passes (`identity::throttle`). `Ok(false)` means wrong or
 /// replayed; `Throttled` (`TooManyOtpAttempts`) after too many wrong codes.
-pub async fn verify_otp(state: &AppState, user: &User, code: &str, ip: IpAddr) -> Result<bool> {
+pub async fn verify_otp(state: &AppState, user: &User, code: &OtpCode, ip: IpAddr) -> Result<bool> {
     let now = ids::now();
     let attempt = throttle::begin_otp(state, &user.id, &throttle::client_key(ip), now).await?;
     let ok = match totp::check(&state.key, state.config.environment, user, code, now)? {
@@ -107,13 +108,13 @@ fn login_failed(needs_otp: bool) -> Error {
 /// failures (settings `login.*`, `identity::throttle`), `Busy` when password hashing is at
 /// capacity, `LoginFailed` (`InvalidCredentials`, or `InvalidOtp` with `needs_otp`).
 pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Session> {
-    let email = req.email.trim().to_ascii_lowercase();
-    check_lengths(&email, &req.password, req.otp.as_deref())?;
+    let (email, otp) = parse_credentials(&req)?;
+    let email = email.as_str();
     let client = throttle::client_key(ip);
     let now = ids::now();
-    let attempt = throttle::begin_login(state, &email, &client, now).await?;
+    let attempt = throttle::begin_login(state, email, &client, now).await?;
 
-    let user = state.store.user_by_email(&email).await?.filter(|u| u.is_active);
+    let user = state.store.user_by_email(email).await?.filter(|u| u.is_active);
     let phc = user.as_ref().map(|u| u.password_hash.clone());
     let password_ok = match state.hashing.verify(&client, req.password, phc).await {
         Ok(ok) => ok,
@@ -126,16 +127,16 @@ pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Ses
     let (Some(mut user), true) = (user, password_ok) else {
         return Err(login_failed(false));
     };
-    let Some(otp) = req.otp.as_deref().map(str::trim).filter(|o| !o.is_empty()) else {
+    let Some(otp) = otp else {
         // The usual first step of a two-step client: not counted as a failure.
         attempt.forget(state).await?;
         return Err(login_failed(true));
     };
-    if !verify_otp(state, &user, otp, ip).await? {
+    if !verify_otp(state, &user, &otp, ip).await? {
         return Err(login_failed(true));
     }
     attempt.forget(state).await?;
-    throttle::login_succeeded(state, &email, &client, now).await?;
+    throttle::login_succeeded(state, email, &client, now).await?;
     state.store.set_last_login(&user.id, now).await?;
 
     let reset = req.for_reset_2fa;

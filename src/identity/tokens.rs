@@ -21,7 +21,7 @@ use crate::{
     error::{parse_value, Error, Result},
     ids,
     store::{TokenKind, TokenRecord, TokenTemplate},
-    types::{BaseUnits, Cidr},
+    types::{BaseUnits, Cidr, OtpCode},
     AppState,
 };
 
@@ -140,7 +140,7 @@ fn scope_values(s: &ScopeInput) -> Vec<String> {
 /// A validated request, ready to become a token.
 struct Validated {
     label: String,
-    otp: String,
+    otp: OtpCode,
     grants: Vec<Grant>,
     duration: Option<u64>,
     admin: bool,
@@ -195,8 +195,9 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
     if label.chars().count() > 256 {
         return Err(Error::invalid_field("label", "at most 256 characters"));
     }
-    let otp = req.otp.map(|o| o.trim().to_string()).filter(|o| !o.is_empty());
+    let otp = req.otp.as_deref().map(str::trim).filter(|o| !o.is_empty());
     let Some(otp) = otp else { return Err(Error::missing_field("otp")) };
+    let otp = OtpCode::parse(otp).ok_or_else(|| Error::invalid_field("otp", "exactly 6 digits"))?;
     if let Some(ScopeInput::Many(list)) = &req.scope {
         cap("scope", list.len(), MAX_SCOPES)?;
     }

@@ -5,12 +5,12 @@ use anyhow::anyhow;
 use subtle::ConstantTimeEq;
 use totp_rs::{Algorithm, Secret, TOTP};
 
-use crate::{config::Environment, secrets::MasterKey, store::User};
+use crate::{config::Environment, secrets::MasterKey, store::User, types::OtpCode};
 
 /// Step length, seconds (RFC 6238 default).
 pub const STEP: u64 = 30;
 /// Code length, digits.
-pub const DIGITS: usize = 6;
+pub const DIGITS: usize = OtpCode::DIGITS;
 /// Seed length, bytes (160 bits, RFC 4226 §4 recommendation).
 pub const SEED_LEN: usize = 20;
 /// The fixed code the test environment also accepts (never in production).
@@ -65,14 +65,12 @@ pub fn check(
     key: &MasterKey,
     env: Environment,
     user: &User,
-    code: &str,
+    code: &OtpCode,
     now: i64,
 ) -> anyhow::Result<OtpCheck> {
+    let code = code.as_str();
     if env == Environment::Test && code == TEST_OTP {
         return Ok(OtpCheck::Valid(None));
-    }
-    if code.len() != DIGITS || !code.bytes().all(|c| c.is_ascii_digit()) {
-        return Ok(OtpCheck::Invalid);
     }
     let seed = key.open(&seed_aad(&user.id), &user.totp_secret_enc)?;
     let step_now = now.div_euclid(STEP as i64);

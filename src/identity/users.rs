@@ -9,6 +9,7 @@ use crate::{
     error::{Error, Result},
     ids,
     store::{DynStore, Enterprise, Membership, User},
+    types::Email,
     AppState,
 };
 
@@ -23,18 +24,6 @@ pub struct CreatedUser {
     pub otpauth_uri: String,
 }
 
-/// Checks an email address: one `@`, a non-empty local part, a dotted domain, no white space.
-pub fn valid_email(email: &str) -> bool {
-    let Some((local, domain)) = email.split_once('@') else { return false };
-    !local.is_empty()
-        && !domain.contains('@')
-        && domain.contains('.')
-        && !domain.starts_with('.')
-        && !domain.ends_with('.')
-        && email.len() <= 254
-        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
-}
-
 /// Creates a user with a new TOTP seed. `name` is "First Last" (split at the first space).
 /// Errors: invalid email, password under [`password::MIN_PASSWORD_LEN`] characters, or an
 /// existing user with that email.
@@ -46,10 +35,9 @@ pub async fn create_user(
     plain_password: &str,
     service_admin: bool,
 ) -> Result<CreatedUser> {
-    let email = email.trim().to_ascii_lowercase();
-    if !valid_email(&email) {
-        return Err(Error::invalid_field("email", format!("{email:?} is not a valid email address")));
-    }
+    let email = Email::parse(email).ok().filter(Email::is_well_formed).ok_or_else(|| {
+        Error::invalid_field("email", format!("{:?} is not a valid email address", email.trim()))
+    })?;
     if plain_password.chars().count() < password::MIN_PASSWORD_LEN {
         return Err(Error::invalid_field(
             "password",
@@ -71,7 +59,7 @@ pub async fn create_user(
     let now = ids::now();
     let user = User {
         id: id.clone(),
-        email: email.clone(),
+        email: email.as_str().to_string(),
         name_first: first,
         name_last: last,
         password_hash,
@@ -90,8 +78,8 @@ pub async fn create_user(
     Ok(CreatedUser {
         id,
         totp_secret: totp::seed_base32(&seed),
-        otpauth_uri: totp::otpauth_uri(&seed, &email)?,
-        email,
+        otpauth_uri: totp::otpauth_uri(&seed, email.as_str())?,
+        email: email.as_str().to_string(),
     })
 }
 

@@ -91,6 +91,7 @@ async fn each_invalid_field_is_a_400_naming_it_and_changes_nothing() {
         (json!({ "label": null, "otp": "000000" }), "MissingField", "label"),
         (json!({ "label": "   " }), "MissingField", "label"),
         (json!({ "otp": "" }), "MissingField", "otp"),
+        (json!({ "otp": "12345" }), "InvalidField", "otp"),
         (json!({ "label": 7 }), "InvalidField", "label"),
         (json!({ "scope": ["wallet_view_all", "fly_to_moon"] }), "InvalidField", "scope[1]"),
         (json!({ "scope": [format!("profile:{W1}")] }), "InvalidField", "scope[0]"),
