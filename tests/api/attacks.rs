@@ -406,30 +406,25 @@ async fn service_admin_tokens_are_bound_by_their_scopes_and_permitted_lists() {
         )
         .await;
     // Membership is waived inside the permitted enterprise...
-    let res = app.post_auth("/api/v2/webhook/secret", &narrowed, &json!({ "enterpriseId": e1 })).await;
+    let res = app.rotate_secret(&narrowed, &e1).await;
     assert_eq!(res.status(), 200);
     assert_eq!(app.get_auth(&format!("/api/v2/enterprise/{e1}/webhooks"), &narrowed).await.status(), 200);
     // ...but nowhere else.
-    let res = app.post_auth("/api/v2/webhook/secret", &narrowed, &json!({ "enterpriseId": e2 })).await;
+    let res = app.rotate_secret(&narrowed, &e2).await;
     assert_error(res, 403, "InsufficientScope").await;
     let res = app.get_auth(&format!("/api/v2/enterprise/{e2}/webhooks"), &narrowed).await;
     assert_error(res, 403, "InsufficientScope").await;
     let res = app.get_auth(&format!("/api/v2/tbtc/wallet/{w2}/webhooks"), &narrowed).await;
     assert_error(res, 403, "InsufficientScope").await;
-    let res = app.post_auth("/api/v2/internal/wallet", &narrowed, &json!({ "ids": [w1, w2] })).await;
-    let body: Value = res.json().await.unwrap();
-    let seen: Vec<&str> =
-        body["wallets"].as_array().unwrap().iter().filter_map(|w| w["id"].as_str()).collect();
+    let seen = app.lookup_ids(&narrowed, &[w1, w2]).await;
     assert_eq!(seen, [w1], "the lookup shows only the permitted enterprise's wallet");
 
     // An admin token without wallet scopes sees no wallet and manages no webhook.
     let profile_only = app.token_with(&session, json!({ "admin": true, "scope": ["profile"] })).await;
-    let res = app.post_auth("/api/v2/internal/wallet", &profile_only, &json!({ "ids": [w1] })).await;
-    let body: Value = res.json().await.unwrap();
-    assert_eq!(body["wallets"], json!([]), "{body}");
+    assert!(app.lookup_ids(&profile_only, &[w1]).await.is_empty(), "no wallet without a view scope");
     let res = app.get_auth(&format!("/api/v2/tbtc/wallet/{w1}/webhooks"), &profile_only).await;
     assert_error(res, 403, "InsufficientScope").await;
-    let res = app.post_auth("/api/v2/webhook/secret", &profile_only, &json!({ "enterpriseId": e1 })).await;
+    let res = app.rotate_secret(&profile_only, &e1).await;
     assert_error(res, 403, "InsufficientScope").await;
 }
 

@@ -222,6 +222,51 @@ impl TestApp {
     }
 }
 
+/// One helper per endpoint the suites call often: each sends one request of the spec and returns
+/// the response, or, for the `_ok` forms, asserts 200 and decodes the body.
+impl TestApp {
+    /// GET /api/v2/user/me (§4.2).
+    pub async fn me(&self, token: &str) -> Response {
+        self.get_auth("/api/v2/user/me", token).await
+    }
+
+    /// POST /api/v2/internal/wallet (§4.1) with `query` (e.g. `?expandBalance=true`) and `body`.
+    pub async fn lookup(&self, token: &str, query: &str, body: &Value) -> Response {
+        self.post_auth(&format!("/api/v2/internal/wallet{query}"), token, body).await
+    }
+
+    /// The ids of the wallets the lookup of `ids` returns, in order (200 asserted).
+    pub async fn lookup_ids<S: AsRef<str>>(&self, token: &str, ids: &[S]) -> Vec<String> {
+        let ids: Vec<&str> = ids.iter().map(AsRef::as_ref).collect();
+        let body = expect_json(self.lookup(token, "", &json!({ "ids": ids })).await, 200).await;
+        body["wallets"]
+            .as_array()
+            .expect("wallets")
+            .iter()
+            .filter_map(|w| w["id"].as_str())
+            .map(String::from)
+            .collect()
+    }
+
+    /// POST /api/v2/webhook/secret for `enterprise`.
+    pub async fn rotate_secret(&self, token: &str, enterprise: &str) -> Response {
+        self.post_auth("/api/v2/webhook/secret", token, &json!({ "enterpriseId": enterprise })).await
+    }
+
+    /// POST /api/v2/internal/events (§4.11) with `event`.
+    pub async fn ingest(&self, token: &str, event: &Value) -> Response {
+        self.post_auth("/api/v2/internal/events", token, event).await
+    }
+}
+
+/// Asserts `status` (showing the body when it differs) and decodes the JSON body.
+pub async fn expect_json(res: Response, status: u16) -> Value {
+    let got = res.status().as_u16();
+    let text = res.text().await.expect("body");
+    assert_eq!(got, status, "status, with body {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("JSON body ({e}): {text}"))
+}
+
 /// Asserts the §7 error shape and that `requestId` equals the `request-id` header; returns the body.
 pub async fn assert_error(res: Response, status: u16, name: &str) -> Value {
     assert_eq!(res.status().as_u16(), status, "status");

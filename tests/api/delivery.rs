@@ -224,8 +224,7 @@ async fn verify_checks_the_enterprise_secret_including_rotation_grace() {
     assert_eq!(h("webhook-signature"), want);
     assert_eq!(h("x-signature-sha256"), hmac_hex(new.as_bytes(), got[0].body.as_bytes()));
     // A second rotation within 5 minutes is refused.
-    let res =
-        f.app.post_auth("/api/v2/webhook/secret", &f.token, &json!({ "enterpriseId": f.enterprise })).await;
+    let res = f.app.rotate_secret(&f.token, &f.enterprise).await;
     assert!(res.headers().contains_key("retry-after"));
     assert_error(res, 429, "TooManyRequests").await;
     let res = f

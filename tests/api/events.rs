@@ -124,17 +124,11 @@ async fn events_fan_out_once_per_event_id() {
     assert_eq!(payload["placeholder"], true, "{payload}");
     assert_ne!(payload["hash"], "0xabc");
     // Only service admins ingest events, and bad events are refused.
-    let res = f.app.post_auth("/api/v2/internal/events", &f.token, &ev).await;
+    let res = f.app.ingest(&f.token, &ev).await;
     assert_error(res, 403, "InsufficientScope").await;
-    let res = f
-        .app
-        .post_auth("/api/v2/internal/events", &admin, &json!({ "eventId": "e", "type": "teleport" }))
-        .await;
+    let res = f.app.ingest(&admin, &json!({ "eventId": "e", "type": "teleport" })).await;
     assert_error(res, 400, "InvalidWebhookType").await;
-    let res = f
-        .app
-        .post_auth("/api/v2/internal/events", &admin, &json!({ "eventId": "e", "type": "transfer" }))
-        .await;
+    let res = f.app.ingest(&admin, &json!({ "eventId": "e", "type": "transfer" })).await;
     assert_error(res, 400, "MissingField").await;
 }
 

@@ -60,7 +60,7 @@ async fn login_with_real_totp_returns_every_required_field() {
     assert!(u["lastLogin"].is_string());
 
     // The token works, and only its hash is stored.
-    let me = app.get_auth("/api/v2/user/me", token).await;
+    let me = app.me(token).await;
     assert_eq!(me.status(), 200);
     let me: Value = me.json().await.unwrap();
     assert_eq!(me["user"]["id"], user.id.as_str());
@@ -162,7 +162,7 @@ async fn reset_2fa_login_gives_a_profile_only_token() {
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["scope"], json!(["openid", "profile"]));
     let token = body["access_token"].as_str().unwrap();
-    assert_eq!(app.get_auth("/api/v2/user/me", token).await.status(), 200);
+    assert_eq!(app.me(token).await.status(), 200);
     let res = app.create_token(token, json!({})).await;
     assert_error(res, 403, "InsufficientScope").await;
 }
@@ -189,10 +189,10 @@ async fn requests_without_usable_token_get_401_with_auth_required() {
     let res = app.client.get(app.url("/api/v2/user/me")).send().await.unwrap();
     assert_eq!(res.headers()["x-auth-required"], "true");
     assert_error(res, 401, "AuthenticationRequired").await;
-    let res = app.get_auth("/api/v2/user/me", &format!("v2x{}", "a".repeat(64))).await;
+    let res = app.me(&format!("v2x{}", "a".repeat(64))).await;
     assert_eq!(res.headers()["x-auth-required"], "true");
     assert_error(res, 401, "InvalidToken").await;
-    let res = app.get_auth("/api/v2/user/me", "garbage").await;
+    let res = app.me("garbage").await;
     assert_error(res, 401, "InvalidToken").await;
 }
 
@@ -203,7 +203,7 @@ async fn expired_token_is_refused() {
     let session = app.login(&user).await;
     let token = app.token_with(&session, json!({ "scope": ["profile"], "duration": 1 })).await;
     tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
-    let res = app.get_auth("/api/v2/user/me", &token).await;
+    let res = app.me(&token).await;
     assert_eq!(res.headers()["x-auth-required"], "true");
     assert_error(res, 401, "TokenExpired").await;
 }
@@ -215,7 +215,7 @@ async fn token_is_refused_outside_its_ip_restriction() {
     let session = app.login(&user).await;
     let outside =
         app.token_with(&session, json!({ "scope": ["profile"], "ipRestrict": ["10.0.0.0/8"] })).await;
-    let res = app.get_auth("/api/v2/user/me", &outside).await;
+    let res = app.me(&outside).await;
     assert_error(res, 401, "IpNotAllowed").await;
     // X-Forwarded-For is ignored from a peer that is not a trusted proxy.
     let res = app
@@ -228,7 +228,7 @@ async fn token_is_refused_outside_its_ip_restriction() {
         .unwrap();
     assert_eq!(res.status(), 401);
     let inside = app.token_with(&session, json!({ "scope": ["profile"], "ipRestrict": ["127.0.0.1"] })).await;
-    assert_eq!(app.get_auth("/api/v2/user/me", &inside).await.status(), 200);
+    assert_eq!(app.me(&inside).await.status(), 200);
 }
 
 #[tokio::test]
@@ -263,7 +263,7 @@ async fn token_without_profile_scope_is_denied_the_profile() {
     let user = app.create_user("nina@example.com").await;
     let session = app.login(&user).await;
     let token = app.token_with(&session, json!({ "scope": ["wallet_view_all"] })).await;
-    let res = app.get_auth("/api/v2/user/me", &token).await;
+    let res = app.me(&token).await;
     let body = assert_error(res, 403, "InsufficientScope").await;
     assert_eq!(body["context"]["requiredScope"], "profile");
 }

@@ -72,7 +72,7 @@ async fn create_access_token_returns_the_2_4_fields() {
         .unwrap()
         .expect("stored by hash");
     assert_ne!(stored.token_hash, token);
-    assert_eq!(app.get_auth("/api/v2/user/me", token).await.status(), 200);
+    assert_eq!(app.me(token).await.status(), 200);
     // The OTP step was consumed.
     let again = app
         .post_auth("/api/v2/user/accesstoken", session, &json!({ "label": "x", "otp": user.code(1) }))
@@ -286,7 +286,6 @@ async fn service_admin_sessions_may_create_admin_tokens() {
     let res = app.create_token(&session, json!({ "admin": true, "scope": ["profile"] })).await;
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["serviceAdminPermissions"], json!(["service_admin"]), "{body}");
-    let me: Value =
-        app.get_auth("/api/v2/user/me", body["token"].as_str().unwrap()).await.json().await.unwrap();
+    let me: Value = app.me(body["token"].as_str().unwrap()).await.json().await.unwrap();
     assert_eq!(me["user"]["serviceEmployee"], true);
 }

@@ -28,18 +28,6 @@ async fn import(app: &TestApp, records: &[Value]) -> custodian::wallets::import:
     custodian::wallets::import::import(&app.state.store, &text, |_, _| {}).await.unwrap()
 }
 
-async fn lookup(app: &TestApp, token: &str, query: &str, body: Value) -> reqwest::Response {
-    app.post_auth(&format!("/api/v2/internal/wallet{query}"), token, &body).await
-}
-
-/// The ids returned, in order.
-async fn visible(app: &TestApp, token: &str, ids: &[String]) -> Vec<String> {
-    let res = lookup(app, token, "", json!({ "ids": ids })).await;
-    assert_eq!(res.status(), 200);
-    let body: Value = res.json().await.unwrap();
-    body["wallets"].as_array().unwrap().iter().map(|w| w["id"].as_str().unwrap().to_string()).collect()
-}
-
 #[tokio::test]
 async fn example_file_round_trips_every_field() {
     let app = spawn_app().await;
@@ -56,13 +44,13 @@ async fn example_file_round_trips_every_field() {
     let admin = app.create_user_with("ops@example.com", true).await;
     let token = app.login(&admin).await;
     let ids: Vec<&str> = originals.iter().map(|w| w["id"].as_str().unwrap()).collect();
-    let res = lookup(
-        &app,
-        &token,
-        "?expandBalance=true&includeStakingBalances=true&allTokens=true",
-        json!({ "ids": ids, "includeDeleted": true }),
-    )
-    .await;
+    let res = app
+        .lookup(
+            &token,
+            "?expandBalance=true&includeStakingBalances=true&allTokens=true",
+            &json!({ "ids": ids, "includeDeleted": true }),
+        )
+        .await;
     assert_eq!(res.status(), 200);
     let body: Value = serde_json::from_str(&res.text().await.unwrap()).unwrap();
     let got = body["wallets"].as_array().unwrap();
@@ -118,14 +106,15 @@ async fn balance_fields_appear_only_when_asked() {
         .chain(["withdrawHoldAmountUsdString"])
         .collect();
     for (query, hot_keys, ofc_keys) in cases {
-        let body: Value = lookup(&app, &token, query, ids.clone()).await.json().await.unwrap();
+        let body: Value = app.lookup(&token, query, &ids.clone()).await.json().await.unwrap();
         for (w, keys) in body["wallets"].as_array().unwrap().iter().zip([hot_keys, ofc_keys]) {
             for k in &all {
                 assert_eq!(w.get(*k).is_some(), keys.contains(k), "{k} with {query:?} on {}", w["coin"]);
             }
         }
     }
-    let body: Value = lookup(&app, &token, "?expandBalance=true&includeStakingBalances=1", ids.clone())
+    let body: Value = app
+        .lookup(&token, "?expandBalance=true&includeStakingBalances=1", &ids.clone())
         .await
         .json()
         .await
@@ -133,7 +122,7 @@ async fn balance_fields_appear_only_when_asked() {
     assert_eq!(body["wallets"][0]["balanceString"], "5");
     assert_eq!(body["wallets"][0]["confirmedBalanceString"], "0", "unset balances read as zero");
     assert_eq!(body["wallets"][0]["stakingBalanceString"], "6");
-    let res = lookup(&app, &token, "?expandBalance=maybe", ids).await;
+    let res = app.lookup(&token, "?expandBalance=maybe", &ids).await;
     let b = assert_error(res, 400, "InvalidField").await;
     assert_eq!(b["context"]["field"], "expandBalance");
 }
@@ -154,11 +143,8 @@ async fn a_78_digit_balance_round_trips_exactly() {
         )
         .await;
     assert_eq!(res.status(), 200);
-    let text = lookup(&app, &token, "?expandBalance=true", json!({ "ids": [hex_id(7)] }))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text =
+        app.lookup(&token, "?expandBalance=true", &json!({ "ids": [hex_id(7)] })).await.text().await.unwrap();
     assert!(text.contains(&format!("\"balanceString\":\"{big}\"")), "{text}");
     assert!(text.contains(&format!("\"balance\":{big}")), "numeric twin is the exact integer: {text}");
 }
@@ -220,26 +206,30 @@ async fn visibility_follows_users_scopes_and_permitted_lists() {
     let all: Vec<String> = (1..=6).map(hex_id).collect(); // 6 does not exist
     let ids = |v: &[u32]| v.iter().map(|n| hex_id(*n)).collect::<Vec<_>>();
     let session = app.login(&alice).await;
-    assert_eq!(visible(&app, &session, &all).await, ids(&[1, 2, 4]), "login session");
+    assert_eq!(app.lookup_ids(&session, &all).await, ids(&[1, 2, 4]), "login session");
     let bob_session = app.login(&bob).await;
-    assert_eq!(visible(&app, &bob_session, &all).await, ids(&[3, 5]));
+    assert_eq!(app.lookup_ids(&bob_session, &all).await, ids(&[3, 5]));
 
     let t = app.token_with(&session, json!({ "scope": ["wallet_view_all"] })).await;
-    assert_eq!(visible(&app, &t, &all).await, ids(&[1, 2, 4]), "wallet_view_all");
+    assert_eq!(app.lookup_ids(&t, &all).await, ids(&[1, 2, 4]), "wallet_view_all");
     let t = app
         .token_with(
             &session,
             json!({ "scope": [format!("wallet_view:{}", hex_id(2)), format!("wallet_view:{}", hex_id(3))] }),
         )
         .await;
-    assert_eq!(visible(&app, &t, &all).await, ids(&[2]), "wallet_view:<id>, and never another user's wallet");
+    assert_eq!(
+        app.lookup_ids(&t, &all).await,
+        ids(&[2]),
+        "wallet_view:<id>, and never another user's wallet"
+    );
     let t =
         app.token_with(&session, json!({ "scope": ["wallet_view_enterprise"], "enterprise": other })).await;
-    assert_eq!(visible(&app, &t, &all).await, ids(&[2, 4]), "wallet_view_enterprise");
+    assert_eq!(app.lookup_ids(&t, &all).await, ids(&[2, 4]), "wallet_view_enterprise");
     let t =
         app.token_with(&session, json!({ "scope": ["wallet_view"], "permittedWallets": [hex_id(1)] })).await;
     assert_eq!(
-        visible(&app, &t, &all).await,
+        app.lookup_ids(&t, &all).await,
         ids(&[1]),
         "plain wallet_view takes permittedWallets as context"
     );
@@ -249,17 +239,17 @@ async fn visibility_follows_users_scopes_and_permitted_lists() {
             json!({ "scope": ["wallet_view_all"], "permittedWallets": [hex_id(4), hex_id(3)] }),
         )
         .await;
-    assert_eq!(visible(&app, &t, &all).await, ids(&[4]), "permittedWallets narrows");
+    assert_eq!(app.lookup_ids(&t, &all).await, ids(&[4]), "permittedWallets narrows");
     let t = app
         .token_with(&session, json!({ "scope": ["wallet_view_all"], "permittedEnterprises": [acme] }))
         .await;
-    assert_eq!(visible(&app, &t, &all).await, ids(&[1]), "permittedEnterprises narrows");
+    assert_eq!(app.lookup_ids(&t, &all).await, ids(&[1]), "permittedEnterprises narrows");
     let t = app.token_with(&session, json!({ "scope": ["wallet_spend_all", "profile"] })).await;
-    assert_eq!(visible(&app, &t, &all).await, Vec::<String>::new(), "no view scope sees nothing");
+    assert_eq!(app.lookup_ids(&t, &all).await, Vec::<String>::new(), "no view scope sees nothing");
 
     let ops = app.create_user_with("ops@example.com", true).await;
     let ops = app.login(&ops).await;
-    assert_eq!(visible(&app, &ops, &all).await, ids(&[1, 2, 3, 4, 5]), "service admin sees all");
+    assert_eq!(app.lookup_ids(&ops, &all).await, ids(&[1, 2, 3, 4, 5]), "service admin sees all");
 }
 
 #[tokio::test]
@@ -271,11 +261,11 @@ async fn deleted_wallets_only_with_include_deleted() {
     import(&app, &[wallet(&hex_id(1), None, &[&user.id]), gone]).await;
     let token = app.login(&user).await;
     let both = json!({ "ids": [hex_id(2), hex_id(1)] });
-    let body: Value = lookup(&app, &token, "", both.clone()).await.json().await.unwrap();
+    let body: Value = app.lookup(&token, "", &both.clone()).await.json().await.unwrap();
     assert_eq!(body["wallets"].as_array().unwrap().len(), 1);
     let mut with = both.clone();
     with["includeDeleted"] = json!(true);
-    let body: Value = lookup(&app, &token, "", with).await.json().await.unwrap();
+    let body: Value = app.lookup(&token, "", &with).await.json().await.unwrap();
     assert_eq!(body["wallets"][0]["id"], hex_id(2).as_str(), "request order");
     assert_eq!(body["wallets"][0]["deleted"], true);
     assert_eq!(body["wallets"][1]["id"], hex_id(1).as_str());
@@ -287,22 +277,22 @@ async fn lookup_limits_and_id_validation() {
     let user = app.create_user("lim@example.com").await;
     import(&app, &[wallet(&hex_id(1), None, &[&user.id])]).await;
     let token = app.login(&user).await;
-    let res = lookup(&app, &token, "", json!({ "ids": [hex_id(1), "ABC"] })).await;
+    let res = app.lookup(&token, "", &json!({ "ids": [hex_id(1), "ABC"] })).await;
     let b = assert_error(res, 400, "InvalidField").await;
     assert_eq!(b["context"]["index"], 1);
     assert_eq!(b["context"]["field"], "ids[1]");
-    let res = lookup(&app, &token, "", json!({ "ids": [] })).await;
+    let res = app.lookup(&token, "", &json!({ "ids": [] })).await;
     assert_error(res, 400, "InvalidField").await;
-    let res = lookup(&app, &token, "", json!({ "ids": (1..=6).map(hex_id).collect::<Vec<_>>() })).await;
+    let res = app.lookup(&token, "", &json!({ "ids": (1..=6).map(hex_id).collect::<Vec<_>>() })).await;
     let b = assert_error(res, 400, "TooManyIds").await;
     assert_eq!(b["context"]["max"], 5);
     // Duplicates collapse, so six mentions of one id is within the limit and returns it once.
-    let res = lookup(&app, &token, "", json!({ "ids": vec![hex_id(1); 6] })).await;
+    let res = app.lookup(&token, "", &json!({ "ids": vec![hex_id(1); 6] })).await;
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["wallets"].as_array().unwrap().len(), 1);
-    let res = lookup(&app, &token, "", json!({ "ids": "x" })).await;
+    let res = app.lookup(&token, "", &json!({ "ids": "x" })).await;
     assert_error(res, 400, "InvalidField").await;
-    let res = lookup(&app, &token, "", json!({ "ids": [hex_id(1)], "includeDeleted": "yes" })).await;
+    let res = app.lookup(&token, "", &json!({ "ids": [hex_id(1)], "includeDeleted": "yes" })).await;
     assert_error(res, 400, "InvalidField").await;
     let res = app.post("/api/v2/internal/wallet", &json!({ "ids": [hex_id(1)] })).await;
     assert_error(res, 401, "AuthenticationRequired").await;
@@ -335,7 +325,7 @@ async fn import_skips_bad_records_and_reports_them() {
     let token = app.login(&admin).await;
     let all: Vec<String> = (1..=4).map(hex_id).collect();
     assert_eq!(
-        visible(&app, &token, &all).await,
+        app.lookup_ids(&token, &all).await,
         vec![hex_id(1), hex_id(2)],
         "nothing of a bad record was written"
     );

@@ -55,11 +55,7 @@ impl Fixture {
     }
 
     pub async fn secret(&self) -> String {
-        let res = self
-            .app
-            .post_auth("/api/v2/webhook/secret", &self.token, &json!({ "enterpriseId": self.enterprise }))
-            .await;
-        let b: Value = res.json().await.unwrap();
+        let b = expect_json(self.app.rotate_secret(&self.token, &self.enterprise).await, 200).await;
         b["secret"].as_str().unwrap_or_else(|| panic!("{b}")).to_string()
     }
 
@@ -69,9 +65,7 @@ impl Fixture {
     }
 
     pub async fn event(&self, admin: &str, body: Value) -> Value {
-        let res = self.app.post_auth("/api/v2/internal/events", admin, &body).await;
-        assert_eq!(res.status(), 200);
-        res.json().await.unwrap()
+        expect_json(self.app.ingest(admin, &body).await, 200).await
     }
 
     pub async fn get(&self, path: &str) -> Value {
