@@ -222,33 +222,102 @@ fn init_logging(config: &Config) {
     let _ = if config.log_format == "json" { builder.json().try_init() } else { builder.try_init() };
 }
 
-async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+/// `serve`: refuses a public address in a defaulted test environment (issue 9 §9), then runs
+/// the HTTP API and the delivery engine until SIGINT or SIGTERM.
+async fn serve(config: Config) -> anyhow::Result<()> {
     let production = config.environment == crate::config::Environment::Production;
-    match command {
-        Command::Serve { .. } => {
-            let listen = config.listen;
-            if !production {
-                // The test environment accepts OTP 000000 and grants `all`: never by accident
-                // on an address other machines can reach (issue 9 §9).
-                if !listen.ip().is_loopback() && !config.environment_explicit {
-                    anyhow::bail!(
-                        "refusing to serve the test environment (OTP 000000 accepted) on {listen}: \
-                         choose it explicitly with --environment test, or use --environment production"
-                    );
-                }
-                tracing::warn!(
-                    "TEST ENVIRONMENT: one-time password 000000 is accepted and sessions hold scope `all`; \
-                     never use it with real users or money (--environment production)"
-                );
-            }
-            let state = AppState::new(config).await?;
-            let shutdown = crate::shutdown_signal();
-            let listener = tokio::net::TcpListener::bind(listen)
-                .await
-                .with_context(|| format!("cannot listen on {listen}"))?;
-            tracing::info!(address = %listener.local_addr()?, production, role = ?state.config.role, "custodian listening");
-            crate::serve(listener, state, shutdown).await
+    let listen = config.listen;
+    if !production {
+        // The test environment accepts OTP 000000 and grants `all`: never by accident
+        // on an address other machines can reach (issue 9 §9).
+        if !listen.ip().is_loopback() && !config.environment_explicit {
+            anyhow::bail!(
+                "refusing to serve the test environment (OTP 000000 accepted) on {listen}: \
+                 choose it explicitly with --environment test, or use --environment production"
+            );
         }
+        tracing::warn!(
+            "TEST ENVIRONMENT: one-time password 000000 is accepted and sessions hold scope `all`; \
+             never use it with real users or money (--environment production)"
+        );
+    }
+    let state = AppState::new(config).await?;
+    let shutdown = crate::shutdown_signal();
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(address = %listener.local_addr()?, production, role = ?state.config.role, "custodian listening");
+    crate::serve(listener, state, shutdown).await
+}
+
+/// `wallet import`: imports a JSON array or NDJSON of §2.1 records with a progress bar, then
+/// prints the summary (JSON with `--json`).
+async fn import_wallets(config: &Config, file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let text = read_file_or_stdin(file)?;
+    let store = crate::store::open(config).await?;
+    let bar = progress_bar();
+    let summary = crate::wallets::import::import(&store, &text, |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })
+    .await;
+    bar.finish_and_clear();
+    let summary = summary?;
+    if json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        println!(
+            "imported {}, updated {}, rejected {}",
+            summary.imported,
+            summary.updated,
+            summary.rejected.len()
+        );
+        for r in &summary.rejected {
+            let at = match (r.index, r.line) {
+                (Some(i), _) => format!("record {i}"),
+                (_, Some(l)) => format!("line {l}"),
+                _ => String::new(),
+            };
+            let field = if r.field.is_empty() { String::new() } else { format!("{}: ", r.field) };
+            println!(
+                "  rejected {at}{}: {field}{}",
+                r.id.as_deref().map(|i| format!(" ({i})")).unwrap_or_default(),
+                r.reason
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `wallet set-balance`: sets the balances given (base units), through the same domain
+/// function as the HTTP route, as the operator.
+async fn set_balance(config: Config, cmd: WalletCommand) -> anyhow::Result<()> {
+    let WalletCommand::SetBalance { id, balance, confirmed, spendable, staking, reward, withdraw_hold_usd } =
+        cmd
+    else {
+        anyhow::bail!("not a set-balance command");
+    };
+    let mut body = serde_json::Map::new();
+    for (k, v) in [
+        ("balanceString", balance),
+        ("confirmedBalanceString", confirmed),
+        ("spendableBalanceString", spendable),
+        ("stakingBalanceString", staking),
+        ("rewardBalanceString", reward),
+        ("withdrawHoldAmountUsdString", withdraw_hold_usd),
+    ] {
+        if let Some(v) = v {
+            body.insert(k.into(), serde_json::Value::String(v));
+        }
+    }
+    let state = AppState::new(config).await?;
+    crate::wallets::set_balances(&state, None, &id, &serde_json::Value::Object(body)).await?;
+    println!("balances of {id} updated");
+    Ok(())
+}
+
+async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    match command {
+        Command::Serve { .. } => serve(config).await,
         Command::Migrate => {
             crate::store::open(&config).await?;
             eprintln!("migrations applied");
@@ -296,69 +365,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("{} is now {} of {}", user.email, if admin { "an admin" } else { "a member" }, e.name);
             Ok(())
         }
-        Command::Wallet(WalletCommand::Import { file, json }) => {
-            let text = read_file_or_stdin(&file)?;
-            let store = crate::store::open(&config).await?;
-            let bar = progress_bar();
-            let summary = crate::wallets::import::import(&store, &text, |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
-            })
-            .await;
-            bar.finish_and_clear();
-            let summary = summary?;
-            if json {
-                println!("{}", serde_json::to_string(&summary)?);
-            } else {
-                println!(
-                    "imported {}, updated {}, rejected {}",
-                    summary.imported,
-                    summary.updated,
-                    summary.rejected.len()
-                );
-                for r in &summary.rejected {
-                    let at = match (r.index, r.line) {
-                        (Some(i), _) => format!("record {i}"),
-                        (_, Some(l)) => format!("line {l}"),
-                        _ => String::new(),
-                    };
-                    let field = if r.field.is_empty() { String::new() } else { format!("{}: ", r.field) };
-                    println!(
-                        "  rejected {at}{}: {field}{}",
-                        r.id.as_deref().map(|i| format!(" ({i})")).unwrap_or_default(),
-                        r.reason
-                    );
-                }
-            }
-            Ok(())
-        }
-        Command::Wallet(WalletCommand::SetBalance {
-            id,
-            balance,
-            confirmed,
-            spendable,
-            staking,
-            reward,
-            withdraw_hold_usd,
-        }) => {
-            let mut body = serde_json::Map::new();
-            for (k, v) in [
-                ("balanceString", balance),
-                ("confirmedBalanceString", confirmed),
-                ("spendableBalanceString", spendable),
-                ("stakingBalanceString", staking),
-                ("rewardBalanceString", reward),
-                ("withdrawHoldAmountUsdString", withdraw_hold_usd),
-            ] {
-                if let Some(v) = v {
-                    body.insert(k.into(), serde_json::Value::String(v));
-                }
-            }
-            let state = AppState::new(config).await?;
-            crate::wallets::set_balances(&state, None, &id, &serde_json::Value::Object(body)).await?;
-            println!("balances of {id} updated");
-            Ok(())
-        }
+        Command::Wallet(WalletCommand::Import { file, json }) => import_wallets(&config, &file, json).await,
+        Command::Wallet(cmd @ WalletCommand::SetBalance { .. }) => set_balance(config, cmd).await,
         Command::Event(EventCommand::Emit { json_file }) => {
             let text = read_file_or_stdin(&json_file)?;
             let body: serde_json::Value = serde_json::from_str(&text)

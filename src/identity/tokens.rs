@@ -187,6 +187,35 @@ fn base_units(field: &str, v: &Value) -> Result<String> {
         .ok_or_else(|| Error::invalid_field(field, BaseUnits::EXPECTED))
 }
 
+/// `spendingLimits` as stored: `{coin: {txValueLimit, maxLimit?, allErc20TokensLimit?}}` with
+/// base-unit strings; `None` for an empty list. Errors name the element's field.
+fn spending_limits(list: Vec<SpendingLimitRequest>) -> Result<Option<Value>> {
+    let mut out = Map::new();
+    for (i, l) in list.into_iter().enumerate() {
+        let at = |f: &str| format!("spendingLimits[{i}].{f}");
+        if !ids::is_coin(&l.coin) {
+            return Err(Error::invalid_field(at("coin"), "must be a lower-case coin symbol"));
+        }
+        if out.contains_key(&l.coin) {
+            return Err(Error::invalid_field(at("coin"), "a coin may have only one spending limit"));
+        }
+        let mut entry = Map::new();
+        entry.insert("txValueLimit".into(), json!(base_units(&at("txValueLimit"), &l.tx_value_limit)?));
+        if let Some(m) = l.max_limit {
+            entry.insert("maxLimit".into(), json!(m));
+        }
+        if let Some(a) = l.all_erc20_tokens_limit {
+            let mut e = json!({ "enabled": a.enabled, "maxLimit": a.max_limit });
+            if let Some(v) = &a.tx_value_limit {
+                e["txValueLimit"] = json!(base_units(&at("allErc20TokensLimit.txValueLimit"), v)?);
+            }
+            entry.insert("allErc20TokensLimit".into(), e);
+        }
+        out.insert(l.coin, Value::Object(entry));
+    }
+    Ok((!out.is_empty()).then_some(Value::Object(out)))
+}
+
 fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
     let label = req.label.map(|l| l.trim().to_string()).unwrap_or_default();
     if label.is_empty() {
@@ -243,38 +272,7 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
             return Err(Error::invalid_field("enterprise", "must be a 32-hex enterprise id"));
         }
     }
-    let spending_limits = match req.spending_limits {
-        None => None,
-        Some(list) => {
-            let mut out = Map::new();
-            for (i, l) in list.into_iter().enumerate() {
-                let at = |f: &str| format!("spendingLimits[{i}].{f}");
-                if !ids::is_coin(&l.coin) {
-                    return Err(Error::invalid_field(at("coin"), "must be a lower-case coin symbol"));
-                }
-                if out.contains_key(&l.coin) {
-                    return Err(Error::invalid_field(at("coin"), "a coin may have only one spending limit"));
-                }
-                let mut entry = Map::new();
-                entry.insert(
-                    "txValueLimit".into(),
-                    json!(base_units(&at("txValueLimit"), &l.tx_value_limit)?),
-                );
-                if let Some(m) = l.max_limit {
-                    entry.insert("maxLimit".into(), json!(m));
-                }
-                if let Some(a) = l.all_erc20_tokens_limit {
-                    let mut e = json!({ "enabled": a.enabled, "maxLimit": a.max_limit });
-                    if let Some(v) = &a.tx_value_limit {
-                        e["txValueLimit"] = json!(base_units(&at("allErc20TokensLimit.txValueLimit"), v)?);
-                    }
-                    entry.insert("allErc20TokensLimit".into(), e);
-                }
-                out.insert(l.coin, Value::Object(entry));
-            }
-            (!out.is_empty()).then_some(Value::Object(out))
-        }
-    };
+    let spending_limits = req.spending_limits.map(spending_limits).transpose()?.flatten();
     Ok(Validated {
         label,
         otp,
@@ -462,6 +460,72 @@ fn bound_by_parent(parent: &TokenRecord, v: &mut Validated) -> Result<()> {
     Ok(())
 }
 
+/// Bounds a validated request by its creator (docs/scopes.md): the enterprise is the parent's
+/// (and the user must belong to it), every scope lies within the parent's, the lists lie within
+/// the parent's ([`bound_by_parent`]), production's `ipRestrict` rules hold, and only a service
+/// employee's admin session makes admin tokens.
+async fn bound_by_creator(state: &AppState, auth: &Principal, v: &mut Validated) -> Result<()> {
+    let parent = &auth.token;
+    // The child's enterprise: inherited from the parent when absent, never different from it.
+    match (&parent.enterprise, &v.enterprise) {
+        (Some(p), Some(c)) if p != c => {
+            return Err(Error::invalid_field(
+                "enterprise",
+                "cannot differ from the creating token's enterprise",
+            ))
+        }
+        (Some(p), None) => v.enterprise = Some(p.clone()),
+        _ => {}
+    }
+    if let Some(e) = &v.enterprise {
+        require_membership(&state.store, &auth.user.id, e, "enterprise").await?;
+    }
+    let policy = state.policy();
+    let same_enterprise = v.enterprise.is_some() && v.enterprise == parent.enterprise;
+    for (i, g) in v.grants.iter().enumerate() {
+        if !policy.grant_covers(&parent.scopes, g, same_enterprise) {
+            return Err(exceeds(
+                format!("scope[{i}]"),
+                format!("scope {:?} is not within the creating token's scopes", g.to_scope_string()),
+            ));
+        }
+    }
+    bound_by_parent(parent, v)?;
+    if state.config.environment == Environment::Production {
+        check_production_ip_restrict(v.ip_restrict.as_deref(), state.config.tokens.allow_wide_ip_restrict)?;
+    }
+    if v.admin && !(parent.admin && auth.user.service_admin) {
+        return Err(Error::invalid_field(
+            "admin",
+            "only a service employee's admin session may create admin tokens",
+        ));
+    }
+    Ok(())
+}
+
+/// The child's lifetime in seconds: `requested`, or the longest allowed. A token made from an
+/// interactive login (password and OTP, then the OTP again here) may live up to 10 years, which
+/// is what API tokens are for; one made by another access token never outlives it (issue 10
+/// §1). Errors: `ExceedsCreatingToken` naming `duration`.
+fn lifetime(parent: &TokenRecord, requested: Option<u64>, now: i64) -> Result<u64> {
+    let remaining = if parent.kind == TokenKind::Session {
+        MAX_DURATION
+    } else {
+        u64::try_from(parent.expires_at.saturating_sub(now)).unwrap_or(0)
+    };
+    match requested {
+        Some(d) if d > remaining => Err(Error::Invalid {
+            name: "ExceedsCreatingToken",
+            message: format!(
+                "duration may not exceed the creating token's remaining lifetime ({remaining} s)"
+            ),
+            context: json!({ "field": "duration", "maxDuration": remaining }),
+        }),
+        Some(d) => Ok(d),
+        None => Ok(MAX_DURATION.min(remaining)),
+    }
+}
+
 /// Creates an access token for the principal's user from a §4.3 request body (a JSON object;
 /// `accessTokenTemplateId` fills absent fields from a template). Needs a correct OTP of that
 /// user, checked last so a bad request does not use it up. The new token cannot exceed the
@@ -479,63 +543,8 @@ pub async fn create_access_token(
     let parent = &auth.token;
     let now = ids::now();
 
-    // The child's enterprise: inherited from the parent when absent, never different from it.
-    match (&parent.enterprise, &v.enterprise) {
-        (Some(p), Some(c)) if p != c => {
-            return Err(Error::invalid_field(
-                "enterprise",
-                "cannot differ from the creating token's enterprise",
-            ))
-        }
-        (Some(p), None) => v.enterprise = Some(p.clone()),
-        _ => {}
-    }
-    if let Some(e) = &v.enterprise {
-        require_membership(&state.store, &auth.user.id, e, "enterprise").await?;
-    }
-    let policy = state.policy();
-    let parent_grants = &parent.scopes;
-    let same_enterprise = v.enterprise.is_some() && v.enterprise == parent.enterprise;
-    for (i, g) in v.grants.iter().enumerate() {
-        if !policy.grant_covers(parent_grants, g, same_enterprise) {
-            return Err(Error::Invalid {
-                name: "ExceedsCreatingToken",
-                message: format!("scope {:?} is not within the creating token's scopes", g.to_scope_string()),
-                context: json!({ "field": format!("scope[{i}]") }),
-            });
-        }
-    }
-    bound_by_parent(parent, &mut v)?;
-    if state.config.environment == Environment::Production {
-        check_production_ip_restrict(v.ip_restrict.as_deref(), state.config.tokens.allow_wide_ip_restrict)?;
-    }
-    if v.admin && !(parent.admin && auth.user.service_admin) {
-        return Err(Error::invalid_field(
-            "admin",
-            "only a service employee's admin session may create admin tokens",
-        ));
-    }
-    // A token made from an interactive login (password and OTP, then the OTP again here) may
-    // live up to 10 years, which is what API tokens are for; one made by another access token
-    // never outlives it (issue 10 §1).
-    let remaining = if parent.kind == TokenKind::Session {
-        MAX_DURATION
-    } else {
-        parent.expires_at.saturating_sub(now).max(0) as u64
-    };
-    let duration = match v.duration {
-        Some(d) if d > remaining => {
-            return Err(Error::Invalid {
-                name: "ExceedsCreatingToken",
-                message: format!(
-                    "duration may not exceed the creating token's remaining lifetime ({remaining} s)"
-                ),
-                context: json!({ "field": "duration", "maxDuration": remaining }),
-            })
-        }
-        Some(d) => d,
-        None => MAX_DURATION.min(remaining),
-    };
+    bound_by_creator(state, auth, &mut v).await?;
+    let duration = lifetime(parent, v.duration, now)?;
 
     // Everything is valid: only now spend the one-time password.
     if !verify_otp(state, &auth.user, &v.otp, auth.client_ip).await? {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::Executor;
 
+mod completion;
 mod enterprises;
 mod events;
 mod outbox;

@@ -7,8 +7,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::sql::{json_value, placeholders, to_json, Dialect, SqlStore};
-use super::webhooks::{Webhook, WebhookRow, WebhookState};
+use super::completion::{
+    failure_counters, finish_notifications, insert_attempts, should_suspend, FailureRow,
+};
+use super::sql::{json_value, to_json, Dialect, SqlStore};
+use super::webhooks::{Webhook, WebhookRow};
 use super::{StoreError, StoreResult};
 
 /// Where a notification is in its delivery (spec §2.6 `state`; docs/webhooks.md).
@@ -222,13 +225,6 @@ struct StatsRow {
     suspended_webhooks: i64,
 }
 
-#[derive(FromRow)]
-struct FailureRow {
-    failed_attempts_total: i64,
-    counters_reset_at: i64,
-    state: String,
-}
-
 const NOTIFICATION_COLUMNS: &str = "id, webhook_id, event_id, type, state, simulation, retries, payload, \
     hash, idempotency_key, meta, next_attempt_at, created_at, updated_at";
 
@@ -275,33 +271,6 @@ where
             .map(|r| DB::rows_affected(&r))?;
     }
     Ok(n)
-}
-
-/// Per webhook in a batch, by webhook id: (id, a success reset the successive count, failures
-/// after the last success, all failures). The order matters: processes completing batches
-/// at the same time lock webhook rows in the same order, so they cannot deadlock.
-fn failure_counters(outcomes: &[Outcome]) -> Vec<(&str, bool, i64, i64)> {
-    let mut counters: Vec<(&str, bool, i64, i64)> = Vec::new();
-    for o in outcomes {
-        let a = &o.attempt;
-        let i = match counters.iter().position(|c| c.0 == a.webhook_id) {
-            Some(i) => i,
-            None => {
-                counters.push((&a.webhook_id, false, 0, 0));
-                counters.len() - 1
-            }
-        };
-        let c = &mut counters[i];
-        if a.success {
-            c.1 = true;
-            c.2 = 0;
-        } else {
-            c.2 += 1;
-            c.3 += 1;
-        }
-    }
-    counters.sort_unstable_by_key(|c| c.0);
-    counters
 }
 
 #[async_trait]
@@ -375,65 +344,8 @@ where
         if let Some(relaxed) = DB::RELAXED_COMMIT {
             sqlx::query(relaxed).execute(&mut *tx).await?;
         }
-        // Attempts: multi-row inserts, skipping notifications removed meanwhile (with their webhook).
-        for chunk in outcomes.chunks(500) {
-            let values = (0..chunk.len())
-                .map(|i| format!("({})", placeholders(i * 8 + 1, 8)))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let sql = format!(
-                "INSERT INTO delivery_attempts (notification_id, webhook_id, started_at, duration_ms, \
-                 status_code, success, response_body, error) SELECT column1, column2, column3, column4, \
-                 column5, column6, column7, column8 FROM (VALUES {values}) AS v \
-                 WHERE EXISTS (SELECT 1 FROM notifications n WHERE n.id = v.column1)"
-            );
-            let mut q = sqlx::query(&sql);
-            for a in chunk.iter().map(|o| &o.attempt) {
-                q = q
-                    .bind(a.notification_id.as_str())
-                    .bind(a.webhook_id.as_str())
-                    .bind(a.started_at_ms)
-                    .bind(a.duration_ms)
-                    .bind(a.status_code.map(i64::from))
-                    .bind(a.success)
-                    .bind(a.response_body.as_deref())
-                    .bind(a.error.as_deref());
-            }
-            q.execute(&mut *tx).await?;
-        }
-        // Notifications: one statement per final state; retries each have their own time.
-        let (mut delivered, mut failed) = (Vec::new(), Vec::new());
-        for o in outcomes {
-            let id = o.attempt.notification_id.as_str();
-            match o.completion {
-                Completion::Delivered => delivered.push(id),
-                Completion::Failed => failed.push(id),
-                Completion::Retry(at) => {
-                    sqlx::query(
-                        "UPDATE notifications SET state = 'pending', retries = retries + 1, \
-                         next_attempt_at = $1, lease_until = 0, updated_at = $2 WHERE id = $3",
-                    )
-                    .bind(at)
-                    .bind(now_ms)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            }
-        }
-        for (state, ids, retry_inc) in
-            [(NotificationState::Processed, delivered, 0i64), (NotificationState::Failed, failed, 1)]
-        {
-            if !ids.is_empty() {
-                sqlx::query(DB::FINISH)
-                    .bind(state.as_str())
-                    .bind(retry_inc)
-                    .bind(now_ms)
-                    .bind(to_json(&ids)?)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
+        insert_attempts::<DB>(&mut tx, outcomes).await?;
+        finish_notifications::<DB>(&mut tx, outcomes, now_ms).await?;
         // Webhook counters, one statement per webhook: failures after its last success in this
         // batch continue (or restart) the successive count.
         let mut suspended = Vec::new();
@@ -545,76 +457,5 @@ where
         .fetch_one(&self.pool)
         .await?;
         Ok(DeliveryStats { due: r.due, in_flight: r.in_flight, suspended_webhooks: r.suspended_webhooks })
-    }
-}
-
-/// Whether an active webhook's failures now break `rule`: too many in its window (counted
-/// from its last unblock at the earliest) or in total.
-async fn should_suspend<DB>(
-    conn: &mut DB::Connection,
-    id: &str,
-    now_ms: i64,
-    rule: SuspendRule,
-) -> StoreResult<bool>
-where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'r> (i64,): FromRow<'r, DB::Row>,
-    for<'r> FailureRow: FromRow<'r, DB::Row>,
-{
-    let row: Option<FailureRow> =
-        sqlx::query_as("SELECT failed_attempts_total, counters_reset_at, state FROM webhooks WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    let active = WebhookState::Active.as_str();
-    let Some(row) = row.filter(|r| r.state == active) else { return Ok(false) };
-    let since = (now_ms - rule.window_ms).max(row.counters_reset_at);
-    let recent: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM delivery_attempts WHERE webhook_id = $1 AND NOT success AND started_at >= $2",
-    )
-    .bind(id)
-    .bind(since)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(recent >= i64::from(rule.max_in_window) || row.failed_attempts_total >= i64::from(rule.max_total))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn outcome(webhook: &str, success: bool) -> Outcome {
-        Outcome {
-            attempt: Attempt {
-                notification_id: "n".into(),
-                webhook_id: webhook.into(),
-                started_at_ms: 0,
-                duration_ms: 0,
-                status_code: None,
-                success,
-                response_body: None,
-                error: None,
-            },
-            completion: if success { Completion::Delivered } else { Completion::Failed },
-        }
-    }
-
-    #[test]
-    fn counters_are_per_webhook_in_id_order() {
-        let batch = [
-            outcome("b", false),
-            outcome("a", false),
-            outcome("b", true),
-            outcome("b", false),
-            outcome("a", false),
-        ];
-        assert_eq!(failure_counters(&batch), vec![("a", false, 2, 2), ("b", true, 1, 2)]);
     }
 }

@@ -213,25 +213,9 @@ fn invalid(field: &str, reason: impl Into<String>) -> Invalid {
     Invalid { field: field.into(), reason: reason.into() }
 }
 
-/// Validates one §2.1 record and splits it into the stored form. Unknown fields are refused,
-/// so a typo cannot be silently dropped.
-pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
-    let Value::Object(map) = record else { return Err(invalid("", "a wallet record must be a JSON object")) };
-    for key in map.keys() {
-        let known = FIELDS.iter().any(|(n, _, _)| n == key)
-            || BALANCE_FIELDS.iter().any(|(s, n)| s == key || *n == Some(key.as_str()));
-        if !known {
-            return Err(invalid(key, "not a field of the wallet record (§2.1)"));
-        }
-    }
-    for (name, kind, required) in FIELDS {
-        match map.get(*name) {
-            None if *required => return Err(invalid(name, "is required")),
-            None => {}
-            Some(v) => check(*kind, v).map_err(|r| invalid(name, r))?,
-        }
-    }
-    let coin = map["coin"].as_str().unwrap_or_default().to_string();
+/// The §2.1 and §8 rules between fields: m-of-n by wallet kind (hot 2-of-3, ofc 1-of-1, never
+/// m > n), trading wallets on ofc coins, and the EVM keyring's parent/child fields.
+fn check_shape(map: &Map<String, Value>, coin: &str) -> Result<(), Invalid> {
     let get_str = |k: &str| map.get(k).and_then(Value::as_str);
     let get_int = |k: &str| map.get(k).and_then(Value::as_i64);
     let wallet_type = get_str("type");
@@ -243,7 +227,7 @@ pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
             return Err(invalid("m", format!("m ({m}) cannot exceed n ({n})")));
         }
     }
-    let expected = if is_ofc(&coin) {
+    let expected = if is_ofc(coin) {
         Some((1, 1, "ofc wallets are 1-of-1"))
     } else if wallet_type == Some("hot") {
         Some((2, 3, "hot wallets are 2-of-3"))
@@ -258,7 +242,7 @@ pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
             return Err(invalid("n", why));
         }
     }
-    if wallet_type == Some("trading") && !is_ofc(&coin) {
+    if wallet_type == Some("trading") && !is_ofc(coin) {
         return Err(invalid("coin", "trading wallets are trading accounts whose coin is ofc"));
     }
     // EVM keyring (§2.1): the reference id only on children, chain lists only on parents.
@@ -276,7 +260,11 @@ pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
     {
         return Err(invalid("evmKeyRingReferenceWalletId", "a wallet cannot reference itself"));
     }
+    Ok(())
+}
 
+/// The balances of a record, from each `...String` field or its numeric twin (which must agree).
+fn record_balances(map: &Map<String, Value>) -> Result<Balances, Invalid> {
     let mut balances = Balances::default();
     for (i, (string_field, number_field)) in BALANCE_FIELDS.iter().enumerate() {
         let from_string = match map.get(*string_field) {
@@ -304,6 +292,30 @@ pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
         }
         *balances.get_mut(i) = from_string.or(from_number);
     }
+    Ok(balances)
+}
+
+/// Validates one §2.1 record and splits it into the stored form. Unknown fields are refused,
+/// so a typo cannot be silently dropped.
+pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
+    let Value::Object(map) = record else { return Err(invalid("", "a wallet record must be a JSON object")) };
+    for key in map.keys() {
+        let known = FIELDS.iter().any(|(n, _, _)| n == key)
+            || BALANCE_FIELDS.iter().any(|(s, n)| s == key || *n == Some(key.as_str()));
+        if !known {
+            return Err(invalid(key, "not a field of the wallet record (§2.1)"));
+        }
+    }
+    for (name, kind, required) in FIELDS {
+        match map.get(*name) {
+            None if *required => return Err(invalid(name, "is required")),
+            None => {}
+            Some(v) => check(*kind, v).map_err(|r| invalid(name, r))?,
+        }
+    }
+    let coin = map["coin"].as_str().unwrap_or_default().to_string();
+    check_shape(map, &coin)?;
+    let balances = record_balances(map)?;
 
     let mut stored = Map::new();
     for (k, v) in map {
@@ -327,7 +339,7 @@ pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
     Ok(WalletRow {
         id: map["id"].as_str().unwrap_or_default().to_string(),
         coin,
-        enterprise: get_str("enterprise").map(str::to_string),
+        enterprise: map.get("enterprise").and_then(Value::as_str).map(str::to_string),
         deleted: map["deleted"].as_bool().unwrap_or(false),
         user_ids,
         record: Value::Object(stored).to_string(),
