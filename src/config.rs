@@ -133,6 +133,20 @@ impl Default for DeliveryConfig {
     }
 }
 
+/// Webhook operation limits (issue 9 §6).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// Simulate, resend and unblock calls allowed per webhook and minute, per process.
+    pub operations_per_minute: u32,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        Self { operations_per_minute: 10 }
+    }
+}
+
 /// Access token rules (issue 9 §4).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -198,6 +212,7 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     pub postgres: PostgresConfig,
     pub tokens: TokensConfig,
+    pub webhooks: WebhooksConfig,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
     /// Whether `environment` was chosen (flag, environment variable or file) rather than
@@ -222,6 +237,7 @@ impl Default for Config {
             delivery: DeliveryConfig::default(),
             postgres: PostgresConfig::default(),
             tokens: TokensConfig::default(),
+            webhooks: WebhooksConfig::default(),
             role: Role::All,
             environment_explicit: false,
         }
@@ -244,7 +260,7 @@ pub struct Overrides {
 }
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
-const ENV_SECTIONS: &[&str] = &["login", "delivery", "postgres", "tokens"];
+const ENV_SECTIONS: &[&str] = &["login", "delivery", "postgres", "tokens", "webhooks"];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.

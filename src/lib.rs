@@ -35,6 +35,8 @@ pub struct AppState {
     pub secrets: Arc<webhooks::secrets::SecretCache>,
     /// Bounds password hashing (`login.max_concurrent_hashes` and friends).
     pub hashing: Arc<identity::password::HashLimiter>,
+    /// Bounds simulate, resend and unblock per webhook (`webhooks.operations_per_minute`).
+    pub webhook_ops: Arc<webhooks::limits::OperationLimiter>,
 }
 
 impl AppState {
@@ -45,6 +47,9 @@ impl AppState {
         Ok(Self {
             store,
             hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
+            webhook_ops: Arc::new(webhooks::limits::OperationLimiter::new(
+                config.webhooks.operations_per_minute,
+            )),
             config: Arc::new(config),
             key: Arc::new(key),
             wake: Arc::default(),

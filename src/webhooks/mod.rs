@@ -18,6 +18,7 @@ use crate::{
 
 pub mod access;
 pub mod events;
+pub mod limits;
 pub mod operator;
 pub mod registration;
 pub mod secrets;

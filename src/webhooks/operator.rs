@@ -58,6 +58,7 @@ pub async fn resend(
     notification_id: &str,
 ) -> Result<(Notification, Webhook)> {
     let w = webhook_access(state, auth, webhook_id).await?;
+    state.webhook_ops.check(&w.id)?;
     let n = state
         .store
         .resend_notification(&w.id, notification_id, ids::now_ms())

@@ -235,6 +235,7 @@ pub async fn remove_enterprise_webhook(
 /// Makes a suspended webhook active again and clears its failure counters.
 pub async fn unblock(state: &AppState, auth: &Principal, webhook_id: &str) -> Result<Webhook> {
     let w = webhook_access(state, auth, webhook_id).await?;
+    state.webhook_ops.check(&w.id)?;
     state.store.unblock_webhook(&w.id, ids::now_ms()).await?;
     state.wake.notify_one();
     state.store.webhook_by_id(&w.id).await?.ok_or_else(|| Error::not_found("WebhookNotFound"))

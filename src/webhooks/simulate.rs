@@ -15,8 +15,10 @@ use crate::{
     AppState,
 };
 
-/// Queues a simulated notification; returns it with its webhook.
+/// Queues a simulated notification, counted against the webhook's operation limit; returns it
+/// with its webhook.
 async fn enqueue(state: &AppState, webhook: Webhook, n: Notification) -> Result<(Notification, Webhook)> {
+    state.webhook_ops.check(&webhook.id)?;
     state.store.insert_notifications(std::slice::from_ref(&n)).await?;
     state.wake.notify_one();
     Ok((n, webhook))

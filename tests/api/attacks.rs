@@ -478,3 +478,34 @@ async fn production_refuses_wide_ip_restrict_unless_allowed() {
         }
     }
 }
+
+#[tokio::test]
+async fn simulate_resend_and_unblock_are_limited_per_webhook() {
+    use crate::webhooks::{fast, fixture, WALLET};
+    let f = fixture(|c| {
+        fast(c);
+        c.webhooks.operations_per_minute = 3;
+    })
+    .await;
+    let hook = f.wallet_hook_id("https://example.com/hook", "transfer").await;
+    let other = f.wallet_hook_id("https://example.com/other", "transfer").await;
+    let simulate = |id: String| {
+        let f = &f;
+        async move {
+            let path = format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{id}/simulate");
+            f.app.post_auth(&path, &f.token, &json!({})).await
+        }
+    };
+    for _ in 0..2 {
+        assert_eq!(simulate(hook.clone()).await.status(), 200);
+    }
+    let unblock = f.app.post_auth(&format!("/api/v2/webhook/{hook}/unblock"), &f.token, &json!({})).await;
+    assert_eq!(unblock.status(), 200, "the third operation is allowed");
+    let res = simulate(hook.clone()).await;
+    let retry: u64 = res.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    assert_error(res, 429, "TooManyRequests").await;
+    let res = f.app.post_auth(&format!("/api/v2/webhook/{hook}/unblock"), &f.token, &json!({})).await;
+    assert_error(res, 429, "TooManyRequests").await;
+    assert_eq!(simulate(other).await.status(), 200, "another webhook has its own budget");
+}
