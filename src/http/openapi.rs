@@ -57,27 +57,7 @@ pub fn refine(doc: &mut Value) {
         schemas.remove("CreateWebhookRequest");
     }
     every_operation_may_time_out_or_be_shed(doc);
-    webhook_operations_are_limited(doc);
     no_nul_strings(doc);
-}
-
-/// Simulate, resend and unblock count against the webhook's operation limit
-/// (`webhooks::limits`): 429 with `Retry-After`.
-fn webhook_operations_are_limited(doc: &mut Value) {
-    let Some(paths) = doc["paths"].as_object_mut() else { return };
-    for (path, item) in paths.iter_mut() {
-        if !["/simulate", "/resend", "/unblock"].iter().any(|end| path.ends_with(end)) {
-            continue;
-        }
-        if let Some(responses) = item["post"]["responses"].as_object_mut() {
-            responses.entry("429").or_insert_with(|| {
-                json!({
-                    "description": "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)",
-                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorResponse" } } },
-                })
-            });
-        }
-    }
 }
 
 /// Any request may outlive `request_timeout` (408) or arrive beyond `max_in_flight_requests`

@@ -107,7 +107,8 @@ pub async fn verify(
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
+        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),))]
 pub async fn unblock(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -208,7 +209,8 @@ pub async fn list_attempts(
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
+        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),))]
 pub async fn resend(
     State(state): State<AppState>,
     Auth(auth): Auth,

@@ -422,6 +422,7 @@ pub async fn remove_enterprise_webhook(
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
+        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),
         (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
         (status = 415, description = "Body not JSON", body = ErrorResponse),))]
 pub async fn simulate_wallet_webhook(
@@ -451,6 +452,7 @@ pub async fn simulate_wallet_webhook(
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
+        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),
         (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
         (status = 415, description = "Body not JSON", body = ErrorResponse),))]
 pub async fn simulate_block_webhook(
@@ -473,6 +475,7 @@ pub async fn simulate_block_webhook(
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
+        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),
         (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
         (status = 415, description = "Body not JSON", body = ErrorResponse),))]
 pub async fn simulate_enterprise_webhook(
