@@ -115,6 +115,16 @@ pub struct DeliveryConfig {
     pub suspend_after_total_failures: u32,
     /// How often to look for due notifications when not woken, milliseconds.
     pub poll_interval_ms: u64,
+    /// Deliveries in flight at once per tenant (an enterprise, or the owner of a block webhook
+    /// without one) and process, so that one tenant's hanging receivers leave the other slots
+    /// to everyone else (issue 9 §6). Default: half of `concurrency`'s default; a deployment
+    /// with one enterprise may raise it to `concurrency`.
+    pub per_tenant_concurrency: usize,
+    /// Days delivery attempts and finished (processed or failed) notifications are kept; older
+    /// ones are pruned by the worker in small batches (issue 9 §6). 0 keeps them for ever.
+    pub retention_days: u64,
+    /// How often the worker prunes, milliseconds (it also prunes when it starts).
+    pub prune_interval_ms: u64,
 }
 
 impl Default for DeliveryConfig {
@@ -129,6 +139,9 @@ impl Default for DeliveryConfig {
             suspend_window: 7 * 24 * 3600,
             suspend_after_total_failures: 500,
             poll_interval_ms: 250,
+            per_tenant_concurrency: 32,
+            retention_days: 30,
+            prune_interval_ms: 600_000,
         }
     }
 }
@@ -139,11 +152,130 @@ impl Default for DeliveryConfig {
 pub struct WebhooksConfig {
     /// Simulate, resend and unblock calls allowed per webhook and minute, per process.
     pub operations_per_minute: u32,
+    /// Block webhooks one user may hold, all coins together.
+    pub max_per_user: u32,
+    /// Webhooks of every level signed by one enterprise (its wallets', its own, and block
+    /// webhooks bound to it).
+    pub max_per_enterprise: u32,
+    /// Coin symbols a block webhook may name (a TOML array or one comma-separated string).
+    #[serde(deserialize_with = "de_string_list")]
+    pub coins: Vec<String>,
 }
+
+/// Coins a block webhook may name by default: the coins of examples/wallets.json and BitGo's
+/// common main and test network symbols.
+pub const DEFAULT_BLOCK_WEBHOOK_COINS: &[&str] = &[
+    "ada",
+    "algo",
+    "apt",
+    "arbeth",
+    "atom",
+    "avaxc",
+    "avaxp",
+    "baseeth",
+    "bch",
+    "bld",
+    "bsc",
+    "bsv",
+    "btc",
+    "btg",
+    "celo",
+    "coreum",
+    "dash",
+    "doge",
+    "dot",
+    "eos",
+    "eth",
+    "hash",
+    "hbar",
+    "hteth",
+    "injective",
+    "ltc",
+    "near",
+    "ofc",
+    "opeth",
+    "osmo",
+    "polygon",
+    "sei",
+    "sol",
+    "stx",
+    "sui",
+    "tada",
+    "talgo",
+    "tapt",
+    "tarbeth",
+    "tatom",
+    "tavaxc",
+    "tavaxp",
+    "tbaseeth",
+    "tbch",
+    "tbld",
+    "tbsc",
+    "tbsv",
+    "tbtc",
+    "tbtc4",
+    "tbtcsig",
+    "tcelo",
+    "tcoreum",
+    "tdash",
+    "tdoge",
+    "tdot",
+    "teos",
+    "teth",
+    "thash",
+    "thbar",
+    "tia",
+    "tinjective",
+    "tltc",
+    "tnear",
+    "ton",
+    "topeth",
+    "tosmo",
+    "tpolygon",
+    "trx",
+    "tsei",
+    "tsol",
+    "tstx",
+    "tsui",
+    "ttia",
+    "tton",
+    "ttrx",
+    "txlm",
+    "txrp",
+    "txtz",
+    "tzec",
+    "xlm",
+    "xrp",
+    "xtz",
+    "zec",
+];
 
 impl Default for WebhooksConfig {
     fn default() -> Self {
-        Self { operations_per_minute: 10 }
+        Self {
+            operations_per_minute: 10,
+            max_per_user: 100,
+            max_per_enterprise: 1_000,
+            coins: DEFAULT_BLOCK_WEBHOOK_COINS.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+}
+
+/// The per-user API rate limit (issue 9 §7): a token bucket per user and process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Requests a user may make per `period` (BitGo documents 360 per minute).
+    pub requests: u32,
+    /// Requests a service admin's tokens may make per `period`; 0: no limit.
+    pub admin_requests: u32,
+    /// Length of the window, seconds.
+    pub period: u64,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self { requests: 360, admin_requests: 600_000, period: 60 }
     }
 }
 
@@ -213,6 +345,7 @@ pub struct Config {
     pub postgres: PostgresConfig,
     pub tokens: TokensConfig,
     pub webhooks: WebhooksConfig,
+    pub rate_limit: RateLimitConfig,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
     /// Whether `environment` was chosen (flag, environment variable or file) rather than
@@ -238,6 +371,7 @@ impl Default for Config {
             postgres: PostgresConfig::default(),
             tokens: TokensConfig::default(),
             webhooks: WebhooksConfig::default(),
+            rate_limit: RateLimitConfig::default(),
             role: Role::All,
             environment_explicit: false,
         }
@@ -260,7 +394,7 @@ pub struct Overrides {
 }
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
-const ENV_SECTIONS: &[&str] = &["login", "delivery", "postgres", "tokens", "webhooks"];
+const ENV_SECTIONS: &[&str] = &["login", "delivery", "postgres", "tokens", "webhooks", "rate_limit"];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.
@@ -343,14 +477,25 @@ impl Config {
                 self.log_format
             ));
         }
-        if self.delivery.timeout == 0 || self.delivery.concurrency == 0 || self.delivery.poll_interval_ms == 0
+        if self.delivery.timeout == 0
+            || self.delivery.concurrency == 0
+            || self.delivery.poll_interval_ms == 0
+            || self.delivery.prune_interval_ms == 0
         {
-            return Err("invalid configuration: delivery.timeout, delivery.concurrency and delivery.poll_interval_ms must be positive".into());
+            return Err("invalid configuration: delivery.timeout, delivery.concurrency, delivery.poll_interval_ms and delivery.prune_interval_ms must be positive".into());
         }
         if self.request_timeout == 0 || self.max_in_flight_requests == 0 {
             return Err(
                 "invalid configuration: request_timeout and max_in_flight_requests must be positive".into()
             );
+        }
+        if self.rate_limit.requests == 0 || self.rate_limit.period == 0 {
+            return Err(
+                "invalid configuration: rate_limit.requests and rate_limit.period must be positive".into()
+            );
+        }
+        if self.delivery.per_tenant_concurrency == 0 || self.delivery.per_webhook_concurrency == 0 {
+            return Err("invalid configuration: delivery.per_tenant_concurrency and delivery.per_webhook_concurrency must be positive".into());
         }
         if self.max_lookup_ids == 0 {
             return Err("invalid configuration: max_lookup_ids must be positive".into());
@@ -361,17 +506,22 @@ impl Config {
 
 /// Accepts a TOML array or one comma-separated string (as environment variables give it).
 fn de_cidr_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let items = de_string_list(d)?;
+    items.iter().map(|s| parse_cidr(s).map_err(serde::de::Error::custom)).collect()
+}
+
+/// Accepts a TOML array of strings or one comma-separated string.
+fn de_string_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
         List(Vec<String>),
         One(String),
     }
-    let items = match Raw::deserialize(d)? {
+    Ok(match Raw::deserialize(d)? {
         Raw::List(v) => v,
         Raw::One(s) => s.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-    };
-    items.iter().map(|s| parse_cidr(s).map_err(serde::de::Error::custom)).collect()
+    })
 }
 
 /// Accepts a TOML array of integers or one comma-separated string.

@@ -37,6 +37,8 @@ pub struct AppState {
     pub hashing: Arc<identity::password::HashLimiter>,
     /// Bounds simulate, resend and unblock per webhook (`webhooks.operations_per_minute`).
     pub webhook_ops: Arc<webhooks::limits::OperationLimiter>,
+    /// The per-user API rate limit (`rate_limit.*`).
+    pub rate_limit: Arc<identity::rate_limit::ApiRateLimiter>,
 }
 
 impl AppState {
@@ -50,6 +52,7 @@ impl AppState {
             webhook_ops: Arc::new(webhooks::limits::OperationLimiter::new(
                 config.webhooks.operations_per_minute,
             )),
+            rate_limit: Arc::new(identity::rate_limit::ApiRateLimiter::new(&config.rate_limit)),
             config: Arc::new(config),
             key: Arc::new(key),
             wake: Arc::default(),

@@ -6,6 +6,8 @@
 /// The database every test of this binary runs on.
 pub const BACKEND: common::Backend = common::Backend::Postgres;
 
+#[path = "api/abuse.rs"]
+mod abuse;
 #[path = "api/attacks.rs"]
 mod attacks;
 #[path = "api/cli.rs"]

@@ -6,7 +6,7 @@
 //! another worker (or the restarted process) delivers them again, so every notification is
 //! delivered at least once and twice only after a crash.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use reqwest::{header, Client, Url};
 use tokio::{
@@ -17,11 +17,12 @@ use tokio::{
 
 use crate::{
     ids,
-    store::{Attempt, Claimed, Completion, Outcome, SuspendRule},
-    webhooks::signing,
+    store::{Attempt, Claimed, Completion, Outcome, Saturated, SuspendRule},
+    webhooks::{headers, signing},
     AppState,
 };
 
+pub mod prune;
 pub mod retry;
 pub mod ssrf;
 
@@ -41,8 +42,8 @@ const DEFER_MS: i64 = 200;
 /// The engine of one process.
 pub struct Engine {
     state: AppState,
-    /// Deliveries in flight per webhook id.
-    in_flight: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    /// Deliveries in flight per webhook id and per tenant.
+    in_flight: std::sync::Mutex<InFlight>,
     guard: Arc<ssrf::Guard>,
     /// Connects only through the SSRF guard.
     guarded: Client,
@@ -82,6 +83,49 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Deliveries in flight, counted per webhook and per tenant.
+#[derive(Default)]
+struct InFlight {
+    webhooks: HashMap<String, usize>,
+    tenants: HashMap<Tenant, usize>,
+}
+
+/// Whose share of the slots a webhook's deliveries take: its enterprise, else its owner (a
+/// block webhook bound to no enterprise).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Tenant {
+    Enterprise(String),
+    User(String),
+}
+
+impl Tenant {
+    fn of(w: &crate::store::Webhook) -> Self {
+        match w.level.enterprise_id() {
+            Some(e) => Tenant::Enterprise(e.to_string()),
+            None => Tenant::User(w.user_id.clone()),
+        }
+    }
+}
+
+/// Takes one slot of `key` in `map` unless it holds `cap`.
+fn take<K: Eq + std::hash::Hash + Clone>(map: &mut HashMap<K, usize>, key: &K, cap: usize) -> bool {
+    let n = map.entry(key.clone()).or_insert(0);
+    if *n >= cap {
+        return false;
+    }
+    *n += 1;
+    true
+}
+
+fn give_back<K: Eq + std::hash::Hash>(map: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
+}
+
 /// What an attempt got back.
 struct Response {
     status: u16,
@@ -112,6 +156,7 @@ impl Engine {
             let cfg = me.state.config.delivery.clone();
             let (tx, rx) = mpsc::channel::<Outcome>(COMPLETE_BATCH * 4);
             let completer = tokio::spawn(me.clone().complete_loop(rx));
+            let pruner = prune::spawn(me.state.clone(), shutdown.clone());
             let permits = Arc::new(Semaphore::new(cfg.concurrency));
             let lease_ms = i64::try_from(cfg.timeout).unwrap_or(10) * 2000 + LEASE_MARGIN_MS;
             let poll = Duration::from_millis(cfg.poll_interval_ms);
@@ -120,19 +165,20 @@ impl Engine {
                 let mut full = false;
                 if free > 0 {
                     let now = ids::now_ms();
-                    match me.state.store.claim_due(now, now + lease_ms, free as u32).await {
+                    let skip = me.saturated();
+                    match me.state.store.claim_due(now, now + lease_ms, free as u32, &skip).await {
                         Ok(batch) => {
                             full = batch.len() == free;
                             let mut deferred = Vec::new();
                             for c in batch {
-                                if !me.take_slot(&c.webhook.id) {
+                                if !me.take_slot(&c.webhook) {
                                     deferred.push(c.notification.id);
                                     continue;
                                 }
                                 let Ok(permit) = permits.clone().acquire_owned().await else { break };
                                 let (me, tx) = (me.clone(), tx.clone());
                                 tokio::spawn(async move {
-                                    let webhook = c.webhook.id.clone();
+                                    let webhook = c.webhook.clone();
                                     let outcome = me.deliver(c).await;
                                     me.release_slot(&webhook);
                                     let _ = tx.send(outcome).await;
@@ -169,29 +215,51 @@ impl Engine {
                 tokio::time::timeout(Duration::from_secs(cfg.timeout + 5), permits.acquire_many(all)).await;
             drop(tx);
             let _ = completer.await;
+            let _ = pruner.await;
         })
     }
 
-    /// Takes one of the webhook's slots, unless it has `per_webhook_concurrency` in flight.
-    fn take_slot(&self, webhook_id: &str) -> bool {
-        let cap = self.state.config.delivery.per_webhook_concurrency;
-        let Ok(mut map) = self.in_flight.lock() else { return true };
-        let n = map.entry(webhook_id.to_string()).or_insert(0);
-        if *n >= cap {
+    /// Takes a slot for one delivery to `w`, unless its webhook has `per_webhook_concurrency`
+    /// or its tenant `per_tenant_concurrency` in flight: hanging receivers of one tenant then
+    /// hold at most that share, and the other slots stay free for everyone else.
+    fn take_slot(&self, w: &crate::store::Webhook) -> bool {
+        let cfg = &self.state.config.delivery;
+        let Ok(mut m) = self.in_flight.lock() else { return true };
+        let tenant = Tenant::of(w);
+        if !take(&mut m.tenants, &tenant, cfg.per_tenant_concurrency) {
             return false;
         }
-        *n += 1;
+        if !take(&mut m.webhooks, &w.id, cfg.per_webhook_concurrency) {
+            give_back(&mut m.tenants, &tenant);
+            return false;
+        }
         true
     }
 
-    fn release_slot(&self, webhook_id: &str) {
-        if let Ok(mut map) = self.in_flight.lock() {
-            if let Some(n) = map.get_mut(webhook_id) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    map.remove(webhook_id);
-                }
+    /// The webhooks and tenants now at their caps, whose notifications the next claim leaves.
+    fn saturated(&self) -> Saturated {
+        let cfg = &self.state.config.delivery;
+        let Ok(m) = self.in_flight.lock() else { return Saturated::default() };
+        let mut skip = Saturated::default();
+        for (id, n) in &m.webhooks {
+            if *n >= cfg.per_webhook_concurrency {
+                skip.webhooks.push(id.clone());
             }
+        }
+        for (t, n) in &m.tenants {
+            match t {
+                _ if *n < cfg.per_tenant_concurrency => {}
+                Tenant::Enterprise(e) => skip.enterprises.push(e.clone()),
+                Tenant::User(u) => skip.users.push(u.clone()),
+            }
+        }
+        skip
+    }
+
+    fn release_slot(&self, w: &crate::store::Webhook) {
+        if let Ok(mut m) = self.in_flight.lock() {
+            give_back(&mut m.webhooks, &w.id);
+            give_back(&mut m.tenants, &Tenant::of(w));
         }
     }
 
@@ -303,7 +371,7 @@ impl Engine {
             }
         }
         for (k, v) in &w.custom_headers {
-            req = req.header(k.as_str(), v.as_str());
+            req = req.header(k.as_str(), headers::open(&self.state.key, &w.id, k, v)?);
         }
         let mut res = req.body(n.payload.clone()).send().await.map_err(|e| error_chain(&e))?;
         let status = res.status().as_u16();

@@ -1,16 +1,30 @@
-//! The `Auth` extractor: reads `Authorization` and the client address, and asks
-//! [`crate::identity::auth::authenticate`] for the caller's [`Principal`].
+//! The `Auth` extractor: reads `Authorization` and the client address, asks
+//! [`crate::identity::auth::authenticate`] for the caller's [`Principal`], and counts the
+//! request against its user's rate limit ([`crate::identity::rate_limit`]); the
+//! [`rate_limit_headers`] layer then reports where the user stands in `RateLimit-*` headers.
+
+use std::sync::{Arc, Mutex};
 
 use axum::{
-    extract::FromRequestParts,
-    http::{header::AUTHORIZATION, request::Parts},
+    extract::{FromRequestParts, Request},
+    http::{header::AUTHORIZATION, request::Parts, HeaderName, HeaderValue},
+    middleware::Next,
+    response::Response,
 };
 
 use super::{error::ApiError, extract::ClientIp};
-use crate::{identity::auth::Principal, AppState};
+use crate::{
+    identity::{auth::Principal, rate_limit::RateState},
+    AppState,
+};
 
-/// An authenticated caller (spec §5); a failure is 401 with `x-auth-required: true`.
+/// An authenticated caller (spec §5); a failure is 401 with `x-auth-required: true`, a user
+/// over its rate limit 429 `TooManyRequests`.
 pub struct Auth(pub Principal);
+
+/// Where the caller's rate limit stands, filled by [`Auth`] for [`rate_limit_headers`].
+#[derive(Clone, Default)]
+struct RateSlot(Arc<Mutex<Option<RateState>>>);
 
 impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
@@ -18,6 +32,37 @@ impl FromRequestParts<AppState> for Auth {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let ClientIp(ip) = ClientIp::from_request_parts(parts, state).await?;
         let header = parts.headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-        Ok(Auth(crate::identity::auth::authenticate(state, header, ip).await?))
+        let principal = crate::identity::auth::authenticate(state, header, ip).await?;
+        let checked = state.rate_limit.check(&principal.user.id, principal.token.admin);
+        let (rate, result) = match checked {
+            Ok(rate) => (rate, Ok(Auth(principal))),
+            Err((error, rate)) => (Some(rate), Err(error.into())),
+        };
+        if let (Some(slot), Some(rate)) = (parts.extensions.get::<RateSlot>(), rate) {
+            if let Ok(mut s) = slot.0.lock() {
+                *s = Some(rate);
+            }
+        }
+        result
     }
+}
+
+/// Adds `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` (seconds) to the
+/// response of every authenticated request (issue 9 §7; the IETF RateLimit header fields).
+pub async fn rate_limit_headers(mut req: Request, next: Next) -> Response {
+    let slot = RateSlot::default();
+    req.extensions_mut().insert(slot.clone());
+    let mut res = next.run(req).await;
+    let rate = slot.0.lock().ok().and_then(|s| *s);
+    if let Some(rate) = rate {
+        let h = res.headers_mut();
+        for (name, value) in [
+            ("ratelimit-limit", u64::from(rate.limit)),
+            ("ratelimit-remaining", u64::from(rate.remaining)),
+            ("ratelimit-reset", rate.reset_secs),
+        ] {
+            h.insert(HeaderName::from_static(name), HeaderValue::from(value));
+        }
+    }
+    res
 }

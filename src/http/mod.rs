@@ -184,6 +184,7 @@ pub fn app_for(state: AppState, api: bool) -> Router {
         .fallback(|| async { StatusCode::NOT_FOUND.into_response() })
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
         .layer(in_flight)
+        .layer(middleware::from_fn(auth::rate_limit_headers))
         .layer(middleware::from_fn_with_state(state.clone(), crate::metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {

@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::{
+    config::DEFAULT_BLOCK_WEBHOOK_COINS,
     identity::{
         login::OTP_DIGITS,
         scopes::{SCOPES, WALLET_CONTEXT_SCOPES},
@@ -13,8 +14,8 @@ use crate::{
     },
     types::{COIN_PATTERN, ID_PATTERN as ID},
     webhooks::{
-        BLOCK_TYPES, ENTERPRISE_TYPES, MAX_CUSTOM_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_STATE_LEN,
-        MAX_TX_REQUEST_STATES, MAX_URL_LEN, RESERVED_HEADERS, WALLET_TYPES,
+        BLOCK_TYPES, ENTERPRISE_TYPES, MAX_CUSTOM_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_TX_REQUEST_STATES,
+        MAX_URL_LEN, RESERVED_HEADERS, TX_REQUEST_STATES, TX_REQUEST_TRANSACTION_STATES, WALLET_TYPES,
     },
 };
 
@@ -56,19 +57,33 @@ pub fn refine(doc: &mut Value) {
     if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
         schemas.remove("CreateWebhookRequest");
     }
+    // A block webhook names a known coin (`webhooks.coins`; the default list is shown).
+    if let Some(params) = doc["paths"]["/api/v2/{coin}/webhooks"]["post"]["parameters"].as_array_mut() {
+        for param in params.iter_mut().filter(|p| p["name"] == "coin") {
+            param["schema"] = json!({ "type": "string", "enum": DEFAULT_BLOCK_WEBHOOK_COINS });
+            param["description"] = json!("A coin of `webhooks.coins` (the default list is shown)");
+        }
+    }
     every_operation_may_time_out_or_be_shed(doc);
     no_nul_strings(doc);
 }
 
 /// Any request may outlive `request_timeout` (408) or arrive beyond `max_in_flight_requests`
-/// (503 `ServerBusy`); login may also find password hashing full (503).
+/// (503 `ServerBusy`); login may also find password hashing full (503). An authenticated
+/// request may exceed its user's rate limit (429, `rate_limit.*`).
 fn every_operation_may_time_out_or_be_shed(doc: &mut Value) {
     let error = json!({ "application/json": { "schema": { "$ref": "#/components/schemas/ErrorResponse" } } });
     let Some(paths) = doc["paths"].as_object_mut() else { return };
     for item in paths.values_mut() {
         let Some(ops) = item.as_object_mut() else { continue };
         for op in ops.values_mut() {
+            let authenticated = op.get("security").is_some();
             let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else { continue };
+            if authenticated {
+                responses.entry("429").or_insert_with(|| {
+                    json!({ "description": "Over the user's rate limit (TooManyRequests); see Retry-After and RateLimit-*", "content": error.clone() })
+                });
+            }
             for (code, description) in [
                 ("408", "The request took longer than `request_timeout` (RequestTimeout)"),
                 ("503", "At capacity (ServerBusy), or the database does not answer; see Retry-After"),
@@ -127,8 +142,11 @@ fn webhook_requests(schemas: &mut Value) {
     });
     p["customHttpHeaders"]["additionalProperties"] =
         json!({ "type": "string", "pattern": "^[\\t\\x20-\\x7e]*$", "maxLength": MAX_HEADER_VALUE_BYTES });
-    for list in ["txRequestStates", "txRequestTransactionStates"] {
-        p[list]["items"] = json!({ "type": "string", "pattern": format!("^[A-Za-z]{{1,{MAX_STATE_LEN}}}$") });
+    for (list, states) in [
+        ("txRequestStates", TX_REQUEST_STATES),
+        ("txRequestTransactionStates", TX_REQUEST_TRANSACTION_STATES),
+    ] {
+        p[list]["items"] = json!({ "type": "string", "enum": states });
         p[list]["maxItems"] = json!(MAX_TX_REQUEST_STATES);
     }
     for (name, types) in [

@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod login;
 pub mod password;
+pub mod rate_limit;
 pub mod scopes;
 pub mod throttle;
 pub mod tokens;

@@ -81,8 +81,9 @@ pub enum Action<'a> {
     ViewProfile,
     /// Create another access token.
     CreateAccessToken,
-    /// Create, list or remove the user's own block webhooks.
-    ManageOwnWebhooks,
+    /// Create, list, remove or simulate the user's own block webhooks: `wallet_manage_all` or
+    /// `wallet_manage_enterprise` (`all` in test), never a 2FA-reset token (docs/decisions.md).
+    ManageBlockWebhooks,
     /// A wallet permission on one wallet.
     Wallet { permission: WalletPermission, wallet_id: &'a str, enterprise: Option<&'a str> },
     /// View an enterprise.
@@ -132,11 +133,18 @@ impl Policy {
                     deny("profile")
                 }
             }
-            Action::CreateAccessToken | Action::ManageOwnWebhooks => {
-                if token.kind == TokenKind::Reset2fa {
-                    deny("a session that is not limited to 2FA reset")
-                } else {
+            Action::CreateAccessToken | Action::ManageBlockWebhooks if token.kind == TokenKind::Reset2fa => {
+                deny("a session that is not limited to 2FA reset")
+            }
+            Action::CreateAccessToken => Ok(()),
+            Action::ManageBlockWebhooks => {
+                if self.has_all(token)
+                    || self.has(token, "wallet_manage_all")
+                    || self.has(token, "wallet_manage_enterprise")
+                {
                     Ok(())
+                } else {
+                    deny("wallet_manage_all or wallet_manage_enterprise")
                 }
             }
             Action::ServiceAdmin => {

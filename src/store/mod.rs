@@ -37,7 +37,7 @@ pub use enterprises::{Enterprise, EnterpriseStore, Membership};
 pub use events::EventStore;
 pub use outbox::{
     Attempt, Claimed, Completion, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome,
-    SuspendRule,
+    Saturated, SuspendRule,
 };
 pub use sql::{Dialect, SqlStore};
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
@@ -45,7 +45,8 @@ pub use tokens::{TokenKind, TokenRecord, TokenStore, TokenTemplate};
 pub use users::{User, UserStore};
 pub use wallets::{Balances, WalletRow, WalletStore};
 pub use webhooks::{
-    Rotation, Webhook, WebhookFilter, WebhookLevel, WebhookSecret, WebhookState, WebhookStore,
+    CapReached, Rotation, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookSecret, WebhookState,
+    WebhookStore,
 };
 
 /// What a store call can fail with.

@@ -127,13 +127,31 @@ pub struct DeliveryStats {
     pub suspended_webhooks: i64,
 }
 
+/// Who is at their share of delivery slots in this process: the claim leaves their
+/// notifications for later (issue 9 §6).
+#[derive(Debug, Clone, Default)]
+pub struct Saturated {
+    pub webhooks: Vec<String>,
+    /// Tenants that are enterprises: every webhook bound to one.
+    pub enterprises: Vec<String>,
+    /// Tenants that are users: their webhooks bound to no enterprise.
+    pub users: Vec<String>,
+}
+
 /// The outbox and its attempts.
 #[async_trait]
 pub trait OutboxStore: Send + Sync {
     /// Adds notifications to the outbox; one whose (webhook, idempotency key) exists is skipped.
     async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64>;
-    /// Leases up to `limit` due notifications of active webhooks until `lease_until_ms`.
-    async fn claim_due(&self, now_ms: i64, lease_until_ms: i64, limit: u32) -> StoreResult<Vec<Claimed>>;
+    /// Leases up to `limit` due notifications of active webhooks until `lease_until_ms`, none
+    /// of a webhook or tenant in `skip` (those at their share of delivery slots).
+    async fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: u32,
+        skip: &Saturated,
+    ) -> StoreResult<Vec<Claimed>>;
     /// Gives back claimed notifications unattempted, due again at `at_ms` (no attempt counted).
     async fn defer(&self, ids: &[String], at_ms: i64) -> StoreResult<()>;
     /// Writes attempts and their consequences in one transaction; returns webhooks suspended.
@@ -162,6 +180,11 @@ pub trait OutboxStore: Send + Sync {
         now_ms: i64,
     ) -> StoreResult<Option<Notification>>;
     async fn delivery_stats(&self, now_ms: i64) -> StoreResult<DeliveryStats>;
+    /// Deletes up to `limit` delivery attempts that started before `before_ms`; returns how many.
+    async fn prune_attempts(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
+    /// Deletes up to `limit` processed or failed notifications last changed before `before_ms`
+    /// (their attempts with them); returns how many.
+    async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
 }
 
 #[derive(FromRow)]
@@ -300,11 +323,20 @@ where
         Ok(count)
     }
 
-    async fn claim_due(&self, now_ms: i64, lease_until_ms: i64, limit: u32) -> StoreResult<Vec<Claimed>> {
+    async fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: u32,
+        skip: &Saturated,
+    ) -> StoreResult<Vec<Claimed>> {
         let rows: Vec<NotificationRow> = sqlx::query_as(DB::CLAIM_DUE)
             .bind(lease_until_ms)
             .bind(now_ms)
             .bind(i64::from(limit))
+            .bind(to_json(&skip.webhooks)?)
+            .bind(to_json(&skip.enterprises)?)
+            .bind(to_json(&skip.users)?)
             .fetch_all(&self.pool)
             .await?;
         if rows.is_empty() {
@@ -457,5 +489,29 @@ where
         .fetch_one(&self.pool)
         .await?;
         Ok(DeliveryStats { due: r.due, in_flight: r.in_flight, suspended_webhooks: r.suspended_webhooks })
+    }
+
+    async fn prune_attempts(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
+        let r = sqlx::query(
+            "DELETE FROM delivery_attempts WHERE id IN (SELECT id FROM delivery_attempts \
+             WHERE started_at < $1 LIMIT $2)",
+        )
+        .bind(before_ms)
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await?;
+        Ok(DB::rows_affected(&r))
+    }
+
+    async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
+        let r = sqlx::query(
+            "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications \
+             WHERE state IN ('processed', 'failed') AND updated_at < $1 LIMIT $2)",
+        )
+        .bind(before_ms)
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await?;
+        Ok(DB::rows_affected(&r))
     }
 }

@@ -62,6 +62,9 @@ impl Dialect for Postgres {
         updated_at = $2 WHERE id = ANY(ARRAY(SELECT n.id FROM notifications n \
         JOIN webhooks w ON w.id = n.webhook_id WHERE n.state IN ('new', 'pending') \
         AND n.next_attempt_at <= $2 AND n.lease_until < $2 AND w.state = 'active' \
+        AND w.id NOT IN (SELECT json_array_elements_text(CAST($4 AS json))) \
+        AND COALESCE(w.enterprise_id, '') NOT IN (SELECT json_array_elements_text(CAST($5 AS json))) \
+        AND (w.enterprise_id IS NOT NULL OR w.user_id NOT IN (SELECT json_array_elements_text(CAST($6 AS json)))) \
         ORDER BY n.next_attempt_at LIMIT $3 FOR UPDATE OF n SKIP LOCKED)) RETURNING *";
 
     const WEBHOOKS_BY_IDS: &'static str =
@@ -72,6 +75,9 @@ impl Dialect for Postgres {
 
     const FINISH: &'static str = "UPDATE notifications SET state = $1, retries = retries + $2, \
         lease_until = 0, updated_at = $3 WHERE id IN (SELECT json_array_elements_text(CAST($4 AS json)))";
+
+    /// A transaction-scoped advisory lock: concurrent inserts would otherwise all pass the counts.
+    const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(7421001)");
 
     fn rows_affected(r: &Self::QueryResult) -> u64 {
         r.rows_affected()

@@ -28,7 +28,9 @@ pub trait Dialect: Database {
     /// fields joined by U+001F, records by U+001E, in [`super::wallets::unpack_wallet`]'s order.
     const WALLETS_PACKED: &'static str;
     /// Leases due notifications of active webhooks: `$1` lease until (ms), `$2` now (ms), `$3`
-    /// limit; returns the leased rows. Concurrent processes must not lease the same row.
+    /// limit; none of webhooks `$4`, of enterprises `$5`, or of users `$6` (their webhooks bound
+    /// to no enterprise); returns the leased rows. Concurrent processes must not lease the same
+    /// row.
     const CLAIM_DUE: &'static str;
     /// The webhooks among ids `$1`.
     const WEBHOOKS_BY_IDS: &'static str;
@@ -36,6 +38,9 @@ pub trait Dialect: Database {
     const DEFER: &'static str;
     /// Sets notifications `$4` to state `$1`, adding `$2` retries, at `$3` (ms).
     const FINISH: &'static str;
+
+    /// Run first in a webhook insert so that its cap counts see every concurrent insert.
+    const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str>;
 
     /// Rows a statement changed.
     fn rows_affected(r: &Self::QueryResult) -> u64;

@@ -57,7 +57,11 @@ impl Dialect for Sqlite {
     const CLAIM_DUE: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
         updated_at = $2 WHERE id IN (SELECT n.id FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
         WHERE n.state IN ('new', 'pending') AND n.next_attempt_at <= $2 AND n.lease_until < $2 \
-        AND w.state = 'active' ORDER BY n.next_attempt_at LIMIT $3) RETURNING *";
+        AND w.state = 'active' \
+        AND w.id NOT IN (SELECT value FROM json_each($4)) \
+        AND COALESCE(w.enterprise_id, '') NOT IN (SELECT value FROM json_each($5)) \
+        AND (w.enterprise_id IS NOT NULL OR w.user_id NOT IN (SELECT value FROM json_each($6))) \
+        ORDER BY n.next_attempt_at LIMIT $3) RETURNING *";
 
     const WEBHOOKS_BY_IDS: &'static str =
         "SELECT * FROM webhooks WHERE id IN (SELECT value FROM json_each($1))";
@@ -67,6 +71,9 @@ impl Dialect for Sqlite {
 
     const FINISH: &'static str = "UPDATE notifications SET state = $1, retries = retries + $2, \
         lease_until = 0, updated_at = $3 WHERE id IN (SELECT value FROM json_each($4))";
+
+    /// One writer at a time already (`BEGIN IMMEDIATE`).
+    const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str> = None;
 
     fn rows_affected(r: &Self::QueryResult) -> u64 {
         r.rows_affected()

@@ -98,6 +98,7 @@ pub struct Webhook {
     pub listen_to_failure_states: bool,
     pub tx_request_states: Vec<String>,
     pub tx_request_transaction_states: Vec<String>,
+    /// `customHttpHeaders`, values sealed (`webhooks::headers`).
     pub custom_headers: BTreeMap<String, String>,
     pub allow_blocked_hosts: bool,
     /// Unix seconds.
@@ -145,10 +146,10 @@ pub struct WebhookFilter {
 }
 
 impl WebhookFilter {
-    /// The filter that §8's per-type limit counts within for `w`'s level.
+    /// The webhooks of `w`'s type at its level, which §8's per-type limit counts.
     fn limit_for(w: &Webhook) -> Self {
         let scope = w.level.name().to_string();
-        match &w.level {
+        let filter = match &w.level {
             WebhookLevel::Wallet { wallet_id, .. } => {
                 WebhookFilter { scope, wallet_id: Some(wallet_id.clone()), ..Default::default() }
             }
@@ -161,7 +162,8 @@ impl WebhookFilter {
                 coin: Some(coin.clone()),
                 ..Default::default()
             },
-        }
+        };
+        WebhookFilter { webhook_type: Some(w.webhook_type.clone()), ..filter }
     }
 
     /// The WHERE clause selecting the filter's webhooks, with its binds in placeholder order
@@ -207,12 +209,31 @@ pub enum Rotation {
     TooSoon(i64),
 }
 
+/// How many webhooks may exist, checked with each insert (§8, issue 9 §6).
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookCaps {
+    /// Of one type at the webhook's level (a wallet, an enterprise, a user and coin).
+    pub per_type: u32,
+    /// Block webhooks of one user, all coins.
+    pub block_per_user: u32,
+    /// Webhooks of every level bound to one enterprise.
+    pub per_enterprise: u32,
+}
+
+/// Which cap an insert would have passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapReached {
+    PerType,
+    BlockPerUser,
+    PerEnterprise,
+}
+
 /// Webhooks and webhook secrets.
 #[async_trait]
 pub trait WebhookStore: Send + Sync {
-    /// Inserts a webhook unless its level already has `max_per_type` of that type (§8);
-    /// returns false then. The count and insert are one transaction.
-    async fn insert_webhook(&self, w: &Webhook, max_per_type: u32) -> StoreResult<bool>;
+    /// Inserts a webhook unless that would pass one of `caps`; returns which then. The counts
+    /// and the insert are one transaction, serialised with other webhook inserts.
+    async fn insert_webhook(&self, w: &Webhook, caps: WebhookCaps) -> StoreResult<Result<(), CapReached>>;
     async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>>;
     /// Webhooks matching `filter` with ids greater than `after_id`, by id, at most `limit`.
     async fn list_webhooks(
@@ -327,17 +348,39 @@ where
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> WebhookSecret: FromRow<'r, DB::Row>,
 {
-    async fn insert_webhook(&self, w: &Webhook, max_per_type: u32) -> StoreResult<bool> {
+    async fn insert_webhook(&self, w: &Webhook, caps: WebhookCaps) -> StoreResult<Result<(), CapReached>> {
         let mut tx = DB::begin_write(&self.pool).await?;
-        let filter = WebhookFilter::limit_for(w);
-        let (where_sql, binds) = filter.to_sql();
-        let sql = format!("SELECT COUNT(*) FROM webhooks WHERE {where_sql} AND type = ${}", binds.len() + 1);
-        let mut count = sqlx::query_scalar::<_, i64>(&sql);
-        for b in binds {
-            count = count.bind(b);
+        if let Some(lock) = DB::SERIALIZE_WEBHOOK_INSERTS {
+            sqlx::query(lock).execute(&mut *tx).await?;
         }
-        if count.bind(w.webhook_type.as_str()).fetch_one(&mut *tx).await? >= i64::from(max_per_type) {
-            return Ok(false);
+        let mut checks = vec![(WebhookFilter::limit_for(w), caps.per_type, CapReached::PerType)];
+        if let WebhookLevel::Block { .. } = &w.level {
+            let mine = WebhookFilter {
+                scope: "block".into(),
+                user_id: Some(w.user_id.clone()),
+                ..Default::default()
+            };
+            checks.push((mine, caps.block_per_user, CapReached::BlockPerUser));
+        }
+        for (filter, max, cap) in checks {
+            let (where_sql, binds) = filter.to_sql();
+            let sql = format!("SELECT COUNT(*) FROM webhooks WHERE {where_sql}");
+            let mut count = sqlx::query_scalar::<_, i64>(&sql);
+            for b in binds {
+                count = count.bind(b);
+            }
+            if count.fetch_one(&mut *tx).await? >= i64::from(max) {
+                return Ok(Err(cap));
+            }
+        }
+        if let Some(e) = w.level.enterprise_id() {
+            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM webhooks WHERE enterprise_id = $1")
+                .bind(e)
+                .fetch_one(&mut *tx)
+                .await?;
+            if n >= i64::from(caps.per_enterprise) {
+                return Ok(Err(CapReached::PerEnterprise));
+            }
         }
         sqlx::query(INSERT_WEBHOOK)
             .bind(w.id.as_str())
@@ -361,7 +404,7 @@ where
             .await
             .map_err(|e| unique_violation(e, "a webhook with this id"))?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Ok(()))
     }
 
     async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>> {

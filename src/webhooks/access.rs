@@ -59,7 +59,9 @@ pub async fn webhook_access(state: &AppState, auth: &Principal, webhook_id: &str
         WebhookLevel::Enterprise { enterprise_id } => {
             enterprise_access(state, auth, enterprise_id).await.map_err(hide)?;
         }
-        WebhookLevel::Block { .. } if auth.token.admin || w.user_id == auth.user.id => {}
+        WebhookLevel::Block { .. } if auth.token.admin || w.user_id == auth.user.id => {
+            auth.require(state.policy(), Action::ManageBlockWebhooks)?;
+        }
         WebhookLevel::Block { .. } => return Err(Error::not_found("WebhookNotFound")),
     }
     Ok(w)

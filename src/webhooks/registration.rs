@@ -20,7 +20,7 @@ use crate::{
     },
     ids,
     paging::{Page, PageRequest},
-    store::{Webhook, WebhookFilter, WebhookLevel, WebhookState},
+    store::{CapReached, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookState},
     wallets::wallet_access,
     AppState,
 };
@@ -69,8 +69,7 @@ async fn level_filter(state: &AppState, auth: &Principal, level: Level<'_>) -> R
             WebhookFilter { scope: "wallet".into(), wallet_id: Some(wallet.id), ..Default::default() }
         }
         Level::Block { coin } => {
-            // A 2FA-reset token may not manage block webhooks.
-            auth.require(state.policy(), Action::ManageOwnWebhooks)?;
+            auth.require(state.policy(), Action::ManageBlockWebhooks)?;
             WebhookFilter {
                 scope: "block".into(),
                 user_id: Some(auth.user.id.clone()),
@@ -119,15 +118,21 @@ fn build(
     if req.label.as_ref().is_some_and(|l| l.chars().count() > 250) {
         return Err(Error::invalid_field("label", "at most 250 characters"));
     }
-    let tx_request_states = super::check_states("txRequestStates", req.tx_request_states)?;
-    let tx_request_transaction_states =
-        super::check_states("txRequestTransactionStates", req.tx_request_transaction_states)?;
+    let tx_request_states =
+        super::check_states("txRequestStates", super::TX_REQUEST_STATES, req.tx_request_states)?;
+    let tx_request_transaction_states = super::check_states(
+        "txRequestTransactionStates",
+        super::TX_REQUEST_TRANSACTION_STATES,
+        req.tx_request_transaction_states,
+    )?;
     let allow_blocked_hosts = req.allow_blocked_hosts.unwrap_or(false);
     if allow_blocked_hosts && !auth.token.admin {
         return Err(Error::forbidden("only a service admin may set allowBlockedHosts", "service admin"));
     }
+    let id = ids::new_id();
+    let custom_headers = super::headers::seal(&state.key, &id, headers)?;
     Ok(Webhook {
-        id: ids::new_id(),
+        id,
         level,
         user_id: auth.user.id.clone(),
         webhook_type: req.webhook_type,
@@ -139,7 +144,7 @@ fn build(
         listen_to_failure_states: req.listen_to_failure_states.unwrap_or(false),
         tx_request_states,
         tx_request_transaction_states,
-        custom_headers: headers,
+        custom_headers,
         allow_blocked_hosts,
         created_at: ids::now(),
     })
@@ -154,8 +159,10 @@ async fn block_enterprise(state: &AppState, auth: &Principal) -> Result<Option<S
     Ok(state.store.memberships(&auth.user.id).await?.into_iter().next().map(|m| m.enterprise.id))
 }
 
-/// Creates a webhook at `level`. Errors: access (`NotFound`, `Forbidden`), an invalid field,
-/// `InvalidWebhookType`, `WebhookLimitReached` (§8: [`MAX_WEBHOOKS_PER_TYPE`] of a type).
+/// Creates a webhook at `level`. Errors: access (`NotFound`, `Forbidden`), an invalid field
+/// (a block webhook's `coin` must be in `webhooks.coins`), `InvalidWebhookType`,
+/// `WebhookLimitReached` (§8: [`MAX_WEBHOOKS_PER_TYPE`] of a type; `webhooks.max_per_user`
+/// block webhooks per user; `webhooks.max_per_enterprise` per enterprise).
 pub async fn create(
     state: &AppState,
     auth: &Principal,
@@ -173,7 +180,10 @@ pub async fn create(
             build(req, level, WALLET_TYPES, auth, state)?
         }
         Level::Block { coin } => {
-            auth.require(state.policy(), Action::ManageOwnWebhooks)?;
+            auth.require(state.policy(), Action::ManageBlockWebhooks)?;
+            if !state.config.webhooks.coins.iter().any(|c| c == coin) {
+                return Err(Error::invalid_field("coin", "not a coin this service knows (webhooks.coins)"));
+            }
             let level = WebhookLevel::Block {
                 coin: coin.into(),
                 num_confirmations: num_confirmations(&req.num_confirmations)?,
@@ -186,14 +196,27 @@ pub async fn create(
             build(req, WebhookLevel::Enterprise { enterprise_id: e.id }, ENTERPRISE_TYPES, auth, state)?
         }
     };
-    if !state.store.insert_webhook(&w, MAX_WEBHOOKS_PER_TYPE).await? {
-        return Err(Error::Invalid {
-            name: "WebhookLimitReached",
-            message: format!("at most {MAX_WEBHOOKS_PER_TYPE} webhooks of type {} here (§8)", w.webhook_type),
-            context: json!({ "field": "type", "max": MAX_WEBHOOKS_PER_TYPE }),
-        });
-    }
-    Ok(w)
+    let cfg = &state.config.webhooks;
+    let caps = WebhookCaps {
+        per_type: MAX_WEBHOOKS_PER_TYPE,
+        block_per_user: cfg.max_per_user,
+        per_enterprise: cfg.max_per_enterprise,
+    };
+    let (max, what) = match state.store.insert_webhook(&w, caps).await? {
+        Ok(()) => return Ok(w),
+        Err(CapReached::PerType) => (caps.per_type, format!("webhooks of type {} here (§8)", w.webhook_type)),
+        Err(CapReached::BlockPerUser) => {
+            (caps.block_per_user, "block webhooks per user (webhooks.max_per_user)".into())
+        }
+        Err(CapReached::PerEnterprise) => {
+            (caps.per_enterprise, "webhooks per enterprise (webhooks.max_per_enterprise)".into())
+        }
+    };
+    Err(Error::Invalid {
+        name: "WebhookLimitReached",
+        message: format!("at most {max} {what}"),
+        context: json!({ "field": "type", "max": max }),
+    })
 }
 
 /// The webhooks at `level`, by id.

@@ -371,20 +371,6 @@ async fn requests_beyond_the_in_flight_limit_are_shed_with_503() {
     assert_error(res, 503, "ServerBusy").await;
 }
 
-/// Imports wallet `id` of `enterprise`, listing no users.
-async fn import_wallet(app: &TestApp, id: &str, enterprise: &str) {
-    let record = json!({
-        "id": id, "label": "w", "coin": "tbtc", "type": "hot", "m": 2, "n": 3, "enterprise": enterprise,
-        "organization": "org", "allowBackupKeySigning": false, "approvalsRequired": 1, "coinSpecific": {},
-        "deleted": false, "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false,
-        "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [],
-    });
-    let s = custodian::wallets::import::import(&app.state.store, &json!([record]).to_string(), |_, _| {})
-        .await
-        .unwrap();
-    assert_eq!(s.imported, 1);
-}
-
 #[tokio::test]
 async fn service_admin_tokens_are_bound_by_their_scopes_and_permitted_lists() {
     let app = spawn_app().await;
@@ -392,8 +378,8 @@ async fn service_admin_tokens_are_bound_by_their_scopes_and_permitted_lists() {
     let e1 = app.create_enterprise("One", &[]).await;
     let e2 = app.create_enterprise("Two", &[]).await;
     let (w1, w2) = ("11111111111111111111111111111111", "22222222222222222222222222222222");
-    import_wallet(&app, w1, &e1).await;
-    import_wallet(&app, w2, &e2).await;
+    app.import_wallet(w1, &e1, &[]).await;
+    app.import_wallet(w2, &e2, &[]).await;
     let session = app.login(&ops).await;
     let narrowed = app
         .token_with(

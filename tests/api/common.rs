@@ -306,3 +306,40 @@ pub async fn wait_until_idle(store: &custodian::store::DynStore) {
     })
     .await
 }
+
+impl TestApp {
+    /// Imports a tbtc wallet `id` of `enterprise` whose `users` are admins of it.
+    pub async fn import_wallet(&self, id: &str, enterprise: &str, users: &[&str]) {
+        let users: Vec<Value> =
+            users.iter().map(|u| json!({ "user": u, "permissions": ["admin"] })).collect();
+        let record = json!({
+            "id": id, "label": "hot", "coin": "tbtc", "type": "hot", "m": 2, "n": 3, "enterprise": enterprise,
+            "organization": "org-7", "allowBackupKeySigning": false, "approvalsRequired": 1, "coinSpecific": {},
+            "deleted": false, "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false,
+            "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": users,
+        });
+        let s =
+            custodian::wallets::import::import(&self.state.store, &json!([record]).to_string(), |_, _| {})
+                .await
+                .expect("import");
+        assert_eq!(s.imported, 1, "{:?}", s);
+    }
+
+    /// Runs `sql` on the test's database directly (bypassing the service), returning the first
+    /// column of each row as text: for checking what is stored at rest, or ageing rows.
+    pub async fn raw_sql(&self, sql: &str) -> Vec<String> {
+        use sqlx::Row;
+        match crate::BACKEND {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&self._db.url).await.expect("connect");
+                let rows = sqlx::query(sql).fetch_all(&pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                rows.iter().filter_map(|r| r.try_get::<String, _>(0).ok()).collect()
+            }
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&self._db.url).await.expect("connect");
+                let rows = sqlx::query(sql).fetch_all(&pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                rows.iter().filter_map(|r| r.try_get::<String, _>(0).ok()).collect()
+            }
+        }
+    }
+}

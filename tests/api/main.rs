@@ -4,6 +4,7 @@
 /// The database every test of this binary runs on.
 pub const BACKEND: common::Backend = common::Backend::Sqlite;
 
+mod abuse;
 mod attacks;
 mod cli;
 mod common;

@@ -29,16 +29,7 @@ pub(crate) async fn fixture(tweak: impl FnOnce(&mut Config)) -> Fixture {
     let app = spawn_app_with(tweak).await;
     let user = app.create_user("hooks@example.com").await;
     let enterprise = app.create_enterprise("Acme", &[(&user, true)]).await;
-    let record = json!({
-        "id": WALLET, "label": "hot", "coin": "tbtc", "type": "hot", "m": 2, "n": 3, "enterprise": enterprise,
-        "organization": "org-7", "allowBackupKeySigning": false, "approvalsRequired": 1, "coinSpecific": {},
-        "deleted": false, "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false,
-        "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [{ "user": user.id, "permissions": ["admin"] }],
-    });
-    let s = custodian::wallets::import::import(&app.state.store, &json!([record]).to_string(), |_, _| {})
-        .await
-        .unwrap();
-    assert_eq!(s.imported, 1);
+    app.import_wallet(WALLET, &enterprise, &[&user.id]).await;
     let token = app.login(&user).await;
     Fixture { app, user, token, enterprise }
 }

@@ -1,0 +1,80 @@
+//! Retention (issue 9 §6): delivery attempts (each keeps up to 20 KB of response body) and
+//! finished notifications older than `delivery.retention_days` are deleted by the worker in
+//! small batches, so that a busy receiver cannot grow the database without bound and no single
+//! delete holds the write lock for long.
+
+use std::time::Duration;
+
+use tokio::{sync::watch, task::JoinHandle};
+
+use crate::{ids, AppState};
+
+/// Rows deleted per statement.
+const BATCH: u32 = 500;
+/// Statements per table and round; what is left waits for the next round.
+const MAX_BATCHES: usize = 200;
+/// Pause between statements, so that deliveries' writes get the database in between.
+const PAUSE: Duration = Duration::from_millis(20);
+
+/// Rows deleted by one round.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    pub attempts: u64,
+    pub notifications: u64,
+}
+
+/// Deletes what is older than `retention_days` before `now_ms`, at most
+/// `MAX_BATCHES * BATCH` rows of each table. Errors: the store's.
+pub async fn prune_once(state: &AppState, now_ms: i64) -> crate::store::StoreResult<Pruned> {
+    let days = i64::try_from(state.config.delivery.retention_days).unwrap_or(i64::MAX / 86_400_000);
+    let before = now_ms.saturating_sub(days.saturating_mul(86_400_000));
+    Ok(Pruned {
+        attempts: in_batches(|| state.store.prune_attempts(before, BATCH)).await?,
+        notifications: in_batches(|| state.store.prune_notifications(before, BATCH)).await?,
+    })
+}
+
+/// Runs `step` (one delete of at most [`BATCH`] rows) until it deletes less than a batch, at
+/// most [`MAX_BATCHES`] times, pausing in between; returns the rows deleted.
+async fn in_batches<F, Fut>(mut step: F) -> crate::store::StoreResult<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::store::StoreResult<u64>>,
+{
+    let mut total = 0;
+    for _ in 0..MAX_BATCHES {
+        let n = step().await?;
+        total += n;
+        if n < u64::from(BATCH) {
+            break;
+        }
+        tokio::time::sleep(PAUSE).await;
+    }
+    Ok(total)
+}
+
+/// Prunes at start and every `delivery.prune_interval_ms` until `shutdown`; does nothing when
+/// `delivery.retention_days` is 0 (keep for ever).
+pub fn spawn(state: AppState, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if state.config.delivery.retention_days == 0 {
+            return;
+        }
+        let every = Duration::from_millis(state.config.delivery.prune_interval_ms);
+        while !*shutdown.borrow() {
+            match prune_once(&state, ids::now_ms()).await {
+                Ok(p) if p != Pruned::default() => tracing::info!(
+                    attempts = p.attempts,
+                    notifications = p.notifications,
+                    "pruned delivery history past its retention"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "pruning delivery history failed"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    })
+}
