@@ -37,6 +37,8 @@ pub struct AppState {
     pub hashing: Arc<identity::password::HashLimiter>,
     /// Bounds simulate, resend and unblock per webhook (`webhooks.operations_per_minute`).
     pub webhook_ops: Arc<webhooks::limits::OperationLimiter>,
+    /// Clients over the per-client login limit, refused without a database query.
+    pub refused_clients: Arc<identity::throttle::RefusedClients>,
     /// The per-user API rate limit (`rate_limit.*`).
     pub rate_limit: Arc<identity::rate_limit::ApiRateLimiter>,
 }
@@ -53,6 +55,7 @@ impl AppState {
                 config.webhooks.operations_per_minute,
             )),
             rate_limit: Arc::new(identity::rate_limit::ApiRateLimiter::new(&config.rate_limit)),
+            refused_clients: Arc::default(),
             config: Arc::new(config),
             key: Arc::new(key),
             wake: Arc::default(),

@@ -112,11 +112,12 @@ pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Ses
     let email = email.as_str();
     let client = throttle::client_key(ip);
     let now = ids::now();
+    let admission = state.hashing.admit(&client)?;
     let attempt = throttle::begin_login(state, email, &client, now).await?;
 
     let user = state.store.user_by_email(email).await?.filter(|u| u.is_active);
     let phc = user.as_ref().map(|u| u.password_hash.clone());
-    let password_ok = match state.hashing.verify(&client, req.password, phc).await {
+    let password_ok = match admission.verify(req.password, phc).await {
         Ok(ok) => ok,
         Err(e) => {
             // Refused for capacity, not tried: not a failure.

@@ -1,6 +1,11 @@
 //! Password hashing with argon2id (OWASP minimum: m = 19 MiB, t = 2, p = 1), run on a blocking
 //! thread so a login never stalls the async workers, and bounded by [`HashLimiter`] so that no
 //! login flood can hold more than `login.max_concurrent_hashes` x 19 MiB (issue 9 §1).
+//!
+//! Verification reuses its 19 MiB working memory: the allocator would otherwise keep freed
+//! blocks of that size in per-thread heaps (glibc raises its mmap threshold after the first
+//! free), and a login flood grew the process to 400 MiB while never running more than two
+//! hashes at once.
 
 use std::{
     collections::HashMap,
@@ -20,9 +25,10 @@ use crate::{
 
 use anyhow::anyhow;
 use argon2::{
-    password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString},
-    Algorithm, Argon2, Params, Version,
+    password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, SaltString},
+    Algorithm, Argon2, Block, Params, Version,
 };
+use subtle::ConstantTimeEq;
 
 /// Minimum password length, characters (issue 2 §3).
 pub const MIN_PASSWORD_LEN: usize = 12;
@@ -50,14 +56,33 @@ fn dummy_hash() -> &'static str {
 }
 
 /// Verifies `password` against `phc` (or against a dummy hash when `phc` is `None`) on the
-/// calling thread. False for a mismatch, an unknown user or an unreadable hash.
-fn verify_now(password: &str, phc: Option<&str>) -> bool {
+/// calling thread, with `memory` as argon2's working blocks (grown to the hash's `m` as needed
+/// and kept for the next call). False for a mismatch, an unknown user or an unreadable hash.
+fn verify_now(password: &str, phc: Option<&str>, memory: &mut Vec<Block>) -> bool {
     let known = phc.is_some();
     let phc = phc.unwrap_or_else(|| dummy_hash());
-    let ok = PasswordHash::new(phc)
-        .map(|h| argon2().verify_password(password.as_bytes(), &h).is_ok())
-        .unwrap_or(false);
-    ok && known
+    verify_with(password.as_bytes(), phc, memory) && known
+}
+
+/// The PHC verification of `password-hash` (algorithm, version and parameters from the string,
+/// constant-time comparison), computed in `memory` instead of a fresh allocation.
+fn verify_with(password: &[u8], phc: &str, memory: &mut Vec<Block>) -> bool {
+    let Ok(h) = PasswordHash::new(phc) else { return false };
+    let (Ok(algorithm), Ok(params)) = (Algorithm::try_from(h.algorithm), Params::try_from(&h)) else {
+        return false;
+    };
+    let version = match h.version.map(Version::try_from).transpose() {
+        Ok(v) => v.unwrap_or_default(),
+        Err(_) => return false,
+    };
+    let (Some(salt), Some(expected)) = (h.salt, h.hash) else { return false };
+    let mut salt_buf = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_buf) else { return false };
+    memory.resize(params.block_count(), Block::default());
+    let mut out = vec![0u8; expected.len()];
+    let argon2 = Argon2::new(algorithm, version, params);
+    argon2.hash_password_into_with_memory(password, salt, &mut out, &mut memory[..]).is_ok()
+        && bool::from(out.as_slice().ct_eq(expected.as_bytes()))
 }
 
 /// Bounds password hashing (issue 9 §1): at most `max_concurrent_hashes` hashes run, at most
@@ -72,6 +97,8 @@ pub struct HashLimiter {
     wait: Duration,
     running: Arc<AtomicI64>,
     peak: Arc<AtomicI64>,
+    /// Working memory of finished hashes, reused by the next: at most one set per slot.
+    memory: Arc<Mutex<Vec<Vec<Block>>>>,
 }
 
 /// A client's place in the limiter, given back on drop.
@@ -105,6 +132,7 @@ impl HashLimiter {
             wait: Duration::from_millis(cfg.hash_wait_ms),
             running: Arc::default(),
             peak: Arc::default(),
+            memory: Arc::default(),
         }
     }
 
@@ -125,11 +153,13 @@ impl HashLimiter {
         }
     }
 
-    /// Verifies `password` against `phc` (a dummy hash when `None`, so unknown users take as
-    /// long) for `client` (an IPv4 address or IPv6 /64). Errors: `Throttled` when the client
-    /// already holds its share, `Busy` when the queue is full or the wait runs out.
-    pub async fn verify(&self, client: &str, password: String, phc: Option<String>) -> Result<bool> {
-        let _place = {
+    /// Admits one login of `client` (an IPv4 address or IPv6 /64) to hashing: a place of the
+    /// client's share and of the queue, taken at once without waiting. Taken before the
+    /// attempt touches the database, so that a client's flood beyond its share costs no query.
+    /// Errors: `Throttled` when the client already holds its share, `Busy` when the queue is
+    /// full.
+    pub fn admit(&self, client: &str) -> Result<Admission<'_>> {
+        let place = {
             let mut map = self.per_client.lock().unwrap_or_else(|p| p.into_inner());
             let n = map.entry(client.to_string()).or_insert(0);
             if *n >= self.max_per_client {
@@ -142,20 +172,40 @@ impl HashLimiter {
             *n += 1;
             ClientPlace { limiter: self, client: client.to_string() }
         };
-        let place = self.places.clone().try_acquire_owned().map_err(|_| Self::busy())?;
-        let slot = tokio::time::timeout(self.wait, self.slots.clone().acquire_owned())
+        let queued = self.places.clone().try_acquire_owned().map_err(|_| Self::busy())?;
+        Ok(Admission { limiter: self, _place: place, queued })
+    }
+}
+
+/// A login admitted to password hashing ([`HashLimiter::admit`]).
+pub struct Admission<'a> {
+    limiter: &'a HashLimiter,
+    _place: ClientPlace<'a>,
+    queued: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Admission<'_> {
+    /// Verifies `password` against `phc` (a dummy hash when `None`, so unknown users take as
+    /// long), waiting at most `login.hash_wait_ms` for a hashing slot. Errors: `Busy` when the
+    /// wait runs out.
+    pub async fn verify(self, password: String, phc: Option<String>) -> Result<bool> {
+        let l = self.limiter;
+        let slot = tokio::time::timeout(l.wait, l.slots.clone().acquire_owned())
             .await
-            .map_err(|_| Self::busy())?
-            .map_err(|_| Self::busy())?;
-        let (running, peak) = (self.running.clone(), self.peak.clone());
+            .map_err(|_| HashLimiter::busy())?
+            .map_err(|_| HashLimiter::busy())?;
+        let (running, peak, pool) = (l.running.clone(), l.peak.clone(), l.memory.clone());
+        let queued = self.queued;
         // The permits move into the blocking task: a client that disconnects mid-hash still
         // holds its slot until the hash is done, so the bound holds for the hashes themselves.
         tokio::task::spawn_blocking(move || {
             let now = running.fetch_add(1, Ordering::Relaxed) + 1;
             peak.fetch_max(now, Ordering::Relaxed);
-            let ok = verify_now(&password, phc.as_deref());
+            let mut memory = pool.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
+            let ok = verify_now(&password, phc.as_deref(), &mut memory);
+            pool.lock().unwrap_or_else(|p| p.into_inner()).push(memory);
             running.fetch_sub(1, Ordering::Relaxed);
-            drop((slot, place));
+            drop((slot, queued));
             ok
         })
         .await
@@ -166,4 +216,25 @@ impl HashLimiter {
 /// Warms the dummy hash so the first unknown-user login is not slower than later ones.
 pub fn warm_up() {
     let _ = dummy_hash();
+}
+
+#[cfg(test)]
+mod tests {
+    use argon2::PasswordVerifier;
+
+    use super::*;
+
+    #[test]
+    fn reused_memory_verifies_exactly_as_the_library_does() {
+        let phc = hash("correct horse battery staple").expect("hash");
+        let mut memory = Vec::new();
+        assert!(verify_with(b"correct horse battery staple", &phc, &mut memory));
+        assert_eq!(memory.len(), 19 * 1024, "19 MiB of 1 KiB blocks, kept for the next call");
+        assert!(!verify_with(b"correct horse battery stapler", &phc, &mut memory));
+        assert!(verify_with(b"correct horse battery staple", &phc, &mut memory), "after reuse");
+        let parsed = PasswordHash::new(&phc).expect("phc");
+        assert!(argon2().verify_password(b"correct horse battery staple", &parsed).is_ok());
+        assert!(!verify_with(b"x", "not a phc string", &mut memory));
+        assert!(!verify_now("correct horse battery staple", None, &mut memory), "unknown user");
+    }
 }

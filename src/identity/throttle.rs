@@ -5,7 +5,7 @@
 //!
 //! Layer rule: no web-framework types (docs/architecture.md).
 
-use std::net::IpAddr;
+use std::{collections::HashMap, net::IpAddr, sync::Mutex};
 
 use crate::{
     error::{Error, Result},
@@ -29,6 +29,63 @@ pub fn client_key(ip: IpAddr) -> String {
                 format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
             }
         },
+    }
+}
+
+/// Most refusals a process remembers; beyond, expired ones are dropped, and if none has
+/// expired the newest is not remembered (the database still decides).
+const MAX_REMEMBERED: usize = 100_000;
+
+/// How long a refusal is trusted before one attempt asks the database again, seconds. Short:
+/// the count that refused may include attempts still in flight, which are forgotten if they
+/// turn out not to be failures.
+const RECHECK_SECS: i64 = 5;
+
+/// Clients this process refused for the per-client limit. Their attempts are refused without
+/// a database query (with the `Retry-After` the database gave); every [`RECHECK_SECS`] one
+/// attempt goes to the database instead, and if it is admitted the client is forgotten. A
+/// flood from one client over its limit thus costs the database one query per few seconds, and
+/// legitimate logins do not queue behind it.
+#[derive(Debug, Default)]
+pub struct RefusedClients(Mutex<HashMap<String, Refusal>>);
+
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
+    /// Until when (Unix seconds) attempts are refused without asking the database.
+    trusted_until: i64,
+    /// What the database said: when the client may try again.
+    retry_at: i64,
+}
+
+impl RefusedClients {
+    /// When the client may retry, if it is to be refused without a query; `None` lets the
+    /// attempt ask the database (and makes the others wait for its answer by trusting the
+    /// refusal for another [`RECHECK_SECS`]).
+    fn retry_at(&self, client: &str, now: i64) -> Option<i64> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let r = map.get_mut(client).filter(|r| r.retry_at > now)?;
+        if r.trusted_until > now {
+            return Some(r.retry_at);
+        }
+        r.trusted_until = now + RECHECK_SECS;
+        None
+    }
+
+    fn remember(&self, client: &str, retry_at: i64, now: i64) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_REMEMBERED {
+            map.retain(|_, r| r.retry_at > now);
+        }
+        if map.len() < MAX_REMEMBERED {
+            map.insert(client.to_string(), Refusal { trusted_until: now + RECHECK_SECS, retry_at });
+        }
+    }
+
+    fn admitted(&self, client: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !map.is_empty() {
+            map.remove(client);
+        }
     }
 }
 
@@ -82,7 +139,9 @@ async fn check_login(
     }
     let by_client = state.store.failures(LOGIN, FailuresOf::Client(client), since, up_to).await?;
     if reached(by_client, own, cfg.max_failures_per_ip) {
-        return Err(throttled("TooManyRequests", message, by_client.oldest.unwrap_or(now) + window, now));
+        let until = by_client.oldest.unwrap_or(now) + window;
+        state.refused_clients.remember(client, until, now);
+        return Err(throttled("TooManyRequests", message, until, now));
     }
     let by_email = state.store.failures(LOGIN, FailuresOf::Subject(email), now - HOUR, up_to).await?;
     if reached(by_email, own, cfg.email_delay_after) {
@@ -103,7 +162,12 @@ async fn check_login(
 /// (Unix seconds), recording it as a failure until it succeeds. Errors: `Throttled` when a
 /// limit is reached (per email and client, per client, or the per-email wait).
 pub async fn begin_login(state: &AppState, email: &str, client: &str, now: i64) -> Result<Reservation> {
+    if let Some(until) = state.refused_clients.retry_at(client, now) {
+        let message = "too many failed login attempts; try again later";
+        return Err(throttled("TooManyRequests", message, until, now));
+    }
     check_login(state, email, client, now, i64::MAX, 0).await?;
+    state.refused_clients.admitted(client);
     let id = state.store.reserve_failure(LOGIN, email, client, now).await?;
     // Parallel attempts all reserved before any was checked: only those within the limit in
     // reservation order go ahead.
