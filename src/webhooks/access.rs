@@ -59,8 +59,16 @@ pub async fn webhook_access(state: &AppState, auth: &Principal, webhook_id: &str
         WebhookLevel::Enterprise { enterprise_id } => {
             enterprise_access(state, auth, enterprise_id).await.map_err(hide)?;
         }
-        WebhookLevel::Block { .. } if auth.token.admin || w.user_id == auth.user.id => {
+        WebhookLevel::Block { enterprise_id, .. } if auth.token.admin || w.user_id == auth.user.id => {
             auth.require(state.policy(), Action::ManageBlockWebhooks)?;
+            // A service admin managing another user's block webhook stays inside its
+            // `permittedEnterprises` (issue 9 §5).
+            let outside = |permitted: &Vec<String>| {
+                enterprise_id.as_ref().is_none_or(|e| !permitted.iter().any(|p| p == e))
+            };
+            if w.user_id != auth.user.id && auth.token.permitted_enterprises.as_ref().is_some_and(outside) {
+                return Err(Error::not_found("WebhookNotFound"));
+            }
         }
         WebhookLevel::Block { .. } => return Err(Error::not_found("WebhookNotFound")),
     }

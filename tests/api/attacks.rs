@@ -412,6 +412,17 @@ async fn service_admin_tokens_are_bound_by_their_scopes_and_permitted_lists() {
     assert_error(res, 403, "InsufficientScope").await;
     let res = app.rotate_secret(&profile_only, &e1).await;
     assert_error(res, 403, "InsufficientScope").await;
+
+    // Another user's block webhook, bound to E2, is outside the narrowed token's reach.
+    let bob = app.create_user("bob@example.com").await;
+    app.state.store.upsert_membership(&e2, &bob.id, false).await.expect("member");
+    let bob_session = app.login(&bob).await;
+    let hook = json!({ "type": "block", "url": "https://example.com/b" });
+    let b = expect_json(app.post_auth("/api/v2/tbtc/webhooks", &bob_session, &hook).await, 200).await;
+    let unblock = format!("/api/v2/webhook/{}/unblock", b["id"].as_str().unwrap());
+    let res = app.post_auth(&unblock, &narrowed, &json!({})).await;
+    assert_error(res, 404, "WebhookNotFound").await;
+    assert_eq!(app.post_auth(&unblock, &session, &json!({})).await.status(), 200, "an unnarrowed admin may");
 }
 
 #[tokio::test]
