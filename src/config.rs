@@ -67,6 +67,9 @@ pub struct LoginConfig {
     pub max_hashes_per_client: usize,
     /// Lifetime of a login session token, seconds (`expires_in` of §2.2).
     pub session_ttl: u64,
+    /// The longest an extensible session may be extended to, seconds from its creation
+    /// (`POST /api/v2/user/extendtoken`).
+    pub session_max_ttl: u64,
 }
 
 impl Default for LoginConfig {
@@ -86,6 +89,7 @@ impl Default for LoginConfig {
             hash_wait_ms: 2000,
             max_hashes_per_client: 2,
             session_ttl: 3600,
+            session_max_ttl: 86_400,
         }
     }
 }

@@ -24,9 +24,14 @@ impl PageRequest {
     /// Checks `limit` (1..=[`MAX_LIMIT`], default [`DEFAULT_LIMIT`]) and `prevId` (32 hex).
     /// Errors: `InvalidField` naming `limit` or `prevId`.
     pub fn new(limit: Option<u32>, prev_id: Option<String>) -> Result<Self> {
-        let limit = limit.unwrap_or(DEFAULT_LIMIT);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(Error::invalid_field("limit", format!("must be from 1 to {MAX_LIMIT}")));
+        Self::bounded(limit, prev_id, DEFAULT_LIMIT, MAX_LIMIT)
+    }
+
+    /// [`PageRequest::new`] with a list's own default and largest `limit`.
+    pub fn bounded(limit: Option<u32>, prev_id: Option<String>, default: u32, max: u32) -> Result<Self> {
+        let limit = limit.unwrap_or(default);
+        if !(1..=max).contains(&limit) {
+            return Err(Error::invalid_field("limit", format!("must be from 1 to {max}")));
         }
         if prev_id.as_deref().is_some_and(|p| !crate::types::is_id(p)) {
             return Err(Error::invalid_field("prevId", "must be a 32-hex id"));

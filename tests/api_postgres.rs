@@ -28,6 +28,8 @@ mod procs;
 mod receiver;
 #[path = "api/scaleout.rs"]
 mod scaleout;
+#[path = "api/sessions.rs"]
+mod sessions;
 #[path = "api/tokens.rs"]
 mod tokens;
 #[path = "api/wallets.rs"]

@@ -23,7 +23,7 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use self::handlers::{events, identity, wallets, webhook_admin, webhooks};
+use self::handlers::{events, identity, sessions, wallets, webhook_admin, webhooks};
 use crate::{error::Error, AppState};
 
 pub mod auth;
@@ -105,7 +105,15 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(crate::metrics::render))
         .routes(routes!(openapi_document))
         .routes(routes!(identity::login))
-        .routes(routes!(identity::create_access_token))
+        .routes(routes!(identity::create_access_token, sessions::list_tokens))
+        .routes(routes!(sessions::revoke_token))
+        .routes(routes!(sessions::session))
+        .routes(routes!(sessions::unlock))
+        .routes(routes!(sessions::lock))
+        .routes(routes!(sessions::extend_token))
+        .routes(routes!(sessions::logout, sessions::logout_post))
+        .routes(routes!(sessions::create_template, sessions::list_templates))
+        .routes(routes!(sessions::get_template, sessions::delete_template))
         .routes(routes!(identity::me))
         .routes(routes!(wallets::lookup))
         .routes(routes!(wallets::set_balance))

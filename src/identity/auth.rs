@@ -103,5 +103,12 @@ pub async fn authenticate(
         .await?
         .filter(|u| u.is_active)
         .ok_or_else(|| unauthenticated("InvalidToken", "the token's user is not active"))?;
+    let now = ids::now();
+    if token.last_used_at.is_none_or(|t| t <= now - crate::store::TOUCH_EVERY_SECS) {
+        // At most one write a minute per token; a failure only leaves lastUsedAt older.
+        if let Err(e) = state.store.touch_token(&token.id, now).await {
+            tracing::warn!(error = %e, "recording a token's last use failed");
+        }
+    }
     Ok(Principal { token, user, client_ip })
 }

@@ -5,6 +5,7 @@ pub mod login;
 pub mod password;
 pub mod rate_limit;
 pub mod scopes;
+pub mod sessions;
 pub mod throttle;
 pub mod tokens;
 pub mod totp;

@@ -81,6 +81,9 @@ pub enum Action<'a> {
     ViewProfile,
     /// Create another access token.
     CreateAccessToken,
+    /// List or revoke the user's own tokens: `user_manage` (`all` in test), never a 2FA-reset
+    /// token (issue 10 §2).
+    ManageOwnTokens,
     /// Create, list, remove or simulate the user's own block webhooks: `wallet_manage_all` or
     /// `wallet_manage_enterprise` (`all` in test), never a 2FA-reset token (docs/decisions.md).
     ManageBlockWebhooks,
@@ -137,6 +140,16 @@ impl Policy {
                 deny("a session that is not limited to 2FA reset")
             }
             Action::CreateAccessToken => Ok(()),
+            Action::ManageOwnTokens if token.kind == TokenKind::Reset2fa => {
+                deny("a session that is not limited to 2FA reset")
+            }
+            Action::ManageOwnTokens => {
+                if self.has_all(token) || self.has(token, "user_manage") {
+                    Ok(())
+                } else {
+                    deny("user_manage")
+                }
+            }
             Action::ManageBlockWebhooks => {
                 if self.has_all(token)
                     || self.has(token, "wallet_manage_all")
@@ -299,6 +312,8 @@ mod tests {
             permitted_enterprises: None,
             origin: "test".into(),
             parent_id: None,
+            last_used_at: None,
+            unlock: None,
         }
     }
 

@@ -355,6 +355,8 @@ pub fn new_token_record(
         permitted_enterprises: None,
         origin: state.config.environment.as_str().into(),
         parent_id: None,
+        last_used_at: None,
+        unlock: None,
     }
 }
 

@@ -73,6 +73,28 @@ pub struct TokenRecord {
     pub permitted_enterprises: Option<Vec<String>>,
     pub origin: String,
     pub parent_id: Option<String>,
+    /// Unix seconds; written at most once a minute ([`TOUCH_EVERY_SECS`]).
+    pub last_used_at: Option<i64>,
+    /// The session's unlock, when it has one (it may have expired).
+    pub unlock: Option<Unlock>,
+}
+
+/// How stale `lastUsedAt` may get before a request writes it again, seconds: the hot path
+/// gains at most one write a minute per token (issue 10 §2).
+pub const TOUCH_EVERY_SECS: i64 = 60;
+
+/// An unlock of a session (issue 10 §3), Unix seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unlock {
+    pub time: i64,
+    pub expires: i64,
+}
+
+/// Which way a token list runs, by creation time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortOrder {
+    Ascending,
+    Descending,
 }
 
 /// An access token template (issue 2 §5): default field values for token creation.
@@ -96,6 +118,29 @@ pub trait TokenStore: Send + Sync {
     /// Fails with [`super::StoreError::Conflict`] when the id is taken.
     async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()>;
     async fn template_by_id(&self, id: &str) -> StoreResult<Option<TokenTemplate>>;
+    /// Templates with ids after `after_id`, by id, at most `limit`.
+    async fn list_templates(&self, after_id: Option<&str>, limit: u32) -> StoreResult<Vec<TokenTemplate>>;
+    /// Removes a template; false when there was none.
+    async fn delete_template(&self, id: &str) -> StoreResult<bool>;
+    /// `user_id`'s tokens neither revoked nor expired at `now`, by creation time (then id) in
+    /// `order`, after the token `after_id` (when given), at most `limit`.
+    async fn list_tokens(
+        &self,
+        user_id: &str,
+        now: i64,
+        after_id: Option<&str>,
+        order: SortOrder,
+        limit: u32,
+    ) -> StoreResult<Vec<TokenRecord>>;
+    /// Revokes a token at `now`: `revoked_at` set and `expires_at` brought to `now` at the
+    /// latest (BitGo's revocation). False when it was already revoked or does not exist.
+    async fn revoke_token(&self, id: &str, now: i64) -> StoreResult<bool>;
+    /// Writes `last_used_at = now` unless it is less than [`TOUCH_EVERY_SECS`] old.
+    async fn touch_token(&self, id: &str, now: i64) -> StoreResult<()>;
+    /// Sets or clears a token's unlock.
+    async fn set_unlock(&self, id: &str, unlock: Option<Unlock>) -> StoreResult<()>;
+    /// Sets a token's expiry (extension).
+    async fn set_token_expiry(&self, id: &str, expires_at: i64) -> StoreResult<()>;
 }
 
 #[derive(FromRow)]
@@ -119,6 +164,9 @@ struct TokenRow {
     permitted_enterprises: Option<String>,
     origin: String,
     parent_id: Option<String>,
+    last_used_at: Option<i64>,
+    unlock_time: Option<i64>,
+    unlock_expires: Option<i64>,
 }
 
 impl TokenRow {
@@ -158,6 +206,11 @@ impl TokenRow {
             permitted_enterprises: json_list_opt(self.permitted_enterprises)?,
             origin: self.origin,
             parent_id: self.parent_id,
+            last_used_at: self.last_used_at,
+            unlock: match (self.unlock_time, self.unlock_expires) {
+                (Some(time), Some(expires)) => Some(Unlock { time, expires }),
+                _ => None,
+            },
         })
     }
 }
@@ -169,9 +222,14 @@ struct TemplateRow {
     created_at: i64,
 }
 
+/// The columns a token is inserted with.
 const TOKEN_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
     permitted_enterprises, origin, parent_id";
+/// The columns a token is read with: those it is inserted with and those written later.
+const TOKEN_READ_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
+    revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
+    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires";
 
 #[async_trait]
 impl<DB> TokenStore for SqlStore<DB>
@@ -224,13 +282,13 @@ where
     }
 
     async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>> {
-        let sql = format!("SELECT {TOKEN_COLUMNS} FROM access_tokens WHERE id = $1");
+        let sql = format!("SELECT {TOKEN_READ_COLUMNS} FROM access_tokens WHERE id = $1");
         let row: Option<TokenRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
         row.map(TokenRow::into_record).transpose()
     }
 
     async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>> {
-        let sql = format!("SELECT {TOKEN_COLUMNS} FROM access_tokens WHERE token_hash = $1");
+        let sql = format!("SELECT {TOKEN_READ_COLUMNS} FROM access_tokens WHERE token_hash = $1");
         let row: Option<TokenRow> = sqlx::query_as(&sql).bind(token_hash).fetch_optional(&self.pool).await?;
         row.map(TokenRow::into_record).transpose()
     }
@@ -254,5 +312,102 @@ where
                 .await?;
         row.map(|r| Ok(TokenTemplate { id: r.id, fields: json_value(&r.fields)?, created_at: r.created_at }))
             .transpose()
+    }
+
+    async fn list_templates(&self, after_id: Option<&str>, limit: u32) -> StoreResult<Vec<TokenTemplate>> {
+        let rows: Vec<TemplateRow> = sqlx::query_as(
+            "SELECT id, fields, created_at FROM token_templates WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after_id.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| Ok(TokenTemplate { id: r.id, fields: json_value(&r.fields)?, created_at: r.created_at }))
+            .collect()
+    }
+
+    async fn delete_template(&self, id: &str) -> StoreResult<bool> {
+        let r = sqlx::query("DELETE FROM token_templates WHERE id = $1").bind(id).execute(&self.pool).await?;
+        Ok(DB::rows_affected(&r) > 0)
+    }
+
+    async fn list_tokens(
+        &self,
+        user_id: &str,
+        now: i64,
+        after_id: Option<&str>,
+        order: SortOrder,
+        limit: u32,
+    ) -> StoreResult<Vec<TokenRecord>> {
+        let (cmp, dir) = match order {
+            SortOrder::Ascending => (">", "ASC"),
+            SortOrder::Descending => ("<", "DESC"),
+        };
+        // The cursor is the previous page's last token: rows after its (created_at, id).
+        let cursor = match after_id {
+            Some(_) => format!(
+                "AND (created_at, id) {cmp} (SELECT created_at, id FROM access_tokens \
+                 WHERE id = $4 AND user_id = $1)"
+            ),
+            None => "AND $4 = $4".to_string(),
+        };
+        let sql = format!(
+            "SELECT {TOKEN_READ_COLUMNS} FROM access_tokens WHERE user_id = $1 AND revoked_at IS NULL \
+             AND expires_at > $2 {cursor} ORDER BY created_at {dir}, id {dir} LIMIT $3"
+        );
+        let rows: Vec<TokenRow> = sqlx::query_as(&sql)
+            .bind(user_id)
+            .bind(now)
+            .bind(i64::from(limit))
+            .bind(after_id.unwrap_or(""))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(TokenRow::into_record).collect()
+    }
+
+    async fn revoke_token(&self, id: &str, now: i64) -> StoreResult<bool> {
+        let r = sqlx::query(
+            "UPDATE access_tokens SET revoked_at = $1, \
+             expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END \
+             WHERE id = $2 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(DB::rows_affected(&r) > 0)
+    }
+
+    async fn touch_token(&self, id: &str, now: i64) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE access_tokens SET last_used_at = $1 WHERE id = $2 \
+             AND (last_used_at IS NULL OR last_used_at <= $3)",
+        )
+        .bind(now)
+        .bind(id)
+        .bind(now - TOUCH_EVERY_SECS)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn set_unlock(&self, id: &str, unlock: Option<Unlock>) -> StoreResult<()> {
+        sqlx::query("UPDATE access_tokens SET unlock_time = $1, unlock_expires = $2 WHERE id = $3")
+            .bind(unlock.map(|u| u.time))
+            .bind(unlock.map(|u| u.expires))
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_token_expiry(&self, id: &str, expires_at: i64) -> StoreResult<()> {
+        sqlx::query("UPDATE access_tokens SET expires_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+            .bind(expires_at)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 }

@@ -14,6 +14,7 @@ mod events;
 mod identity;
 mod procs;
 mod receiver;
+mod sessions;
 mod tokens;
 mod wallets;
 mod webhooks;

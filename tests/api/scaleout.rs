@@ -69,3 +69,35 @@ async fn killing_one_of_two_processes_loses_nothing() {
     a.stop();
     assert_eq!(distinct(&rx.received()), TOTAL, "every notification arrives (killed after {at_kill})");
 }
+
+/// A token revoked through one process is refused by the other on its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_on_one_process_is_refused_by_the_other() {
+    let cluster = Cluster::new(&[]).await;
+    let (a, b) = (cluster.start_role("api").await, cluster.start_role("api").await);
+    let session = cluster.login(&a.base).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let created: serde_json::Value = client
+        .post(format!("{}/api/v2/user/accesstoken", a.base))
+        .bearer_auth(&session)
+        .json(&serde_json::json!({ "label": "x", "otp": "000000", "scope": ["profile"] }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (id, secret) = (created["id"].as_str().unwrap(), created["token"].as_str().unwrap());
+    let me = |base: &str| client.get(format!("{base}/api/v2/user/me")).bearer_auth(secret).send();
+    assert_eq!(me(&b.base).await.unwrap().status(), 200);
+    let res = client
+        .delete(format!("{}/api/v2/user/accesstoken/{id}", a.base))
+        .bearer_auth(&session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(me(&b.base).await.unwrap().status(), 401, "refused on the other process at once");
+    a.stop();
+    b.stop();
+}

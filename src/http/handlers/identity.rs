@@ -121,8 +121,9 @@ pub async fn login(
 #[serde(rename_all = "camelCase")]
 pub struct AccessTokenResponse {
     pub id: String,
-    /// The secret token value; returned only in this response.
-    pub token: String,
+    /// The secret token value; only in the response that creates the token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
     pub label: String,
     pub scope: Vec<String>,
     /// Address of the client that requested the token.
@@ -148,11 +149,30 @@ pub struct AccessTokenResponse {
     pub permitted_wallets: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub permitted_enterprises: Option<Vec<String>>,
+    /// ISO 8601; updated at most once a minute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<String>,
+}
+
+/// `unlock` of §2.4: the token's spending limits, and `time` / `expires` while it is unlocked.
+pub(crate) fn unlock_view(t: &TokenRecord, now: i64) -> Option<Value> {
+    let mut unlock = serde_json::Map::new();
+    if let Some(limits) = &t.spending_limits {
+        unlock.insert("spendingLimits".into(), limits.clone());
+    }
+    if let Some(u) = t.unlock.filter(|u| u.expires > now) {
+        unlock.insert("time".into(), json!(ids::iso(u.time)));
+        unlock.insert("expires".into(), json!(ids::iso(u.expires)));
+    }
+    (!unlock.is_empty()).then_some(Value::Object(unlock))
 }
 
 impl AccessTokenResponse {
-    fn new(value: String, t: TokenRecord) -> Self {
+    /// The §2.4 view of `t`; `value` is the secret, given only when the token is created.
+    pub fn new(value: Option<String>, t: TokenRecord) -> Self {
         AccessTokenResponse {
+            unlock: unlock_view(&t, ids::now()),
+            last_used_at: t.last_used_at.map(ids::iso),
             token: value,
             label: t.label.unwrap_or_default(),
             scope: t.scopes.iter().map(|g| g.to_scope_string()).collect(),
@@ -163,7 +183,6 @@ impl AccessTokenResponse {
             enterprise: t.enterprise,
             user: t.user_id,
             is_extensible: t.is_extensible,
-            unlock: t.spending_limits.map(|l| json!({ "spendingLimits": l })),
             origin: t.origin,
             service_admin_permissions: t.admin.then(|| vec![SERVICE_ADMIN_PERMISSION.to_string()]),
             permitted_wallets: t.permitted_wallets,
@@ -194,7 +213,7 @@ pub async fn create_access_token(
 ) -> ApiResult<Json<AccessTokenResponse>> {
     let body = json_value(req, &state).await?;
     let created = identity::tokens::create_access_token(&state, &auth, body).await?;
-    Ok(Json(AccessTokenResponse::new(created.value, created.record)))
+    Ok(Json(AccessTokenResponse::new(Some(created.value), created.record)))
 }
 
 /// The user record of spec §2.3 (required fields and the optional ones the service knows).

@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod identity;
+pub mod sessions;
 pub mod wallets;
 pub mod webhook_admin;
 pub mod webhooks;

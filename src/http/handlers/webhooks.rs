@@ -164,7 +164,7 @@ pub struct Paging {
 }
 
 impl Paging {
-    fn checked(self) -> crate::error::Result<PageRequest> {
+    pub fn checked(self) -> crate::error::Result<PageRequest> {
         PageRequest::new(self.limit, self.prev_id.map(AnyId::into_string))
     }
 }

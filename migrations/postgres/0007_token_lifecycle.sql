@@ -1,0 +1,6 @@
+-- Issue 10: when a token was last used (written at most once a minute), and the unlock of a
+-- session (Unix seconds).
+ALTER TABLE access_tokens ADD COLUMN last_used_at BIGINT;
+ALTER TABLE access_tokens ADD COLUMN unlock_time BIGINT;
+ALTER TABLE access_tokens ADD COLUMN unlock_expires BIGINT;
+CREATE INDEX access_tokens_user_created ON access_tokens(user_id, created_at, id);

@@ -1,0 +1,329 @@
+//! Token and session lifecycle routes (issue 10 §2, §3; BitGo's paths): list and revoke the
+//! caller's tokens, the calling session's view, unlock, lock, extension and logout, and token
+//! templates. Each handler calls one function of `crate::identity::sessions`.
+
+use axum::{extract::State, Json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::identity::{unlock_view, AccessTokenResponse};
+use crate::{
+    http::{
+        auth::Auth,
+        error::ApiResult,
+        extract::{ApiJson, ApiPath, ApiQuery},
+        ErrorResponse,
+    },
+    identity::sessions::{self, templates, DEFAULT_TOKEN_LIMIT, MAX_TOKEN_LIMIT},
+    ids,
+    paging::PageRequest,
+    store::{SortOrder, TokenRecord, TokenTemplate},
+    types::{AnyId, TokenId},
+    AppState,
+};
+
+/// `sort` of a token list: by creation time.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+pub enum Sort {
+    #[serde(rename = "ASC")]
+    Asc,
+    #[serde(rename = "DESC")]
+    Desc,
+}
+
+/// Paging of the token list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct TokenPaging {
+    /// 1 to 200; 25 when absent.
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<u32>,
+    /// The last token id of the previous page (`nextBatchPrevId`).
+    pub prev_id: Option<AnyId>,
+    /// `ASC` (default) or `DESC` by creation time.
+    pub sort: Option<Sort>,
+}
+
+/// `{accessTokens, nextBatchPrevId}`: tokens without their secrets.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenList {
+    pub access_tokens: Vec<AccessTokenResponse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_batch_prev_id: Option<String>,
+}
+
+/// Lists the caller's tokens that are neither revoked nor expired. Needs `user_manage`.
+#[utoipa::path(get, path = "/api/v2/user/accesstoken", tag = "identity",
+    security(("bearer" = [])), params(TokenPaging),
+    responses((status = 200, body = TokenList),
+        (status = 400, description = "A bad query value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "The token lacks user_manage", body = ErrorResponse),))]
+pub async fn list_tokens(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiQuery(q): ApiQuery<TokenPaging>,
+) -> ApiResult<Json<TokenList>> {
+    let prev = q.prev_id.map(AnyId::into_string);
+    let page = PageRequest::bounded(q.limit, prev, DEFAULT_TOKEN_LIMIT, MAX_TOKEN_LIMIT)?;
+    let order = match q.sort {
+        Some(Sort::Desc) => SortOrder::Descending,
+        _ => SortOrder::Ascending,
+    };
+    let page = sessions::list_tokens(&state, &auth, &page, order).await?;
+    Ok(Json(TokenList {
+        access_tokens: page.items.into_iter().map(|t| AccessTokenResponse::new(None, t)).collect(),
+        next_batch_prev_id: page.next_batch_prev_id,
+    }))
+}
+
+/// Revokes one of the caller's tokens: it is refused from the next request on, on every
+/// process. Returns the token with `expires` now. Needs `user_manage`.
+#[utoipa::path(delete, path = "/api/v2/user/accesstoken/{id}", tag = "identity",
+    security(("bearer" = [])), params(("id" = TokenId, Path)),
+    responses((status = 200, description = "The revoked token (§2.4, no secret)", body = AccessTokenResponse),
+        (status = 400, description = "A bad path value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "The token lacks user_manage", body = ErrorResponse),
+        (status = 404, description = "No such token of this user (TokenNotFound)", body = ErrorResponse),))]
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(id): ApiPath<TokenId>,
+) -> ApiResult<Json<AccessTokenResponse>> {
+    let t = sessions::revoke_token(&state, &auth, id.as_str()).await?;
+    Ok(Json(AccessTokenResponse::new(None, t)))
+}
+
+/// The calling token's session.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    /// The token's id.
+    pub id: String,
+    /// Address of the client that created the token.
+    pub ip: String,
+    pub user: String,
+    pub scope: Vec<String>,
+    /// ISO 8601.
+    pub created: String,
+    /// ISO 8601.
+    pub expires: String,
+    pub origin: String,
+    pub is_extensible: bool,
+    /// `{time, expires}` (ISO 8601) while unlocked, and the token's `spendingLimits`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub unlock: Option<Value>,
+}
+
+/// `{session}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionResponse {
+    pub session: SessionView,
+}
+
+impl SessionResponse {
+    fn new(t: TokenRecord) -> Json<Self> {
+        Json(SessionResponse {
+            session: SessionView {
+                unlock: unlock_view(&t, ids::now()),
+                id: t.id,
+                ip: t.ip.unwrap_or_default(),
+                user: t.user_id,
+                scope: t.scopes.iter().map(|g| g.to_scope_string()).collect(),
+                created: ids::iso(t.created_at),
+                expires: ids::iso(t.expires_at),
+                origin: t.origin,
+                is_extensible: t.is_extensible,
+            },
+        })
+    }
+}
+
+/// The calling token's session.
+#[utoipa::path(get, path = "/api/v2/user/session", tag = "identity", security(("bearer" = [])),
+    responses((status = 200, body = SessionResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),))]
+pub async fn session(Auth(auth): Auth) -> Json<SessionResponse> {
+    SessionResponse::new(auth.token)
+}
+
+/// Body of an unlock.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct UnlockRequest {
+    /// Six digits (RFC 6238); counts toward the OTP failure limit.
+    #[schema(pattern = "^[0-9]{6}$")]
+    pub otp: String,
+    /// Seconds, 1 to 3600; 600 when absent.
+    #[schema(minimum = 1, maximum = 3600)]
+    pub duration: Option<u64>,
+}
+
+/// Unlocks the calling session for `duration` seconds after an OTP check.
+#[utoipa::path(post, path = "/api/v2/user/unlock", tag = "identity", security(("bearer" = [])),
+    request_body = UnlockRequest,
+    responses((status = 200, body = SessionResponse),
+        (status = 400, description = "A bad field; context.field names it", body = ErrorResponse),
+        (status = 401, description = "Not authenticated, or a wrong OTP (InvalidOtp)", body = ErrorResponse),
+        (status = 403, description = "A 2FA-reset token", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+pub async fn unlock(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiJson(req): ApiJson<UnlockRequest>,
+) -> ApiResult<Json<SessionResponse>> {
+    Ok(SessionResponse::new(sessions::unlock(&state, &auth, &req.otp, req.duration).await?))
+}
+
+/// Ends the calling session's unlock.
+#[utoipa::path(post, path = "/api/v2/user/lock", tag = "identity", security(("bearer" = [])),
+    responses((status = 200, body = SessionResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),))]
+pub async fn lock(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<SessionResponse>> {
+    Ok(SessionResponse::new(sessions::lock(&state, &auth).await?))
+}
+
+/// Body of an extension.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct ExtendRequest {
+    /// Seconds from now; capped at `login.session_max_ttl` after the token's creation.
+    #[schema(minimum = 1)]
+    pub duration: u64,
+}
+
+/// Extends the calling token, when it was created extensible (login with `extensible: true`).
+#[utoipa::path(post, path = "/api/v2/user/extendtoken", tag = "identity", security(("bearer" = [])),
+    request_body = ExtendRequest,
+    responses((status = 200, description = "The token (§2.4, no secret)", body = AccessTokenResponse),
+        (status = 400, description = "Not extensible (TokenNotExtensible), or a bad duration", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+pub async fn extend_token(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiJson(req): ApiJson<ExtendRequest>,
+) -> ApiResult<Json<AccessTokenResponse>> {
+    Ok(Json(AccessTokenResponse::new(None, sessions::extend(&state, &auth, req.duration).await?)))
+}
+
+/// `{}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Empty {}
+
+/// Revokes the calling token.
+#[utoipa::path(get, path = "/api/v2/user/logout", tag = "identity", security(("bearer" = [])),
+    responses((status = 200, body = Empty),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),))]
+pub async fn logout(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<Empty>> {
+    sessions::logout(&state, &auth).await?;
+    Ok(Json(Empty {}))
+}
+
+/// Revokes the calling token (the POST form).
+#[utoipa::path(post, path = "/api/v2/user/logout", tag = "identity", security(("bearer" = [])),
+    responses((status = 200, body = Empty),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),))]
+pub async fn logout_post(state: State<AppState>, auth: Auth) -> ApiResult<Json<Empty>> {
+    logout(state, auth).await
+}
+
+/// An access token template.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TemplateResponse {
+    pub id: String,
+    /// ISO 8601.
+    pub created: String,
+    /// The §4.3 request fields it supplies.
+    #[schema(value_type = Object)]
+    pub fields: Value,
+}
+
+impl From<TokenTemplate> for TemplateResponse {
+    fn from(t: TokenTemplate) -> Self {
+        TemplateResponse { id: t.id, created: ids::iso(t.created_at), fields: t.fields }
+    }
+}
+
+/// `{templates, nextBatchPrevId}`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateList {
+    pub templates: Vec<TemplateResponse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_batch_prev_id: Option<String>,
+}
+
+/// Creates a token template from §4.3 fields (`scope`, `label`, `duration`, `ipRestrict`,
+/// `enterprise`, `spendingLimits`, `permittedEnterprises`, `permittedWallets`). Service admins.
+#[utoipa::path(post, path = "/api/v2/user/accesstokentemplate", tag = "identity",
+    security(("bearer" = [])), request_body(content = Object, description = "Template fields"),
+    responses((status = 200, body = TemplateResponse),
+        (status = 400, description = "A field is not allowed or invalid", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "Not a service admin", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+pub async fn create_template(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiJson(fields): ApiJson<Value>,
+) -> ApiResult<Json<TemplateResponse>> {
+    Ok(Json(templates::create(&state, &auth, fields).await?.into()))
+}
+
+/// Lists token templates by id. Service admins.
+#[utoipa::path(get, path = "/api/v2/user/accesstokentemplate", tag = "identity",
+    security(("bearer" = [])), params(super::webhooks::Paging),
+    responses((status = 200, body = TemplateList),
+        (status = 400, description = "A bad query value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "Not a service admin", body = ErrorResponse),))]
+pub async fn list_templates(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiQuery(paging): ApiQuery<super::webhooks::Paging>,
+) -> ApiResult<Json<TemplateList>> {
+    let page = templates::list(&state, &auth, &paging.checked()?).await?;
+    Ok(Json(TemplateList {
+        templates: page.items.into_iter().map(Into::into).collect(),
+        next_batch_prev_id: page.next_batch_prev_id,
+    }))
+}
+
+/// One token template. Service admins.
+#[utoipa::path(get, path = "/api/v2/user/accesstokentemplate/{id}", tag = "identity",
+    security(("bearer" = [])), params(("id" = AnyId, Path)),
+    responses((status = 200, body = TemplateResponse),
+        (status = 400, description = "A bad path value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "Not a service admin", body = ErrorResponse),
+        (status = 404, description = "TemplateNotFound", body = ErrorResponse),))]
+pub async fn get_template(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(id): ApiPath<AnyId>,
+) -> ApiResult<Json<TemplateResponse>> {
+    Ok(Json(templates::get(&state, &auth, id.as_str()).await?.into()))
+}
+
+/// Removes a token template; returns it. Service admins.
+#[utoipa::path(delete, path = "/api/v2/user/accesstokentemplate/{id}", tag = "identity",
+    security(("bearer" = [])), params(("id" = AnyId, Path)),
+    responses((status = 200, body = TemplateResponse),
+        (status = 400, description = "A bad path value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "Not a service admin", body = ErrorResponse),
+        (status = 404, description = "TemplateNotFound", body = ErrorResponse),))]
+pub async fn delete_template(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(id): ApiPath<AnyId>,
+) -> ApiResult<Json<TemplateResponse>> {
+    Ok(Json(templates::delete(&state, &auth, id.as_str()).await?.into()))
+}

@@ -1,0 +1,157 @@
+//! The lifecycle of tokens and sessions (issue 10 §2, §3): a user lists and revokes their
+//! tokens; the calling token reports its session, is unlocked with an OTP and locked again,
+//! extended when extensible, and logged out. Token templates are an operator's (service
+//! admin) tool. Paths and shapes follow BitGo's Platform API.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+use serde_json::Value;
+
+use crate::{
+    error::{Error, Result},
+    identity::{auth::Principal, login::verify_otp, scopes::Action},
+    ids,
+    paging::{Page, PageRequest},
+    store::{SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock},
+    types::OtpCode,
+    AppState,
+};
+
+/// `limit` of a token list when none is given, and its largest value.
+pub const DEFAULT_TOKEN_LIMIT: u32 = 25;
+pub const MAX_TOKEN_LIMIT: u32 = 200;
+/// Unlock duration when none is given, and its bounds, seconds (issue 10 §3).
+pub const DEFAULT_UNLOCK_SECS: u64 = 600;
+pub const MAX_UNLOCK_SECS: u64 = 3600;
+
+fn token_not_found() -> Error {
+    Error::not_found("TokenNotFound")
+}
+
+/// The caller's tokens that are neither revoked nor expired, by creation time in `order`
+/// (never their secrets: only hashes are stored). Needs `user_manage`.
+pub async fn list_tokens(
+    state: &AppState,
+    auth: &Principal,
+    page: &PageRequest,
+    order: SortOrder,
+) -> Result<Page<TokenRecord>> {
+    auth.require(state.policy(), Action::ManageOwnTokens)?;
+    let rows = state
+        .store
+        .list_tokens(&auth.user.id, ids::now(), page.prev_id.as_deref(), order, page.fetch())
+        .await?;
+    Ok(page.page(rows, |t| &t.id))
+}
+
+/// Revokes one of the caller's tokens (the calling one included) and returns it as stored
+/// after: `expires` is now. Takes effect on the next request on every process (tokens are
+/// read from the database on each request). Errors: `TokenNotFound` (no such token of this
+/// user, or already revoked), `InsufficientScope`.
+pub async fn revoke_token(state: &AppState, auth: &Principal, token_id: &str) -> Result<TokenRecord> {
+    auth.require(state.policy(), Action::ManageOwnTokens)?;
+    let token = state.store.token_by_id(token_id).await?.filter(|t| t.user_id == auth.user.id);
+    let token = token.ok_or_else(token_not_found)?;
+    if !state.store.revoke_token(&token.id, ids::now()).await? {
+        return Err(token_not_found());
+    }
+    state.store.token_by_id(&token.id).await?.ok_or_else(token_not_found)
+}
+
+/// Ends the calling token (logout). Any token may end itself.
+pub async fn logout(state: &AppState, auth: &Principal) -> Result<()> {
+    state.store.revoke_token(&auth.token.id, ids::now()).await?;
+    Ok(())
+}
+
+/// Unlocks the calling session for `duration` seconds (1..=[`MAX_UNLOCK_SECS`], default
+/// [`DEFAULT_UNLOCK_SECS`], never past the token's expiry) after checking `otp`, which counts
+/// toward the OTP failure limit. Errors: `InvalidField` (`duration`, `otp`), `InvalidOtp`,
+/// `TooManyOtpAttempts`, `InsufficientScope` for a 2FA-reset token.
+pub async fn unlock(
+    state: &AppState,
+    auth: &Principal,
+    otp: &str,
+    duration: Option<u64>,
+) -> Result<TokenRecord> {
+    auth.require(state.policy(), Action::CreateAccessToken)?;
+    let duration = duration.unwrap_or(DEFAULT_UNLOCK_SECS);
+    if !(1..=MAX_UNLOCK_SECS).contains(&duration) {
+        return Err(Error::invalid_field("duration", format!("seconds, from 1 to {MAX_UNLOCK_SECS}")));
+    }
+    let code = OtpCode::parse(otp.trim())
+        .ok_or_else(|| Error::invalid_field("otp", format!("exactly {} digits", OtpCode::DIGITS)))?;
+    if !verify_otp(state, &auth.user, &code, auth.client_ip).await? {
+        return Err(Error::LoginFailed {
+            name: "InvalidOtp",
+            message: "a valid one-time password is required".into(),
+            needs_otp: true,
+        });
+    }
+    let now = ids::now();
+    let expires = (now + i64::try_from(duration).unwrap_or(0)).min(auth.token.expires_at);
+    let unlock = Unlock { time: now, expires };
+    state.store.set_unlock(&auth.token.id, Some(unlock)).await?;
+    Ok(TokenRecord { unlock: Some(unlock), ..auth.token.clone() })
+}
+
+/// Ends the calling session's unlock, if any.
+pub async fn lock(state: &AppState, auth: &Principal) -> Result<TokenRecord> {
+    state.store.set_unlock(&auth.token.id, None).await?;
+    Ok(TokenRecord { unlock: None, ..auth.token.clone() })
+}
+
+/// Extends the calling token to `duration` seconds from now, at most `login.session_max_ttl`
+/// after its creation. Errors: `TokenNotExtensible` (400) for a token created without
+/// `extensible`, `InvalidField` for a duration that is not positive.
+pub async fn extend(state: &AppState, auth: &Principal, duration: u64) -> Result<TokenRecord> {
+    let t = &auth.token;
+    if !t.is_extensible || t.kind != TokenKind::Session {
+        return Err(Error::Invalid {
+            name: "TokenNotExtensible",
+            message: "this token was not created extensible".into(),
+            context: serde_json::json!({ "field": "isExtensible" }),
+        });
+    }
+    if duration == 0 {
+        return Err(Error::invalid_field("duration", "seconds, at least 1"));
+    }
+    let max = t.created_at.saturating_add(i64::try_from(state.config.login.session_max_ttl).unwrap_or(0));
+    let wanted = ids::now().saturating_add(i64::try_from(duration).unwrap_or(i64::MAX));
+    let expires_at = wanted.min(max).max(t.expires_at);
+    state.store.set_token_expiry(&t.id, expires_at).await?;
+    Ok(TokenRecord { expires_at, ..t.clone() })
+}
+
+/// Token templates over HTTP (issue 10 §2): service admins only, as the CLI is the operator's.
+pub mod templates {
+    use super::*;
+
+    /// Creates a template from request fields (see `identity::tokens::create_template`).
+    pub async fn create(state: &AppState, auth: &Principal, fields: Value) -> Result<TokenTemplate> {
+        auth.require(state.policy(), Action::ServiceAdmin)?;
+        crate::identity::tokens::create_template(&state.store, fields).await
+    }
+
+    /// Templates by id.
+    pub async fn list(state: &AppState, auth: &Principal, page: &PageRequest) -> Result<Page<TokenTemplate>> {
+        auth.require(state.policy(), Action::ServiceAdmin)?;
+        let rows = state.store.list_templates(page.prev_id.as_deref(), page.fetch()).await?;
+        Ok(page.page(rows, |t| &t.id))
+    }
+
+    /// One template. Errors: `TemplateNotFound`.
+    pub async fn get(state: &AppState, auth: &Principal, id: &str) -> Result<TokenTemplate> {
+        auth.require(state.policy(), Action::ServiceAdmin)?;
+        state.store.template_by_id(id).await?.ok_or_else(|| Error::not_found("TemplateNotFound"))
+    }
+
+    /// Removes a template; returns it as it was. Errors: `TemplateNotFound`.
+    pub async fn delete(state: &AppState, auth: &Principal, id: &str) -> Result<TokenTemplate> {
+        let t = get(state, auth, id).await?;
+        if !state.store.delete_template(id).await? {
+            return Err(Error::not_found("TemplateNotFound"));
+        }
+        Ok(t)
+    }
+}
