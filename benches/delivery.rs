@@ -103,7 +103,7 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
         };
         let caps =
             custodian::store::WebhookCaps { per_type: 10, block_per_user: 100, per_enterprise: u32::MAX };
-        if state.store.insert_webhook(&w, caps).await?.is_err() {
+        if state.store.insert_webhook(&w, caps, &[]).await?.is_err() {
             anyhow::bail!("webhook cap reached while setting up");
         }
     }

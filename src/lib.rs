@@ -5,6 +5,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use tokio::net::TcpListener;
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod delivery;
@@ -39,6 +40,8 @@ pub struct AppState {
     pub webhook_ops: Arc<webhooks::limits::OperationLimiter>,
     /// Clients over the per-client login limit, refused without a database query.
     pub refused_clients: Arc<identity::throttle::RefusedClients>,
+    /// Throttlings already recorded in the audit log this minute.
+    pub throttle_notes: Arc<audit::ThrottleNotes>,
     /// The per-user API rate limit (`rate_limit.*`).
     pub rate_limit: Arc<identity::rate_limit::ApiRateLimiter>,
 }
@@ -56,6 +59,7 @@ impl AppState {
             )),
             rate_limit: Arc::new(identity::rate_limit::ApiRateLimiter::new(&config.rate_limit)),
             refused_clients: Arc::default(),
+            throttle_notes: Arc::default(),
             config: Arc::new(config),
             key: Arc::new(key),
             wake: Arc::default(),

@@ -10,6 +10,8 @@ pub const BACKEND: common::Backend = common::Backend::Postgres;
 mod abuse;
 #[path = "api/attacks.rs"]
 mod attacks;
+#[path = "api/audit.rs"]
+mod audit;
 #[path = "api/cli.rs"]
 mod cli;
 #[path = "api/common.rs"]

@@ -70,6 +70,15 @@ pub enum Command {
     /// Manage access token templates.
     #[command(subcommand, name = "token-template")]
     TokenTemplate(TemplateCommand),
+    /// Check the audit log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Walk the hash chain: prints `ok N entries`, or the first broken link and exits 1.
+    Verify,
 }
 
 #[derive(Debug, Subcommand)]
@@ -375,6 +384,22 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let result = crate::webhooks::events::ingest(&state, body).await?;
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
+        }
+        Command::Audit(AuditCommand::Verify) => {
+            let store = crate::store::open(&config).await?;
+            let bar = progress_bar();
+            let verified = crate::audit::verify(&store, |n| bar.set_position(n)).await?;
+            bar.finish_and_clear();
+            match verified {
+                crate::audit::Verified::Ok(n) => {
+                    println!("ok {n} entries");
+                    Ok(())
+                }
+                crate::audit::Verified::Broken { seq, id, entries_before } => anyhow::bail!(
+                    "audit chain broken at entry {id} (position {seq}, after {entries_before} good \
+                     entries): its hash does not match its content and predecessor"
+                ),
+            }
         }
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
             let text = read_file_or_stdin(&json_file)?;

@@ -23,7 +23,7 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use self::handlers::{events, identity, sessions, wallets, webhook_admin, webhooks};
+use self::handlers::{audit, events, identity, sessions, wallets, webhook_admin, webhooks};
 use crate::{error::Error, AppState};
 
 pub mod auth;
@@ -139,6 +139,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(webhook_admin::list_attempts))
         .routes(routes!(webhook_admin::resend))
         .routes(routes!(events::ingest_event))
+        .routes(routes!(audit::list))
         .split_for_parts()
 }
 

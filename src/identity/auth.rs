@@ -45,6 +45,8 @@ pub struct Principal {
     pub user: User,
     /// The client address the request came from.
     pub client_ip: IpAddr,
+    /// The request's id (`request-id`), for the audit log.
+    pub request_id: Option<String>,
 }
 
 impl Principal {
@@ -110,5 +112,5 @@ pub async fn authenticate(
             tracing::warn!(error = %e, "recording a token's last use failed");
         }
     }
-    Ok(Principal { token, user, client_ip })
+    Ok(Principal { token, user, client_ip, request_id: None })
 }

@@ -13,10 +13,13 @@ use super::{
     tokens::new_token_record,
     totp::{self, OtpCheck},
 };
+use serde_json::json;
+
 use crate::{
+    audit::{self, EntryExt},
     error::{Error, Result},
     ids,
-    store::{Membership, TokenKind, TokenRecord, User},
+    store::{AuditEntry, Membership, TokenKind, TokenRecord, User},
     types::{Email, OtpCode},
     AppState,
 };
@@ -75,7 +78,16 @@ fn parse_credentials(req: &Credentials) -> Result<(Email, Option<OtpCode>)> {
 /// replayed; `Throttled` (`TooManyOtpAttempts`) after too many wrong codes.
 pub async fn verify_otp(state: &AppState, user: &User, code: &OtpCode, ip: IpAddr) -> Result<bool> {
     let now = ids::now();
-    let attempt = throttle::begin_otp(state, &user.id, &throttle::client_key(ip), now).await?;
+    let attempt = match throttle::begin_otp(state, &user.id, &throttle::client_key(ip), now).await {
+        Ok(a) => a,
+        Err(e) => {
+            if state.throttle_notes.first_in_minute(&format!("otp:{}", user.id), now) {
+                let entry = audit::entry("otp.throttled").data(json!({})).ip_and_user(ip, &user.id);
+                audit::record(state, &[entry]).await;
+            }
+            return Err(e);
+        }
+    };
     let ok = match totp::check(&state.key, state.config.environment, user, code, now)? {
         OtpCheck::Invalid => false,
         OtpCheck::Valid(None) => true,
@@ -83,8 +95,18 @@ pub async fn verify_otp(state: &AppState, user: &User, code: &OtpCode, ip: IpAdd
     };
     if ok {
         attempt.forget(state).await?;
+    } else {
+        audit::record(state, &[audit::entry("otp.failed").ip_and_user(ip, &user.id)]).await;
     }
     Ok(ok)
+}
+
+/// Records a failed login of `email` (and its user, when known) for `reason`.
+async fn failed(state: &AppState, email: &str, user: Option<&User>, ip: IpAddr, reason: &str) {
+    let mut entry = audit::entry("login.failed").data(json!({ "email": email, "reason": reason }));
+    entry.ip = Some(ip.to_string());
+    entry.user_id = user.map(|u| u.id.clone());
+    audit::record(state, &[entry]).await;
 }
 
 fn login_failed(needs_otp: bool) -> Error {
@@ -113,10 +135,20 @@ pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Ses
     let client = throttle::client_key(ip);
     let now = ids::now();
     let admission = state.hashing.admit(&client)?;
-    let attempt = throttle::begin_login(state, email, &client, now).await?;
+    let attempt = match throttle::begin_login(state, email, &client, now).await {
+        Ok(a) => a,
+        Err(e) => {
+            if state.throttle_notes.first_in_minute(&format!("login:{email}:{client}"), now) {
+                let entry = audit::entry("login.throttled").data(json!({ "email": email }));
+                audit::record(state, &[AuditEntry { ip: Some(ip.to_string()), ..entry }]).await;
+            }
+            return Err(e);
+        }
+    };
 
     let user = state.store.user_by_email(email).await?.filter(|u| u.is_active);
     let phc = user.as_ref().map(|u| u.password_hash.clone());
+    let (extensible, reset) = (req.extensible, req.for_reset_2fa);
     let password_ok = match admission.verify(req.password, phc).await {
         Ok(ok) => ok,
         Err(e) => {
@@ -125,8 +157,12 @@ pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Ses
             return Err(e);
         }
     };
-    let (Some(mut user), true) = (user, password_ok) else {
-        return Err(login_failed(false));
+    let user = match (user, password_ok) {
+        (Some(user), true) => user,
+        (user, _) => {
+            failed(state, email, user.as_ref(), ip, "invalid_credentials").await;
+            return Err(login_failed(false));
+        }
     };
     let Some(otp) = otp else {
         // The usual first step of a two-step client: not counted as a failure.
@@ -134,13 +170,25 @@ pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Ses
         return Err(login_failed(true));
     };
     if !verify_otp(state, &user, &otp, ip).await? {
+        failed(state, email, Some(&user), ip, "invalid_otp").await;
         return Err(login_failed(true));
     }
     attempt.forget(state).await?;
     throttle::login_succeeded(state, email, &client, now).await?;
-    state.store.set_last_login(&user.id, now).await?;
+    state.store.set_last_login(&user.id, now, &[]).await?;
+    issue_session(state, user, ip, now, extensible, reset).await
+}
 
-    let reset = req.for_reset_2fa;
+/// The session token of a login that passed every check (`extensible`, or limited to the 2FA
+/// reset when `reset`), stored with its audit entry.
+async fn issue_session(
+    state: &AppState,
+    mut user: User,
+    ip: IpAddr,
+    now: i64,
+    extensible: bool,
+    reset: bool,
+) -> Result<Session> {
     let ttl = i64::try_from(state.config.login.session_ttl).unwrap_or(3600);
     let scopes = if reset {
         RESET_2FA_SCOPES.iter().map(|s| Grant::plain(s)).collect()
@@ -158,9 +206,13 @@ pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Ses
         now + ttl,
         ip,
     );
-    token.is_extensible = req.extensible && !reset;
+    token.is_extensible = extensible && !reset;
     token.admin = user.service_admin && !reset;
-    state.store.insert_token(&token, &[]).await?;
+    let mut entry = audit::entry("login.succeeded").data(json!({ "forReset2FA": reset }));
+    entry.user_id = Some(user.id.clone());
+    entry.ip = Some(ip.to_string());
+    entry.token_id = Some(token.id.clone());
+    state.store.insert_token(&token, &[], &[entry]).await?;
     user.last_login = Some(now);
     let memberships = state.store.memberships(&user.id).await?;
     Ok(Session { value, token, user, memberships, ttl_secs: ttl, reset_2fa: reset })

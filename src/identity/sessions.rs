@@ -5,9 +5,10 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::{
+    audit::{self, EntryExt},
     error::{Error, Result},
     identity::{auth::Principal, login::verify_otp, scopes::Action},
     ids,
@@ -52,7 +53,10 @@ pub async fn revoke_token(state: &AppState, auth: &Principal, token_id: &str) ->
     auth.require(state.policy(), Action::ManageOwnTokens)?;
     let token = state.store.token_by_id(token_id).await?.filter(|t| t.user_id == auth.user.id);
     let token = token.ok_or_else(token_not_found)?;
-    if !state.store.revoke_token(&token.id, ids::now()).await? {
+    let entry = audit::by(auth, "token.revoked")
+        .enterprise(token.enterprise.as_deref())
+        .data(json!({ "id": token.id }));
+    if !state.store.revoke_token(&token.id, ids::now(), &[entry]).await? {
         return Err(token_not_found());
     }
     state.store.token_by_id(&token.id).await?.ok_or_else(token_not_found)
@@ -60,7 +64,7 @@ pub async fn revoke_token(state: &AppState, auth: &Principal, token_id: &str) ->
 
 /// Ends the calling token (logout). Any token may end itself.
 pub async fn logout(state: &AppState, auth: &Principal) -> Result<()> {
-    state.store.revoke_token(&auth.token.id, ids::now()).await?;
+    state.store.revoke_token(&auth.token.id, ids::now(), &[audit::by(auth, "logout")]).await?;
     Ok(())
 }
 
@@ -91,13 +95,14 @@ pub async fn unlock(
     let now = ids::now();
     let expires = (now + i64::try_from(duration).unwrap_or(0)).min(auth.token.expires_at);
     let unlock = Unlock { time: now, expires };
-    state.store.set_unlock(&auth.token.id, Some(unlock)).await?;
+    let entry = audit::by(auth, "session.unlocked").data(json!({ "expires": ids::iso(expires) }));
+    state.store.set_unlock(&auth.token.id, Some(unlock), &[entry]).await?;
     Ok(TokenRecord { unlock: Some(unlock), ..auth.token.clone() })
 }
 
 /// Ends the calling session's unlock, if any.
 pub async fn lock(state: &AppState, auth: &Principal) -> Result<TokenRecord> {
-    state.store.set_unlock(&auth.token.id, None).await?;
+    state.store.set_unlock(&auth.token.id, None, &[audit::by(auth, "session.locked")]).await?;
     Ok(TokenRecord { unlock: None, ..auth.token.clone() })
 }
 
@@ -119,7 +124,8 @@ pub async fn extend(state: &AppState, auth: &Principal, duration: u64) -> Result
     let max = t.created_at.saturating_add(i64::try_from(state.config.login.session_max_ttl).unwrap_or(0));
     let wanted = ids::now().saturating_add(i64::try_from(duration).unwrap_or(i64::MAX));
     let expires_at = wanted.min(max).max(t.expires_at);
-    state.store.set_token_expiry(&t.id, expires_at).await?;
+    let entry = audit::by(auth, "token.extended").data(json!({ "expires": ids::iso(expires_at) }));
+    state.store.set_token_expiry(&t.id, expires_at, &[entry]).await?;
     Ok(TokenRecord { expires_at, ..t.clone() })
 }
 

@@ -20,7 +20,7 @@ use crate::{
     config::Environment,
     error::{parse_value, Error, Result},
     ids,
-    store::{TokenKind, TokenRecord, TokenTemplate},
+    store::{AuditEntry, TokenKind, TokenRecord, TokenTemplate},
     types::{BaseUnits, Cidr, OtpCode},
     AppState,
 };
@@ -577,7 +577,15 @@ pub async fn create_access_token(
     record.permitted_enterprises = v.permitted_enterprises;
     record.parent_id = Some(parent.id.clone());
     let notifications = crate::outbox::access_token_notifications(state, &record).await?;
-    state.store.insert_token(&record, &notifications).await?;
+    let entry = crate::audit::EntryExt::data(
+        crate::audit::by(auth, "token.created"),
+        serde_json::json!({
+            "id": record.id, "label": record.label, "admin": record.admin,
+            "scope": record.scopes.iter().map(|g| g.to_scope_string()).collect::<Vec<_>>(),
+        }),
+    );
+    let entry = AuditEntry { enterprise_id: record.enterprise.clone(), ..entry };
+    state.store.insert_token(&record, &notifications, &[entry]).await?;
     if !notifications.is_empty() {
         state.wake.notify_one();
     }

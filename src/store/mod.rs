@@ -10,6 +10,7 @@
 //! | `outbox.rs`     | [`OutboxStore`]        | notifications, leases, delivery attempts     |
 //! | `events.rs`     | [`EventStore`]         | ingested events (idempotency by event id)    |
 //! | `throttle.rs`   | [`LoginThrottleStore`] | failed logins and OTPs, login clients        |
+//! | `audit.rs`      | [`AuditStore`]         | the audit log, a hash chain                  |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::Executor;
 
+mod audit;
 mod completion;
 mod enterprises;
 mod events;
@@ -33,6 +35,7 @@ mod users;
 mod wallets;
 mod webhooks;
 
+pub use audit::{canonical_json, chain_hash, AuditEntry, AuditFilter, AuditStore, ChainedEntry, GENESIS};
 pub use enterprises::{Enterprise, EnterpriseStore, Membership};
 pub use events::EventStore;
 pub use outbox::{
@@ -78,6 +81,7 @@ pub trait Store:
     + OutboxStore
     + EventStore
     + LoginThrottleStore
+    + AuditStore
     + Send
     + Sync
     + 'static
@@ -98,7 +102,8 @@ where
         + WebhookStore
         + OutboxStore
         + EventStore
-        + LoginThrottleStore,
+        + LoginThrottleStore
+        + AuditStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

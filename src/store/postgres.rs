@@ -79,6 +79,10 @@ impl Dialect for Postgres {
     /// A transaction-scoped advisory lock: concurrent inserts would otherwise all pass the counts.
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(7421001)");
 
+    const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1 FOR UPDATE";
+
+    const JSON_TEXT_ELEMENTS_OF_10: &'static str = "SELECT json_array_elements_text(CAST($10 AS json))";
+
     fn rows_affected(r: &Self::QueryResult) -> u64 {
         r.rows_affected()
     }

@@ -42,6 +42,11 @@ pub trait Dialect: Database {
     /// Run first in a webhook insert so that its cap counts see every concurrent insert.
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str>;
 
+    /// Reads the audit chain's last hash and locks it until the transaction ends.
+    const LOCK_AUDIT_HEAD: &'static str;
+    /// The text elements of the JSON array bound as `$10`, as a subquery's rows.
+    const JSON_TEXT_ELEMENTS_OF_10: &'static str;
+
     /// Rows a statement changed.
     fn rows_affected(r: &Self::QueryResult) -> u64;
 

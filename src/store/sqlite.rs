@@ -75,6 +75,10 @@ impl Dialect for Sqlite {
     /// One writer at a time already (`BEGIN IMMEDIATE`).
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str> = None;
 
+    const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1";
+
+    const JSON_TEXT_ELEMENTS_OF_10: &'static str = "SELECT value FROM json_each($10)";
+
     fn rows_affected(r: &Self::QueryResult) -> u64 {
         r.rows_affected()
     }

@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
+use super::audit::{append_tx, AuditEntry};
 use super::outbox::{insert_notifications_tx, Notification};
 use super::sql::{
     json_list, json_list_opt, json_value, to_json, to_json_opt, unique_violation, Dialect, SqlStore,
@@ -110,8 +111,14 @@ pub struct TokenTemplate {
 /// Tokens by id and by hash, and templates.
 #[async_trait]
 pub trait TokenStore: Send + Sync {
-    /// Stores a token and, in the same transaction, the notifications it fires (outbox).
-    async fn insert_token(&self, t: &TokenRecord, notifications: &[Notification]) -> StoreResult<()>;
+    /// Stores a token and, in the same transaction, the notifications it fires (outbox) and
+    /// its audit entries.
+    async fn insert_token(
+        &self,
+        t: &TokenRecord,
+        notifications: &[Notification],
+        audit: &[AuditEntry],
+    ) -> StoreResult<()>;
     async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>>;
     /// `token_hash`: hex SHA-256 of the secret.
     async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>>;
@@ -134,13 +141,14 @@ pub trait TokenStore: Send + Sync {
     ) -> StoreResult<Vec<TokenRecord>>;
     /// Revokes a token at `now`: `revoked_at` set and `expires_at` brought to `now` at the
     /// latest (BitGo's revocation). False when it was already revoked or does not exist.
-    async fn revoke_token(&self, id: &str, now: i64) -> StoreResult<bool>;
+    /// `audit` is written with it, when it revokes.
+    async fn revoke_token(&self, id: &str, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
     /// Writes `last_used_at = now` unless it is less than [`TOUCH_EVERY_SECS`] old.
     async fn touch_token(&self, id: &str, now: i64) -> StoreResult<()>;
-    /// Sets or clears a token's unlock.
-    async fn set_unlock(&self, id: &str, unlock: Option<Unlock>) -> StoreResult<()>;
-    /// Sets a token's expiry (extension).
-    async fn set_token_expiry(&self, id: &str, expires_at: i64) -> StoreResult<()>;
+    /// Sets or clears a token's unlock, with its audit entries.
+    async fn set_unlock(&self, id: &str, unlock: Option<Unlock>, audit: &[AuditEntry]) -> StoreResult<()>;
+    /// Sets a token's expiry (extension), with its audit entries.
+    async fn set_token_expiry(&self, id: &str, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()>;
 }
 
 #[derive(FromRow)]
@@ -246,8 +254,14 @@ where
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> TokenRow: FromRow<'r, DB::Row>,
     for<'r> TemplateRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
 {
-    async fn insert_token(&self, t: &TokenRecord, notifications: &[Notification]) -> StoreResult<()> {
+    async fn insert_token(
+        &self,
+        t: &TokenRecord,
+        notifications: &[Notification],
+        audit: &[AuditEntry],
+    ) -> StoreResult<()> {
         let mut tx = DB::begin_write(&self.pool).await?;
         let sql = format!(
             "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
@@ -277,6 +291,7 @@ where
             .await
             .map_err(|e| unique_violation(e, "a token with this id"))?;
         insert_notifications_tx::<DB>(&mut tx, notifications).await?;
+        append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -366,7 +381,8 @@ where
         rows.into_iter().map(TokenRow::into_record).collect()
     }
 
-    async fn revoke_token(&self, id: &str, now: i64) -> StoreResult<bool> {
+    async fn revoke_token(&self, id: &str, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
+        let mut tx = DB::begin_write(&self.pool).await?;
         let r = sqlx::query(
             "UPDATE access_tokens SET revoked_at = $1, \
              expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END \
@@ -374,9 +390,14 @@ where
         )
         .bind(now)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(DB::rows_affected(&r) > 0)
+        let revoked = DB::rows_affected(&r) > 0;
+        if revoked {
+            append_tx::<DB>(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(revoked)
     }
 
     async fn touch_token(&self, id: &str, now: i64) -> StoreResult<()> {
@@ -392,22 +413,28 @@ where
         Ok(())
     }
 
-    async fn set_unlock(&self, id: &str, unlock: Option<Unlock>) -> StoreResult<()> {
+    async fn set_unlock(&self, id: &str, unlock: Option<Unlock>, audit: &[AuditEntry]) -> StoreResult<()> {
+        let mut tx = DB::begin_write(&self.pool).await?;
         sqlx::query("UPDATE access_tokens SET unlock_time = $1, unlock_expires = $2 WHERE id = $3")
             .bind(unlock.map(|u| u.time))
             .bind(unlock.map(|u| u.expires))
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
         Ok(())
     }
 
-    async fn set_token_expiry(&self, id: &str, expires_at: i64) -> StoreResult<()> {
+    async fn set_token_expiry(&self, id: &str, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()> {
+        let mut tx = DB::begin_write(&self.pool).await?;
         sqlx::query("UPDATE access_tokens SET expires_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(expires_at)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
         Ok(())
     }
 }

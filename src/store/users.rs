@@ -47,7 +47,8 @@ pub trait UserStore: Send + Sync {
     /// Returns false when it is not (a replayed or older code).
     async fn advance_totp_step(&self, user_id: &str, step: i64) -> StoreResult<bool>;
     /// `at` in Unix seconds.
-    async fn set_last_login(&self, user_id: &str, at: i64) -> StoreResult<()>;
+    /// Records a successful login at `at` (Unix seconds), with its audit entries.
+    async fn set_last_login(&self, user_id: &str, at: i64, audit: &[super::AuditEntry]) -> StoreResult<()>;
 }
 
 #[derive(FromRow)]
@@ -110,6 +111,7 @@ where
     for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> UserRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
 {
     async fn insert_user(&self, u: &User) -> StoreResult<()> {
         let sql = format!(
@@ -162,12 +164,15 @@ where
         Ok(DB::rows_affected(&res) == 1)
     }
 
-    async fn set_last_login(&self, user_id: &str, at: i64) -> StoreResult<()> {
+    async fn set_last_login(&self, user_id: &str, at: i64, audit: &[super::AuditEntry]) -> StoreResult<()> {
+        let mut tx = DB::begin_write(&self.pool).await?;
         sqlx::query("UPDATE users SET last_login = $1 WHERE id = $2")
             .bind(at)
             .bind(user_id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
         Ok(())
     }
 }

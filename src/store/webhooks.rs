@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+
+use super::audit::{append_tx, AuditEntry};
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::sql::{json_list, json_value, to_json, unique_violation, Dialect, SqlStore};
@@ -233,7 +235,13 @@ pub enum CapReached {
 pub trait WebhookStore: Send + Sync {
     /// Inserts a webhook unless that would pass one of `caps`; returns which then. The counts
     /// and the insert are one transaction, serialised with other webhook inserts.
-    async fn insert_webhook(&self, w: &Webhook, caps: WebhookCaps) -> StoreResult<Result<(), CapReached>>;
+    /// `audit` is written with it.
+    async fn insert_webhook(
+        &self,
+        w: &Webhook,
+        caps: WebhookCaps,
+        audit: &[AuditEntry],
+    ) -> StoreResult<Result<(), CapReached>>;
     async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>>;
     /// Webhooks matching `filter` with ids greater than `after_id`, by id, at most `limit`.
     async fn list_webhooks(
@@ -248,9 +256,10 @@ pub trait WebhookStore: Send + Sync {
         filter: &WebhookFilter,
         id: Option<&str>,
         type_url: Option<(&str, &str)>,
+        audit: &[AuditEntry],
     ) -> StoreResult<u64>;
     /// Makes a webhook active and clears its failure counters; false when no such webhook.
-    async fn unblock_webhook(&self, id: &str, now_ms: i64) -> StoreResult<bool>;
+    async fn unblock_webhook(&self, id: &str, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
 
     async fn webhook_secret(&self, enterprise_id: &str) -> StoreResult<Option<WebhookSecret>>;
     /// Stores `new_enc` as the current secret, keeping the old one as previous, unless the last
@@ -261,6 +270,7 @@ pub trait WebhookStore: Send + Sync {
         new_enc: &[u8],
         now: i64,
         min_interval: i64,
+        audit: &[AuditEntry],
     ) -> StoreResult<Rotation>;
 }
 
@@ -347,8 +357,14 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> WebhookSecret: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
 {
-    async fn insert_webhook(&self, w: &Webhook, caps: WebhookCaps) -> StoreResult<Result<(), CapReached>> {
+    async fn insert_webhook(
+        &self,
+        w: &Webhook,
+        caps: WebhookCaps,
+        audit: &[AuditEntry],
+    ) -> StoreResult<Result<(), CapReached>> {
         let mut tx = DB::begin_write(&self.pool).await?;
         if let Some(lock) = DB::SERIALIZE_WEBHOOK_INSERTS {
             sqlx::query(lock).execute(&mut *tx).await?;
@@ -403,6 +419,7 @@ where
             .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "a webhook with this id"))?;
+        append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(Ok(()))
     }
@@ -439,6 +456,7 @@ where
         filter: &WebhookFilter,
         id: Option<&str>,
         type_url: Option<(&str, &str)>,
+        audit: &[AuditEntry],
     ) -> StoreResult<u64> {
         let (mut where_sql, mut binds) = filter.to_sql();
         if let Some(id) = id {
@@ -455,19 +473,31 @@ where
         for b in binds {
             q = q.bind(b);
         }
-        Ok(q.execute(&self.pool).await.map(|r| DB::rows_affected(&r))?)
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let removed = DB::rows_affected(&q.execute(&mut *tx).await?);
+        if removed > 0 {
+            append_tx::<DB>(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(removed)
     }
 
-    async fn unblock_webhook(&self, id: &str, now_ms: i64) -> StoreResult<bool> {
+    async fn unblock_webhook(&self, id: &str, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
+        let mut tx = DB::begin_write(&self.pool).await?;
         let res = sqlx::query(
             "UPDATE webhooks SET state = 'active', successive_failed_attempts = 0, \
              failed_attempts_total = 0, counters_reset_at = $1 WHERE id = $2",
         )
         .bind(now_ms)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(DB::rows_affected(&res) == 1)
+        let done = DB::rows_affected(&res) == 1;
+        if done {
+            append_tx::<DB>(&mut tx, audit).await?;
+        }
+        tx.commit().await?;
+        Ok(done)
     }
 
     async fn webhook_secret(&self, enterprise_id: &str) -> StoreResult<Option<WebhookSecret>> {
@@ -485,6 +515,7 @@ where
         new_enc: &[u8],
         now: i64,
         min_interval: i64,
+        audit: &[AuditEntry],
     ) -> StoreResult<Rotation> {
         let mut tx = DB::begin_write(&self.pool).await?;
         let last: Option<i64> =
@@ -508,6 +539,7 @@ where
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(Rotation::Done)
     }

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use crate::audit::EntryExt;
+
 use super::{
     access::{enterprise_access, webhook_access},
     check_headers, check_url, invalid_type, BLOCK_TYPES, ENTERPRISE_TYPES, MAX_WEBHOOKS_PER_TYPE,
@@ -202,7 +204,14 @@ pub async fn create(
         block_per_user: cfg.max_per_user,
         per_enterprise: cfg.max_per_enterprise,
     };
-    let (max, what) = match state.store.insert_webhook(&w, caps).await? {
+    let entry = crate::audit::by(auth, "webhook.created")
+        .enterprise(w.level.enterprise_id())
+        .wallet(w.level.wallet_id())
+        .data(json!({
+            "id": w.id, "level": w.level.name(), "type": w.webhook_type, "url": w.url,
+            "allowBlockedHosts": w.allow_blocked_hosts,
+        }));
+    let (max, what) = match state.store.insert_webhook(&w, caps, &[entry]).await? {
         Ok(()) => return Ok(w),
         Err(CapReached::PerType) => (caps.per_type, format!("webhooks of type {} here (§8)", w.webhook_type)),
         Err(CapReached::BlockPerUser) => {
@@ -234,10 +243,17 @@ pub async fn list(
 /// Removes the webhooks at `level` that `removal` names; returns how many.
 pub async fn remove(state: &AppState, auth: &Principal, level: Level<'_>, removal: Removal) -> Result<u64> {
     let filter = level_filter(state, auth, level).await?;
+    let entry = crate::audit::by(auth, "webhook.removed")
+        .enterprise(filter.enterprise_id.as_deref())
+        .wallet(filter.wallet_id.as_deref());
     Ok(match &removal {
-        Removal::Id(id) => state.store.delete_webhooks(&filter, Some(id), None).await?,
+        Removal::Id(id) => {
+            let entry = entry.data(json!({ "level": filter.scope, "id": id }));
+            state.store.delete_webhooks(&filter, Some(id), None, &[entry]).await?
+        }
         Removal::TypeAndUrl { webhook_type, url } => {
-            state.store.delete_webhooks(&filter, None, Some((webhook_type, url))).await?
+            let entry = entry.data(json!({ "level": filter.scope, "type": webhook_type, "url": url }));
+            state.store.delete_webhooks(&filter, None, Some((webhook_type, url)), &[entry]).await?
         }
     })
 }
@@ -259,7 +275,11 @@ pub async fn remove_enterprise_webhook(
 pub async fn unblock(state: &AppState, auth: &Principal, webhook_id: &str) -> Result<Webhook> {
     let w = webhook_access(state, auth, webhook_id).await?;
     state.webhook_ops.check(&w.id)?;
-    state.store.unblock_webhook(&w.id, ids::now_ms()).await?;
+    let entry = crate::audit::by(auth, "webhook.unblocked")
+        .enterprise(w.level.enterprise_id())
+        .wallet(w.level.wallet_id())
+        .data(json!({ "id": w.id }));
+    state.store.unblock_webhook(&w.id, ids::now_ms(), &[entry]).await?;
     state.wake.notify_one();
     state.store.webhook_by_id(&w.id).await?.ok_or_else(|| Error::not_found("WebhookNotFound"))
 }

@@ -96,7 +96,13 @@ pub async fn rotate(state: &AppState, auth: &Principal, enterprise_id: &str) -> 
     let e = enterprise_access(state, auth, enterprise_id).await?;
     let secret = signing::new_secret();
     let sealed = state.key.seal(&secret_aad(&e.id), secret.as_bytes())?;
-    match state.store.rotate_webhook_secret(&e.id, &sealed, ids::now(), MIN_ROTATION_INTERVAL).await? {
+    let entry =
+        crate::audit::EntryExt::enterprise(crate::audit::by(auth, "webhook_secret.rotated"), Some(&e.id));
+    match state
+        .store
+        .rotate_webhook_secret(&e.id, &sealed, ids::now(), MIN_ROTATION_INTERVAL, &[entry])
+        .await?
+    {
         Rotation::Done => {
             state.secrets.invalidate(&e.id);
             Ok(secret)

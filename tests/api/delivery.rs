@@ -181,7 +181,7 @@ async fn verify_checks_the_enterprise_secret_including_rotation_grace() {
     f.app
         .state
         .store
-        .rotate_webhook_secret(&f.enterprise, &sealed, custodian::ids::now() - 3600, 300)
+        .rotate_webhook_secret(&f.enterprise, &sealed, custodian::ids::now() - 3600, 300, &[])
         .await
         .unwrap();
     let verify = |sig: String| {

@@ -6,6 +6,7 @@ pub const BACKEND: common::Backend = common::Backend::Sqlite;
 
 mod abuse;
 mod attacks;
+mod audit;
 mod cli;
 mod common;
 mod delivery;

@@ -1,6 +1,7 @@
 //! Route handlers with their request and response DTOs, one file per capability. A handler
 //! extracts typed values, calls one domain function, and shapes the response.
 
+pub mod audit;
 pub mod events;
 pub mod identity;
 pub mod sessions;

@@ -1,0 +1,131 @@
+//! `GET /api/v2/auditlog` (issue 10 §5, BitGo's path): the audit entries the caller may see.
+
+use axum::{extract::State, Json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::{
+    audit,
+    error::Error,
+    http::{auth::Auth, error::ApiResult, extract::ApiQuery, ErrorResponse},
+    ids,
+    paging::PageRequest,
+    store::{AuditFilter, ChainedEntry},
+    types::AnyId,
+    AppState,
+};
+
+/// Filters and paging of the audit log.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct AuditParams {
+    /// An entry type, e.g. `login.failed` (docs/audit.md).
+    #[serde(rename = "type")]
+    #[param(rename = "type", max_length = 64)]
+    pub entry_type: Option<String>,
+    pub user_id: Option<AnyId>,
+    pub enterprise_id: Option<AnyId>,
+    pub wallet_id: Option<AnyId>,
+    /// ISO 8601 date-time, inclusive.
+    pub date_gte: Option<String>,
+    /// ISO 8601 date-time, exclusive.
+    pub date_lt: Option<String>,
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+    /// The last entry id of the previous page.
+    pub prev_id: Option<AnyId>,
+}
+
+/// One audit entry.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntryView {
+    pub id: String,
+    /// ISO 8601.
+    pub date: String,
+    #[serde(rename = "type")]
+    pub entry_type: String,
+    pub user_id: Option<String>,
+    pub enterprise_id: Option<String>,
+    pub wallet_id: Option<String>,
+    pub ip: Option<String>,
+    pub token_id: Option<String>,
+    pub request_id: Option<String>,
+    #[schema(value_type = Object)]
+    pub data: Value,
+    /// Hex SHA-256 over the previous entry's hash and this entry's canonical JSON.
+    pub hash: String,
+}
+
+impl From<ChainedEntry> for AuditEntryView {
+    fn from(c: ChainedEntry) -> Self {
+        let e = c.entry;
+        AuditEntryView {
+            id: e.id,
+            date: ids::iso_ms(e.date_ms),
+            entry_type: e.entry_type,
+            user_id: e.user_id,
+            enterprise_id: e.enterprise_id,
+            wallet_id: e.wallet_id,
+            ip: e.ip,
+            token_id: e.token_id,
+            request_id: e.request_id,
+            data: e.data,
+            hash: c.hash,
+        }
+    }
+}
+
+/// `{auditLogs, nextBatchPrevId}`, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditList {
+    pub audit_logs: Vec<AuditEntryView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_batch_prev_id: Option<String>,
+}
+
+/// An ISO 8601 date-time as Unix milliseconds. Errors: `InvalidField` naming `field`.
+fn millis(field: &str, v: Option<String>) -> Result<Option<i64>, Error> {
+    v.map(|s| {
+        chrono::DateTime::parse_from_rfc3339(&s)
+            .map(|d| d.timestamp_millis())
+            .map_err(|_| Error::invalid_field(field, "an ISO 8601 date-time"))
+    })
+    .transpose()
+}
+
+/// The audit entries the caller may see: their own, their enterprises' as an admin, all as a
+/// service admin. Needs `auditlogs_view_all` or a login session.
+#[utoipa::path(get, path = "/api/v2/auditlog", tag = "identity", security(("bearer" = [])),
+    params(AuditParams),
+    responses((status = 200, body = AuditList),
+        (status = 400, description = "A bad query value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "Neither auditlogs_view_all nor a login session", body = ErrorResponse),))]
+pub async fn list(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiQuery(p): ApiQuery<AuditParams>,
+) -> ApiResult<Json<AuditList>> {
+    let page = PageRequest::new(p.limit, p.prev_id.map(AnyId::into_string))?;
+    if p.entry_type.as_ref().is_some_and(|t| t.len() > 64) {
+        return Err(Error::invalid_field("type", "at most 64 characters").into());
+    }
+    let q = AuditFilter {
+        entry_type: p.entry_type,
+        user_id: p.user_id.map(AnyId::into_string),
+        enterprise_id: p.enterprise_id.map(AnyId::into_string),
+        wallet_id: p.wallet_id.map(AnyId::into_string),
+        date_gte_ms: millis("dateGte", p.date_gte)?,
+        date_lt_ms: millis("dateLt", p.date_lt)?,
+        visible_to: None,
+    };
+    let page = audit::list(&state, &auth, q, &page).await?;
+    Ok(Json(AuditList {
+        audit_logs: page.items.into_iter().map(Into::into).collect(),
+        next_batch_prev_id: page.next_batch_prev_id,
+    }))
+}

@@ -1,0 +1,245 @@
+//! The audit log (issue 10 §5): an append-only hash chain. Entries are appended inside the
+//! transaction of the change they record ([`append_tx`]); each one's `hash` is SHA-256 over the
+//! previous entry's hash and the entry's canonical JSON ([`chain_hash`]). Appends lock the
+//! chain head (`audit_head`, a row lock on PostgreSQL, the write lock on SQLite), so the chain
+//! stays linear with several processes.
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Transaction, Type};
+
+use super::sql::{json_value, to_json, Dialect, SqlStore};
+use super::StoreResult;
+
+/// One audit entry. Times are Unix milliseconds. `data` holds small non-secret details.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    /// 32 hex.
+    pub id: String,
+    pub date_ms: i64,
+    /// What happened, e.g. `login.failed`, `token.revoked` (docs/audit.md lists them).
+    pub entry_type: String,
+    pub user_id: Option<String>,
+    pub enterprise_id: Option<String>,
+    pub wallet_id: Option<String>,
+    pub ip: Option<String>,
+    pub token_id: Option<String>,
+    pub request_id: Option<String>,
+    pub data: Value,
+}
+
+/// A stored entry with its place in the chain.
+#[derive(Debug, Clone)]
+pub struct ChainedEntry {
+    pub seq: i64,
+    pub entry: AuditEntry,
+    pub hash: String,
+}
+
+/// The canonical JSON of an entry: its fields under their API names, keys sorted (serde_json's
+/// map is ordered), no white space.
+pub fn canonical_json(e: &AuditEntry) -> String {
+    json!({
+        "id": e.id, "date": e.date_ms, "type": e.entry_type, "userId": e.user_id,
+        "enterpriseId": e.enterprise_id, "walletId": e.wallet_id, "ip": e.ip, "tokenId": e.token_id,
+        "requestId": e.request_id, "data": e.data,
+    })
+    .to_string()
+}
+
+/// Hex SHA-256 over `prev` (the previous entry's hash, 64 hex zeros for the first) and the
+/// entry's canonical JSON.
+pub fn chain_hash(prev: &str, e: &AuditEntry) -> String {
+    let mut h = Sha256::new();
+    h.update(prev.as_bytes());
+    h.update(canonical_json(e).as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// The hash before the first entry.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Which entries a reader asks for, and which it may see.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub entry_type: Option<String>,
+    pub user_id: Option<String>,
+    pub enterprise_id: Option<String>,
+    pub wallet_id: Option<String>,
+    /// Unix milliseconds, inclusive.
+    pub date_gte_ms: Option<i64>,
+    /// Unix milliseconds, exclusive.
+    pub date_lt_ms: Option<i64>,
+    /// `None`: every entry (service admins); else only entries of this user, or of these
+    /// enterprises.
+    pub visible_to: Option<(String, Vec<String>)>,
+}
+
+/// The audit log.
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Appends entries in a transaction of their own (for events that change nothing else,
+    /// such as a failed login).
+    async fn append_audit(&self, entries: &[AuditEntry]) -> StoreResult<()>;
+    /// Entries matching `filter`, newest first, older than the entry `before_id`, at most
+    /// `limit`.
+    async fn list_audit(
+        &self,
+        filter: &AuditFilter,
+        before_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<ChainedEntry>>;
+    /// Entries in chain order after `after_seq`, at most `limit`, with their stored hashes.
+    async fn audit_chain(&self, after_seq: i64, limit: u32) -> StoreResult<Vec<ChainedEntry>>;
+}
+
+/// Appends `entries` to the chain inside `tx`, the transaction of the change they record.
+pub(super) async fn append_tx<DB>(
+    tx: &mut Transaction<'static, DB>,
+    entries: &[AuditEntry],
+) -> StoreResult<()>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let (mut prev,): (String,) = sqlx::query_as(DB::LOCK_AUDIT_HEAD).fetch_one(&mut **tx).await?;
+    for e in entries {
+        let hash = chain_hash(&prev, e);
+        sqlx::query(
+            "INSERT INTO audit_log (id, date, type, user_id, enterprise_id, wallet_id, ip, token_id, \
+             request_id, data, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(e.id.as_str())
+        .bind(e.date_ms)
+        .bind(e.entry_type.as_str())
+        .bind(e.user_id.as_deref())
+        .bind(e.enterprise_id.as_deref())
+        .bind(e.wallet_id.as_deref())
+        .bind(e.ip.as_deref())
+        .bind(e.token_id.as_deref())
+        .bind(e.request_id.as_deref())
+        .bind(to_json(&e.data)?)
+        .bind(hash.as_str())
+        .execute(&mut **tx)
+        .await?;
+        prev = hash;
+    }
+    sqlx::query("UPDATE audit_head SET hash = $1 WHERE id = 1").bind(prev).execute(&mut **tx).await?;
+    Ok(())
+}
+
+#[derive(FromRow)]
+pub(super) struct AuditRow {
+    seq: i64,
+    id: String,
+    date: i64,
+    #[sqlx(rename = "type")]
+    entry_type: String,
+    user_id: Option<String>,
+    enterprise_id: Option<String>,
+    wallet_id: Option<String>,
+    ip: Option<String>,
+    token_id: Option<String>,
+    request_id: Option<String>,
+    data: String,
+    hash: String,
+}
+
+impl AuditRow {
+    fn into_chained(self) -> StoreResult<ChainedEntry> {
+        Ok(ChainedEntry {
+            seq: self.seq,
+            hash: self.hash,
+            entry: AuditEntry {
+                id: self.id,
+                date_ms: self.date,
+                entry_type: self.entry_type,
+                user_id: self.user_id,
+                enterprise_id: self.enterprise_id,
+                wallet_id: self.wallet_id,
+                ip: self.ip,
+                token_id: self.token_id,
+                request_id: self.request_id,
+                data: json_value(&self.data)?,
+            },
+        })
+    }
+}
+
+const AUDIT_COLUMNS: &str =
+    "seq, id, date, type, user_id, enterprise_id, wallet_id, ip, token_id, request_id, data, hash";
+
+#[async_trait]
+impl<DB> AuditStore for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> AuditRow: FromRow<'r, DB::Row>,
+{
+    async fn append_audit(&self, entries: &[AuditEntry]) -> StoreResult<()> {
+        let mut tx = DB::begin_write(&self.pool).await?;
+        append_tx::<DB>(&mut tx, entries).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_audit(
+        &self,
+        filter: &AuditFilter,
+        before_id: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<ChainedEntry>> {
+        let (me, enterprises) = match &filter.visible_to {
+            Some((me, es)) => (Some(me.as_str()), to_json(es)?),
+            None => (None, "[]".to_string()),
+        };
+        let sql = format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE ($1 IS NULL OR type = $1) \
+             AND ($2 IS NULL OR user_id = $2) AND ($3 IS NULL OR enterprise_id = $3) \
+             AND ($4 IS NULL OR wallet_id = $4) AND ($5 IS NULL OR date >= $5) \
+             AND ($6 IS NULL OR date < $6) \
+             AND ($7 IS NULL OR user_id = $7 OR enterprise_id IN ({})) \
+             AND ($8 IS NULL OR seq < (SELECT seq FROM audit_log WHERE id = $8)) \
+             ORDER BY seq DESC LIMIT $9",
+            DB::JSON_TEXT_ELEMENTS_OF_10
+        );
+        let rows: Vec<AuditRow> = sqlx::query_as(&sql)
+            .bind(filter.entry_type.as_deref())
+            .bind(filter.user_id.as_deref())
+            .bind(filter.enterprise_id.as_deref())
+            .bind(filter.wallet_id.as_deref())
+            .bind(filter.date_gte_ms)
+            .bind(filter.date_lt_ms)
+            .bind(me)
+            .bind(before_id)
+            .bind(i64::from(limit))
+            .bind(enterprises)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(AuditRow::into_chained).collect()
+    }
+
+    async fn audit_chain(&self, after_seq: i64, limit: u32) -> StoreResult<Vec<ChainedEntry>> {
+        let sql = format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE seq > $1 ORDER BY seq LIMIT $2");
+        let rows: Vec<AuditRow> =
+            sqlx::query_as(&sql).bind(after_seq).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.into_iter().map(AuditRow::into_chained).collect()
+    }
+}
