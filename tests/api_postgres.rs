@@ -24,6 +24,8 @@ mod errors;
 mod events;
 #[path = "api/identity.rs"]
 mod identity;
+#[path = "api/operator.rs"]
+mod operator;
 #[path = "api/procs.rs"]
 mod procs;
 #[path = "api/receiver.rs"]

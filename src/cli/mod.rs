@@ -1,6 +1,8 @@
 //! The `custodian` command line: serve, migrate, and the operator's subcommands.
 //! Exit codes: 0 success, 1 failure, 2 bad usage or configuration.
 
+mod operator;
+
 use std::{io::Read, path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
@@ -73,6 +75,9 @@ pub enum Command {
     /// Check the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Revoke or list access tokens (emergencies, audits).
+    #[command(subcommand)]
+    Token(operator::TokenCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,6 +104,32 @@ pub enum UserCommand {
         /// Print one JSON object {id, email, totpSecret, otpauthUri} and nothing else.
         #[arg(long)]
         json: bool,
+    },
+    /// Refuse the user's logins and revoke every token of theirs.
+    Deactivate {
+        #[arg(long)]
+        email: String,
+    },
+    /// Let a deactivated user log in again.
+    Activate {
+        #[arg(long)]
+        email: String,
+    },
+    /// Give the user a new TOTP secret; codes of the old one stop working at once.
+    ResetOtp {
+        #[arg(long)]
+        email: String,
+        /// Print one JSON object {id, email, totpSecret, otpauthUri}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set the user's password.
+    SetPassword {
+        #[arg(long)]
+        email: String,
+        /// Read the password from standard input instead of a no-echo prompt.
+        #[arg(long)]
+        password_stdin: bool,
     },
 }
 
@@ -385,6 +416,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }
+        Command::User(cmd) => operator::user_command(config, cmd).await,
+        Command::Token(cmd) => operator::token_command(config, cmd).await,
         Command::Audit(AuditCommand::Verify) => {
             let store = crate::store::open(&config).await?;
             let bar = progress_bar();
@@ -441,7 +474,7 @@ fn read_file_or_stdin(path: &std::path::Path) -> anyhow::Result<String> {
     }
 }
 
-fn read_password(from_stdin: bool) -> anyhow::Result<String> {
+pub(crate) fn read_password(from_stdin: bool) -> anyhow::Result<String> {
     let password = if from_stdin {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).context("reading the password from standard input")?;
@@ -458,7 +491,7 @@ fn read_password(from_stdin: bool) -> anyhow::Result<String> {
     Ok(password)
 }
 
-fn qr(uri: &str) -> String {
+pub(crate) fn qr(uri: &str) -> String {
     use qrcode::render::unicode::Dense1x2;
     match qrcode::QrCode::new(uri.as_bytes()) {
         Ok(code) => code

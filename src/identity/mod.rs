@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod login;
+pub mod operator;
 pub mod password;
 pub mod rate_limit;
 pub mod scopes;

@@ -8,7 +8,7 @@ use super::{auth::Principal, password, scopes::Action, totp};
 use crate::{
     error::{Error, Result},
     ids,
-    store::{DynStore, Enterprise, Membership, User},
+    store::{AuditEntry, DynStore, Enterprise, Membership, User},
     types::Email,
     AppState,
 };
@@ -74,7 +74,11 @@ pub async fn create_user(
         password_updated_at: now,
         last_login: None,
     };
-    store.insert_user(&user).await?;
+    let entry = crate::audit::EntryExt::data(
+        crate::audit::entry("user.created"),
+        serde_json::json!({ "email": user.email, "serviceAdmin": service_admin, "by": "operator" }),
+    );
+    store.insert_user(&user, &[AuditEntry { user_id: Some(user.id.clone()), ..entry }]).await?;
     Ok(CreatedUser {
         id,
         totp_secret: totp::seed_base32(&seed),
@@ -113,7 +117,13 @@ pub async fn add_member(
     let user = store.user_by_email(&email.trim().to_ascii_lowercase()).await?.ok_or_else(|| {
         Error::NotFound { name: "UserNotFound", message: format!("no user with email {email}") }
     })?;
-    store.upsert_membership(&enterprise.id, &user.id, is_admin).await?;
+    let entry = crate::audit::EntryExt::data(
+        crate::audit::entry("enterprise.member_set"),
+        serde_json::json!({ "isAdmin": is_admin, "by": "operator" }),
+    );
+    let entry =
+        AuditEntry { user_id: Some(user.id.clone()), enterprise_id: Some(enterprise.id.clone()), ..entry };
+    store.upsert_membership(&enterprise.id, &user.id, is_admin, &[entry]).await?;
     Ok((enterprise, user))
 }
 

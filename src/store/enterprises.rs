@@ -29,7 +29,14 @@ pub trait EnterpriseStore: Send + Sync {
     async fn insert_enterprise(&self, e: &Enterprise) -> StoreResult<()>;
     async fn enterprise_by_id(&self, id: &str) -> StoreResult<Option<Enterprise>>;
     /// Adds the user to the enterprise, or updates the admin flag when already a member.
-    async fn upsert_membership(&self, enterprise_id: &str, user_id: &str, is_admin: bool) -> StoreResult<()>;
+    /// `audit` is written with it.
+    async fn upsert_membership(
+        &self,
+        enterprise_id: &str,
+        user_id: &str,
+        is_admin: bool,
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<()>;
     /// The user's enterprises, by name then id.
     async fn memberships(&self, user_id: &str) -> StoreResult<Vec<Membership>>;
 }
@@ -48,6 +55,7 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> Option<String>: Encode<'q, DB>,
@@ -55,6 +63,7 @@ where
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> Enterprise: FromRow<'r, DB::Row>,
     for<'r> MembershipRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
 {
     async fn insert_enterprise(&self, e: &Enterprise) -> StoreResult<()> {
         sqlx::query("INSERT INTO enterprises (id, name, created_at) VALUES ($1, $2, $3)")
@@ -74,7 +83,14 @@ where
             .await?)
     }
 
-    async fn upsert_membership(&self, enterprise_id: &str, user_id: &str, is_admin: bool) -> StoreResult<()> {
+    async fn upsert_membership(
+        &self,
+        enterprise_id: &str,
+        user_id: &str,
+        is_admin: bool,
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<()> {
+        let mut tx = DB::begin_write(&self.pool).await?;
         sqlx::query(
             "INSERT INTO enterprise_users (enterprise_id, user_id, is_admin) VALUES ($1, $2, $3) \
              ON CONFLICT (enterprise_id, user_id) DO UPDATE SET is_admin = excluded.is_admin",
@@ -82,8 +98,10 @@ where
         .bind(enterprise_id)
         .bind(user_id)
         .bind(is_admin)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -45,7 +45,7 @@ pub use outbox::{
 pub use sql::{Dialect, SqlStore};
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::{SortOrder, TokenKind, TokenRecord, TokenStore, TokenTemplate, Unlock, TOUCH_EVERY_SECS};
-pub use users::{User, UserStore};
+pub use users::{User, UserChange, UserStore};
 pub use wallets::{Balances, WalletRow, WalletStore};
 pub use webhooks::{
     CapReached, Rotation, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookSecret, WebhookState,

@@ -38,8 +38,18 @@ pub struct User {
 /// Users by id and by email, and their TOTP replay counter.
 #[async_trait]
 pub trait UserStore: Send + Sync {
-    /// Fails with [`super::StoreError::Conflict`] when the email is taken.
-    async fn insert_user(&self, user: &User) -> StoreResult<()>;
+    /// Fails with [`super::StoreError::Conflict`] when the email is taken. `audit` is written
+    /// with it.
+    async fn insert_user(&self, user: &User, audit: &[super::AuditEntry]) -> StoreResult<()>;
+    /// Applies an operator's change to a user at `now` (Unix seconds), with its audit entries.
+    /// Deactivating also revokes every live token of the user; returns how many.
+    async fn update_user(
+        &self,
+        user_id: &str,
+        change: UserChange,
+        now: i64,
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<u64>;
     async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>>;
     /// `email` must already be lower-cased.
     async fn user_by_email(&self, email: &str) -> StoreResult<Option<User>>;
@@ -49,6 +59,17 @@ pub trait UserStore: Send + Sync {
     /// `at` in Unix seconds.
     /// Records a successful login at `at` (Unix seconds), with its audit entries.
     async fn set_last_login(&self, user_id: &str, at: i64, audit: &[super::AuditEntry]) -> StoreResult<()>;
+}
+
+/// An operator's change to a user (issue 10 §4).
+#[derive(Debug, Clone)]
+pub enum UserChange {
+    /// `false` refuses logins and revokes every token; `true` undoes the refusal.
+    Active(bool),
+    /// A new sealed TOTP seed; the replay counter starts again.
+    TotpSecret(Vec<u8>),
+    /// A new argon2id PHC string.
+    Password(String),
 }
 
 #[derive(FromRow)]
@@ -113,7 +134,8 @@ where
     for<'r> UserRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
-    async fn insert_user(&self, u: &User) -> StoreResult<()> {
+    async fn insert_user(&self, u: &User, audit: &[super::AuditEntry]) -> StoreResult<()> {
+        let mut tx = DB::begin_write(&self.pool).await?;
         let sql = format!(
             "INSERT INTO users ({USER_COLUMNS}) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
@@ -134,10 +156,62 @@ where
             .bind(u.created_at)
             .bind(u.password_updated_at)
             .bind(u.last_login)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "a user with this email"))?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
         Ok(())
+    }
+
+    async fn update_user(
+        &self,
+        user_id: &str,
+        change: UserChange,
+        now: i64,
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<u64> {
+        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut revoked = 0;
+        match change {
+            UserChange::Active(active) => {
+                sqlx::query("UPDATE users SET is_active = $1 WHERE id = $2")
+                    .bind(active)
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+                if !active {
+                    let r = sqlx::query(
+                        "UPDATE access_tokens SET revoked_at = $1, \
+                         expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END \
+                         WHERE user_id = $2 AND revoked_at IS NULL",
+                    )
+                    .bind(now)
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    revoked = DB::rows_affected(&r);
+                }
+            }
+            UserChange::TotpSecret(enc) => {
+                sqlx::query("UPDATE users SET totp_secret_enc = $1, totp_last_step = NULL WHERE id = $2")
+                    .bind(enc.as_slice())
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            UserChange::Password(phc) => {
+                sqlx::query("UPDATE users SET password_hash = $1, password_updated_at = $2 WHERE id = $3")
+                    .bind(phc.as_str())
+                    .bind(now)
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(revoked)
     }
 
     async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>> {

@@ -415,7 +415,7 @@ async fn service_admin_tokens_are_bound_by_their_scopes_and_permitted_lists() {
 
     // Another user's block webhook, bound to E2, is outside the narrowed token's reach.
     let bob = app.create_user("bob@example.com").await;
-    app.state.store.upsert_membership(&e2, &bob.id, false).await.expect("member");
+    app.state.store.upsert_membership(&e2, &bob.id, false, &[]).await.expect("member");
     let bob_session = app.login(&bob).await;
     let hook = json!({ "type": "block", "url": "https://example.com/b" });
     let b = expect_json(app.post_auth("/api/v2/tbtc/webhooks", &bob_session, &hook).await, 200).await;

@@ -136,7 +136,7 @@ async fn verify_finds_an_edited_entry() {
     }
     let out = verify(&app);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok 3 entries");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok 4 entries", "user.created and three logins");
     let ids = app.raw_sql("SELECT id FROM audit_log ORDER BY seq").await;
     app.raw_sql(&format!("UPDATE audit_log SET ip = '203.0.113.9' WHERE id = '{}'", ids[1])).await;
     let out = verify(&app);
@@ -157,5 +157,9 @@ async fn parallel_appends_keep_one_linear_chain() {
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     let out = verify(&app);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok 21 entries");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok 22 entries",
+        "user.created, a login, 20 tokens"
+    );
 }

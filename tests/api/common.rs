@@ -174,7 +174,7 @@ impl TestApp {
     pub async fn create_enterprise(&self, name: &str, members: &[(&TestUser, bool)]) -> String {
         let e = users::create_enterprise(&self.state.store, name, None).await.expect("enterprise");
         for (u, admin) in members {
-            self.state.store.upsert_membership(&e.id, &u.id, *admin).await.expect("member");
+            self.state.store.upsert_membership(&e.id, &u.id, *admin, &[]).await.expect("member");
         }
         e.id
     }

@@ -13,6 +13,7 @@ mod delivery;
 mod errors;
 mod events;
 mod identity;
+mod operator;
 mod procs;
 mod receiver;
 mod sessions;

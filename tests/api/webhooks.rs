@@ -387,7 +387,7 @@ async fn access_needs_wallet_manage_and_enterprise_admin() {
         .await;
     assert_eq!(res.status(), 200);
     let member = f.app.create_user("member@example.com").await;
-    f.app.state.store.upsert_membership(&f.enterprise, &member.id, false).await.unwrap();
+    f.app.state.store.upsert_membership(&f.enterprise, &member.id, false, &[]).await.unwrap();
     let mt = f.app.login(&member).await;
     let res = f
         .app

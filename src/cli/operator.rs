@@ -1,0 +1,121 @@
+//! The operator's user and token commands (issue 10 §4): `user deactivate | activate |
+//! reset-otp | set-password` and `token revoke | list`, over `identity::operator`.
+
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::{
+    config::Config,
+    identity::operator::{self, Revocation},
+    ids,
+    types::Cidr,
+    AppState,
+};
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Revoke one token, or every live token of a user (optionally only those created from
+    /// addresses in a CIDR block); prints how many.
+    Revoke {
+        /// The token's id.
+        #[arg(long, conflicts_with = "user", required_unless_present = "user")]
+        id: Option<String>,
+        /// The user's email.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only tokens created from addresses in this block (with --user).
+        #[arg(long, value_name = "CIDR", requires = "user")]
+        created_from: Option<String>,
+    },
+    /// List a user's live tokens (never their secrets).
+    List {
+        #[arg(long)]
+        user: String,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `user deactivate`, `user activate`, `user reset-otp`, `user set-password`.
+pub async fn user_command(config: Config, cmd: super::UserCommand) -> anyhow::Result<()> {
+    let state = AppState::new(config).await?;
+    let store = &state.store;
+    match cmd {
+        super::UserCommand::Deactivate { email } => {
+            let (u, revoked) = operator::deactivate(store, &email).await?;
+            println!("{} is deactivated: logins refused, {revoked} tokens revoked", u.email);
+        }
+        super::UserCommand::Activate { email } => {
+            let u = operator::activate(store, &email).await?;
+            println!("{} may log in again", u.email);
+        }
+        super::UserCommand::ResetOtp { email, json } => {
+            let c = operator::reset_otp(store, &state.key, &email).await?;
+            if json {
+                println!("{}", serde_json::to_string(&c)?);
+            } else {
+                println!("New one-time password secret for {}: {}", c.email, c.totp_secret);
+                println!("{}", super::qr(&c.otpauth_uri));
+                println!("{}", c.otpauth_uri);
+            }
+        }
+        super::UserCommand::SetPassword { email, password_stdin } => {
+            let password = super::read_password(password_stdin)?;
+            let u = operator::set_password(store, &email, &password).await?;
+            println!("password of {} set", u.email);
+        }
+        super::UserCommand::Create { .. } => anyhow::bail!("user create is handled by the caller"),
+    }
+    Ok(())
+}
+
+/// `token revoke`, `token list`.
+pub async fn token_command(config: Config, cmd: TokenCommand) -> anyhow::Result<()> {
+    let store = crate::store::open(&config).await?;
+    match cmd {
+        TokenCommand::Revoke { id, user, created_from } => {
+            let which = match (id, user) {
+                (Some(id), _) => Revocation::Id(id),
+                (None, Some(email)) => {
+                    let created_from = created_from
+                        .map(|c| Cidr::parse(&c).map_err(|e| anyhow::anyhow!("--created-from: {e}")))
+                        .transpose()?;
+                    Revocation::User { email, created_from }
+                }
+                (None, None) => anyhow::bail!("give --id or --user"),
+            };
+            let n = operator::revoke(&store, which).await?;
+            println!("{n} tokens revoked");
+        }
+        TokenCommand::List { user, json } => {
+            let tokens = operator::tokens(&store, &user).await?;
+            let rows: Vec<serde_json::Value> = tokens
+                .iter()
+                .map(|t| {
+                    json!({
+                        "id": t.id, "kind": t.kind.as_str(), "label": t.label, "created": ids::iso(t.created_at),
+                        "expires": ids::iso(t.expires_at), "ip": t.ip,
+                        "lastUsedAt": t.last_used_at.map(ids::iso),
+                        "scope": t.scopes.iter().map(|g| g.to_scope_string()).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            if json {
+                println!("{}", serde_json::to_string(&rows)?);
+            } else {
+                for r in &rows {
+                    println!(
+                        "{} {:8} {:20} expires {} last used {}",
+                        r["id"].as_str().unwrap_or_default(),
+                        r["kind"].as_str().unwrap_or_default(),
+                        r["label"].as_str().unwrap_or("-"),
+                        r["expires"].as_str().unwrap_or_default(),
+                        r["lastUsedAt"].as_str().unwrap_or("never")
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,133 @@
+//! An operator's commands on users and tokens (issue 10 §4), run from the CLI: deactivate and
+//! activate a user, reset their OTP, set their password, revoke tokens in an emergency, and
+//! list a user's tokens. Each leaves an audit entry, written with the change.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+use serde_json::json;
+
+use super::{password, totp, users::CreatedUser};
+use crate::{
+    audit::{self, EntryExt},
+    error::{Error, Result},
+    ids,
+    secrets::MasterKey,
+    store::{AuditEntry, DynStore, SortOrder, TokenRecord, User, UserChange},
+    types::Cidr,
+};
+
+/// Most tokens an operator's list or revocation goes through at once.
+pub const MAX_TOKENS: u32 = 10_000;
+
+async fn user(store: &DynStore, email: &str) -> Result<User> {
+    store.user_by_email(&email.trim().to_ascii_lowercase()).await?.ok_or_else(|| Error::NotFound {
+        name: "UserNotFound",
+        message: format!("no user with email {}", email.trim()),
+    })
+}
+
+/// An entry of `entry_type` about `user`, done by an operator.
+fn about(user: &User, entry_type: &str) -> AuditEntry {
+    AuditEntry {
+        user_id: Some(user.id.clone()),
+        ..audit::entry(entry_type).data(json!({ "by": "operator" }))
+    }
+}
+
+/// Refuses the user's logins and revokes every live token of theirs; returns the user and how
+/// many tokens were revoked. Errors: `UserNotFound`.
+pub async fn deactivate(store: &DynStore, email: &str) -> Result<(User, u64)> {
+    let u = user(store, email).await?;
+    let entry = about(&u, "user.deactivated");
+    let revoked = store.update_user(&u.id, UserChange::Active(false), ids::now(), &[entry]).await?;
+    Ok((u, revoked))
+}
+
+/// Lets a deactivated user log in again (their old tokens stay revoked). Errors: `UserNotFound`.
+pub async fn activate(store: &DynStore, email: &str) -> Result<User> {
+    let u = user(store, email).await?;
+    store.update_user(&u.id, UserChange::Active(true), ids::now(), &[about(&u, "user.activated")]).await?;
+    Ok(u)
+}
+
+/// Gives the user a new TOTP seed (RFC 6238): codes of the old one stop working at once.
+/// Returns the new seed and otpauth URI, shown once. Errors: `UserNotFound`.
+pub async fn reset_otp(store: &DynStore, key: &MasterKey, email: &str) -> Result<CreatedUser> {
+    let u = user(store, email).await?;
+    let seed = totp::new_seed();
+    let sealed = key.seal(&totp::seed_aad(&u.id), &seed)?;
+    store
+        .update_user(&u.id, UserChange::TotpSecret(sealed), ids::now(), &[about(&u, "user.otp_reset")])
+        .await?;
+    Ok(CreatedUser {
+        totp_secret: totp::seed_base32(&seed),
+        otpauth_uri: totp::otpauth_uri(&seed, &u.email)?,
+        id: u.id,
+        email: u.email,
+    })
+}
+
+/// Sets the user's password (at least [`password::MIN_PASSWORD_LEN`] characters). Errors:
+/// `UserNotFound`, `InvalidField` naming `password`.
+pub async fn set_password(store: &DynStore, email: &str, plain: &str) -> Result<User> {
+    if plain.chars().count() < password::MIN_PASSWORD_LEN {
+        return Err(Error::invalid_field(
+            "password",
+            format!("the password must have at least {} characters", password::MIN_PASSWORD_LEN),
+        ));
+    }
+    let u = user(store, email).await?;
+    let pw = plain.to_string();
+    let phc =
+        tokio::task::spawn_blocking(move || password::hash(&pw)).await.map_err(anyhow::Error::from)??;
+    store
+        .update_user(&u.id, UserChange::Password(phc), ids::now(), &[about(&u, "user.password_set")])
+        .await?;
+    Ok(u)
+}
+
+/// The user's live tokens, oldest first (at most [`MAX_TOKENS`]). Errors: `UserNotFound`.
+pub async fn tokens(store: &DynStore, email: &str) -> Result<Vec<TokenRecord>> {
+    let u = user(store, email).await?;
+    Ok(store.list_tokens(&u.id, ids::now(), None, SortOrder::Ascending, MAX_TOKENS).await?)
+}
+
+/// Which tokens an emergency revocation names.
+#[derive(Debug, Clone)]
+pub enum Revocation {
+    /// One token by id.
+    Id(String),
+    /// Every live token of a user, or only those created from addresses in a block.
+    User { email: String, created_from: Option<Cidr> },
+}
+
+/// Revokes the tokens `which` names; returns how many. Errors: `UserNotFound`,
+/// `TokenNotFound` (an unknown or already revoked id).
+pub async fn revoke(store: &DynStore, which: Revocation) -> Result<u64> {
+    let now = ids::now();
+    let (owner, targets) = match which {
+        Revocation::Id(id) => {
+            let t = store.token_by_id(&id).await?.filter(|t| t.revoked_at.is_none());
+            let t = t.ok_or_else(|| Error::not_found("TokenNotFound"))?;
+            (t.user_id.clone(), vec![t])
+        }
+        Revocation::User { email, created_from } => {
+            let u = user(store, &email).await?;
+            let live = store.list_tokens(&u.id, now, None, SortOrder::Ascending, MAX_TOKENS).await?;
+            let inside = |t: &TokenRecord| match (&created_from, t.ip.as_deref().and_then(|i| i.parse().ok()))
+            {
+                (None, _) => true,
+                (Some(block), Some(ip)) => block.contains_ip(&ip),
+                (Some(_), None) => false,
+            };
+            (u.id, live.into_iter().filter(inside).collect())
+        }
+    };
+    let mut n = 0;
+    for t in targets {
+        let entry = audit::entry("token.revoked").data(json!({ "id": t.id, "by": "operator" }));
+        let entry = AuditEntry { user_id: Some(owner.clone()), enterprise_id: t.enterprise.clone(), ..entry };
+        n += u64::from(store.revoke_token(&t.id, now, &[entry]).await?);
+    }
+    Ok(n)
+}
