@@ -84,6 +84,11 @@ pub struct TokenRecord {
 /// gains at most one write a minute per token (issue 10 §2).
 pub const TOUCH_EVERY_SECS: i64 = 60;
 
+/// Revokes tokens at `$1` (Unix seconds), BitGo's way: `revoked_at` set and `expires_at`
+/// brought to `$1` at the latest. A WHERE clause follows.
+pub(super) const REVOKE: &str = "UPDATE access_tokens SET revoked_at = $1, \
+    expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END";
+
 /// An unlock of a session (issue 10 §3), Unix seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Unlock {
@@ -383,15 +388,11 @@ where
 
     async fn revoke_token(&self, id: &str, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
         let mut tx = DB::begin_write(&self.pool).await?;
-        let r = sqlx::query(
-            "UPDATE access_tokens SET revoked_at = $1, \
-             expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END \
-             WHERE id = $2 AND revoked_at IS NULL",
-        )
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+        let r = sqlx::query(&format!("{REVOKE} WHERE id = $2 AND revoked_at IS NULL"))
+            .bind(now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         let revoked = DB::rows_affected(&r) > 0;
         if revoked {
             append_tx::<DB>(&mut tx, audit).await?;

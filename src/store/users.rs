@@ -181,15 +181,8 @@ where
                     .execute(&mut *tx)
                     .await?;
                 if !active {
-                    let r = sqlx::query(
-                        "UPDATE access_tokens SET revoked_at = $1, \
-                         expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END \
-                         WHERE user_id = $2 AND revoked_at IS NULL",
-                    )
-                    .bind(now)
-                    .bind(user_id)
-                    .execute(&mut *tx)
-                    .await?;
+                    let sql = format!("{} WHERE user_id = $2 AND revoked_at IS NULL", super::tokens::REVOKE);
+                    let r = sqlx::query(&sql).bind(now).bind(user_id).execute(&mut *tx).await?;
                     revoked = DB::rows_affected(&r);
                 }
             }

@@ -38,12 +38,23 @@ pub struct WalletRow {
 pub trait WalletStore: Send + Sync {
     /// Inserts or replaces wallets in one transaction. Balances absent from a row keep their
     /// stored value. Returns (inserted, updated).
-    async fn upsert_wallets(&self, rows: &[WalletRow]) -> StoreResult<(u64, u64)>;
+    /// `audit` is written with the batch.
+    async fn upsert_wallets(
+        &self,
+        rows: &[WalletRow],
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<(u64, u64)>;
     /// The wallets with these ids, in one query; deleted ones only with `include_deleted`.
     /// Unknown ids are absent; order is unspecified.
     async fn wallets_by_ids(&self, ids: &[String], include_deleted: bool) -> StoreResult<Vec<WalletRow>>;
     /// Sets the balances given in `balances` (others unchanged); `None` when no such wallet.
-    async fn update_wallet_balances(&self, id: &str, balances: &Balances) -> StoreResult<Option<WalletRow>>;
+    /// `audit` is written with the change, when the wallet exists.
+    async fn update_wallet_balances(
+        &self,
+        id: &str,
+        balances: &Balances,
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<Option<WalletRow>>;
 }
 
 /// One record of [`Dialect::WALLETS_PACKED`]'s answer. Packing the answer in one value makes a
@@ -106,7 +117,11 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (Option<String>,): FromRow<'r, DB::Row>,
 {
-    async fn upsert_wallets(&self, rows: &[WalletRow]) -> StoreResult<(u64, u64)> {
+    async fn upsert_wallets(
+        &self,
+        rows: &[WalletRow],
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<(u64, u64)> {
         let mut tx = DB::begin_write(&self.pool).await?;
         let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
         let existing: Vec<String> =
@@ -139,6 +154,7 @@ where
                 inserted += 1;
             }
         }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok((inserted, updated))
     }
@@ -153,7 +169,13 @@ where
         packed.split('\u{1e}').map(unpack_wallet).collect()
     }
 
-    async fn update_wallet_balances(&self, id: &str, b: &Balances) -> StoreResult<Option<WalletRow>> {
+    async fn update_wallet_balances(
+        &self,
+        id: &str,
+        b: &Balances,
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<Option<WalletRow>> {
+        let mut tx = DB::begin_write(&self.pool).await?;
         let res = sqlx::query(UPDATE_BALANCES)
             .bind(b.balance.as_deref())
             .bind(b.confirmed.as_deref())
@@ -163,11 +185,13 @@ where
             .bind(b.withdraw_hold_usd.as_deref())
             .bind(crate::ids::now())
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
         if DB::rows_affected(&res) == 0 {
             return Ok(None);
         }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
         Ok(self.wallets_by_ids(&[id.to_string()], true).await?.pop())
     }
 }

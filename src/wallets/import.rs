@@ -113,7 +113,12 @@ async fn flush(
     if batch.is_empty() {
         return Ok(());
     }
-    let (inserted, updated) = store.upsert_wallets(batch).await.map_err(|e| {
+    let ids: Vec<&str> = batch.iter().map(|w| w.id.as_str()).collect();
+    let entry = crate::audit::EntryExt::data(
+        crate::audit::entry("wallet.imported"),
+        serde_json::json!({ "walletIds": ids, "by": "operator" }),
+    );
+    let (inserted, updated) = store.upsert_wallets(batch, &[entry]).await.map_err(|e| {
         anyhow::anyhow!(
             "database error in the batch ending at record {done}: {e} ({} imported, {} updated before it)",
             summary.imported,

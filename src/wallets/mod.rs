@@ -181,9 +181,17 @@ pub async fn set_balances(
         return Err(Error::invalid_field("walletId", "must be a 32-hex wallet id"));
     }
     let balances = parse_balances(body)?;
+    let entry = match auth {
+        Some(auth) => crate::audit::by(auth, "wallet.balance_set"),
+        None => crate::audit::EntryExt::data(
+            crate::audit::entry("wallet.balance_set"),
+            serde_json::json!({ "by": "operator" }),
+        ),
+    };
+    let entry = crate::audit::EntryExt::wallet(entry, Some(wallet_id));
     state
         .store
-        .update_wallet_balances(wallet_id, &balances)
+        .update_wallet_balances(wallet_id, &balances, &[entry])
         .await?
         .ok_or_else(|| Error::NotFound { name: "WalletNotFound", message: "no such wallet".into() })
 }

@@ -163,3 +163,30 @@ async fn parallel_appends_keep_one_linear_chain() {
         "user.created, a login, 20 tokens"
     );
 }
+
+#[tokio::test]
+async fn operator_changes_to_users_memberships_and_wallets_are_audited() {
+    let app = spawn_app().await;
+    let ops = app.create_user_with("ops@example.com", true).await;
+    let alice = app.create_user("alice@example.com").await;
+    let e = app.create_enterprise("Acme", &[]).await;
+    custodian::identity::users::add_member(&app.state.store, &e, &alice.email, true).await.expect("member");
+    app.import_wallet(WALLET, &e, &[&alice.id]).await;
+    let admin = app.login(&ops).await;
+    let res = app
+        .post_auth(&format!("/api/v2/internal/wallet/{WALLET}/balance"), &admin, &json!({ "balanceString": "5" }))
+        .await;
+    expect_json(res, 200).await;
+    let all = audit(&app, &admin, "?limit=500").await;
+    let find =
+        |t: &str| all.iter().find(|x| x["type"] == t).cloned().unwrap_or_else(|| panic!("{t} in {all:?}"));
+    assert_eq!(find("user.created")["userId"], alice.id);
+    let member = find("enterprise.member_set");
+    assert_eq!(
+        (&member["userId"], &member["enterpriseId"], &member["data"]["isAdmin"]),
+        (&json!(alice.id), &json!(e), &json!(true))
+    );
+    assert_eq!(find("wallet.imported")["data"]["walletIds"], json!([WALLET]));
+    let balance = find("wallet.balance_set");
+    assert_eq!((&balance["walletId"], &balance["userId"]), (&json!(WALLET), &json!(ops.id)));
+}
