@@ -418,22 +418,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         }
         Command::User(cmd) => operator::user_command(config, cmd).await,
         Command::Token(cmd) => operator::token_command(config, cmd).await,
-        Command::Audit(AuditCommand::Verify) => {
-            let store = crate::store::open(&config).await?;
-            let bar = progress_bar();
-            let verified = crate::audit::verify(&store, |n| bar.set_position(n)).await?;
-            bar.finish_and_clear();
-            match verified {
-                crate::audit::Verified::Ok(n) => {
-                    println!("ok {n} entries");
-                    Ok(())
-                }
-                crate::audit::Verified::Broken { seq, id, entries_before } => anyhow::bail!(
-                    "audit chain broken at entry {id} (position {seq}, after {entries_before} good \
-                     entries): its hash does not match its content and predecessor"
-                ),
-            }
-        }
+        Command::Audit(AuditCommand::Verify) => operator::audit_verify(config).await,
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
             let text = read_file_or_stdin(&json_file)?;
             let fields: serde_json::Value = serde_json::from_str(&text)
@@ -451,7 +436,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
 }
 
 /// A progress bar on a terminal; hidden otherwise.
-fn progress_bar() -> indicatif::ProgressBar {
+pub(crate) fn progress_bar() -> indicatif::ProgressBar {
     use std::io::IsTerminal;
     if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(0);

@@ -119,3 +119,21 @@ pub async fn token_command(config: Config, cmd: TokenCommand) -> anyhow::Result<
     }
     Ok(())
 }
+
+/// `audit verify`: prints `ok N entries`, or fails (exit 1) naming the first broken link.
+pub async fn audit_verify(config: Config) -> anyhow::Result<()> {
+    let store = crate::store::open(&config).await?;
+    let bar = super::progress_bar();
+    let verified = crate::audit::verify(&store, |n| bar.set_position(n)).await?;
+    bar.finish_and_clear();
+    match verified {
+        crate::audit::Verified::Ok(n) => {
+            println!("ok {n} entries");
+            Ok(())
+        }
+        crate::audit::Verified::Broken { seq, id, entries_before } => anyhow::bail!(
+            "audit chain broken at entry {id} (position {seq}, after {entries_before} good entries): \
+             its hash does not match its content and predecessor"
+        ),
+    }
+}

@@ -174,7 +174,11 @@ async fn operator_changes_to_users_memberships_and_wallets_are_audited() {
     app.import_wallet(WALLET, &e, &[&alice.id]).await;
     let admin = app.login(&ops).await;
     let res = app
-        .post_auth(&format!("/api/v2/internal/wallet/{WALLET}/balance"), &admin, &json!({ "balanceString": "5" }))
+        .post_auth(
+            &format!("/api/v2/internal/wallet/{WALLET}/balance"),
+            &admin,
+            &json!({ "balanceString": "5" }),
+        )
         .await;
     expect_json(res, 200).await;
     let all = audit(&app, &admin, "?limit=500").await;
