@@ -64,9 +64,13 @@ TOKEN=$(curl -fsS -X POST "$BASE/api/v2/internal/user/login" -H 'content-type: a
 
 set +e
 # The stateful phase is left out: it feeds the lookup's `ids` list into single `walletId`
-# path parameters, which no schema can make valid.
+# path parameters, which no schema can make valid. Logout and token revocation are left out:
+# they revoke the run's own token (its id is in the token list and the session view), and every
+# later request would be a 401 (tests/api/sessions.rs covers both).
 "$VENV/bin/st" --config-file scripts/schemathesis.toml run "$BASE/openapi.json" \
   --phases examples,coverage,fuzzing \
+  --exclude-path /api/v2/user/logout \
+  --exclude-path '/api/v2/user/accesstoken/{id}' \
   --checks all \
   --header "Authorization: Bearer $TOKEN" \
   --max-examples "$MAX_EXAMPLES" \

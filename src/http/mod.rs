@@ -60,6 +60,7 @@ pub struct ErrorResponse {
         crate::types::WalletId,
         crate::types::EnterpriseId,
         crate::types::WebhookId,
+        crate::types::TokenId,
         crate::types::NotificationId,
         crate::types::AnyId,
         crate::types::Coin

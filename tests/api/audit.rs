@@ -194,3 +194,32 @@ async fn operator_changes_to_users_memberships_and_wallets_are_audited() {
     let balance = find("wallet.balance_set");
     assert_eq!((&balance["walletId"], &balance["userId"]), (&json!(WALLET), &json!(ops.id)));
 }
+
+#[tokio::test]
+async fn throttling_and_extension_are_audited_once_not_per_attempt() {
+    let app = spawn_app().await;
+    let user = app.create_user("target@example.com").await;
+    for _ in 0..8 {
+        app.login_raw("ghost@example.com", "not the password", "000000").await;
+    }
+    let res = app
+        .post(
+            "/api/v2/internal/user/login",
+            &json!({ "email": user.email, "password": PASSWORD, "otp": "000000", "extensible": true }),
+        )
+        .await;
+    let token = expect_json(res, 200).await["access_token"].as_str().unwrap().to_string();
+    expect_json(app.post_auth("/api/v2/user/extendtoken", &token, &json!({ "duration": 7200 })).await, 200)
+        .await;
+    let session = app.login(&user).await;
+    for _ in 0..8 {
+        app.create_token(&session, json!({ "otp": "111111", "scope": ["profile"] })).await;
+    }
+    let types = app.raw_sql("SELECT type FROM audit_log").await;
+    let count = |t: &str| types.iter().filter(|x| *x == t).count();
+    assert_eq!(count("login.failed"), 5, "{types:?}");
+    assert_eq!(count("login.throttled"), 1, "three refusals, one entry a minute");
+    assert_eq!(count("otp.failed"), 5);
+    assert_eq!(count("otp.throttled"), 1);
+    assert_eq!(count("token.extended"), 1);
+}

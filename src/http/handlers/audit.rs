@@ -29,8 +29,10 @@ pub struct AuditParams {
     pub enterprise_id: Option<AnyId>,
     pub wallet_id: Option<AnyId>,
     /// ISO 8601 date-time, inclusive.
+    #[param(format = DateTime)]
     pub date_gte: Option<String>,
     /// ISO 8601 date-time, exclusive.
+    #[param(format = DateTime)]
     pub date_lt: Option<String>,
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,

@@ -43,6 +43,7 @@ pub struct TokenPaging {
     /// The last token id of the previous page (`nextBatchPrevId`).
     pub prev_id: Option<AnyId>,
     /// `ASC` (default) or `DESC` by creation time.
+    #[param(inline)]
     pub sort: Option<Sort>,
 }
 
