@@ -30,6 +30,8 @@ mod operator;
 mod procs;
 #[path = "api/receiver.rs"]
 mod receiver;
+#[path = "api/records.rs"]
+mod records;
 #[path = "api/scaleout.rs"]
 mod scaleout;
 #[path = "api/sessions.rs"]

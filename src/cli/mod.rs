@@ -166,6 +166,12 @@ pub enum WalletCommand {
         /// Print the summary as one JSON object {imported, updated, rejected}.
         #[arg(long)]
         json: bool,
+        /// Refuse fields the wallet record of §2.1 does not list (by default they are kept).
+        #[arg(long)]
+        strict: bool,
+        /// Let a record change the coin or type of an existing wallet (audited).
+        #[arg(long)]
+        allow_identity_change: bool,
     },
     /// Set balances of a wallet (base units, decimal digits; only the ones given change).
     SetBalance {
@@ -291,11 +297,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
 /// `wallet import`: imports a JSON array or NDJSON of §2.1 records with a progress bar, then
 /// prints the summary (JSON with `--json`).
-async fn import_wallets(config: &Config, file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+async fn import_wallets(
+    config: &Config,
+    file: &std::path::Path,
+    json: bool,
+    opts: crate::wallets::import::ImportOptions,
+) -> anyhow::Result<()> {
     let text = read_file_or_stdin(file)?;
     let store = crate::store::open(config).await?;
     let bar = progress_bar();
-    let summary = crate::wallets::import::import(&store, &text, |done, total| {
+    let summary = crate::wallets::import::import_with(&store, &text, opts, |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     })
@@ -317,12 +328,11 @@ async fn import_wallets(config: &Config, file: &std::path::Path, json: bool) -> 
                 (_, Some(l)) => format!("line {l}"),
                 _ => String::new(),
             };
-            let field = if r.field.is_empty() { String::new() } else { format!("{}: ", r.field) };
-            println!(
-                "  rejected {at}{}: {field}{}",
-                r.id.as_deref().map(|i| format!(" ({i})")).unwrap_or_default(),
-                r.reason
-            );
+            println!("  rejected {at}{}:", r.id.as_deref().map(|i| format!(" ({i})")).unwrap_or_default());
+            for v in &r.violations {
+                let field = if v.field.is_empty() { String::new() } else { format!("{}: ", v.field) };
+                println!("    {field}{}", v.reason);
+            }
         }
     }
     Ok(())
@@ -405,7 +415,10 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("{} is now {} of {}", user.email, if admin { "an admin" } else { "a member" }, e.name);
             Ok(())
         }
-        Command::Wallet(WalletCommand::Import { file, json }) => import_wallets(&config, &file, json).await,
+        Command::Wallet(WalletCommand::Import { file, json, strict, allow_identity_change }) => {
+            let opts = crate::wallets::import::ImportOptions { strict, allow_identity_change };
+            import_wallets(&config, &file, json, opts).await
+        }
         Command::Wallet(cmd @ WalletCommand::SetBalance { .. }) => set_balance(config, cmd).await,
         Command::Event(EventCommand::Emit { json_file }) => {
             let text = read_file_or_stdin(&json_file)?;
@@ -420,19 +433,24 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Token(cmd) => operator::token_command(config, cmd).await,
         Command::Audit(AuditCommand::Verify) => operator::audit_verify(config).await,
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
-            let text = read_file_or_stdin(&json_file)?;
-            let fields: serde_json::Value = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not valid JSON", json_file.display()))?;
-            let store = crate::store::open(&config).await?;
-            let t = tokens::create_template(&store, fields).await?;
-            if json {
-                println!("{}", json!({ "id": t.id, "fields": t.fields }));
-            } else {
-                println!("Created access token template {}", t.id);
-            }
-            Ok(())
+            create_template(&config, &json_file, json).await
         }
     }
+}
+
+/// `token-template create`: a template from a JSON object of §4.3 fields.
+async fn create_template(config: &Config, json_file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let text = read_file_or_stdin(json_file)?;
+    let fields: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", json_file.display()))?;
+    let store = crate::store::open(config).await?;
+    let t = tokens::create_template(&store, fields).await?;
+    if json {
+        println!("{}", json!({ "id": t.id, "fields": t.fields }));
+    } else {
+        println!("Created access token template {}", t.id);
+    }
+    Ok(())
 }
 
 /// A progress bar on a terminal; hidden otherwise.

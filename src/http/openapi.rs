@@ -41,6 +41,8 @@ pub fn refine(doc: &mut Value) {
         remove["properties"][field]["type"] = json!("string");
     }
     schemas["SetBalanceRequest"]["minProperties"] = json!(1);
+    // A wallet record holds the §2.1 fields and whatever else BitGo's record carried (issue 11).
+    schemas["WalletLookupResponse"]["properties"]["wallets"]["items"]["additionalProperties"] = json!(true);
     for path in [
         "/api/v2/{coin}/wallet/{walletId}/webhooks",
         "/api/v2/{coin}/webhooks",

@@ -295,34 +295,53 @@ fn record_balances(map: &Map<String, Value>) -> Result<Balances, Invalid> {
     Ok(balances)
 }
 
-/// Validates one §2.1 record and splits it into the stored form. Unknown fields are refused,
-/// so a typo cannot be silently dropped.
-pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
-    let Value::Object(map) = record else { return Err(invalid("", "a wallet record must be a JSON object")) };
-    for key in map.keys() {
-        let known = FIELDS.iter().any(|(n, _, _)| n == key)
-            || BALANCE_FIELDS.iter().any(|(s, n)| s == key || *n == Some(key.as_str()));
-        if !known {
-            return Err(invalid(key, "not a field of the wallet record (§2.1)"));
+/// Validates one §2.1 record and splits it into the stored form, reporting every violation at
+/// once. Fields §2.1 does not list are kept verbatim (BitGo's records carry more, e.g.
+/// `pendingApprovals`, `bitgoOrg`, `customTags`), unless `strict`, which refuses them so that
+/// a typo cannot pass. The stored record's keys are sorted (docs/decisions.md).
+pub fn validate(record: &Value, strict: bool) -> Result<WalletRow, Vec<Invalid>> {
+    let Value::Object(map) = record else {
+        return Err(vec![invalid("", "a wallet record must be a JSON object")]);
+    };
+    let is_balance = |k: &str| BALANCE_FIELDS.iter().any(|(s, n)| *s == k || *n == Some(k));
+    let mut errors = Vec::new();
+    if strict {
+        for key in map.keys() {
+            if !FIELDS.iter().any(|(n, _, _)| n == key) && !is_balance(key) {
+                errors.push(invalid(key, "not a field of the wallet record (§2.1; --strict)"));
+            }
         }
     }
     for (name, kind, required) in FIELDS {
         match map.get(*name) {
-            None if *required => return Err(invalid(name, "is required")),
+            None if *required => errors.push(invalid(name, "is required")),
             None => {}
-            Some(v) => check(*kind, v).map_err(|r| invalid(name, r))?,
+            Some(v) => {
+                if let Err(r) = check(*kind, v) {
+                    errors.push(invalid(name, r));
+                }
+            }
         }
     }
-    let coin = map["coin"].as_str().unwrap_or_default().to_string();
-    check_shape(map, &coin)?;
-    let balances = record_balances(map)?;
+    let coin = map.get("coin").and_then(Value::as_str).unwrap_or_default().to_string();
+    if errors.is_empty() {
+        if let Err(e) = check_shape(map, &coin) {
+            errors.push(e);
+        }
+    }
+    let balances = match record_balances(map) {
+        Ok(b) => b,
+        Err(e) => {
+            errors.push(e);
+            Balances::default()
+        }
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
 
-    let mut stored = Map::new();
-    for (k, v) in map {
-        if !BALANCE_FIELDS.iter().any(|(s, n)| s == k || *n == Some(k.as_str())) {
-            stored.insert(k.clone(), v.clone());
-        }
-    }
+    let stored: Map<String, Value> =
+        map.iter().filter(|(k, _)| !is_balance(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
     let user_ids = map
         .get("users")
         .and_then(Value::as_array)
@@ -337,10 +356,10 @@ pub fn validate(record: &Value) -> Result<WalletRow, Invalid> {
         })
         .unwrap_or_default();
     Ok(WalletRow {
-        id: map["id"].as_str().unwrap_or_default().to_string(),
+        id: map.get("id").and_then(Value::as_str).unwrap_or_default().to_string(),
         coin,
         enterprise: map.get("enterprise").and_then(Value::as_str).map(str::to_string),
-        deleted: map["deleted"].as_bool().unwrap_or(false),
+        deleted: map.get("deleted").and_then(Value::as_bool).unwrap_or(false),
         user_ids,
         record: Value::Object(stored).to_string(),
         balances,
@@ -426,7 +445,7 @@ mod tests {
                 w[k] = v.clone();
             }
         }
-        validate(&w).err().map(|e| e.field).unwrap_or_else(|| "OK".into())
+        validate(&w, true).err().map(|e| e[0].field.clone()).unwrap_or_else(|| "OK".into())
     }
 
     #[test]
@@ -480,7 +499,7 @@ mod tests {
     fn render_adds_only_requested_balances() {
         let mut w = hot();
         w["balanceString"] = json!("00120");
-        let row = validate(&w).unwrap_or_else(|e| panic!("{e:?}"));
+        let row = validate(&w, false).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(row.balances.balance.as_deref(), Some("120"));
         let mut out = String::new();
         render(&row, Expand::default(), &mut out);

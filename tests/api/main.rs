@@ -16,6 +16,7 @@ mod identity;
 mod operator;
 mod procs;
 mod receiver;
+mod records;
 mod sessions;
 mod tokens;
 mod wallets;
