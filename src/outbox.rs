@@ -77,13 +77,17 @@ fn wallet_meta(webhook: &Webhook, organization: Option<&str>, transfer: Option<&
 }
 
 /// A simulated wallet notification (§4.5). `event` is an ingested event naming the transfer,
-/// when there is one; otherwise the payload is placeholder data marked `"placeholder": true`.
+/// when there is one; otherwise the payload is placeholder data marked `"placeholder": true`,
+/// in the shape of BitGo's notification of the webhook's type (docs/webhooks.md): a transfer
+/// has `walletType` (the wallet's `type`), base-unit amounts, `initiator` and `receiver`.
 pub fn simulate_wallet(
     webhook: &Webhook,
-    organization: Option<&str>,
+    wallet: &WalletFacts<'_>,
     transfer_id: Option<&str>,
     event: Option<Value>,
 ) -> Notification {
+    let organization = wallet.organization;
+    let facts = wallet;
     let wallet = webhook.level.wallet_id().unwrap_or_default().to_string();
     let mut payload = match event {
         Some(Value::Object(mut e)) => {
@@ -92,22 +96,7 @@ pub fn simulate_wallet(
             e.insert("wallet".into(), json!(wallet));
             Value::Object(e)
         }
-        _ => {
-            let mut p = json!({
-                "type": webhook.webhook_type,
-                "wallet": wallet,
-                "coin": webhook.level.coin(),
-                "hash": placeholder_hash(),
-                "state": "confirmed",
-                "placeholder": true,
-            });
-            if webhook.webhook_type == "transfer" {
-                p["transfer"] = json!(transfer_id.map(str::to_string).unwrap_or_else(ids::new_id));
-                p["transferType"] = json!("receive");
-                p["valueString"] = json!("0");
-            }
-            p
-        }
+        _ => placeholder_payload(webhook, &wallet, facts, transfer_id),
     };
     payload["simulation"] = json!(true);
     let hash =
@@ -115,6 +104,64 @@ pub fn simulate_wallet(
     let transfer = payload.get("transfer").and_then(Value::as_str).map(str::to_string);
     let meta = wallet_meta(webhook, organization, transfer.as_deref());
     new_notification(webhook, &payload, hash, ids::new_id(), None, true, meta)
+}
+
+/// What a simulated wallet notification takes from the wallet's record.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WalletFacts<'a> {
+    pub organization: Option<&'a str>,
+    /// The record's `type` (hot, cold, custodial...).
+    pub wallet_type: Option<&'a str>,
+    pub label: Option<&'a str>,
+    pub enterprise: Option<&'a str>,
+}
+
+/// Invented data in the shape of BitGo's notification of the webhook's type (docs/webhooks.md),
+/// marked `placeholder: true`.
+fn placeholder_payload(
+    webhook: &Webhook,
+    wallet: &str,
+    facts: &WalletFacts<'_>,
+    transfer_id: Option<&str>,
+) -> Value {
+    let t = webhook.webhook_type.as_str();
+    let mut p = match t {
+        "pendingapproval" => json!({
+            "pendingApprovalType": "transactionRequest", "pendingApprovalId": ids::new_id(),
+            "walletId": wallet, "walletLabel": facts.label, "state": "pending",
+        }),
+        "txRequest" | "txRequestTransaction" => {
+            let (old, new) = if t == "txRequest" {
+                ("initialized", "pendingApproval")
+            } else {
+                ("pendingSignature", "signed")
+            };
+            json!({
+                "enterpriseId": facts.enterprise, "organizationId": facts.organization, "walletId": wallet,
+                "txRequestId": ids::new_id(), "txRequestVersion": 1, "webhookType": t, "sequenceIds": [],
+                "oldState": old, "newState": new,
+            })
+        }
+        _ => {
+            json!({ "wallet": wallet, "coin": webhook.level.coin(), "hash": placeholder_hash(), "state": "confirmed" })
+        }
+    };
+    p["type"] = json!(t);
+    p["placeholder"] = json!(true);
+    if t == "transfer" {
+        p["transfer"] = json!(transfer_id.map(str::to_string).unwrap_or_else(ids::new_id));
+        p["transferType"] = json!("receive");
+        p["walletType"] = json!(facts.wallet_type);
+        for k in ["baseValue", "value"] {
+            p[k] = json!(0);
+        }
+        for k in ["baseValueString", "valueString", "feeString"] {
+            p[k] = json!("0");
+        }
+        p["initiator"] = json!([]);
+        p["receiver"] = json!("placeholder-address");
+    }
+    p
 }
 
 /// A simulated block notification (§4.7).

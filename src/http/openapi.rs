@@ -14,6 +14,7 @@ use crate::{
     },
     types::{COIN_PATTERN, ID_PATTERN as ID},
     webhooks::{
+        event_fields::{known_fields, Kind},
         BLOCK_TYPES, ENTERPRISE_TYPES, MAX_CUSTOM_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_TX_REQUEST_STATES,
         MAX_URL_LEN, RESERVED_HEADERS, TX_REQUEST_STATES, TX_REQUEST_TRANSACTION_STATES, WALLET_TYPES,
     },
@@ -179,12 +180,39 @@ fn event_request(schemas: &mut Value) {
     p["coin"]["pattern"] = json!(COIN_PATTERN);
     let all: Vec<&str> = WALLET_TYPES.iter().chain(BLOCK_TYPES).chain(ENTERPRISE_TYPES).copied().collect();
     p["type"]["enum"] = json!(all);
-    let family = |types: &[&str], id: &str| json!({ "properties": { "type": { "enum": types }, id: { "type": "string" } }, "required": [id] });
-    s["oneOf"] = json!([
-        family(WALLET_TYPES, "walletId"),
-        family(BLOCK_TYPES, "coin"),
-        family(ENTERPRISE_TYPES, "enterpriseId"),
-    ]);
+    // One branch per type: its routing id, and its known fields (`webhooks::event_fields`).
+    let branches: Vec<Value> =
+        [(WALLET_TYPES, "walletId"), (BLOCK_TYPES, "coin"), (ENTERPRISE_TYPES, "enterpriseId")]
+            .iter()
+            .flat_map(|(types, id)| types.iter().map(move |t| (*t, *id)))
+            .map(|(t, id)| {
+                let mut props = json!({ "type": { "const": t }, id: { "type": "string" } });
+                for (name, kind) in known_fields(t) {
+                    props[*name] = kind_schema(*kind);
+                }
+                json!({ "properties": props, "required": [id] })
+            })
+            .collect();
+    s["oneOf"] = json!(branches);
+}
+
+/// The JSON Schema of a known event field's kind (`webhooks::event_fields::Kind`).
+fn kind_schema(kind: Kind) -> Value {
+    let text = json!({ "type": "string", "minLength": 1, "maxLength": 200 });
+    let strings = json!({ "type": "array", "maxItems": 1000, "items": text });
+    match kind {
+        Kind::ObjectId => json!({ "type": "string", "pattern": "^([0-9a-f]{24}|[0-9a-f]{32})$" }),
+        Kind::Text => text,
+        Kind::WholeNumber => json!({ "type": "integer", "minimum": 0 }),
+        Kind::BaseUnits { signed: true } => json!({ "anyOf": [
+            { "type": "integer" }, { "type": "string", "pattern": "^-?[0-9]{1,100}$" } ] }),
+        Kind::BaseUnits { signed: false } => json!({ "anyOf": [
+            { "type": "integer", "minimum": 0 }, { "type": "string", "pattern": "^[0-9]{1,100}$" } ] }),
+        Kind::OneOf(list) => json!({ "type": "string", "enum": list }),
+        Kind::Strings => strings,
+        Kind::TextOrStrings => json!({ "anyOf": [text, strings] }),
+        Kind::Bool => json!({ "type": "boolean" }),
+    }
 }
 
 /// A pattern matching `name` in any letter case (header names are case-insensitive).

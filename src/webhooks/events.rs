@@ -101,6 +101,7 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
             WALLET_TYPES.iter().chain(BLOCK_TYPES).chain(ENTERPRISE_TYPES).copied().collect();
         return Err(invalid_type("known", &all));
     };
+    super::event_fields::check(t, &map)?;
     let filter = WebhookFilter { webhook_type: Some(t.into()), state: Some(WebhookState::Active), ..filter };
     let confirmations = i64::try_from(ev.confirmations.unwrap_or(0)).unwrap_or(i64::MAX);
     let mut hooks = Vec::new();

@@ -14,6 +14,7 @@ use crate::{
 };
 
 pub mod access;
+pub mod event_fields;
 pub mod events;
 pub mod headers;
 pub mod limits;

@@ -55,10 +55,16 @@ pub async fn wallet(
             .filter(|e| e.get("walletId").and_then(Value::as_str) == Some(wallet.id.as_str())),
         None => None,
     };
-    let organization: Option<String> = serde_json::from_str::<Value>(&wallet.record)
-        .ok()
-        .and_then(|r| r.get("organization").and_then(Value::as_str).map(str::to_string));
-    let n = outbox::simulate_wallet(&w, organization.as_deref(), transfer, event);
+    let record = serde_json::from_str::<Value>(&wallet.record).ok();
+    let field = |k: &str| record.as_ref().and_then(|r| r.get(k)).and_then(Value::as_str).map(str::to_string);
+    let (organization, wallet_type, label) = (field("organization"), field("type"), field("label"));
+    let facts = outbox::WalletFacts {
+        organization: organization.as_deref(),
+        wallet_type: wallet_type.as_deref(),
+        label: label.as_deref(),
+        enterprise: wallet.enterprise.as_deref(),
+    };
+    let n = outbox::simulate_wallet(&w, &facts, transfer, event);
     enqueue(state, w, n).await
 }
 

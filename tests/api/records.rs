@@ -89,3 +89,97 @@ async fn a_record_with_three_problems_reports_three() {
     let summary = serde_json::to_value(&s).unwrap();
     assert_eq!(summary["rejected"][0]["violations"].as_array().map(Vec::len), Some(3), "in --json too");
 }
+
+#[tokio::test]
+async fn event_known_fields_are_checked_and_others_reach_the_payload() {
+    use crate::{
+        receiver::TestReceiver,
+        webhooks::{fast, fixture, WALLET},
+    };
+    let f = fixture(fast).await;
+    let admin = f.admin_token().await;
+    let rx = TestReceiver::start().await;
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let base = json!({ "eventId": "t-1", "type": "transfer", "walletId": WALLET, "coin": "tbtc" });
+    for (field, bad) in [
+        ("state", json!("done")),
+        ("valueString", json!("1.5")),
+        ("feeString", json!("-3")),
+        ("transfer", json!("not-an-id")),
+        ("walletType", json!("piggybank")),
+    ] {
+        let mut ev = base.clone();
+        ev[field] = bad;
+        let body = assert_error(f.app.ingest(&admin, &ev).await, 400, "InvalidField").await;
+        assert_eq!(body["context"]["field"], field);
+    }
+    let mut ev = base.clone();
+    for (k, v) in [
+        ("transfer", json!("5f0c5e1a2b3c4d5e6f708192")),
+        ("state", json!("confirmed")),
+        ("transferType", json!("send")),
+        ("walletType", json!("hot")),
+        ("baseValue", json!(-150000)),
+        ("baseValueString", json!("-150000")),
+        ("valueString", json!("-150000")),
+        ("feeString", json!("1200")),
+        ("initiator", json!(["ops@example.com"])),
+        ("receiver", json!("tb1qreceiver")),
+        ("upstreamExtra", json!({ "kept": [1, 2] })),
+    ] {
+        ev[k] = v;
+    }
+    expect_json(f.app.ingest(&admin, &ev).await, 200).await;
+    let got = rx.wait_for(1, 10).await;
+    let payload: Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(payload["upstreamExtra"], json!({ "kept": [1, 2] }), "unknown fields pass through");
+    assert_eq!(payload["baseValueString"], "-150000");
+    assert_eq!(payload["initiator"], json!(["ops@example.com"]));
+}
+
+#[tokio::test]
+async fn a_simulated_transfer_has_the_shape_of_a_real_one() {
+    use crate::webhooks::{fast, fixture, WALLET};
+    let f = fixture(fast).await;
+    let hook = f.wallet_hook_id("https://example.com/h", "transfer").await;
+    let path = format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{hook}/simulate");
+    let n = expect_json(f.app.post_auth(&path, &f.token, &json!({})).await, 200).await;
+    let p: Value = serde_json::from_str(n["webhookNotifications"][0]["payload"].as_str().unwrap()).unwrap();
+    assert_eq!((&p["simulation"], &p["placeholder"]), (&json!(true), &json!(true)));
+    assert_eq!(p["walletType"], "hot", "the wallet's type");
+    for k in ["hash", "transfer", "coin", "type", "state", "wallet", "transferType", "receiver"] {
+        assert!(p[k].is_string(), "{k} in {p}");
+    }
+    for k in ["baseValueString", "valueString", "feeString"] {
+        assert_eq!(p[k], "0", "{k}");
+    }
+    assert_eq!((&p["baseValue"], &p["value"], &p["initiator"]), (&json!(0), &json!(0), &json!([])));
+}
+
+#[tokio::test]
+async fn simulated_pending_approvals_and_tx_requests_have_their_real_fields() {
+    use crate::webhooks::{fast, fixture, WALLET};
+    let f = fixture(fast).await;
+    let payload = |typ: &'static str| {
+        let f = &f;
+        async move {
+            let hook = f.wallet_hook_id("https://example.com/h", typ).await;
+            let path = format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{hook}/simulate");
+            let n = expect_json(f.app.post_auth(&path, &f.token, &json!({})).await, 200).await;
+            serde_json::from_str::<Value>(n["webhookNotifications"][0]["payload"].as_str().unwrap()).unwrap()
+        }
+    };
+    let p = payload("pendingapproval").await;
+    for k in ["type", "pendingApprovalType", "pendingApprovalId", "walletId", "walletLabel", "state"] {
+        assert!(p[k].is_string(), "{k} in {p}");
+    }
+    assert_eq!((&p["walletLabel"], &p["simulation"]), (&json!("hot"), &json!(true)));
+    let p = payload("txRequest").await;
+    for k in
+        ["enterpriseId", "organizationId", "walletId", "txRequestId", "webhookType", "oldState", "newState"]
+    {
+        assert!(p[k].is_string(), "{k} in {p}");
+    }
+    assert_eq!((&p["txRequestVersion"], &p["sequenceIds"]), (&json!(1), &json!([])));
+    assert_eq!(p["enterpriseId"], f.enterprise);
+}
