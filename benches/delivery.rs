@@ -1,9 +1,14 @@
-//! Webhook delivery benchmark (issue 4 §C), SQLite, through the real server and engine:
+//! Webhook delivery benchmark (issues 4 §C and 12 §1), through the real server and engine:
 //!
-//! 1. throughput: 10,000 notifications queued, then the server started; time until a local
-//!    receiver has them all;
-//! 2. latency: events POSTed at a steady 500/s for 10 s, each fanning out to one webhook;
-//!    event-to-receipt latency (from before the POST to the receiver's handler) p50/p99.
+//! 1. end to end, what an integrator sees: 10,000 events POSTed to `/api/v2/internal/events`
+//!    by 32 concurrent keep-alive clients, each fanning out to one webhook on a local receiver;
+//!    throughput from the first send to the last receipt, and the API's p50/p99;
+//! 2. latency: events POSTed at a steady 500/s and 1,000/s for 5 s, each fanning out to one
+//!    webhook; event-to-receipt latency (from before the POST to the receiver's handler);
+//! 3. drain only (not what a user sees): 10,000 notifications already queued, then the server
+//!    started; time until the receiver has them all.
+//!
+//! The service admin's rate limit is set out of the way (`rate_limit.admin_requests = 0`).
 //!
 //! Run: `cargo bench --bench delivery`; with
 //! `CUSTODIAN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres` also on PostgreSQL.
@@ -66,9 +71,13 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
     std::fs::write(dir.path().join("key"), "22".repeat(32))?;
     config.delivery.allowed_cidrs = vec!["127.0.0.1/32".parse()?];
     config.delivery.poll_interval_ms = 100;
+    // A benchmark measures the service, not the rate limit.
+    config.rate_limit.admin_requests = 0;
     if let Ok(c) = std::env::var("BENCH_CONCURRENCY") {
         config.delivery.concurrency = c.parse()?;
     }
+    // One tenant (a single enterprise), as README advises for such a deployment.
+    config.delivery.per_tenant_concurrency = config.delivery.concurrency;
     let state = AppState::new(config).await?;
     let admin =
         users::create_user(&state.store, &state.key, "ops@example.com", None, "benchmark password", true)
@@ -120,13 +129,67 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     for db in common::databases().await? {
+        end_to_end(db.label, &db.url).await?;
+        db.drop_database().await;
+    }
+    for rate in [500, 1000] {
+        for db in common::databases().await? {
+            latency(db.label, &db.url, rate).await?;
+            db.drop_database().await;
+        }
+    }
+    for db in common::databases().await? {
         throughput(db.label, &db.url).await?;
         db.drop_database().await;
     }
-    for db in common::databases().await? {
-        latency(db.label, &db.url).await?;
-        db.drop_database().await;
+    Ok(())
+}
+
+/// Events sent, and concurrent keep-alive clients, of the end-to-end run.
+const E2E_EVENTS: usize = 10_000;
+const E2E_CLIENTS: usize = 32;
+
+async fn end_to_end(label: &str, db_url: &str) -> anyhow::Result<()> {
+    let (url, sink) = receiver().await?;
+    let (_dir, state) = setup(db_url, &url, 1).await?;
+    let (base, client, token) = common::serve_and_login(&state, "ops@example.com").await?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..E2E_CLIENTS {
+        let (client, token, base) = (client.clone(), token.clone(), base.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut api_ms = Vec::with_capacity(E2E_EVENTS / E2E_CLIENTS);
+            for i in (c..E2E_EVENTS).step_by(E2E_CLIENTS) {
+                let ev = json!({ "eventId": format!("x{i}"), "type": "transfer", "walletId": WALLET, "hash": format!("h{i}") });
+                let t0 = Instant::now();
+                let res = client.post(format!("{base}/api/v2/internal/events")).bearer_auth(&token).json(&ev).send().await;
+                if !res.is_ok_and(|r| r.status().is_success()) {
+                    return Err(anyhow::anyhow!("event {i} was not accepted"));
+                }
+                api_ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+            }
+            Ok(api_ms)
+        }));
     }
+    let mut api = Vec::with_capacity(E2E_EVENTS);
+    for t in tasks {
+        api.extend(t.await??);
+    }
+    let ingest_secs = started.elapsed().as_secs_f64();
+    while sink.count.load(Ordering::Relaxed) < E2E_EVENTS {
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "end-to-end run did not finish");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    api.sort_by(f64::total_cmp);
+    println!(
+        "end to end: {E2E_EVENTS} events by {E2E_CLIENTS} clients, last receipt after {secs:.2} s = {:.0} deliveries/s; \
+         ingest {:.0} events/s, API p50 {:.1} ms, p99 {:.1} ms ({label})",
+        E2E_EVENTS as f64 / secs,
+        E2E_EVENTS as f64 / ingest_secs,
+        percentile(&api, 0.5),
+        percentile(&api, 0.99),
+    );
     Ok(())
 }
 
@@ -147,25 +210,25 @@ async fn throughput(label: &str, db_url: &str) -> anyhow::Result<()> {
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "throughput: 10000 notifications delivered in {secs:.2} s = {:.0} deliveries/s ({label})",
+        "drain only: 10000 queued notifications delivered in {secs:.2} s = {:.0} deliveries/s ({label})",
         10_000.0 / secs
     );
     Ok(())
 }
 
-async fn latency(label: &str, db_url: &str) -> anyhow::Result<()> {
+async fn latency(label: &str, db_url: &str, rate: u64) -> anyhow::Result<()> {
     let (url, sink) = receiver().await?;
     let (_dir, state) = setup(db_url, &url, 1).await?;
     let (base, client, token) = common::serve_and_login(&state, "ops@example.com").await?;
-    let total = 5000;
-    let mut tick = tokio::time::interval(Duration::from_millis(2));
+    let total = usize::try_from(rate * 5)?;
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let started = Instant::now();
     for i in 0..total {
         tick.tick().await;
         let (client, token, base) = (client.clone(), token.clone(), base.clone());
         tokio::spawn(async move {
-            let ev = json!({ "eventId": format!("l{i}"), "type": "transfer", "walletId": WALLET, "sentAtUs": now_us().to_string() });
+            let ev = json!({ "eventId": format!("l{rate}-{i}"), "type": "transfer", "walletId": WALLET, "sentAtUs": now_us().to_string() });
             let _ = client
                 .post(format!("{base}/api/v2/internal/events"))
                 .bearer_auth(&token)

@@ -36,8 +36,10 @@ pub const RESPONSE_BODY_LIMIT: usize = 20 * 1024;
 /// write the outcome. A crashed worker's claims come back after this.
 const LEASE_MARGIN_MS: i64 = 5_000;
 
-/// How long a notification waits when its webhook already has its share of slots, ms.
-const DEFER_MS: i64 = 200;
+/// How long a notification claimed over its webhook's or tenant's share waits, ms: none. It
+/// is due again at once, and the next claim skips it while the share is full (`Saturated`),
+/// so it goes out as soon as a slot of its own frees, without a busy loop.
+const DEFER_MS: i64 = 0;
 
 /// The engine of one process.
 pub struct Engine {

@@ -330,15 +330,17 @@ where
         limit: u32,
         skip: &Saturated,
     ) -> StoreResult<Vec<Claimed>> {
-        let rows: Vec<NotificationRow> = sqlx::query_as(DB::CLAIM_DUE)
+        let skipping = !(skip.webhooks.is_empty() && skip.enterprises.is_empty() && skip.users.is_empty());
+        let q = sqlx::query_as(if skipping { DB::CLAIM_DUE_SKIPPING } else { DB::CLAIM_DUE_ALL })
             .bind(lease_until_ms)
             .bind(now_ms)
-            .bind(i64::from(limit))
-            .bind(to_json(&skip.webhooks)?)
-            .bind(to_json(&skip.enterprises)?)
-            .bind(to_json(&skip.users)?)
-            .fetch_all(&self.pool)
-            .await?;
+            .bind(i64::from(limit));
+        let q = if skipping {
+            q.bind(to_json(&skip.webhooks)?).bind(to_json(&skip.enterprises)?).bind(to_json(&skip.users)?)
+        } else {
+            q
+        };
+        let rows: Vec<NotificationRow> = q.fetch_all(&self.pool).await?;
         if rows.is_empty() {
             return Ok(Vec::new());
         }

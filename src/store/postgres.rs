@@ -58,7 +58,13 @@ impl Dialect for Postgres {
     /// Locks the due rows with `SKIP LOCKED` so concurrent processes lease disjoint sets, and
     /// updates them through the primary key (an `IN` over the subquery makes the planner scan
     /// the whole table).
-    const CLAIM_DUE: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
+    const CLAIM_DUE_ALL: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
+        updated_at = $2 WHERE id = ANY(ARRAY(SELECT n.id FROM notifications n \
+        JOIN webhooks w ON w.id = n.webhook_id WHERE n.state IN ('new', 'pending') \
+        AND n.next_attempt_at <= $2 AND n.lease_until < $2 AND w.state = 'active' \
+        ORDER BY n.next_attempt_at LIMIT $3 FOR UPDATE OF n SKIP LOCKED)) RETURNING *";
+
+    const CLAIM_DUE_SKIPPING: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
         updated_at = $2 WHERE id = ANY(ARRAY(SELECT n.id FROM notifications n \
         JOIN webhooks w ON w.id = n.webhook_id WHERE n.state IN ('new', 'pending') \
         AND n.next_attempt_at <= $2 AND n.lease_until < $2 AND w.state = 'active' \

@@ -28,10 +28,12 @@ pub trait Dialect: Database {
     /// fields joined by U+001F, records by U+001E, in [`super::wallets::unpack_wallet`]'s order.
     const WALLETS_PACKED: &'static str;
     /// Leases due notifications of active webhooks: `$1` lease until (ms), `$2` now (ms), `$3`
-    /// limit; none of webhooks `$4`, of enterprises `$5`, or of users `$6` (their webhooks bound
-    /// to no enterprise); returns the leased rows. Concurrent processes must not lease the same
-    /// row.
-    const CLAIM_DUE: &'static str;
+    /// limit; returns the leased rows. Concurrent processes must not lease the same row.
+    const CLAIM_DUE_ALL: &'static str;
+    /// [`Dialect::CLAIM_DUE_ALL`], but none of webhooks `$4`, of enterprises `$5`, or of users
+    /// `$6` (their webhooks bound to no enterprise): used only when some are at their share, so
+    /// the usual claim keeps its simple plan.
+    const CLAIM_DUE_SKIPPING: &'static str;
     /// The webhooks among ids `$1`.
     const WEBHOOKS_BY_IDS: &'static str;
     /// Gives back notifications `$2` unattempted, due at `$1` (ms).

@@ -54,7 +54,13 @@ impl Dialect for Sqlite {
         FROM wallets WHERE id IN (SELECT value FROM json_each($1)) AND ($2 OR NOT deleted)";
 
     /// One writer at a time: the subquery and update are one atomic statement.
-    const CLAIM_DUE: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
+    const CLAIM_DUE_ALL: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
+        updated_at = $2 WHERE id IN (SELECT n.id FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
+        WHERE n.state IN ('new', 'pending') AND n.next_attempt_at <= $2 AND n.lease_until < $2 \
+        AND w.state = 'active' \
+        ORDER BY n.next_attempt_at LIMIT $3) RETURNING *";
+
+    const CLAIM_DUE_SKIPPING: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \
         updated_at = $2 WHERE id IN (SELECT n.id FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
         WHERE n.state IN ('new', 'pending') AND n.next_attempt_at <= $2 AND n.lease_until < $2 \
         AND w.state = 'active' \
