@@ -1,5 +1,9 @@
-//! Wallet lookup benchmark (issue 3): POST /api/v2/internal/wallet with 1, 100 and 1000 ids
-//! through the real HTTP server, 10,000 wallets stored. Prints p50/p99 per size.
+//! Wallet lookup benchmark (issues 3 and 12): POST /api/v2/internal/wallet with 1, 100 and 1000
+//! ids through the real HTTP server, 10,000 wallets stored. Prints p50/p99 per size with one
+//! client, then requests/s with 64 concurrent keep-alive connections for 1 and 100 ids beside
+//! a reference measured in the same run (on SQLite): a bare axum route doing one sqlx
+//! primary-key query for the same ids and returning the stored records. The per-user rate
+//! limit is set out of the way.
 //!
 //! Run: `cargo bench --bench lookup`; with `BENCH_STORE=1` it also times the store query alone;
 //! with `CUSTODIAN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres` it also runs
@@ -10,7 +14,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use custodian::{config::Config, identity::users, AppState};
-use rand::seq::SliceRandom;
+use rand::{seq::SliceRandom, SeedableRng};
 use serde_json::{json, Value};
 
 const WALLETS: usize = 10_000;
@@ -49,11 +53,13 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(label: &str, url: &str) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let config = Config {
+    let mut config = Config {
         database_url: url.to_string(),
         secret_key_file: Some(dir.path().join("key")),
         ..Config::default()
     };
+    // A benchmark measures the service, not the per-user rate limit (360 a minute).
+    config.rate_limit.requests = u32::MAX;
     std::fs::write(dir.path().join("key"), "22".repeat(32))?;
     let state = AppState::new(config).await?;
     let user =
@@ -111,5 +117,87 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
         times.sort();
         println!("{size:>6} {rounds:>8} {:>9.2} {:>9.2}", percentile(&times, 0.5), percentile(&times, 0.99));
     }
+    let reference = match url.strip_prefix("sqlite://") {
+        Some(_) => Some(reference_route(url).await?),
+        None => None,
+    };
+    println!("concurrent, 64 keep-alive connections, {CONCURRENT_SECS} s each");
+    for size in [1usize, 100] {
+        let path = format!("{base}/api/v2/internal/wallet?expandBalance=true");
+        let ours = concurrent(&client, &path, Some(&token), &ids, size).await?;
+        match &reference {
+            Some(r) => {
+                let refr = concurrent(&client, r, None, &ids, size).await?;
+                println!(
+                    "{size:>6} ids: custodian {ours:.0} req/s, reference {refr:.0} req/s, ratio {:.2} ({label})",
+                    ours / refr
+                );
+            }
+            None => println!("{size:>6} ids: custodian {ours:.0} req/s ({label})"),
+        }
+    }
     Ok(())
+}
+
+/// Seconds each concurrent measurement runs.
+const CONCURRENT_SECS: u64 = 5;
+
+/// Requests per second of POSTing `{ids}` of `size` random ids to `url` over 64 concurrent
+/// keep-alive connections for [`CONCURRENT_SECS`].
+async fn concurrent(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    ids: &[String],
+    size: usize,
+) -> anyhow::Result<f64> {
+    let deadline = Instant::now() + Duration::from_secs(CONCURRENT_SECS);
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (client, url, token, ids) =
+            (client.clone(), url.to_string(), token.map(str::to_string), ids.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            let mut rng = rand::rngs::StdRng::from_entropy();
+            while Instant::now() < deadline {
+                let pick: Vec<&String> = ids.choose_multiple(&mut rng, size).collect();
+                let mut req = client.post(&url).json(&json!({ "ids": pick }));
+                if let Some(t) = &token {
+                    req = req.bearer_auth(t);
+                }
+                let res = req.send().await?;
+                anyhow::ensure!(res.status() == 200, "status {}", res.status());
+                res.bytes().await?;
+                n += 1;
+            }
+            Ok(n)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok(total as f64 / CONCURRENT_SECS as f64)
+}
+
+/// The reference: a bare axum route on the same SQLite file doing one primary-key query for
+/// the ids and returning the stored records as `{wallets: [...]}`. Returns its URL.
+async fn reference_route(db_url: &str) -> anyhow::Result<String> {
+    use axum::{extract::State, routing::post, Json, Router};
+    let pool = sqlx::SqlitePool::connect(db_url).await?;
+    async fn handler(State(pool): State<sqlx::SqlitePool>, Json(body): Json<Value>) -> String {
+        let ids = body["ids"].to_string();
+        let rows: Vec<String> =
+            sqlx::query_scalar("SELECT record FROM wallets WHERE id IN (SELECT value FROM json_each(?))")
+                .bind(ids)
+                .fetch_all(&pool)
+                .await
+                .unwrap_or_default();
+        format!("{{\"wallets\":[{}]}}", rows.join(","))
+    }
+    let app = Router::new().route("/reference", post(handler)).with_state(pool);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/reference", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
 }
