@@ -11,11 +11,11 @@ use std::{collections::HashMap, sync::Mutex};
 use serde_json::{json, Value};
 
 use crate::{
-    error::{Error, Result},
-    identity::auth::Principal,
+    error::Result,
+    identity::{auth::Principal, scopes::Action},
     ids,
     paging::{Page, PageRequest},
-    store::{chain_hash, AuditEntry, AuditFilter, ChainedEntry, DynStore, TokenKind, GENESIS},
+    store::{chain_hash, AuditEntry, AuditFilter, ChainedEntry, DynStore, GENESIS},
     AppState,
 };
 
@@ -113,14 +113,7 @@ pub async fn list(
     filter: AuditFilter,
     page: &PageRequest,
 ) -> Result<Page<ChainedEntry>> {
-    let scoped = auth.token.kind == TokenKind::Session
-        || auth.token.scopes.iter().any(|g| g.wallet.is_none() && g.name == "auditlogs_view_all");
-    if !scoped {
-        return Err(Error::forbidden(
-            "the access token's scopes do not permit this",
-            "auditlogs_view_all or a login session",
-        ));
-    }
+    auth.require(state.policy(), Action::ViewAuditLog)?;
     let visible_to = if auth.token.admin {
         None
     } else {

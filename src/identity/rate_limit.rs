@@ -36,43 +36,77 @@ pub struct RateState {
     pub reset_secs: u64,
 }
 
-/// One bucket kind: its limiter, size and refill interval.
-struct Buckets {
+/// Token buckets by key (a user, a webhook), all of one size, per process (governor's GCRA).
+pub struct KeyedBuckets {
     limiter: Limiter,
     limit: u32,
     refill: Duration,
+    clock: DefaultClock,
+    checks: AtomicU64,
 }
 
-impl Buckets {
-    fn new(limit: NonZeroU32, period_secs: u64) -> Self {
+impl KeyedBuckets {
+    /// `limit` requests per `period_secs` for each key, refilled evenly.
+    pub fn new(limit: NonZeroU32, period_secs: u64) -> Self {
         let refill = (Duration::from_secs(period_secs.max(1)) / limit.get()).max(Duration::from_nanos(1));
         let quota = Quota::with_period(refill).unwrap_or_else(|| Quota::per_second(limit)).allow_burst(limit);
-        Self { limiter: RateLimiter::keyed(quota).with_middleware(), limit: limit.get(), refill }
+        Self {
+            limiter: RateLimiter::keyed(quota).with_middleware(),
+            limit: limit.get(),
+            refill,
+            clock: DefaultClock::default(),
+            checks: AtomicU64::new(0),
+        }
     }
 
     fn reset_after(&self, remaining: u32) -> u64 {
         let missing = self.limit.saturating_sub(remaining);
         (self.refill * missing).as_secs_f64().ceil() as u64
     }
+
+    /// Counts one request of `key`. Returns where the key stands. Errors: `Throttled` (429
+    /// `TooManyRequests` with `Retry-After`, saying `message`), with where the key stands, when
+    /// its bucket is empty.
+    pub fn check(
+        &self,
+        key: &str,
+        message: impl FnOnce() -> String,
+    ) -> Result<RateState, (Error, RateState)> {
+        if self.checks.fetch_add(1, Ordering::Relaxed) % RETAIN_EVERY == RETAIN_EVERY - 1 {
+            self.limiter.retain_recent();
+        }
+        match self.limiter.check_key(&key.to_string()) {
+            Ok(snapshot) => {
+                let remaining = snapshot.remaining_burst_capacity();
+                Ok(RateState { limit: self.limit, remaining, reset_secs: self.reset_after(remaining) })
+            }
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(self.clock.now()).as_secs_f64().ceil() as u64;
+                let state = RateState { limit: self.limit, remaining: 0, reset_secs: self.reset_after(0) };
+                let error = Error::Throttled {
+                    name: "TooManyRequests",
+                    message: message(),
+                    retry_after_secs: wait.max(1),
+                };
+                Err((error, state))
+            }
+        }
+    }
 }
 
 /// The API rate limiter of one process.
 pub struct ApiRateLimiter {
-    users: Buckets,
+    users: KeyedBuckets,
     /// None: service admins are not limited (`rate_limit.admin_requests = 0`).
-    admins: Option<Buckets>,
-    clock: DefaultClock,
-    checks: AtomicU64,
+    admins: Option<KeyedBuckets>,
 }
 
 impl ApiRateLimiter {
     /// From `rate_limit.*` (validated: `requests` and `period` positive).
     pub fn new(cfg: &RateLimitConfig) -> Self {
         Self {
-            users: Buckets::new(NonZeroU32::new(cfg.requests).unwrap_or(NonZeroU32::MIN), cfg.period),
-            admins: NonZeroU32::new(cfg.admin_requests).map(|n| Buckets::new(n, cfg.period)),
-            clock: DefaultClock::default(),
-            checks: AtomicU64::new(0),
+            users: KeyedBuckets::new(NonZeroU32::new(cfg.requests).unwrap_or(NonZeroU32::MIN), cfg.period),
+            admins: NonZeroU32::new(cfg.admin_requests).map(|n| KeyedBuckets::new(n, cfg.period)),
         }
     }
 
@@ -86,32 +120,8 @@ impl ApiRateLimiter {
             (true, Some(b)) => b,
             (false, _) => &self.users,
         };
-        if self.checks.fetch_add(1, Ordering::Relaxed) % RETAIN_EVERY == RETAIN_EVERY - 1 {
-            buckets.limiter.retain_recent();
-        }
-        match buckets.limiter.check_key(&user_id.to_string()) {
-            Ok(snapshot) => {
-                let remaining = snapshot.remaining_burst_capacity();
-                Ok(Some(RateState {
-                    limit: buckets.limit,
-                    remaining,
-                    reset_secs: buckets.reset_after(remaining),
-                }))
-            }
-            Err(not_until) => {
-                let wait = not_until.wait_time_from(self.clock.now()).as_secs_f64().ceil() as u64;
-                let state =
-                    RateState { limit: buckets.limit, remaining: 0, reset_secs: buckets.reset_after(0) };
-                let error = Error::Throttled {
-                    name: "TooManyRequests",
-                    message: format!(
-                        "rate limit of {} requests per period exceeded; try again later",
-                        buckets.limit
-                    ),
-                    retry_after_secs: wait.max(1),
-                };
-                Err((error, state))
-            }
-        }
+        let message =
+            || format!("rate limit of {} requests per period exceeded; try again later", buckets.limit);
+        buckets.check(user_id, message).map(Some)
     }
 }

@@ -87,6 +87,9 @@ pub enum Action<'a> {
     /// Create, list, remove or simulate the user's own block webhooks: `wallet_manage_all` or
     /// `wallet_manage_enterprise` (`all` in test), never a 2FA-reset token (docs/decisions.md).
     ManageBlockWebhooks,
+    /// Read the audit log: `auditlogs_view_all` (`all` in test), or a login session itself
+    /// (issue 10 §5).
+    ViewAuditLog,
     /// A wallet permission on one wallet.
     Wallet { permission: WalletPermission, wallet_id: &'a str, enterprise: Option<&'a str> },
     /// View an enterprise.
@@ -140,6 +143,16 @@ impl Policy {
                 deny("a session that is not limited to 2FA reset")
             }
             Action::CreateAccessToken => Ok(()),
+            Action::ViewAuditLog => {
+                if token.kind == TokenKind::Session
+                    || self.has_all(token)
+                    || self.has(token, "auditlogs_view_all")
+                {
+                    Ok(())
+                } else {
+                    deny("auditlogs_view_all or a login session")
+                }
+            }
             Action::ManageOwnTokens if token.kind == TokenKind::Reset2fa => {
                 deny("a session that is not limited to 2FA reset")
             }

@@ -56,10 +56,12 @@ pub async fn revoke_token(state: &AppState, auth: &Principal, token_id: &str) ->
     let entry = audit::by(auth, "token.revoked")
         .enterprise(token.enterprise.as_deref())
         .data(json!({ "id": token.id }));
-    if !state.store.revoke_token(&token.id, ids::now(), &[entry]).await? {
+    let now = ids::now();
+    if !state.store.revoke_token(&token.id, now, &[entry]).await? {
         return Err(token_not_found());
     }
-    state.store.token_by_id(&token.id).await?.ok_or_else(token_not_found)
+    // What the store's revocation wrote (`store::tokens::REVOKE`), without reading it back.
+    Ok(TokenRecord { revoked_at: Some(now), expires_at: token.expires_at.min(now), ..token })
 }
 
 /// Ends the calling token (logout). Any token may end itself.

@@ -6,37 +6,22 @@
 
 use std::num::NonZeroU32;
 
-use governor::{
-    clock::{Clock, DefaultClock},
-    DefaultKeyedRateLimiter, Quota, RateLimiter,
-};
-
-use crate::error::{Error, Result};
+use crate::{error::Result, identity::rate_limit::KeyedBuckets};
 
 /// Simulate, resend and unblock calls per webhook and minute (`webhooks.operations_per_minute`).
-pub struct OperationLimiter {
-    limiter: DefaultKeyedRateLimiter<String>,
-    clock: DefaultClock,
-}
+pub struct OperationLimiter(KeyedBuckets);
 
 impl OperationLimiter {
     /// At most `per_minute` operations per webhook (at least 1), refilled evenly over the minute.
     pub fn new(per_minute: u32) -> Self {
-        let quota = Quota::per_minute(NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN));
-        Self { limiter: RateLimiter::keyed(quota), clock: DefaultClock::default() }
+        Self(KeyedBuckets::new(NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN), 60))
     }
 
     /// Counts one operation on `webhook_id`. Errors: `Throttled` (429 with `Retry-After`) when
     /// its bucket is empty.
     pub fn check(&self, webhook_id: &str) -> Result<()> {
-        self.limiter.check_key(&webhook_id.to_string()).map_err(|not_until| {
-            let wait = not_until.wait_time_from(self.clock.now());
-            Error::Throttled {
-                name: "TooManyRequests",
-                message: "too many simulate, resend or unblock calls for this webhook; try again later"
-                    .into(),
-                retry_after_secs: wait.as_secs().max(1),
-            }
-        })
+        let message =
+            || "too many simulate, resend or unblock calls for this webhook; try again later".to_string();
+        self.0.check(webhook_id, message).map(drop).map_err(|(e, _)| e)
     }
 }
