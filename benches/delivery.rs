@@ -128,19 +128,27 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    for db in common::databases().await? {
-        end_to_end(db.label, &db.url).await?;
-        db.drop_database().await;
-    }
-    for rate in [500, 1000] {
+    // BENCH_PHASES=e2e,latency,drain picks phases (all by default), e.g. for a profile.
+    let phases = std::env::var("BENCH_PHASES").unwrap_or_else(|_| "e2e,latency,drain".into());
+    if phases.contains("e2e") {
         for db in common::databases().await? {
-            latency(db.label, &db.url, rate).await?;
+            end_to_end(db.label, &db.url).await?;
             db.drop_database().await;
         }
     }
-    for db in common::databases().await? {
-        throughput(db.label, &db.url).await?;
-        db.drop_database().await;
+    if phases.contains("latency") {
+        for rate in [500, 1000] {
+            for db in common::databases().await? {
+                latency(db.label, &db.url, rate).await?;
+                db.drop_database().await;
+            }
+        }
+    }
+    if phases.contains("drain") {
+        for db in common::databases().await? {
+            throughput(db.label, &db.url).await?;
+            db.drop_database().await;
+        }
     }
     Ok(())
 }

@@ -4,23 +4,17 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::outbox::{insert_notifications_tx, Notification};
+use super::group_commit::{write_batch, EventWrite};
 use super::sql::{Dialect, SqlStore};
 use super::StoreResult;
 
 /// Events and their results.
 #[async_trait]
 pub trait EventStore: Send + Sync {
-    /// Records an ingested event and its notifications in one transaction. When `event_id` was
-    /// seen before, writes nothing and returns the stored result.
-    async fn record_event(
-        &self,
-        event_id: &str,
-        body: &str,
-        transfer_id: Option<&str>,
-        result: &str,
-        notifications: &[Notification],
-    ) -> StoreResult<Option<String>>;
+    /// Records an ingested event and its notifications in one transaction, through the
+    /// process's group-commit writer ([`super::group_commit`]) when it has one. When the event
+    /// id was stored before, writes nothing and returns the stored result.
+    async fn record_event(&self, event: EventWrite) -> StoreResult<Option<String>>;
     /// The most recent ingested event body naming this transfer.
     async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>>;
 }
@@ -39,38 +33,15 @@ where
     for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
 {
-    async fn record_event(
-        &self,
-        event_id: &str,
-        body: &str,
-        transfer_id: Option<&str>,
-        result: &str,
-        notifications: &[Notification],
-    ) -> StoreResult<Option<String>> {
-        let mut tx = DB::begin_write(&self.pool).await?;
-        let inserted = sqlx::query(
-            "INSERT INTO events (event_id, result, body, transfer_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-        )
-        .bind(event_id)
-        .bind(result)
-        .bind(body)
-        .bind(transfer_id)
-        .bind(crate::ids::now())
-        .execute(&mut *tx)
-        .await
-        .map(|r| DB::rows_affected(&r))?;
-        if inserted == 0 {
-            let stored: String = sqlx::query_scalar("SELECT result FROM events WHERE event_id = $1")
-                .bind(event_id)
-                .fetch_one(&mut *tx)
-                .await?;
-            return Ok(Some(stored));
+    async fn record_event(&self, event: EventWrite) -> StoreResult<Option<String>> {
+        match &self.event_writer {
+            Some(writer) => writer.write(event).await,
+            None => write_batch::<DB>(&self.pool, &[&event]).await?.pop().ok_or_else(|| {
+                super::StoreError::Other(anyhow::anyhow!("no outcome for event {}", event.event_id))
+            }),
         }
-        insert_notifications_tx::<DB>(&mut tx, notifications).await?;
-        tx.commit().await?;
-        Ok(None)
     }
 
     async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>> {

@@ -25,6 +25,7 @@ mod audit;
 mod completion;
 mod enterprises;
 mod events;
+pub mod group_commit;
 mod outbox;
 pub mod postgres;
 mod sql;
@@ -125,9 +126,9 @@ pub type DynStore = Arc<dyn Store>;
 pub async fn open(config: &crate::config::Config) -> anyhow::Result<DynStore> {
     let url = config.database_url.as_str();
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+        Ok(Arc::new(sqlite::SqliteStore::open(url, config).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PostgresStore::open(url, &config.postgres).await?))
+        Ok(Arc::new(postgres::PostgresStore::open(url, config).await?))
     } else {
         anyhow::bail!("database URL scheme not supported (use sqlite://PATH or postgres://...)")
     }

@@ -10,7 +10,7 @@ use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 use super::completion::{
     failure_counters, finish_notifications, insert_attempts, should_suspend, FailureRow,
 };
-use super::sql::{json_value, to_json, Dialect, SqlStore};
+use super::sql::{json_value, placeholders, to_json, Dialect, SqlStore};
 use super::webhooks::{Webhook, WebhookRow};
 use super::{StoreError, StoreResult};
 
@@ -252,12 +252,13 @@ const NOTIFICATION_COLUMNS: &str = "id, webhook_id, event_id, type, state, simul
     hash, idempotency_key, meta, next_attempt_at, created_at, updated_at";
 
 /// Adds notifications inside the caller's transaction (outbox: they commit with their cause).
-pub(super) async fn insert_notifications_tx<DB>(
+pub(super) async fn insert_notifications_tx<DB, N>(
     conn: &mut DB::Connection,
-    notifications: &[Notification],
+    notifications: &[N],
 ) -> StoreResult<u64>
 where
     DB: Dialect,
+    N: std::borrow::Borrow<Notification>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
@@ -268,30 +269,25 @@ where
     for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
 {
-    let sql = format!(
-        "INSERT INTO notifications ({NOTIFICATION_COLUMNS}, lease_until) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 0) ON CONFLICT DO NOTHING"
-    );
+    // Multi-row statements (issue 12 §2): 14 parameters a row, under every engine's limit.
+    const ROWS: usize = 64;
     let mut n = 0;
-    for x in notifications {
-        n += sqlx::query(&sql)
-            .bind(x.id.as_str())
-            .bind(x.webhook_id.as_str())
-            .bind(x.event_id.as_deref())
-            .bind(x.notification_type.as_str())
-            .bind(x.state.as_str())
-            .bind(x.simulation)
-            .bind(x.retries)
-            .bind(x.payload.as_str())
-            .bind(x.hash.as_str())
-            .bind(x.idempotency_key.as_str())
-            .bind(x.meta.to_string())
-            .bind(x.next_attempt_at_ms)
-            .bind(x.created_at_ms)
-            .bind(x.updated_at_ms)
-            .execute(&mut *conn)
-            .await
-            .map(|r| DB::rows_affected(&r))?;
+    for chunk in notifications.chunks(ROWS) {
+        let values: Vec<String> = (0..chunk.len()).map(|i| format!("({}, 0)", placeholders(i * 14 + 1, 14))).collect();
+        let sql = format!(
+            "INSERT INTO notifications ({NOTIFICATION_COLUMNS}, lease_until) VALUES {} ON CONFLICT DO NOTHING",
+            values.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for x in chunk {
+            let x = x.borrow();
+            q = q.bind(x.id.as_str()).bind(x.webhook_id.as_str()).bind(x.event_id.as_deref());
+            q = q.bind(x.notification_type.as_str()).bind(x.state.as_str()).bind(x.simulation);
+            q = q.bind(x.retries).bind(x.payload.as_str()).bind(x.hash.as_str());
+            q = q.bind(x.idempotency_key.as_str()).bind(x.meta.to_string()).bind(x.next_attempt_at_ms);
+            q = q.bind(x.created_at_ms).bind(x.updated_at_ms);
+        }
+        n += q.execute(&mut *conn).await.map(|r| DB::rows_affected(&r))?;
     }
     Ok(n)
 }
@@ -318,7 +314,7 @@ where
 {
     async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64> {
         let mut tx = DB::begin_write(&self.pool).await?;
-        let count = insert_notifications_tx::<DB>(&mut tx, n).await?;
+        let count = insert_notifications_tx::<DB, _>(&mut tx, n).await?;
         tx.commit().await?;
         Ok(count)
     }

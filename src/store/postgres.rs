@@ -11,8 +11,8 @@ use sqlx::{
     Pool, Postgres, Transaction,
 };
 
-use super::{Dialect, SqlStore};
-use crate::config::PostgresConfig;
+use super::{group_commit, Dialect, SqlStore};
+use crate::config::Config;
 
 /// A PostgreSQL database shared by a connection pool.
 pub type PostgresStore = SqlStore<Postgres>;
@@ -20,9 +20,11 @@ pub type PostgresStore = SqlStore<Postgres>;
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
 impl SqlStore<Postgres> {
-    /// Connects to `postgres://...` with `cfg`'s pool settings and applies migrations (under
-    /// sqlx's advisory lock, so processes starting together do not race).
-    pub async fn open(url: &str, cfg: &PostgresConfig) -> anyhow::Result<Self> {
+    /// Connects to `postgres://...` with `config.postgres`'s pool settings, applies migrations
+    /// (under sqlx's advisory lock, so processes starting together do not race), and starts
+    /// the group-commit writer (`config.ingest`).
+    pub async fn open(url: &str, config: &Config) -> anyhow::Result<Self> {
+        let cfg = &config.postgres;
         let mut opts = PgConnectOptions::from_str(url).context("invalid PostgreSQL URL")?;
         if let Some(mode) = &cfg.sslmode {
             opts = opts.ssl_mode(
@@ -37,7 +39,8 @@ impl SqlStore<Postgres> {
             .await
             .context("cannot connect to PostgreSQL")?;
         MIGRATOR.run(&pool).await.context("applying migrations")?;
-        Ok(Self::new(pool))
+        let writer = group_commit::spawn(pool.clone(), &config.ingest, group_commit::write_owned::<Postgres>);
+        Ok(Self::new(pool, Some(writer)))
     }
 }
 

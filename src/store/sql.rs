@@ -62,11 +62,14 @@ pub trait Dialect: Database {
 /// [`super::postgres::PostgresStore`]).
 pub struct SqlStore<DB: Database> {
     pub(super) pool: Pool<DB>,
+    /// The group-commit writer of ingested events; without one, each event is its own
+    /// transaction.
+    pub(super) event_writer: Option<super::group_commit::EventWriter>,
 }
 
 impl<DB: Dialect> SqlStore<DB> {
-    pub(super) fn new(pool: Pool<DB>) -> Self {
-        Self { pool }
+    pub(super) fn new(pool: Pool<DB>, event_writer: Option<super::group_commit::EventWriter>) -> Self {
+        Self { pool, event_writer }
     }
 }
 

@@ -9,7 +9,7 @@ use sqlx::{
     Pool, Sqlite, Transaction,
 };
 
-use super::{Dialect, SqlStore};
+use super::{group_commit, Dialect, SqlStore};
 
 /// A SQLite database file shared by a connection pool.
 pub type SqliteStore = SqlStore<Sqlite>;
@@ -17,8 +17,9 @@ pub type SqliteStore = SqlStore<Sqlite>;
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 impl SqlStore<Sqlite> {
-    /// Opens `sqlite://PATH`, creating the file and its folder, and applies migrations.
-    pub async fn open(url: &str) -> anyhow::Result<Self> {
+    /// Opens `sqlite://PATH`, creating the file and its folder, applies migrations, and starts
+    /// the group-commit writer (`config.ingest`).
+    pub async fn open(url: &str, config: &crate::config::Config) -> anyhow::Result<Self> {
         let path = sqlite_path(url);
         create_private(&path)?;
         let opts = SqliteConnectOptions::from_str(url)
@@ -34,7 +35,8 @@ impl SqlStore<Sqlite> {
             .await
             .with_context(|| format!("cannot open SQLite database {path}"))?;
         MIGRATOR.run(&pool).await.context("applying migrations")?;
-        Ok(Self::new(pool))
+        let writer = group_commit::spawn(pool.clone(), &config.ingest, group_commit::write_owned::<Sqlite>);
+        Ok(Self::new(pool, Some(writer)))
     }
 }
 

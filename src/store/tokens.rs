@@ -295,7 +295,7 @@ where
             .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "a token with this id"))?;
-        insert_notifications_tx::<DB>(&mut tx, notifications).await?;
+        insert_notifications_tx::<DB, _>(&mut tx, notifications).await?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(())

@@ -14,7 +14,7 @@ use crate::{
     error::{parse_value, Error, Result},
     identity::{auth::Principal, scopes::Action},
     ids, outbox,
-    store::{Notification, WebhookFilter, WebhookState},
+    store::{group_commit::EventWrite, Notification, WebhookFilter, WebhookState},
     AppState,
 };
 
@@ -126,12 +126,14 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
         webhooks: hooks.iter().map(|w| w.id.clone()).collect(),
     };
     let result_text = serde_json::to_string(&result).map_err(|e| Error::Internal(e.into()))?;
-    let map_text = Value::Object(map.clone()).to_string();
-    match state
-        .store
-        .record_event(&ev.event_id, &map_text, ev.transfer_id.as_deref(), &result_text, &notifications)
-        .await?
-    {
+    let event = EventWrite {
+        event_id: ev.event_id,
+        body: Value::Object(map).to_string(),
+        transfer_id: ev.transfer_id,
+        result: result_text,
+        notifications,
+    };
+    match state.store.record_event(event).await? {
         Some(previous) => serde_json::from_str(&previous).map_err(|e| Error::Internal(e.into())),
         None => {
             state.wake.notify_one();

@@ -13,6 +13,9 @@ use figment::{
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+mod hot_path;
+pub use hot_path::{AuthCacheConfig, IngestConfig};
+
 /// Deployment environment (spec §4.3, §5): `production` requires `ipRestrict` on tokens, refuses the
 /// fixed test OTP and needs a configured master key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -350,6 +353,8 @@ pub struct Config {
     pub tokens: TokensConfig,
     pub webhooks: WebhooksConfig,
     pub rate_limit: RateLimitConfig,
+    pub ingest: IngestConfig,
+    pub auth_cache: AuthCacheConfig,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
     /// Whether `environment` was chosen (flag, environment variable or file) rather than
@@ -376,6 +381,8 @@ impl Default for Config {
             tokens: TokensConfig::default(),
             webhooks: WebhooksConfig::default(),
             rate_limit: RateLimitConfig::default(),
+            ingest: IngestConfig::default(),
+            auth_cache: AuthCacheConfig::default(),
             role: Role::All,
             environment_explicit: false,
         }
@@ -398,7 +405,8 @@ pub struct Overrides {
 }
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
-const ENV_SECTIONS: &[&str] = &["login", "delivery", "postgres", "tokens", "webhooks", "rate_limit"];
+const ENV_SECTIONS: &[&str] =
+    &["login", "delivery", "postgres", "tokens", "webhooks", "rate_limit", "ingest", "auth_cache"];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.
@@ -504,7 +512,8 @@ impl Config {
         if self.max_lookup_ids == 0 {
             return Err("invalid configuration: max_lookup_ids must be positive".into());
         }
-        Ok(())
+        self.ingest.validate()?;
+        self.auth_cache.validate()
     }
 }
 

@@ -1,0 +1,229 @@
+//! Group-commit ingestion (issue 12 §2): one writer task per process takes the events waiting
+//! to be stored (up to `ingest.batch_max`, after an optional linger of `ingest.linger_us`) and
+//! writes them, with their notifications, in one transaction of multi-row statements. Each
+//! caller is answered after the commit, so a stored answer still means stored.
+//!
+//! What stays as it was: an event id is stored once (a repeat, in the batch or before it, gets
+//! the first result), and an event's notifications commit with it (the outbox). When a batch
+//! fails, each of its events is written again on its own, so a bad event fails only itself.
+//!
+//! One writer means ingestion never contends with itself for SQLite's write lock (no
+//! `BEGIN IMMEDIATE` queue), and on PostgreSQL it turns N round-trip sequences into one.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
+
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use tokio::sync::{mpsc, oneshot};
+
+use super::outbox::{insert_notifications_tx, Notification};
+use super::sql::{placeholders, Dialect};
+use super::{StoreError, StoreResult};
+use crate::config::IngestConfig;
+
+/// An event to store, with its notifications (owned: it crosses to the writer task).
+#[derive(Debug, Clone)]
+pub struct EventWrite {
+    pub event_id: String,
+    /// The event's JSON text.
+    pub body: String,
+    pub transfer_id: Option<String>,
+    /// The result JSON text a repeat of this event id will get.
+    pub result: String,
+    pub notifications: Vec<Notification>,
+}
+
+/// `None`: stored now. `Some(result)`: the id was stored before; its first result.
+pub type EventOutcome = StoreResult<Option<String>>;
+
+struct Job {
+    event: EventWrite,
+    reply: oneshot::Sender<EventOutcome>,
+}
+
+/// The sending side of a process's event writer.
+#[derive(Clone)]
+pub struct EventWriter {
+    tx: mpsc::Sender<Job>,
+}
+
+impl EventWriter {
+    /// Queues `event` and waits for its commit. Errors: the writer is gone (the store was
+    /// closed), or the event's own write failed.
+    pub async fn write(&self, event: EventWrite) -> EventOutcome {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(Job { event, reply }).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::Other(anyhow::anyhow!("the event writer has stopped"))
+}
+
+/// Writes a batch of events in one transaction and says what each got: see [`EventOutcome`].
+/// An error means nothing of the batch was stored.
+pub(super) async fn write_batch<DB>(pool: &Pool<DB>, events: &[&EventWrite]) -> StoreResult<Vec<Option<String>>>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+{
+    // The first of each event id in the batch is the one written; later ones are repeats.
+    let mut first: HashMap<&str, usize> = HashMap::with_capacity(events.len());
+    let unique: Vec<&EventWrite> =
+        events.iter().enumerate().filter(|(i, e)| *first.entry(&e.event_id).or_insert(*i) == *i).map(|(_, e)| *e).collect();
+    let mut tx = DB::begin_write(pool).await?;
+    let now = crate::ids::now();
+    let mut inserted: HashSet<String> = HashSet::with_capacity(unique.len());
+    for chunk in unique.chunks(EVENT_ROWS_PER_STATEMENT) {
+        let values: Vec<String> = (0..chunk.len()).map(|i| format!("({})", placeholders(i * 5 + 1, 5))).collect();
+        let sql = format!(
+            "INSERT INTO events (event_id, result, body, transfer_id, created_at) VALUES {} \
+             ON CONFLICT DO NOTHING RETURNING event_id",
+            values.join(", ")
+        );
+        let mut q = sqlx::query_as::<DB, (String,)>(&sql);
+        for e in chunk {
+            q = q.bind(e.event_id.as_str()).bind(e.result.as_str()).bind(e.body.as_str());
+            q = q.bind(e.transfer_id.as_deref()).bind(now);
+        }
+        inserted.extend(q.fetch_all(&mut *tx).await?.into_iter().map(|(id,)| id));
+    }
+    let earlier: Vec<&str> =
+        unique.iter().map(|e| e.event_id.as_str()).filter(|id| !inserted.contains(*id)).collect();
+    let mut stored: HashMap<String, String> = HashMap::with_capacity(earlier.len());
+    for chunk in earlier.chunks(EVENT_ROWS_PER_STATEMENT) {
+        let sql = format!("SELECT event_id, result FROM events WHERE event_id IN ({})", placeholders(1, chunk.len()));
+        let mut q = sqlx::query_as::<DB, (String, String)>(&sql);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        stored.extend(q.fetch_all(&mut *tx).await?);
+    }
+    let notifications: Vec<&Notification> = unique
+        .iter()
+        .filter(|e| inserted.contains(&e.event_id))
+        .flat_map(|e| e.notifications.iter())
+        .collect();
+    insert_notifications_tx::<DB, _>(&mut tx, &notifications).await?;
+    tx.commit().await?;
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let own = first.get(e.event_id.as_str()) == Some(&i);
+            if own && inserted.contains(&e.event_id) {
+                Ok(None)
+            } else if inserted.contains(&e.event_id) {
+                Ok(Some(unique_result(&unique, &e.event_id)))
+            } else {
+                stored.get(&e.event_id).cloned().map(Some).ok_or_else(|| {
+                    StoreError::Other(anyhow::anyhow!("event {} neither stored nor found", e.event_id))
+                })
+            }
+        })
+        .collect()
+}
+
+/// [`write_batch`] over owned events, handing them back (for a retry one by one): the writer
+/// task's step, named per backend so that the task's future has a concrete type.
+pub(super) async fn write_owned<DB>(pool: Pool<DB>, events: Vec<EventWrite>) -> (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+{
+    let result = {
+        let refs: Vec<&EventWrite> = events.iter().collect();
+        write_batch::<DB>(&pool, &refs).await
+    };
+    (events, result)
+}
+
+/// Events per multi-row statement: 5 parameters each, under every engine's parameter limit.
+const EVENT_ROWS_PER_STATEMENT: usize = 100;
+
+fn unique_result(unique: &[&EventWrite], event_id: &str) -> String {
+    unique.iter().find(|e| e.event_id == event_id).map(|e| e.result.clone()).unwrap_or_default()
+}
+
+/// Starts the writer task of `pool`; it ends when every [`EventWriter`] is dropped.
+/// Called by each backend with its concrete database type.
+pub(super) fn spawn<DB, F, Fut>(pool: Pool<DB>, cfg: &IngestConfig, write: F) -> EventWriter
+where
+    DB: Dialect,
+    F: Fn(Pool<DB>, Vec<EventWrite>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(cfg.queue);
+    let (batch_max, linger) = (cfg.batch_max, Duration::from_micros(cfg.linger_us));
+    tokio::spawn(run(pool, rx, batch_max, linger, write));
+    EventWriter { tx }
+}
+
+async fn run<DB, F, Fut>(pool: Pool<DB>, mut rx: mpsc::Receiver<Job>, batch_max: usize, linger: Duration, write: F)
+where
+    DB: Dialect,
+    F: Fn(Pool<DB>, Vec<EventWrite>) -> Fut,
+    Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)>,
+{
+    while let Some(job) = rx.recv().await {
+        let mut jobs = vec![job];
+        if !linger.is_zero() {
+            let deadline = tokio::time::Instant::now() + linger;
+            while jobs.len() < batch_max {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(j)) => jobs.push(j),
+                    _ => break,
+                }
+            }
+        }
+        while jobs.len() < batch_max {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let (events, replies): (Vec<EventWrite>, Vec<_>) = jobs.into_iter().map(|j| (j.event, j.reply)).unzip();
+        let single = events.len() == 1;
+        let (events, result) = write(pool.clone(), events).await;
+        match result {
+            Ok(outcomes) => {
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Err(e) if single => {
+                let _ = replies.into_iter().next().map(|r| r.send(Err(e)));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, events = events.len(), "a batch of events failed; writing each on its own");
+                for (event, reply) in events.into_iter().zip(replies) {
+                    let (_, one) = write(pool.clone(), vec![event]).await;
+                    let _ = reply.send(one.and_then(|mut v| v.pop().ok_or_else(closed)));
+                }
+            }
+        }
+    }
+}
