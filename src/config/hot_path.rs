@@ -43,7 +43,10 @@ impl Default for AuthCacheConfig {
 
 impl IngestConfig {
     pub(super) fn validate(&self) -> Result<(), String> {
-        if !(1..=1000).contains(&self.batch_max) || self.linger_us > 2000 || !(1..=100_000).contains(&self.queue) {
+        if !(1..=1000).contains(&self.batch_max)
+            || self.linger_us > 2000
+            || !(1..=100_000).contains(&self.queue)
+        {
             return Err("invalid configuration: ingest.batch_max must be 1..=1000, ingest.linger_us 0..=2000 and ingest.queue 1..=100000".into());
         }
         Ok(())

@@ -108,7 +108,7 @@ pub async fn authenticate(
     let now = ids::now();
     if token.last_used_at.is_none_or(|t| t <= now - crate::store::TOUCH_EVERY_SECS) {
         // At most one write a minute per token; a failure only leaves lastUsedAt older.
-        if let Err(e) = state.store.touch_token(&token.id, now).await {
+        if let Err(e) = state.store.touch_token(&token.id, &token.token_hash, now).await {
             tracing::warn!(error = %e, "recording a token's last use failed");
         }
     }

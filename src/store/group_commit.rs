@@ -65,7 +65,10 @@ fn closed() -> StoreError {
 
 /// Writes a batch of events in one transaction and says what each got: see [`EventOutcome`].
 /// An error means nothing of the batch was stored.
-pub(super) async fn write_batch<DB>(pool: &Pool<DB>, events: &[&EventWrite]) -> StoreResult<Vec<Option<String>>>
+pub(super) async fn write_batch<DB>(
+    pool: &Pool<DB>,
+    events: &[&EventWrite],
+) -> StoreResult<Vec<Option<String>>>
 where
     DB: Dialect,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -82,13 +85,18 @@ where
 {
     // The first of each event id in the batch is the one written; later ones are repeats.
     let mut first: HashMap<&str, usize> = HashMap::with_capacity(events.len());
-    let unique: Vec<&EventWrite> =
-        events.iter().enumerate().filter(|(i, e)| *first.entry(&e.event_id).or_insert(*i) == *i).map(|(_, e)| *e).collect();
+    let unique: Vec<&EventWrite> = events
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| *first.entry(&e.event_id).or_insert(*i) == *i)
+        .map(|(_, e)| *e)
+        .collect();
     let mut tx = DB::begin_write(pool).await?;
     let now = crate::ids::now();
     let mut inserted: HashSet<String> = HashSet::with_capacity(unique.len());
     for chunk in unique.chunks(EVENT_ROWS_PER_STATEMENT) {
-        let values: Vec<String> = (0..chunk.len()).map(|i| format!("({})", placeholders(i * 5 + 1, 5))).collect();
+        let values: Vec<String> =
+            (0..chunk.len()).map(|i| format!("({})", placeholders(i * 5 + 1, 5))).collect();
         let sql = format!(
             "INSERT INTO events (event_id, result, body, transfer_id, created_at) VALUES {} \
              ON CONFLICT DO NOTHING RETURNING event_id",
@@ -105,7 +113,10 @@ where
         unique.iter().map(|e| e.event_id.as_str()).filter(|id| !inserted.contains(*id)).collect();
     let mut stored: HashMap<String, String> = HashMap::with_capacity(earlier.len());
     for chunk in earlier.chunks(EVENT_ROWS_PER_STATEMENT) {
-        let sql = format!("SELECT event_id, result FROM events WHERE event_id IN ({})", placeholders(1, chunk.len()));
+        let sql = format!(
+            "SELECT event_id, result FROM events WHERE event_id IN ({})",
+            placeholders(1, chunk.len())
+        );
         let mut q = sqlx::query_as::<DB, (String, String)>(&sql);
         for id in chunk {
             q = q.bind(*id);
@@ -139,7 +150,10 @@ where
 
 /// [`write_batch`] over owned events, handing them back (for a retry one by one): the writer
 /// task's step, named per backend so that the task's future has a concrete type.
-pub(super) async fn write_owned<DB>(pool: Pool<DB>, events: Vec<EventWrite>) -> (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)
+pub(super) async fn write_owned<DB>(
+    pool: Pool<DB>,
+    events: Vec<EventWrite>,
+) -> (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)
 where
     DB: Dialect,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -182,8 +196,13 @@ where
     EventWriter { tx }
 }
 
-async fn run<DB, F, Fut>(pool: Pool<DB>, mut rx: mpsc::Receiver<Job>, batch_max: usize, linger: Duration, write: F)
-where
+async fn run<DB, F, Fut>(
+    pool: Pool<DB>,
+    mut rx: mpsc::Receiver<Job>,
+    batch_max: usize,
+    linger: Duration,
+    write: F,
+) where
     DB: Dialect,
     F: Fn(Pool<DB>, Vec<EventWrite>) -> Fut,
     Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)>,
@@ -205,7 +224,8 @@ where
                 Err(_) => break,
             }
         }
-        let (events, replies): (Vec<EventWrite>, Vec<_>) = jobs.into_iter().map(|j| (j.event, j.reply)).unzip();
+        let (events, replies): (Vec<EventWrite>, Vec<_>) =
+            jobs.into_iter().map(|j| (j.event, j.reply)).unzip();
         let single = events.len() == 1;
         let (events, result) = write(pool.clone(), events).await;
         match result {

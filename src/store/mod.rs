@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use sqlx::Executor;
 
 mod audit;
+pub mod auth_cache;
 mod completion;
 mod enterprises;
 mod events;

@@ -273,7 +273,8 @@ where
     const ROWS: usize = 64;
     let mut n = 0;
     for chunk in notifications.chunks(ROWS) {
-        let values: Vec<String> = (0..chunk.len()).map(|i| format!("({}, 0)", placeholders(i * 14 + 1, 14))).collect();
+        let values: Vec<String> =
+            (0..chunk.len()).map(|i| format!("({}, 0)", placeholders(i * 14 + 1, 14))).collect();
         let sql = format!(
             "INSERT INTO notifications ({NOTIFICATION_COLUMNS}, lease_until) VALUES {} ON CONFLICT DO NOTHING",
             values.join(", ")

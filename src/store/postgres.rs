@@ -11,7 +11,7 @@ use sqlx::{
     Pool, Postgres, Transaction,
 };
 
-use super::{group_commit, Dialect, SqlStore};
+use super::{auth_cache, group_commit, Dialect, SqlStore};
 use crate::config::Config;
 
 /// A PostgreSQL database shared by a connection pool.
@@ -22,7 +22,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres")
 impl SqlStore<Postgres> {
     /// Connects to `postgres://...` with `config.postgres`'s pool settings, applies migrations
     /// (under sqlx's advisory lock, so processes starting together do not race), and starts
-    /// the group-commit writer (`config.ingest`).
+    /// the hot-path helpers ([`SqlStore::start`]).
     pub async fn open(url: &str, config: &Config) -> anyhow::Result<Self> {
         let cfg = &config.postgres;
         let mut opts = PgConnectOptions::from_str(url).context("invalid PostgreSQL URL")?;
@@ -39,8 +39,12 @@ impl SqlStore<Postgres> {
             .await
             .context("cannot connect to PostgreSQL")?;
         MIGRATOR.run(&pool).await.context("applying migrations")?;
-        let writer = group_commit::spawn(pool.clone(), &config.ingest, group_commit::write_owned::<Postgres>);
-        Ok(Self::new(pool, Some(writer)))
+        Ok(Self::start(
+            pool,
+            config,
+            group_commit::write_owned::<Postgres>,
+            auth_cache::read_version::<Postgres>,
+        ))
     }
 }
 

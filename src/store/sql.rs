@@ -9,12 +9,15 @@
 //! bounds on other types (`i64: Encode<DB>`) from a trait's where clause to its users, so each
 //! impl states what it needs; they are checked once per backend when `open` builds the store.
 
-use std::future::Future;
+use std::{future::Future, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use sqlx::{Database, Pool, Transaction};
 
+use super::auth_cache::AuthCache;
+use super::group_commit::{EventWrite, EventWriter};
 use super::{StoreError, StoreResult};
+use crate::config::Config;
 
 /// What one database engine says differently. Implemented for `sqlx::Sqlite` and
 /// `sqlx::Postgres`; `$1` binds a JSON array of ids as text wherever a statement takes "ids".
@@ -64,12 +67,30 @@ pub struct SqlStore<DB: Database> {
     pub(super) pool: Pool<DB>,
     /// The group-commit writer of ingested events; without one, each event is its own
     /// transaction.
-    pub(super) event_writer: Option<super::group_commit::EventWriter>,
+    pub(super) event_writer: Option<EventWriter>,
+    /// Tokens, users and memberships of the authentication hot path.
+    pub(super) auth: Arc<AuthCache>,
 }
 
 impl<DB: Dialect> SqlStore<DB> {
-    pub(super) fn new(pool: Pool<DB>, event_writer: Option<super::group_commit::EventWriter>) -> Self {
-        Self { pool, event_writer }
+    /// A store over `pool` with its hot-path helpers started: the group-commit writer
+    /// (`config.ingest`, steps by `write`) and the authentication cache with its version poller
+    /// (`config.auth_cache`, reads by `read_version`). Each backend passes its concrete steps.
+    pub(super) fn start<W, WF, R, RF>(pool: Pool<DB>, config: &Config, write: W, read_version: R) -> Self
+    where
+        W: Fn(Pool<DB>, Vec<EventWrite>) -> WF + Send + 'static,
+        WF: Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)> + Send + 'static,
+        R: Fn(Pool<DB>) -> RF + Send + 'static,
+        RF: Future<Output = StoreResult<i64>> + Send + 'static,
+    {
+        let event_writer = Some(super::group_commit::spawn(pool.clone(), &config.ingest, write));
+        let auth = Arc::new(AuthCache::new(config.auth_cache.capacity));
+        if config.auth_cache.capacity > 0 {
+            let (weak, p) = (Arc::downgrade(&auth), pool.clone());
+            let interval = Duration::from_millis(config.auth_cache.poll_interval_ms);
+            tokio::spawn(super::auth_cache::poll(weak, interval, move || read_version(p.clone())));
+        }
+        Self { pool, event_writer, auth }
     }
 }
 

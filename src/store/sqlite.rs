@@ -9,7 +9,7 @@ use sqlx::{
     Pool, Sqlite, Transaction,
 };
 
-use super::{group_commit, Dialect, SqlStore};
+use super::{auth_cache, group_commit, Dialect, SqlStore};
 
 /// A SQLite database file shared by a connection pool.
 pub type SqliteStore = SqlStore<Sqlite>;
@@ -18,7 +18,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 impl SqlStore<Sqlite> {
     /// Opens `sqlite://PATH`, creating the file and its folder, applies migrations, and starts
-    /// the group-commit writer (`config.ingest`).
+    /// the hot-path helpers ([`SqlStore::start`]).
     pub async fn open(url: &str, config: &crate::config::Config) -> anyhow::Result<Self> {
         let path = sqlite_path(url);
         create_private(&path)?;
@@ -35,8 +35,7 @@ impl SqlStore<Sqlite> {
             .await
             .with_context(|| format!("cannot open SQLite database {path}"))?;
         MIGRATOR.run(&pool).await.context("applying migrations")?;
-        let writer = group_commit::spawn(pool.clone(), &config.ingest, group_commit::write_owned::<Sqlite>);
-        Ok(Self::new(pool, Some(writer)))
+        Ok(Self::start(pool, config, group_commit::write_owned::<Sqlite>, auth_cache::read_version::<Sqlite>))
     }
 }
 

@@ -148,8 +148,9 @@ pub trait TokenStore: Send + Sync {
     /// latest (BitGo's revocation). False when it was already revoked or does not exist.
     /// `audit` is written with it, when it revokes.
     async fn revoke_token(&self, id: &str, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
-    /// Writes `last_used_at = now` unless it is less than [`TOUCH_EVERY_SECS`] old.
-    async fn touch_token(&self, id: &str, now: i64) -> StoreResult<()>;
+    /// Writes `last_used_at = now` unless it is less than [`TOUCH_EVERY_SECS`] old (the token
+    /// `id` whose hash is `token_hash`, which keys the authentication cache).
+    async fn touch_token(&self, id: &str, token_hash: &str, now: i64) -> StoreResult<()>;
     /// Sets or clears a token's unlock, with its audit entries.
     async fn set_unlock(&self, id: &str, unlock: Option<Unlock>, audit: &[AuditEntry]) -> StoreResult<()>;
     /// Sets a token's expiry (extension), with its audit entries.
@@ -308,9 +309,17 @@ where
     }
 
     async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>> {
+        if let Some(t) = self.auth.token(token_hash) {
+            return Ok(Some(t));
+        }
+        let at = self.auth.generation();
         let sql = format!("SELECT {TOKEN_READ_COLUMNS} FROM access_tokens WHERE token_hash = $1");
         let row: Option<TokenRow> = sqlx::query_as(&sql).bind(token_hash).fetch_optional(&self.pool).await?;
-        row.map(TokenRow::into_record).transpose()
+        let token = row.map(TokenRow::into_record).transpose()?;
+        if let Some(t) = &token {
+            self.auth.put_token(at, t);
+        }
+        Ok(token)
     }
 
     async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()> {
@@ -398,10 +407,11 @@ where
             append_tx::<DB>(&mut tx, audit).await?;
         }
         tx.commit().await?;
+        self.auth.clear();
         Ok(revoked)
     }
 
-    async fn touch_token(&self, id: &str, now: i64) -> StoreResult<()> {
+    async fn touch_token(&self, id: &str, token_hash: &str, now: i64) -> StoreResult<()> {
         sqlx::query(
             "UPDATE access_tokens SET last_used_at = $1 WHERE id = $2 \
              AND (last_used_at IS NULL OR last_used_at <= $3)",
@@ -411,6 +421,7 @@ where
         .bind(now - TOUCH_EVERY_SECS)
         .execute(&self.pool)
         .await?;
+        self.auth.touch_token(token_hash, now);
         Ok(())
     }
 
@@ -424,6 +435,7 @@ where
             .await?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
+        self.auth.clear();
         Ok(())
     }
 
@@ -436,6 +448,7 @@ where
             .await?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
+        self.auth.clear();
         Ok(())
     }
 }

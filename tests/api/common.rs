@@ -280,6 +280,28 @@ pub async fn assert_error(res: Response, status: u16, name: &str) -> Value {
     body
 }
 
+/// Asks with `token` (`ask`) until it is refused with 401 `name`, and asserts that no request
+/// started a second or more after `since` was let through: a change committed by another
+/// process takes effect within 1 s (issue 12 §3, the authentication cache's bound).
+pub async fn refused_within_a_second<F, Fut>(since: std::time::Instant, name: &str, mut ask: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
+    loop {
+        let started = std::time::Instant::now();
+        let res = ask().await;
+        if res.status() == 401 {
+            assert_error(res, 401, name).await;
+            return;
+        }
+        assert_eq!(res.status(), 200, "before the change takes effect the token still works");
+        let late = started.duration_since(since);
+        assert!(late < std::time::Duration::from_secs(1), "still accepted {late:?} after the change");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Polls `check` until it gives a value (panics after `secs`, naming `what`): the bounded wait
 /// every test uses instead of sleeping and hoping.
 pub async fn until<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T

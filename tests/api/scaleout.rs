@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::{
+    common::refused_within_a_second,
     procs::{distinct, Cluster},
     receiver::TestReceiver,
 };
@@ -70,7 +71,8 @@ async fn killing_one_of_two_processes_loses_nothing() {
     assert_eq!(distinct(&rx.received()), TOTAL, "every notification arrives (killed after {at_kill})");
 }
 
-/// A token revoked through one process is refused by the other on its next request.
+/// A token revoked through one process is refused by the other within a second (its
+/// authentication cache, issue 12 §3), and by the process that revoked it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_revoked_on_one_process_is_refused_by_the_other() {
     let cluster = Cluster::new(&[]).await;
@@ -97,7 +99,51 @@ async fn a_token_revoked_on_one_process_is_refused_by_the_other() {
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
-    assert_eq!(me(&b.base).await.unwrap().status(), 401, "refused on the other process at once");
+    let since = std::time::Instant::now();
+    assert_eq!(me(&a.base).await.unwrap().status(), 401, "refused at once where it was revoked");
+    refused_within_a_second(since, "InvalidToken", || async { me(&b.base).await.unwrap() }).await;
+    a.stop();
+    b.stop();
+}
+
+/// A membership added and a user deactivated by a third process (the CLI) take effect on both
+/// servers within a second (issue 12 §3: memberships and users are cached too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_and_deactivation_reach_every_process_within_a_second() {
+    let cluster = Cluster::new(&[]).await;
+    let (a, b) = (cluster.start_role("api").await, cluster.start_role("api").await);
+    let session = cluster.login(&a.base).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let me = |base: &str| client.get(format!("{base}/api/v2/user/me")).bearer_auth(&session).send();
+    let enterprises = |v: serde_json::Value| v["user"]["enterprises"].as_array().map_or(0, Vec::len);
+    for s in [&a, &b] {
+        let body: serde_json::Value = me(&s.base).await.unwrap().json().await.unwrap();
+        assert_eq!(enterprises(body), 0, "cached without memberships");
+    }
+    let out = cluster.cmd(&["enterprise", "create", "--name", "Acme", "--json"]).output().unwrap();
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = created["id"].as_str().unwrap();
+    let mut add = cluster.cmd(&["enterprise", "add-user", "--enterprise", id, "--email", "ops@example.com"]);
+    assert!(add.output().unwrap().status.success());
+    let since = std::time::Instant::now();
+    for s in [&a, &b] {
+        loop {
+            let started = std::time::Instant::now();
+            let body: serde_json::Value = me(&s.base).await.unwrap().json().await.unwrap();
+            if enterprises(body) == 1 {
+                break;
+            }
+            let late = started.duration_since(since);
+            assert!(late < Duration::from_secs(1), "membership still unseen {late:?} after it was added");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let mut deactivate = cluster.cmd(&["user", "deactivate", "--email", "ops@example.com"]);
+    assert!(deactivate.output().unwrap().status.success());
+    let since = std::time::Instant::now();
+    for s in [&a, &b] {
+        refused_within_a_second(since, "InvalidToken", || async { me(&s.base).await.unwrap() }).await;
+    }
     a.stop();
     b.stop();
 }
