@@ -6,6 +6,7 @@
 //! limit is set out of the way.
 //!
 //! Run: `cargo bench --bench lookup`; with `BENCH_STORE=1` it also times the store query alone;
+//! `BENCH_PROFILE_IDS=N` runs only the concurrent lookup of N ids (to profile it);
 //! with `CUSTODIAN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres` it also runs
 //! on PostgreSQL.
 
@@ -87,6 +88,13 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
         }
         t.sort();
         println!("store only 1000: p50 {:.2} ms", percentile(&t, 0.5));
+    }
+    if let Ok(size) = std::env::var("BENCH_PROFILE_IDS") {
+        // Only Custodian's concurrent lookup of this many ids, for a profiler.
+        let path = format!("{base}/api/v2/internal/wallet?expandBalance=true");
+        let ours = concurrent(&client, &path, Some(&token), &ids, size.parse()?).await?;
+        println!("{size} ids: custodian {ours:.0} req/s ({label})");
+        return Ok(());
     }
     println!("wallet lookup, {label}, {WALLETS} wallets stored, expandBalance=true");
     println!("{:>6} {:>8} {:>9} {:>9}", "ids", "requests", "p50 ms", "p99 ms");
@@ -184,7 +192,13 @@ async fn concurrent(
 /// the ids and returning the stored records as `{wallets: [...]}`. Returns its URL.
 async fn reference_route(db_url: &str) -> anyhow::Result<String> {
     use axum::{extract::State, routing::post, Json, Router};
-    let pool = sqlx::SqlitePool::connect(db_url).await?;
+    // The same connection settings as Custodian's SQLite store (WAL, synchronous=NORMAL, a
+    // 256 MiB memory map, 8 connections), so the ratio measures everything but the query.
+    let opts = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(db_url)?
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+        .pragma("mmap_size", (256u64 << 20).to_string());
+    let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(8).connect_with(opts).await?;
     async fn handler(State(pool): State<sqlx::SqlitePool>, Json(body): Json<Value>) -> String {
         let ids = body["ids"].to_string();
         let rows: Vec<String> =

@@ -24,9 +24,9 @@ use crate::AppState;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
-    pub method: String,
+    pub method: &'static str,
     pub route: String,
-    pub status: String,
+    pub status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -118,18 +118,18 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
         .unwrap_or_else(|| "unmatched".into());
     // Only standard methods: a client's invented ones must not grow the label set.
     let method = match *req.method() {
-        Method::GET
-        | Method::POST
-        | Method::PUT
-        | Method::DELETE
-        | Method::PATCH
-        | Method::HEAD
-        | Method::OPTIONS => req.method().as_str().to_string(),
-        _ => "other".to_string(),
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
     };
     let start = Instant::now();
     let res = next.run(req).await;
-    let labels = RouteLabels { method, route, status: res.status().as_u16().to_string() };
+    let labels = RouteLabels { method, route, status: res.status().as_u16() };
     state.metrics.http_requests.get_or_create(&labels).inc();
     state.metrics.http_latency.get_or_create(&labels).observe(start.elapsed().as_secs_f64());
     res

@@ -30,16 +30,15 @@ impl MakeRequestId for MakeHexRequestId {
 /// Fills `requestId` into error bodies and gives every other 4xx/5xx (unknown route, wrong
 /// method, body too large, ...) the §7 shape.
 pub async fn error_body_layer(req: Request, next: Next) -> Response {
-    let request_id = req
-        .headers()
-        .get(&REQUEST_ID)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .unwrap_or_default();
+    // A header value clone shares its bytes; the text is made only for an error.
+    let request_id = req.headers().get(&REQUEST_ID).cloned();
     let res = next.run(req).await;
     let status = res.status();
     if status.as_u16() < 400 {
         return res;
     }
+    let request_id =
+        request_id.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).unwrap_or_default();
     let body = match res.extensions().get::<ErrorBody>() {
         Some(b) => b.clone(),
         None => default_body(status),
