@@ -73,6 +73,10 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
     config.delivery.poll_interval_ms = 100;
     // A benchmark measures the service, not the rate limit.
     config.rate_limit.admin_requests = 0;
+    if std::env::var("BENCH_INGEST_ONLY").is_ok() {
+        // Ingestion alone (no delivery engine), to see what each half costs.
+        config.role = custodian::config::Role::Api;
+    }
     if let Ok(c) = std::env::var("BENCH_CONCURRENCY") {
         config.delivery.concurrency = c.parse()?;
     }
@@ -184,6 +188,10 @@ async fn end_to_end(label: &str, db_url: &str) -> anyhow::Result<()> {
         api.extend(t.await??);
     }
     let ingest_secs = started.elapsed().as_secs_f64();
+    if std::env::var("BENCH_INGEST_ONLY").is_ok() {
+        println!("ingest only: {:.0} events/s ({label})", E2E_EVENTS as f64 / ingest_secs);
+        return Ok(());
+    }
     while sink.count.load(Ordering::Relaxed) < E2E_EVENTS {
         anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "end-to-end run did not finish");
         tokio::time::sleep(Duration::from_millis(2)).await;

@@ -1,4 +1,4 @@
-//! Settings of the hot paths (issue 12): group-commit ingestion and the authentication cache.
+//! Settings of the hot paths (issue 12): group-commit ingestion and the read cache.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,20 +22,22 @@ impl Default for IngestConfig {
     }
 }
 
-/// The in-process authentication cache (issue 12 §3): token by hash, user by id and a user's
-/// memberships, so that an authenticated request needs no query on a hit.
+/// The in-process read cache (issue 12 §3): token by hash, user by id, a user's memberships, and
+/// the active webhooks an event routes to, so that an authenticated request and an event's
+/// fan-out need no query on a hit.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct AuthCacheConfig {
-    /// Entries kept per kind (tokens, users, membership lists); 0 turns the cache off.
+pub struct CacheConfig {
+    /// Entries kept per kind (tokens, users, membership lists, webhook routes); 0 turns the
+    /// cache off.
     pub capacity: usize,
-    /// How often the process reads the database's authentication version to learn of changes
+    /// How often the process reads the database's cache version to learn of changes
     /// made by other processes, milliseconds (10..=500). Whatever this is, an entry is never
     /// used when the last successful read started more than 1 s ago.
     pub poll_interval_ms: u64,
 }
 
-impl Default for AuthCacheConfig {
+impl Default for CacheConfig {
     fn default() -> Self {
         Self { capacity: 10_000, poll_interval_ms: 250 }
     }
@@ -53,10 +55,10 @@ impl IngestConfig {
     }
 }
 
-impl AuthCacheConfig {
+impl CacheConfig {
     pub(super) fn validate(&self) -> Result<(), String> {
         if !(10..=500).contains(&self.poll_interval_ms) {
-            return Err("invalid configuration: auth_cache.poll_interval_ms must be 10..=500".into());
+            return Err("invalid configuration: cache.poll_interval_ms must be 10..=500".into());
         }
         Ok(())
     }

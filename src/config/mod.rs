@@ -14,7 +14,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 mod hot_path;
-pub use hot_path::{AuthCacheConfig, IngestConfig};
+pub use hot_path::{CacheConfig, IngestConfig};
 
 /// Deployment environment (spec §4.3, §5): `production` requires `ipRestrict` on tokens, refuses the
 /// fixed test OTP and needs a configured master key.
@@ -354,7 +354,7 @@ pub struct Config {
     pub webhooks: WebhooksConfig,
     pub rate_limit: RateLimitConfig,
     pub ingest: IngestConfig,
-    pub auth_cache: AuthCacheConfig,
+    pub cache: CacheConfig,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
     /// Whether `environment` was chosen (flag, environment variable or file) rather than
@@ -382,7 +382,7 @@ impl Default for Config {
             webhooks: WebhooksConfig::default(),
             rate_limit: RateLimitConfig::default(),
             ingest: IngestConfig::default(),
-            auth_cache: AuthCacheConfig::default(),
+            cache: CacheConfig::default(),
             role: Role::All,
             environment_explicit: false,
         }
@@ -406,7 +406,7 @@ pub struct Overrides {
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
 const ENV_SECTIONS: &[&str] =
-    &["login", "delivery", "postgres", "tokens", "webhooks", "rate_limit", "ingest", "auth_cache"];
+    &["login", "delivery", "postgres", "tokens", "webhooks", "rate_limit", "ingest", "cache"];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.
@@ -513,7 +513,7 @@ impl Config {
             return Err("invalid configuration: max_lookup_ids must be positive".into());
         }
         self.ingest.validate()?;
-        self.auth_cache.validate()
+        self.cache.validate()
     }
 }
 

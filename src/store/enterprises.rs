@@ -102,15 +102,15 @@ where
         .await?;
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
-        self.auth.clear();
+        self.cache.clear();
         Ok(())
     }
 
     async fn memberships(&self, user_id: &str) -> StoreResult<Vec<Membership>> {
-        if let Some(m) = self.auth.memberships(user_id) {
+        if let Some(m) = self.cache.memberships(user_id) {
             return Ok(m);
         }
-        let at = self.auth.generation();
+        let at = self.cache.generation();
         let rows: Vec<MembershipRow> = sqlx::query_as(
             "SELECT e.id, e.name, e.created_at, m.is_admin FROM enterprise_users m \
              JOIN enterprises e ON e.id = m.enterprise_id WHERE m.user_id = $1 ORDER BY e.name, e.id",
@@ -120,7 +120,7 @@ where
         .await?;
         let list: Vec<Membership> =
             rows.into_iter().map(|r| Membership { enterprise: r.enterprise, is_admin: r.is_admin }).collect();
-        self.auth.put_memberships(at, user_id, &list);
+        self.cache.put_memberships(at, user_id, &list);
         Ok(list)
     }
 }

@@ -22,13 +22,13 @@ use async_trait::async_trait;
 use sqlx::Executor;
 
 mod audit;
-pub mod auth_cache;
 mod completion;
 mod enterprises;
 mod events;
 pub mod group_commit;
 mod outbox;
 pub mod postgres;
+pub mod read_cache;
 mod sql;
 pub mod sqlite;
 mod throttle;
@@ -51,7 +51,7 @@ pub use users::{User, UserChange, UserStore};
 pub use wallets::{Balances, WalletRow, WalletStore};
 pub use webhooks::{
     CapReached, Rotation, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookSecret, WebhookState,
-    WebhookStore,
+    WebhookStore, ROUTES_CACHED_MAX,
 };
 
 /// What a store call can fail with.

@@ -381,10 +381,12 @@ where
         // batch continue (or restart) the successive count.
         let mut suspended = Vec::new();
         for (id, reset, fails_after, fails) in failure_counters(outcomes) {
+            // A batch of successes on a webhook without failures changes nothing: no write.
             sqlx::query(
                 "UPDATE webhooks SET successive_failed_attempts = CASE WHEN $1 THEN $2 \
                  ELSE successive_failed_attempts + $2 END, \
-                 failed_attempts_total = failed_attempts_total + $3 WHERE id = $4",
+                 failed_attempts_total = failed_attempts_total + $3 WHERE id = $4 \
+                 AND NOT ($1 AND $2 = 0 AND $3 = 0 AND successive_failed_attempts = 0)",
             )
             .bind(reset)
             .bind(fails_after)
@@ -401,6 +403,9 @@ where
             }
         }
         tx.commit().await?;
+        if !suspended.is_empty() {
+            self.cache.clear();
+        }
         Ok(suspended)
     }
 

@@ -11,7 +11,7 @@ use sqlx::{
     Pool, Postgres, Transaction,
 };
 
-use super::{auth_cache, group_commit, Dialect, SqlStore};
+use super::{group_commit, read_cache, Dialect, SqlStore};
 use crate::config::Config;
 
 /// A PostgreSQL database shared by a connection pool.
@@ -43,7 +43,7 @@ impl SqlStore<Postgres> {
             pool,
             config,
             group_commit::write_owned::<Postgres>,
-            auth_cache::read_version::<Postgres>,
+            read_cache::read_version::<Postgres>,
         ))
     }
 }

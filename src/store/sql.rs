@@ -14,8 +14,8 @@ use std::{future::Future, sync::Arc, time::Duration};
 use anyhow::Context;
 use sqlx::{Database, Pool, Transaction};
 
-use super::auth_cache::AuthCache;
 use super::group_commit::{EventWrite, EventWriter};
+use super::read_cache::ReadCache;
 use super::{StoreError, StoreResult};
 use crate::config::Config;
 
@@ -69,13 +69,13 @@ pub struct SqlStore<DB: Database> {
     /// transaction.
     pub(super) event_writer: Option<EventWriter>,
     /// Tokens, users and memberships of the authentication hot path.
-    pub(super) auth: Arc<AuthCache>,
+    pub(super) cache: Arc<ReadCache>,
 }
 
 impl<DB: Dialect> SqlStore<DB> {
     /// A store over `pool` with its hot-path helpers started: the group-commit writer
     /// (`config.ingest`, steps by `write`) and the authentication cache with its version poller
-    /// (`config.auth_cache`, reads by `read_version`). Each backend passes its concrete steps.
+    /// (`config.cache`, reads by `read_version`). Each backend passes its concrete steps.
     pub(super) fn start<W, WF, R, RF>(pool: Pool<DB>, config: &Config, write: W, read_version: R) -> Self
     where
         W: Fn(Pool<DB>, Vec<EventWrite>) -> WF + Send + 'static,
@@ -84,13 +84,13 @@ impl<DB: Dialect> SqlStore<DB> {
         RF: Future<Output = StoreResult<i64>> + Send + 'static,
     {
         let event_writer = Some(super::group_commit::spawn(pool.clone(), &config.ingest, write));
-        let auth = Arc::new(AuthCache::new(config.auth_cache.capacity));
-        if config.auth_cache.capacity > 0 {
-            let (weak, p) = (Arc::downgrade(&auth), pool.clone());
-            let interval = Duration::from_millis(config.auth_cache.poll_interval_ms);
-            tokio::spawn(super::auth_cache::poll(weak, interval, move || read_version(p.clone())));
+        let cache = Arc::new(ReadCache::new(config.cache.capacity));
+        if config.cache.capacity > 0 {
+            let (weak, p) = (Arc::downgrade(&cache), pool.clone());
+            let interval = Duration::from_millis(config.cache.poll_interval_ms);
+            tokio::spawn(super::read_cache::poll(weak, interval, move || read_version(p.clone())));
         }
-        Self { pool, event_writer, auth }
+        Self { pool, event_writer, cache }
     }
 }
 

@@ -9,7 +9,7 @@ use sqlx::{
     Pool, Sqlite, Transaction,
 };
 
-use super::{auth_cache, group_commit, Dialect, SqlStore};
+use super::{group_commit, read_cache, Dialect, SqlStore};
 
 /// A SQLite database file shared by a connection pool.
 pub type SqliteStore = SqlStore<Sqlite>;
@@ -41,7 +41,7 @@ impl SqlStore<Sqlite> {
             .await
             .with_context(|| format!("cannot open SQLite database {path}"))?;
         MIGRATOR.run(&pool).await.context("applying migrations")?;
-        Ok(Self::start(pool, config, group_commit::write_owned::<Sqlite>, auth_cache::read_version::<Sqlite>))
+        Ok(Self::start(pool, config, group_commit::write_owned::<Sqlite>, read_cache::read_version::<Sqlite>))
     }
 }
 

@@ -309,15 +309,15 @@ where
     }
 
     async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>> {
-        if let Some(t) = self.auth.token(token_hash) {
+        if let Some(t) = self.cache.token(token_hash) {
             return Ok(Some(t));
         }
-        let at = self.auth.generation();
+        let at = self.cache.generation();
         let sql = format!("SELECT {TOKEN_READ_COLUMNS} FROM access_tokens WHERE token_hash = $1");
         let row: Option<TokenRow> = sqlx::query_as(&sql).bind(token_hash).fetch_optional(&self.pool).await?;
         let token = row.map(TokenRow::into_record).transpose()?;
         if let Some(t) = &token {
-            self.auth.put_token(at, t);
+            self.cache.put_token(at, t);
         }
         Ok(token)
     }
@@ -407,7 +407,7 @@ where
             append_tx::<DB>(&mut tx, audit).await?;
         }
         tx.commit().await?;
-        self.auth.clear();
+        self.cache.clear();
         Ok(revoked)
     }
 
@@ -421,7 +421,7 @@ where
         .bind(now - TOUCH_EVERY_SECS)
         .execute(&self.pool)
         .await?;
-        self.auth.touch_token(token_hash, now);
+        self.cache.touch_token(token_hash, now);
         Ok(())
     }
 
@@ -435,7 +435,7 @@ where
             .await?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
-        self.auth.clear();
+        self.cache.clear();
         Ok(())
     }
 
@@ -448,7 +448,7 @@ where
             .await?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
-        self.auth.clear();
+        self.cache.clear();
         Ok(())
     }
 }

@@ -204,20 +204,20 @@ where
         }
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
-        self.auth.clear();
+        self.cache.clear();
         Ok(revoked)
     }
 
     async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>> {
-        if let Some(u) = self.auth.user(id) {
+        if let Some(u) = self.cache.user(id) {
             return Ok(Some(u));
         }
-        let at = self.auth.generation();
+        let at = self.cache.generation();
         let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1");
         let row: Option<UserRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
         let user = row.map(UserRow::into_user).transpose()?;
         if let Some(u) = &user {
-            self.auth.put_user(at, u);
+            self.cache.put_user(at, u);
         }
         Ok(user)
     }
@@ -237,7 +237,7 @@ where
         .bind(user_id)
         .execute(&self.pool)
         .await?;
-        self.auth.clear();
+        self.cache.clear();
         Ok(DB::rows_affected(&res) == 1)
     }
 
@@ -250,7 +250,7 @@ where
             .await?;
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
-        self.auth.clear();
+        self.cache.clear();
         Ok(())
     }
 }

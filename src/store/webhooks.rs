@@ -1,6 +1,6 @@
 //! Webhooks (spec §2.5) and the enterprise webhook secrets that sign their notifications.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use async_trait::async_trait;
 
@@ -106,6 +106,9 @@ pub struct Webhook {
     /// Unix seconds.
     pub created_at: i64,
 }
+
+/// Longest webhook list an event's route keeps in the read cache.
+pub const ROUTES_CACHED_MAX: usize = 1000;
 
 /// Whether a webhook is delivered to (spec §2.5 `state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,6 +261,10 @@ pub trait WebhookStore: Send + Sync {
         type_url: Option<(&str, &str)>,
         audit: &[AuditEntry],
     ) -> StoreResult<u64>;
+    /// Every webhook `filter` selects, all pages of [`WebhookStore::list_webhooks`] (an event's
+    /// fan-out), from the read cache on a hit (issue 12 §3). Lists longer than
+    /// [`ROUTES_CACHED_MAX`] are read each time.
+    async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Webhook>>>;
     /// Makes a webhook active and clears its failure counters; false when no such webhook.
     async fn unblock_webhook(&self, id: &str, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
 
@@ -421,6 +428,7 @@ where
             .map_err(|e| unique_violation(e, "a webhook with this id"))?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
+        self.cache.clear();
         Ok(Ok(()))
     }
 
@@ -479,7 +487,30 @@ where
             append_tx::<DB>(&mut tx, audit).await?;
         }
         tx.commit().await?;
+        self.cache.clear();
         Ok(removed)
+    }
+
+    async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Webhook>>> {
+        let key = super::read_cache::route_key(filter);
+        if let Some(hooks) = self.cache.routes(&key) {
+            return Ok(hooks);
+        }
+        let at = self.cache.generation();
+        let mut hooks = Vec::new();
+        loop {
+            let page = self.list_webhooks(filter, hooks.last().map(|w: &Webhook| w.id.as_str()), 500).await?;
+            let full = page.len() == 500;
+            hooks.extend(page);
+            if !full {
+                break;
+            }
+        }
+        let hooks = Arc::new(hooks);
+        if hooks.len() <= ROUTES_CACHED_MAX {
+            self.cache.put_routes(at, key, hooks.clone());
+        }
+        Ok(hooks)
     }
 
     async fn unblock_webhook(&self, id: &str, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
@@ -497,6 +528,7 @@ where
             append_tx::<DB>(&mut tx, audit).await?;
         }
         tx.commit().await?;
+        self.cache.clear();
         Ok(done)
     }
 

@@ -104,20 +104,11 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
     super::event_fields::check(t, &map)?;
     let filter = WebhookFilter { webhook_type: Some(t.into()), state: Some(WebhookState::Active), ..filter };
     let confirmations = i64::try_from(ev.confirmations.unwrap_or(0)).unwrap_or(i64::MAX);
-    let mut hooks = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = state.store.list_webhooks(&filter, after.as_deref(), 500).await?;
-        let full = page.len() == 500;
-        after = page.last().map(|w| w.id.clone());
-        hooks.extend(
-            page.into_iter()
-                .filter(|w| t != "block" || confirmations >= w.level.num_confirmations().unwrap_or(0)),
-        );
-        if !full {
-            break;
-        }
-    }
+    let routed = state.store.routing_webhooks(&filter).await?;
+    let hooks: Vec<&crate::store::Webhook> = routed
+        .iter()
+        .filter(|w| t != "block" || confirmations >= w.level.num_confirmations().unwrap_or(0))
+        .collect();
     let notifications: Vec<Notification> =
         hooks.iter().map(|w| outbox::from_event(w, &ev.event_id, &map)).collect();
     let result = EventResult {

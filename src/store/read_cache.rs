@@ -1,11 +1,12 @@
-//! The in-process authentication cache (issue 12 §3): token by hash, user by id and a user's
-//! memberships, so that an authenticated request makes no query on a hit.
+//! The in-process read cache (issue 12 §3): token by hash, user by id, a user's memberships,
+//! and the active webhooks an event routes to, so that an authenticated request and an event's
+//! fan-out make no query on a hit.
 //!
 //! Correctness before speed:
-//! - Every write of this process to tokens, users or memberships clears the cache after its
-//!   commit, so the process that made a change sees it at once.
-//! - Every such write, by any process, also bumps `auth_version` in the same transaction
-//!   (database triggers, migration 0009). A task reads it every `auth_cache.poll_interval_ms`
+//! - Every write of this process to tokens, users, memberships or webhooks clears the cache
+//!   after its commit, so the process that made a change sees it at once.
+//! - Every such write, by any process, also bumps `cache_version` in the same transaction
+//!   (database triggers, migration 0009; a webhook's failure counters are not such a write). A task reads it every `cache.poll_interval_ms`
 //!   and clears the cache when it moved.
 //! - An entry is used only while the last successful read of the version started less than
 //!   [`MAX_STALENESS`] ago; otherwise the cache is bypassed. So a change committed by another
@@ -14,7 +15,7 @@
 //!   query and insert only if it is unchanged.
 //!
 //! Expiry, unlock windows and IP restrictions are checked by the caller on every request, from
-//! the record; the cache only saves the query. Each kind holds at most `auth_cache.capacity`
+//! the record; the cache only saves the query. Each kind holds at most `cache.capacity`
 //! entries (S3-FIFO eviction, by `quick_cache`).
 
 use std::{
@@ -27,14 +28,14 @@ use std::{
 
 use quick_cache::sync::Cache;
 
-use super::{Membership, TokenRecord, User};
+use super::{Membership, TokenRecord, User, Webhook, WebhookFilter};
 
 /// Longest a cached entry may lag a change committed by another process (issue 12 §3).
 pub const MAX_STALENESS: Duration = Duration::from_secs(1);
 
 /// The cached records, and what decides whether they may be used.
-pub struct AuthCache {
-    /// `None` when `auth_cache.capacity` is 0.
+pub struct ReadCache {
+    /// `None` when `cache.capacity` is 0.
     maps: Option<Maps>,
     /// Bumped by every clear; guarded so that a clear and a checked insert do not interleave.
     generation: Mutex<u64>,
@@ -48,19 +49,32 @@ struct Maps {
     tokens: Cache<String, Arc<TokenRecord>>,
     users: Cache<String, Arc<User>>,
     memberships: Cache<String, Arc<Vec<Membership>>>,
+    routes: Cache<String, Arc<Vec<Webhook>>>,
+}
+
+/// The key of a routing filter: every field that selects webhooks.
+pub fn route_key(f: &WebhookFilter) -> String {
+    let parts = [&f.wallet_id, &f.enterprise_id, &f.user_id, &f.coin, &f.webhook_type];
+    let mut key = format!("{}|{:?}", f.scope, f.state);
+    for p in parts {
+        key.push('|');
+        key.push_str(p.as_deref().unwrap_or("-"));
+    }
+    key
 }
 
 /// The cache's generation when a load began; pass it back to the matching `put_*`.
 #[derive(Debug, Clone, Copy)]
 pub struct Generation(u64);
 
-impl AuthCache {
+impl ReadCache {
     /// A cache of up to `capacity` entries per kind; 0 turns it off.
     pub fn new(capacity: usize) -> Self {
         let maps = (capacity > 0).then(|| Maps {
             tokens: Cache::new(capacity),
             users: Cache::new(capacity),
             memberships: Cache::new(capacity),
+            routes: Cache::new(capacity),
         });
         Self { maps, generation: Mutex::new(0), confirmed_ms: AtomicU64::new(0), epoch: Instant::now() }
     }
@@ -83,6 +97,10 @@ impl AuthCache {
 
     pub fn memberships(&self, user_id: &str) -> Option<Vec<Membership>> {
         self.usable()?.memberships.get(user_id).map(|m| (*m).clone())
+    }
+
+    pub fn routes(&self, key: &str) -> Option<Arc<Vec<Webhook>>> {
+        self.usable()?.routes.get(key)
     }
 
     /// Call before loading from the database.
@@ -112,6 +130,10 @@ impl AuthCache {
         self.put(at, |m| m.memberships.insert(user_id.to_string(), Arc::new(list.to_vec())));
     }
 
+    pub fn put_routes(&self, at: Generation, key: String, hooks: Arc<Vec<Webhook>>) {
+        self.put(at, |m| m.routes.insert(key, hooks));
+    }
+
     /// Records a token's new `last_used_at` in its cached copy, if any (that write does not
     /// clear the cache: it changes nothing authentication decides on).
     pub fn touch_token(&self, token_hash: &str, at: i64) {
@@ -135,6 +157,7 @@ impl AuthCache {
         maps.tokens.clear();
         maps.users.clear();
         maps.memberships.clear();
+        maps.routes.clear();
     }
 
     /// Notes a successful read of the database's version that started at `started`.
@@ -149,7 +172,7 @@ impl AuthCache {
     }
 }
 
-/// `auth_version`'s value: bumped by triggers in every transaction that changes tokens, users
+/// `cache_version`'s value: bumped by triggers in every transaction that changes tokens, users
 /// or memberships (migration 0009).
 pub(super) async fn read_version<DB>(pool: sqlx::Pool<DB>) -> super::StoreResult<i64>
 where
@@ -159,13 +182,13 @@ where
     for<'r> (i64,): sqlx::FromRow<'r, DB::Row>,
 {
     let (v,): (i64,) =
-        sqlx::query_as("SELECT version FROM auth_version WHERE id = 1").fetch_one(&pool).await?;
+        sqlx::query_as("SELECT version FROM cache_version WHERE id = 1").fetch_one(&pool).await?;
     Ok(v)
 }
 
 /// Reads the version every `interval` and clears `cache` when it moved or cannot be read.
 /// Ends when the cache is dropped.
-pub(super) async fn poll<F, Fut>(cache: std::sync::Weak<AuthCache>, interval: Duration, read_version: F)
+pub(super) async fn poll<F, Fut>(cache: std::sync::Weak<ReadCache>, interval: Duration, read_version: F)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = super::StoreResult<i64>>,
@@ -221,7 +244,7 @@ mod tests {
 
     #[test]
     fn entries_are_used_only_while_the_version_was_read_within_a_second() {
-        let cache = AuthCache::new(8);
+        let cache = ReadCache::new(8);
         cache.put_user(cache.generation(), &user("u"));
         assert!(cache.user("u").is_none(), "never confirmed: bypassed");
         cache.confirm(Instant::now());
@@ -232,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_load_that_raced_with_a_clear_is_not_kept() {
-        let cache = AuthCache::new(8);
+        let cache = ReadCache::new(8);
         cache.confirm(Instant::now());
         let before = cache.generation();
         cache.clear();
@@ -244,13 +267,13 @@ mod tests {
 
     #[test]
     fn each_kind_holds_at_most_its_capacity() {
-        let cache = AuthCache::new(16);
+        let cache = ReadCache::new(16);
         cache.confirm(Instant::now());
         for i in 0..1000 {
             cache.put_user(cache.generation(), &user(&format!("u{i}")));
         }
         let (_, users, _) = cache.len();
         assert!(users > 0 && users <= 16, "{users} users kept with a capacity of 16");
-        assert!(AuthCache::new(0).user("u").is_none(), "capacity 0 turns the cache off");
+        assert!(ReadCache::new(0).user("u").is_none(), "capacity 0 turns the cache off");
     }
 }
