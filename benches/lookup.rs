@@ -192,12 +192,11 @@ async fn concurrent(
 /// the ids and returning the stored records as `{wallets: [...]}`. Returns its URL.
 async fn reference_route(db_url: &str) -> anyhow::Result<String> {
     use axum::{extract::State, routing::post, Json, Router};
-    // The same connection settings as Custodian's SQLite store (WAL, synchronous=NORMAL, a
-    // 256 MiB memory map, 8 connections), so the ratio measures everything but the query.
+    // The same connection settings as Custodian's SQLite store (WAL, synchronous=NORMAL, 8
+    // connections), so the ratio measures everything but the query.
     let opts = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(db_url)?
         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
-        .pragma("mmap_size", (256u64 << 20).to_string());
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
     let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(8).connect_with(opts).await?;
     async fn handler(State(pool): State<sqlx::SqlitePool>, Json(body): Json<Value>) -> String {
         let ids = body["ids"].to_string();

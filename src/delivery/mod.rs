@@ -36,9 +36,9 @@ pub const RESPONSE_BODY_LIMIT: usize = 20 * 1024;
 /// write the outcome. A crashed worker's claims come back after this.
 const LEASE_MARGIN_MS: i64 = 5_000;
 
-/// How long a notification claimed over its webhook's or tenant's share waits, ms: none. It
-/// is due again at once, and the next claim skips it while the share is full (`Saturated`),
-/// so it goes out as soon as a slot of its own frees, without a busy loop.
+/// How long a notification claimed over its webhook's or tenant's share, and not kept waiting
+/// in memory, waits, ms: none. It is due again at once, and the next claim skips it while the
+/// share is full (`Saturated`), so it goes out as soon as a slot of its own frees.
 const DEFER_MS: i64 = 0;
 
 /// The engine of one process.
@@ -51,6 +51,13 @@ pub struct Engine {
     guarded: Client,
     /// For webhooks with `allowBlockedHosts` (set by a service admin).
     open: Client,
+    /// Claimed notifications waiting for a slot of their webhook or tenant, with when they were
+    /// claimed (issue 12 §5): a delivery that finishes starts the next of them, instead of
+    /// each being written back and claimed again. At most `delivery.concurrency`; one older
+    /// than half its lease is given back rather than started, so no lease runs out meanwhile.
+    waiting: std::sync::Mutex<std::collections::VecDeque<(Claimed, Instant)>>,
+    /// How long a claim is leased, milliseconds.
+    lease_ms: i64,
 }
 
 fn client(
@@ -146,8 +153,10 @@ impl Engine {
             guarded: client(cfg.concurrency, timeout, Some(resolver))?,
             open: client(cfg.concurrency, timeout, None)?,
             guard,
+            lease_ms: i64::try_from(cfg.timeout).unwrap_or(10) * 2000 + LEASE_MARGIN_MS,
             state,
             in_flight: Default::default(),
+            waiting: Default::default(),
         })
     }
 
@@ -160,41 +169,32 @@ impl Engine {
             let completer = tokio::spawn(me.clone().complete_loop(rx));
             let pruner = prune::spawn(me.state.clone(), shutdown.clone());
             let permits = Arc::new(Semaphore::new(cfg.concurrency));
-            let lease_ms = i64::try_from(cfg.timeout).unwrap_or(10) * 2000 + LEASE_MARGIN_MS;
             let poll = Duration::from_millis(cfg.poll_interval_ms);
             while !*shutdown.borrow() {
-                let free = permits.available_permits().min(CLAIM_BATCH);
+                me.start_waiting(&permits, &tx).await;
+                let free = permits.available_permits().saturating_sub(me.waiting_len()).min(CLAIM_BATCH);
                 let mut full = false;
                 if free > 0 {
                     let now = ids::now_ms();
                     let skip = me.saturated();
-                    match me.state.store.claim_due(now, now + lease_ms, free as u32, &skip).await {
+                    match me.state.store.claim_due(now, now + me.lease_ms, free as u32, &skip).await {
                         Ok(batch) => {
                             full = batch.len() == free;
                             let mut deferred = Vec::new();
                             for c in batch {
                                 if !me.take_slot(&c.webhook) {
-                                    deferred.push(c.notification.id);
+                                    if let Some(c) = me.park(c, cfg.concurrency) {
+                                        deferred.push(c.notification.id);
+                                    }
                                     continue;
                                 }
                                 let Ok(permit) = permits.clone().acquire_owned().await else { break };
-                                let (me, tx) = (me.clone(), tx.clone());
-                                tokio::spawn(async move {
-                                    let webhook = c.webhook.clone();
-                                    let outcome = me.deliver(c).await;
-                                    me.release_slot(&webhook);
-                                    let _ = tx.send(outcome).await;
-                                    drop(permit);
-                                });
+                                me.clone().start(c, permit, tx.clone());
                             }
                             if !deferred.is_empty() {
                                 // Wait for a wake-up rather than claiming the same backlog again.
                                 full = false;
-                                if let Err(e) =
-                                    me.state.store.defer(&deferred, ids::now_ms() + DEFER_MS).await
-                                {
-                                    tracing::error!(error = %e, "deferring notifications failed; their leases will end");
-                                }
+                                me.give_back(&deferred).await;
                             }
                         }
                         Err(e) => {
@@ -212,6 +212,9 @@ impl Engine {
                     _ = shutdown.changed() => {}
                 }
             }
+            let parked: Vec<String> =
+                me.take_waiting(|_| true).into_iter().map(|c| c.notification.id).collect();
+            me.give_back(&parked).await;
             let all = u32::try_from(cfg.concurrency).unwrap_or(u32::MAX);
             let _ =
                 tokio::time::timeout(Duration::from_secs(cfg.timeout + 5), permits.acquire_many(all)).await;
@@ -219,6 +222,89 @@ impl Engine {
             let _ = completer.await;
             let _ = pruner.await;
         })
+    }
+
+    /// Delivers `c` holding `permit`, then, with the same permit, whatever waiting notification
+    /// can take a slot, until none can.
+    fn start(
+        self: Arc<Self>,
+        c: Claimed,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        tx: mpsc::Sender<Outcome>,
+    ) {
+        tokio::spawn(async move {
+            let mut next = Some(c);
+            while let Some(c) = next {
+                let webhook = c.webhook.clone();
+                let outcome = self.deliver(c).await;
+                self.release_slot(&webhook);
+                let _ = tx.send(outcome).await;
+                next = self.next_waiting().await;
+            }
+            drop(permit);
+        });
+    }
+
+    /// Starts waiting notifications while permits and slots allow (one may have been parked
+    /// just as the last delivery that could have started it finished).
+    async fn start_waiting(self: &Arc<Self>, permits: &Arc<Semaphore>, tx: &mpsc::Sender<Outcome>) {
+        while permits.available_permits() > 0 {
+            let Some(c) = self.next_waiting().await else { return };
+            let Ok(permit) = permits.clone().acquire_owned().await else { return };
+            self.clone().start(c, permit, tx.clone());
+        }
+    }
+
+    /// Keeps `c` waiting for a slot unless `cap` already wait; then hands it back.
+    fn park(&self, c: Claimed, cap: usize) -> Option<Claimed> {
+        let Ok(mut w) = self.waiting.lock() else { return Some(c) };
+        if w.len() >= cap {
+            return Some(c);
+        }
+        w.push_back((c, Instant::now()));
+        None
+    }
+
+    fn waiting_len(&self) -> usize {
+        self.waiting.lock().map(|w| w.len()).unwrap_or(0)
+    }
+
+    /// Removes and returns the waiting notifications `pick` accepts, oldest first.
+    fn take_waiting(&self, mut pick: impl FnMut(&(Claimed, Instant)) -> bool) -> Vec<Claimed> {
+        let Ok(mut w) = self.waiting.lock() else { return Vec::new() };
+        let (taken, kept): (Vec<_>, Vec<_>) = w.drain(..).partition(|x| pick(x));
+        w.extend(kept);
+        taken.into_iter().map(|(c, _)| c).collect()
+    }
+
+    /// The oldest waiting notification that can take a slot now (its slot taken); those older
+    /// than half their lease are given back instead.
+    async fn next_waiting(&self) -> Option<Claimed> {
+        let half_lease = Duration::from_millis(u64::try_from(self.lease_ms / 2).unwrap_or(0));
+        let stale: Vec<String> = self
+            .take_waiting(|(_, at)| at.elapsed() > half_lease)
+            .into_iter()
+            .map(|c| c.notification.id)
+            .collect();
+        self.give_back(&stale).await;
+        let mut found = false;
+        let next = self.take_waiting(|(c, _)| {
+            !found && self.take_slot(&c.webhook) && {
+                found = true;
+                true
+            }
+        });
+        next.into_iter().next()
+    }
+
+    /// Makes claimed notifications due again at once, unattempted.
+    async fn give_back(&self, ids: &[String]) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Err(e) = self.state.store.defer(ids, ids::now_ms() + DEFER_MS).await {
+            tracing::error!(error = %e, "giving back notifications failed; their leases will end");
+        }
     }
 
     /// Takes a slot for one delivery to `w`, unless its webhook has `per_webhook_concurrency`

@@ -14,9 +14,6 @@ use super::{group_commit, read_cache, Dialect, SqlStore};
 /// A SQLite database file shared by a connection pool.
 pub type SqliteStore = SqlStore<Sqlite>;
 
-/// Bytes of the database file each connection reads through a shared memory map.
-const MMAP_BYTES: u64 = 256 << 20;
-
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 impl SqlStore<Sqlite> {
@@ -31,10 +28,7 @@ impl SqlStore<Sqlite> {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5))
-            .foreign_keys(true)
-            // Reads of the database file through a memory map rather than a read() per page
-            // missing from a connection's cache (issue 12 §4: the profile's largest kernel cost).
-            .pragma("mmap_size", MMAP_BYTES.to_string());
+            .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(opts)
