@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Transaction, Type};
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::sql::{json_value, to_json, Dialect, SqlStore};
 use super::StoreResult;
@@ -95,10 +95,7 @@ pub trait AuditStore: Send + Sync {
 }
 
 /// Appends `entries` to the chain inside `tx`, the transaction of the change they record.
-pub(super) async fn append_tx<DB>(
-    tx: &mut Transaction<'static, DB>,
-    entries: &[AuditEntry],
-) -> StoreResult<()>
+pub(super) async fn append_tx<DB>(tx: &mut DB::Connection, entries: &[AuditEntry]) -> StoreResult<()>
 where
     DB: Dialect,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -112,7 +109,7 @@ where
     if entries.is_empty() {
         return Ok(());
     }
-    let (mut prev,): (String,) = sqlx::query_as(DB::LOCK_AUDIT_HEAD).fetch_one(&mut **tx).await?;
+    let (mut prev,): (String,) = sqlx::query_as(DB::LOCK_AUDIT_HEAD).fetch_one(&mut *tx).await?;
     for e in entries {
         let hash = chain_hash(&prev, e);
         sqlx::query(
@@ -130,11 +127,11 @@ where
         .bind(e.request_id.as_deref())
         .bind(to_json(&e.data)?)
         .bind(hash.as_str())
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
         prev = hash;
     }
-    sqlx::query("UPDATE audit_head SET hash = $1 WHERE id = 1").bind(prev).execute(&mut **tx).await?;
+    sqlx::query("UPDATE audit_head SET hash = $1 WHERE id = 1").bind(prev).execute(&mut *tx).await?;
     Ok(())
 }
 
@@ -194,7 +191,7 @@ where
     for<'r> AuditRow: FromRow<'r, DB::Row>,
 {
     async fn append_audit(&self, entries: &[AuditEntry]) -> StoreResult<()> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         append_tx::<DB>(&mut tx, entries).await?;
         tx.commit().await?;
         Ok(())

@@ -90,7 +90,7 @@ where
         is_admin: bool,
         audit: &[super::AuditEntry],
     ) -> StoreResult<()> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO enterprise_users (enterprise_id, user_id, is_admin) VALUES ($1, $2, $3) \
              ON CONFLICT (enterprise_id, user_id) DO UPDATE SET is_admin = excluded.is_admin",

@@ -38,7 +38,7 @@ where
     async fn record_event(&self, event: EventWrite) -> StoreResult<Option<String>> {
         match &self.event_writer {
             Some(writer) => writer.write(event).await,
-            None => write_batch::<DB>(&self.pool, &[&event]).await?.pop().ok_or_else(|| {
+            None => write_batch::<DB>(&self.pool, &self.gate, &[&event]).await?.pop().ok_or_else(|| {
                 super::StoreError::Other(anyhow::anyhow!("no outcome for event {}", event.event_id))
             }),
         }

@@ -19,7 +19,7 @@ use sqlx::{Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use tokio::sync::{mpsc, oneshot};
 
 use super::outbox::{insert_notifications_tx, Notification};
-use super::sql::{placeholders, Dialect};
+use super::sql::{begin_gated, placeholders, Dialect, WriteGate};
 use super::{StoreError, StoreResult};
 use crate::config::IngestConfig;
 
@@ -67,6 +67,7 @@ fn closed() -> StoreError {
 /// An error means nothing of the batch was stored.
 pub(super) async fn write_batch<DB>(
     pool: &Pool<DB>,
+    gate: &WriteGate,
     events: &[&EventWrite],
 ) -> StoreResult<Vec<Option<String>>>
 where
@@ -91,7 +92,7 @@ where
         .filter(|(i, e)| *first.entry(&e.event_id).or_insert(*i) == *i)
         .map(|(_, e)| *e)
         .collect();
-    let mut tx = DB::begin_write(pool).await?;
+    let mut tx = begin_gated(pool, gate).await?;
     let now = crate::ids::now();
     let mut inserted: HashSet<String> = HashSet::with_capacity(unique.len());
     for chunk in unique.chunks(EVENT_ROWS_PER_STATEMENT) {
@@ -152,6 +153,7 @@ where
 /// task's step, named per backend so that the task's future has a concrete type.
 pub(super) async fn write_owned<DB>(
     pool: Pool<DB>,
+    gate: WriteGate,
     events: Vec<EventWrite>,
 ) -> (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)
 where
@@ -170,7 +172,7 @@ where
 {
     let result = {
         let refs: Vec<&EventWrite> = events.iter().collect();
-        write_batch::<DB>(&pool, &refs).await
+        write_batch::<DB>(&pool, &gate, &refs).await
     };
     (events, result)
 }
@@ -184,27 +186,28 @@ fn unique_result(unique: &[&EventWrite], event_id: &str) -> String {
 
 /// Starts the writer task of `pool`; it ends when every [`EventWriter`] is dropped.
 /// Called by each backend with its concrete database type.
-pub(super) fn spawn<DB, F, Fut>(pool: Pool<DB>, cfg: &IngestConfig, write: F) -> EventWriter
+pub(super) fn spawn<DB, F, Fut>(pool: Pool<DB>, gate: WriteGate, cfg: &IngestConfig, write: F) -> EventWriter
 where
     DB: Dialect,
-    F: Fn(Pool<DB>, Vec<EventWrite>) -> Fut + Send + 'static,
+    F: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(cfg.queue);
     let (batch_max, linger) = (cfg.batch_max, Duration::from_micros(cfg.linger_us));
-    tokio::spawn(run(pool, rx, batch_max, linger, write));
+    tokio::spawn(run(pool, gate, rx, batch_max, linger, write));
     EventWriter { tx }
 }
 
 async fn run<DB, F, Fut>(
     pool: Pool<DB>,
+    gate: WriteGate,
     mut rx: mpsc::Receiver<Job>,
     batch_max: usize,
     linger: Duration,
     write: F,
 ) where
     DB: Dialect,
-    F: Fn(Pool<DB>, Vec<EventWrite>) -> Fut,
+    F: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> Fut,
     Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)>,
 {
     while let Some(job) = rx.recv().await {
@@ -227,7 +230,7 @@ async fn run<DB, F, Fut>(
         let (events, replies): (Vec<EventWrite>, Vec<_>) =
             jobs.into_iter().map(|j| (j.event, j.reply)).unzip();
         let single = events.len() == 1;
-        let (events, result) = write(pool.clone(), events).await;
+        let (events, result) = write(pool.clone(), gate.clone(), events).await;
         match result {
             Ok(outcomes) => {
                 for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -240,7 +243,7 @@ async fn run<DB, F, Fut>(
             Err(e) => {
                 tracing::warn!(error = %e, events = events.len(), "a batch of events failed; writing each on its own");
                 for (event, reply) in events.into_iter().zip(replies) {
-                    let (_, one) = write(pool.clone(), vec![event]).await;
+                    let (_, one) = write(pool.clone(), gate.clone(), vec![event]).await;
                     let _ = reply.send(one.and_then(|mut v| v.pop().ok_or_else(closed)));
                 }
             }

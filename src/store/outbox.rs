@@ -314,7 +314,7 @@ where
     for<'r> FailureRow: FromRow<'r, DB::Row>,
 {
     async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let count = insert_notifications_tx::<DB, _>(&mut tx, n).await?;
         tx.commit().await?;
         Ok(count)
@@ -337,7 +337,10 @@ where
         } else {
             q
         };
-        let rows: Vec<NotificationRow> = q.fetch_all(&self.pool).await?;
+        let rows: Vec<NotificationRow> = {
+            let _gate = self.write_gate().await;
+            q.fetch_all(&self.pool).await?
+        };
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -361,6 +364,7 @@ where
     }
 
     async fn defer(&self, ids: &[String], at_ms: i64) -> StoreResult<()> {
+        let _gate = self.write_gate().await;
         sqlx::query(DB::DEFER).bind(at_ms).bind(to_json(ids)?).execute(&self.pool).await?;
         Ok(())
     }
@@ -371,7 +375,7 @@ where
         now_ms: i64,
         rule: SuspendRule,
     ) -> StoreResult<Vec<String>> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         if let Some(relaxed) = DB::RELAXED_COMMIT {
             sqlx::query(relaxed).execute(&mut *tx).await?;
         }
@@ -496,6 +500,7 @@ where
     }
 
     async fn prune_attempts(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
+        let _gate = self.write_gate().await;
         let r = sqlx::query(
             "DELETE FROM delivery_attempts WHERE id IN (SELECT id FROM delivery_attempts \
              WHERE started_at < $1 LIMIT $2)",
@@ -508,6 +513,7 @@ where
     }
 
     async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
+        let _gate = self.write_gate().await;
         let r = sqlx::query(
             "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications \
              WHERE state IN ('processed', 'failed') AND updated_at < $1 LIMIT $2)",

@@ -100,6 +100,9 @@ impl Dialect for Postgres {
         r.rows_affected()
     }
 
+    /// Row locks let PostgreSQL's writers proceed side by side.
+    const SERIALIZE_WRITES: bool = false;
+
     fn begin_write(
         pool: &Pool<Self>,
     ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send {

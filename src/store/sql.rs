@@ -55,10 +55,55 @@ pub trait Dialect: Database {
     /// Rows a statement changed.
     fn rows_affected(r: &Self::QueryResult) -> u64;
 
+    /// Whether the process runs one write transaction at a time through an async gate rather
+    /// than letting them meet at the database's lock (SQLite, whose busy handler sleeps up to
+    /// 100 ms between retries: the latency tail the profile showed).
+    const SERIALIZE_WRITES: bool;
+
     /// Begins a transaction that writes: it must not fail later for having read first.
     fn begin_write(
         pool: &Pool<Self>,
     ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send;
+}
+
+/// The process's write gate, when the database wants writes serialised
+/// ([`Dialect::SERIALIZE_WRITES`]).
+pub(super) type WriteGate = Option<Arc<tokio::sync::Mutex<()>>>;
+
+/// A write transaction holding the write gate until it ends; derefs to the connection, as a
+/// `Transaction` does.
+pub(super) struct WriteTx<DB: Database> {
+    tx: Transaction<'static, DB>,
+    _gate: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl<DB: Database> std::ops::Deref for WriteTx<DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        &self.tx
+    }
+}
+
+impl<DB: Database> std::ops::DerefMut for WriteTx<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        &mut self.tx
+    }
+}
+
+impl<DB: Database> WriteTx<DB> {
+    pub(super) async fn commit(self) -> sqlx::Result<()> {
+        self.tx.commit().await
+    }
+}
+
+/// Takes the gate (if any), then begins a write transaction.
+pub(super) async fn begin_gated<DB: Dialect>(pool: &Pool<DB>, gate: &WriteGate) -> sqlx::Result<WriteTx<DB>> {
+    let guard = match gate {
+        Some(g) => Some(g.clone().lock_owned().await),
+        None => None,
+    };
+    Ok(WriteTx { tx: DB::begin_write(pool).await?, _gate: guard })
 }
 
 /// A store over a pool of `DB` connections ([`super::sqlite::SqliteStore`],
@@ -68,8 +113,9 @@ pub struct SqlStore<DB: Database> {
     /// The group-commit writer of ingested events; without one, each event is its own
     /// transaction.
     pub(super) event_writer: Option<EventWriter>,
-    /// Tokens, users and memberships of the authentication hot path.
+    /// Tokens, users, memberships and webhook routes (see [`ReadCache`]).
     pub(super) cache: Arc<ReadCache>,
+    pub(super) gate: WriteGate,
 }
 
 impl<DB: Dialect> SqlStore<DB> {
@@ -78,19 +124,34 @@ impl<DB: Dialect> SqlStore<DB> {
     /// (`config.cache`, reads by `read_version`). Each backend passes its concrete steps.
     pub(super) fn start<W, WF, R, RF>(pool: Pool<DB>, config: &Config, write: W, read_version: R) -> Self
     where
-        W: Fn(Pool<DB>, Vec<EventWrite>) -> WF + Send + 'static,
+        W: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> WF + Send + 'static,
         WF: Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)> + Send + 'static,
         R: Fn(Pool<DB>) -> RF + Send + 'static,
         RF: Future<Output = StoreResult<i64>> + Send + 'static,
     {
-        let event_writer = Some(super::group_commit::spawn(pool.clone(), &config.ingest, write));
+        let gate: WriteGate = DB::SERIALIZE_WRITES.then(Arc::default);
+        let event_writer =
+            Some(super::group_commit::spawn(pool.clone(), gate.clone(), &config.ingest, write));
         let cache = Arc::new(ReadCache::new(config.cache.capacity));
         if config.cache.capacity > 0 {
             let (weak, p) = (Arc::downgrade(&cache), pool.clone());
             let interval = Duration::from_millis(config.cache.poll_interval_ms);
             tokio::spawn(super::read_cache::poll(weak, interval, move || read_version(p.clone())));
         }
-        Self { pool, event_writer, cache }
+        Self { pool, event_writer, cache, gate }
+    }
+
+    /// Begins a write transaction through the process's write gate.
+    pub(super) async fn begin_write(&self) -> sqlx::Result<WriteTx<DB>> {
+        begin_gated(&self.pool, &self.gate).await
+    }
+
+    /// Holds the write gate for a single-statement write (dropped when done).
+    pub(super) async fn write_gate(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match &self.gate {
+            Some(g) => Some(g.clone().lock_owned().await),
+            None => None,
+        }
     }
 }
 

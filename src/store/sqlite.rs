@@ -90,6 +90,8 @@ impl Dialect for Sqlite {
         r.rows_affected()
     }
 
+    const SERIALIZE_WRITES: bool = true;
+
     /// `BEGIN IMMEDIATE` takes the write lock at once: a deferred transaction that reads first
     /// fails with SQLITE_BUSY instead of waiting when another writer got in between.
     fn begin_write(

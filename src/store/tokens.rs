@@ -268,7 +268,7 @@ where
         notifications: &[Notification],
         audit: &[AuditEntry],
     ) -> StoreResult<()> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let sql = format!(
             "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
              $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
@@ -396,7 +396,7 @@ where
     }
 
     async fn revoke_token(&self, id: &str, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let r = sqlx::query(&format!("{REVOKE} WHERE id = $2 AND revoked_at IS NULL"))
             .bind(now)
             .bind(id)
@@ -412,6 +412,7 @@ where
     }
 
     async fn touch_token(&self, id: &str, token_hash: &str, now: i64) -> StoreResult<()> {
+        let _gate = self.write_gate().await;
         sqlx::query(
             "UPDATE access_tokens SET last_used_at = $1 WHERE id = $2 \
              AND (last_used_at IS NULL OR last_used_at <= $3)",
@@ -426,7 +427,7 @@ where
     }
 
     async fn set_unlock(&self, id: &str, unlock: Option<Unlock>, audit: &[AuditEntry]) -> StoreResult<()> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE access_tokens SET unlock_time = $1, unlock_expires = $2 WHERE id = $3")
             .bind(unlock.map(|u| u.time))
             .bind(unlock.map(|u| u.expires))
@@ -440,7 +441,7 @@ where
     }
 
     async fn set_token_expiry(&self, id: &str, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE access_tokens SET expires_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(expires_at)
             .bind(id)

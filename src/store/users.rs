@@ -135,7 +135,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     async fn insert_user(&self, u: &User, audit: &[super::AuditEntry]) -> StoreResult<()> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let sql = format!(
             "INSERT INTO users ({USER_COLUMNS}) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
@@ -171,7 +171,7 @@ where
         now: i64,
         audit: &[super::AuditEntry],
     ) -> StoreResult<u64> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let mut revoked = 0;
         match change {
             UserChange::Active(active) => {
@@ -229,6 +229,7 @@ where
     }
 
     async fn advance_totp_step(&self, user_id: &str, step: i64) -> StoreResult<bool> {
+        let _gate = self.write_gate().await;
         let res = sqlx::query(
             "UPDATE users SET totp_last_step = $1 \
              WHERE id = $2 AND (totp_last_step IS NULL OR totp_last_step < $1)",
@@ -242,7 +243,7 @@ where
     }
 
     async fn set_last_login(&self, user_id: &str, at: i64, audit: &[super::AuditEntry]) -> StoreResult<()> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE users SET last_login = $1 WHERE id = $2")
             .bind(at)
             .bind(user_id)

@@ -122,7 +122,7 @@ where
         rows: &[WalletRow],
         audit: &[super::AuditEntry],
     ) -> StoreResult<(u64, u64)> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
         let existing: Vec<String> =
             sqlx::query_scalar(DB::EXISTING_WALLET_IDS).bind(to_json(&ids)?).fetch_all(&mut *tx).await?;
@@ -175,7 +175,7 @@ where
         b: &Balances,
         audit: &[super::AuditEntry],
     ) -> StoreResult<Option<WalletRow>> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let res = sqlx::query(UPDATE_BALANCES)
             .bind(b.balance.as_deref())
             .bind(b.confirmed.as_deref())

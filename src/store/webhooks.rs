@@ -372,7 +372,7 @@ where
         caps: WebhookCaps,
         audit: &[AuditEntry],
     ) -> StoreResult<Result<(), CapReached>> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         if let Some(lock) = DB::SERIALIZE_WEBHOOK_INSERTS {
             sqlx::query(lock).execute(&mut *tx).await?;
         }
@@ -481,7 +481,7 @@ where
         for b in binds {
             q = q.bind(b);
         }
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let removed = DB::rows_affected(&q.execute(&mut *tx).await?);
         if removed > 0 {
             append_tx::<DB>(&mut tx, audit).await?;
@@ -514,7 +514,7 @@ where
     }
 
     async fn unblock_webhook(&self, id: &str, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let res = sqlx::query(
             "UPDATE webhooks SET state = 'active', successive_failed_attempts = 0, \
              failed_attempts_total = 0, counters_reset_at = $1 WHERE id = $2",
@@ -549,7 +549,7 @@ where
         min_interval: i64,
         audit: &[AuditEntry],
     ) -> StoreResult<Rotation> {
-        let mut tx = DB::begin_write(&self.pool).await?;
+        let mut tx = self.begin_write().await?;
         let last: Option<i64> =
             sqlx::query_scalar("SELECT rotated_at FROM webhook_secrets WHERE enterprise_id = $1")
                 .bind(enterprise_id)
