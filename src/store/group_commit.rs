@@ -250,3 +250,54 @@ async fn run<DB, F, Fut>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{sqlite::SqliteStore, EventStore};
+
+    fn event(id: &str) -> EventWrite {
+        EventWrite {
+            event_id: id.into(),
+            body: "{}".into(),
+            transfer_id: None,
+            result: format!("{{\"eventId\":\"{id}\"}}"),
+            notifications: Vec::new(),
+        }
+    }
+
+    /// Issue 12 §2: an event the database refuses fails alone; the others of its batch are
+    /// stored, and a repeat of one of them in the same batch gets its result.
+    #[tokio::test]
+    async fn a_bad_event_fails_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = crate::config::Config::default();
+        // Long enough that the four writes below are one batch.
+        config.ingest.linger_us = 2000;
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let store = SqliteStore::open(&url, &config).await.unwrap();
+        sqlx::query(
+            "CREATE TRIGGER refuse_bad BEFORE INSERT ON events WHEN NEW.event_id = 'bad' \
+             BEGIN SELECT RAISE(ABORT, 'refused for the test'); END",
+        )
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        let (a, bad, b, again) = tokio::join!(
+            store.record_event(event("a")),
+            store.record_event(event("bad")),
+            store.record_event(event("b")),
+            store.record_event(event("a")),
+        );
+        assert!(bad.is_err(), "the refused event fails");
+        assert_eq!(a.unwrap(), None, "stored");
+        assert_eq!(b.unwrap(), None, "stored");
+        assert_eq!(
+            again.unwrap(),
+            Some("{\"eventId\":\"a\"}".to_string()),
+            "the repeat gets the first result"
+        );
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(n, 2);
+    }
+}

@@ -288,3 +288,48 @@ async fn a_slow_receiver_cannot_hold_every_delivery_slot() {
     assert!(slow.received().len() <= 4, "at most 2 slots per webhook: {} in 1.2 s", slow.received().len());
     slow.wait_for(20, 30).await;
 }
+
+/// Issue 12 §2: the same eventId sent by many clients at once, so that the copies meet in one
+/// group-commit batch or race across batches, is stored once: every answer is the first
+/// result, and one notification is delivered. Other events of the same batches are unharmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_copies_of_an_event_are_stored_once() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    let hook = f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let (client, url, admin) =
+            (f.app.client.clone(), f.app.url("/api/v2/internal/events"), admin.clone());
+        let id = if i % 3 == 0 { format!("other-{i}") } else { "twin".to_string() };
+        let ev = json!({ "eventId": id, "type": "transfer", "walletId": WALLET, "hash": format!("h{i}") });
+        tasks.push(tokio::spawn(async move {
+            let res = client.post(url).bearer_auth(admin).json(&ev).send().await.unwrap();
+            assert_eq!(res.status(), 200);
+            (id, res.json::<Value>().await.unwrap())
+        }));
+    }
+    let mut twins = Vec::new();
+    for t in tasks {
+        let (id, body) = t.await.unwrap();
+        assert_eq!(body["webhooks"], json!([hook]), "{body}");
+        if id == "twin" {
+            twins.push(body);
+        }
+    }
+    assert_eq!(twins.len(), 16);
+    assert!(twins.iter().all(|b| *b == twins[0]), "every copy gets the first result");
+    rx.wait_for(1 + 8, 10).await;
+    wait_until_idle(&f.app.state.store).await;
+    let got = rx.received();
+    assert_eq!(got.len(), 9, "one notification for the twin, one for each other event");
+    let others: Vec<String> = (0..24).step_by(3).map(|i| format!("h{i}")).collect();
+    let twin_hashes: Vec<String> = got
+        .iter()
+        .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .filter_map(|p| p["hash"].as_str().map(str::to_string))
+        .filter(|h| !others.contains(h))
+        .collect();
+    assert_eq!(twin_hashes.len(), 1, "the twin was notified once: {twin_hashes:?}");
+}
