@@ -123,6 +123,24 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
     Ok((dir, state))
 }
 
+/// A line of /proc/self/status in MiB (`VmRSS`, `VmHWM`): this process holds the server, the
+/// clients and the receiver, so it bounds the server's own figure from above.
+fn status_mib(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim_start_matches(':')
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -165,6 +183,7 @@ async fn end_to_end(label: &str, db_url: &str) -> anyhow::Result<()> {
     let (url, sink) = receiver().await?;
     let (_dir, state) = setup(db_url, &url, 1).await?;
     let (base, client, token) = common::serve_and_login(&state, "ops@example.com").await?;
+    let idle_rss = status_mib("VmRSS");
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..E2E_CLIENTS {
@@ -205,6 +224,10 @@ async fn end_to_end(label: &str, db_url: &str) -> anyhow::Result<()> {
         E2E_EVENTS as f64 / ingest_secs,
         percentile(&api, 0.5),
         percentile(&api, 0.99),
+    );
+    println!(
+        "  bench process RSS (server, clients and receiver): {idle_rss:.1} MiB before the run, peak {:.1} MiB ({label})",
+        status_mib("VmHWM")
     );
     Ok(())
 }
