@@ -180,42 +180,61 @@ impl Policy {
                     deny("service admin")
                 }
             }
-            Action::ViewEnterprise { enterprise_id } | Action::ManageEnterprise { enterprise_id } => {
-                let needed = match action {
-                    Action::ViewEnterprise { .. } => "enterprise_view_all",
-                    _ => "enterprise_manage_all",
-                };
-                let scoped = self.has_all(token)
-                    || self.has(token, needed)
-                    || (needed == "enterprise_view_all" && self.has(token, "enterprise_manage_all"));
-                if !scoped {
-                    return deny(needed);
-                }
-                if let Some(permitted) = &token.permitted_enterprises {
-                    if !permitted.iter().any(|e| e == enterprise_id) {
-                        return deny("permittedEnterprises including this enterprise");
-                    }
-                }
-                Ok(())
+            Action::ViewEnterprise { enterprise_id } => {
+                self.check_enterprise(token, "enterprise_view_all", enterprise_id)
+            }
+            Action::ManageEnterprise { enterprise_id } => {
+                self.check_enterprise(token, "enterprise_manage_all", enterprise_id)
             }
             Action::Wallet { permission, wallet_id, enterprise } => {
-                if !self.wallet_scope_covers(token, permission, wallet_id, enterprise) {
-                    return deny(&format!("{}:{wallet_id}", permission.base()));
-                }
-                if let Some(permitted) = &token.permitted_wallets {
-                    if !permitted.iter().any(|w| w == wallet_id) {
-                        return deny("permittedWallets including this wallet");
-                    }
-                }
-                if let Some(permitted) = &token.permitted_enterprises {
-                    let inside = enterprise.is_some_and(|e| permitted.iter().any(|p| p == e));
-                    if !inside {
-                        return deny("permittedEnterprises including this wallet's enterprise");
-                    }
-                }
-                Ok(())
+                self.check_wallet(token, permission, wallet_id, enterprise)
             }
         }
+    }
+
+    /// An enterprise action needing scope `needed` (`enterprise_manage_all` also grants the
+    /// view), within the token's `permittedEnterprises`.
+    fn check_enterprise(&self, token: &TokenRecord, needed: &str, enterprise_id: &str) -> Result<(), Denied> {
+        let deny = |required: &str| Err(Denied { required: required.to_string() });
+        let scoped = self.has_all(token)
+            || self.has(token, needed)
+            || (needed == "enterprise_view_all" && self.has(token, "enterprise_manage_all"));
+        if !scoped {
+            return deny(needed);
+        }
+        if let Some(permitted) = &token.permitted_enterprises {
+            if !permitted.iter().any(|e| e == enterprise_id) {
+                return deny("permittedEnterprises including this enterprise");
+            }
+        }
+        Ok(())
+    }
+
+    /// A wallet action: the wallet scope of `permission`, within the token's `permittedWallets`
+    /// and `permittedEnterprises`.
+    fn check_wallet(
+        &self,
+        token: &TokenRecord,
+        permission: WalletPermission,
+        wallet_id: &str,
+        enterprise: Option<&str>,
+    ) -> Result<(), Denied> {
+        let deny = |required: &str| Err(Denied { required: required.to_string() });
+        if !self.wallet_scope_covers(token, permission, wallet_id, enterprise) {
+            return deny(&format!("{}:{wallet_id}", permission.base()));
+        }
+        if let Some(permitted) = &token.permitted_wallets {
+            if !permitted.iter().any(|w| w == wallet_id) {
+                return deny("permittedWallets including this wallet");
+            }
+        }
+        if let Some(permitted) = &token.permitted_enterprises {
+            let inside = enterprise.is_some_and(|e| permitted.iter().any(|p| p == e));
+            if !inside {
+                return deny("permittedEnterprises including this wallet's enterprise");
+            }
+        }
+        Ok(())
     }
 
     /// Whether `token` may see wallet `wallet_id` in the internal lookup (§4.1; docs/scopes.md):

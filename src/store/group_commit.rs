@@ -131,6 +131,18 @@ where
         .collect();
     insert_notifications_tx::<DB, _>(&mut tx, &notifications).await?;
     tx.commit().await?;
+    outcomes(events, &unique, &first, &inserted, &stored)
+}
+
+/// What each event of a committed batch got: stored now (the first of its id that was
+/// inserted), the first result of a repeat in the batch, or the result stored before.
+fn outcomes(
+    events: &[&EventWrite],
+    unique: &[&EventWrite],
+    first: &HashMap<&str, usize>,
+    inserted: &HashSet<String>,
+    stored: &HashMap<String, String>,
+) -> StoreResult<Vec<Option<String>>> {
     events
         .iter()
         .enumerate()
@@ -139,7 +151,7 @@ where
             if own && inserted.contains(&e.event_id) {
                 Ok(None)
             } else if inserted.contains(&e.event_id) {
-                Ok(Some(unique_result(&unique, &e.event_id)))
+                Ok(Some(unique_result(unique, &e.event_id)))
             } else {
                 stored.get(&e.event_id).cloned().map(Some).ok_or_else(|| {
                     StoreError::Other(anyhow::anyhow!("event {} neither stored nor found", e.event_id))
