@@ -12,6 +12,8 @@
 //!
 //! Run: `cargo bench --bench delivery`; with
 //! `CUSTODIAN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres` also on PostgreSQL.
+//! `BENCH_PHASES=e2e,latency,drain` picks phases (for a profiler); `BENCH_INGEST_ONLY=1` runs the
+//! end-to-end phase with the delivery engine off and prints ingestion alone.
 
 mod common;
 
