@@ -1,12 +1,9 @@
 //! Prometheus metrics (GET /metrics): HTTP requests by route, deliveries by outcome, attempt
 //! latency, and gauges read from the store at scrape time.
 
-use std::time::Instant;
-
 use axum::{
     extract::{MatchedPath, Request, State},
     http::Method,
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 use prometheus_client::{
@@ -109,14 +106,14 @@ impl Metrics {
     }
 }
 
-/// Records each request's route, status and latency.
-pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// The method and route labels of a request: standard methods only, so that a client's
+/// invented ones cannot grow the label set; `unmatched` when no route matched.
+pub fn request_labels(req: &Request) -> (&'static str, String) {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
-    // Only standard methods: a client's invented ones must not grow the label set.
     let method = match *req.method() {
         Method::GET => "GET",
         Method::POST => "POST",
@@ -127,12 +124,16 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
         Method::OPTIONS => "OPTIONS",
         _ => "other",
     };
-    let start = Instant::now();
-    let res = next.run(req).await;
-    let labels = RouteLabels { method, route, status: res.status().as_u16() };
-    state.metrics.http_requests.get_or_create(&labels).inc();
-    state.metrics.http_latency.get_or_create(&labels).observe(start.elapsed().as_secs_f64());
-    res
+    (method, route)
+}
+
+impl Metrics {
+    /// Counts a request of `method` on `route` that answered `status` after `seconds`.
+    pub fn request(&self, method: &'static str, route: String, status: u16, seconds: f64) {
+        let labels = RouteLabels { method, route, status };
+        self.http_requests.get_or_create(&labels).inc();
+        self.http_latency.get_or_create(&labels).observe(seconds);
+    }
 }
 
 /// Metrics in the Prometheus / OpenMetrics text format.

@@ -1,14 +1,13 @@
 //! The `Auth` extractor: reads `Authorization` and the client address, asks
 //! [`crate::identity::auth::authenticate`] for the caller's [`Principal`], and counts the
-//! request against its user's rate limit ([`crate::identity::rate_limit`]); the
-//! [`rate_limit_headers`] layer then reports where the user stands in `RateLimit-*` headers.
+//! request against its user's rate limit ([`crate::identity::rate_limit`]); the edge
+//! middleware ([`super::edge`]) then reports where the user stands in `RateLimit-*` headers.
 
 use std::sync::{Arc, Mutex};
 
 use axum::{
-    extract::{FromRequestParts, Request},
+    extract::FromRequestParts,
     http::{header::AUTHORIZATION, request::Parts, HeaderName, HeaderValue},
-    middleware::Next,
     response::Response,
 };
 
@@ -22,9 +21,9 @@ use crate::{
 /// over its rate limit 429 `TooManyRequests`.
 pub struct Auth(pub Principal);
 
-/// Where the caller's rate limit stands, filled by [`Auth`] for [`rate_limit_headers`].
+/// Where the caller's rate limit stands, filled by [`Auth`] for [`add_rate_limit_headers`].
 #[derive(Clone, Default)]
-struct RateSlot(Arc<Mutex<Option<RateState>>>);
+pub struct RateSlot(Arc<Mutex<Option<RateState>>>);
 
 impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
@@ -53,11 +52,9 @@ impl FromRequestParts<AppState> for Auth {
 }
 
 /// Adds `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` (seconds) to the
-/// response of every authenticated request (issue 9 §7; the IETF RateLimit header fields).
-pub async fn rate_limit_headers(mut req: Request, next: Next) -> Response {
-    let slot = RateSlot::default();
-    req.extensions_mut().insert(slot.clone());
-    let mut res = next.run(req).await;
+/// response of an authenticated request, from the `slot` [`Auth`] filled (issue 9 §7; the IETF
+/// RateLimit header fields). Unauthenticated requests leave it empty: no headers.
+pub fn add_rate_limit_headers(res: &mut Response, slot: &RateSlot) {
     let rate = slot.0.lock().ok().and_then(|s| *s);
     if let Some(rate) = rate {
         let h = res.headers_mut();
@@ -69,5 +66,4 @@ pub async fn rate_limit_headers(mut req: Request, next: Next) -> Response {
             h.insert(HeaderName::from_static(name), HeaderValue::from(value));
         }
     }
-    res
 }

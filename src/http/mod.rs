@@ -27,6 +27,7 @@ use self::handlers::{audit, events, identity, sessions, wallets, webhook_admin, 
 use crate::{error::Error, AppState};
 
 pub mod auth;
+mod edge;
 pub mod error;
 pub mod extract;
 pub mod handlers;
@@ -194,15 +195,13 @@ pub fn app_for(state: AppState, api: bool) -> Router {
         .fallback(|| async { StatusCode::NOT_FOUND.into_response() })
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
         .layer(in_flight)
-        .layer(middleware::from_fn(auth::rate_limit_headers))
-        .layer(middleware::from_fn_with_state(state.clone(), crate::metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
             let id =
                 req.headers().get(&request_id::REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or_default();
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
         }))
-        .layer(middleware::from_fn(request_id::error_body_layer))
+        .layer(middleware::from_fn_with_state(state.clone(), edge::edge))
         .layer(PropagateRequestIdLayer::new(request_id::REQUEST_ID.clone()))
         .layer(SetRequestIdLayer::new(request_id::REQUEST_ID.clone(), request_id::MakeHexRequestId))
         .with_state(state)

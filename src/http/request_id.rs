@@ -4,9 +4,7 @@
 
 use axum::{
     body::Body,
-    extract::Request,
     http::{header, HeaderName, HeaderValue, StatusCode},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 use serde_json::{json, Value};
@@ -27,12 +25,10 @@ impl MakeRequestId for MakeHexRequestId {
     }
 }
 
-/// Fills `requestId` into error bodies and gives every other 4xx/5xx (unknown route, wrong
-/// method, body too large, ...) the §7 shape.
-pub async fn error_body_layer(req: Request, next: Next) -> Response {
-    // A header value clone shares its bytes; the text is made only for an error.
-    let request_id = req.headers().get(&REQUEST_ID).cloned();
-    let res = next.run(req).await;
+/// Fills `requestId` (the request's `request_id` header) into an error body, and gives every
+/// other 4xx/5xx (unknown route, wrong method, body too large, ...) the §7 shape. Other
+/// responses pass unchanged.
+pub fn with_error_body(res: Response, request_id: Option<HeaderValue>) -> Response {
     let status = res.status();
     if status.as_u16() < 400 {
         return res;
