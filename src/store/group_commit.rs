@@ -131,14 +131,13 @@ where
         .collect();
     insert_notifications_tx::<DB, _>(&mut tx, &notifications).await?;
     tx.commit().await?;
-    outcomes(events, &unique, &first, &inserted, &stored)
+    outcomes(events, &first, &inserted, &stored)
 }
 
 /// What each event of a committed batch got: stored now (the first of its id that was
 /// inserted), the first result of a repeat in the batch, or the result stored before.
 fn outcomes(
     events: &[&EventWrite],
-    unique: &[&EventWrite],
     first: &HashMap<&str, usize>,
     inserted: &HashSet<String>,
     stored: &HashMap<String, String>,
@@ -147,11 +146,11 @@ fn outcomes(
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let own = first.get(e.event_id.as_str()) == Some(&i);
-            if own && inserted.contains(&e.event_id) {
+            let first = first.get(e.event_id.as_str()).copied().unwrap_or(i);
+            if first == i && inserted.contains(&e.event_id) {
                 Ok(None)
             } else if inserted.contains(&e.event_id) {
-                Ok(Some(unique_result(unique, &e.event_id)))
+                Ok(Some(events[first].result.clone()))
             } else {
                 stored.get(&e.event_id).cloned().map(Some).ok_or_else(|| {
                     StoreError::Other(anyhow::anyhow!("event {} neither stored nor found", e.event_id))
@@ -191,10 +190,6 @@ where
 
 /// Events per multi-row statement: 5 parameters each, under every engine's parameter limit.
 const EVENT_ROWS_PER_STATEMENT: usize = 100;
-
-fn unique_result(unique: &[&EventWrite], event_id: &str) -> String {
-    unique.iter().find(|e| e.event_id == event_id).map(|e| e.result.clone()).unwrap_or_default()
-}
 
 /// Starts the writer task of `pool`; it ends when every [`EventWriter`] is dropped.
 /// Called by each backend with its concrete database type.

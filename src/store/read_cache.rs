@@ -167,6 +167,7 @@ impl ReadCache {
     }
 
     /// Entries per kind now (tokens, users, membership lists).
+    #[cfg(test)]
     pub fn len(&self) -> (usize, usize, usize) {
         self.maps.as_ref().map_or((0, 0, 0), |m| (m.tokens.len(), m.users.len(), m.memberships.len()))
     }

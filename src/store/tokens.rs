@@ -407,7 +407,9 @@ where
             append_tx::<DB>(&mut tx, audit).await?;
         }
         tx.commit().await?;
-        self.cache.clear();
+        if revoked {
+            self.cache.clear();
+        }
         Ok(revoked)
     }
 

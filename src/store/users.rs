@@ -238,8 +238,11 @@ where
         .bind(user_id)
         .execute(&self.pool)
         .await?;
-        self.cache.clear();
-        Ok(DB::rows_affected(&res) == 1)
+        let advanced = DB::rows_affected(&res) == 1;
+        if advanced {
+            self.cache.clear();
+        }
+        Ok(advanced)
     }
 
     async fn set_last_login(&self, user_id: &str, at: i64, audit: &[super::AuditEntry]) -> StoreResult<()> {
