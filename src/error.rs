@@ -95,8 +95,20 @@ impl From<crate::store::StoreError> for Error {
 /// or `InvalidField` with `context.field` the dotted path, e.g. `spendingLimits[0].coin`).
 /// A string or key of `T` holding U+0000 is `InvalidField` too: no database text column
 /// accepts it everywhere. Fields `T` does not read are ignored, NUL or not.
-pub fn parse_value<T: DeserializeOwned + Serialize>(value: Value) -> Result<T> {
-    let parsed: T = parse_only(value)?;
+pub fn parse_value<T: DeserializeOwned + Serialize>(value: &Value) -> Result<T> {
+    let text = serde_json::to_vec(value).map_err(|e| Error::Internal(e.into()))?;
+    parse_json(&text)
+}
+
+/// [`parse_value`] from JSON text, in one pass: no intermediate value (issue 12 §4). `text`
+/// must be one valid JSON document (the caller checks the syntax).
+pub fn parse_json<T: DeserializeOwned + Serialize>(text: &[u8]) -> Result<T> {
+    let parsed: T = parse_only(text)?;
+    // JSON text can hold U+0000 only as the escape `\u0000` (RFC 8259 §7): without one
+    // there is nothing to look for.
+    if !text.windows(6).any(|w| w == br"\u0000") {
+        return Ok(parsed);
+    }
     let seen = serde_json::to_value(&parsed).map_err(|e| Error::Internal(e.into()))?;
     match nul_path(&seen, String::new()) {
         Some(field) => Err(Error::invalid_field(field, "strings may not contain the NUL character (U+0000)")),
@@ -121,11 +133,10 @@ fn nul_path(v: &Value, at: String) -> Option<String> {
     }
 }
 
-fn parse_only<T: DeserializeOwned>(value: Value) -> Result<T> {
-    // Through text, not `from_value`: serde_json loses the digits of integers beyond 64 bits
+fn parse_only<T: DeserializeOwned>(text: &[u8]) -> Result<T> {
+    // From text, not `from_value`: serde_json loses the digits of integers beyond 64 bits
     // when deserializing from a `Value`, and base-unit amounts must stay exact.
-    let text = serde_json::to_vec(&value).map_err(|e| Error::Internal(e.into()))?;
-    let mut de = serde_json::Deserializer::from_slice(&text);
+    let mut de = serde_json::Deserializer::from_slice(text);
     serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();

@@ -1,32 +1,87 @@
-//! The one middleware every response passes on its way out (issue 12 §4: one boxed future and
-//! one service clone per request where three layers took three): the route's metrics, the
-//! `RateLimit-*` headers of an authenticated request, and the §7 error body with its
-//! `requestId`.
+//! The one middleware every request passes (issue 12 §4: one boxed future and one service
+//! clone per request where seven tower layers each took their own). In order:
+//!
+//! 1. the request id: the client's `request-id` header, else 32 generated hex characters, set
+//!    on the request (for handlers and logs) and echoed on the response;
+//! 2. the request's tracing span (method, path, request id);
+//! 3. the in-flight limit (`max_in_flight_requests`): past it, 503 `ServerBusy` at once rather
+//!    than a queue that only hides the overload until the timeout (issue 9 §8);
+//! 4. the timeout (`request_timeout` seconds): 408 `RequestTimeout` (issue 9 §8);
+//! 5. on the way out: the route's metrics, the `RateLimit-*` headers of an authenticated
+//!    request, and the §7 error body with its `requestId`.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     extract::{Request, State},
+    http::{HeaderValue, StatusCode},
     middleware::Next,
-    response::Response,
+    response::{IntoResponse, Response},
 };
+use tokio::{sync::Semaphore, time::Instant};
+use tracing::Instrument;
 
 use super::{
     auth::{add_rate_limit_headers, RateSlot},
+    error::ApiError,
     request_id::{with_error_body, REQUEST_ID},
 };
-use crate::AppState;
+use crate::{error::Error, AppState};
+
+/// What [`edge`] needs: the application, the in-flight slots of this process and the timeout.
+#[derive(Clone)]
+pub struct Edge {
+    state: AppState,
+    in_flight: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+impl Edge {
+    /// From `max_in_flight_requests` and `request_timeout` (seconds).
+    pub fn new(state: AppState) -> Self {
+        let in_flight = Arc::new(Semaphore::new(state.config.max_in_flight_requests));
+        let timeout = Duration::from_secs(state.config.request_timeout);
+        Edge { state, in_flight, timeout }
+    }
+}
 
 /// See the module documentation.
-pub async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    // A header value clone shares its bytes; text is made only for an error body.
-    let request_id = req.headers().get(&REQUEST_ID).cloned();
+pub async fn edge(State(edge): State<Edge>, mut req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let request_id = match req.headers().get(&REQUEST_ID) {
+        Some(v) => v.clone(),
+        None => {
+            let v = HeaderValue::from_maybe_shared(axum::body::Bytes::from(crate::ids::new_id()))
+                .unwrap_or(HeaderValue::from_static(""));
+            req.headers_mut().insert(REQUEST_ID.clone(), v.clone());
+            v
+        }
+    };
+    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path(),
+        request_id = %String::from_utf8_lossy(request_id.as_bytes()));
     let (method, route) = crate::metrics::request_labels(&req);
     let slot = RateSlot::default();
     req.extensions_mut().insert(slot.clone());
-    let start = Instant::now();
-    let mut res = next.run(req).await;
+    let mut res = match edge.in_flight.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let handled = tokio::time::timeout(edge.timeout, next.run(req)).instrument(span.clone()).await;
+            drop(permit);
+            handled.unwrap_or_else(|_| StatusCode::REQUEST_TIMEOUT.into_response())
+        }
+        Err(_) => ApiError::from(Error::Busy {
+            message: "the server is handling too many requests; try again shortly".into(),
+            retry_after_secs: 1,
+        })
+        .into_response(),
+    };
     add_rate_limit_headers(&mut res, &slot);
-    state.metrics.request(method, route, res.status().as_u16(), start.elapsed().as_secs_f64());
-    with_error_body(res, request_id)
+    let status = res.status();
+    let seconds = start.elapsed().as_secs_f64();
+    edge.state.metrics.request(method, route, status.as_u16(), seconds);
+    if status.is_server_error() {
+        span.in_scope(|| tracing::error!(status = status.as_u16(), seconds, "request failed"));
+    }
+    let mut res = with_error_body(res, Some(request_id.clone()));
+    res.headers_mut().entry(REQUEST_ID.clone()).or_insert(request_id);
+    res
 }

@@ -13,10 +13,6 @@ use axum::{
 };
 use serde::Serialize;
 use serde_json::Value;
-use tower_http::{
-    request_id::{PropagateRequestIdLayer, SetRequestIdLayer},
-    trace::TraceLayer,
-};
 use utoipa::{
     openapi::security::{Http, HttpAuthScheme, SecurityScheme},
     Modify, OpenApi, ToSchema,
@@ -178,31 +174,9 @@ pub fn app_for(state: AppState, api: bool) -> Router {
             .route("/metrics", get(crate::metrics::render))
             .route("/openapi.json", get(openapi_document))
     };
-    let timeout = std::time::Duration::from_secs(state.config.request_timeout);
-    // Past `max_in_flight_requests`, shed at once rather than queue: a queue only hides the
-    // overload until the timeout.
-    let in_flight = tower::ServiceBuilder::new()
-        .layer(axum::error_handling::HandleErrorLayer::new(|_: tower::BoxError| async {
-            error::ApiError::from(crate::error::Error::Busy {
-                message: "the server is handling too many requests; try again shortly".into(),
-                retry_after_secs: 1,
-            })
-            .into_response()
-        }))
-        .layer(tower::load_shed::LoadShedLayer::new())
-        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(state.config.max_in_flight_requests));
     router
         .fallback(|| async { StatusCode::NOT_FOUND.into_response() })
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
-        .layer(in_flight)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-            let id =
-                req.headers().get(&request_id::REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or_default();
-            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-        }))
-        .layer(middleware::from_fn_with_state(state.clone(), edge::edge))
-        .layer(PropagateRequestIdLayer::new(request_id::REQUEST_ID.clone()))
-        .layer(SetRequestIdLayer::new(request_id::REQUEST_ID.clone(), request_id::MakeHexRequestId))
+        .layer(middleware::from_fn_with_state(edge::Edge::new(state.clone()), edge::edge))
         .with_state(state)
 }

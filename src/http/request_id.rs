@@ -8,22 +8,11 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde_json::{json, Value};
-use tower_http::request_id::{MakeRequestId, RequestId};
 
 use super::error::ErrorBody;
 
 /// Name of the request id header, in requests and responses.
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
-
-/// Generates 32 lowercase hex characters from the OS CSPRNG.
-#[derive(Clone, Copy, Default)]
-pub struct MakeHexRequestId;
-
-impl MakeRequestId for MakeHexRequestId {
-    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
-        HeaderValue::from_str(&crate::ids::new_id()).ok().map(RequestId::new)
-    }
-}
 
 /// Fills `requestId` (the request's `request_id` header) into an error body, and gives every
 /// other 4xx/5xx (unknown route, wrong method, body too large, ...) the §7 shape. Other

@@ -120,7 +120,7 @@ pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> R
             format!("field {k:?} cannot be in a template (allowed: {})", TEMPLATE_FIELDS.join(", ")),
         ));
     }
-    let parsed: CreateAccessTokenRequest = parse_value(fields.clone())?;
+    let parsed: CreateAccessTokenRequest = parse_value(&fields)?;
     if let Some(scope) = &parsed.scope {
         parse_scopes(&scope_values(scope))
             .map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), format!("scope[{i}]: {e}")))?;
@@ -540,7 +540,7 @@ pub async fn create_access_token(
 ) -> Result<CreatedToken> {
     auth.require(state.policy(), Action::CreateAccessToken)?;
     apply_template(state, &mut body).await?;
-    let req: CreateAccessTokenRequest = parse_value(body)?;
+    let req: CreateAccessTokenRequest = parse_value(&body)?;
     let mut v = validate(req)?;
     let parent = &auth.token;
     let now = ids::now();

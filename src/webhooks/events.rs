@@ -76,7 +76,7 @@ pub struct EventResult {
 /// Checks an event and records it with its notifications in one transaction (the outbox).
 /// Errors name the field; an unknown `type` is `InvalidWebhookType`.
 pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
-    let ev: EventRequest = parse_value(body.clone())?;
+    let ev: EventRequest = parse_value(&body)?;
     let Value::Object(map) = body else {
         return Err(Error::invalid_field("", "an event must be a JSON object"));
     };
