@@ -214,11 +214,15 @@ async fn concurrent(
 async fn reference_route(db_url: &str) -> anyhow::Result<String> {
     use axum::{extract::State, routing::post, Json, Router};
     // The same connection settings as Custodian's SQLite store (WAL, synchronous=NORMAL, 8
-    // connections), so the ratio measures everything but the query.
+    // connections, no check before each use), so the ratio measures everything but the query.
     let opts = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(db_url)?
         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
         .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
-    let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(8).connect_with(opts).await?;
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(8)
+        .test_before_acquire(false)
+        .connect_with(opts)
+        .await?;
     async fn handler(State(pool): State<sqlx::SqlitePool>, Json(body): Json<Value>) -> String {
         let ids = body["ids"].to_string();
         let rows: Vec<String> =

@@ -31,6 +31,9 @@ impl SqlStore<Sqlite> {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
+            // A connection to a local file does not go stale, and the check before each use
+            // is a round trip to the connection's thread (issue 12 §4).
+            .test_before_acquire(false)
             .connect_with(opts)
             .await
             .with_context(|| format!("cannot open SQLite database {path}"))?;
