@@ -43,7 +43,7 @@ pub fn new_notification(
 ) -> Notification {
     let now = ids::now_ms();
     Notification {
-        id: ids::new_id(),
+        id: ids::new_sequential_id(),
         webhook_id: webhook.id.clone(),
         event_id,
         notification_type: webhook.webhook_type.clone(),
