@@ -56,6 +56,8 @@ pub struct Shared {
     pub throttle_notes: Arc<audit::ThrottleNotes>,
     /// The per-user API rate limit (`rate_limit.*`).
     pub rate_limit: Arc<identity::rate_limit::ApiRateLimiter>,
+    /// Fresh notifications handed straight to this process's delivery engine, when it runs.
+    pub handoff: Arc<delivery::handoff::Handoff>,
 }
 
 impl AppState {
@@ -77,6 +79,7 @@ impl AppState {
             wake: Arc::default(),
             metrics: Arc::default(),
             secrets: Arc::default(),
+            handoff: Arc::default(),
         })))
     }
 

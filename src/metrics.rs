@@ -47,6 +47,10 @@ pub struct Metrics {
     pub due: Gauge,
     pub in_flight: Gauge,
     pub suspended: Gauge,
+    /// Notifications ingestion handed straight to this process's engine, and those the
+    /// engine claimed from the outbox (issue 12 §5).
+    pub handed: Counter,
+    pub claimed: Counter,
     /// Password hashes running now, and the most ever at once (issue 9 §1).
     pub hashes_running: Gauge,
     pub hashes_peak: Gauge,
@@ -76,6 +80,17 @@ impl Default for Metrics {
             in_flight.clone(),
         );
         registry.register("webhooks_suspended", "Webhooks suspended after failures", suspended.clone());
+        let (handed, claimed) = (Counter::default(), Counter::default());
+        registry.register(
+            "webhook_notifications_handed",
+            "Notifications handed by ingestion straight to this process's engine",
+            handed.clone(),
+        );
+        registry.register(
+            "webhook_notifications_claimed",
+            "Notifications this process's engine claimed from the outbox",
+            claimed.clone(),
+        );
         let (hashes_running, hashes_peak) = (Gauge::default(), Gauge::default());
         registry.register("login_hashes_running", "Password hashes running now", hashes_running.clone());
         registry.register(
@@ -92,6 +107,8 @@ impl Default for Metrics {
             due,
             in_flight,
             suspended,
+            handed,
+            claimed,
             hashes_running,
             hashes_peak,
         }

@@ -55,6 +55,7 @@ pub fn new_notification(
         idempotency_key,
         meta,
         next_attempt_at_ms: now,
+        lease_until_ms: 0,
         created_at_ms: now,
         updated_at_ms: now,
     }

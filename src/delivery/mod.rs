@@ -22,6 +22,7 @@ use crate::{
     AppState,
 };
 
+pub mod handoff;
 pub mod prune;
 pub mod retry;
 pub mod ssrf;
@@ -169,8 +170,13 @@ impl Engine {
             let completer = tokio::spawn(me.clone().complete_loop(rx));
             let pruner = prune::spawn(me.state.clone(), shutdown.clone());
             let permits = Arc::new(Semaphore::new(cfg.concurrency));
+            let (handed_tx, mut handed) = mpsc::unbounded_channel();
+            me.state.handoff.attach(permits.clone(), me.lease_ms, handed_tx);
             let poll = Duration::from_millis(cfg.poll_interval_ms);
             while !*shutdown.borrow() {
+                while let Ok(h) = handed.try_recv() {
+                    me.accept(h, &tx).await;
+                }
                 me.start_waiting(&permits, &tx).await;
                 let free = permits.available_permits().saturating_sub(me.waiting_len()).min(CLAIM_BATCH);
                 let mut full = false;
@@ -180,16 +186,22 @@ impl Engine {
                     match me.state.store.claim_due(now, now + me.lease_ms, free as u32, &skip).await {
                         Ok(batch) => {
                             full = batch.len() == free;
+                            me.state.metrics.claimed.inc_by(batch.len() as u64);
                             let mut deferred = Vec::new();
                             for c in batch {
-                                if !me.take_slot(&c.webhook) {
-                                    if let Some(c) = me.park(c, cfg.concurrency) {
-                                        deferred.push(c.notification.id);
+                                // Ingestion may have taken slots since (`handoff`): never wait
+                                // for one here, where handed notifications would wait too.
+                                let permit = permits.clone().try_acquire_owned().ok();
+                                match permit {
+                                    Some(permit) if me.take_slot(&c.webhook) => {
+                                        me.clone().start(c, permit, tx.clone());
                                     }
-                                    continue;
+                                    _ => {
+                                        if let Some(c) = me.park(c, cfg.concurrency) {
+                                            deferred.push(c.notification.id);
+                                        }
+                                    }
                                 }
-                                let Ok(permit) = permits.clone().acquire_owned().await else { break };
-                                me.clone().start(c, permit, tx.clone());
                             }
                             if !deferred.is_empty() {
                                 // Wait for a wake-up rather than claiming the same backlog again.
@@ -207,13 +219,20 @@ impl Engine {
                     continue;
                 }
                 tokio::select! {
+                    Some(h) = handed.recv() => me.accept(h, &tx).await,
                     _ = me.state.wake.notified() => {}
                     _ = tokio::time::sleep(poll) => {}
                     _ = shutdown.changed() => {}
                 }
             }
-            let parked: Vec<String> =
+            me.state.handoff.detach();
+            // A hand-over racing the detach now fails, and its ingestion gives them back.
+            handed.close();
+            let mut parked: Vec<String> =
                 me.take_waiting(|_| true).into_iter().map(|c| c.notification.id).collect();
+            while let Ok((c, _)) = handed.try_recv() {
+                parked.push(c.notification.id);
+            }
             me.give_back(&parked).await;
             let all = u32::try_from(cfg.concurrency).unwrap_or(u32::MAX);
             let _ =
@@ -245,12 +264,25 @@ impl Engine {
         });
     }
 
+    /// Starts a notification ingestion handed over with its slot ([`handoff`]), or keeps it
+    /// waiting for its webhook's or tenant's share like a claimed one.
+    async fn accept(self: &Arc<Self>, (c, permit): handoff::Handed, tx: &mpsc::Sender<Outcome>) {
+        self.state.metrics.handed.inc();
+        if self.take_slot(&c.webhook) {
+            self.clone().start(c, permit, tx.clone());
+            return;
+        }
+        drop(permit);
+        if let Some(c) = self.park(c, self.state.config.delivery.concurrency) {
+            self.give_back(&[c.notification.id]).await;
+        }
+    }
+
     /// Starts waiting notifications while permits and slots allow (one may have been parked
     /// just as the last delivery that could have started it finished).
     async fn start_waiting(self: &Arc<Self>, permits: &Arc<Semaphore>, tx: &mpsc::Sender<Outcome>) {
-        while permits.available_permits() > 0 {
+        while let Ok(permit) = permits.clone().try_acquire_owned() {
             let Some(c) = self.next_waiting().await else { return };
-            let Ok(permit) = permits.clone().acquire_owned().await else { return };
             self.clone().start(c, permit, tx.clone());
         }
     }

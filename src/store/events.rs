@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::group_commit::{write_batch, EventWrite};
+use super::group_commit::{write_batch, EventWrite, Recorded};
 use super::sql::{Dialect, SqlStore};
 use super::StoreResult;
 
@@ -13,8 +13,8 @@ use super::StoreResult;
 pub trait EventStore: Send + Sync {
     /// Records an ingested event and its notifications in one transaction, through the
     /// process's group-commit writer ([`super::group_commit`]) when it has one. When the event
-    /// id was stored before, writes nothing and returns the stored result.
-    async fn record_event(&self, event: EventWrite) -> StoreResult<Option<String>>;
+    /// id was stored before, writes nothing and returns the stored result ([`Recorded`]).
+    async fn record_event(&self, event: EventWrite) -> StoreResult<Recorded>;
     /// The most recent ingested event body naming this transfer.
     async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>>;
 }
@@ -35,7 +35,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
 {
-    async fn record_event(&self, event: EventWrite) -> StoreResult<Option<String>> {
+    async fn record_event(&self, event: EventWrite) -> StoreResult<Recorded> {
         match &self.event_writer {
             Some(writer) => writer.write(event).await,
             None => write_batch::<DB>(&self.pool, &self.gate, &[&event]).await?.pop().ok_or_else(|| {

@@ -35,8 +35,17 @@ pub struct EventWrite {
     pub notifications: Vec<Notification>,
 }
 
-/// `None`: stored now. `Some(result)`: the id was stored before; its first result.
-pub type EventOutcome = StoreResult<Option<String>>;
+/// What recording an event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// Stored now. `skipped`: ids of its notifications not written because their (webhook,
+    /// idempotency key) was in the outbox already (usually none).
+    Now { skipped: Vec<String> },
+    /// The event id was stored before: its first result, nothing written.
+    Before(String),
+}
+
+pub type EventOutcome = StoreResult<Recorded>;
 
 struct Job {
     event: EventWrite,
@@ -69,7 +78,7 @@ pub(super) async fn write_batch<DB>(
     pool: &Pool<DB>,
     gate: &WriteGate,
     events: &[&EventWrite],
-) -> StoreResult<Vec<Option<String>>>
+) -> StoreResult<Vec<Recorded>>
 where
     DB: Dialect,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -129,9 +138,15 @@ where
         .filter(|e| inserted.contains(&e.event_id))
         .flat_map(|e| e.notifications.iter())
         .collect();
-    insert_notifications_tx::<DB, _>(&mut tx, &notifications).await?;
+    let written = insert_notifications_tx::<DB, _>(&mut tx, &notifications).await?;
     tx.commit().await?;
-    outcomes(events, &first, &inserted, &stored)
+    let skipped: HashSet<&str> = if written.len() == notifications.len() {
+        HashSet::new()
+    } else {
+        let written: HashSet<&str> = written.iter().map(String::as_str).collect();
+        notifications.iter().map(|n| n.id.as_str()).filter(|id| !written.contains(id)).collect()
+    };
+    outcomes(events, &first, &inserted, &stored, &skipped)
 }
 
 /// What each event of a committed batch got: stored now (the first of its id that was
@@ -141,18 +156,25 @@ fn outcomes(
     first: &HashMap<&str, usize>,
     inserted: &HashSet<String>,
     stored: &HashMap<String, String>,
-) -> StoreResult<Vec<Option<String>>> {
+    skipped: &HashSet<&str>,
+) -> StoreResult<Vec<Recorded>> {
     events
         .iter()
         .enumerate()
         .map(|(i, e)| {
             let first = first.get(e.event_id.as_str()).copied().unwrap_or(i);
             if first == i && inserted.contains(&e.event_id) {
-                Ok(None)
+                let skipped = e
+                    .notifications
+                    .iter()
+                    .filter(|n| skipped.contains(n.id.as_str()))
+                    .map(|n| n.id.clone())
+                    .collect();
+                Ok(Recorded::Now { skipped })
             } else if inserted.contains(&e.event_id) {
-                Ok(Some(events[first].result.clone()))
+                Ok(Recorded::Before(events[first].result.clone()))
             } else {
-                stored.get(&e.event_id).cloned().map(Some).ok_or_else(|| {
+                stored.get(&e.event_id).cloned().map(Recorded::Before).ok_or_else(|| {
                     StoreError::Other(anyhow::anyhow!("event {} neither stored nor found", e.event_id))
                 })
             }
@@ -166,7 +188,7 @@ pub(super) async fn write_owned<DB>(
     pool: Pool<DB>,
     gate: WriteGate,
     events: Vec<EventWrite>,
-) -> (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)
+) -> (Vec<EventWrite>, StoreResult<Vec<Recorded>>)
 where
     DB: Dialect,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -197,7 +219,7 @@ pub(super) fn spawn<DB, F, Fut>(pool: Pool<DB>, gate: WriteGate, cfg: &IngestCon
 where
     DB: Dialect,
     F: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)> + Send + 'static,
+    Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Recorded>>)> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(cfg.queue);
     let (batch_max, linger) = (cfg.batch_max, Duration::from_micros(cfg.linger_us));
@@ -215,7 +237,7 @@ async fn run<DB, F, Fut>(
 ) where
     DB: Dialect,
     F: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> Fut,
-    Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)>,
+    Fut: std::future::Future<Output = (Vec<EventWrite>, StoreResult<Vec<Recorded>>)>,
 {
     while let Some(job) = rx.recv().await {
         let mut jobs = vec![job];
@@ -297,11 +319,11 @@ mod tests {
             store.record_event(event("a")),
         );
         assert!(bad.is_err(), "the refused event fails");
-        assert_eq!(a.unwrap(), None, "stored");
-        assert_eq!(b.unwrap(), None, "stored");
+        assert_eq!(a.unwrap(), Recorded::Now { skipped: Vec::new() }, "stored");
+        assert_eq!(b.unwrap(), Recorded::Now { skipped: Vec::new() }, "stored");
         assert_eq!(
             again.unwrap(),
-            Some("{\"eventId\":\"a\"}".to_string()),
+            Recorded::Before("{\"eventId\":\"a\"}".to_string()),
             "the repeat gets the first result"
         );
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(&store.pool).await.unwrap();

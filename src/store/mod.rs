@@ -40,6 +40,7 @@ mod webhooks;
 pub use audit::{canonical_json, chain_hash, AuditEntry, AuditFilter, AuditStore, ChainedEntry, GENESIS};
 pub use enterprises::{Enterprise, EnterpriseStore, Membership};
 pub use events::EventStore;
+pub use group_commit::Recorded;
 pub use outbox::{
     Attempt, Claimed, Completion, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome,
     Saturated, SuspendRule,

@@ -69,6 +69,9 @@ pub struct Notification {
     /// The other §2.6 fields of its level (wallet, enterprise, coin, transfer, ...).
     pub meta: Value,
     pub next_attempt_at_ms: i64,
+    /// Until when a worker holds it (0: nobody). Written with the notification when it is
+    /// handed straight to this process's engine (issue 12 §5).
+    pub lease_until_ms: i64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -202,6 +205,7 @@ pub(super) struct NotificationRow {
     idempotency_key: String,
     meta: String,
     next_attempt_at: i64,
+    lease_until: i64,
     created_at: i64,
     updated_at: i64,
 }
@@ -223,6 +227,7 @@ impl NotificationRow {
             idempotency_key: self.idempotency_key,
             meta: json_value(&self.meta)?,
             next_attempt_at_ms: self.next_attempt_at,
+            lease_until_ms: self.lease_until,
             created_at_ms: self.created_at,
             updated_at_ms: self.updated_at,
         })
@@ -249,13 +254,14 @@ struct StatsRow {
 }
 
 const NOTIFICATION_COLUMNS: &str = "id, webhook_id, event_id, type, state, simulation, retries, payload, \
-    hash, idempotency_key, meta, next_attempt_at, created_at, updated_at";
+    hash, idempotency_key, meta, next_attempt_at, lease_until, created_at, updated_at";
 
-/// Adds notifications inside the caller's transaction (outbox: they commit with their cause).
+/// Adds notifications inside the caller's transaction (outbox: they commit with their cause);
+/// returns the ids written (one whose (webhook, idempotency key) exists is skipped).
 pub(super) async fn insert_notifications_tx<DB, N>(
     conn: &mut DB::Connection,
     notifications: &[N],
-) -> StoreResult<u64>
+) -> StoreResult<Vec<String>>
 where
     DB: Dialect,
     N: std::borrow::Borrow<Notification>,
@@ -268,29 +274,30 @@ where
     for<'q> Option<String>: Encode<'q, DB>,
     for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
 {
-    // Multi-row statements (issue 12 §2): 14 parameters a row, under every engine's limit.
+    // Multi-row statements (issue 12 §2): 15 parameters a row, under every engine's limit.
     const ROWS: usize = 64;
-    let mut n = 0;
+    let mut written = Vec::with_capacity(notifications.len());
     for chunk in notifications.chunks(ROWS) {
         let values: Vec<String> =
-            (0..chunk.len()).map(|i| format!("({}, 0)", placeholders(i * 14 + 1, 14))).collect();
+            (0..chunk.len()).map(|i| format!("({})", placeholders(i * 15 + 1, 15))).collect();
         let sql = format!(
-            "INSERT INTO notifications ({NOTIFICATION_COLUMNS}, lease_until) VALUES {} ON CONFLICT DO NOTHING",
+            "INSERT INTO notifications ({NOTIFICATION_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING RETURNING id",
             values.join(", ")
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query_as::<DB, (String,)>(&sql);
         for x in chunk {
             let x = x.borrow();
             q = q.bind(x.id.as_str()).bind(x.webhook_id.as_str()).bind(x.event_id.as_deref());
             q = q.bind(x.notification_type.as_str()).bind(x.state.as_str()).bind(x.simulation);
             q = q.bind(x.retries).bind(x.payload.as_str()).bind(x.hash.as_str());
             q = q.bind(x.idempotency_key.as_str()).bind(x.meta.to_string()).bind(x.next_attempt_at_ms);
-            q = q.bind(x.created_at_ms).bind(x.updated_at_ms);
+            q = q.bind(x.lease_until_ms).bind(x.created_at_ms).bind(x.updated_at_ms);
         }
-        n += q.execute(&mut *conn).await.map(|r| DB::rows_affected(&r))?;
+        written.extend(q.fetch_all(&mut *conn).await?.into_iter().map(|(id,)| id));
     }
-    Ok(n)
+    Ok(written)
 }
 
 #[async_trait]
@@ -306,6 +313,7 @@ where
     for<'q> Option<String>: Encode<'q, DB>,
     for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> NotificationRow: FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
@@ -315,9 +323,9 @@ where
 {
     async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
-        let count = insert_notifications_tx::<DB, _>(&mut tx, n).await?;
+        let written = insert_notifications_tx::<DB, _>(&mut tx, n).await?;
         tx.commit().await?;
-        Ok(count)
+        Ok(written.len() as u64)
     }
 
     async fn claim_due(

@@ -14,7 +14,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use anyhow::Context;
 use sqlx::{Database, Pool, Transaction};
 
-use super::group_commit::{EventWrite, EventWriter};
+use super::group_commit::{EventWrite, EventWriter, Recorded};
 use super::read_cache::ReadCache;
 use super::{StoreError, StoreResult};
 use crate::config::Config;
@@ -125,7 +125,7 @@ impl<DB: Dialect> SqlStore<DB> {
     pub(super) fn start<W, WF, R, RF>(pool: Pool<DB>, config: &Config, write: W, read_version: R) -> Self
     where
         W: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> WF + Send + 'static,
-        WF: Future<Output = (Vec<EventWrite>, StoreResult<Vec<Option<String>>>)> + Send + 'static,
+        WF: Future<Output = (Vec<EventWrite>, StoreResult<Vec<Recorded>>)> + Send + 'static,
         R: Fn(Pool<DB>) -> RF + Send + 'static,
         RF: Future<Output = StoreResult<i64>> + Send + 'static,
     {

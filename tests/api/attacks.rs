@@ -157,14 +157,6 @@ async fn credentials_are_length_checked_before_any_work() {
     assert_eq!(app.state.hashing.peak(), 0, "no password was hashed");
 }
 
-/// Reads one unlabelled gauge from /metrics.
-async fn gauge(app: &TestApp, name: &str) -> i64 {
-    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("{name} in {text}"))
-}
-
 #[tokio::test]
 async fn password_hashing_never_exceeds_its_limit() {
     let app = spawn_app_with(|c| {
@@ -178,7 +170,7 @@ async fn password_hashing_never_exceeds_its_limit() {
     let responses = login_flood(&app, "flood", 200).await;
     let (wrong, _, _) = statuses(&responses);
     assert_eq!(wrong, 200, "each login waited its turn and was answered 401");
-    let peak = gauge(&app, "custodian_login_hashes_peak").await;
+    let peak = metric_value(&app, "custodian_login_hashes_peak").await;
     assert!((1..=2).contains(&peak), "peak hashes in flight {peak}");
 }
 

@@ -365,3 +365,11 @@ impl TestApp {
         }
     }
 }
+
+/// Reads one unlabelled gauge or counter from /metrics.
+pub async fn metric_value(app: &TestApp, name: &str) -> i64 {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("{name} in {text}"))
+}

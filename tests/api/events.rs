@@ -182,6 +182,35 @@ async fn metrics_are_exported() {
     }
 }
 
+/// Issue 12 §5: an event's notifications go straight to this process's engine while it has
+/// free slots, written leased; the rest wait in the outbox and are claimed. Each arrives once.
+#[tokio::test]
+async fn fresh_notifications_are_handed_to_the_engine_and_the_rest_claimed() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.timeout = 10;
+        c.delivery.concurrency = 2;
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    // Each delivery holds its slot for a second: the third event finds none free.
+    rx.delay_all(1000);
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    for i in 0..6 {
+        f.event(&admin, json!({ "eventId": format!("h{i}"), "type": "transfer", "walletId": WALLET })).await;
+    }
+    rx.wait_for(6, 30).await;
+    wait_until_idle(&f.app.state.store).await;
+    assert_eq!(crate::procs::distinct(&rx.received()), 6, "each notification arrives");
+    assert_eq!(rx.received().len(), 6, "and only once");
+    let handed = metric_value(&f.app, "custodian_webhook_notifications_handed_total").await;
+    let claimed = metric_value(&f.app, "custodian_webhook_notifications_claimed_total").await;
+    assert!(handed >= 1, "the first events' notifications were handed over ({handed})");
+    assert!(claimed >= 1, "those without a free slot were claimed ({claimed})");
+    assert_eq!(handed + claimed, 6, "none both handed and claimed");
+}
+
 /// Kills the server process mid-delivery with SIGKILL; after a restart on the same database
 /// every notification still arrives (at least once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
