@@ -140,7 +140,7 @@ fn parse_only<T: DeserializeOwned>(text: &[u8]) -> Result<T> {
     serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
-        let field = match (missing_field_name(&inner), path.as_str()) {
+        let field = match (named_field(&inner), path.as_str()) {
             (Some(name), ".") => name,
             (Some(name), parent) => format!("{parent}.{name}"),
             (None, _) => path,
@@ -153,7 +153,8 @@ fn parse_only<T: DeserializeOwned>(text: &[u8]) -> Result<T> {
     })
 }
 
-fn missing_field_name(msg: &str) -> Option<String> {
-    let rest = msg.strip_prefix("missing field `")?;
+/// The field serde names in a missing or repeated field's message (those point at the object).
+fn named_field(msg: &str) -> Option<String> {
+    let rest = msg.strip_prefix("missing field `").or_else(|| msg.strip_prefix("duplicate field `"))?;
     Some(rest.split('`').next()?.to_string())
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use crate::store::Claimed;
+use crate::store::{Claimed, Notification, NotificationState, Webhook};
 
 /// A notification given to the engine with the delivery slot it was written under.
 pub(super) type Handed = (Claimed, OwnedSemaphorePermit);
@@ -74,7 +74,7 @@ impl Handoff {
     }
 
     /// Up to `n` delivery slots free now, leased from `now_ms`; none without an engine.
-    pub fn reserve(&self, n: usize, now_ms: i64) -> Leases {
+    fn reserve(&self, n: usize, now_ms: i64) -> Leases {
         let mut leases = Leases { permits: Vec::new(), until_ms: 0 };
         let Ok(e) = self.engine.lock() else { return leases };
         let Some(a) = e.as_ref() else { return leases };
@@ -86,6 +86,29 @@ impl Handoff {
             }
         }
         leases
+    }
+
+    /// Leases the first of `notifications` (each to the webhook beside it in `hooks`) for the
+    /// free slots: marks them `pending` until the lease's end, as a claim would, and returns
+    /// the slots with what to hand over once they are written.
+    pub fn lease(
+        &self,
+        notifications: &mut [Notification],
+        hooks: &[&Webhook],
+        now_ms: i64,
+    ) -> (Leases, Vec<Claimed>) {
+        let leases = self.reserve(notifications.len(), now_ms);
+        let handed = notifications
+            .iter_mut()
+            .zip(hooks)
+            .take(leases.len())
+            .map(|(n, w)| {
+                n.state = NotificationState::Pending;
+                n.lease_until_ms = leases.until_ms;
+                Claimed { notification: n.clone(), webhook: (*w).clone() }
+            })
+            .collect();
+        (leases, handed)
     }
 
     /// Gives the engine `claimed`, written under `leases` (one slot each, in order). Those the

@@ -11,13 +11,11 @@ use utoipa::ToSchema;
 
 use super::{invalid_type, BLOCK_TYPES, ENTERPRISE_TYPES, WALLET_TYPES};
 use crate::{
+    delivery::handoff::Leases,
     error::{parse_value, Error, Result},
     identity::{auth::Principal, scopes::Action},
     ids, outbox,
-    store::{
-        group_commit::EventWrite, Claimed, Notification, NotificationState, Recorded, WebhookFilter,
-        WebhookState,
-    },
+    store::{group_commit::EventWrite, Claimed, Notification, Recorded, WebhookFilter, WebhookState},
     AppState,
 };
 
@@ -115,18 +113,8 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
     let mut notifications: Vec<Notification> =
         hooks.iter().map(|w| outbox::from_event(w, &ev.event_id, &map)).collect();
     // Free slots of this process's engine take the first notifications straight from here,
-    // written leased (issue 12 §5, `delivery::handoff`).
-    let leases = state.handoff.reserve(notifications.len(), ids::now_ms());
-    let handed: Vec<Claimed> = notifications
-        .iter_mut()
-        .zip(&hooks)
-        .take(leases.len())
-        .map(|(n, w)| {
-            n.state = NotificationState::Pending;
-            n.lease_until_ms = leases.until_ms;
-            Claimed { notification: n.clone(), webhook: (*w).clone() }
-        })
-        .collect();
+    // written leased (issue 12 §5).
+    let (leases, handed) = state.handoff.lease(&mut notifications, &hooks, ids::now_ms());
     let unleased = notifications.len() > handed.len();
     let result = EventResult {
         event_id: ev.event_id.clone(),
@@ -144,21 +132,32 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
     match state.store.record_event(event).await? {
         Recorded::Before(previous) => serde_json::from_str(&previous).map_err(|e| Error::Internal(e.into())),
         Recorded::Now { skipped } => {
-            let handed: Vec<Claimed> =
-                handed.into_iter().filter(|c| !skipped.contains(&c.notification.id)).collect();
-            let refused: Vec<String> =
-                state.handoff.hand_over(leases, handed).into_iter().map(|c| c.notification.id).collect();
-            if !refused.is_empty() {
-                // The engine stopped meanwhile: due again now, for whichever worker claims them.
-                // The event is stored either way; if this fails, their leases end.
-                if let Err(e) = state.store.defer(&refused, ids::now_ms()).await {
-                    tracing::warn!(error = %e, "giving back notifications the engine did not take failed");
-                }
-            }
-            if unleased || !refused.is_empty() {
-                state.wake.notify_one();
-            }
+            hand_to_engine(state, leases, handed, &skipped, unleased).await;
             Ok(result)
         }
+    }
+}
+
+/// After the commit: gives the engine the leased notifications the outbox wrote (not those it
+/// `skipped`), and wakes it for the others (`unleased`).
+async fn hand_to_engine(
+    state: &AppState,
+    leases: Leases,
+    handed: Vec<Claimed>,
+    skipped: &[String],
+    unleased: bool,
+) {
+    let handed: Vec<Claimed> = handed.into_iter().filter(|c| !skipped.contains(&c.notification.id)).collect();
+    let refused: Vec<String> =
+        state.handoff.hand_over(leases, handed).into_iter().map(|c| c.notification.id).collect();
+    if !refused.is_empty() {
+        // The engine stopped meanwhile: due again now, for whichever worker claims them. The
+        // event is stored either way; if this fails, their leases end.
+        if let Err(e) = state.store.defer(&refused, ids::now_ms()).await {
+            tracing::warn!(error = %e, "giving back notifications the engine did not take failed");
+        }
+    }
+    if unleased || !refused.is_empty() {
+        state.wake.notify_one();
     }
 }

@@ -77,6 +77,17 @@ async fn field_of_wrong_type_is_400_naming_it() {
     let res = app.post("/api/v2/internal/user/login", &json!({ "password": "x" })).await;
     let body = assert_error(res, 400, "MissingField").await;
     assert_eq!(body["context"]["field"], "email");
+    // A repeated field is refused, not read twice (docs/decisions.md, Performance).
+    let res = app
+        .client
+        .post(app.url("/api/v2/internal/user/login"))
+        .header("content-type", "application/json")
+        .body(r#"{"email":"a@example.com","email":"b@example.com","password":"x","otp":"1"}"#)
+        .send()
+        .await
+        .unwrap();
+    let body = assert_error(res, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "email");
 }
 
 #[tokio::test]
