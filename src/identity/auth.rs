@@ -5,7 +5,7 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use std::net::IpAddr;
+use std::{net::IpAddr, sync::Arc};
 
 use sha2::{Digest, Sha256};
 
@@ -41,8 +41,9 @@ fn well_formed(value: &str) -> bool {
 /// An authenticated caller: the token presented, its user, and the address it came from.
 #[derive(Debug, Clone)]
 pub struct Principal {
-    pub token: TokenRecord,
-    pub user: User,
+    /// Shared with the read cache (issue 12 §4).
+    pub token: Arc<TokenRecord>,
+    pub user: Arc<User>,
     /// The client address the request came from.
     pub client_ip: IpAddr,
     /// The request's id (`request-id`), for the audit log.

@@ -99,13 +99,13 @@ pub async fn unlock(
     let unlock = Unlock { time: now, expires };
     let entry = audit::by(auth, "session.unlocked").data(json!({ "expires": ids::iso(expires) }));
     state.store.set_unlock(&auth.token.id, Some(unlock), &[entry]).await?;
-    Ok(TokenRecord { unlock: Some(unlock), ..auth.token.clone() })
+    Ok(TokenRecord { unlock: Some(unlock), ..(*auth.token).clone() })
 }
 
 /// Ends the calling session's unlock, if any.
 pub async fn lock(state: &AppState, auth: &Principal) -> Result<TokenRecord> {
     state.store.set_unlock(&auth.token.id, None, &[audit::by(auth, "session.locked")]).await?;
-    Ok(TokenRecord { unlock: None, ..auth.token.clone() })
+    Ok(TokenRecord { unlock: None, ..(*auth.token).clone() })
 }
 
 /// Extends the calling token to `duration` seconds from now, at most `login.session_max_ttl`
@@ -128,7 +128,7 @@ pub async fn extend(state: &AppState, auth: &Principal, duration: u64) -> Result
     let expires_at = wanted.min(max).max(t.expires_at);
     let entry = audit::by(auth, "token.extended").data(json!({ "expires": ids::iso(expires_at) }));
     state.store.set_token_expiry(&t.id, expires_at, &[entry]).await?;
-    Ok(TokenRecord { expires_at, ..t.clone() })
+    Ok(TokenRecord { expires_at, ..(**t).clone() })
 }
 
 /// Token templates over HTTP (issue 10 §2): service admins only, as the CLI is the operator's.

@@ -149,5 +149,5 @@ pub async fn require_membership(
 pub async fn profile(state: &AppState, auth: &Principal) -> Result<(User, Vec<Membership>)> {
     auth.require(state.policy(), Action::ViewProfile)?;
     let memberships = state.store.memberships(&auth.user.id).await?;
-    Ok((auth.user.clone(), memberships))
+    Ok(((*auth.user).clone(), memberships))
 }

@@ -87,12 +87,12 @@ impl ReadCache {
         (age < MAX_STALENESS.as_millis() as u64).then_some(maps)
     }
 
-    pub fn token(&self, token_hash: &str) -> Option<TokenRecord> {
-        self.usable()?.tokens.get(token_hash).map(|t| (*t).clone())
+    pub fn token(&self, token_hash: &str) -> Option<Arc<TokenRecord>> {
+        self.usable()?.tokens.get(token_hash)
     }
 
-    pub fn user(&self, user_id: &str) -> Option<User> {
-        self.usable()?.users.get(user_id).map(|u| (*u).clone())
+    pub fn user(&self, user_id: &str) -> Option<Arc<User>> {
+        self.usable()?.users.get(user_id)
     }
 
     pub fn memberships(&self, user_id: &str) -> Option<Vec<Membership>> {
@@ -118,12 +118,12 @@ impl ReadCache {
         }
     }
 
-    pub fn put_token(&self, at: Generation, t: &TokenRecord) {
-        self.put(at, |m| m.tokens.insert(t.token_hash.clone(), Arc::new(t.clone())));
+    pub fn put_token(&self, at: Generation, t: &Arc<TokenRecord>) {
+        self.put(at, |m| m.tokens.insert(t.token_hash.clone(), t.clone()));
     }
 
-    pub fn put_user(&self, at: Generation, u: &User) {
-        self.put(at, |m| m.users.insert(u.id.clone(), Arc::new(u.clone())));
+    pub fn put_user(&self, at: Generation, u: &Arc<User>) {
+        self.put(at, |m| m.users.insert(u.id.clone(), u.clone()));
     }
 
     pub fn put_memberships(&self, at: Generation, user_id: &str, list: &[Membership]) {
@@ -246,7 +246,7 @@ mod tests {
     #[test]
     fn entries_are_used_only_while_the_version_was_read_within_a_second() {
         let cache = ReadCache::new(8);
-        cache.put_user(cache.generation(), &user("u"));
+        cache.put_user(cache.generation(), &Arc::new(user("u")));
         assert!(cache.user("u").is_none(), "never confirmed: bypassed");
         cache.confirm(Instant::now());
         assert!(cache.user("u").is_some());
@@ -260,9 +260,9 @@ mod tests {
         cache.confirm(Instant::now());
         let before = cache.generation();
         cache.clear();
-        cache.put_user(before, &user("u"));
+        cache.put_user(before, &Arc::new(user("u")));
         assert!(cache.user("u").is_none());
-        cache.put_user(cache.generation(), &user("u"));
+        cache.put_user(cache.generation(), &Arc::new(user("u")));
         assert!(cache.user("u").is_some());
     }
 
@@ -271,7 +271,7 @@ mod tests {
         let cache = ReadCache::new(16);
         cache.confirm(Instant::now());
         for i in 0..1000 {
-            cache.put_user(cache.generation(), &user(&format!("u{i}")));
+            cache.put_user(cache.generation(), &Arc::new(user(&format!("u{i}"))));
         }
         let (_, users, _) = cache.len();
         assert!(users > 0 && users <= 16, "{users} users kept with a capacity of 16");

@@ -1,5 +1,7 @@
 //! Access tokens (spec §2.4) and token templates: records and storage.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
@@ -126,7 +128,8 @@ pub trait TokenStore: Send + Sync {
     ) -> StoreResult<()>;
     async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>>;
     /// `token_hash`: hex SHA-256 of the secret.
-    async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>>;
+    /// Shared with the read cache: no copy of the record per request.
+    async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<Arc<TokenRecord>>>;
     /// Fails with [`super::StoreError::Conflict`] when the id is taken.
     async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()>;
     async fn template_by_id(&self, id: &str) -> StoreResult<Option<TokenTemplate>>;
@@ -308,14 +311,14 @@ where
         row.map(TokenRow::into_record).transpose()
     }
 
-    async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<TokenRecord>> {
+    async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<Arc<TokenRecord>>> {
         if let Some(t) = self.cache.token(token_hash) {
             return Ok(Some(t));
         }
         let at = self.cache.generation();
         let sql = format!("SELECT {TOKEN_READ_COLUMNS} FROM access_tokens WHERE token_hash = $1");
         let row: Option<TokenRow> = sqlx::query_as(&sql).bind(token_hash).fetch_optional(&self.pool).await?;
-        let token = row.map(TokenRow::into_record).transpose()?;
+        let token = row.map(TokenRow::into_record).transpose()?.map(Arc::new);
         if let Some(t) = &token {
             self.cache.put_token(at, t);
         }

@@ -1,5 +1,7 @@
 //! Users (spec §2.3): the record and its storage.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
@@ -50,7 +52,8 @@ pub trait UserStore: Send + Sync {
         now: i64,
         audit: &[super::AuditEntry],
     ) -> StoreResult<u64>;
-    async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>>;
+    /// Shared with the read cache: no copy of the record per request.
+    async fn user_by_id(&self, id: &str) -> StoreResult<Option<Arc<User>>>;
     /// `email` must already be lower-cased.
     async fn user_by_email(&self, email: &str) -> StoreResult<Option<User>>;
     /// Records `step` as the user's last accepted TOTP step if it is newer than the stored one.
@@ -208,14 +211,14 @@ where
         Ok(revoked)
     }
 
-    async fn user_by_id(&self, id: &str) -> StoreResult<Option<User>> {
+    async fn user_by_id(&self, id: &str) -> StoreResult<Option<Arc<User>>> {
         if let Some(u) = self.cache.user(id) {
             return Ok(Some(u));
         }
         let at = self.cache.generation();
         let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1");
         let row: Option<UserRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
-        let user = row.map(UserRow::into_user).transpose()?;
+        let user = row.map(UserRow::into_user).transpose()?.map(Arc::new);
         if let Some(u) = &user {
             self.cache.put_user(at, u);
         }

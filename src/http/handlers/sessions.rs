@@ -150,7 +150,7 @@ impl SessionResponse {
     responses((status = 200, body = SessionResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),))]
 pub async fn session(Auth(auth): Auth) -> Json<SessionResponse> {
-    SessionResponse::new(auth.token)
+    SessionResponse::new((*auth.token).clone())
 }
 
 /// Body of an unlock.
