@@ -1,6 +1,7 @@
 //! The delivery engine (issue 4 §B): claims due notifications from the outbox with a lease,
 //! POSTs each one's exact payload with its signatures, and records every attempt with what
-//! follows it (delivered, retry at a time, failed, webhook suspended).
+//! follows it (delivered, retry at a time, failed, webhook suspended). Notifications that
+//! ingestion in this process wrote already leased arrive without a claim ([`handoff`]).
 //!
 //! Claims are leased: a worker that dies mid-delivery loses its claims when the lease ends and
 //! another worker (or the restarted process) delivers them again, so every notification is

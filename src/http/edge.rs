@@ -81,7 +81,7 @@ pub async fn edge(State(edge): State<Edge>, mut req: Request, next: Next) -> Res
     if status.is_server_error() {
         span.in_scope(|| tracing::error!(status = status.as_u16(), seconds, "request failed"));
     }
-    let mut res = with_error_body(res, Some(request_id.clone()));
+    let mut res = with_error_body(res, &request_id);
     res.headers_mut().entry(REQUEST_ID.clone()).or_insert(request_id);
     res
 }

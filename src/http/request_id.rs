@@ -17,13 +17,12 @@ pub static REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 /// Fills `requestId` (the request's `request_id` header) into an error body, and gives every
 /// other 4xx/5xx (unknown route, wrong method, body too large, ...) the §7 shape. Other
 /// responses pass unchanged.
-pub fn with_error_body(res: Response, request_id: Option<HeaderValue>) -> Response {
+pub fn with_error_body(res: Response, request_id: &HeaderValue) -> Response {
     let status = res.status();
     if status.as_u16() < 400 {
         return res;
     }
-    let request_id =
-        request_id.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).unwrap_or_default();
+    let request_id = String::from_utf8_lossy(request_id.as_bytes()).into_owned();
     let body = match res.extensions().get::<ErrorBody>() {
         Some(b) => b.clone(),
         None => default_body(status),

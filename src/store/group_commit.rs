@@ -329,4 +329,56 @@ mod tests {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(&store.pool).await.unwrap();
         assert_eq!(n, 2);
     }
+
+    fn notification(id: &str, key: &str) -> Notification {
+        Notification {
+            id: id.into(),
+            webhook_id: "w1".into(),
+            event_id: None,
+            notification_type: "block".into(),
+            state: crate::store::NotificationState::Pending,
+            simulation: false,
+            retries: 0,
+            payload: "{}".into(),
+            hash: "h".into(),
+            idempotency_key: key.into(),
+            meta: serde_json::json!({}),
+            next_attempt_at_ms: 0,
+            lease_until_ms: 1,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        }
+    }
+
+    /// Issue 12 §5: a notification the outbox skips (its webhook and idempotency key are there
+    /// already) is reported, so that ingestion never hands an unwritten row to the engine.
+    #[tokio::test]
+    async fn notifications_skipped_by_their_idempotency_key_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let store = SqliteStore::open(&url, &crate::config::Config::default()).await.unwrap();
+        sqlx::query(
+            "INSERT INTO webhooks (id, scope, user_id, type, url, created_at) \
+             VALUES ('w1', 'block', 'u1', 'block', 'https://example.com/hook', 0)",
+        )
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        let first = EventWrite { notifications: vec![notification("n1", "k1")], ..event("a") };
+        assert_eq!(store.record_event(first).await.unwrap(), Recorded::Now { skipped: Vec::new() });
+        let second = EventWrite {
+            notifications: vec![notification("n2", "k1"), notification("n3", "k2")],
+            ..event("b")
+        };
+        assert_eq!(
+            store.record_event(second).await.unwrap(),
+            Recorded::Now { skipped: vec!["n2".to_string()] },
+            "n2's key was taken by n1"
+        );
+        let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM notifications ORDER BY id")
+            .fetch_all(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(ids, ["n1", "n3"]);
+    }
 }
