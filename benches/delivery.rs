@@ -85,9 +85,15 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
     // One tenant (a single enterprise), as README advises for such a deployment.
     config.delivery.per_tenant_concurrency = config.delivery.concurrency;
     let state = AppState::new(config).await?;
-    let admin =
-        users::create_user(&state.store, &state.key, "ops@example.com", None, "benchmark password", true)
-            .await?;
+    let admin = users::create_user(
+        &state.store,
+        &state.identity.key,
+        "ops@example.com",
+        None,
+        "benchmark password",
+        true,
+    )
+    .await?;
     let record = json!([{
         "id": WALLET, "label": "w", "coin": "tbtc", "allowBackupKeySigning": false, "approvalsRequired": 1,
         "coinSpecific": {}, "deleted": false, "disableTransactionNotifications": false,
@@ -96,10 +102,10 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
     custodian::wallets::import::import(&state.store, &record.to_string(), |_, _| {}).await?;
     for i in 0..webhooks {
         let w = custodian::store::Webhook {
-            id: custodian::ids::new_id(),
+            id: custodian::types::WebhookId::new_random(),
             level: custodian::store::WebhookLevel::Wallet {
-                coin: "tbtc".into(),
-                wallet_id: WALLET.into(),
+                coin: "tbtc".parse().map_err(anyhow::Error::msg)?,
+                wallet_id: WALLET.parse().map_err(anyhow::Error::msg)?,
                 enterprise_id: None,
             },
             user_id: admin.id.clone(),
@@ -238,7 +244,7 @@ async fn throughput(label: &str, db_url: &str) -> anyhow::Result<()> {
     let (url, sink) = receiver().await?;
     let (_dir, state) = setup(db_url, &url, 10).await?;
     for i in 0..1000 {
-        custodian::webhooks::events::ingest(&state, json!({ "eventId": format!("e{i}"), "type": "transfer", "walletId": WALLET, "hash": format!("h{i}") }))
+        custodian::webhooks::events::ingest(&state.webhooks, json!({ "eventId": format!("e{i}"), "type": "transfer", "walletId": WALLET, "hash": format!("h{i}") }))
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }

@@ -129,49 +129,8 @@ async fn main() -> anyhow::Result<()> {
         .build()?;
     let statuses: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
     let deadline = Instant::now() + Duration::from_secs(secs);
-    let mut tasks = Vec::new();
-    for c in 0..connections {
-        let (attacker, base, statuses) = (attacker.clone(), base.clone(), statuses.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while Instant::now() < deadline {
-                n += 1;
-                let email = if n % 2 == 0 { EMAIL.to_string() } else { format!("u{c}-{n}@example.com") };
-                let body = json!({ "email": email, "password": "wrong password", "otp": "000000" });
-                let key = match attacker
-                    .post(format!("{base}/api/v2/internal/user/login"))
-                    .json(&body)
-                    .send()
-                    .await
-                {
-                    Ok(r) => r.status().as_u16().to_string(),
-                    Err(e) if e.is_timeout() => "timeout".to_string(),
-                    Err(_) => "connection error".to_string(),
-                };
-                *statuses.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default() += 1;
-            }
-        }));
-    }
-
-    // The legitimate client runs on a thread and runtime of its own, so that what it measures
-    // is the server, not the attacker's tasks queued in this process.
-    let legit_base = base.clone();
-    let legit_thread = std::thread::spawn(move || -> anyhow::Result<(Vec<f64>, usize)> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        Ok(rt.block_on(async move {
-            let (mut latencies, mut successes) = (Vec::new(), 0);
-            while Instant::now() < deadline {
-                let next = Instant::now() + Duration::from_secs(1);
-                let (secs, ok) = legit_login(&legit, &legit_base).await;
-                latencies.push(secs);
-                successes += usize::from(ok);
-                tokio::time::sleep_until(next.into()).await;
-            }
-            (latencies, successes)
-        }))
-    });
-    let (mut latencies, successes) =
-        legit_thread.join().map_err(|_| anyhow::anyhow!("the legitimate client panicked"))??;
+    let tasks = flood(&attacker, &base, connections, deadline, &statuses);
+    let (mut latencies, successes) = legitimate_logins(legit, base.clone(), deadline)?;
     for t in tasks {
         let _ = t.await;
     }
@@ -205,4 +164,65 @@ async fn main() -> anyhow::Result<()> {
         if legit_ok { "met" } else { "MISSED" }
     );
     Ok(())
+}
+
+/// `connections` attacker tasks sending wrong logins until `deadline`, counting answers by
+/// status in `statuses`.
+fn flood(
+    attacker: &reqwest::Client,
+    base: &str,
+    connections: usize,
+    deadline: Instant,
+    statuses: &Arc<Mutex<BTreeMap<String, u64>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for c in 0..connections {
+        let (attacker, base, statuses) = (attacker.clone(), base.to_string(), statuses.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                n += 1;
+                let email = if n % 2 == 0 { EMAIL.to_string() } else { format!("u{c}-{n}@example.com") };
+                let body = json!({ "email": email, "password": "wrong password", "otp": "000000" });
+                let key = match attacker
+                    .post(format!("{base}/api/v2/internal/user/login"))
+                    .json(&body)
+                    .send()
+                    .await
+                {
+                    Ok(r) => r.status().as_u16().to_string(),
+                    Err(e) if e.is_timeout() => "timeout".to_string(),
+                    Err(_) => "connection error".to_string(),
+                };
+                *statuses.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default() += 1;
+            }
+        }));
+    }
+
+    tasks
+}
+
+/// One legitimate login a second until `deadline`, on a thread and runtime of its own, so that
+/// what it measures is the server, not the attacker's tasks queued in this process. Returns the
+/// latencies (seconds) and how many succeeded.
+fn legitimate_logins(
+    legit: reqwest::Client,
+    base: String,
+    deadline: Instant,
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    let thread = std::thread::spawn(move || -> anyhow::Result<(Vec<f64>, usize)> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        Ok(rt.block_on(async move {
+            let (mut latencies, mut successes) = (Vec::new(), 0);
+            while Instant::now() < deadline {
+                let next = Instant::now() + Duration::from_secs(1);
+                let (secs, ok) = legit_login(&legit, &base).await;
+                latencies.push(secs);
+                successes += usize::from(ok);
+                tokio::time::sleep_until(next.into()).await;
+            }
+            (latencies, successes)
+        }))
+    });
+    thread.join().map_err(|_| anyhow::anyhow!("the legitimate client panicked"))?
 }

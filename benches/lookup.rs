@@ -56,40 +56,12 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(label: &str, url: &str) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let mut config = Config {
-        database_url: url.to_string(),
-        secret_key_file: Some(dir.path().join("key")),
-        ..Config::default()
-    };
-    // A benchmark measures the service, not the per-user rate limit (360 a minute).
-    config.rate_limit.requests = u32::MAX;
-    std::fs::write(dir.path().join("key"), "22".repeat(32))?;
-    let state = AppState::new(config).await?;
-    let user =
-        users::create_user(&state.store, &state.key, "bench@example.com", None, "benchmark password", false)
-            .await?;
-    let enterprise = users::create_enterprise(&state.store, "Bench", None).await?;
-    let records: Vec<Value> = (0..WALLETS).map(|i| record(i, &user.id, &enterprise.id)).collect();
-    let summary =
-        custodian::wallets::import::import(&state.store, &serde_json::to_string(&records)?, |_, _| {})
-            .await?;
-    assert_eq!(summary.imported as usize, WALLETS);
-
+    let state = seeded(url, dir.path()).await?;
     let (base, client, token) = common::serve_and_login(&state, "bench@example.com").await?;
     let ids: Vec<String> = (0..WALLETS).map(|i| format!("{i:032x}")).collect();
-    let mut rng = rand::thread_rng();
 
     if std::env::var("BENCH_STORE").is_ok() {
-        let pick: Vec<String> = ids.choose_multiple(&mut rng, 1000).cloned().collect();
-        let mut t = Vec::new();
-        for _ in 0..100 {
-            let s = Instant::now();
-            let rows = state.store.wallets_by_ids(&pick, false).await?;
-            t.push(s.elapsed());
-            assert_eq!(rows.len(), 1000);
-        }
-        t.sort();
-        println!("store only 1000: p50 {:.2} ms", percentile(&t, 0.5));
+        store_only(&state, &ids).await?;
     }
     if let Ok(size) = std::env::var("BENCH_PROFILE_IDS") {
         // Only the concurrent lookup of this many ids (Custodian's, or with
@@ -106,6 +78,59 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("wallet lookup, {label}, {WALLETS} wallets stored, expandBalance=true");
+    latencies(&client, &base, &token, &ids).await?;
+    let reference = match url.strip_prefix("sqlite://") {
+        Some(_) => Some(reference_route(url).await?),
+        None => None,
+    };
+    compare(&client, &base, &token, &ids, reference.as_deref(), label).await
+}
+
+/// A server state on `url` with the benchmark's user, enterprise and [`WALLETS`] wallets; the
+/// per-user rate limit set out of the way (a benchmark measures the service, not the limit).
+async fn seeded(url: &str, dir: &std::path::Path) -> anyhow::Result<AppState> {
+    let mut config =
+        Config { database_url: url.to_string(), secret_key_file: Some(dir.join("key")), ..Config::default() };
+    config.rate_limit.requests = u32::MAX;
+    std::fs::write(dir.join("key"), "22".repeat(32))?;
+    let state = AppState::new(config).await?;
+    let user = users::create_user(
+        &state.store,
+        &state.identity.key,
+        "bench@example.com",
+        None,
+        "benchmark password",
+        false,
+    )
+    .await?;
+    let enterprise = users::create_enterprise(&state.store, "Bench", None).await?;
+    let records: Vec<Value> = (0..WALLETS).map(|i| record(i, &user.id, &enterprise.id)).collect();
+    let summary =
+        custodian::wallets::import::import(&state.store, &serde_json::to_string(&records)?, |_, _| {})
+            .await?;
+    assert_eq!(summary.imported as usize, WALLETS);
+    Ok(state)
+}
+
+/// The store's query alone for 1,000 ids (`BENCH_STORE=1`).
+async fn store_only(state: &AppState, ids: &[String]) -> anyhow::Result<()> {
+    let pick: Vec<custodian::types::WalletId> =
+        ids.choose_multiple(&mut rand::thread_rng(), 1000).filter_map(|id| id.parse().ok()).collect();
+    let mut t = Vec::new();
+    for _ in 0..100 {
+        let s = Instant::now();
+        let rows = state.store.wallets_by_ids(&pick, false).await?;
+        t.push(s.elapsed());
+        assert_eq!(rows.len(), 1000);
+    }
+    t.sort();
+    println!("store only 1000: p50 {:.2} ms", percentile(&t, 0.5));
+    Ok(())
+}
+
+/// p50 and p99 with one client for 1, 100 and 1,000 ids.
+async fn latencies(client: &reqwest::Client, base: &str, token: &str, ids: &[String]) -> anyhow::Result<()> {
+    let mut rng = rand::thread_rng();
     println!("{:>6} {:>8} {:>9} {:>9}", "ids", "requests", "p50 ms", "p99 ms");
     for (size, rounds) in [(1usize, 2000usize), (100, 1000), (1000, 300)] {
         let mut times = Vec::with_capacity(rounds);
@@ -115,7 +140,7 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
             let start = Instant::now();
             let res = client
                 .post(format!("{base}/api/v2/internal/wallet?expandBalance=true"))
-                .bearer_auth(&token)
+                .bearer_auth(token)
                 .json(&body)
                 .send()
                 .await?;
@@ -134,26 +159,34 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
         times.sort();
         println!("{size:>6} {rounds:>8} {:>9.2} {:>9.2}", percentile(&times, 0.5), percentile(&times, 0.99));
     }
-    let reference = match url.strip_prefix("sqlite://") {
-        Some(_) => Some(reference_route(url).await?),
-        None => None,
-    };
-    // Short alternating rounds, each Custodian's then the reference's: this machine's drift
-    // over seconds is as wide as the gap being measured, so the ratio is taken per round and
-    // the median reported with the range.
+    Ok(())
+}
+
+/// Requests/s with 64 connections for 1 and 100 ids, beside the reference when there is one.
+/// Short alternating rounds, each Custodian's then the reference's: this machine's drift over
+/// seconds is as wide as the gap being measured, so the ratio is taken per round and the median
+/// reported with the range.
+async fn compare(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+    ids: &[String],
+    reference: Option<&str>,
+    label: &str,
+) -> anyhow::Result<()> {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(15).max(1);
     println!("concurrent, 64 keep-alive connections, {CONCURRENT_SECS} s each, {rounds} alternating rounds");
+    let path = format!("{base}/api/v2/internal/wallet?expandBalance=true");
     for size in [1usize, 100] {
-        let path = format!("{base}/api/v2/internal/wallet?expandBalance=true");
-        let Some(r) = &reference else {
-            let ours = concurrent(&client, &path, Some(&token), &ids, size).await?;
+        let Some(r) = reference else {
+            let ours = concurrent(client, &path, Some(token), ids, size).await?;
             println!("{size:>6} ids: custodian {ours:.0} req/s ({label})");
             continue;
         };
         let mut ratios = Vec::with_capacity(rounds);
         for _ in 0..rounds {
-            let ours = concurrent(&client, &path, Some(&token), &ids, size).await?;
-            let refr = concurrent(&client, r, None, &ids, size).await?;
+            let ours = concurrent(client, &path, Some(token), ids, size).await?;
+            let refr = concurrent(client, r, None, ids, size).await?;
             ratios.push((ours / refr, ours, refr));
         }
         ratios.sort_by(|a, b| a.0.total_cmp(&b.0));

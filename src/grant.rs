@@ -1,97 +1,173 @@
 //! The scope vocabulary of spec §4.3 and the parsed form of one scope value, shared by the
 //! store (tokens keep their grants parsed) and the scope policy (`identity::scopes`).
 
-/// Every scope value of the §4.3 table.
-pub const SCOPES: &[&str] = &[
-    "all",
-    "crypto_compare",
-    "enterprise_manage_all",
-    "enterprise_view_all",
-    "metamask_institutional",
-    "openid",
-    "openid_enterprises",
-    "pending_approval_update",
-    "portfolio_view",
-    "profile",
-    "user_manage",
-    "auditlogs_view_all",
-    "settlement_network_read",
-    "settlement_network_write",
-    "trade_trade",
-    "trade_view",
-    "trade_fix",
-    "wallet_approve",
-    "wallet_approve_all",
-    "wallet_approve_enterprise",
-    "wallet_create",
-    "wallet_edit",
-    "wallet_edit_all",
-    "wallet_edit_enterprise",
-    "wallet_freeze",
-    "wallet_freeze_all",
-    "wallet_manage",
-    "wallet_manage_all",
-    "wallet_manage_enterprise",
-    "wallet_spend",
-    "wallet_spend_all",
-    "wallet_spend_enterprise",
-    "wallet_stake",
-    "wallet_stake_all",
-    "wallet_view",
-    "wallet_view_all",
-    "wallet_view_enterprise",
-    "third_party_user_lookup",
-    "private_verify_email",
-    "scim",
-];
+use crate::types::WalletId;
 
-/// Scopes that the §4.3 table marks "needs wallet context": they may take the form
-/// `<scope>:<walletId>`.
-pub const WALLET_CONTEXT_SCOPES: &[&str] = &[
-    "wallet_approve",
-    "wallet_edit",
-    "wallet_freeze",
-    "wallet_manage",
-    "wallet_spend",
-    "wallet_stake",
-    "wallet_view",
-];
+crate::types::text_enum!(
+    /// A scope value of the §4.3 table: the whole vocabulary, one variant each.
+    pub enum Scope("not an allowed scope value") {
+        All = "all",
+        CryptoCompare = "crypto_compare",
+        EnterpriseManageAll = "enterprise_manage_all",
+        EnterpriseViewAll = "enterprise_view_all",
+        MetamaskInstitutional = "metamask_institutional",
+        Openid = "openid",
+        OpenidEnterprises = "openid_enterprises",
+        PendingApprovalUpdate = "pending_approval_update",
+        PortfolioView = "portfolio_view",
+        Profile = "profile",
+        UserManage = "user_manage",
+        AuditlogsViewAll = "auditlogs_view_all",
+        SettlementNetworkRead = "settlement_network_read",
+        SettlementNetworkWrite = "settlement_network_write",
+        TradeTrade = "trade_trade",
+        TradeView = "trade_view",
+        TradeFix = "trade_fix",
+        WalletApprove = "wallet_approve",
+        WalletApproveAll = "wallet_approve_all",
+        WalletApproveEnterprise = "wallet_approve_enterprise",
+        WalletCreate = "wallet_create",
+        WalletEdit = "wallet_edit",
+        WalletEditAll = "wallet_edit_all",
+        WalletEditEnterprise = "wallet_edit_enterprise",
+        WalletFreeze = "wallet_freeze",
+        WalletFreezeAll = "wallet_freeze_all",
+        WalletManage = "wallet_manage",
+        WalletManageAll = "wallet_manage_all",
+        WalletManageEnterprise = "wallet_manage_enterprise",
+        WalletSpend = "wallet_spend",
+        WalletSpendAll = "wallet_spend_all",
+        WalletSpendEnterprise = "wallet_spend_enterprise",
+        WalletStake = "wallet_stake",
+        WalletStakeAll = "wallet_stake_all",
+        WalletView = "wallet_view",
+        WalletViewAll = "wallet_view_all",
+        WalletViewEnterprise = "wallet_view_enterprise",
+        ThirdPartyUserLookup = "third_party_user_lookup",
+        PrivateVerifyEmail = "private_verify_email",
+        Scim = "scim",
+    }
+);
 
-/// A checked scope value: `name` is from [`SCOPES`]; `wallet` is the `:<walletId>` context.
+/// The wallet permission families, each with its plain (wallet context), `_enterprise` and
+/// `_all` forms (§4.3, §5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalletPermission {
+    View,
+    Manage,
+    Spend,
+    Approve,
+    Freeze,
+    Edit,
+    Stake,
+}
+
+impl WalletPermission {
+    /// Every family.
+    pub const ALL: &'static [WalletPermission] = &[
+        WalletPermission::View,
+        WalletPermission::Manage,
+        WalletPermission::Spend,
+        WalletPermission::Approve,
+        WalletPermission::Freeze,
+        WalletPermission::Edit,
+        WalletPermission::Stake,
+    ];
+
+    /// The plain scope, e.g. `wallet_view`: the one that takes a wallet context.
+    pub fn plain(self) -> Scope {
+        match self {
+            WalletPermission::View => Scope::WalletView,
+            WalletPermission::Manage => Scope::WalletManage,
+            WalletPermission::Spend => Scope::WalletSpend,
+            WalletPermission::Approve => Scope::WalletApprove,
+            WalletPermission::Freeze => Scope::WalletFreeze,
+            WalletPermission::Edit => Scope::WalletEdit,
+            WalletPermission::Stake => Scope::WalletStake,
+        }
+    }
+
+    /// The `_all` form: any wallet in any of the user's enterprises.
+    pub fn all(self) -> Scope {
+        match self {
+            WalletPermission::View => Scope::WalletViewAll,
+            WalletPermission::Manage => Scope::WalletManageAll,
+            WalletPermission::Spend => Scope::WalletSpendAll,
+            WalletPermission::Approve => Scope::WalletApproveAll,
+            WalletPermission::Freeze => Scope::WalletFreezeAll,
+            WalletPermission::Edit => Scope::WalletEditAll,
+            WalletPermission::Stake => Scope::WalletStakeAll,
+        }
+    }
+
+    /// The `_enterprise` form (the token's enterprise), where §4.3 lists one.
+    pub fn enterprise(self) -> Option<Scope> {
+        match self {
+            WalletPermission::View => Some(Scope::WalletViewEnterprise),
+            WalletPermission::Manage => Some(Scope::WalletManageEnterprise),
+            WalletPermission::Spend => Some(Scope::WalletSpendEnterprise),
+            WalletPermission::Approve => Some(Scope::WalletApproveEnterprise),
+            WalletPermission::Edit => Some(Scope::WalletEditEnterprise),
+            WalletPermission::Freeze | WalletPermission::Stake => None,
+        }
+    }
+
+    /// The family `scope` is a form of, if any.
+    pub fn of(scope: Scope) -> Option<WalletPermission> {
+        WalletPermission::ALL
+            .iter()
+            .copied()
+            .find(|p| p.plain() == scope || p.all() == scope || p.enterprise() == Some(scope))
+    }
+}
+
+impl Scope {
+    /// Scopes that the §4.3 table marks "needs wallet context": they may take the form
+    /// `<scope>:<walletId>`.
+    pub fn takes_wallet_context(self) -> bool {
+        WalletPermission::ALL.iter().any(|p| p.plain() == self)
+    }
+
+    /// An `_enterprise` form, which means "the token's enterprise".
+    pub fn is_enterprise_form(self) -> bool {
+        WalletPermission::ALL.iter().any(|p| p.enterprise() == Some(self))
+    }
+}
+
+/// A checked scope value: `name` from the vocabulary; `wallet` the `:<walletId>` context.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Grant {
-    pub name: String,
-    pub wallet: Option<String>,
+    pub name: Scope,
+    pub wallet: Option<WalletId>,
 }
 
 impl Grant {
     /// Parses a scope value. Errors say why, for the 400's message.
     pub fn parse(s: &str) -> Result<Grant, String> {
         if let Some((name, wallet)) = s.split_once(':') {
-            if !WALLET_CONTEXT_SCOPES.contains(&name) {
+            let Some(scope) = name.parse::<Scope>().ok().filter(|s| s.takes_wallet_context()) else {
                 return Err(format!("scope {name:?} does not take a wallet context"));
-            }
-            if !crate::ids::is_id(wallet) {
-                return Err(format!("wallet context {wallet:?} is not a 32-hex wallet id"));
-            }
-            return Ok(Grant { name: name.into(), wallet: Some(wallet.into()) });
+            };
+            let wallet: WalletId =
+                wallet.parse().map_err(|_| format!("wallet context {wallet:?} is not a 32-hex wallet id"))?;
+            return Ok(Grant { name: scope, wallet: Some(wallet) });
         }
-        if !SCOPES.contains(&s) {
-            return Err(format!("{s:?} is not an allowed scope value"));
+        match s.parse() {
+            Ok(name) => Ok(Grant { name, wallet: None }),
+            Err(_) => Err(format!("{s:?} is not an allowed scope value")),
         }
-        Ok(Grant { name: s.into(), wallet: None })
     }
 
-    /// A scope without wallet context, from the vocabulary's own constants.
-    pub fn plain(name: &str) -> Grant {
-        Grant { name: name.into(), wallet: None }
+    /// A scope without wallet context.
+    pub fn plain(name: Scope) -> Grant {
+        Grant { name, wallet: None }
     }
 
     /// The canonical text form.
     pub fn to_scope_string(&self) -> String {
         match &self.wallet {
-            Some(w) => format!("{}:{w}", self.name),
-            None => self.name.clone(),
+            Some(w) => format!("{}:{w}", self.name.as_str()),
+            None => self.name.as_str().to_string(),
         }
     }
 }

@@ -2,8 +2,6 @@
 
 use rand::RngCore;
 
-pub use crate::types::{is_coin, is_id};
-
 /// A new random id of 32 lowercase hex characters (128 bits), from the thread's CSPRNG
 /// (ChaCha, seeded and reseeded from the OS): no system call per id, which request ids and
 /// notification ids would otherwise pay (issue 12 §4). Secrets use the OS CSPRNG directly.
@@ -57,7 +55,9 @@ mod tests {
         let first = new_sequential_id();
         std::thread::sleep(std::time::Duration::from_millis(2));
         let second = new_sequential_id();
-        assert!(is_id(&first) && is_id(&second), "{first} {second}");
+        let hex32 =
+            |s: &str| s.len() == 32 && s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+        assert!(hex32(&first) && hex32(&second), "{first} {second}");
         assert!(first < second, "{first} !< {second}");
         // The first 12 characters are the creation time in Unix milliseconds.
         let ms = i64::from_str_radix(&second[..12], 16).unwrap();

@@ -15,6 +15,7 @@ pub mod http;
 pub mod identity;
 pub mod ids;
 pub mod metrics;
+pub mod net;
 pub mod outbox;
 pub mod paging;
 pub mod secrets;
@@ -36,56 +37,79 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// The fields of [`AppState`].
+/// The fields of [`AppState`]: one handle per capability (each holding what its functions
+/// use, issue 19 §3), and what the HTTP layer and the engine need besides.
 pub struct Shared {
+    pub identity: identity::Identity,
+    pub wallets: wallets::Wallets,
+    pub webhooks: webhooks::Webhooks,
     pub store: store::DynStore,
     pub config: Arc<config::Config>,
-    pub key: Arc<secrets::MasterKey>,
-    /// Wakes the delivery engine when notifications are written.
-    pub wake: Arc<tokio::sync::Notify>,
     pub metrics: Arc<metrics::Metrics>,
-    /// Decrypted webhook secrets, briefly cached for delivery.
-    pub secrets: Arc<webhooks::secrets::SecretCache>,
-    /// Bounds password hashing (`login.max_concurrent_hashes` and friends).
-    pub hashing: Arc<identity::password::HashLimiter>,
-    /// Bounds simulate, resend and unblock per webhook (`webhooks.operations_per_minute`).
-    pub webhook_ops: Arc<webhooks::limits::OperationLimiter>,
-    /// Clients over the per-client login limit, refused without a database query.
-    pub refused_clients: Arc<identity::throttle::RefusedClients>,
-    /// Throttlings already recorded in the audit log this minute.
-    pub throttle_notes: Arc<audit::ThrottleNotes>,
     /// The per-user API rate limit (`rate_limit.*`).
     pub rate_limit: Arc<identity::rate_limit::ApiRateLimiter>,
-    /// Fresh notifications handed straight to this process's delivery engine, when it runs.
-    pub handoff: Arc<delivery::handoff::Handoff>,
+    /// What the delivery engine of this process uses, when it runs.
+    pub delivery: delivery::Deps,
 }
 
 impl AppState {
     /// Opens the database (applying migrations) and loads the master key.
     pub async fn new(config: config::Config) -> anyhow::Result<Self> {
-        let key = secrets::MasterKey::load(&config)?;
+        let key = Arc::new(secrets::MasterKey::load(&config)?);
         let store = store::open(&config).await?;
+        let config = Arc::new(config);
+        let policy = identity::scopes::Policy { environment: config.environment };
+        // The port through which the domain reaches delivery (outbox::dispatch).
+        let handoff = Arc::new(delivery::handoff::Handoff::default());
+        let dispatch: Arc<dyn outbox::dispatch::Dispatch> = handoff.clone();
+        let secrets = Arc::new(outbox::secrets::SecretCache::default());
+        let metrics = Arc::new(metrics::Metrics::default());
+        let wallets = wallets::Wallets { store: store.clone(), config: config.clone(), policy };
         Ok(Self(Arc::new(Shared {
-            store,
-            hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
-            webhook_ops: Arc::new(webhooks::limits::OperationLimiter::new(
-                config.webhooks.operations_per_minute,
-            )),
+            identity: identity::Identity {
+                store: store.clone(),
+                config: config.clone(),
+                key: key.clone(),
+                policy,
+                hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
+                refused_clients: Arc::default(),
+                throttle_notes: Arc::default(),
+                dispatch: dispatch.clone(),
+            },
+            webhooks: webhooks::Webhooks {
+                store: store.clone(),
+                config: config.clone(),
+                key: key.clone(),
+                policy,
+                operations: Arc::new(webhooks::limits::OperationLimiter::new(
+                    config.webhooks.operations_per_minute,
+                )),
+                secrets: secrets.clone(),
+                wallets: wallets.clone(),
+                dispatch,
+                metrics: metrics.clone(),
+                refusal_notes: Arc::default(),
+                held: Arc::default(),
+            },
+            wallets,
             rate_limit: Arc::new(identity::rate_limit::ApiRateLimiter::new(&config.rate_limit)),
-            refused_clients: Arc::default(),
-            throttle_notes: Arc::default(),
-            config: Arc::new(config),
-            key: Arc::new(key),
-            wake: Arc::default(),
-            metrics: Arc::default(),
-            secrets: Arc::default(),
-            handoff: Arc::default(),
+            delivery: delivery::Deps {
+                store: store.clone(),
+                config: config.clone(),
+                key,
+                metrics: metrics.clone(),
+                secrets,
+                handoff,
+            },
+            metrics,
+            store,
+            config,
         })))
     }
 
     /// The scope policy for this deployment.
     pub fn policy(&self) -> identity::scopes::Policy {
-        identity::scopes::Policy { environment: self.config.environment }
+        self.identity.policy
     }
 }
 
@@ -105,7 +129,7 @@ pub async fn serve(
     let role = state.config.role;
     let engine = match role {
         config::Role::Api => None,
-        _ => Some(delivery::Engine::new(state.clone())?.spawn(stop_rx.clone())),
+        _ => Some(delivery::Engine::new(state.delivery.clone())?.spawn(stop_rx.clone())),
     };
     let store = state.store.clone();
     let app = http::app_for(state, role != config::Role::Worker);

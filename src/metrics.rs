@@ -1,11 +1,7 @@
-//! Prometheus metrics (GET /metrics): HTTP requests by route, deliveries by outcome, attempt
-//! latency, and gauges read from the store at scrape time.
+//! Prometheus metrics: HTTP requests by route, deliveries by outcome, attempt latency, and
+//! gauges read from the store at scrape time. Served by `http::metrics` (GET /metrics); this
+//! module names no HTTP type, so the engine and the HTTP layer both count into it.
 
-use axum::{
-    extract::{MatchedPath, Request, State},
-    http::Method,
-    response::{IntoResponse, Response},
-};
 use prometheus_client::{
     encoding::{text::encode, EncodeLabelSet},
     metrics::{
@@ -16,8 +12,6 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-
-use crate::AppState;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
@@ -51,6 +45,10 @@ pub struct Metrics {
     /// engine claimed from the outbox (issue 12 §5).
     pub handed: Counter,
     pub claimed: Counter,
+    /// Notifications kept for suspended webhooks, and those refused past `webhooks.max_held`
+    /// (issue 21 §3).
+    pub held: Gauge,
+    pub refused: Counter,
     /// Password hashes running now, and the most ever at once (issue 9 §1).
     pub hashes_running: Gauge,
     pub hashes_peak: Gauge,
@@ -91,6 +89,17 @@ impl Default for Metrics {
             "Notifications this process's engine claimed from the outbox",
             claimed.clone(),
         );
+        let (held, refused) = (Gauge::default(), Counter::default());
+        registry.register(
+            "webhook_notifications_held",
+            "Notifications kept for suspended webhooks until they are unblocked",
+            held.clone(),
+        );
+        registry.register(
+            "webhook_notifications_refused",
+            "Notifications refused because their suspended webhook already held webhooks.max_held",
+            refused.clone(),
+        );
         let (hashes_running, hashes_peak) = (Gauge::default(), Gauge::default());
         registry.register("login_hashes_running", "Password hashes running now", hashes_running.clone());
         registry.register(
@@ -109,6 +118,8 @@ impl Default for Metrics {
             suspended,
             handed,
             claimed,
+            held,
+            refused,
             hashes_running,
             hashes_peak,
         }
@@ -123,54 +134,18 @@ impl Metrics {
     }
 }
 
-/// The method and route labels of a request: standard methods only, so that a client's
-/// invented ones cannot grow the label set; `unmatched` when no route matched.
-pub fn request_labels(req: &Request) -> (&'static str, String) {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".into());
-    let method = match *req.method() {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::PATCH => "PATCH",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
-    };
-    (method, route)
-}
-
 impl Metrics {
+    /// The registry in the OpenMetrics text format.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut body = String::new();
+        encode(&mut body, &self.registry)?;
+        Ok(body)
+    }
+
     /// Counts a request of `method` on `route` that answered `status` after `seconds`.
     pub fn request(&self, method: &'static str, route: String, status: u16, seconds: f64) {
         let labels = RouteLabels { method, route, status };
         self.http_requests.get_or_create(&labels).inc();
         self.http_latency.get_or_create(&labels).observe(seconds);
     }
-}
-
-/// Metrics in the Prometheus / OpenMetrics text format.
-#[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
-pub async fn render(State(state): State<AppState>) -> Response {
-    if let Ok(stats) = state.store.delivery_stats(crate::ids::now_ms()).await {
-        state.metrics.due.set(stats.due);
-        state.metrics.in_flight.set(stats.in_flight);
-        state.metrics.suspended.set(stats.suspended_webhooks);
-    }
-    state.metrics.hashes_running.set(state.hashing.running());
-    state.metrics.hashes_peak.set(state.hashing.peak());
-    let mut body = String::new();
-    if encode(&mut body, &state.metrics.registry).is_err() {
-        return crate::http::error::ApiError::from(crate::error::Error::Internal(anyhow::anyhow!(
-            "encoding metrics"
-        )))
-        .into_response();
-    }
-    ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
-        .into_response()
 }

@@ -4,7 +4,10 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    types::AnyId,
+};
 
 /// Largest `limit` of a webhook or notification list.
 pub const MAX_LIMIT: u32 = 500;
@@ -17,24 +20,21 @@ pub struct PageRequest {
     /// 1..=[`MAX_LIMIT`].
     pub limit: u32,
     /// Only ids greater than this one (32 hex).
-    pub prev_id: Option<String>,
+    pub prev_id: Option<AnyId>,
 }
 
 impl PageRequest {
-    /// Checks `limit` (1..=[`MAX_LIMIT`], default [`DEFAULT_LIMIT`]) and `prevId` (32 hex).
-    /// Errors: `InvalidField` naming `limit` or `prevId`.
-    pub fn new(limit: Option<u32>, prev_id: Option<String>) -> Result<Self> {
+    /// Checks `limit` (1..=[`MAX_LIMIT`], default [`DEFAULT_LIMIT`]); `prevId` is parsed at the
+    /// edge. Errors: `InvalidField` naming `limit`.
+    pub fn new(limit: Option<u32>, prev_id: Option<AnyId>) -> Result<Self> {
         Self::bounded(limit, prev_id, DEFAULT_LIMIT, MAX_LIMIT)
     }
 
     /// [`PageRequest::new`] with a list's own default and largest `limit`.
-    pub fn bounded(limit: Option<u32>, prev_id: Option<String>, default: u32, max: u32) -> Result<Self> {
+    pub fn bounded(limit: Option<u32>, prev_id: Option<AnyId>, default: u32, max: u32) -> Result<Self> {
         let limit = limit.unwrap_or(default);
         if !(1..=max).contains(&limit) {
             return Err(Error::invalid_field("limit", format!("must be from 1 to {max}")));
-        }
-        if prev_id.as_deref().is_some_and(|p| !crate::types::is_id(p)) {
-            return Err(Error::invalid_field("prevId", "must be a 32-hex id"));
         }
         Ok(PageRequest { limit, prev_id })
     }

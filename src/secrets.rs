@@ -69,31 +69,36 @@ impl MasterKey {
             if config.environment == Environment::Production {
                 refuse_shared_key_file(path)?;
             }
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read secret key file {}", path.display()))?;
-            return Self::from_hex(&text).with_context(|| format!("secret key file {}", path.display()));
+            return read_key_file(path);
         }
         if config.environment == Environment::Production {
             bail!("the production environment needs a master key: set --secret-key-file or CUSTODIAN_SECRET_KEY_FILE (a file of 64 hex characters, e.g. from `openssl rand -hex 32`)");
         }
         let path = default_key_path(&config.database_url);
         if path.exists() {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("cannot read secret key file {}", path.display()))?;
-            return Self::from_hex(&text).with_context(|| format!("secret key file {}", path.display()));
+            return read_key_file(&path);
         }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
         let mut key = [0u8; 32];
         OsRng.fill_bytes(&mut key);
-        write_private(&path, hex::encode(key).as_bytes())?;
+        if !publish_private(&path, hex::encode(key).as_bytes())? {
+            // Another process (or test) generated it first: use theirs, so all agree.
+            return read_key_file(&path);
+        }
         tracing::warn!(
             path = %path.display(),
             "no secret key file configured: generated one for the test environment; back it up, and configure secret_key_file in production"
         );
         Self::from_hex(&hex::encode(key))
     }
+}
+
+fn read_key_file(path: &Path) -> anyhow::Result<MasterKey> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read secret key file {}", path.display()))?;
+    MasterKey::from_hex(&text).with_context(|| format!("secret key file {}", path.display()))
 }
 
 /// In production the master key file must be readable by its owner only (mode 0600 or
@@ -120,14 +125,20 @@ fn refuse_shared_key_file(path: &Path) -> anyhow::Result<()> {
 /// `master.key` beside the SQLite file, or `data/master.key` for other databases.
 pub fn default_key_path(database_url: &str) -> PathBuf {
     if database_url.starts_with("sqlite:") {
-        let db = crate::store::sqlite::sqlite_path(database_url);
+        let db = crate::config::sqlite_path(database_url);
         let dir = Path::new(&db).parent().map(Path::to_path_buf).unwrap_or_default();
         return dir.join("master.key");
     }
     PathBuf::from("data").join("master.key")
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+/// Writes `bytes` to `path` (mode 0600) only if `path` does not exist yet, atomically: the
+/// content goes to a unique temporary file first and is hard-linked into place, so a
+/// concurrent reader never sees a partly written key. `Ok(false)`: someone else's file won.
+fn publish_private(path: &Path, bytes: &[u8]) -> anyhow::Result<bool> {
+    let mut suffix = [0u8; 8];
+    OsRng.fill_bytes(&mut suffix);
+    let tmp = path.with_extension(format!("tmp-{}", hex::encode(suffix)));
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]
@@ -135,7 +146,38 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         opts.mode(0o600);
     }
-    let mut f = opts.open(path).with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(bytes)?;
-    Ok(())
+    let written = opts
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .with_context(|| format!("cannot create {}", tmp.display()));
+    let linked = written.and_then(|()| match std::fs::hard_link(&tmp, path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+    });
+    let _ = std::fs::remove_file(&tmp);
+    linked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Processes started together on one database must agree on the generated key.
+    #[test]
+    fn concurrent_first_loads_agree_on_one_generated_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/c.db", dir.path().display());
+        let config = Config { database_url: url, ..Config::default() };
+        let keys: Vec<MasterKey> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8).map(|_| s.spawn(|| MasterKey::load(&config))).collect();
+            handles.into_iter().map(|h| h.join().expect("join").expect("load")).collect()
+        });
+        let sealed = keys[0].seal("aad", b"secret").expect("seal");
+        for key in &keys {
+            assert_eq!(key.open("aad", &sealed).expect("same key"), b"secret");
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("master.key")], "no temporary files left");
+    }
 }

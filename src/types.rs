@@ -26,11 +26,76 @@ fn string_schema(pattern: &str, description: &str) -> RefOr<Schema> {
         .into()
 }
 
+/// Declares a closed vocabulary as an enum whose variants are spelt as given (`Variant =
+/// "text"`): `ALL`, `as_str`, and `FromStr` failing with `$unknown`. Serves the scope values
+/// (§4.3), the audit entry types and the error names.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident ($unknown:literal) { $($variant:ident = $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        $vis enum $name {
+            $($variant,)*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The value as written.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = &'static str;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)*
+                    _ => Err($unknown),
+                }
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        /// A string, one of the values (the OpenAPI document lists them).
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some($name::ALL.iter().map(|v| v.as_str())))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
+    };
+}
+pub(crate) use text_enum;
+
 /// Declares a string newtype checked by `$check`, with `FromStr`, serde and an OpenAPI schema.
 macro_rules! checked_string {
     ($(#[$doc:meta])* $name:ident, $check:expr, $pattern:expr, $expect:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        ///
+        /// Stored as text: `sqlx::Type` lets rows decode it and statements bind it on both
+        /// backends (what the database holds was checked when it was written).
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type)]
+        #[sqlx(transparent)]
         pub struct $name(String);
 
         impl $name {
@@ -45,6 +110,13 @@ macro_rules! checked_string {
             /// The owned text.
             pub fn into_string(self) -> String {
                 self.0
+            }
+
+            /// A value read back from the database, checked when it was written and not again
+            /// (as decoding a row through `sqlx::Type` does). Not every type is read that way.
+            #[allow(dead_code)]
+            pub(crate) fn from_stored(s: &str) -> Self {
+                $name(s.to_string())
             }
         }
 
@@ -63,6 +135,14 @@ macro_rules! checked_string {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
+            }
+        }
+
+        /// Reads as its text wherever text is wanted (formatting, hashing, comparing).
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
             }
         }
 
@@ -145,6 +225,32 @@ checked_string!(
     Coin, is_coin, COIN_PATTERN, "a lower-case coin symbol"
 );
 
+/// New ids of the id types, from `crate::ids` (always 32 lowercase hex).
+macro_rules! generated_id {
+    ($($name:ident),*) => {$(
+        impl $name {
+            /// A new random id (`ids::new_id`).
+            pub fn new_random() -> Self {
+                $name(crate::ids::new_id())
+            }
+
+            /// The same id as a paging cursor.
+            pub fn to_cursor(&self) -> AnyId {
+                AnyId(self.0.clone())
+            }
+        }
+    )*};
+}
+
+generated_id!(WalletId, EnterpriseId, UserId, WebhookId, NotificationId, TokenId, AnyId);
+
+impl NotificationId {
+    /// A new id that sorts by creation time (`ids::new_sequential_id`).
+    pub fn new_sequential() -> Self {
+        NotificationId(crate::ids::new_sequential_id())
+    }
+}
+
 /// True when `s` matches `^[0-9a-f]{32}$` (spec §2).
 pub fn is_id(s: &str) -> bool {
     s.len() == 32 && s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
@@ -182,6 +288,11 @@ impl BaseUnits {
     /// What a valid value looks like, for error messages.
     pub const EXPECTED: &'static str = "a non-negative integer in base units (digits, or a JSON integer)";
 
+    /// An amount read back from the database, stored in this canonical form.
+    pub(crate) fn from_stored(s: &str) -> Self {
+        BaseUnits(s.to_string())
+    }
+
     /// Parses digits (1 to 100 of them); leading zeros are dropped.
     pub fn parse(text: &str) -> Option<Self> {
         if text.is_empty() || text.len() > 100 || !text.bytes().all(|c| c.is_ascii_digit()) {
@@ -209,6 +320,13 @@ impl BaseUnits {
     /// The owned digits.
     pub fn into_string(self) -> String {
         self.0
+    }
+}
+
+impl FromStr for BaseUnits {
+    type Err = &'static str;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BaseUnits::parse(s).ok_or(BaseUnits::EXPECTED)
     }
 }
 
@@ -249,7 +367,7 @@ impl Email {
     /// Normalises `text`; the error says why it is not an address this service can hold.
     pub fn parse(text: &str) -> Result<Self, String> {
         let e = text.trim().to_ascii_lowercase();
-        if e.is_empty() || e.len() > Self::MAX_LEN {
+        if e.is_empty() || e.chars().count() > Self::MAX_LEN {
             return Err(format!("1 to {} characters", Self::MAX_LEN));
         }
         if e.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -283,7 +401,7 @@ pub struct Cidr(ipnet::IpNet);
 impl Cidr {
     /// Parses an address or a block; the error says why.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let net = crate::config::parse_cidr(text.trim())?;
+        let net = parse_cidr(text.trim())?;
         if let ipnet::IpNet::V6(v6) = net {
             if let (Some(v4), true) = (v6.addr().to_ipv4_mapped(), v6.prefix_len() >= 96) {
                 let v4 = ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_err(|e| e.to_string())?;
@@ -343,6 +461,26 @@ pub fn de_whole_number_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Opt
         Some(v) => {
             whole_number(&v).map(Some).ok_or_else(|| serde::de::Error::custom("expected a whole number >= 0"))
         }
+    }
+}
+
+/// Parses an IP address (as a single-host block) or a CIDR block, normalised to its network address.
+pub fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    if let Ok(net) = s.parse::<ipnet::IpNet>() {
+        return Ok(net.trunc());
+    }
+    s.parse::<std::net::IpAddr>()
+        .map(ipnet::IpNet::from)
+        .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR block"))
+}
+
+/// A well-formed id of any id type for unit tests, derived from a short label ("n1", "w1"):
+/// the label's bytes in hex, left-padded with zeros to 32 characters.
+#[cfg(test)]
+pub(crate) fn test_id<T: FromStr>(label: &str) -> T {
+    match format!("{:0>32}", hex::encode(label)).parse() {
+        Ok(id) => id,
+        Err(_) => panic!("label {label:?} too long for a test id"),
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::json;
 use crate::{
     config::{Config, Overrides},
     identity::{tokens, users},
+    types::{EnterpriseId, WalletId},
     AppState,
 };
 
@@ -141,7 +142,7 @@ pub enum EnterpriseCommand {
         name: String,
         /// Keep an existing id (32 hex), e.g. when migrating; a new one is generated otherwise.
         #[arg(long)]
-        id: Option<String>,
+        id: Option<EnterpriseId>,
         /// Print {id, name} as JSON.
         #[arg(long)]
         json: bool,
@@ -149,7 +150,7 @@ pub enum EnterpriseCommand {
     /// Add a user to an enterprise (or change their admin flag).
     AddUser {
         #[arg(long)]
-        enterprise: String,
+        enterprise: EnterpriseId,
         #[arg(long)]
         email: String,
         /// Make the user an admin of the enterprise.
@@ -177,7 +178,7 @@ pub enum WalletCommand {
     SetBalance {
         /// Wallet id.
         #[arg(long)]
-        id: String,
+        id: WalletId,
         #[arg(long, value_name = "BASE_UNITS")]
         balance: Option<String>,
         #[arg(long, value_name = "BASE_UNITS")]
@@ -295,6 +296,25 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     crate::serve(listener, state, shutdown).await
 }
 
+/// An operator command against a SQLite file a busy server holds waits for the write lock, up
+/// to `cli_lock_wait` seconds, and says so, rather than failing after the server's busy
+/// timeout; its own statements then wait as long (issue 21 §4).
+async fn wait_for_database(config: &mut Config) -> anyhow::Result<()> {
+    if !config.database_url.starts_with("sqlite:") {
+        return Ok(());
+    }
+    let bound = std::time::Duration::from_secs(config.cli_lock_wait);
+    crate::store::sqlite::wait_for_write_lock(&config.database_url, bound, || {
+        eprintln!(
+            "waiting for the database: another process (a running server?) is writing; up to {} s (cli_lock_wait)",
+            bound.as_secs()
+        )
+    })
+    .await?;
+    config.sqlite_busy_timeout = config.cli_lock_wait;
+    Ok(())
+}
+
 /// `wallet import`: imports a JSON array or NDJSON of §2.1 records with a progress bar, then
 /// prints the summary (JSON with `--json`).
 async fn import_wallets(
@@ -360,12 +380,15 @@ async fn set_balance(config: Config, cmd: WalletCommand) -> anyhow::Result<()> {
         }
     }
     let state = AppState::new(config).await?;
-    crate::wallets::set_balances(&state, None, &id, &serde_json::Value::Object(body)).await?;
+    crate::wallets::set_balances(&state.wallets, None, &id, &serde_json::Value::Object(body)).await?;
     println!("balances of {id} updated");
     Ok(())
 }
 
-async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
+    if !matches!(command, Command::Serve { .. } | Command::Openapi) {
+        wait_for_database(&mut config).await?;
+    }
     match command {
         Command::Serve { .. } => serve(config).await,
         Command::Migrate => {
@@ -379,7 +402,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let state = AppState::new(config).await?;
             let created = users::create_user(
                 &state.store,
-                &state.key,
+                &state.identity.key,
                 &email,
                 name.as_deref(),
                 &password,
@@ -401,7 +424,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         }
         Command::Enterprise(EnterpriseCommand::Create { name, id, json }) => {
             let store = crate::store::open(&config).await?;
-            let e = users::create_enterprise(&store, &name, id.as_deref()).await?;
+            let e = users::create_enterprise(&store, &name, id).await?;
             if json {
                 println!("{}", json!({ "id": e.id, "name": e.name }));
             } else {
@@ -422,10 +445,14 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Wallet(cmd @ WalletCommand::SetBalance { .. }) => set_balance(config, cmd).await,
         Command::Event(EventCommand::Emit { json_file }) => {
             let text = read_file_or_stdin(&json_file)?;
+            // The same check as the events route: repeated keys are refused, not last-wins.
+            if let Err(crate::error::JsonProblem::Invalid(e)) = crate::error::check_json(text.as_bytes()) {
+                return Err(e.into());
+            }
             let body: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not valid JSON", json_file.display()))?;
             let state = AppState::new(config).await?;
-            let result = crate::webhooks::events::ingest(&state, body).await?;
+            let result = crate::webhooks::events::ingest(&state.webhooks, body).await?;
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }

@@ -8,7 +8,7 @@ use crate::{
     config::Config,
     identity::operator::{self, Revocation},
     ids,
-    types::Cidr,
+    types::{Cidr, TokenId},
     AppState,
 };
 
@@ -19,7 +19,7 @@ pub enum TokenCommand {
     Revoke {
         /// The token's id.
         #[arg(long, conflicts_with = "user", required_unless_present = "user")]
-        id: Option<String>,
+        id: Option<TokenId>,
         /// The user's email.
         #[arg(long)]
         user: Option<String>,
@@ -51,7 +51,7 @@ pub async fn user_command(config: Config, cmd: super::UserCommand) -> anyhow::Re
             println!("{} may log in again", u.email);
         }
         super::UserCommand::ResetOtp { email, json } => {
-            let c = operator::reset_otp(store, &state.key, &email).await?;
+            let c = operator::reset_otp(store, &state.identity.key, &email).await?;
             if json {
                 println!("{}", serde_json::to_string(&c)?);
             } else {

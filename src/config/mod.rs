@@ -164,6 +164,9 @@ pub struct WebhooksConfig {
     /// Webhooks of every level signed by one enterprise (its wallets', its own, and block
     /// webhooks bound to it).
     pub max_per_enterprise: u32,
+    /// Notifications kept for one suspended webhook until it is unblocked; beyond, new ones are
+    /// refused (audited, counted) rather than stored (issue 21 §3).
+    pub max_held: u64,
     /// Coin symbols a block webhook may name (a TOML array or one comma-separated string).
     #[serde(deserialize_with = "de_string_list")]
     pub coins: Vec<String>,
@@ -263,6 +266,7 @@ impl Default for WebhooksConfig {
             operations_per_minute: 10,
             max_per_user: 100,
             max_per_enterprise: 1_000,
+            max_held: 10_000,
             coins: DEFAULT_BLOCK_WEBHOOK_COINS.iter().map(|c| c.to_string()).collect(),
         }
     }
@@ -347,6 +351,12 @@ pub struct Config {
     pub max_in_flight_requests: usize,
     /// `text` (default) or `json` log lines on standard error.
     pub log_format: String,
+    /// How long `serve` waits for a SQLite database another process is writing, seconds, before
+    /// a statement fails (the busy timeout).
+    pub sqlite_busy_timeout: u64,
+    /// How long an operator command (`user create`, `enterprise add-user`, ...) waits for a
+    /// SQLite database a busy server holds, seconds, saying so after a moment (issue 21 §4).
+    pub cli_lock_wait: u64,
     pub login: LoginConfig,
     pub delivery: DeliveryConfig,
     pub postgres: PostgresConfig,
@@ -375,6 +385,8 @@ impl Default for Config {
             request_timeout: 30,
             max_in_flight_requests: 1024,
             log_format: "text".into(),
+            sqlite_busy_timeout: 5,
+            cli_lock_wait: 60,
             login: LoginConfig::default(),
             delivery: DeliveryConfig::default(),
             postgres: PostgresConfig::default(),
@@ -420,6 +432,8 @@ const ENV_KEYS: &[&str] = &[
     "request_timeout",
     "max_in_flight_requests",
     "log_format",
+    "sqlite_busy_timeout",
+    "cli_lock_wait",
     "role",
 ];
 
@@ -520,7 +534,7 @@ impl Config {
 /// Accepts a TOML array or one comma-separated string (as environment variables give it).
 fn de_cidr_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
     let items = de_string_list(d)?;
-    items.iter().map(|s| parse_cidr(s).map_err(serde::de::Error::custom)).collect()
+    items.iter().map(|s| crate::types::parse_cidr(s).map_err(serde::de::Error::custom)).collect()
 }
 
 /// Accepts a TOML array of strings or one comma-separated string.
@@ -561,12 +575,8 @@ fn de_number_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u64>, D:
     }
 }
 
-/// Parses an IP address (as a single-host block) or a CIDR block, normalised to its network address.
-pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
-    if let Ok(net) = s.parse::<IpNet>() {
-        return Ok(net.trunc());
-    }
-    s.parse::<std::net::IpAddr>()
-        .map(IpNet::from)
-        .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR block"))
+/// The file path of a `sqlite:` database URL (`sqlite://path?options` or `sqlite:path`).
+pub fn sqlite_path(url: &str) -> String {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    rest.split('?').next().unwrap_or_default().to_string()
 }

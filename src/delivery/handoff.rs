@@ -13,17 +13,24 @@
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::store::{Claimed, Notification, NotificationState, Webhook};
+use crate::{
+    outbox::dispatch::{Dispatch, Reserved},
+    store::{Claimed, Notification, NotificationState, Webhook},
+    types::NotificationId,
+};
 
 /// A notification given to the engine with the delivery slot it was written under.
 pub(super) type Handed = (Claimed, OwnedSemaphorePermit);
 
-/// This process's link to its engine; see the module documentation.
+/// This process's link to its engine, and the engine's wake-up; see the module documentation.
+/// The domain sees it as [`Dispatch`].
 #[derive(Default)]
 pub struct Handoff {
     engine: Mutex<Option<Attached>>,
+    /// Wakes the engine when notifications are written for a claim.
+    pub(super) wake: Notify,
 }
 
 struct Attached {
@@ -33,24 +40,13 @@ struct Attached {
     queue: mpsc::UnboundedSender<Handed>,
 }
 
-/// Delivery slots taken for notifications about to be written: `until_ms` is the lease to
-/// write them with (Unix ms). Dropping it frees the slots.
-pub struct Leases {
+/// Delivery slots taken for notifications about to be written, and those notifications as
+/// the engine will get them. Dropping it frees the slots.
+struct Leases {
     permits: Vec<OwnedSemaphorePermit>,
-    /// The lease's end, Unix milliseconds.
-    pub until_ms: i64,
-}
-
-impl Leases {
-    /// How many slots are held.
-    pub fn len(&self) -> usize {
-        self.permits.len()
-    }
-
-    /// Whether none is held.
-    pub fn is_empty(&self) -> bool {
-        self.permits.is_empty()
-    }
+    claimed: Vec<Claimed>,
+    /// The engine's inbox when the slots were taken.
+    queue: Option<mpsc::UnboundedSender<Handed>>,
 }
 
 impl Handoff {
@@ -72,59 +68,63 @@ impl Handoff {
             *e = None;
         }
     }
+}
 
-    /// Up to `n` delivery slots free now, leased from `now_ms`; none without an engine.
-    fn reserve(&self, n: usize, now_ms: i64) -> Leases {
-        let mut leases = Leases { permits: Vec::new(), until_ms: 0 };
-        let Ok(e) = self.engine.lock() else { return leases };
-        let Some(a) = e.as_ref() else { return leases };
-        leases.until_ms = now_ms + a.lease_ms;
-        while leases.permits.len() < n {
+impl Dispatch for Handoff {
+    fn reserve(
+        &self,
+        notifications: &mut [Notification],
+        hooks: &[&Webhook],
+        now_ms: i64,
+    ) -> Box<dyn Reserved> {
+        let mut leases = Leases { permits: Vec::new(), claimed: Vec::new(), queue: None };
+        let Ok(e) = self.engine.lock() else { return Box::new(leases) };
+        let Some(a) = e.as_ref() else { return Box::new(leases) };
+        let until_ms = now_ms + a.lease_ms;
+        while leases.permits.len() < notifications.len() {
             match a.permits.clone().try_acquire_owned() {
                 Ok(p) => leases.permits.push(p),
                 Err(_) => break,
             }
         }
-        leases
-    }
-
-    /// Leases the first of `notifications` (each to the webhook beside it in `hooks`) for the
-    /// free slots: marks them `pending` until the lease's end, as a claim would, and returns
-    /// the slots with what to hand over once they are written.
-    pub fn lease(
-        &self,
-        notifications: &mut [Notification],
-        hooks: &[&Webhook],
-        now_ms: i64,
-    ) -> (Leases, Vec<Claimed>) {
-        let leases = self.reserve(notifications.len(), now_ms);
-        let handed = notifications
+        leases.queue = Some(a.queue.clone());
+        leases.claimed = notifications
             .iter_mut()
             .zip(hooks)
-            .take(leases.len())
+            .take(leases.permits.len())
             .map(|(n, w)| {
                 n.state = NotificationState::Pending;
-                n.lease_until_ms = leases.until_ms;
+                n.lease_until_ms = until_ms;
                 Claimed { notification: n.clone(), webhook: (*w).clone() }
             })
             .collect();
-        (leases, handed)
+        Box::new(leases)
     }
 
-    /// Gives the engine `claimed`, written under `leases` (one slot each, in order). Those the
-    /// engine can no longer take (it stopped meanwhile) are returned, to be given back to the
-    /// outbox rather than wait for their lease to end.
-    pub fn hand_over(&self, leases: Leases, claimed: Vec<Claimed>) -> Vec<Claimed> {
-        let queue = self.engine.lock().ok().and_then(|e| e.as_ref().map(|a| a.queue.clone()));
+    fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Reserved for Leases {
+    fn len(&self) -> usize {
+        self.claimed.len()
+    }
+
+    fn hand_over(self: Box<Self>, skipped: &[NotificationId]) -> Vec<NotificationId> {
+        let Leases { permits, claimed, queue } = *self;
         let mut refused = Vec::new();
-        for (c, permit) in claimed.into_iter().zip(leases.permits) {
+        for (c, permit) in claimed.into_iter().zip(permits) {
+            if skipped.contains(&c.notification.id) {
+                continue;
+            }
             match &queue {
                 Some(q) => {
                     if let Err(mpsc::error::SendError((c, _))) = q.send((c, permit)) {
-                        refused.push(c);
+                        refused.push(c.notification.id);
                     }
                 }
-                None => refused.push(c),
+                None => refused.push(c.notification.id),
             }
         }
         refused

@@ -17,16 +17,20 @@ use tokio::{
 };
 
 use crate::{
+    config::Config,
     ids,
-    store::{Attempt, Claimed, Completion, Outcome, Saturated, SuspendRule},
-    webhooks::{headers, signing},
-    AppState,
+    metrics::Metrics,
+    outbox::{headers, secrets::SecretCache, signing},
+    secrets::MasterKey,
+    store::{Attempt, Claimed, Completion, DynStore, Outcome, Saturated},
+    types::{EnterpriseId, NotificationId, UserId, WebhookId},
 };
 
 pub mod handoff;
 pub mod prune;
 pub mod retry;
 pub mod ssrf;
+pub mod suspension;
 
 /// Notifications claimed per query.
 const CLAIM_BATCH: usize = 256;
@@ -43,9 +47,23 @@ const LEASE_MARGIN_MS: i64 = 5_000;
 /// share is full (`Saturated`), so it goes out as soon as a slot of its own frees.
 const DEFER_MS: i64 = 0;
 
+/// The handles the engine uses (issue 19 §3), wired in `lib.rs`.
+#[derive(Clone)]
+pub struct Deps {
+    pub store: DynStore,
+    pub config: Arc<Config>,
+    /// Opens custom header values and webhook secrets.
+    pub key: Arc<MasterKey>,
+    pub metrics: Arc<Metrics>,
+    /// Decrypted webhook secrets, briefly cached.
+    pub secrets: Arc<SecretCache>,
+    /// Fresh notifications from this process's ingestion, and the engine's wake-up.
+    pub handoff: Arc<handoff::Handoff>,
+}
+
 /// The engine of one process.
 pub struct Engine {
-    state: AppState,
+    deps: Deps,
     /// Deliveries in flight per webhook id and per tenant.
     in_flight: std::sync::Mutex<InFlight>,
     guard: Arc<ssrf::Guard>,
@@ -97,7 +115,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// Deliveries in flight, counted per webhook and per tenant.
 #[derive(Default)]
 struct InFlight {
-    webhooks: HashMap<String, usize>,
+    webhooks: HashMap<WebhookId, usize>,
     tenants: HashMap<Tenant, usize>,
 }
 
@@ -105,14 +123,14 @@ struct InFlight {
 /// block webhook bound to no enterprise).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Tenant {
-    Enterprise(String),
-    User(String),
+    Enterprise(EnterpriseId),
+    User(UserId),
 }
 
 impl Tenant {
     fn of(w: &crate::store::Webhook) -> Self {
         match w.level.enterprise_id() {
-            Some(e) => Tenant::Enterprise(e.to_string()),
+            Some(e) => Tenant::Enterprise(e.clone()),
             None => Tenant::User(w.user_id.clone()),
         }
     }
@@ -146,8 +164,8 @@ struct Response {
 
 impl Engine {
     /// Builds the HTTP clients from `delivery.*` settings.
-    pub fn new(state: AppState) -> anyhow::Result<Self> {
-        let cfg = &state.config.delivery;
+    pub fn new(deps: Deps) -> anyhow::Result<Self> {
+        let cfg = &deps.config.delivery;
         let guard = Arc::new(ssrf::Guard { allowed: cfg.allowed_cidrs.clone() });
         let timeout = Duration::from_secs(cfg.timeout);
         let resolver = Arc::new(ssrf::GuardedResolver { guard: guard.clone() });
@@ -156,7 +174,7 @@ impl Engine {
             open: client(cfg.concurrency, timeout, None)?,
             guard,
             lease_ms: i64::try_from(cfg.timeout).unwrap_or(10) * 2000 + LEASE_MARGIN_MS,
-            state,
+            deps,
             in_flight: Default::default(),
             waiting: Default::default(),
         })
@@ -166,13 +184,13 @@ impl Engine {
     pub fn spawn(self, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
         let me = Arc::new(self);
         tokio::spawn(async move {
-            let cfg = me.state.config.delivery.clone();
+            let cfg = me.deps.config.delivery.clone();
             let (tx, rx) = mpsc::channel::<Outcome>(COMPLETE_BATCH * 4);
             let completer = tokio::spawn(me.clone().complete_loop(rx));
-            let pruner = prune::spawn(me.state.clone(), shutdown.clone());
+            let pruner = prune::spawn(me.deps.store.clone(), me.deps.config.clone(), shutdown.clone());
             let permits = Arc::new(Semaphore::new(cfg.concurrency));
             let (handed_tx, mut handed) = mpsc::unbounded_channel();
-            me.state.handoff.attach(permits.clone(), me.lease_ms, handed_tx);
+            me.deps.handoff.attach(permits.clone(), me.lease_ms, handed_tx);
             let poll = Duration::from_millis(cfg.poll_interval_ms);
             while !*shutdown.borrow() {
                 while let Ok(h) = handed.try_recv() {
@@ -184,10 +202,10 @@ impl Engine {
                 if free > 0 {
                     let now = ids::now_ms();
                     let skip = me.saturated();
-                    match me.state.store.claim_due(now, now + me.lease_ms, free as u32, &skip).await {
+                    match me.deps.store.claim_due(now, now + me.lease_ms, free as u32, &skip).await {
                         Ok(batch) => {
                             full = batch.len() == free;
-                            me.state.metrics.claimed.inc_by(batch.len() as u64);
+                            me.deps.metrics.claimed.inc_by(batch.len() as u64);
                             let mut deferred = Vec::new();
                             for c in batch {
                                 // Ingestion may have taken slots since (`handoff`): never wait
@@ -221,15 +239,15 @@ impl Engine {
                 }
                 tokio::select! {
                     Some(h) = handed.recv() => me.accept(h, &tx).await,
-                    _ = me.state.wake.notified() => {}
+                    _ = me.deps.handoff.wake.notified() => {}
                     _ = tokio::time::sleep(poll) => {}
                     _ = shutdown.changed() => {}
                 }
             }
-            me.state.handoff.detach();
+            me.deps.handoff.detach();
             // A hand-over racing the detach now fails, and its ingestion gives them back.
             handed.close();
-            let mut parked: Vec<String> =
+            let mut parked: Vec<NotificationId> =
                 me.take_waiting(|_| true).into_iter().map(|c| c.notification.id).collect();
             while let Ok((c, _)) = handed.try_recv() {
                 parked.push(c.notification.id);
@@ -268,13 +286,13 @@ impl Engine {
     /// Starts a notification ingestion handed over with its slot ([`handoff`]), or keeps it
     /// waiting for its webhook's or tenant's share like a claimed one.
     async fn accept(self: &Arc<Self>, (c, permit): handoff::Handed, tx: &mpsc::Sender<Outcome>) {
-        self.state.metrics.handed.inc();
+        self.deps.metrics.handed.inc();
         if self.take_slot(&c.webhook) {
             self.clone().start(c, permit, tx.clone());
             return;
         }
         drop(permit);
-        if let Some(c) = self.park(c, self.state.config.delivery.concurrency) {
+        if let Some(c) = self.park(c, self.deps.config.delivery.concurrency) {
             self.give_back(&[c.notification.id]).await;
         }
     }
@@ -314,7 +332,7 @@ impl Engine {
     /// than half their lease are given back instead.
     async fn next_waiting(&self) -> Option<Claimed> {
         let half_lease = Duration::from_millis(u64::try_from(self.lease_ms / 2).unwrap_or(0));
-        let stale: Vec<String> = self
+        let stale: Vec<NotificationId> = self
             .take_waiting(|(_, at)| at.elapsed() > half_lease)
             .into_iter()
             .map(|c| c.notification.id)
@@ -331,11 +349,12 @@ impl Engine {
     }
 
     /// Makes claimed notifications due again at once, unattempted.
-    async fn give_back(&self, ids: &[String]) {
+    #[tracing::instrument(level = "debug", skip_all, fields(count = ids.len()))]
+    async fn give_back(&self, ids: &[NotificationId]) {
         if ids.is_empty() {
             return;
         }
-        if let Err(e) = self.state.store.defer(ids, ids::now_ms() + DEFER_MS).await {
+        if let Err(e) = self.deps.store.defer(ids, ids::now_ms() + DEFER_MS).await {
             tracing::error!(error = %e, "giving back notifications failed; their leases will end");
         }
     }
@@ -344,7 +363,7 @@ impl Engine {
     /// or its tenant `per_tenant_concurrency` in flight: hanging receivers of one tenant then
     /// hold at most that share, and the other slots stay free for everyone else.
     fn take_slot(&self, w: &crate::store::Webhook) -> bool {
-        let cfg = &self.state.config.delivery;
+        let cfg = &self.deps.config.delivery;
         let Ok(mut m) = self.in_flight.lock() else { return true };
         let tenant = Tenant::of(w);
         if !take(&mut m.tenants, &tenant, cfg.per_tenant_concurrency) {
@@ -359,7 +378,7 @@ impl Engine {
 
     /// The webhooks and tenants now at their caps, whose notifications the next claim leaves.
     fn saturated(&self) -> Saturated {
-        let cfg = &self.state.config.delivery;
+        let cfg = &self.deps.config.delivery;
         let Ok(m) = self.in_flight.lock() else { return Saturated::default() };
         let mut skip = Saturated::default();
         for (id, n) in &m.webhooks {
@@ -385,12 +404,8 @@ impl Engine {
     }
 
     async fn complete_loop(self: Arc<Self>, mut rx: mpsc::Receiver<Outcome>) {
-        let cfg = &self.state.config.delivery;
-        let rule = SuspendRule {
-            window_ms: i64::try_from(cfg.suspend_window).unwrap_or(i64::MAX / 2000) * 1000,
-            max_in_window: cfg.suspend_after_failures,
-            max_total: cfg.suspend_after_total_failures,
-        };
+        let cfg = &self.deps.config.delivery;
+        let rule = suspension::SuspendRule::of(cfg);
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             while batch.len() < COMPLETE_BATCH {
@@ -399,7 +414,7 @@ impl Engine {
                     Err(_) => break,
                 }
             }
-            match self.state.store.complete(&batch, ids::now_ms(), rule).await {
+            match self.deps.store.complete(&batch, ids::now_ms(), &rule).await {
                 Ok(suspended) => {
                     for id in suspended {
                         tracing::warn!(webhook = %id, "webhook suspended after repeated delivery failures");
@@ -410,11 +425,12 @@ impl Engine {
                     tracing::error!(error = %e, count = batch.len(), "recording delivery outcomes failed")
                 }
             }
-            self.state.wake.notify_one();
+            self.deps.handoff.wake.notify_one();
         }
     }
 
     /// One attempt at one notification.
+    #[tracing::instrument(level = "debug", skip_all, fields(notification = %c.notification.id, webhook = %c.webhook.id))]
     async fn deliver(&self, c: Claimed) -> Outcome {
         let started_at = ids::now_ms();
         let t0 = Instant::now();
@@ -433,7 +449,7 @@ impl Engine {
             Completion::Delivered
         } else {
             let failed_before = usize::try_from(n.retries).unwrap_or(usize::MAX);
-            match retry::next_delay(&self.state.config.delivery.retry_schedule, failed_before, retry_after) {
+            match retry::next_delay(&self.deps.config.delivery.retry_schedule, failed_before, retry_after) {
                 Some(d) => {
                     Completion::Retry(ids::now_ms() + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2))
                 }
@@ -445,7 +461,7 @@ impl Engine {
             Completion::Retry(_) => "retry",
             Completion::Failed => "failed",
         };
-        self.state.metrics.delivery(outcome, elapsed.as_secs_f64());
+        self.deps.metrics.delivery(outcome, elapsed.as_secs_f64());
         Outcome {
             attempt: Attempt {
                 notification_id: n.id.clone(),
@@ -473,14 +489,18 @@ impl Engine {
         let timestamp = ids::now();
         let mut req = client
             .post(url)
-            .timeout(Duration::from_secs(self.state.config.delivery.timeout))
+            .timeout(Duration::from_secs(self.deps.config.delivery.timeout))
             .header(header::CONTENT_TYPE, "application/json")
             .header("idempotency-key", &n.idempotency_key)
-            .header("webhook-id", &n.id)
+            .header("webhook-id", n.id.as_str())
             .header("webhook-timestamp", timestamp.to_string());
         if let Some(eid) = w.level.enterprise_id() {
-            let secrets =
-                self.state.secrets.get(&self.state, eid).await.map_err(|e| format!("webhook secret: {e}"))?;
+            let secrets = self
+                .deps
+                .secrets
+                .get(&self.deps.store, &self.deps.key, eid)
+                .await
+                .map_err(|e| format!("webhook secret: {e}"))?;
             if let Some(s) = secrets {
                 let body = n.payload.as_bytes();
                 req = req.header("x-signature-sha256", signing::bitgo_signature(&s.current, body));
@@ -492,7 +512,7 @@ impl Engine {
             }
         }
         for (k, v) in &w.custom_headers {
-            req = req.header(k.as_str(), headers::open(&self.state.key, &w.id, k, v)?);
+            req = req.header(k.as_str(), headers::open(&self.deps.key, &w.id, k, v)?);
         }
         let mut res = req.body(n.payload.clone()).send().await.map_err(|e| error_chain(&e))?;
         let status = res.status().as_u16();

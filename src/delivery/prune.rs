@@ -3,11 +3,11 @@
 //! small batches, so that a busy receiver cannot grow the database without bound and no single
 //! delete holds the write lock for long.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use tokio::{sync::watch, task::JoinHandle};
 
-use crate::{ids, AppState};
+use crate::{config::Config, ids, store::DynStore};
 
 /// Rows deleted per statement.
 const BATCH: u32 = 500;
@@ -25,12 +25,13 @@ pub struct Pruned {
 
 /// Deletes what is older than `retention_days` before `now_ms`, at most
 /// `MAX_BATCHES * BATCH` rows of each table. Errors: the store's.
-pub async fn prune_once(state: &AppState, now_ms: i64) -> crate::store::StoreResult<Pruned> {
-    let days = i64::try_from(state.config.delivery.retention_days).unwrap_or(i64::MAX / 86_400_000);
+#[tracing::instrument(level = "debug", skip_all)]
+pub async fn prune_once(store: &DynStore, config: &Config, now_ms: i64) -> crate::store::StoreResult<Pruned> {
+    let days = i64::try_from(config.delivery.retention_days).unwrap_or(i64::MAX / 86_400_000);
     let before = now_ms.saturating_sub(days.saturating_mul(86_400_000));
     Ok(Pruned {
-        attempts: in_batches(|| state.store.prune_attempts(before, BATCH)).await?,
-        notifications: in_batches(|| state.store.prune_notifications(before, BATCH)).await?,
+        attempts: in_batches(|| store.prune_attempts(before, BATCH)).await?,
+        notifications: in_batches(|| store.prune_notifications(before, BATCH)).await?,
     })
 }
 
@@ -55,14 +56,14 @@ where
 
 /// Prunes at start and every `delivery.prune_interval_ms` until `shutdown`; does nothing when
 /// `delivery.retention_days` is 0 (keep for ever).
-pub fn spawn(state: AppState, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+pub fn spawn(store: DynStore, config: Arc<Config>, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        if state.config.delivery.retention_days == 0 {
+        if config.delivery.retention_days == 0 {
             return;
         }
-        let every = Duration::from_millis(state.config.delivery.prune_interval_ms);
+        let every = Duration::from_millis(config.delivery.prune_interval_ms);
         while !*shutdown.borrow() {
-            match prune_once(&state, ids::now_ms()).await {
+            match prune_once(&store, &config, ids::now_ms()).await {
                 Ok(p) if p != Pruned::default() => tracing::info!(
                     attempts = p.attempts,
                     notifications = p.notifications,

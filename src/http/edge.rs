@@ -1,8 +1,9 @@
 //! The one middleware every request passes (issue 12 §4: one boxed future and one service
 //! clone per request where seven tower layers each took their own). In order:
 //!
-//! 1. the request id: the client's `request-id` header, else 32 generated hex characters, set
-//!    on the request (for handlers and logs) and echoed on the response;
+//! 1. the request id: the client's `request-id` header when `request_id::acceptable` (at most
+//!    128 safe characters), else 32 generated hex characters, set on the request (for handlers
+//!    and logs) and echoed on the response;
 //! 2. the request's tracing span (method, path, request id);
 //! 3. the in-flight limit (`max_in_flight_requests`): past it, 503 `ServerBusy` at once rather
 //!    than a queue that only hides the overload until the timeout (issue 9 §8);
@@ -24,7 +25,7 @@ use tracing::Instrument;
 use super::{
     auth::{add_rate_limit_headers, RateSlot},
     error::ApiError,
-    request_id::{with_error_body, REQUEST_ID},
+    request_id::{acceptable, with_error_body, REQUEST_ID},
 };
 use crate::{error::Error, AppState};
 
@@ -48,7 +49,7 @@ impl Edge {
 /// See the module documentation.
 pub async fn edge(State(edge): State<Edge>, mut req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let request_id = match req.headers().get(&REQUEST_ID) {
+    let request_id = match req.headers().get(&REQUEST_ID).filter(|v| acceptable(v)) {
         Some(v) => v.clone(),
         None => {
             let v = HeaderValue::from_maybe_shared(axum::body::Bytes::from(crate::ids::new_id()))
@@ -59,7 +60,7 @@ pub async fn edge(State(edge): State<Edge>, mut req: Request, next: Next) -> Res
     };
     let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path(),
         request_id = %String::from_utf8_lossy(request_id.as_bytes()));
-    let (method, route) = crate::metrics::request_labels(&req);
+    let (method, route) = super::metrics::request_labels(&req);
     let slot = RateSlot::default();
     req.extensions_mut().insert(slot.clone());
     let mut res = match edge.in_flight.clone().try_acquire_owned() {

@@ -2,6 +2,7 @@
 //! `{name, error, context, requestId}`. `requestId` is filled in by [`super::request_id`]'s
 //! layer, which sees every response, so a handler only says what went wrong.
 
+use crate::error::ErrorName;
 use axum::{
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
@@ -26,12 +27,6 @@ pub enum ApiError {
     UnsupportedMediaType,
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    fn from(e: crate::store::StoreError) -> Self {
-        ApiError::Domain(e.into())
-    }
-}
-
 impl ApiError {
     /// The status of each failure.
     pub fn status(&self) -> StatusCode {
@@ -54,11 +49,11 @@ impl ApiError {
     fn body(&self) -> ErrorBody {
         let e = match self {
             ApiError::PayloadTooLarge => {
-                return ErrorBody::new("PayloadTooLarge", &self.to_string(), json!({}))
+                return ErrorBody::new(ErrorName::PayloadTooLarge, &self.to_string(), json!({}))
             }
             ApiError::UnsupportedMediaType => {
                 return ErrorBody::new(
-                    "UnsupportedMediaType",
+                    ErrorName::UnsupportedMediaType,
                     &self.to_string(),
                     json!({ "header": "Content-Type" }),
                 )
@@ -67,28 +62,28 @@ impl ApiError {
         };
         match e {
             Error::Invalid { name, message, context } | Error::Forbidden { name, message, context } => {
-                ErrorBody::new(name, message, context.clone())
+                ErrorBody::new(*name, message, context.clone())
             }
             Error::Unauthenticated { name, message }
             | Error::NotFound { name, message }
-            | Error::Conflict { name, message } => ErrorBody::new(name, message, json!({})),
+            | Error::Conflict { name, message } => ErrorBody::new(*name, message, json!({})),
             Error::LoginFailed { name, message, needs_otp } => {
-                let mut b = ErrorBody::new(name, message, json!({ "needsOTP": needs_otp }));
+                let mut b = ErrorBody::new(*name, message, json!({ "needsOTP": needs_otp }));
                 if *needs_otp {
                     b.0.insert("needsOTP".into(), json!(true));
                 }
                 b
             }
             Error::Throttled { name, message, retry_after_secs } => {
-                ErrorBody::new(name, message, json!({ "retryAfter": retry_after_secs }))
+                ErrorBody::new(*name, message, json!({ "retryAfter": retry_after_secs }))
             }
             Error::Busy { message, retry_after_secs } => {
-                ErrorBody::new("ServerBusy", message, json!({ "retryAfter": retry_after_secs }))
+                ErrorBody::new(ErrorName::ServerBusy, message, json!({ "retryAfter": retry_after_secs }))
             }
-            Error::Unavailable(message) => ErrorBody::new("ServiceUnavailable", message, json!({})),
+            Error::Unavailable(message) => ErrorBody::new(ErrorName::ServiceUnavailable, message, json!({})),
             Error::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "internal error");
-                ErrorBody::new("InternalError", "internal error", json!({}))
+                ErrorBody::new(ErrorName::InternalError, "internal error", json!({}))
             }
         }
     }
@@ -100,9 +95,9 @@ pub struct ErrorBody(pub Map<String, Value>);
 
 impl ErrorBody {
     /// Builds the §7 fields; extra top-level fields (such as `needsOTP`) go in `extra`.
-    pub fn new(name: &str, error: &str, context: Value) -> Self {
+    pub fn new(name: ErrorName, error: &str, context: Value) -> Self {
         let mut m = Map::new();
-        m.insert("name".into(), json!(name));
+        m.insert("name".into(), json!(name.as_str()));
         m.insert("error".into(), json!(error));
         m.insert("context".into(), if context.is_object() { context } else { json!({}) });
         ErrorBody(m)

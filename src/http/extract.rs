@@ -1,6 +1,7 @@
 //! Extractors that turn a request into checked values or a §7 error: JSON bodies, typed path
 //! and query parameters, and the client address.
 
+use crate::error::ErrorName;
 use std::net::{IpAddr, SocketAddr};
 
 use axum::{
@@ -13,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use crate::{
-    error::{parse_json, Error},
+    error::{check_json, parse_json, Error, JsonProblem},
     AppState,
 };
 
@@ -28,8 +29,8 @@ impl<T: DeserializeOwned + Serialize, S: Send + Sync> FromRequest<S> for ApiJson
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = json_bytes(req, state).await?;
-        // A syntax check that builds nothing, then one typed pass (issue 12 §4).
-        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map_err(malformed)?;
+        // A check that builds nothing (syntax, repeated keys), then one typed pass (issue 12 §4).
+        check(&bytes)?;
         Ok(ApiJson(parse_json(&bytes)?))
     }
 }
@@ -50,13 +51,22 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// the job of [`crate::error::parse_value`] on the type the value is read into.
 pub async fn json_value<S: Send + Sync>(req: Request, state: &S) -> Result<Value, ApiError> {
     let bytes = json_bytes(req, state).await?;
+    check(&bytes)?;
     Ok(serde_json::from_slice::<Value>(&bytes).map_err(malformed)?)
+}
+
+/// [`check_json`]: 400 `MalformedJson`, or 400 `InvalidField` naming a repeated key.
+fn check(bytes: &[u8]) -> Result<(), Error> {
+    check_json(bytes).map_err(|p| match p {
+        JsonProblem::Malformed(e) => malformed(e),
+        JsonProblem::Invalid(e) => e,
+    })
 }
 
 /// 400 `MalformedJson`, with where the text stops being JSON.
 fn malformed(e: serde_json::Error) -> Error {
     Error::Invalid {
-        name: "MalformedJson",
+        name: ErrorName::MalformedJson,
         message: format!("request body is not valid JSON: {e}"),
         context: json!({ "line": e.line(), "column": e.column() }),
     }
@@ -81,7 +91,8 @@ async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Ap
         if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge
         } else {
-            Error::Invalid { name: "BadRequest", message: rej.body_text(), context: json!({}) }.into()
+            Error::Invalid { name: ErrorName::BadRequest, message: rej.body_text(), context: json!({}) }
+                .into()
         }
     })
 }
@@ -183,17 +194,20 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
     }
 }
 
-/// Query parameters; a value of the wrong type is a 400 `InvalidField` naming `query`.
+/// Query parameters; a value of the wrong type is a 400 `InvalidField` naming the parameter.
 pub struct ApiQuery<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Query(v)| ApiQuery(v))
-            .map_err(|e| Error::invalid_field("query", e.body_text()).into())
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        let de = serde_urlencoded::Deserializer::new(url::form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize::<_, T>(de).map(ApiQuery).map_err(|e| {
+            let field = e.path().to_string();
+            let field = if field == "." { "query".to_string() } else { field };
+            Error::invalid_field(&field, format!("{field}: {}", e.into_inner())).into()
+        })
     }
 }
 

@@ -27,6 +27,7 @@ mod edge;
 pub mod error;
 pub mod extract;
 pub mod handlers;
+pub mod metrics;
 mod openapi;
 pub mod request_id;
 
@@ -100,7 +101,7 @@ async fn health(State(state): State<AppState>) -> error::ApiResult<Json<Health>>
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(health))
-        .routes(routes!(crate::metrics::render))
+        .routes(routes!(metrics::render))
         .routes(routes!(openapi_document))
         .routes(routes!(identity::login))
         .routes(routes!(identity::create_access_token, sessions::list_tokens))
@@ -171,7 +172,7 @@ pub fn app_for(state: AppState, api: bool) -> Router {
     } else {
         Router::new()
             .route("/health", get(health))
-            .route("/metrics", get(crate::metrics::render))
+            .route("/metrics", get(metrics::render))
             .route("/openapi.json", get(openapi_document))
     };
     router

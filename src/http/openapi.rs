@@ -9,7 +9,7 @@ use crate::{
     config::DEFAULT_BLOCK_WEBHOOK_COINS,
     identity::{
         login::OTP_DIGITS,
-        scopes::{SCOPES, WALLET_CONTEXT_SCOPES},
+        scopes::Scope,
         tokens::{MAX_DURATION, MAX_IP_RESTRICT, MAX_PERMITTED, MAX_SCOPES, MAX_SPENDING_LIMITS},
     },
     types::{COIN_PATTERN, ID_PATTERN as ID},
@@ -109,8 +109,10 @@ fn access_token_request(schemas: &mut Value) {
     p["duration"]["minimum"] = json!(1);
     p["duration"]["maximum"] = json!(MAX_DURATION);
     p["enterprise"]["pattern"] = json!(ID);
-    let names: Vec<&str> = SCOPES.to_vec();
-    let scope = format!("^({}|({}):[0-9a-f]{{32}})$", names.join("|"), WALLET_CONTEXT_SCOPES.join("|"));
+    let names: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+    let context: Vec<&str> =
+        Scope::ALL.iter().filter(|s| s.takes_wallet_context()).map(|s| s.as_str()).collect();
+    let scope = format!("^({}|({}):[0-9a-f]{{32}})$", names.join("|"), context.join("|"));
     p["scope"]["items"] = json!({ "type": "string", "pattern": scope });
     p["scope"]["maxItems"] = json!(MAX_SCOPES);
     p["ipRestrict"]["items"] = json!({ "anyOf": [

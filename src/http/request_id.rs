@@ -1,7 +1,9 @@
 //! Request ids and the uniform error body. The id comes from the client's `request-id` header
-//! or is generated (32 hex characters); it is echoed in the response header and, for every
-//! response with status >= 400, in the body's `requestId` (spec §7).
+//! when that is [`acceptable`], or is generated (32 hex characters); it is echoed in the
+//! response header and, for every response with status >= 400, in the body's `requestId`
+//! (spec §7).
 
+use crate::error::ErrorName;
 use axum::{
     body::Body,
     http::{header, HeaderName, HeaderValue, StatusCode},
@@ -13,6 +15,19 @@ use super::error::ErrorBody;
 
 /// Name of the request id header, in requests and responses.
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+
+/// Longest client-chosen request id, bytes (issue 21 §4); a longer one is replaced.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// Whether a client's `request-id` may be used as the request's id: 1 to
+/// [`MAX_REQUEST_ID_LEN`] characters of `A-Z a-z 0-9 . _ : -`. Anything else (a 64 KB header,
+/// spaces, quotes, control characters) is never echoed or logged; a generated id is used.
+pub fn acceptable(v: &HeaderValue) -> bool {
+    let b = v.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_REQUEST_ID_LEN
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
+}
 
 /// Fills `requestId` (the request's `request_id` header) into an error body, and gives every
 /// other 4xx/5xx (unknown route, wrong method, body too large, ...) the §7 shape. Other
@@ -38,15 +53,15 @@ pub fn with_error_body(res: Response, request_id: &HeaderValue) -> Response {
 
 fn default_body(status: StatusCode) -> ErrorBody {
     let (name, message) = match status {
-        StatusCode::NOT_FOUND => ("NotFound", "no such route"),
-        StatusCode::METHOD_NOT_ALLOWED => ("MethodNotAllowed", "method not allowed on this route"),
-        StatusCode::PAYLOAD_TOO_LARGE => ("PayloadTooLarge", "request body exceeds 1 MiB"),
+        StatusCode::NOT_FOUND => (ErrorName::NotFound, "no such route"),
+        StatusCode::METHOD_NOT_ALLOWED => (ErrorName::MethodNotAllowed, "method not allowed on this route"),
+        StatusCode::PAYLOAD_TOO_LARGE => (ErrorName::PayloadTooLarge, "request body exceeds 1 MiB"),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => {
-            ("UnsupportedMediaType", "Content-Type must be application/json")
+            (ErrorName::UnsupportedMediaType, "Content-Type must be application/json")
         }
-        StatusCode::REQUEST_TIMEOUT => ("RequestTimeout", "request timed out"),
-        s if s.is_client_error() => ("BadRequest", "bad request"),
-        _ => ("InternalError", "internal error"),
+        StatusCode::REQUEST_TIMEOUT => (ErrorName::RequestTimeout, "request timed out"),
+        s if s.is_client_error() => (ErrorName::BadRequest, "bad request"),
+        _ => (ErrorName::InternalError, "internal error"),
     };
     ErrorBody::new(name, message, json!({}))
 }

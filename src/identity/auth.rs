@@ -5,6 +5,7 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
 use std::{net::IpAddr, sync::Arc};
 
 use sha2::{Digest, Sha256};
@@ -12,9 +13,9 @@ use sha2::{Digest, Sha256};
 use crate::{
     error::{Error, Result},
     identity::scopes::{Action, Policy},
+    identity::Identity,
     ids,
-    store::{TokenRecord, User},
-    AppState,
+    store::{AuditEntry, AuditType, TokenRecord, User},
 };
 
 /// Prefix of every token value; the rest is 64 lowercase hex characters (256 bits).
@@ -51,6 +52,18 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// A new audit entry of `entry_type` done by this caller: its user, token, address and
+    /// request.
+    pub fn audit(&self, entry_type: AuditType) -> AuditEntry {
+        AuditEntry {
+            user_id: Some(self.user.id.clone()),
+            ip: Some(self.client_ip.to_string()),
+            token_id: Some(self.token.id.clone()),
+            request_id: self.request_id.clone(),
+            ..crate::audit::entry(entry_type)
+        }
+    }
+
     /// Asks the scope policy; a denial is [`Error::Forbidden`] naming the scope that was needed.
     pub fn require(&self, policy: Policy, action: Action<'_>) -> Result<()> {
         policy
@@ -59,7 +72,7 @@ impl Principal {
     }
 }
 
-fn unauthenticated(name: &'static str, message: &str) -> Error {
+fn unauthenticated(name: ErrorName, message: &str) -> Error {
     Error::Unauthenticated { name, message: message.into() }
 }
 
@@ -68,48 +81,55 @@ fn unauthenticated(name: &'static str, message: &str) -> Error {
 /// (unknown, revoked, or its user inactive), `TokenExpired`, `IpNotAllowed` (outside the
 /// token's `ipRestrict`, spec §5.5).
 pub async fn authenticate(
-    state: &AppState,
+    svc: &Identity,
     authorization: Option<&str>,
     client_ip: IpAddr,
 ) -> Result<Principal> {
     let header = authorization.ok_or_else(|| {
-        unauthenticated("AuthenticationRequired", "an Authorization: Bearer token is required")
+        unauthenticated(ErrorName::AuthenticationRequired, "an Authorization: Bearer token is required")
     })?;
-    let value =
-        header.strip_prefix("Bearer ").or_else(|| header.strip_prefix("bearer ")).map(str::trim).ok_or_else(
-            || unauthenticated("AuthenticationRequired", "the Authorization header must be Bearer <token>"),
-        )?;
+    // The scheme is case-insensitive (RFC 9110 §11.1): `Bearer`, `bearer` and `BEARER` alike.
+    let value = header
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .ok_or_else(|| {
+            unauthenticated(
+                ErrorName::AuthenticationRequired,
+                "the Authorization header must be Bearer <token>",
+            )
+        })?;
     if !well_formed(value) {
-        return Err(unauthenticated("InvalidToken", "unknown or revoked access token"));
+        return Err(unauthenticated(ErrorName::InvalidToken, "unknown or revoked access token"));
     }
-    let token = state
+    let token = svc
         .store
         .token_by_hash(&hash_token(value))
         .await?
         .filter(|t| t.revoked_at.is_none())
-        .ok_or_else(|| unauthenticated("InvalidToken", "unknown or revoked access token"))?;
+        .ok_or_else(|| unauthenticated(ErrorName::InvalidToken, "unknown or revoked access token"))?;
     if ids::now() >= token.expires_at {
-        return Err(unauthenticated("TokenExpired", "the access token has expired"));
+        return Err(unauthenticated(ErrorName::TokenExpired, "the access token has expired"));
     }
     if let Some(allowed) = &token.ip_restrict {
         let inside = allowed.iter().any(|c| c.contains_ip(&client_ip));
         if !inside {
             return Err(unauthenticated(
-                "IpNotAllowed",
+                ErrorName::IpNotAllowed,
                 "the access token may not be used from this address",
             ));
         }
     }
-    let user = state
+    let user = svc
         .store
         .user_by_id(&token.user_id)
         .await?
         .filter(|u| u.is_active)
-        .ok_or_else(|| unauthenticated("InvalidToken", "the token's user is not active"))?;
+        .ok_or_else(|| unauthenticated(ErrorName::InvalidToken, "the token's user is not active"))?;
     let now = ids::now();
     if token.last_used_at.is_none_or(|t| t <= now - crate::store::TOUCH_EVERY_SECS) {
         // At most one write a minute per token; a failure only leaves lastUsedAt older.
-        if let Err(e) = state.store.touch_token(&token.id, &token.token_hash, now).await {
+        if let Err(e) = svc.store.touch_token(&token.id, &token.token_hash, now).await {
             tracing::warn!(error = %e, "recording a token's last use failed");
         }
     }

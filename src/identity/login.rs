@@ -4,24 +4,26 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
+use crate::store::AuditType;
 use std::net::IpAddr;
 
 use super::{
     auth::{hash_token, new_token_value},
+    otp::verify_otp,
     scopes::{session_scopes, Grant, RESET_2FA_SCOPES},
     throttle,
     tokens::new_token_record,
-    totp::{self, OtpCheck},
 };
 use serde_json::json;
 
 use crate::{
     audit::{self, EntryExt},
     error::{Error, Result},
+    identity::Identity,
     ids,
     store::{AuditEntry, Membership, TokenKind, TokenRecord, User},
     types::{Email, OtpCode},
-    AppState,
 };
 
 /// What a login presents (§4.2).
@@ -72,53 +74,24 @@ fn parse_credentials(req: &Credentials) -> Result<(Email, Option<OtpCode>)> {
     Ok((email, otp))
 }
 
-/// Checks a one-time password for `user`, presented from `ip`, and claims its time step
-/// against replay. Used wherever an OTP is checked (login, access token creation). Each check
-/// counts as a failure until it passes (`identity::throttle`). `Ok(false)` means wrong or
-/// replayed; `Throttled` (`TooManyOtpAttempts`) after too many wrong codes.
-pub async fn verify_otp(state: &AppState, user: &User, code: &OtpCode, ip: IpAddr) -> Result<bool> {
-    let now = ids::now();
-    let attempt = match throttle::begin_otp(state, &user.id, &throttle::client_key(ip), now).await {
-        Ok(a) => a,
-        Err(e) => {
-            if state.throttle_notes.first_in_minute(&format!("otp:{}", user.id), now) {
-                let entry = audit::entry("otp.throttled").data(json!({})).ip_and_user(ip, &user.id);
-                audit::record(state, &[entry]).await;
-            }
-            return Err(e);
-        }
-    };
-    let ok = match totp::check(&state.key, state.config.environment, user, code, now)? {
-        OtpCheck::Invalid => false,
-        OtpCheck::Valid(None) => true,
-        OtpCheck::Valid(Some(step)) => state.store.advance_totp_step(&user.id, step).await?,
-    };
-    if ok {
-        attempt.forget(state).await?;
-    } else {
-        audit::record(state, &[audit::entry("otp.failed").ip_and_user(ip, &user.id)]).await;
-    }
-    Ok(ok)
-}
-
 /// Records a failed login of `email` (and its user, when known) for `reason`.
-async fn failed(state: &AppState, email: &str, user: Option<&User>, ip: IpAddr, reason: &str) {
-    let mut entry = audit::entry("login.failed").data(json!({ "email": email, "reason": reason }));
+async fn failed(svc: &Identity, email: &str, user: Option<&User>, ip: IpAddr, reason: &str) {
+    let mut entry = audit::entry(AuditType::LoginFailed).data(json!({ "email": email, "reason": reason }));
     entry.ip = Some(ip.to_string());
     entry.user_id = user.map(|u| u.id.clone());
-    audit::record(state, &[entry]).await;
+    audit::record(&svc.store, &[entry]).await;
 }
 
 fn login_failed(needs_otp: bool) -> Error {
     if needs_otp {
         Error::LoginFailed {
-            name: "InvalidOtp",
+            name: ErrorName::InvalidOtp,
             message: "a valid one-time password is required".into(),
             needs_otp: true,
         }
     } else {
         Error::LoginFailed {
-            name: "InvalidCredentials",
+            name: ErrorName::InvalidCredentials,
             message: "incorrect email or password".into(),
             needs_otp: false,
         }
@@ -129,75 +102,75 @@ fn login_failed(needs_otp: bool) -> Error {
 /// `ip`. Errors: `Invalid` for oversized fields or a malformed OTP, `Throttled` after too many
 /// failures (settings `login.*`, `identity::throttle`), `Busy` when password hashing is at
 /// capacity, `LoginFailed` (`InvalidCredentials`, or `InvalidOtp` with `needs_otp`).
-pub async fn login(state: &AppState, req: Credentials, ip: IpAddr) -> Result<Session> {
-    let (email, otp) = parse_credentials(&req)?;
-    let email = email.as_str();
+pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Session> {
+    let (address, otp) = parse_credentials(&req)?;
+    let email = address.as_str();
     let client = throttle::client_key(ip);
     let now = ids::now();
-    let admission = state.hashing.admit(&client)?;
-    let attempt = match throttle::begin_login(state, email, &client, now).await {
+    let admission = svc.hashing.admit(&client)?;
+    let attempt = match throttle::begin_login(svc, email, &client, now).await {
         Ok(a) => a,
         Err(e) => {
-            if state.throttle_notes.first_in_minute(&format!("login:{email}:{client}"), now) {
-                let entry = audit::entry("login.throttled").data(json!({ "email": email }));
-                audit::record(state, &[AuditEntry { ip: Some(ip.to_string()), ..entry }]).await;
+            if svc.throttle_notes.first_in_minute(&format!("login:{email}:{client}"), now) {
+                let entry = audit::entry(AuditType::LoginThrottled).data(json!({ "email": email }));
+                audit::record(&svc.store, &[AuditEntry { ip: Some(ip.to_string()), ..entry }]).await;
             }
             return Err(e);
         }
     };
 
-    let user = state.store.user_by_email(email).await?.filter(|u| u.is_active);
+    let user = svc.store.user_by_email(&address).await?.filter(|u| u.is_active);
     let phc = user.as_ref().map(|u| u.password_hash.clone());
     let (extensible, reset) = (req.extensible, req.for_reset_2fa);
     let password_ok = match admission.verify(req.password, phc).await {
         Ok(ok) => ok,
         Err(e) => {
             // Refused for capacity, not tried: not a failure.
-            attempt.forget(state).await?;
+            attempt.forget(svc).await?;
             return Err(e);
         }
     };
     let user = match (user, password_ok) {
         (Some(user), true) => user,
         (user, _) => {
-            failed(state, email, user.as_ref(), ip, "invalid_credentials").await;
+            failed(svc, email, user.as_ref(), ip, "invalid_credentials").await;
             return Err(login_failed(false));
         }
     };
     let Some(otp) = otp else {
         // The usual first step of a two-step client: not counted as a failure.
-        attempt.forget(state).await?;
+        attempt.forget(svc).await?;
         return Err(login_failed(true));
     };
-    if !verify_otp(state, &user, &otp, ip).await? {
-        failed(state, email, Some(&user), ip, "invalid_otp").await;
+    if !verify_otp(svc, &user, &otp, ip).await? {
+        failed(svc, email, Some(&user), ip, "invalid_otp").await;
         return Err(login_failed(true));
     }
-    attempt.forget(state).await?;
-    throttle::login_succeeded(state, email, &client, now).await?;
-    state.store.set_last_login(&user.id, now, &[]).await?;
-    issue_session(state, user, ip, now, extensible, reset).await
+    attempt.forget(svc).await?;
+    throttle::login_succeeded(svc, email, &client, now).await?;
+    svc.store.set_last_login(&user.id, now, &[]).await?;
+    issue_session(svc, user, ip, now, extensible, reset).await
 }
 
 /// The session token of a login that passed every check (`extensible`, or limited to the 2FA
 /// reset when `reset`), stored with its audit entry.
 async fn issue_session(
-    state: &AppState,
+    svc: &Identity,
     mut user: User,
     ip: IpAddr,
     now: i64,
     extensible: bool,
     reset: bool,
 ) -> Result<Session> {
-    let ttl = i64::try_from(state.config.login.session_ttl).unwrap_or(3600);
+    let ttl = i64::try_from(svc.config.login.session_ttl).unwrap_or(3600);
     let scopes = if reset {
-        RESET_2FA_SCOPES.iter().map(|s| Grant::plain(s)).collect()
+        RESET_2FA_SCOPES.iter().map(|s| Grant::plain(*s)).collect()
     } else {
-        session_scopes(state.config.environment)
+        session_scopes(svc.config.environment)
     };
     let value = new_token_value();
     let mut token = new_token_record(
-        state,
+        svc,
         hash_token(&value),
         &user.id,
         if reset { TokenKind::Reset2fa } else { TokenKind::Session },
@@ -208,12 +181,12 @@ async fn issue_session(
     );
     token.is_extensible = extensible && !reset;
     token.admin = user.service_admin && !reset;
-    let mut entry = audit::entry("login.succeeded").data(json!({ "forReset2FA": reset }));
+    let mut entry = audit::entry(AuditType::LoginSucceeded).data(json!({ "forReset2FA": reset }));
     entry.user_id = Some(user.id.clone());
     entry.ip = Some(ip.to_string());
     entry.token_id = Some(token.id.clone());
-    state.store.insert_token(&token, &[], &[entry]).await?;
+    svc.store.insert_token(&token, &[], &[entry]).await?;
     user.last_login = Some(now);
-    let memberships = state.store.memberships(&user.id).await?;
+    let memberships = svc.store.memberships(&user.id).await?;
     Ok(Session { value, token, user, memberships, ttl_secs: ttl, reset_2fa: reset })
 }

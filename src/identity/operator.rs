@@ -4,6 +4,8 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
+use crate::store::AuditType;
 use serde_json::json;
 
 use super::{password, totp, users::CreatedUser};
@@ -13,21 +15,22 @@ use crate::{
     ids,
     secrets::MasterKey,
     store::{AuditEntry, DynStore, SortOrder, TokenRecord, User, UserChange},
-    types::Cidr,
+    types::{Cidr, Email, TokenId},
 };
 
 /// Most tokens an operator's list or revocation goes through at once.
 pub const MAX_TOKENS: u32 = 10_000;
 
 async fn user(store: &DynStore, email: &str) -> Result<User> {
-    store.user_by_email(&email.trim().to_ascii_lowercase()).await?.ok_or_else(|| Error::NotFound {
-        name: "UserNotFound",
+    let address = Email::parse(email).map_err(|e| Error::invalid_field("email", e))?;
+    store.user_by_email(&address).await?.ok_or_else(|| Error::NotFound {
+        name: ErrorName::UserNotFound,
         message: format!("no user with email {}", email.trim()),
     })
 }
 
 /// An entry of `entry_type` about `user`, done by an operator.
-fn about(user: &User, entry_type: &str) -> AuditEntry {
+fn about(user: &User, entry_type: AuditType) -> AuditEntry {
     AuditEntry {
         user_id: Some(user.id.clone()),
         ..audit::entry(entry_type).data(json!({ "by": "operator" }))
@@ -38,7 +41,7 @@ fn about(user: &User, entry_type: &str) -> AuditEntry {
 /// many tokens were revoked. Errors: `UserNotFound`.
 pub async fn deactivate(store: &DynStore, email: &str) -> Result<(User, u64)> {
     let u = user(store, email).await?;
-    let entry = about(&u, "user.deactivated");
+    let entry = about(&u, AuditType::UserDeactivated);
     let revoked = store.update_user(&u.id, UserChange::Active(false), ids::now(), &[entry]).await?;
     Ok((u, revoked))
 }
@@ -46,7 +49,9 @@ pub async fn deactivate(store: &DynStore, email: &str) -> Result<(User, u64)> {
 /// Lets a deactivated user log in again (their old tokens stay revoked). Errors: `UserNotFound`.
 pub async fn activate(store: &DynStore, email: &str) -> Result<User> {
     let u = user(store, email).await?;
-    store.update_user(&u.id, UserChange::Active(true), ids::now(), &[about(&u, "user.activated")]).await?;
+    store
+        .update_user(&u.id, UserChange::Active(true), ids::now(), &[about(&u, AuditType::UserActivated)])
+        .await?;
     Ok(u)
 }
 
@@ -57,7 +62,7 @@ pub async fn reset_otp(store: &DynStore, key: &MasterKey, email: &str) -> Result
     let seed = totp::new_seed();
     let sealed = key.seal(&totp::seed_aad(&u.id), &seed)?;
     store
-        .update_user(&u.id, UserChange::TotpSecret(sealed), ids::now(), &[about(&u, "user.otp_reset")])
+        .update_user(&u.id, UserChange::TotpSecret(sealed), ids::now(), &[about(&u, AuditType::UserOtpReset)])
         .await?;
     Ok(CreatedUser {
         totp_secret: totp::seed_base32(&seed),
@@ -81,7 +86,7 @@ pub async fn set_password(store: &DynStore, email: &str, plain: &str) -> Result<
     let phc =
         tokio::task::spawn_blocking(move || password::hash(&pw)).await.map_err(anyhow::Error::from)??;
     store
-        .update_user(&u.id, UserChange::Password(phc), ids::now(), &[about(&u, "user.password_set")])
+        .update_user(&u.id, UserChange::Password(phc), ids::now(), &[about(&u, AuditType::UserPasswordSet)])
         .await?;
     Ok(u)
 }
@@ -96,7 +101,7 @@ pub async fn tokens(store: &DynStore, email: &str) -> Result<Vec<TokenRecord>> {
 #[derive(Debug, Clone)]
 pub enum Revocation {
     /// One token by id.
-    Id(String),
+    Id(TokenId),
     /// Every live token of a user, or only those created from addresses in a block.
     User { email: String, created_from: Option<Cidr> },
 }
@@ -108,7 +113,7 @@ pub async fn revoke(store: &DynStore, which: Revocation) -> Result<u64> {
     let (owner, targets) = match which {
         Revocation::Id(id) => {
             let t = store.token_by_id(&id).await?.filter(|t| t.revoked_at.is_none());
-            let t = t.ok_or_else(|| Error::not_found("TokenNotFound"))?;
+            let t = t.ok_or_else(|| Error::not_found(ErrorName::TokenNotFound))?;
             (t.user_id.clone(), vec![t])
         }
         Revocation::User { email, created_from } => {
@@ -125,7 +130,7 @@ pub async fn revoke(store: &DynStore, which: Revocation) -> Result<u64> {
     };
     let mut n = 0;
     for t in targets {
-        let entry = audit::entry("token.revoked").data(json!({ "id": t.id, "by": "operator" }));
+        let entry = audit::entry(AuditType::TokenRevoked).data(json!({ "id": t.id, "by": "operator" }));
         let entry = AuditEntry { user_id: Some(owner.clone()), enterprise_id: t.enterprise.clone(), ..entry };
         n += u64::from(store.revoke_token(&t.id, now, &[entry]).await?);
     }

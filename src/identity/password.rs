@@ -7,6 +7,7 @@
 //! free), and a login flood grew the process to 400 MiB while never running more than two
 //! hashes at once.
 
+use crate::error::ErrorName;
 use std::{
     collections::HashMap,
     sync::{
@@ -164,7 +165,7 @@ impl HashLimiter {
             let n = map.entry(client.to_string()).or_insert(0);
             if *n >= self.max_per_client {
                 return Err(Error::Throttled {
-                    name: "TooManyRequests",
+                    name: ErrorName::TooManyRequests,
                     message: "too many logins in progress from this address".into(),
                     retry_after_secs: 1,
                 });

@@ -8,6 +8,7 @@
 //!
 //! Layer rule: no web-framework types (docs/architecture.md).
 
+use crate::error::ErrorName;
 use std::{
     num::NonZeroU32,
     sync::atomic::{AtomicU64, Ordering},
@@ -84,7 +85,7 @@ impl KeyedBuckets {
                 let wait = not_until.wait_time_from(self.clock.now()).as_secs_f64().ceil() as u64;
                 let state = RateState { limit: self.limit, remaining: 0, reset_secs: self.reset_after(0) };
                 let error = Error::Throttled {
-                    name: "TooManyRequests",
+                    name: ErrorName::TooManyRequests,
                     message: message(),
                     retry_after_secs: wait.max(1),
                 };
@@ -114,7 +115,11 @@ impl ApiRateLimiter {
     /// permission). Returns where the user stands, or `None` for an unlimited admin.
     /// Errors: `Throttled` (429 `TooManyRequests` with `Retry-After`), with where the user
     /// stands, when the bucket is empty.
-    pub fn check(&self, user_id: &str, admin: bool) -> Result<Option<RateState>, (Error, RateState)> {
+    pub fn check(
+        &self,
+        user_id: &crate::types::UserId,
+        admin: bool,
+    ) -> Result<Option<RateState>, (Error, RateState)> {
         let buckets = match (admin, &self.admins) {
             (true, None) => return Ok(None),
             (true, Some(b)) => b,

@@ -4,74 +4,47 @@
 
 use std::collections::BTreeSet;
 
-pub use crate::grant::{Grant, SCOPES, WALLET_CONTEXT_SCOPES};
+pub use crate::grant::{Grant, Scope, WalletPermission};
 use crate::{
     config::Environment,
     store::{TokenKind, TokenRecord},
+    types::{EnterpriseId, WalletId},
 };
 
 /// Scopes held by a login session (spec §4.2): what a person signed in with password and OTP
 /// may do. `all` is added in the test environment only (§4.3: "all actions in the test
 /// environment").
-pub const SESSION_SCOPES: &[&str] = &[
-    "openid",
-    "profile",
-    "user_manage",
-    "crypto_compare",
-    "enterprise_view_all",
-    "enterprise_manage_all",
-    "auditlogs_view_all",
-    "pending_approval_update",
-    "trade_view",
-    "trade_trade",
-    "wallet_create",
-    "wallet_view_all",
-    "wallet_manage_all",
-    "wallet_spend_all",
-    "wallet_approve_all",
-    "wallet_freeze_all",
-    "wallet_edit_all",
-    "wallet_stake_all",
+pub const SESSION_SCOPES: &[Scope] = &[
+    Scope::Openid,
+    Scope::Profile,
+    Scope::UserManage,
+    Scope::CryptoCompare,
+    Scope::EnterpriseViewAll,
+    Scope::EnterpriseManageAll,
+    Scope::AuditlogsViewAll,
+    Scope::PendingApprovalUpdate,
+    Scope::TradeView,
+    Scope::TradeTrade,
+    Scope::WalletCreate,
+    Scope::WalletViewAll,
+    Scope::WalletManageAll,
+    Scope::WalletSpendAll,
+    Scope::WalletApproveAll,
+    Scope::WalletFreezeAll,
+    Scope::WalletEditAll,
+    Scope::WalletStakeAll,
 ];
 
 /// Scopes of a token from a `forReset2FA` login: reading the profile only.
-pub const RESET_2FA_SCOPES: &[&str] = &["openid", "profile"];
+pub const RESET_2FA_SCOPES: &[Scope] = &[Scope::Openid, Scope::Profile];
 
 /// The scopes a new login session gets in `env`.
 pub fn session_scopes(env: Environment) -> Vec<Grant> {
-    let mut v: Vec<Grant> = SESSION_SCOPES.iter().map(|s| Grant::plain(s)).collect();
+    let mut v: Vec<Grant> = SESSION_SCOPES.iter().map(|s| Grant::plain(*s)).collect();
     if env == Environment::Test {
-        v.insert(0, Grant::plain("all"));
+        v.insert(0, Grant::plain(Scope::All));
     }
     v
-}
-
-/// The wallet permission families, each with its plain, `:<walletId>`, `_enterprise` and
-/// `_all` forms (§4.3, §5.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WalletPermission {
-    View,
-    Manage,
-    Spend,
-    Approve,
-    Freeze,
-    Edit,
-    Stake,
-}
-
-impl WalletPermission {
-    /// The plain scope name, e.g. `wallet_view`.
-    pub fn base(self) -> &'static str {
-        match self {
-            WalletPermission::View => "wallet_view",
-            WalletPermission::Manage => "wallet_manage",
-            WalletPermission::Spend => "wallet_spend",
-            WalletPermission::Approve => "wallet_approve",
-            WalletPermission::Freeze => "wallet_freeze",
-            WalletPermission::Edit => "wallet_edit",
-            WalletPermission::Stake => "wallet_stake",
-        }
-    }
 }
 
 /// What a token is being asked to do.
@@ -91,11 +64,11 @@ pub enum Action<'a> {
     /// (issue 10 §5).
     ViewAuditLog,
     /// A wallet permission on one wallet.
-    Wallet { permission: WalletPermission, wallet_id: &'a str, enterprise: Option<&'a str> },
+    Wallet { permission: WalletPermission, wallet_id: &'a WalletId, enterprise: Option<&'a EnterpriseId> },
     /// View an enterprise.
-    ViewEnterprise { enterprise_id: &'a str },
+    ViewEnterprise { enterprise_id: &'a EnterpriseId },
     /// Manage an enterprise (users, settings, webhooks).
-    ManageEnterprise { enterprise_id: &'a str },
+    ManageEnterprise { enterprise_id: &'a EnterpriseId },
     /// An operator-only action (service-admin permission).
     ServiceAdmin,
 }
@@ -114,17 +87,17 @@ pub struct Denied {
 
 impl Policy {
     /// Whether `token` holds scope `name` without a wallet context.
-    fn has(&self, token: &TokenRecord, name: &str) -> bool {
+    fn has(&self, token: &TokenRecord, name: Scope) -> bool {
         token.scopes.iter().any(|g| g.wallet.is_none() && g.name == name)
     }
 
     /// Whether `token` holds scope `name` for wallet `wallet_id` (`name:walletId`).
-    fn has_for_wallet(&self, token: &TokenRecord, name: &str, wallet_id: &str) -> bool {
-        token.scopes.iter().any(|g| g.name == name && g.wallet.as_deref() == Some(wallet_id))
+    fn has_for_wallet(&self, token: &TokenRecord, name: Scope, wallet_id: &WalletId) -> bool {
+        token.scopes.iter().any(|g| g.name == name && g.wallet.as_ref() == Some(wallet_id))
     }
 
     fn has_all(&self, token: &TokenRecord) -> bool {
-        self.environment == Environment::Test && self.has(token, "all")
+        self.environment == Environment::Test && self.has(token, Scope::All)
     }
 
     /// Whether `token` may perform `action`. Membership of the user in the wallet or enterprise
@@ -133,7 +106,7 @@ impl Policy {
         let deny = |required: &str| Err(Denied { required: required.to_string() });
         match action {
             Action::ViewProfile => {
-                if self.has_all(token) || self.has(token, "profile") {
+                if self.has_all(token) || self.has(token, Scope::Profile) {
                     Ok(())
                 } else {
                     deny("profile")
@@ -146,7 +119,7 @@ impl Policy {
             Action::ViewAuditLog => {
                 if token.kind == TokenKind::Session
                     || self.has_all(token)
-                    || self.has(token, "auditlogs_view_all")
+                    || self.has(token, Scope::AuditlogsViewAll)
                 {
                     Ok(())
                 } else {
@@ -157,7 +130,7 @@ impl Policy {
                 deny("a session that is not limited to 2FA reset")
             }
             Action::ManageOwnTokens => {
-                if self.has_all(token) || self.has(token, "user_manage") {
+                if self.has_all(token) || self.has(token, Scope::UserManage) {
                     Ok(())
                 } else {
                     deny("user_manage")
@@ -165,8 +138,8 @@ impl Policy {
             }
             Action::ManageBlockWebhooks => {
                 if self.has_all(token)
-                    || self.has(token, "wallet_manage_all")
-                    || self.has(token, "wallet_manage_enterprise")
+                    || self.has(token, Scope::WalletManageAll)
+                    || self.has(token, Scope::WalletManageEnterprise)
                 {
                     Ok(())
                 } else {
@@ -181,10 +154,10 @@ impl Policy {
                 }
             }
             Action::ViewEnterprise { enterprise_id } => {
-                self.check_enterprise(token, "enterprise_view_all", enterprise_id)
+                self.check_enterprise(token, Scope::EnterpriseViewAll, enterprise_id)
             }
             Action::ManageEnterprise { enterprise_id } => {
-                self.check_enterprise(token, "enterprise_manage_all", enterprise_id)
+                self.check_enterprise(token, Scope::EnterpriseManageAll, enterprise_id)
             }
             Action::Wallet { permission, wallet_id, enterprise } => {
                 self.check_wallet(token, permission, wallet_id, enterprise)
@@ -194,13 +167,18 @@ impl Policy {
 
     /// An enterprise action needing scope `needed` (`enterprise_manage_all` also grants the
     /// view), within the token's `permittedEnterprises`.
-    fn check_enterprise(&self, token: &TokenRecord, needed: &str, enterprise_id: &str) -> Result<(), Denied> {
+    fn check_enterprise(
+        &self,
+        token: &TokenRecord,
+        needed: Scope,
+        enterprise_id: &EnterpriseId,
+    ) -> Result<(), Denied> {
         let deny = |required: &str| Err(Denied { required: required.to_string() });
         let scoped = self.has_all(token)
             || self.has(token, needed)
-            || (needed == "enterprise_view_all" && self.has(token, "enterprise_manage_all"));
+            || (needed == Scope::EnterpriseViewAll && self.has(token, Scope::EnterpriseManageAll));
         if !scoped {
-            return deny(needed);
+            return deny(needed.as_str());
         }
         if let Some(permitted) = &token.permitted_enterprises {
             if !permitted.iter().any(|e| e == enterprise_id) {
@@ -216,12 +194,12 @@ impl Policy {
         &self,
         token: &TokenRecord,
         permission: WalletPermission,
-        wallet_id: &str,
-        enterprise: Option<&str>,
+        wallet_id: &WalletId,
+        enterprise: Option<&EnterpriseId>,
     ) -> Result<(), Denied> {
         let deny = |required: &str| Err(Denied { required: required.to_string() });
         if !self.wallet_scope_covers(token, permission, wallet_id, enterprise) {
-            return deny(&format!("{}:{wallet_id}", permission.base()));
+            return deny(&format!("{}:{wallet_id}", permission.plain().as_str()));
         }
         if let Some(permitted) = &token.permitted_wallets {
             if !permitted.iter().any(|w| w == wallet_id) {
@@ -246,8 +224,8 @@ impl Policy {
         &self,
         token: &TokenRecord,
         user_may_see: bool,
-        wallet_id: &str,
-        enterprise: Option<&str>,
+        wallet_id: &WalletId,
+        enterprise: Option<&EnterpriseId>,
     ) -> bool {
         user_may_see
             && self
@@ -259,20 +237,20 @@ impl Policy {
         &self,
         token: &TokenRecord,
         permission: WalletPermission,
-        wallet_id: &str,
-        enterprise: Option<&str>,
+        wallet_id: &WalletId,
+        enterprise: Option<&EnterpriseId>,
     ) -> bool {
-        let base = permission.base();
-        if self.has_all(token) || self.has(token, &format!("{base}_all")) {
+        let base = permission.plain();
+        if self.has_all(token) || self.has(token, permission.all()) {
             return true;
         }
         if self.has_for_wallet(token, base, wallet_id) {
             return true;
         }
         // The _enterprise form covers the wallets of the token's own enterprise.
-        if self.has(token, &format!("{base}_enterprise"))
+        if permission.enterprise().is_some_and(|e| self.has(token, e))
             && enterprise.is_some()
-            && token.enterprise.as_deref() == enterprise
+            && token.enterprise.as_ref() == enterprise
         {
             return true;
         }
@@ -285,24 +263,21 @@ impl Policy {
     /// exceed its parent; docs/scopes.md). `same_enterprise` says the child's `enterprise` equals
     /// the parent's.
     pub fn grant_covers(&self, parent: &[Grant], child: &Grant, same_enterprise: bool) -> bool {
-        let has = |name: &str, wallet: Option<&str>| {
-            parent.iter().any(|g| g.name == name && g.wallet.as_deref() == wallet)
+        let has = |name: Scope, wallet: Option<&WalletId>| {
+            parent.iter().any(|g| g.name == name && g.wallet.as_ref() == wallet)
         };
-        if self.environment == Environment::Test && has("all", None) {
+        if self.environment == Environment::Test && has(Scope::All, None) {
             return true;
         }
-        let base = WALLET_CONTEXT_SCOPES
-            .iter()
-            .find(|b| child.name == **b || child.name.strip_prefix(**b).is_some_and(|r| r.starts_with('_')));
-        if base.is_some_and(|b| has(&format!("{b}_all"), None)) {
+        if WalletPermission::of(child.name).is_some_and(|family| has(family.all(), None)) {
             return true;
         }
         // An _enterprise form means "the token's enterprise": it carries over only to a child
         // bound to the same enterprise.
-        if child.name.ends_with("_enterprise") && !same_enterprise {
+        if child.name.is_enterprise_form() && !same_enterprise {
             return false;
         }
-        has(&child.name, child.wallet.as_deref())
+        has(child.name, child.wallet.as_ref())
     }
 }
 
@@ -325,9 +300,9 @@ mod tests {
 
     fn token(scopes: &[&str]) -> TokenRecord {
         TokenRecord {
-            id: "0".repeat(32),
+            id: "0".repeat(32).parse().expect("id"),
             token_hash: String::new(),
-            user_id: "1".repeat(32),
+            user_id: "1".repeat(32).parse().expect("id"),
             kind: TokenKind::Access,
             label: None,
             scopes: scopes.iter().map(|s| Grant::parse(s).expect("a valid scope")).collect(),
@@ -336,7 +311,7 @@ mod tests {
             revoked_at: None,
             ip: None,
             ip_restrict: None,
-            enterprise: Some("e".repeat(32)),
+            enterprise: Some("e".repeat(32).parse().expect("id")),
             is_extensible: false,
             admin: false,
             spending_limits: None,
@@ -354,9 +329,15 @@ mod tests {
     const OTHER_E: &str = "ffffffffffffffffffffffffffffffff";
 
     fn view(p: &Policy, t: &TokenRecord, enterprise: &str) -> bool {
+        let (wallet_id, enterprise): (WalletId, EnterpriseId) =
+            (W.parse().expect("id"), enterprise.parse().expect("id"));
         p.check(
             t,
-            Action::Wallet { permission: WalletPermission::View, wallet_id: W, enterprise: Some(enterprise) },
+            Action::Wallet {
+                permission: WalletPermission::View,
+                wallet_id: &wallet_id,
+                enterprise: Some(&enterprise),
+            },
         )
         .is_ok()
     }
@@ -370,7 +351,7 @@ mod tests {
         assert!(!view(&p, &token(&["wallet_view_enterprise"]), OTHER_E));
         assert!(!view(&p, &token(&["wallet_view"]), E), "plain form needs permittedWallets");
         let mut t = token(&["wallet_view"]);
-        t.permitted_wallets = Some(vec![W.into()]);
+        t.permitted_wallets = Some(vec![W.parse().expect("id")]);
         assert!(view(&p, &t, E));
         assert!(!view(&p, &token(&["wallet_spend_all"]), E), "another family grants nothing");
         assert!(!view(&p, &token(&["all"]), E), "all is for the test environment only");
@@ -381,10 +362,10 @@ mod tests {
     fn permitted_lists_narrow_every_form() {
         let p = Policy { environment: Environment::Production };
         let mut t = token(&["wallet_view_all"]);
-        t.permitted_wallets = Some(vec!["b".repeat(32)]);
+        t.permitted_wallets = Some(vec!["b".repeat(32).parse().expect("id")]);
         assert!(!view(&p, &t, E));
         let mut t = token(&["wallet_view_all"]);
-        t.permitted_enterprises = Some(vec![OTHER_E.into()]);
+        t.permitted_enterprises = Some(vec![OTHER_E.parse().expect("id")]);
         assert!(!view(&p, &t, E));
         assert!(view(&p, &t, OTHER_E));
     }
@@ -405,7 +386,7 @@ mod tests {
         let p = Policy { environment: Environment::Production };
         let parent =
             parse_scopes(&["wallet_view_all".into(), "wallet_spend_enterprise".into()]).unwrap_or_default();
-        let g = |s: &str| Grant::parse(s).unwrap_or(Grant { name: String::new(), wallet: None });
+        let g = |s: &str| Grant::parse(s).unwrap_or(Grant { name: Scope::All, wallet: None });
         assert!(p.grant_covers(&parent, &g(&format!("wallet_view:{W}")), false));
         assert!(p.grant_covers(&parent, &g("wallet_view_enterprise"), false));
         assert!(p.grant_covers(&parent, &g("wallet_spend_enterprise"), true));

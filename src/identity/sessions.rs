@@ -5,17 +5,19 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
+use crate::store::AuditType;
 use serde_json::{json, Value};
 
 use crate::{
-    audit::{self, EntryExt},
+    audit::EntryExt,
     error::{Error, Result},
-    identity::{auth::Principal, login::verify_otp, scopes::Action},
+    identity::Identity,
+    identity::{auth::Principal, otp::verify_otp, scopes::Action},
     ids,
     paging::{Page, PageRequest},
     store::{SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock},
-    types::OtpCode,
-    AppState,
+    types::{AnyId, OtpCode, TokenId},
 };
 
 /// `limit` of a token list when none is given, and its largest value.
@@ -26,22 +28,20 @@ pub const DEFAULT_UNLOCK_SECS: u64 = 600;
 pub const MAX_UNLOCK_SECS: u64 = 3600;
 
 fn token_not_found() -> Error {
-    Error::not_found("TokenNotFound")
+    Error::not_found(ErrorName::TokenNotFound)
 }
 
 /// The caller's tokens that are neither revoked nor expired, by creation time in `order`
 /// (never their secrets: only hashes are stored). Needs `user_manage`.
 pub async fn list_tokens(
-    state: &AppState,
+    svc: &Identity,
     auth: &Principal,
     page: &PageRequest,
     order: SortOrder,
 ) -> Result<Page<TokenRecord>> {
-    auth.require(state.policy(), Action::ManageOwnTokens)?;
-    let rows = state
-        .store
-        .list_tokens(&auth.user.id, ids::now(), page.prev_id.as_deref(), order, page.fetch())
-        .await?;
+    auth.require(svc.policy, Action::ManageOwnTokens)?;
+    let rows =
+        svc.store.list_tokens(&auth.user.id, ids::now(), page.prev_id.as_ref(), order, page.fetch()).await?;
     Ok(page.page(rows, |t| &t.id))
 }
 
@@ -49,15 +49,16 @@ pub async fn list_tokens(
 /// after: `expires` is now. Takes effect on the next request on every process (tokens are
 /// read from the database on each request). Errors: `TokenNotFound` (no such token of this
 /// user, or already revoked), `InsufficientScope`.
-pub async fn revoke_token(state: &AppState, auth: &Principal, token_id: &str) -> Result<TokenRecord> {
-    auth.require(state.policy(), Action::ManageOwnTokens)?;
-    let token = state.store.token_by_id(token_id).await?.filter(|t| t.user_id == auth.user.id);
+pub async fn revoke_token(svc: &Identity, auth: &Principal, token_id: &TokenId) -> Result<TokenRecord> {
+    auth.require(svc.policy, Action::ManageOwnTokens)?;
+    let token = svc.store.token_by_id(token_id).await?.filter(|t| t.user_id == auth.user.id);
     let token = token.ok_or_else(token_not_found)?;
-    let entry = audit::by(auth, "token.revoked")
-        .enterprise(token.enterprise.as_deref())
+    let entry = auth
+        .audit(AuditType::TokenRevoked)
+        .enterprise(token.enterprise.as_ref())
         .data(json!({ "id": token.id }));
     let now = ids::now();
-    if !state.store.revoke_token(&token.id, now, &[entry]).await? {
+    if !svc.store.revoke_token(&token.id, now, &[entry]).await? {
         return Err(token_not_found());
     }
     // What the store's revocation wrote (`store::tokens::REVOKE`), without reading it back.
@@ -65,8 +66,8 @@ pub async fn revoke_token(state: &AppState, auth: &Principal, token_id: &str) ->
 }
 
 /// Ends the calling token (logout). Any token may end itself.
-pub async fn logout(state: &AppState, auth: &Principal) -> Result<()> {
-    state.store.revoke_token(&auth.token.id, ids::now(), &[audit::by(auth, "logout")]).await?;
+pub async fn logout(svc: &Identity, auth: &Principal) -> Result<()> {
+    svc.store.revoke_token(&auth.token.id, ids::now(), &[auth.audit(AuditType::Logout)]).await?;
     Ok(())
 }
 
@@ -75,21 +76,21 @@ pub async fn logout(state: &AppState, auth: &Principal) -> Result<()> {
 /// toward the OTP failure limit. Errors: `InvalidField` (`duration`, `otp`), `InvalidOtp`,
 /// `TooManyOtpAttempts`, `InsufficientScope` for a 2FA-reset token.
 pub async fn unlock(
-    state: &AppState,
+    svc: &Identity,
     auth: &Principal,
     otp: &str,
     duration: Option<u64>,
 ) -> Result<TokenRecord> {
-    auth.require(state.policy(), Action::CreateAccessToken)?;
+    auth.require(svc.policy, Action::CreateAccessToken)?;
     let duration = duration.unwrap_or(DEFAULT_UNLOCK_SECS);
     if !(1..=MAX_UNLOCK_SECS).contains(&duration) {
         return Err(Error::invalid_field("duration", format!("seconds, from 1 to {MAX_UNLOCK_SECS}")));
     }
     let code = OtpCode::parse(otp.trim())
         .ok_or_else(|| Error::invalid_field("otp", format!("exactly {} digits", OtpCode::DIGITS)))?;
-    if !verify_otp(state, &auth.user, &code, auth.client_ip).await? {
+    if !verify_otp(svc, &auth.user, &code, auth.client_ip).await? {
         return Err(Error::LoginFailed {
-            name: "InvalidOtp",
+            name: ErrorName::InvalidOtp,
             message: "a valid one-time password is required".into(),
             needs_otp: true,
         });
@@ -97,37 +98,37 @@ pub async fn unlock(
     let now = ids::now();
     let expires = (now + i64::try_from(duration).unwrap_or(0)).min(auth.token.expires_at);
     let unlock = Unlock { time: now, expires };
-    let entry = audit::by(auth, "session.unlocked").data(json!({ "expires": ids::iso(expires) }));
-    state.store.set_unlock(&auth.token.id, Some(unlock), &[entry]).await?;
+    let entry = auth.audit(AuditType::SessionUnlocked).data(json!({ "expires": ids::iso(expires) }));
+    svc.store.set_unlock(&auth.token.id, Some(unlock), &[entry]).await?;
     Ok(TokenRecord { unlock: Some(unlock), ..(*auth.token).clone() })
 }
 
 /// Ends the calling session's unlock, if any.
-pub async fn lock(state: &AppState, auth: &Principal) -> Result<TokenRecord> {
-    state.store.set_unlock(&auth.token.id, None, &[audit::by(auth, "session.locked")]).await?;
+pub async fn lock(svc: &Identity, auth: &Principal) -> Result<TokenRecord> {
+    svc.store.set_unlock(&auth.token.id, None, &[auth.audit(AuditType::SessionLocked)]).await?;
     Ok(TokenRecord { unlock: None, ..(*auth.token).clone() })
 }
 
 /// Extends the calling token to `duration` seconds from now, at most `login.session_max_ttl`
-/// after its creation. Errors: `TokenNotExtensible` (400) for a token created without
-/// `extensible`, `InvalidField` for a duration that is not positive.
-pub async fn extend(state: &AppState, auth: &Principal, duration: u64) -> Result<TokenRecord> {
+/// after its creation. Errors: `TokenNotExtensible` (409: the token's state, not the request, is
+/// the problem) for a token created without `extensible`, `InvalidField` for a duration that
+/// is not positive.
+pub async fn extend(svc: &Identity, auth: &Principal, duration: u64) -> Result<TokenRecord> {
     let t = &auth.token;
     if !t.is_extensible || t.kind != TokenKind::Session {
-        return Err(Error::Invalid {
-            name: "TokenNotExtensible",
+        return Err(Error::Conflict {
+            name: ErrorName::TokenNotExtensible,
             message: "this token was not created extensible".into(),
-            context: serde_json::json!({ "field": "isExtensible" }),
         });
     }
     if duration == 0 {
         return Err(Error::invalid_field("duration", "seconds, at least 1"));
     }
-    let max = t.created_at.saturating_add(i64::try_from(state.config.login.session_max_ttl).unwrap_or(0));
+    let max = t.created_at.saturating_add(i64::try_from(svc.config.login.session_max_ttl).unwrap_or(0));
     let wanted = ids::now().saturating_add(i64::try_from(duration).unwrap_or(i64::MAX));
     let expires_at = wanted.min(max).max(t.expires_at);
-    let entry = audit::by(auth, "token.extended").data(json!({ "expires": ids::iso(expires_at) }));
-    state.store.set_token_expiry(&t.id, expires_at, &[entry]).await?;
+    let entry = auth.audit(AuditType::TokenExtended).data(json!({ "expires": ids::iso(expires_at) }));
+    svc.store.set_token_expiry(&t.id, expires_at, &[entry]).await?;
     Ok(TokenRecord { expires_at, ..(**t).clone() })
 }
 
@@ -136,29 +137,29 @@ pub mod templates {
     use super::*;
 
     /// Creates a template from request fields (see `identity::tokens::create_template`).
-    pub async fn create(state: &AppState, auth: &Principal, fields: Value) -> Result<TokenTemplate> {
-        auth.require(state.policy(), Action::ServiceAdmin)?;
-        crate::identity::tokens::create_template(&state.store, fields).await
+    pub async fn create(svc: &Identity, auth: &Principal, fields: Value) -> Result<TokenTemplate> {
+        auth.require(svc.policy, Action::ServiceAdmin)?;
+        crate::identity::tokens::create_template(&svc.store, fields).await
     }
 
     /// Templates by id.
-    pub async fn list(state: &AppState, auth: &Principal, page: &PageRequest) -> Result<Page<TokenTemplate>> {
-        auth.require(state.policy(), Action::ServiceAdmin)?;
-        let rows = state.store.list_templates(page.prev_id.as_deref(), page.fetch()).await?;
+    pub async fn list(svc: &Identity, auth: &Principal, page: &PageRequest) -> Result<Page<TokenTemplate>> {
+        auth.require(svc.policy, Action::ServiceAdmin)?;
+        let rows = svc.store.list_templates(page.prev_id.as_ref(), page.fetch()).await?;
         Ok(page.page(rows, |t| &t.id))
     }
 
     /// One template. Errors: `TemplateNotFound`.
-    pub async fn get(state: &AppState, auth: &Principal, id: &str) -> Result<TokenTemplate> {
-        auth.require(state.policy(), Action::ServiceAdmin)?;
-        state.store.template_by_id(id).await?.ok_or_else(|| Error::not_found("TemplateNotFound"))
+    pub async fn get(svc: &Identity, auth: &Principal, id: &AnyId) -> Result<TokenTemplate> {
+        auth.require(svc.policy, Action::ServiceAdmin)?;
+        svc.store.template_by_id(id).await?.ok_or_else(|| Error::not_found(ErrorName::TemplateNotFound))
     }
 
     /// Removes a template; returns it as it was. Errors: `TemplateNotFound`.
-    pub async fn delete(state: &AppState, auth: &Principal, id: &str) -> Result<TokenTemplate> {
-        let t = get(state, auth, id).await?;
-        if !state.store.delete_template(id).await? {
-            return Err(Error::not_found("TemplateNotFound"));
+    pub async fn delete(svc: &Identity, auth: &Principal, id: &AnyId) -> Result<TokenTemplate> {
+        let t = get(svc, auth, id).await?;
+        if !svc.store.delete_template(id).await? {
+            return Err(Error::not_found(ErrorName::TemplateNotFound));
         }
         Ok(t)
     }

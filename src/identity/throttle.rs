@@ -5,12 +5,14 @@
 //!
 //! Layer rule: no web-framework types (docs/architecture.md).
 
+use crate::error::ErrorName;
 use std::{collections::HashMap, net::IpAddr, sync::Mutex};
 
 use crate::{
     error::{Error, Result},
+    identity::Identity,
     store::{FailureCount, FailuresOf},
-    AppState,
+    types::UserId,
 };
 
 const LOGIN: &str = "login";
@@ -97,8 +99,8 @@ pub struct Reservation {
 
 impl Reservation {
     /// The guarded check passed, or was not tried: the attempt is not a failure.
-    pub async fn forget(self, state: &AppState) -> Result<()> {
-        state.store.forget_failure(self.id).await?;
+    pub async fn forget(self, svc: &Identity) -> Result<()> {
+        svc.store.forget_failure(self.id).await?;
         Ok(())
     }
 }
@@ -107,7 +109,7 @@ fn secs(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn throttled(name: &'static str, message: &str, retry_at: i64, now: i64) -> Error {
+fn throttled(name: ErrorName, message: &str, retry_at: i64, now: i64) -> Error {
     Error::Throttled {
         name,
         message: message.into(),
@@ -122,36 +124,36 @@ fn reached(c: FailureCount, own: u32, max: u32) -> bool {
 
 /// Applies the login limits for `email` from `client`, counting failures up to `up_to`.
 async fn check_login(
-    state: &AppState,
+    svc: &Identity,
     email: &str,
     client: &str,
     now: i64,
     up_to: i64,
     own: u32,
 ) -> Result<()> {
-    let cfg = &state.config.login;
+    let cfg = &svc.config.login;
     let window = secs(cfg.window);
     let since = now.saturating_sub(window);
     let message = "too many failed login attempts; try again later";
-    let pair = state.store.failures(LOGIN, FailuresOf::Pair { subject: email, client }, since, up_to).await?;
+    let pair = svc.store.failures(LOGIN, FailuresOf::Pair { subject: email, client }, since, up_to).await?;
     if reached(pair, own, cfg.max_failures_per_email) {
-        return Err(throttled("TooManyRequests", message, pair.oldest.unwrap_or(now) + window, now));
+        return Err(throttled(ErrorName::TooManyRequests, message, pair.oldest.unwrap_or(now) + window, now));
     }
-    let by_client = state.store.failures(LOGIN, FailuresOf::Client(client), since, up_to).await?;
+    let by_client = svc.store.failures(LOGIN, FailuresOf::Client(client), since, up_to).await?;
     if reached(by_client, own, cfg.max_failures_per_ip) {
         let until = by_client.oldest.unwrap_or(now) + window;
-        state.refused_clients.remember(client, until, now);
-        return Err(throttled("TooManyRequests", message, until, now));
+        svc.refused_clients.remember(client, until, now);
+        return Err(throttled(ErrorName::TooManyRequests, message, until, now));
     }
-    let by_email = state.store.failures(LOGIN, FailuresOf::Subject(email), now - HOUR, up_to).await?;
+    let by_email = svc.store.failures(LOGIN, FailuresOf::Subject(email), now - HOUR, up_to).await?;
     if reached(by_email, own, cfg.email_delay_after) {
         let known_since = now.saturating_sub(secs(cfg.known_client_days).saturating_mul(86_400));
-        if !state.store.known_login_client(email, client, known_since).await? {
+        if !svc.store.known_login_client(email, client, known_since).await? {
             let over = i64::from(by_email.count.saturating_sub(own) - cfg.email_delay_after) + 1;
             let delay = over.saturating_mul(secs(cfg.email_delay_step)).min(secs(cfg.email_delay_max));
             let retry_at = by_email.latest.unwrap_or(now) + delay;
             if retry_at > now {
-                return Err(throttled("TooManyRequests", message, retry_at, now));
+                return Err(throttled(ErrorName::TooManyRequests, message, retry_at, now));
             }
         }
     }
@@ -161,18 +163,18 @@ async fn check_login(
 /// Admits a login attempt for `email` (lower-cased) from `client` ([`client_key`]) at `now`
 /// (Unix seconds), recording it as a failure until it succeeds. Errors: `Throttled` when a
 /// limit is reached (per email and client, per client, or the per-email wait).
-pub async fn begin_login(state: &AppState, email: &str, client: &str, now: i64) -> Result<Reservation> {
-    if let Some(until) = state.refused_clients.retry_at(client, now) {
+pub async fn begin_login(svc: &Identity, email: &str, client: &str, now: i64) -> Result<Reservation> {
+    if let Some(until) = svc.refused_clients.retry_at(client, now) {
         let message = "too many failed login attempts; try again later";
-        return Err(throttled("TooManyRequests", message, until, now));
+        return Err(throttled(ErrorName::TooManyRequests, message, until, now));
     }
-    check_login(state, email, client, now, i64::MAX, 0).await?;
-    state.refused_clients.admitted(client);
-    let id = state.store.reserve_failure(LOGIN, email, client, now).await?;
+    check_login(svc, email, client, now, i64::MAX, 0).await?;
+    svc.refused_clients.admitted(client);
+    let id = svc.store.reserve_failure(LOGIN, email, client, now).await?;
     // Parallel attempts all reserved before any was checked: only those within the limit in
     // reservation order go ahead.
-    if let Err(e) = check_login(state, email, client, now, id, 1).await {
-        state.store.forget_failure(id).await?;
+    if let Err(e) = check_login(svc, email, client, now, id, 1).await {
+        svc.store.forget_failure(id).await?;
         return Err(e);
     }
     Ok(Reservation { id })
@@ -180,21 +182,20 @@ pub async fn begin_login(state: &AppState, email: &str, client: &str, now: i64) 
 
 /// After a successful login: forgets `email`'s failures from `client` and stale ones, and
 /// remembers the client as one the user logs in from.
-pub async fn login_succeeded(state: &AppState, email: &str, client: &str, now: i64) -> Result<()> {
-    let keep = secs(state.config.login.window).max(HOUR);
-    state.store.clear_failures(LOGIN, email, client, now.saturating_sub(keep)).await?;
-    state.store.remember_login_client(email, client, now).await?;
+pub async fn login_succeeded(svc: &Identity, email: &str, client: &str, now: i64) -> Result<()> {
+    let keep = secs(svc.config.login.window).max(HOUR);
+    svc.store.clear_failures(LOGIN, email, client, now.saturating_sub(keep)).await?;
+    svc.store.remember_login_client(email, client, now).await?;
     Ok(())
 }
 
-async fn check_otp(state: &AppState, user_id: &str, now: i64, up_to: i64, own: u32) -> Result<()> {
-    let cfg = &state.config.login;
+async fn check_otp(svc: &Identity, user_id: &UserId, now: i64, up_to: i64, own: u32) -> Result<()> {
+    let cfg = &svc.config.login;
     let window = secs(cfg.window);
-    let c =
-        state.store.failures(OTP, FailuresOf::Subject(user_id), now.saturating_sub(window), up_to).await?;
+    let c = svc.store.failures(OTP, FailuresOf::Subject(user_id), now.saturating_sub(window), up_to).await?;
     if reached(c, own, cfg.max_otp_failures) {
         return Err(throttled(
-            "TooManyOtpAttempts",
+            ErrorName::TooManyOtpAttempts,
             "too many wrong one-time passwords; try again later",
             c.oldest.unwrap_or(now) + window,
             now,
@@ -206,14 +207,40 @@ async fn check_otp(state: &AppState, user_id: &str, now: i64, up_to: i64, own: u
 /// Admits an OTP check for `user_id` from `client`, wherever an OTP is checked, recording it as
 /// a failure until it succeeds. Errors: `Throttled` (`TooManyOtpAttempts`) after
 /// `login.max_otp_failures` wrong codes within `login.window`, whatever the token or address.
-pub async fn begin_otp(state: &AppState, user_id: &str, client: &str, now: i64) -> Result<Reservation> {
-    check_otp(state, user_id, now, i64::MAX, 0).await?;
-    let id = state.store.reserve_failure(OTP, user_id, client, now).await?;
-    if let Err(e) = check_otp(state, user_id, now, id, 1).await {
-        state.store.forget_failure(id).await?;
+pub async fn begin_otp(svc: &Identity, user_id: &UserId, client: &str, now: i64) -> Result<Reservation> {
+    check_otp(svc, user_id, now, i64::MAX, 0).await?;
+    let id = svc.store.reserve_failure(OTP, user_id, client, now).await?;
+    if let Err(e) = check_otp(svc, user_id, now, id, 1).await {
+        svc.store.forget_failure(id).await?;
         return Err(e);
     }
     Ok(Reservation { id })
+}
+
+/// Throttling is recorded once per subject and minute per process, not per refused attempt: a
+/// flood must not turn into a flood of audit writes.
+#[derive(Debug, Default)]
+pub struct ThrottleNotes(Mutex<HashMap<String, i64>>);
+
+/// Most subjects remembered by [`ThrottleNotes`].
+const MAX_THROTTLE_NOTES: usize = 10_000;
+
+impl ThrottleNotes {
+    /// Whether a throttling of `subject` at `now` (Unix seconds) should be recorded.
+    pub fn first_in_minute(&self, subject: &str, now: i64) -> bool {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(subject).is_some_and(|t| now - t < 60) {
+            return false;
+        }
+        if map.len() >= MAX_THROTTLE_NOTES {
+            map.retain(|_, t| now - *t < 60);
+            if map.len() >= MAX_THROTTLE_NOTES {
+                return false;
+            }
+        }
+        map.insert(subject.to_string(), now);
+        true
+    }
 }
 
 #[cfg(test)]

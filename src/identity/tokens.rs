@@ -4,6 +4,8 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
+use crate::store::AuditType;
 use std::{collections::BTreeSet, net::IpAddr};
 
 use serde::{Deserialize, Serialize};
@@ -12,17 +14,17 @@ use utoipa::ToSchema;
 
 use super::{
     auth::{hash_token, new_token_value, Principal},
-    login::verify_otp,
+    otp::verify_otp,
     scopes::{parse_scopes, Action, Grant},
     users::require_membership,
 };
 use crate::{
     config::Environment,
     error::{parse_value, Error, Result},
+    identity::Identity,
     ids,
     store::{AuditEntry, TokenKind, TokenRecord, TokenTemplate},
-    types::{BaseUnits, Cidr, OtpCode},
-    AppState,
+    types::{AnyId, BaseUnits, Cidr, Coin, EnterpriseId, OtpCode, TokenId, UserId, WalletId},
 };
 
 /// Longest token lifetime and the default `duration`: 10 years, in seconds.
@@ -45,12 +47,12 @@ pub struct CreateAccessTokenRequest {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<Vec<String>>)]
     pub ip_restrict: Option<Option<Vec<String>>>,
-    pub enterprise: Option<String>,
+    pub enterprise: Option<EnterpriseId>,
     pub spending_limits: Option<Vec<SpendingLimitRequest>>,
     #[schema(pattern = "^[0-9a-f]{32}$")]
-    pub access_token_template_id: Option<String>,
-    pub permitted_enterprises: Option<Vec<String>>,
-    pub permitted_wallets: Option<Vec<String>>,
+    pub access_token_template_id: Option<AnyId>,
+    pub permitted_enterprises: Option<Vec<EnterpriseId>>,
+    pub permitted_wallets: Option<Vec<WalletId>>,
 }
 
 /// `scope` as a list or a single string.
@@ -74,7 +76,7 @@ where
 #[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SpendingLimitRequest {
-    pub coin: String,
+    pub coin: Coin,
     pub max_limit: Option<bool>,
     /// Base units: a digit string or a JSON integer, kept lossless.
     #[schema(value_type = String)]
@@ -125,7 +127,7 @@ pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> R
         parse_scopes(&scope_values(scope))
             .map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), format!("scope[{i}]: {e}")))?;
     }
-    let t = TokenTemplate { id: ids::new_id(), fields, created_at: ids::now() };
+    let t = TokenTemplate { id: AnyId::new_random(), fields, created_at: ids::now() };
     store.insert_template(&t).await?;
     Ok(t)
 }
@@ -145,10 +147,10 @@ struct Validated {
     duration: Option<u64>,
     admin: bool,
     ip_restrict: Option<Vec<Cidr>>,
-    enterprise: Option<String>,
+    enterprise: Option<EnterpriseId>,
     spending_limits: Option<Value>,
-    permitted_wallets: Option<Vec<String>>,
-    permitted_enterprises: Option<Vec<String>>,
+    permitted_wallets: Option<Vec<WalletId>>,
+    permitted_enterprises: Option<Vec<EnterpriseId>>,
 }
 
 /// Largest lists a token request may carry (issue 9 §8); longer ones are a 400 naming the field.
@@ -165,20 +167,12 @@ fn cap(field: &str, len: usize, max: usize) -> Result<()> {
     Ok(())
 }
 
-fn id_list(field: &str, v: Option<Vec<String>>) -> Result<Option<Vec<String>>> {
+/// A list of ids (parsed by serde, so each is well formed), capped, duplicates dropped.
+fn id_list<T: Ord + Clone>(field: &str, v: Option<Vec<T>>) -> Result<Option<Vec<T>>> {
     let Some(v) = v else { return Ok(None) };
     cap(field, v.len(), MAX_PERMITTED)?;
     let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for (i, id) in v.into_iter().enumerate() {
-        if !ids::is_id(&id) {
-            return Err(Error::invalid_field(format!("{field}[{i}]"), "must be a 32-hex id"));
-        }
-        if seen.insert(id.clone()) {
-            out.push(id);
-        }
-    }
-    Ok(Some(out))
+    Ok(Some(v.into_iter().filter(|id| seen.insert(id.clone())).collect()))
 }
 
 fn base_units(field: &str, v: &Value) -> Result<String> {
@@ -193,10 +187,7 @@ fn spending_limits(list: Vec<SpendingLimitRequest>) -> Result<Option<Value>> {
     let mut out = Map::new();
     for (i, l) in list.into_iter().enumerate() {
         let at = |f: &str| format!("spendingLimits[{i}].{f}");
-        if !ids::is_coin(&l.coin) {
-            return Err(Error::invalid_field(at("coin"), "must be a lower-case coin symbol"));
-        }
-        if out.contains_key(&l.coin) {
+        if out.contains_key(l.coin.as_str()) {
             return Err(Error::invalid_field(at("coin"), "a coin may have only one spending limit"));
         }
         let mut entry = Map::new();
@@ -211,7 +202,7 @@ fn spending_limits(list: Vec<SpendingLimitRequest>) -> Result<Option<Value>> {
             }
             entry.insert("allErc20TokensLimit".into(), e);
         }
-        out.insert(l.coin, Value::Object(entry));
+        out.insert(l.coin.into_string(), Value::Object(entry));
     }
     Ok((!out.is_empty()).then_some(Value::Object(out)))
 }
@@ -267,11 +258,6 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
             (!out.is_empty()).then_some(out)
         }
     };
-    if let Some(e) = &req.enterprise {
-        if !ids::is_id(e) {
-            return Err(Error::invalid_field("enterprise", "must be a 32-hex enterprise id"));
-        }
-    }
     let spending_limits = req.spending_limits.map(spending_limits).transpose()?.flatten();
     Ok(Validated {
         label,
@@ -288,23 +274,23 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
 }
 
 /// Fills fields absent from `body` from the template named by `accessTokenTemplateId`.
-async fn apply_template(state: &AppState, body: &mut Value) -> Result<()> {
+async fn apply_template(svc: &Identity, body: &mut Value) -> Result<()> {
     let Some(map) = body.as_object_mut() else {
         return Err(Error::Invalid {
-            name: "InvalidRequestBody",
+            name: ErrorName::InvalidRequestBody,
             message: "the request body must be a JSON object".into(),
             context: json!({}),
         });
     };
     let Some(id) = map.get("accessTokenTemplateId") else { return Ok(()) };
     let field = "accessTokenTemplateId";
-    let id = id
+    let id: AnyId = id
         .as_str()
-        .filter(|s| ids::is_id(s))
+        .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::invalid_field(field, "must be a 32-hex template id"))?;
-    let template = state
+    let template = svc
         .store
-        .template_by_id(id)
+        .template_by_id(&id)
         .await?
         .ok_or_else(|| Error::invalid_field(field, "no such access token template"))?;
     if let Value::Object(fields) = template.fields {
@@ -326,9 +312,9 @@ pub struct CreatedToken {
 /// limits, restrictions). Times are Unix seconds; `ip` is the requesting client's address.
 #[allow(clippy::too_many_arguments)]
 pub fn new_token_record(
-    state: &AppState,
+    svc: &Identity,
     token_hash: String,
-    user_id: &str,
+    user_id: &UserId,
     kind: TokenKind,
     scopes: Vec<Grant>,
     created_at: i64,
@@ -336,9 +322,9 @@ pub fn new_token_record(
     ip: IpAddr,
 ) -> TokenRecord {
     TokenRecord {
-        id: ids::new_id(),
+        id: TokenId::new_random(),
         token_hash,
-        user_id: user_id.to_string(),
+        user_id: user_id.clone(),
         kind,
         label: None,
         scopes,
@@ -353,7 +339,7 @@ pub fn new_token_record(
         spending_limits: None,
         permitted_wallets: None,
         permitted_enterprises: None,
-        origin: state.config.environment.as_str().into(),
+        origin: svc.config.environment.as_str().into(),
         parent_id: None,
         last_used_at: None,
         unlock: None,
@@ -394,7 +380,28 @@ fn check_production_ip_restrict(blocks: Option<&[Cidr]>, allow_wide: bool) -> Re
 }
 
 fn exceeds(field: String, message: String) -> Error {
-    Error::Invalid { name: "ExceedsCreatingToken", message, context: json!({ "field": field }) }
+    Error::Invalid { name: ErrorName::ExceedsCreatingToken, message, context: json!({ "field": field }) }
+}
+
+/// A child's permitted list within its parent's: absent, it takes the parent's.
+fn within_parent<T: PartialEq + Clone>(
+    field: &str,
+    parent: &Option<Vec<T>>,
+    child: &mut Option<Vec<T>>,
+) -> Result<()> {
+    let Some(allowed) = parent else { return Ok(()) };
+    match child {
+        None => *child = Some(allowed.clone()),
+        Some(list) => {
+            if let Some(i) = list.iter().position(|x| !allowed.contains(x)) {
+                return Err(exceeds(
+                    format!("{field}[{i}]"),
+                    format!("{field}[{i}] is not permitted to the creating token"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Bounds a child token's lists by its parent's (issue 9 §4): `permittedWallets`,
@@ -402,23 +409,8 @@ fn exceeds(field: String, message: String) -> Error {
 /// not exceed the parent's per coin; each absent one (or absent coin) takes the parent's.
 /// Errors: `ExceedsCreatingToken` naming the first offending element.
 fn bound_by_parent(parent: &TokenRecord, v: &mut Validated) -> Result<()> {
-    for (field, parent_list, child) in [
-        ("permittedWallets", &parent.permitted_wallets, &mut v.permitted_wallets),
-        ("permittedEnterprises", &parent.permitted_enterprises, &mut v.permitted_enterprises),
-    ] {
-        let Some(allowed) = parent_list else { continue };
-        match child {
-            None => *child = Some(allowed.clone()),
-            Some(list) => {
-                if let Some(i) = list.iter().position(|x| !allowed.contains(x)) {
-                    return Err(exceeds(
-                        format!("{field}[{i}]"),
-                        format!("{field}[{i}] is not permitted to the creating token"),
-                    ));
-                }
-            }
-        }
-    }
+    within_parent("permittedWallets", &parent.permitted_wallets, &mut v.permitted_wallets)?;
+    within_parent("permittedEnterprises", &parent.permitted_enterprises, &mut v.permitted_enterprises)?;
     if let Some(parent_blocks) = &parent.ip_restrict {
         match &v.ip_restrict {
             None => v.ip_restrict = Some(parent_blocks.clone()),
@@ -466,7 +458,7 @@ fn bound_by_parent(parent: &TokenRecord, v: &mut Validated) -> Result<()> {
 /// (and the user must belong to it), every scope lies within the parent's, the lists lie within
 /// the parent's ([`bound_by_parent`]), production's `ipRestrict` rules hold, and only a service
 /// employee's admin session makes admin tokens.
-async fn bound_by_creator(state: &AppState, auth: &Principal, v: &mut Validated) -> Result<()> {
+async fn bound_by_creator(svc: &Identity, auth: &Principal, v: &mut Validated) -> Result<()> {
     let parent = &auth.token;
     // The child's enterprise: inherited from the parent when absent, never different from it.
     match (&parent.enterprise, &v.enterprise) {
@@ -480,9 +472,9 @@ async fn bound_by_creator(state: &AppState, auth: &Principal, v: &mut Validated)
         _ => {}
     }
     if let Some(e) = &v.enterprise {
-        require_membership(&state.store, &auth.user.id, e, "enterprise").await?;
+        require_membership(&svc.store, &auth.user.id, e, "enterprise").await?;
     }
-    let policy = state.policy();
+    let policy = svc.policy;
     let same_enterprise = v.enterprise.is_some() && v.enterprise == parent.enterprise;
     for (i, g) in v.grants.iter().enumerate() {
         if !policy.grant_covers(&parent.scopes, g, same_enterprise) {
@@ -493,8 +485,8 @@ async fn bound_by_creator(state: &AppState, auth: &Principal, v: &mut Validated)
         }
     }
     bound_by_parent(parent, v)?;
-    if state.config.environment == Environment::Production {
-        check_production_ip_restrict(v.ip_restrict.as_deref(), state.config.tokens.allow_wide_ip_restrict)?;
+    if svc.config.environment == Environment::Production {
+        check_production_ip_restrict(v.ip_restrict.as_deref(), svc.config.tokens.allow_wide_ip_restrict)?;
     }
     if v.admin && !(parent.admin && auth.user.service_admin) {
         return Err(Error::invalid_field(
@@ -517,7 +509,7 @@ fn lifetime(parent: &TokenRecord, requested: Option<u64>, now: i64) -> Result<u6
     };
     match requested {
         Some(d) if d > remaining => Err(Error::Invalid {
-            name: "ExceedsCreatingToken",
+            name: ErrorName::ExceedsCreatingToken,
             message: format!(
                 "duration may not exceed the creating token's remaining lifetime ({remaining} s)"
             ),
@@ -533,25 +525,21 @@ fn lifetime(parent: &TokenRecord, requested: Option<u64>, now: i64) -> Result<u6
 /// user, checked last so a bad request does not use it up. The new token cannot exceed the
 /// creating one (scopes, permitted lists, enterprise, expiry, admin). Errors: `Invalid` naming
 /// the field, `ExceedsCreatingToken`, `Forbidden`, `LoginFailed` (`InvalidOtp`).
-pub async fn create_access_token(
-    state: &AppState,
-    auth: &Principal,
-    mut body: Value,
-) -> Result<CreatedToken> {
-    auth.require(state.policy(), Action::CreateAccessToken)?;
-    apply_template(state, &mut body).await?;
+pub async fn create_access_token(svc: &Identity, auth: &Principal, mut body: Value) -> Result<CreatedToken> {
+    auth.require(svc.policy, Action::CreateAccessToken)?;
+    apply_template(svc, &mut body).await?;
     let req: CreateAccessTokenRequest = parse_value(&body)?;
     let mut v = validate(req)?;
     let parent = &auth.token;
     let now = ids::now();
 
-    bound_by_creator(state, auth, &mut v).await?;
+    bound_by_creator(svc, auth, &mut v).await?;
     let duration = lifetime(parent, v.duration, now)?;
 
     // Everything is valid: only now spend the one-time password.
-    if !verify_otp(state, &auth.user, &v.otp, auth.client_ip).await? {
+    if !verify_otp(svc, &auth.user, &v.otp, auth.client_ip).await? {
         return Err(Error::LoginFailed {
-            name: "InvalidOtp",
+            name: ErrorName::InvalidOtp,
             message: "a valid one-time password is required".into(),
             needs_otp: true,
         });
@@ -559,7 +547,7 @@ pub async fn create_access_token(
     let value = new_token_value();
     let scopes = v.grants.clone();
     let mut record = new_token_record(
-        state,
+        svc,
         hash_token(&value),
         &auth.user.id,
         TokenKind::Access,
@@ -576,18 +564,19 @@ pub async fn create_access_token(
     record.permitted_wallets = v.permitted_wallets;
     record.permitted_enterprises = v.permitted_enterprises;
     record.parent_id = Some(parent.id.clone());
-    let notifications = crate::outbox::access_token_notifications(state, &record).await?;
+    let notifications =
+        crate::outbox::access_token_notifications(&svc.store, &record, svc.config.webhooks.max_held).await?;
     let entry = crate::audit::EntryExt::data(
-        crate::audit::by(auth, "token.created"),
+        auth.audit(AuditType::TokenCreated),
         serde_json::json!({
             "id": record.id, "label": record.label, "admin": record.admin,
             "scope": record.scopes.iter().map(|g| g.to_scope_string()).collect::<Vec<_>>(),
         }),
     );
     let entry = AuditEntry { enterprise_id: record.enterprise.clone(), ..entry };
-    state.store.insert_token(&record, &notifications, &[entry]).await?;
+    svc.store.insert_token(&record, &notifications, &[entry]).await?;
     if !notifications.is_empty() {
-        state.wake.notify_one();
+        svc.dispatch.wake();
     }
     Ok(CreatedToken { value, record })
 }

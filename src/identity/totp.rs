@@ -47,7 +47,7 @@ pub fn code_at(seed: &[u8], at: u64) -> anyhow::Result<String> {
 }
 
 /// Associated data binding a user's sealed seed to that user.
-pub fn seed_aad(user_id: &str) -> String {
+pub fn seed_aad(user_id: &crate::types::UserId) -> String {
     format!("totp:{user_id}")
 }
 

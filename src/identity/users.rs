@@ -2,22 +2,25 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
+use crate::store::AuditType;
 use serde::Serialize;
 
 use super::{auth::Principal, password, scopes::Action, totp};
 use crate::{
     error::{Error, Result},
+    identity::Identity,
     ids,
     store::{AuditEntry, DynStore, Enterprise, Membership, User},
     types::Email,
-    AppState,
+    types::{EnterpriseId, UserId},
 };
 
 /// What creating a user returns: the TOTP seed is shown once, here.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CreatedUser {
-    pub id: String,
+    pub id: UserId,
     pub email: String,
     /// Base32 TOTP seed (RFC 6238), for authenticator apps.
     pub totp_secret: String,
@@ -47,7 +50,7 @@ pub async fn create_user(
     let pw = plain_password.to_string();
     let password_hash =
         tokio::task::spawn_blocking(move || password::hash(&pw)).await.map_err(anyhow::Error::from)??;
-    let id = ids::new_id();
+    let id = UserId::new_random();
     let seed = totp::new_seed();
     let (first, last) = match name.map(str::trim) {
         Some(n) => match n.split_once(' ') {
@@ -75,7 +78,7 @@ pub async fn create_user(
         last_login: None,
     };
     let entry = crate::audit::EntryExt::data(
-        crate::audit::entry("user.created"),
+        crate::audit::entry(AuditType::UserCreated),
         serde_json::json!({ "email": user.email, "serviceAdmin": service_admin, "by": "operator" }),
     );
     store.insert_user(&user, &[AuditEntry { user_id: Some(user.id.clone()), ..entry }]).await?;
@@ -88,15 +91,12 @@ pub async fn create_user(
 }
 
 /// Creates an enterprise named `name`, with the given id (32 hex) or a new one.
-pub async fn create_enterprise(store: &DynStore, name: &str, id: Option<&str>) -> Result<Enterprise> {
+pub async fn create_enterprise(store: &DynStore, name: &str, id: Option<EnterpriseId>) -> Result<Enterprise> {
     let name = name.trim();
     if name.is_empty() {
         return Err(Error::invalid_field("name", "the enterprise name must not be empty"));
     }
-    if id.is_some_and(|i| !ids::is_id(i)) {
-        return Err(Error::invalid_field("id", "the enterprise id must be 32 lowercase hex characters"));
-    }
-    let id = id.map(str::to_string).unwrap_or_else(ids::new_id);
+    let id = id.unwrap_or_else(EnterpriseId::new_random);
     let e = Enterprise { id, name: name.into(), created_at: ids::now() };
     store.insert_enterprise(&e).await?;
     Ok(e)
@@ -106,19 +106,21 @@ pub async fn create_enterprise(store: &DynStore, name: &str, id: Option<&str>) -
 /// existing member's admin flag is updated. Errors: `EnterpriseNotFound`, `UserNotFound`.
 pub async fn add_member(
     store: &DynStore,
-    enterprise_id: &str,
+    enterprise_id: &EnterpriseId,
     email: &str,
     is_admin: bool,
 ) -> Result<(Enterprise, User)> {
     let enterprise = store.enterprise_by_id(enterprise_id).await?.ok_or_else(|| Error::NotFound {
-        name: "EnterpriseNotFound",
+        name: ErrorName::EnterpriseNotFound,
         message: format!("no enterprise with id {enterprise_id}"),
     })?;
-    let user = store.user_by_email(&email.trim().to_ascii_lowercase()).await?.ok_or_else(|| {
-        Error::NotFound { name: "UserNotFound", message: format!("no user with email {email}") }
+    let address = Email::parse(email).map_err(|e| Error::invalid_field("email", e))?;
+    let user = store.user_by_email(&address).await?.ok_or_else(|| Error::NotFound {
+        name: ErrorName::UserNotFound,
+        message: format!("no user with email {email}"),
     })?;
     let entry = crate::audit::EntryExt::data(
-        crate::audit::entry("enterprise.member_set"),
+        crate::audit::entry(AuditType::EnterpriseMemberSet),
         serde_json::json!({ "isAdmin": is_admin, "by": "operator" }),
     );
     let entry =
@@ -130,24 +132,21 @@ pub async fn add_member(
 /// Checks that `user_id` belongs to enterprise `enterprise_id`; the 400 names `field`.
 pub async fn require_membership(
     store: &DynStore,
-    user_id: &str,
-    enterprise_id: &str,
+    user_id: &UserId,
+    enterprise_id: &EnterpriseId,
     field: &str,
 ) -> Result<Membership> {
-    if !ids::is_id(enterprise_id) {
-        return Err(Error::invalid_field(field, "must be a 32-hex enterprise id"));
-    }
     store
         .memberships(user_id)
         .await?
         .into_iter()
-        .find(|m| m.enterprise.id == enterprise_id)
+        .find(|m| &m.enterprise.id == enterprise_id)
         .ok_or_else(|| Error::invalid_field(field, "no such enterprise, or the user does not belong to it"))
 }
 
 /// The principal's own user with its memberships. Needs the `profile` scope (docs/scopes.md).
-pub async fn profile(state: &AppState, auth: &Principal) -> Result<(User, Vec<Membership>)> {
-    auth.require(state.policy(), Action::ViewProfile)?;
-    let memberships = state.store.memberships(&auth.user.id).await?;
+pub async fn profile(svc: &Identity, auth: &Principal) -> Result<(User, Vec<Membership>)> {
+    auth.require(svc.policy, Action::ViewProfile)?;
+    let memberships = svc.store.memberships(&auth.user.id).await?;
     Ok(((*auth.user).clone(), memberships))
 }

@@ -9,22 +9,56 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::sql::{json_value, to_json, Dialect, SqlStore};
+use super::sql::{json_value, parse_stored, to_json, Dialect};
+use super::sql_store::SqlStore;
 use super::StoreResult;
+use crate::types::AnyId;
+use crate::types::{EnterpriseId, TokenId, UserId, WalletId};
+
+crate::types::text_enum!(
+    /// What an audit entry records: every type in one place (docs/audit.md says when each is
+    /// written and what its `data` holds).
+    pub enum AuditType("not an audit entry type (docs/audit.md)") {
+        LoginSucceeded = "login.succeeded",
+        LoginFailed = "login.failed",
+        LoginThrottled = "login.throttled",
+        OtpFailed = "otp.failed",
+        OtpThrottled = "otp.throttled",
+        TokenCreated = "token.created",
+        TokenRevoked = "token.revoked",
+        TokenExtended = "token.extended",
+        SessionUnlocked = "session.unlocked",
+        SessionLocked = "session.locked",
+        Logout = "logout",
+        WebhookCreated = "webhook.created",
+        WebhookRemoved = "webhook.removed",
+        WebhookUnblocked = "webhook.unblocked",
+        WebhookSecretRotated = "webhook_secret.rotated",
+        NotificationsRefused = "webhook.notifications_refused",
+        UserCreated = "user.created",
+        UserDeactivated = "user.deactivated",
+        UserActivated = "user.activated",
+        UserOtpReset = "user.otp_reset",
+        UserPasswordSet = "user.password_set",
+        EnterpriseMemberSet = "enterprise.member_set",
+        WalletImported = "wallet.imported",
+        WalletIdentityChanged = "wallet.identity_changed",
+        WalletBalanceSet = "wallet.balance_set",
+    }
+);
 
 /// One audit entry. Times are Unix milliseconds. `data` holds small non-secret details.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditEntry {
-    /// 32 hex.
-    pub id: String,
+    pub id: AnyId,
     pub date_ms: i64,
-    /// What happened, e.g. `login.failed`, `token.revoked` (docs/audit.md lists them).
-    pub entry_type: String,
-    pub user_id: Option<String>,
-    pub enterprise_id: Option<String>,
-    pub wallet_id: Option<String>,
+    /// What happened.
+    pub entry_type: AuditType,
+    pub user_id: Option<UserId>,
+    pub enterprise_id: Option<EnterpriseId>,
+    pub wallet_id: Option<WalletId>,
     pub ip: Option<String>,
-    pub token_id: Option<String>,
+    pub token_id: Option<TokenId>,
     pub request_id: Option<String>,
     pub data: Value,
 }
@@ -41,7 +75,7 @@ pub struct ChainedEntry {
 /// map is ordered), no white space.
 pub fn canonical_json(e: &AuditEntry) -> String {
     json!({
-        "id": e.id, "date": e.date_ms, "type": e.entry_type, "userId": e.user_id,
+        "id": e.id, "date": e.date_ms, "type": e.entry_type.as_str(), "userId": e.user_id,
         "enterpriseId": e.enterprise_id, "walletId": e.wallet_id, "ip": e.ip, "tokenId": e.token_id,
         "requestId": e.request_id, "data": e.data,
     })
@@ -63,17 +97,17 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 /// Which entries a reader asks for, and which it may see.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
-    pub entry_type: Option<String>,
-    pub user_id: Option<String>,
-    pub enterprise_id: Option<String>,
-    pub wallet_id: Option<String>,
+    pub entry_type: Option<AuditType>,
+    pub user_id: Option<UserId>,
+    pub enterprise_id: Option<EnterpriseId>,
+    pub wallet_id: Option<WalletId>,
     /// Unix milliseconds, inclusive.
     pub date_gte_ms: Option<i64>,
     /// Unix milliseconds, exclusive.
     pub date_lt_ms: Option<i64>,
     /// `None`: every entry (service admins); else only entries of this user, or of these
     /// enterprises.
-    pub visible_to: Option<(String, Vec<String>)>,
+    pub visible_to: Option<(UserId, Vec<EnterpriseId>)>,
 }
 
 /// The audit log.
@@ -87,7 +121,7 @@ pub trait AuditStore: Send + Sync {
     async fn list_audit(
         &self,
         filter: &AuditFilter,
-        before_id: Option<&str>,
+        before_id: Option<&AnyId>,
         limit: u32,
     ) -> StoreResult<Vec<ChainedEntry>>;
     /// Entries in chain order after `after_seq`, at most `limit`, with their stored hashes.
@@ -138,15 +172,15 @@ where
 #[derive(FromRow)]
 pub(super) struct AuditRow {
     seq: i64,
-    id: String,
+    id: AnyId,
     date: i64,
     #[sqlx(rename = "type")]
     entry_type: String,
-    user_id: Option<String>,
-    enterprise_id: Option<String>,
-    wallet_id: Option<String>,
+    user_id: Option<UserId>,
+    enterprise_id: Option<EnterpriseId>,
+    wallet_id: Option<WalletId>,
     ip: Option<String>,
-    token_id: Option<String>,
+    token_id: Option<TokenId>,
     request_id: Option<String>,
     data: String,
     hash: String,
@@ -160,7 +194,7 @@ impl AuditRow {
             entry: AuditEntry {
                 id: self.id,
                 date_ms: self.date,
-                entry_type: self.entry_type,
+                entry_type: parse_stored(&self.entry_type, "audit entry type")?,
                 user_id: self.user_id,
                 enterprise_id: self.enterprise_id,
                 wallet_id: self.wallet_id,
@@ -190,6 +224,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> AuditRow: FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn append_audit(&self, entries: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         append_tx::<DB>(&mut tx, entries).await?;
@@ -197,12 +232,14 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn list_audit(
         &self,
         filter: &AuditFilter,
-        before_id: Option<&str>,
+        before_id: Option<&AnyId>,
         limit: u32,
     ) -> StoreResult<Vec<ChainedEntry>> {
+        let before_id = before_id.map(AnyId::as_str);
         let (me, enterprises) = match &filter.visible_to {
             Some((me, es)) => (Some(me.as_str()), to_json(es)?),
             None => (None, "[]".to_string()),
@@ -218,7 +255,7 @@ where
             DB::JSON_TEXT_ELEMENTS_OF_10
         );
         let rows: Vec<AuditRow> = sqlx::query_as(&sql)
-            .bind(filter.entry_type.as_deref())
+            .bind(filter.entry_type.map(AuditType::as_str))
             .bind(filter.user_id.as_deref())
             .bind(filter.enterprise_id.as_deref())
             .bind(filter.wallet_id.as_deref())
@@ -233,10 +270,24 @@ where
         rows.into_iter().map(AuditRow::into_chained).collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_chain(&self, after_seq: i64, limit: u32) -> StoreResult<Vec<ChainedEntry>> {
         let sql = format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE seq > $1 ORDER BY seq LIMIT $2");
         let rows: Vec<AuditRow> =
             sqlx::query_as(&sql).bind(after_seq).bind(i64::from(limit)).fetch_all(&self.pool).await?;
         rows.into_iter().map(AuditRow::into_chained).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AuditType;
+
+    #[test]
+    fn docs_list_every_audit_type() {
+        let doc = include_str!("../../docs/audit.md");
+        for t in AuditType::ALL {
+            assert!(doc.contains(&format!("`{}`", t.as_str())), "docs/audit.md lacks {}", t.as_str());
+        }
     }
 }

@@ -1,15 +1,17 @@
 //! Enterprises (customer organisations) and their members.
 
+use crate::types::{EnterpriseId, UserId};
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::sql::{unique_violation, Dialect, SqlStore};
+use super::sql::{unique_violation, Dialect};
+use super::sql_store::SqlStore;
 use super::StoreResult;
 
 /// An enterprise (a customer organisation).
 #[derive(Debug, Clone, FromRow)]
 pub struct Enterprise {
-    pub id: String,
+    pub id: EnterpriseId,
     pub name: String,
     /// Unix seconds.
     pub created_at: i64,
@@ -27,18 +29,18 @@ pub struct Membership {
 pub trait EnterpriseStore: Send + Sync {
     /// Fails with [`super::StoreError::Conflict`] when the id is taken.
     async fn insert_enterprise(&self, e: &Enterprise) -> StoreResult<()>;
-    async fn enterprise_by_id(&self, id: &str) -> StoreResult<Option<Enterprise>>;
+    async fn enterprise_by_id(&self, id: &EnterpriseId) -> StoreResult<Option<Enterprise>>;
     /// Adds the user to the enterprise, or updates the admin flag when already a member.
     /// `audit` is written with it.
     async fn upsert_membership(
         &self,
-        enterprise_id: &str,
-        user_id: &str,
+        enterprise_id: &EnterpriseId,
+        user_id: &UserId,
         is_admin: bool,
         audit: &[super::AuditEntry],
     ) -> StoreResult<()>;
     /// The user's enterprises, by name then id.
-    async fn memberships(&self, user_id: &str) -> StoreResult<Vec<Membership>>;
+    async fn memberships(&self, user_id: &UserId) -> StoreResult<Vec<Membership>>;
 }
 
 #[derive(FromRow)]
@@ -65,6 +67,7 @@ where
     for<'r> MembershipRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn insert_enterprise(&self, e: &Enterprise) -> StoreResult<()> {
         sqlx::query("INSERT INTO enterprises (id, name, created_at) VALUES ($1, $2, $3)")
             .bind(e.id.as_str())
@@ -76,17 +79,19 @@ where
         Ok(())
     }
 
-    async fn enterprise_by_id(&self, id: &str) -> StoreResult<Option<Enterprise>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn enterprise_by_id(&self, id: &EnterpriseId) -> StoreResult<Option<Enterprise>> {
         Ok(sqlx::query_as("SELECT id, name, created_at FROM enterprises WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await?)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn upsert_membership(
         &self,
-        enterprise_id: &str,
-        user_id: &str,
+        enterprise_id: &EnterpriseId,
+        user_id: &UserId,
         is_admin: bool,
         audit: &[super::AuditEntry],
     ) -> StoreResult<()> {
@@ -106,7 +111,8 @@ where
         Ok(())
     }
 
-    async fn memberships(&self, user_id: &str) -> StoreResult<Vec<Membership>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn memberships(&self, user_id: &UserId) -> StoreResult<Vec<Membership>> {
         if let Some(m) = self.cache.memberships(user_id) {
             return Ok(m);
         }

@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::group_commit::{write_batch, EventWrite, Recorded};
-use super::sql::{Dialect, SqlStore};
+use super::sql::Dialect;
+use super::sql_store::SqlStore;
 use super::StoreResult;
 
 /// Events and their results.
@@ -35,6 +36,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn record_event(&self, event: EventWrite) -> StoreResult<Recorded> {
         match &self.event_writer {
             Some(writer) => writer.write(event).await,
@@ -44,6 +46,7 @@ where
         }
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>> {
         Ok(sqlx::query_scalar(
             "SELECT body FROM events WHERE transfer_id = $1 ORDER BY created_at DESC LIMIT 1",

@@ -18,7 +18,7 @@ use std::{
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use tokio::sync::{mpsc, oneshot};
 
-use super::outbox::{insert_notifications_tx, Notification};
+use super::outbox::{queries::insert_notifications_tx, Notification};
 use super::sql::{begin_gated, placeholders, Dialect, WriteGate};
 use super::{StoreError, StoreResult};
 use crate::config::IngestConfig;
@@ -40,7 +40,7 @@ pub struct EventWrite {
 pub enum Recorded {
     /// Stored now. `skipped`: ids of its notifications not written because their (webhook,
     /// idempotency key) was in the outbox already (usually none).
-    Now { skipped: Vec<String> },
+    Now { skipped: Vec<crate::types::NotificationId> },
     /// The event id was stored before: its first result, nothing written.
     Before(String),
 }
@@ -332,8 +332,8 @@ mod tests {
 
     fn notification(id: &str, key: &str) -> Notification {
         Notification {
-            id: id.into(),
-            webhook_id: "w1".into(),
+            id: crate::types::test_id(id),
+            webhook_id: crate::types::test_id("w1"),
             event_id: None,
             notification_type: "block".into(),
             state: crate::store::NotificationState::Pending,
@@ -354,13 +354,15 @@ mod tests {
     /// already) is reported, so that ingestion never hands an unwritten row to the engine.
     #[tokio::test]
     async fn notifications_skipped_by_their_idempotency_key_are_reported() {
+        let w1: crate::types::WebhookId = crate::types::test_id("w1");
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("t.db").display());
         let store = SqliteStore::open(&url, &crate::config::Config::default()).await.unwrap();
         sqlx::query(
             "INSERT INTO webhooks (id, scope, user_id, type, url, created_at) \
-             VALUES ('w1', 'block', 'u1', 'block', 'https://example.com/hook', 0)",
+             VALUES ($1, 'block', 'u1', 'block', 'https://example.com/hook', 0)",
         )
+        .bind(w1.as_str())
         .execute(&store.pool)
         .await
         .unwrap();
@@ -372,13 +374,16 @@ mod tests {
         };
         assert_eq!(
             store.record_event(second).await.unwrap(),
-            Recorded::Now { skipped: vec!["n2".to_string()] },
+            Recorded::Now { skipped: vec![crate::types::test_id("n2")] },
             "n2's key was taken by n1"
         );
-        let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM notifications ORDER BY id")
-            .fetch_all(&store.pool)
-            .await
-            .unwrap();
-        assert_eq!(ids, ["n1", "n3"]);
+        let ids: Vec<crate::types::NotificationId> =
+            sqlx::query_scalar("SELECT id FROM notifications ORDER BY id")
+                .fetch_all(&store.pool)
+                .await
+                .unwrap();
+        let want: [crate::types::NotificationId; 2] =
+            [crate::types::test_id("n1"), crate::types::test_id("n3")];
+        assert_eq!(ids, want);
     }
 }

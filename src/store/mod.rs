@@ -22,7 +22,6 @@ use async_trait::async_trait;
 use sqlx::Executor;
 
 mod audit;
-mod completion;
 mod enterprises;
 mod events;
 pub mod group_commit;
@@ -30,29 +29,34 @@ mod outbox;
 pub mod postgres;
 pub mod read_cache;
 mod sql;
+mod sql_store;
 pub mod sqlite;
 mod throttle;
 mod tokens;
 mod users;
 mod wallets;
+mod webhook_level;
 mod webhooks;
 
-pub use audit::{canonical_json, chain_hash, AuditEntry, AuditFilter, AuditStore, ChainedEntry, GENESIS};
+pub use audit::{
+    canonical_json, chain_hash, AuditEntry, AuditFilter, AuditStore, AuditType, ChainedEntry, GENESIS,
+};
 pub use enterprises::{Enterprise, EnterpriseStore, Membership};
 pub use events::EventStore;
-pub use group_commit::Recorded;
+pub use group_commit::{EventWrite, Recorded};
 pub use outbox::{
-    Attempt, Claimed, Completion, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome,
-    Saturated, SuspendRule,
+    Attempt, Claimed, Completion, DeliveryStats, FailureFacts, Notification, NotificationState, OutboxStore,
+    Outcome, Saturated, SuspendPolicy,
 };
-pub use sql::{Dialect, SqlStore};
+pub use sql::Dialect;
+pub use sql_store::SqlStore;
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::{SortOrder, TokenKind, TokenRecord, TokenStore, TokenTemplate, Unlock, TOUCH_EVERY_SECS};
 pub use users::{User, UserChange, UserStore};
 pub use wallets::{Balances, WalletRow, WalletStore};
 pub use webhooks::{
-    CapReached, Rotation, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookSecret, WebhookState,
-    WebhookStore, ROUTES_CACHED_MAX,
+    CapReached, LevelKind, Rotation, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookSecret,
+    WebhookState, WebhookStore, ROUTES_CACHED_MAX,
 };
 
 /// What a store call can fail with.

@@ -54,11 +54,17 @@ struct Maps {
 
 /// The key of a routing filter: every field that selects webhooks.
 pub fn route_key(f: &WebhookFilter) -> String {
-    let parts = [&f.wallet_id, &f.enterprise_id, &f.user_id, &f.coin, &f.webhook_type];
-    let mut key = format!("{}|{:?}", f.scope, f.state);
+    let parts = [
+        f.wallet_id.as_deref(),
+        f.enterprise_id.as_deref(),
+        f.user_id.as_deref(),
+        f.coin.as_deref(),
+        f.webhook_type.as_deref(),
+    ];
+    let mut key = format!("{}|{:?}", f.scope.as_str(), f.state);
     for p in parts {
         key.push('|');
-        key.push_str(p.as_deref().unwrap_or("-"));
+        key.push_str(p.unwrap_or("-"));
     }
     key
 }
@@ -123,7 +129,7 @@ impl ReadCache {
     }
 
     pub fn put_user(&self, at: Generation, u: &Arc<User>) {
-        self.put(at, |m| m.users.insert(u.id.clone(), u.clone()));
+        self.put(at, |m| m.users.insert(u.id.to_string(), u.clone()));
     }
 
     pub fn put_memberships(&self, at: Generation, user_id: &str, list: &[Membership]) {
@@ -222,10 +228,11 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::test_id;
 
     fn user(id: &str) -> User {
         User {
-            id: id.into(),
+            id: test_id(id),
             email: format!("{id}@example.com"),
             name_first: String::new(),
             name_last: String::new(),
@@ -247,11 +254,14 @@ mod tests {
     fn entries_are_used_only_while_the_version_was_read_within_a_second() {
         let cache = ReadCache::new(8);
         cache.put_user(cache.generation(), &Arc::new(user("u")));
-        assert!(cache.user("u").is_none(), "never confirmed: bypassed");
+        assert!(cache.user(&test_id::<crate::types::UserId>("u")).is_none(), "never confirmed: bypassed");
         cache.confirm(Instant::now());
-        assert!(cache.user("u").is_some());
+        assert!(cache.user(&test_id::<crate::types::UserId>("u")).is_some());
         std::thread::sleep(MAX_STALENESS + Duration::from_millis(50));
-        assert!(cache.user("u").is_none(), "no read of the version for over a second: bypassed");
+        assert!(
+            cache.user(&test_id::<crate::types::UserId>("u")).is_none(),
+            "no read of the version for over a second: bypassed"
+        );
     }
 
     #[test]
@@ -261,9 +271,9 @@ mod tests {
         let before = cache.generation();
         cache.clear();
         cache.put_user(before, &Arc::new(user("u")));
-        assert!(cache.user("u").is_none());
+        assert!(cache.user(&test_id::<crate::types::UserId>("u")).is_none());
         cache.put_user(cache.generation(), &Arc::new(user("u")));
-        assert!(cache.user("u").is_some());
+        assert!(cache.user(&test_id::<crate::types::UserId>("u")).is_some());
     }
 
     #[test]
@@ -275,6 +285,9 @@ mod tests {
         }
         let (_, users, _) = cache.len();
         assert!(users > 0 && users <= 16, "{users} users kept with a capacity of 16");
-        assert!(ReadCache::new(0).user("u").is_none(), "capacity 0 turns the cache off");
+        assert!(
+            ReadCache::new(0).user(&test_id::<crate::types::UserId>("u")).is_none(),
+            "capacity 0 turns the cache off"
+        );
     }
 }

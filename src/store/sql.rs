@@ -1,4 +1,6 @@
-//! The one SQL implementation of the store traits, generic over the database.
+//! What the one SQL implementation of the store traits (`sql_store::SqlStore`) is written
+//! with: the [`Dialect`] of each database, the write gate, and small encoding helpers. It
+//! depends on no other file of the store.
 //!
 //! Statements are written once with `$n` placeholders, which both SQLite and PostgreSQL accept.
 //! Where the dialects differ (JSON arrays, string aggregation, `SKIP LOCKED`, commit durability,
@@ -9,15 +11,12 @@
 //! bounds on other types (`i64: Encode<DB>`) from a trait's where clause to its users, so each
 //! impl states what it needs; they are checked once per backend when `open` builds the store.
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc};
 
 use anyhow::Context;
 use sqlx::{Database, Pool, Transaction};
 
-use super::group_commit::{EventWrite, EventWriter, Recorded};
-use super::read_cache::ReadCache;
 use super::{StoreError, StoreResult};
-use crate::config::Config;
 
 /// What one database engine says differently. Implemented for `sqlx::Sqlite` and
 /// `sqlx::Postgres`; `$1` binds a JSON array of ids as text wherever a statement takes "ids".
@@ -106,53 +105,10 @@ pub(super) async fn begin_gated<DB: Dialect>(pool: &Pool<DB>, gate: &WriteGate) 
     Ok(WriteTx { tx: DB::begin_write(pool).await?, _gate: guard })
 }
 
-/// A store over a pool of `DB` connections ([`super::sqlite::SqliteStore`],
-/// [`super::postgres::PostgresStore`]).
-pub struct SqlStore<DB: Database> {
-    pub(super) pool: Pool<DB>,
-    /// The group-commit writer of ingested events; without one, each event is its own
-    /// transaction.
-    pub(super) event_writer: Option<EventWriter>,
-    /// Tokens, users, memberships and webhook routes (see [`ReadCache`]).
-    pub(super) cache: Arc<ReadCache>,
-    pub(super) gate: WriteGate,
-}
-
-impl<DB: Dialect> SqlStore<DB> {
-    /// A store over `pool` with its hot-path helpers started: the group-commit writer
-    /// (`config.ingest`, steps by `write`) and the authentication cache with its version poller
-    /// (`config.cache`, reads by `read_version`). Each backend passes its concrete steps.
-    pub(super) fn start<W, WF, R, RF>(pool: Pool<DB>, config: &Config, write: W, read_version: R) -> Self
-    where
-        W: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> WF + Send + 'static,
-        WF: Future<Output = (Vec<EventWrite>, StoreResult<Vec<Recorded>>)> + Send + 'static,
-        R: Fn(Pool<DB>) -> RF + Send + 'static,
-        RF: Future<Output = StoreResult<i64>> + Send + 'static,
-    {
-        let gate: WriteGate = DB::SERIALIZE_WRITES.then(Arc::default);
-        let event_writer =
-            Some(super::group_commit::spawn(pool.clone(), gate.clone(), &config.ingest, write));
-        let cache = Arc::new(ReadCache::new(config.cache.capacity));
-        if config.cache.capacity > 0 {
-            let (weak, p) = (Arc::downgrade(&cache), pool.clone());
-            let interval = Duration::from_millis(config.cache.poll_interval_ms);
-            tokio::spawn(super::read_cache::poll(weak, interval, move || read_version(p.clone())));
-        }
-        Self { pool, event_writer, cache, gate }
-    }
-
-    /// Begins a write transaction through the process's write gate.
-    pub(super) async fn begin_write(&self) -> sqlx::Result<WriteTx<DB>> {
-        begin_gated(&self.pool, &self.gate).await
-    }
-
-    /// Holds the write gate for a single-statement write (dropped when done).
-    pub(super) async fn write_gate(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        match &self.gate {
-            Some(g) => Some(g.clone().lock_owned().await),
-            None => None,
-        }
-    }
+/// Parses a stored value into its type (ids, coins, amounts): a value that does not parse is a
+/// corrupted row, an internal error naming `what`.
+pub(super) fn parse_stored<T: std::str::FromStr>(s: &str, what: &str) -> StoreResult<T> {
+    s.parse().map_err(|_| StoreError::Other(anyhow::anyhow!("malformed stored {what}: {s:?}")))
 }
 
 /// Decodes a JSON array column.

@@ -20,14 +20,14 @@ impl SqlStore<Sqlite> {
     /// Opens `sqlite://PATH`, creating the file and its folder, applies migrations, and starts
     /// the hot-path helpers ([`SqlStore::start`]).
     pub async fn open(url: &str, config: &crate::config::Config) -> anyhow::Result<Self> {
-        let path = sqlite_path(url);
+        let path = crate::config::sqlite_path(url);
         create_private(&path)?;
         let opts = SqliteConnectOptions::from_str(url)
             .with_context(|| format!("invalid SQLite URL {url:?}"))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5))
+            .busy_timeout(Duration::from_secs(config.sqlite_busy_timeout))
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
@@ -40,6 +40,44 @@ impl SqlStore<Sqlite> {
         MIGRATOR.run(&pool).await.context("applying migrations")?;
         Ok(Self::start(pool, config, group_commit::write_owned::<Sqlite>, read_cache::read_version::<Sqlite>))
     }
+}
+
+/// Waits until the SQLite database at `url` can be written, at most `bound`: a write lock held
+/// by another process (a busy server) is waited out, trying every 200 ms, and `on_wait` is
+/// called once when the first try finds it held. Nothing to wait for when the file does not
+/// exist yet. Errors: still locked after `bound`; the file cannot be opened.
+pub async fn wait_for_write_lock(url: &str, bound: Duration, on_wait: impl FnOnce()) -> anyhow::Result<()> {
+    use sqlx::{ConnectOptions, Connection};
+    let path = crate::config::sqlite_path(url);
+    if !std::path::Path::new(&path).exists() {
+        return Ok(());
+    }
+    let opts = SqliteConnectOptions::from_str(url)?.busy_timeout(Duration::ZERO);
+    let mut conn = opts.connect().await.with_context(|| format!("cannot open SQLite database {path}"))?;
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut on_wait = Some(on_wait);
+    loop {
+        match sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await {
+            Ok(_) => {
+                sqlx::query("ROLLBACK").execute(&mut conn).await?;
+                break;
+            }
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("5") => {
+                if let Some(f) = on_wait.take() {
+                    f();
+                }
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "the database {path} stayed locked by another process for {} s (cli_lock_wait)",
+                    bound.as_secs()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    conn.close().await?;
+    Ok(())
 }
 
 impl Dialect for Sqlite {
@@ -133,10 +171,4 @@ fn create_private(path: &str) -> anyhow::Result<()> {
         opts.open(path).with_context(|| format!("cannot create database file {}", path.display()))?;
     }
     Ok(())
-}
-
-/// The file path of a `sqlite://PATH[?query]` URL.
-pub fn sqlite_path(url: &str) -> String {
-    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
-    rest.split('?').next().unwrap_or_default().to_string()
 }

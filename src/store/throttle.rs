@@ -5,7 +5,8 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::sql::{count_u32, Dialect, SqlStore};
+use super::sql::{count_u32, Dialect};
+use super::sql_store::SqlStore;
 use super::StoreResult;
 
 /// Failures in a window: how many, the oldest and the latest (Unix seconds).
@@ -77,6 +78,7 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> CountRow: FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn reserve_failure(&self, kind: &str, subject: &str, client: &str, at: i64) -> StoreResult<i64> {
         Ok(sqlx::query_scalar(
             "INSERT INTO auth_failures (kind, subject, client, at) VALUES ($1, $2, $3, $4) RETURNING id",
@@ -89,11 +91,13 @@ where
         .await?)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn forget_failure(&self, id: i64) -> StoreResult<()> {
         sqlx::query("DELETE FROM auth_failures WHERE id = $1").bind(id).execute(&self.pool).await?;
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn failures(
         &self,
         kind: &str,
@@ -119,6 +123,7 @@ where
         Ok(r.into())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn clear_failures(&self, kind: &str, subject: &str, client: &str, before: i64) -> StoreResult<()> {
         sqlx::query(
             "DELETE FROM auth_failures WHERE (kind = $1 AND subject = $2 AND client = $3) OR at <= $4",
@@ -132,6 +137,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn remember_login_client(&self, subject: &str, client: &str, at: i64) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO login_clients (subject, client, at) VALUES ($1, $2, $3) \
@@ -145,6 +151,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn known_login_client(&self, subject: &str, client: &str, since: i64) -> StoreResult<bool> {
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM login_clients WHERE subject = $1 AND client = $2 AND at > $3",

@@ -1,5 +1,6 @@
 //! Access tokens (spec §2.4) and token templates: records and storage.
 
+use crate::types::{EnterpriseId, TokenId, UserId, WalletId};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -7,11 +8,11 @@ use serde_json::Value;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::audit::{append_tx, AuditEntry};
-use super::outbox::{insert_notifications_tx, Notification};
-use super::sql::{
-    json_list, json_list_opt, json_value, to_json, to_json_opt, unique_violation, Dialect, SqlStore,
-};
+use super::outbox::{queries::insert_notifications_tx, Notification};
+use super::sql::{json_list, json_list_opt, json_value, to_json, to_json_opt, unique_violation, Dialect};
+use super::sql_store::SqlStore;
 use super::{StoreError, StoreResult};
+use crate::types::AnyId;
 use crate::{grant::Grant, types::Cidr};
 
 /// What a token was issued by, which bounds what it may do (docs/scopes.md).
@@ -48,10 +49,10 @@ impl TokenKind {
 #[derive(Debug, Clone)]
 pub struct TokenRecord {
     /// Public id, 32 hex.
-    pub id: String,
+    pub id: TokenId,
     /// Hex SHA-256 of the secret token value.
     pub token_hash: String,
-    pub user_id: String,
+    pub user_id: UserId,
     pub kind: TokenKind,
     pub label: Option<String>,
     /// Parsed scope values (§4.3), stored as their text forms.
@@ -66,16 +67,16 @@ pub struct TokenRecord {
     pub ip: Option<String>,
     /// Addresses and blocks it may be used from; `None` means unrestricted.
     pub ip_restrict: Option<Vec<Cidr>>,
-    pub enterprise: Option<String>,
+    pub enterprise: Option<EnterpriseId>,
     pub is_extensible: bool,
     /// Carries the service-admin permission.
     pub admin: bool,
     /// `{coin: {txValueLimit, maxLimit?, allErc20TokensLimit?}}`.
     pub spending_limits: Option<Value>,
-    pub permitted_wallets: Option<Vec<String>>,
-    pub permitted_enterprises: Option<Vec<String>>,
+    pub permitted_wallets: Option<Vec<WalletId>>,
+    pub permitted_enterprises: Option<Vec<EnterpriseId>>,
     pub origin: String,
-    pub parent_id: Option<String>,
+    pub parent_id: Option<TokenId>,
     /// Unix seconds; written at most once a minute ([`TOUCH_EVERY_SECS`]).
     pub last_used_at: Option<i64>,
     /// The session's unlock, when it has one (it may have expired).
@@ -108,7 +109,7 @@ pub enum SortOrder {
 /// An access token template (issue 2 §5): default field values for token creation.
 #[derive(Debug, Clone)]
 pub struct TokenTemplate {
-    pub id: String,
+    pub id: AnyId,
     /// A JSON object with the request fields of §4.3 it supplies.
     pub fields: Value,
     /// Unix seconds.
@@ -126,45 +127,46 @@ pub trait TokenStore: Send + Sync {
         notifications: &[Notification],
         audit: &[AuditEntry],
     ) -> StoreResult<()>;
-    async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>>;
+    async fn token_by_id(&self, id: &TokenId) -> StoreResult<Option<TokenRecord>>;
     /// `token_hash`: hex SHA-256 of the secret.
     /// Shared with the read cache: no copy of the record per request.
     async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<Arc<TokenRecord>>>;
     /// Fails with [`super::StoreError::Conflict`] when the id is taken.
     async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()>;
-    async fn template_by_id(&self, id: &str) -> StoreResult<Option<TokenTemplate>>;
+    async fn template_by_id(&self, id: &AnyId) -> StoreResult<Option<TokenTemplate>>;
     /// Templates with ids after `after_id`, by id, at most `limit`.
-    async fn list_templates(&self, after_id: Option<&str>, limit: u32) -> StoreResult<Vec<TokenTemplate>>;
+    async fn list_templates(&self, after_id: Option<&AnyId>, limit: u32) -> StoreResult<Vec<TokenTemplate>>;
     /// Removes a template; false when there was none.
-    async fn delete_template(&self, id: &str) -> StoreResult<bool>;
+    async fn delete_template(&self, id: &AnyId) -> StoreResult<bool>;
     /// `user_id`'s tokens neither revoked nor expired at `now`, by creation time (then id) in
     /// `order`, after the token `after_id` (when given), at most `limit`.
     async fn list_tokens(
         &self,
-        user_id: &str,
+        user_id: &UserId,
         now: i64,
-        after_id: Option<&str>,
+        after_id: Option<&AnyId>,
         order: SortOrder,
         limit: u32,
     ) -> StoreResult<Vec<TokenRecord>>;
     /// Revokes a token at `now`: `revoked_at` set and `expires_at` brought to `now` at the
     /// latest (BitGo's revocation). False when it was already revoked or does not exist.
     /// `audit` is written with it, when it revokes.
-    async fn revoke_token(&self, id: &str, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
+    async fn revoke_token(&self, id: &TokenId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
     /// Writes `last_used_at = now` unless it is less than [`TOUCH_EVERY_SECS`] old (the token
     /// `id` whose hash is `token_hash`, which keys the authentication cache).
-    async fn touch_token(&self, id: &str, token_hash: &str, now: i64) -> StoreResult<()>;
+    async fn touch_token(&self, id: &TokenId, token_hash: &str, now: i64) -> StoreResult<()>;
     /// Sets or clears a token's unlock, with its audit entries.
-    async fn set_unlock(&self, id: &str, unlock: Option<Unlock>, audit: &[AuditEntry]) -> StoreResult<()>;
+    async fn set_unlock(&self, id: &TokenId, unlock: Option<Unlock>, audit: &[AuditEntry])
+        -> StoreResult<()>;
     /// Sets a token's expiry (extension), with its audit entries.
-    async fn set_token_expiry(&self, id: &str, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()>;
+    async fn set_token_expiry(&self, id: &TokenId, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()>;
 }
 
 #[derive(FromRow)]
 struct TokenRow {
-    id: String,
+    id: TokenId,
     token_hash: String,
-    user_id: String,
+    user_id: UserId,
     kind: String,
     label: Option<String>,
     scopes: String,
@@ -173,14 +175,14 @@ struct TokenRow {
     revoked_at: Option<i64>,
     ip: Option<String>,
     ip_restrict: Option<String>,
-    enterprise: Option<String>,
+    enterprise: Option<EnterpriseId>,
     is_extensible: bool,
     admin: bool,
     spending_limits: Option<String>,
     permitted_wallets: Option<String>,
     permitted_enterprises: Option<String>,
     origin: String,
-    parent_id: Option<String>,
+    parent_id: Option<TokenId>,
     last_used_at: Option<i64>,
     unlock_time: Option<i64>,
     unlock_expires: Option<i64>,
@@ -219,8 +221,8 @@ impl TokenRow {
             is_extensible: self.is_extensible,
             admin: self.admin,
             spending_limits: self.spending_limits.as_deref().map(json_value).transpose()?,
-            permitted_wallets: json_list_opt(self.permitted_wallets)?,
-            permitted_enterprises: json_list_opt(self.permitted_enterprises)?,
+            permitted_wallets: self.permitted_wallets.as_deref().map(json_value).transpose()?,
+            permitted_enterprises: self.permitted_enterprises.as_deref().map(json_value).transpose()?,
             origin: self.origin,
             parent_id: self.parent_id,
             last_used_at: self.last_used_at,
@@ -234,7 +236,7 @@ impl TokenRow {
 
 #[derive(FromRow)]
 struct TemplateRow {
-    id: String,
+    id: AnyId,
     fields: String,
     created_at: i64,
 }
@@ -265,6 +267,7 @@ where
     for<'r> TemplateRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn insert_token(
         &self,
         t: &TokenRecord,
@@ -305,12 +308,14 @@ where
         Ok(())
     }
 
-    async fn token_by_id(&self, id: &str) -> StoreResult<Option<TokenRecord>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn token_by_id(&self, id: &TokenId) -> StoreResult<Option<TokenRecord>> {
         let sql = format!("SELECT {TOKEN_READ_COLUMNS} FROM access_tokens WHERE id = $1");
         let row: Option<TokenRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
         row.map(TokenRow::into_record).transpose()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn token_by_hash(&self, token_hash: &str) -> StoreResult<Option<Arc<TokenRecord>>> {
         if let Some(t) = self.cache.token(token_hash) {
             return Ok(Some(t));
@@ -325,6 +330,7 @@ where
         Ok(token)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn insert_template(&self, t: &TokenTemplate) -> StoreResult<()> {
         sqlx::query("INSERT INTO token_templates (id, fields, created_at) VALUES ($1, $2, $3)")
             .bind(t.id.as_str())
@@ -336,7 +342,8 @@ where
         Ok(())
     }
 
-    async fn template_by_id(&self, id: &str) -> StoreResult<Option<TokenTemplate>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn template_by_id(&self, id: &AnyId) -> StoreResult<Option<TokenTemplate>> {
         let row: Option<TemplateRow> =
             sqlx::query_as("SELECT id, fields, created_at FROM token_templates WHERE id = $1")
                 .bind(id)
@@ -346,7 +353,9 @@ where
             .transpose()
     }
 
-    async fn list_templates(&self, after_id: Option<&str>, limit: u32) -> StoreResult<Vec<TokenTemplate>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn list_templates(&self, after_id: Option<&AnyId>, limit: u32) -> StoreResult<Vec<TokenTemplate>> {
+        let after_id = after_id.map(AnyId::as_str);
         let rows: Vec<TemplateRow> = sqlx::query_as(
             "SELECT id, fields, created_at FROM token_templates WHERE id > $1 ORDER BY id LIMIT $2",
         )
@@ -359,19 +368,22 @@ where
             .collect()
     }
 
-    async fn delete_template(&self, id: &str) -> StoreResult<bool> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn delete_template(&self, id: &AnyId) -> StoreResult<bool> {
         let r = sqlx::query("DELETE FROM token_templates WHERE id = $1").bind(id).execute(&self.pool).await?;
         Ok(DB::rows_affected(&r) > 0)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn list_tokens(
         &self,
-        user_id: &str,
+        user_id: &UserId,
         now: i64,
-        after_id: Option<&str>,
+        after_id: Option<&AnyId>,
         order: SortOrder,
         limit: u32,
     ) -> StoreResult<Vec<TokenRecord>> {
+        let after_id = after_id.map(AnyId::as_str);
         let (cmp, dir) = match order {
             SortOrder::Ascending => (">", "ASC"),
             SortOrder::Descending => ("<", "DESC"),
@@ -398,7 +410,8 @@ where
         rows.into_iter().map(TokenRow::into_record).collect()
     }
 
-    async fn revoke_token(&self, id: &str, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn revoke_token(&self, id: &TokenId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
         let r = sqlx::query(&format!("{REVOKE} WHERE id = $2 AND revoked_at IS NULL"))
             .bind(now)
@@ -416,7 +429,8 @@ where
         Ok(revoked)
     }
 
-    async fn touch_token(&self, id: &str, token_hash: &str, now: i64) -> StoreResult<()> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn touch_token(&self, id: &TokenId, token_hash: &str, now: i64) -> StoreResult<()> {
         let _gate = self.write_gate().await;
         sqlx::query(
             "UPDATE access_tokens SET last_used_at = $1 WHERE id = $2 \
@@ -431,7 +445,13 @@ where
         Ok(())
     }
 
-    async fn set_unlock(&self, id: &str, unlock: Option<Unlock>, audit: &[AuditEntry]) -> StoreResult<()> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn set_unlock(
+        &self,
+        id: &TokenId,
+        unlock: Option<Unlock>,
+        audit: &[AuditEntry],
+    ) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE access_tokens SET unlock_time = $1, unlock_expires = $2 WHERE id = $3")
             .bind(unlock.map(|u| u.time))
@@ -445,7 +465,8 @@ where
         Ok(())
     }
 
-    async fn set_token_expiry(&self, id: &str, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn set_token_expiry(&self, id: &TokenId, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE access_tokens SET expires_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(expires_at)

@@ -1,17 +1,19 @@
 //! Users (spec §2.3): the record and its storage.
 
+use crate::types::{Email, UserId};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::sql::{json_list, to_json, unique_violation, Dialect, SqlStore};
+use super::sql::{json_list, to_json, unique_violation, Dialect};
+use super::sql_store::SqlStore;
 use super::StoreResult;
 
 /// A user (spec §2.3). The TOTP seed is only held encrypted ([`crate::secrets::MasterKey`]).
 #[derive(Debug, Clone)]
 pub struct User {
-    pub id: String,
+    pub id: UserId,
     /// Lower-cased; unique.
     pub email: String,
     pub name_first: String,
@@ -47,21 +49,22 @@ pub trait UserStore: Send + Sync {
     /// Deactivating also revokes every live token of the user; returns how many.
     async fn update_user(
         &self,
-        user_id: &str,
+        user_id: &UserId,
         change: UserChange,
         now: i64,
         audit: &[super::AuditEntry],
     ) -> StoreResult<u64>;
     /// Shared with the read cache: no copy of the record per request.
-    async fn user_by_id(&self, id: &str) -> StoreResult<Option<Arc<User>>>;
+    async fn user_by_id(&self, id: &UserId) -> StoreResult<Option<Arc<User>>>;
     /// `email` must already be lower-cased.
-    async fn user_by_email(&self, email: &str) -> StoreResult<Option<User>>;
+    async fn user_by_email(&self, email: &Email) -> StoreResult<Option<User>>;
     /// Records `step` as the user's last accepted TOTP step if it is newer than the stored one.
     /// Returns false when it is not (a replayed or older code).
-    async fn advance_totp_step(&self, user_id: &str, step: i64) -> StoreResult<bool>;
+    async fn advance_totp_step(&self, user_id: &UserId, step: i64) -> StoreResult<bool>;
     /// `at` in Unix seconds.
     /// Records a successful login at `at` (Unix seconds), with its audit entries.
-    async fn set_last_login(&self, user_id: &str, at: i64, audit: &[super::AuditEntry]) -> StoreResult<()>;
+    async fn set_last_login(&self, user_id: &UserId, at: i64, audit: &[super::AuditEntry])
+        -> StoreResult<()>;
 }
 
 /// An operator's change to a user (issue 10 §4).
@@ -77,7 +80,7 @@ pub enum UserChange {
 
 #[derive(FromRow)]
 struct UserRow {
-    id: String,
+    id: UserId,
     email: String,
     name_first: String,
     name_last: String,
@@ -137,6 +140,7 @@ where
     for<'r> UserRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn insert_user(&self, u: &User, audit: &[super::AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         let sql = format!(
@@ -167,9 +171,10 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn update_user(
         &self,
-        user_id: &str,
+        user_id: &UserId,
         change: UserChange,
         now: i64,
         audit: &[super::AuditEntry],
@@ -211,7 +216,8 @@ where
         Ok(revoked)
     }
 
-    async fn user_by_id(&self, id: &str) -> StoreResult<Option<Arc<User>>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn user_by_id(&self, id: &UserId) -> StoreResult<Option<Arc<User>>> {
         if let Some(u) = self.cache.user(id) {
             return Ok(Some(u));
         }
@@ -225,13 +231,16 @@ where
         Ok(user)
     }
 
-    async fn user_by_email(&self, email: &str) -> StoreResult<Option<User>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn user_by_email(&self, email: &Email) -> StoreResult<Option<User>> {
         let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE email = $1");
-        let row: Option<UserRow> = sqlx::query_as(&sql).bind(email).fetch_optional(&self.pool).await?;
+        let row: Option<UserRow> =
+            sqlx::query_as(&sql).bind(email.as_str()).fetch_optional(&self.pool).await?;
         row.map(UserRow::into_user).transpose()
     }
 
-    async fn advance_totp_step(&self, user_id: &str, step: i64) -> StoreResult<bool> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn advance_totp_step(&self, user_id: &UserId, step: i64) -> StoreResult<bool> {
         let _gate = self.write_gate().await;
         let res = sqlx::query(
             "UPDATE users SET totp_last_step = $1 \
@@ -248,7 +257,13 @@ where
         Ok(advanced)
     }
 
-    async fn set_last_login(&self, user_id: &str, at: i64, audit: &[super::AuditEntry]) -> StoreResult<()> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn set_last_login(
+        &self,
+        user_id: &UserId,
+        at: i64,
+        audit: &[super::AuditEntry],
+    ) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE users SET last_login = $1 WHERE id = $2")
             .bind(at)

@@ -5,29 +5,47 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::sql::{to_json, Dialect, SqlStore};
+use super::sql::{to_json, Dialect};
+use super::sql_store::SqlStore;
 use super::{StoreError, StoreResult};
+use crate::types::{BaseUnits, Coin, EnterpriseId, UserId, WalletId};
 
-/// Balances in base units (USD cents for the withdraw hold), as decimal digit strings.
+/// Balances in base units (USD cents for the withdraw hold).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Balances {
-    pub balance: Option<String>,
-    pub confirmed: Option<String>,
-    pub spendable: Option<String>,
-    pub staking: Option<String>,
-    pub reward: Option<String>,
-    pub withdraw_hold_usd: Option<String>,
+    pub balance: Option<BaseUnits>,
+    pub confirmed: Option<BaseUnits>,
+    pub spendable: Option<BaseUnits>,
+    pub staking: Option<BaseUnits>,
+    pub reward: Option<BaseUnits>,
+    pub withdraw_hold_usd: Option<BaseUnits>,
+}
+
+impl Balances {
+    /// The six amounts as text, in the column order of the statements below (balance,
+    /// confirmed, spendable, staking, reward, withdraw hold).
+    fn texts(&self) -> [Option<&str>; 6] {
+        [
+            &self.balance,
+            &self.confirmed,
+            &self.spendable,
+            &self.staking,
+            &self.reward,
+            &self.withdraw_hold_usd,
+        ]
+        .map(|a| a.as_ref().map(BaseUnits::as_str))
+    }
 }
 
 /// A validated wallet, ready to store.
 #[derive(Debug, Clone)]
 pub struct WalletRow {
-    pub id: String,
-    pub coin: String,
-    pub enterprise: Option<String>,
+    pub id: WalletId,
+    pub coin: Coin,
+    pub enterprise: Option<EnterpriseId>,
     pub deleted: bool,
     /// Ids from `users[].user`: the users who may see the wallet.
-    pub user_ids: Vec<String>,
+    pub user_ids: Vec<UserId>,
     /// The §2.1 record without balances, as JSON object text.
     pub record: String,
     pub balances: Balances,
@@ -46,12 +64,12 @@ pub trait WalletStore: Send + Sync {
     ) -> StoreResult<(u64, u64)>;
     /// The wallets with these ids, in one query; deleted ones only with `include_deleted`.
     /// Unknown ids are absent; order is unspecified.
-    async fn wallets_by_ids(&self, ids: &[String], include_deleted: bool) -> StoreResult<Vec<WalletRow>>;
+    async fn wallets_by_ids(&self, ids: &[WalletId], include_deleted: bool) -> StoreResult<Vec<WalletRow>>;
     /// Sets the balances given in `balances` (others unchanged); `None` when no such wallet.
     /// `audit` is written with the change, when the wallet exists.
     async fn update_wallet_balances(
         &self,
-        id: &str,
+        id: &WalletId,
         balances: &Balances,
         audit: &[super::AuditEntry],
     ) -> StoreResult<Option<WalletRow>>;
@@ -65,19 +83,20 @@ pub(super) fn unpack_wallet(packed: &str) -> StoreResult<WalletRow> {
     let mut f = packed.splitn(12, '\u{1f}');
     let mut next =
         || f.next().ok_or_else(|| StoreError::Other(anyhow::anyhow!("malformed packed wallet row")));
-    let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    let id = next()?.to_string();
-    let coin = next()?.to_string();
-    let enterprise = opt(next()?);
+    // What the row holds was checked when it was written (as sqlx::Type decoding assumes).
+    let amount = |s: &str| (!s.is_empty()).then(|| BaseUnits::from_stored(s));
+    let id = WalletId::from_stored(next()?);
+    let coin = Coin::from_stored(next()?);
+    let enterprise = Some(next()?).filter(|s| !s.is_empty()).map(EnterpriseId::from_stored);
     let deleted = next()? != "0";
-    let user_ids = next()?.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
+    let user_ids = next()?.split(',').filter(|s| !s.is_empty()).map(UserId::from_stored).collect();
     let balances = Balances {
-        balance: opt(next()?),
-        confirmed: opt(next()?),
-        spendable: opt(next()?),
-        staking: opt(next()?),
-        reward: opt(next()?),
-        withdraw_hold_usd: opt(next()?),
+        balance: amount(next()?),
+        confirmed: amount(next()?),
+        spendable: amount(next()?),
+        staking: amount(next()?),
+        reward: amount(next()?),
+        withdraw_hold_usd: amount(next()?),
     };
     let record = next()?.to_string();
     Ok(WalletRow { id, coin, enterprise, deleted, user_ids, record, balances })
@@ -117,6 +136,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (Option<String>,): FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn upsert_wallets(
         &self,
         rows: &[WalletRow],
@@ -131,24 +151,18 @@ where
         let (mut inserted, mut updated) = (0, 0);
         let mut seen = HashSet::new();
         for w in rows {
-            let b = &w.balances;
-            sqlx::query(UPSERT_WALLET)
+            let mut q = sqlx::query(UPSERT_WALLET)
                 .bind(w.id.as_str())
                 .bind(w.coin.as_str())
-                .bind(w.enterprise.as_deref())
+                .bind(w.enterprise.as_ref().map(EnterpriseId::as_str))
                 .bind(w.deleted)
-                .bind(w.user_ids.join(","))
-                .bind(w.record.as_str())
-                .bind(b.balance.as_deref())
-                .bind(b.confirmed.as_deref())
-                .bind(b.spendable.as_deref())
-                .bind(b.staking.as_deref())
-                .bind(b.reward.as_deref())
-                .bind(b.withdraw_hold_usd.as_deref())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            if existing.contains(&w.id) || !seen.insert(w.id.as_str()) {
+                .bind(w.user_ids.iter().map(UserId::as_str).collect::<Vec<_>>().join(","))
+                .bind(w.record.as_str());
+            for amount in w.balances.texts() {
+                q = q.bind(amount);
+            }
+            q.bind(now).execute(&mut *tx).await?;
+            if existing.contains(w.id.as_str()) || !seen.insert(w.id.as_str()) {
                 updated += 1;
             } else {
                 inserted += 1;
@@ -159,7 +173,8 @@ where
         Ok((inserted, updated))
     }
 
-    async fn wallets_by_ids(&self, ids: &[String], include_deleted: bool) -> StoreResult<Vec<WalletRow>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn wallets_by_ids(&self, ids: &[WalletId], include_deleted: bool) -> StoreResult<Vec<WalletRow>> {
         let packed: Option<String> = sqlx::query_scalar(DB::WALLETS_PACKED)
             .bind(to_json(ids)?)
             .bind(include_deleted)
@@ -169,29 +184,24 @@ where
         packed.split('\u{1e}').map(unpack_wallet).collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn update_wallet_balances(
         &self,
-        id: &str,
+        id: &WalletId,
         b: &Balances,
         audit: &[super::AuditEntry],
     ) -> StoreResult<Option<WalletRow>> {
         let mut tx = self.begin_write().await?;
-        let res = sqlx::query(UPDATE_BALANCES)
-            .bind(b.balance.as_deref())
-            .bind(b.confirmed.as_deref())
-            .bind(b.spendable.as_deref())
-            .bind(b.staking.as_deref())
-            .bind(b.reward.as_deref())
-            .bind(b.withdraw_hold_usd.as_deref())
-            .bind(crate::ids::now())
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let mut q = sqlx::query(UPDATE_BALANCES);
+        for amount in b.texts() {
+            q = q.bind(amount);
+        }
+        let res = q.bind(crate::ids::now()).bind(id.as_str()).execute(&mut *tx).await?;
         if DB::rows_affected(&res) == 0 {
             return Ok(None);
         }
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
-        Ok(self.wallets_by_ids(&[id.to_string()], true).await?.pop())
+        Ok(self.wallets_by_ids(std::slice::from_ref(id), true).await?.pop())
     }
 }

@@ -5,92 +5,22 @@ use std::{collections::BTreeMap, sync::Arc};
 use async_trait::async_trait;
 
 use super::audit::{append_tx, AuditEntry};
+use crate::types::AnyId;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::sql::{json_list, json_value, to_json, unique_violation, Dialect, SqlStore};
+use super::sql::{json_list, json_value, to_json, unique_violation, Dialect};
+use super::sql_store::SqlStore;
+pub use super::webhook_level::{LevelKind, WebhookLevel};
 use super::{StoreError, StoreResult};
-
-/// Where a webhook lives (spec §2.5), with the fields of its level. `enterprise_id` is the
-/// enterprise whose secret signs its notifications (docs/webhooks.md).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WebhookLevel {
-    /// §4.4: one wallet's events; signed by the wallet's enterprise, if any.
-    Wallet { coin: String, wallet_id: String, enterprise_id: Option<String> },
-    /// §4.6: a user's webhook for a coin's blocks, once a block has `num_confirmations`.
-    Block { coin: String, num_confirmations: i64, enterprise_id: Option<String> },
-    /// §4.8: one enterprise's events.
-    Enterprise { enterprise_id: String },
-}
-
-impl WebhookLevel {
-    /// `wallet`, `block` or `enterprise`: the spec's name, as stored.
-    pub fn name(&self) -> &'static str {
-        match self {
-            WebhookLevel::Wallet { .. } => "wallet",
-            WebhookLevel::Block { .. } => "block",
-            WebhookLevel::Enterprise { .. } => "enterprise",
-        }
-    }
-
-    pub fn coin(&self) -> Option<&str> {
-        match self {
-            WebhookLevel::Wallet { coin, .. } | WebhookLevel::Block { coin, .. } => Some(coin),
-            WebhookLevel::Enterprise { .. } => None,
-        }
-    }
-
-    pub fn wallet_id(&self) -> Option<&str> {
-        match self {
-            WebhookLevel::Wallet { wallet_id, .. } => Some(wallet_id),
-            _ => None,
-        }
-    }
-
-    /// The enterprise whose secret signs the webhook's notifications.
-    pub fn enterprise_id(&self) -> Option<&str> {
-        match self {
-            WebhookLevel::Wallet { enterprise_id, .. } | WebhookLevel::Block { enterprise_id, .. } => {
-                enterprise_id.as_deref()
-            }
-            WebhookLevel::Enterprise { enterprise_id } => Some(enterprise_id),
-        }
-    }
-
-    pub fn num_confirmations(&self) -> Option<i64> {
-        match self {
-            WebhookLevel::Block { num_confirmations, .. } => Some(*num_confirmations),
-            _ => None,
-        }
-    }
-
-    /// Rebuilds a level from its stored columns.
-    fn from_columns(
-        scope: &str,
-        coin: Option<String>,
-        wallet_id: Option<String>,
-        enterprise_id: Option<String>,
-        num_confirmations: Option<i64>,
-    ) -> Option<Self> {
-        Some(match scope {
-            "wallet" => WebhookLevel::Wallet { coin: coin?, wallet_id: wallet_id?, enterprise_id },
-            "block" => WebhookLevel::Block {
-                coin: coin?,
-                num_confirmations: num_confirmations.unwrap_or(0),
-                enterprise_id,
-            },
-            "enterprise" => WebhookLevel::Enterprise { enterprise_id: enterprise_id? },
-            _ => return None,
-        })
-    }
-}
+use crate::types::{Coin, EnterpriseId, UserId, WalletId, WebhookId};
 
 /// A webhook (spec §2.5).
 #[derive(Debug, Clone)]
 pub struct Webhook {
-    pub id: String,
+    pub id: WebhookId,
     pub level: WebhookLevel,
     /// The creator; the owner of a block webhook.
-    pub user_id: String,
+    pub user_id: UserId,
     pub webhook_type: String,
     pub url: String,
     pub label: Option<String>,
@@ -100,7 +30,7 @@ pub struct Webhook {
     pub listen_to_failure_states: bool,
     pub tx_request_states: Vec<String>,
     pub tx_request_transaction_states: Vec<String>,
-    /// `customHttpHeaders`, values sealed (`webhooks::headers`).
+    /// `customHttpHeaders`, values sealed (`outbox::headers`).
     pub custom_headers: BTreeMap<String, String>,
     pub allow_blocked_hosts: bool,
     /// Unix seconds.
@@ -140,11 +70,11 @@ impl WebhookState {
 /// Which webhooks a list or removal applies to.
 #[derive(Debug, Clone, Default)]
 pub struct WebhookFilter {
-    pub scope: String,
-    pub wallet_id: Option<String>,
-    pub enterprise_id: Option<String>,
-    pub user_id: Option<String>,
-    pub coin: Option<String>,
+    pub scope: LevelKind,
+    pub wallet_id: Option<WalletId>,
+    pub enterprise_id: Option<EnterpriseId>,
+    pub user_id: Option<UserId>,
+    pub coin: Option<Coin>,
     pub webhook_type: Option<String>,
     /// Only webhooks in this state.
     pub state: Option<WebhookState>,
@@ -153,7 +83,7 @@ pub struct WebhookFilter {
 impl WebhookFilter {
     /// The webhooks of `w`'s type at its level, which §8's per-type limit counts.
     fn limit_for(w: &Webhook) -> Self {
-        let scope = w.level.name().to_string();
+        let scope = w.level.kind();
         let filter = match &w.level {
             WebhookLevel::Wallet { wallet_id, .. } => {
                 WebhookFilter { scope, wallet_id: Some(wallet_id.clone()), ..Default::default() }
@@ -177,11 +107,11 @@ impl WebhookFilter {
         let mut sql = String::from("scope = $1");
         let mut binds = vec![self.scope.as_str()];
         for (col, v) in [
-            ("wallet_id", &self.wallet_id),
-            ("enterprise_id", &self.enterprise_id),
-            ("user_id", &self.user_id),
-            ("coin", &self.coin),
-            ("type", &self.webhook_type),
+            ("wallet_id", self.wallet_id.as_deref()),
+            ("enterprise_id", self.enterprise_id.as_deref()),
+            ("user_id", self.user_id.as_deref()),
+            ("coin", self.coin.as_deref()),
+            ("type", self.webhook_type.as_deref()),
         ] {
             if let Some(v) = v {
                 binds.push(v);
@@ -245,19 +175,19 @@ pub trait WebhookStore: Send + Sync {
         caps: WebhookCaps,
         audit: &[AuditEntry],
     ) -> StoreResult<Result<(), CapReached>>;
-    async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>>;
+    async fn webhook_by_id(&self, id: &WebhookId) -> StoreResult<Option<Webhook>>;
     /// Webhooks matching `filter` with ids greater than `after_id`, by id, at most `limit`.
     async fn list_webhooks(
         &self,
         filter: &WebhookFilter,
-        after_id: Option<&str>,
+        after_id: Option<&AnyId>,
         limit: u32,
     ) -> StoreResult<Vec<Webhook>>;
     /// Removes webhooks matching `filter` and (`id`, or `type` and `url`). Returns how many.
     async fn delete_webhooks(
         &self,
         filter: &WebhookFilter,
-        id: Option<&str>,
+        id: Option<&WebhookId>,
         type_url: Option<(&str, &str)>,
         audit: &[AuditEntry],
     ) -> StoreResult<u64>;
@@ -266,14 +196,14 @@ pub trait WebhookStore: Send + Sync {
     /// [`ROUTES_CACHED_MAX`] are read each time.
     async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Webhook>>>;
     /// Makes a webhook active and clears its failure counters; false when no such webhook.
-    async fn unblock_webhook(&self, id: &str, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
+    async fn unblock_webhook(&self, id: &WebhookId, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
 
-    async fn webhook_secret(&self, enterprise_id: &str) -> StoreResult<Option<WebhookSecret>>;
+    async fn webhook_secret(&self, enterprise_id: &EnterpriseId) -> StoreResult<Option<WebhookSecret>>;
     /// Stores `new_enc` as the current secret, keeping the old one as previous, unless the last
     /// rotation was less than `min_interval` seconds before `now` (Unix seconds).
     async fn rotate_webhook_secret(
         &self,
-        enterprise_id: &str,
+        enterprise_id: &EnterpriseId,
         new_enc: &[u8],
         now: i64,
         min_interval: i64,
@@ -283,12 +213,12 @@ pub trait WebhookStore: Send + Sync {
 
 #[derive(FromRow)]
 pub(super) struct WebhookRow {
-    id: String,
+    id: WebhookId,
     scope: String,
-    wallet_id: Option<String>,
-    enterprise_id: Option<String>,
-    user_id: String,
-    coin: Option<String>,
+    wallet_id: Option<WalletId>,
+    enterprise_id: Option<EnterpriseId>,
+    user_id: UserId,
+    coin: Option<Coin>,
     #[sqlx(rename = "type")]
     webhook_type: String,
     url: String,
@@ -366,6 +296,7 @@ where
     for<'r> WebhookSecret: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn insert_webhook(
         &self,
         w: &Webhook,
@@ -379,7 +310,7 @@ where
         let mut checks = vec![(WebhookFilter::limit_for(w), caps.per_type, CapReached::PerType)];
         if let WebhookLevel::Block { .. } = &w.level {
             let mine = WebhookFilter {
-                scope: "block".into(),
+                scope: LevelKind::Block,
                 user_id: Some(w.user_id.clone()),
                 ..Default::default()
             };
@@ -408,10 +339,10 @@ where
         sqlx::query(INSERT_WEBHOOK)
             .bind(w.id.as_str())
             .bind(w.level.name())
-            .bind(w.level.wallet_id())
-            .bind(w.level.enterprise_id())
+            .bind(w.level.wallet_id().map(WalletId::as_str))
+            .bind(w.level.enterprise_id().map(EnterpriseId::as_str))
             .bind(w.user_id.as_str())
-            .bind(w.level.coin())
+            .bind(w.level.coin().map(Coin::as_str))
             .bind(w.webhook_type.as_str())
             .bind(w.url.as_str())
             .bind(w.label.as_deref())
@@ -432,18 +363,21 @@ where
         Ok(Ok(()))
     }
 
-    async fn webhook_by_id(&self, id: &str) -> StoreResult<Option<Webhook>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn webhook_by_id(&self, id: &WebhookId) -> StoreResult<Option<Webhook>> {
         let sql = format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1");
         let row: Option<WebhookRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
         row.map(WebhookRow::into_webhook).transpose()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn list_webhooks(
         &self,
         filter: &WebhookFilter,
-        after_id: Option<&str>,
+        after_id: Option<&AnyId>,
         limit: u32,
     ) -> StoreResult<Vec<Webhook>> {
+        let after_id = after_id.map(AnyId::as_str);
         let (where_sql, binds) = filter.to_sql();
         let n = binds.len();
         let sql = format!(
@@ -459,10 +393,11 @@ where
         rows.into_iter().map(WebhookRow::into_webhook).collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn delete_webhooks(
         &self,
         filter: &WebhookFilter,
-        id: Option<&str>,
+        id: Option<&WebhookId>,
         type_url: Option<(&str, &str)>,
         audit: &[AuditEntry],
     ) -> StoreResult<u64> {
@@ -491,6 +426,7 @@ where
         Ok(removed)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Webhook>>> {
         let key = super::read_cache::route_key(filter);
         if let Some(hooks) = self.cache.routes(&key) {
@@ -499,7 +435,9 @@ where
         let at = self.cache.generation();
         let mut hooks = Vec::new();
         loop {
-            let page = self.list_webhooks(filter, hooks.last().map(|w: &Webhook| w.id.as_str()), 500).await?;
+            let page = self
+                .list_webhooks(filter, hooks.last().map(|w: &Webhook| w.id.to_cursor()).as_ref(), 500)
+                .await?;
             let full = page.len() == 500;
             hooks.extend(page);
             if !full {
@@ -513,7 +451,8 @@ where
         Ok(hooks)
     }
 
-    async fn unblock_webhook(&self, id: &str, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn unblock_webhook(&self, id: &WebhookId, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
         let res = sqlx::query(
             "UPDATE webhooks SET state = 'active', successive_failed_attempts = 0, \
@@ -532,7 +471,8 @@ where
         Ok(done)
     }
 
-    async fn webhook_secret(&self, enterprise_id: &str) -> StoreResult<Option<WebhookSecret>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn webhook_secret(&self, enterprise_id: &EnterpriseId) -> StoreResult<Option<WebhookSecret>> {
         Ok(sqlx::query_as(
             "SELECT current_enc, previous_enc, rotated_at FROM webhook_secrets WHERE enterprise_id = $1",
         )
@@ -541,9 +481,10 @@ where
         .await?)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn rotate_webhook_secret(
         &self,
-        enterprise_id: &str,
+        enterprise_id: &EnterpriseId,
         new_enc: &[u8],
         now: i64,
         min_interval: i64,

@@ -4,11 +4,12 @@
 //! not list are kept (issue 11), unless `strict`. A wallet's `coin` and `type` never change
 //! unless `allow_identity_change`, which the audit log records.
 
+use crate::store::AuditType;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::model::{validate, WalletRow};
-use crate::store::DynStore;
+use crate::{store::DynStore, types::WalletId};
 
 /// Records per transaction.
 pub const BATCH_SIZE: usize = 500;
@@ -161,7 +162,7 @@ fn identity(row: &WalletRow) -> (String, Option<String>) {
     let t = serde_json::from_str::<Value>(&row.record)
         .ok()
         .and_then(|r| r.get("type").and_then(Value::as_str).map(str::to_string));
-    (row.coin.clone(), t)
+    (row.coin.to_string(), t)
 }
 
 /// The batch's records that would change an existing wallet's `coin` or `type`, with why.
@@ -169,8 +170,8 @@ async fn identity_changes(
     store: &DynStore,
     batch: &[(WalletRow, Source)],
 ) -> anyhow::Result<Vec<Vec<Violation>>> {
-    let ids: Vec<String> = batch.iter().map(|(w, _)| w.id.clone()).collect();
-    let stored: std::collections::HashMap<String, (String, Option<String>)> =
+    let ids: Vec<WalletId> = batch.iter().map(|(w, _)| w.id.clone()).collect();
+    let stored: std::collections::HashMap<WalletId, (String, Option<String>)> =
         store.wallets_by_ids(&ids, true).await?.iter().map(|w| (w.id.clone(), identity(w))).collect();
     Ok(batch
         .iter()
@@ -214,13 +215,13 @@ async fn flush(
             rows.push(row);
         } else if opts.allow_identity_change {
             let e = crate::audit::EntryExt::data(
-                crate::audit::entry("wallet.identity_changed"),
+                crate::audit::entry(AuditType::WalletIdentityChanged),
                 serde_json::json!({ "changes": change.iter().map(|c| &c.reason).collect::<Vec<_>>(), "by": "operator" }),
             );
             entries.push(crate::audit::EntryExt::wallet(e, Some(&row.id)));
             rows.push(row);
         } else {
-            summary.reject(source, Some(row.id.clone()), change);
+            summary.reject(source, Some(row.id.to_string()), change);
         }
     }
     if rows.is_empty() {
@@ -228,7 +229,7 @@ async fn flush(
     }
     let ids: Vec<&str> = rows.iter().map(|w| w.id.as_str()).collect();
     entries.push(crate::audit::EntryExt::data(
-        crate::audit::entry("wallet.imported"),
+        crate::audit::entry(AuditType::WalletImported),
         serde_json::json!({ "walletIds": ids, "by": "operator" }),
     ));
     let (inserted, updated) = store.upsert_wallets(&rows, &entries).await.map_err(|e| {

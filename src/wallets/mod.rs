@@ -3,23 +3,36 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use std::collections::{HashMap, HashSet};
+use crate::error::ErrorName;
+use crate::store::AuditType;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use serde_json::{json, Value};
 
 use crate::{
+    config::Config,
     error::{Error, Result},
     identity::{
         auth::Principal,
-        scopes::{Action, WalletPermission},
+        scopes::{Action, Policy, WalletPermission},
     },
-    ids,
-    types::BaseUnits,
-    AppState,
+    store::DynStore,
+    types::{BaseUnits, Coin, EnterpriseId, UserId, WalletId},
 };
 
 pub mod import;
 pub mod model;
+
+/// The handles the wallet functions use (issue 19 §3); cheap to clone.
+#[derive(Clone)]
+pub struct Wallets {
+    pub store: DynStore,
+    pub config: Arc<Config>,
+    pub policy: Policy,
+}
 
 use model::{Balances, WalletRow, BALANCE_FIELDS};
 
@@ -28,20 +41,19 @@ use model::{Balances, WalletRow, BALANCE_FIELDS};
 /// an enterprise the user administers; a service-admin token waives this membership rule, but
 /// never its scopes or permitted lists (issue 9 §5).
 pub struct Visibility {
-    user_id: String,
-    admin_of: HashSet<String>,
+    user_id: UserId,
+    admin_of: HashSet<EnterpriseId>,
     service_admin: bool,
 }
 
 impl Visibility {
     /// Loads the principal's enterprise memberships (skipped for service-admin tokens, for
     /// which membership is waived).
-    pub async fn load(state: &AppState, auth: &Principal) -> Result<Self> {
+    pub async fn load(svc: &Wallets, auth: &Principal) -> Result<Self> {
         let admin_of = if auth.token.admin {
             HashSet::new()
         } else {
-            state
-                .store
+            svc.store
                 .memberships(&auth.user.id)
                 .await?
                 .into_iter()
@@ -60,13 +72,8 @@ impl Visibility {
     }
 
     /// Whether the principal's token may view `row` (§4.1 lookup rule).
-    pub fn can_view(&self, state: &AppState, auth: &Principal, row: &WalletRow) -> bool {
-        state.policy().can_view_wallet(
-            &auth.token,
-            self.user_may_see(row),
-            &row.id,
-            row.enterprise.as_deref(),
-        )
+    pub fn can_view(&self, svc: &Wallets, auth: &Principal, row: &WalletRow) -> bool {
+        svc.policy.can_view_wallet(&auth.token, self.user_may_see(row), &row.id, row.enterprise.as_ref())
     }
 }
 
@@ -74,25 +81,25 @@ impl Visibility {
 /// `permission` on it. Unknown or invisible: `WalletNotFound`; visible but not permitted:
 /// `Forbidden`. Service-admin tokens skip the membership check, not the scopes.
 pub async fn wallet_access(
-    state: &AppState,
+    svc: &Wallets,
     auth: &Principal,
-    coin: &str,
-    wallet_id: &str,
+    coin: &Coin,
+    wallet_id: &WalletId,
     permission: WalletPermission,
 ) -> Result<WalletRow> {
-    let row = state
+    let row = svc
         .store
-        .wallets_by_ids(&[wallet_id.to_string()], false)
+        .wallets_by_ids(std::slice::from_ref(wallet_id), false)
         .await?
         .pop()
-        .filter(|w| w.coin == coin)
-        .ok_or_else(|| Error::not_found("WalletNotFound"))?;
-    if !Visibility::load(state, auth).await?.user_may_see(&row) {
-        return Err(Error::not_found("WalletNotFound"));
+        .filter(|w| &w.coin == coin)
+        .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
+    if !Visibility::load(svc, auth).await?.user_may_see(&row) {
+        return Err(Error::not_found(ErrorName::WalletNotFound));
     }
     auth.require(
-        state.policy(),
-        Action::Wallet { permission, wallet_id: &row.id, enterprise: row.enterprise.as_deref() },
+        svc.policy,
+        Action::Wallet { permission, wallet_id: &row.id, enterprise: row.enterprise.as_ref() },
     )?;
     Ok(row)
 }
@@ -102,41 +109,34 @@ pub async fn wallet_access(
 /// Errors: `InvalidField` (`ids` empty, `ids[i]` not 32 hex, with `context.index`),
 /// `TooManyIds` (over `max_lookup_ids` distinct ids).
 pub async fn lookup(
-    state: &AppState,
+    svc: &Wallets,
     auth: &Principal,
-    ids: &[String],
+    ids: &[WalletId],
     include_deleted: bool,
 ) -> Result<Vec<WalletRow>> {
-    let max = state.config.max_lookup_ids;
+    let max = svc.config.max_lookup_ids;
     if ids.is_empty() {
         return Err(Error::invalid_field("ids", "must list at least one wallet id"));
     }
     let mut seen = HashSet::with_capacity(ids.len());
     let mut wanted = Vec::with_capacity(ids.len());
-    for (i, id) in ids.iter().enumerate() {
-        if !ids::is_id(id) {
-            return Err(Error::Invalid {
-                name: "InvalidField",
-                message: format!("ids[{i}] is not a 32-hex wallet id"),
-                context: json!({ "field": format!("ids[{i}]"), "index": i }),
-            });
-        }
-        if seen.insert(id.as_str()) {
+    for id in ids {
+        if seen.insert(id) {
             wanted.push(id.clone());
         }
     }
     if wanted.len() > max {
         return Err(Error::Invalid {
-            name: "TooManyIds",
+            name: ErrorName::TooManyIds,
             message: format!("at most {max} distinct ids per request, got {}", wanted.len()),
             context: json!({ "field": "ids", "index": max, "max": max }),
         });
     }
-    let rows = state.store.wallets_by_ids(&wanted, include_deleted).await?;
-    let visibility = Visibility::load(state, auth).await?;
-    let mut by_id: HashMap<String, WalletRow> = rows
+    let rows = svc.store.wallets_by_ids(&wanted, include_deleted).await?;
+    let visibility = Visibility::load(svc, auth).await?;
+    let mut by_id: HashMap<WalletId, WalletRow> = rows
         .into_iter()
-        .filter(|row| visibility.can_view(state, auth, row))
+        .filter(|row| visibility.can_view(svc, auth, row))
         .map(|row| (row.id.clone(), row))
         .collect();
     Ok(wanted.iter().filter_map(|id| by_id.remove(id)).collect())
@@ -154,7 +154,7 @@ pub fn parse_balances(body: &Value) -> Result<Balances> {
     let mut b = Balances::default();
     for (i, (field, _)) in BALANCE_FIELDS.iter().enumerate() {
         if let Some(v) = map.get(*field) {
-            *b.get_mut(i) = Some(BaseUnits::from_json(v).map(BaseUnits::into_string).ok_or_else(|| {
+            *b.get_mut(i) = Some(BaseUnits::from_json(v).ok_or_else(|| {
                 Error::invalid_field(*field, "must be a non-negative integer in base units")
             })?);
         }
@@ -169,29 +169,25 @@ pub fn parse_balances(body: &Value) -> Result<Balances> {
 /// `wallet_id`: the hook for event ingestion. `auth` is `None` for the operator's CLI; a token
 /// needs the service-admin permission. Errors: `Forbidden`, `InvalidField`, `WalletNotFound`.
 pub async fn set_balances(
-    state: &AppState,
+    svc: &Wallets,
     auth: Option<&Principal>,
-    wallet_id: &str,
+    wallet_id: &WalletId,
     body: &Value,
 ) -> Result<WalletRow> {
     if let Some(auth) = auth {
-        auth.require(state.policy(), Action::ServiceAdmin)?;
-    }
-    if !ids::is_id(wallet_id) {
-        return Err(Error::invalid_field("walletId", "must be a 32-hex wallet id"));
+        auth.require(svc.policy, Action::ServiceAdmin)?;
     }
     let balances = parse_balances(body)?;
     let entry = match auth {
-        Some(auth) => crate::audit::by(auth, "wallet.balance_set"),
+        Some(auth) => auth.audit(AuditType::WalletBalanceSet),
         None => crate::audit::EntryExt::data(
-            crate::audit::entry("wallet.balance_set"),
+            crate::audit::entry(AuditType::WalletBalanceSet),
             serde_json::json!({ "by": "operator" }),
         ),
     };
     let entry = crate::audit::EntryExt::wallet(entry, Some(wallet_id));
-    state
-        .store
+    svc.store
         .update_wallet_balances(wallet_id, &balances, &[entry])
         .await?
-        .ok_or_else(|| Error::NotFound { name: "WalletNotFound", message: "no such wallet".into() })
+        .ok_or_else(|| Error::NotFound { name: ErrorName::WalletNotFound, message: "no such wallet".into() })
 }

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 
 pub use crate::store::{Balances, WalletRow};
-use crate::{ids, types::BaseUnits};
+use crate::types::{AnyId, BaseUnits, Coin, EnterpriseId, UserId, WalletId};
 
 /// Allowed `type` values (§2.1).
 pub const WALLET_TYPES: &[&str] =
@@ -104,7 +104,7 @@ pub const BALANCE_FIELDS: &[(&str, Option<&str>)] = &[
 
 impl Balances {
     /// The balance for the `i`th entry of [`BALANCE_FIELDS`].
-    pub fn get_mut(&mut self, i: usize) -> &mut Option<String> {
+    pub fn get_mut(&mut self, i: usize) -> &mut Option<BaseUnits> {
         match i {
             0 => &mut self.balance,
             1 => &mut self.confirmed,
@@ -118,20 +118,21 @@ impl Balances {
     /// The balance for the `i`th entry of [`BALANCE_FIELDS`].
     pub fn get(&self, i: usize) -> Option<&str> {
         match i {
-            0 => self.balance.as_deref(),
-            1 => self.confirmed.as_deref(),
-            2 => self.spendable.as_deref(),
-            3 => self.staking.as_deref(),
-            4 => self.reward.as_deref(),
-            _ => self.withdraw_hold_usd.as_deref(),
+            0 => self.balance.as_ref(),
+            1 => self.confirmed.as_ref(),
+            2 => self.spendable.as_ref(),
+            3 => self.staking.as_ref(),
+            4 => self.reward.as_ref(),
+            _ => self.withdraw_hold_usd.as_ref(),
         }
+        .map(BaseUnits::as_str)
     }
 
     /// Fills the fields set in `other` (a partial update).
     pub fn merge(&mut self, other: &Balances) {
         for i in 0..BALANCE_FIELDS.len() {
             if let Some(v) = other.get(i) {
-                *self.get_mut(i) = Some(v.to_string());
+                *self.get_mut(i) = v.parse().ok();
             }
         }
     }
@@ -155,14 +156,14 @@ fn check(kind: Kind, v: &Value) -> Result<(), String> {
         Kind::Str => v.is_string(),
         Kind::NonEmptyStr => v.as_str().is_some_and(|s| !s.is_empty()),
         Kind::Id => {
-            return if v.as_str().is_some_and(ids::is_id) {
+            return if v.as_str().is_some_and(|s| s.parse::<AnyId>().is_ok()) {
                 Ok(())
             } else {
                 Err("must be 32 lowercase hex characters".into())
             }
         }
         Kind::Coin => {
-            return if v.as_str().is_some_and(ids::is_coin) {
+            return if v.as_str().is_some_and(|s| s.parse::<Coin>().is_ok()) {
                 Ok(())
             } else {
                 Err("must be a lower-case coin symbol".into())
@@ -267,19 +268,17 @@ fn check_shape(map: &Map<String, Value>, coin: &str) -> Result<(), Invalid> {
 fn record_balances(map: &Map<String, Value>) -> Result<Balances, Invalid> {
     let mut balances = Balances::default();
     for (i, (string_field, number_field)) in BALANCE_FIELDS.iter().enumerate() {
-        let from_string = match map.get(*string_field) {
-            Some(v) if v.is_string() => {
-                Some(BaseUnits::from_json(v).map(BaseUnits::into_string).ok_or_else(|| {
+        let from_string =
+            match map.get(*string_field) {
+                Some(v) if v.is_string() => Some(BaseUnits::from_json(v).ok_or_else(|| {
                     invalid(string_field, "must be a non-negative integer as decimal digits")
-                })?)
-            }
-            Some(_) => return Err(invalid(string_field, "must be a string of decimal digits")),
-            None => None,
-        };
+                })?),
+                Some(_) => return Err(invalid(string_field, "must be a string of decimal digits")),
+                None => None,
+            };
         let from_number = match number_field.and_then(|f| map.get(f).map(|v| (f, v))) {
             Some((f, v)) if v.is_number() => Some(
                 BaseUnits::from_json(v)
-                    .map(BaseUnits::into_string)
                     .ok_or_else(|| invalid(f, "must be a non-negative integer in base units"))?,
             ),
             Some((f, _)) => return Err(invalid(f, "must be a number")),
@@ -350,15 +349,24 @@ pub fn validate(record: &Value, strict: bool) -> Result<WalletRow, Vec<Invalid>>
             // system's ids) stay in the record but match no one.
             a.iter()
                 .filter_map(|u| u.get("user").and_then(Value::as_str))
-                .filter(|u| ids::is_id(u))
-                .map(str::to_string)
+                .filter_map(|u| u.parse::<UserId>().ok())
                 .collect()
         })
         .unwrap_or_default();
+    // Checked above: each parses.
+    let text = |field: &str| map.get(field).and_then(Value::as_str);
+    let (Some(Ok(id)), Ok(coin)) = (text("id").map(str::parse::<WalletId>), coin.parse::<Coin>()) else {
+        return Err(vec![invalid("id", "must be 32 lowercase hex characters, with a coin symbol")]);
+    };
+    let enterprise = match text("enterprise").map(str::parse::<EnterpriseId>) {
+        None => None,
+        Some(Ok(e)) => Some(e),
+        Some(Err(_)) => return Err(vec![invalid("enterprise", "must be 32 lowercase hex characters")]),
+    };
     Ok(WalletRow {
-        id: map.get("id").and_then(Value::as_str).unwrap_or_default().to_string(),
+        id,
         coin,
-        enterprise: map.get("enterprise").and_then(Value::as_str).map(str::to_string),
+        enterprise,
         deleted: map.get("deleted").and_then(Value::as_bool).unwrap_or(false),
         user_ids,
         record: Value::Object(stored).to_string(),
@@ -500,7 +508,7 @@ mod tests {
         let mut w = hot();
         w["balanceString"] = json!("00120");
         let row = validate(&w, false).unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(row.balances.balance.as_deref(), Some("120"));
+        assert_eq!(row.balances.balance.as_ref().map(BaseUnits::as_str), Some("120"));
         let mut out = String::new();
         render(&row, Expand::default(), &mut out);
         let v: Value = serde_json::from_str(&out).unwrap();

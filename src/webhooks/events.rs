@@ -10,36 +10,22 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::{invalid_type, BLOCK_TYPES, ENTERPRISE_TYPES, WALLET_TYPES};
+use crate::audit::EntryExt;
 use crate::{
-    delivery::handoff::Leases,
     error::{parse_value, Error, Result},
     identity::{auth::Principal, scopes::Action},
-    ids, outbox,
-    store::{group_commit::EventWrite, Claimed, Notification, Recorded, WebhookFilter, WebhookState},
-    AppState,
+    ids,
+    outbox::{self, dispatch::Reserved},
+    store::{AuditType, EventWrite, LevelKind, Notification, Recorded, Webhook, WebhookFilter, WebhookState},
+    types::{Coin, EnterpriseId, NotificationId, WalletId, WebhookId},
+    webhooks::Webhooks,
 };
-
-fn check_id(field: &str, id: &str) -> Result<()> {
-    if ids::is_id(id) {
-        Ok(())
-    } else {
-        Err(Error::invalid_field(field, "must be a 32-hex id"))
-    }
-}
-
-fn check_coin(coin: &str) -> Result<()> {
-    if ids::is_coin(coin) {
-        Ok(())
-    } else {
-        Err(Error::invalid_field("coin", "must be a lower-case coin symbol"))
-    }
-}
 
 /// Fans an event out for a principal holding the service-admin permission. Idempotent on
 /// `eventId`.
-pub async fn ingest_as(state: &AppState, auth: &Principal, body: Value) -> Result<EventResult> {
-    auth.require(state.policy(), Action::ServiceAdmin)?;
-    ingest(state, body).await
+pub async fn ingest_as(svc: &Webhooks, auth: &Principal, body: Value) -> Result<EventResult> {
+    auth.require(svc.policy, Action::ServiceAdmin)?;
+    ingest(svc, body).await
 }
 
 /// An event from an upstream system. Extra fields are kept and delivered in the payload.
@@ -52,9 +38,9 @@ pub struct EventRequest {
     /// A webhook type of §6.
     #[serde(rename = "type")]
     pub event_type: String,
-    pub coin: Option<String>,
-    pub wallet_id: Option<String>,
-    pub enterprise_id: Option<String>,
+    pub coin: Option<Coin>,
+    pub wallet_id: Option<WalletId>,
+    pub enterprise_id: Option<EnterpriseId>,
     pub transfer_id: Option<String>,
     pub hash: Option<String>,
     pub block_id: Option<String>,
@@ -71,12 +57,12 @@ pub struct EventResult {
     /// Notifications queued.
     pub notifications: u64,
     /// Webhooks notified.
-    pub webhooks: Vec<String>,
+    pub webhooks: Vec<WebhookId>,
 }
 
 /// Checks an event and records it with its notifications in one transaction (the outbox).
 /// Errors name the field; an unknown `type` is `InvalidWebhookType`.
-pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
+pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
     let ev: EventRequest = parse_value(&body)?;
     let Value::Object(map) = body else {
         return Err(Error::invalid_field("", "an event must be a JSON object"));
@@ -87,35 +73,40 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
     let t = ev.event_type.as_str();
     let filter = if WALLET_TYPES.contains(&t) {
         let wallet = ev.wallet_id.clone().ok_or_else(|| Error::missing_field("walletId"))?;
-        check_id("walletId", &wallet)?;
-        WebhookFilter { scope: "wallet".into(), wallet_id: Some(wallet), ..Default::default() }
+        WebhookFilter { scope: LevelKind::Wallet, wallet_id: Some(wallet), ..Default::default() }
     } else if BLOCK_TYPES.contains(&t) {
         let coin = ev.coin.clone().ok_or_else(|| Error::missing_field("coin"))?;
-        check_coin(&coin)?;
-        WebhookFilter { scope: "block".into(), coin: Some(coin), ..Default::default() }
+        WebhookFilter { scope: LevelKind::Block, coin: Some(coin), ..Default::default() }
     } else if ENTERPRISE_TYPES.contains(&t) {
         let e = ev.enterprise_id.clone().ok_or_else(|| Error::missing_field("enterpriseId"))?;
-        check_id("enterpriseId", &e)?;
-        WebhookFilter { scope: "enterprise".into(), enterprise_id: Some(e), ..Default::default() }
+        WebhookFilter { scope: LevelKind::Enterprise, enterprise_id: Some(e), ..Default::default() }
     } else {
         let all: Vec<&str> =
             WALLET_TYPES.iter().chain(BLOCK_TYPES).chain(ENTERPRISE_TYPES).copied().collect();
         return Err(invalid_type("known", &all));
     };
     super::event_fields::check(t, &map)?;
-    let filter = WebhookFilter { webhook_type: Some(t.into()), state: Some(WebhookState::Active), ..filter };
+    // Suspended webhooks are routed to as well: their notifications are held until they are
+    // unblocked, never dropped (issue 21 §3).
+    let filter = WebhookFilter { webhook_type: Some(t.into()), state: None, ..filter };
     let confirmations = i64::try_from(ev.confirmations.unwrap_or(0)).unwrap_or(i64::MAX);
-    let routed = state.store.routing_webhooks(&filter).await?;
-    let hooks: Vec<&crate::store::Webhook> = routed
+    let routed = svc.store.routing_webhooks(&filter).await?;
+    let (mut hooks, suspended): (Vec<&Webhook>, Vec<&Webhook>) = routed
         .iter()
         .filter(|w| t != "block" || confirmations >= w.level.num_confirmations().unwrap_or(0))
-        .collect();
+        .partition(|w| w.state == WebhookState::Active);
+    let active = hooks.len();
+    for w in suspended {
+        if may_hold(svc, w, &ev.event_id).await? {
+            hooks.push(w);
+        }
+    }
     let mut notifications: Vec<Notification> =
         hooks.iter().map(|w| outbox::from_event(w, &ev.event_id, &map)).collect();
     // Free slots of this process's engine take the first notifications straight from here,
-    // written leased (issue 12 §5).
-    let (leases, handed) = state.handoff.lease(&mut notifications, &hooks, ids::now_ms());
-    let unleased = notifications.len() > handed.len();
+    // written leased (issue 12 §5); only active webhooks' (they come first).
+    let leased = svc.dispatch.reserve(&mut notifications[..active], &hooks[..active], ids::now_ms());
+    let unleased = notifications.len() > leased.len();
     let result = EventResult {
         event_id: ev.event_id.clone(),
         notifications: notifications.len() as u64,
@@ -129,35 +120,60 @@ pub async fn ingest(state: &AppState, body: Value) -> Result<EventResult> {
         result: result_text,
         notifications,
     };
-    match state.store.record_event(event).await? {
+    match svc.store.record_event(event).await? {
         Recorded::Before(previous) => serde_json::from_str(&previous).map_err(|e| Error::Internal(e.into())),
         Recorded::Now { skipped } => {
-            hand_to_engine(state, leases, handed, &skipped, unleased).await;
+            hand_to_engine(svc, leased, &skipped, unleased).await;
             Ok(result)
         }
     }
 }
 
+/// Whether suspended webhook `w` may hold one more notification: fewer than
+/// `webhooks.max_held` undelivered (counted at most once a second: `limits::HeldCounts`).
+/// Otherwise the notification is refused: counted, and recorded in the audit log once per
+/// webhook and minute per process.
+async fn may_hold(svc: &Webhooks, w: &Webhook, event_id: &str) -> Result<bool> {
+    let held = match svc.held.get(&w.id) {
+        Some(n) => n,
+        None => {
+            let n = svc.store.undelivered_count(&w.id).await?;
+            svc.held.set(&w.id, n);
+            n
+        }
+    };
+    if held < svc.config.webhooks.max_held {
+        svc.held.add_one(&w.id);
+        return Ok(true);
+    }
+    svc.metrics.refused.inc();
+    if svc.refusal_notes.first_in_minute(&w.id, ids::now()) {
+        let entry = crate::audit::entry(AuditType::NotificationsRefused)
+            .enterprise(w.level.enterprise_id())
+            .wallet(w.level.wallet_id())
+            .data(serde_json::json!({ "id": w.id, "eventId": event_id, "held": held }));
+        crate::audit::record(&svc.store, &[entry]).await;
+    }
+    Ok(false)
+}
+
 /// After the commit: gives the engine the leased notifications the outbox wrote (not those it
 /// `skipped`), and wakes it for the others (`unleased`).
 async fn hand_to_engine(
-    state: &AppState,
-    leases: Leases,
-    handed: Vec<Claimed>,
-    skipped: &[String],
+    svc: &Webhooks,
+    leased: Box<dyn Reserved>,
+    skipped: &[NotificationId],
     unleased: bool,
 ) {
-    let handed: Vec<Claimed> = handed.into_iter().filter(|c| !skipped.contains(&c.notification.id)).collect();
-    let refused: Vec<String> =
-        state.handoff.hand_over(leases, handed).into_iter().map(|c| c.notification.id).collect();
+    let refused = leased.hand_over(skipped);
     if !refused.is_empty() {
         // The engine stopped meanwhile: due again now, for whichever worker claims them. The
         // event is stored either way; if this fails, their leases end.
-        if let Err(e) = state.store.defer(&refused, ids::now_ms()).await {
+        if let Err(e) = svc.store.defer(&refused, ids::now_ms()).await {
             tracing::warn!(error = %e, "giving back notifications the engine did not take failed");
         }
     }
     if unleased || !refused.is_empty() {
-        state.wake.notify_one();
+        svc.dispatch.wake();
     }
 }

@@ -1,14 +1,15 @@
-//! Per-webhook limits on the operator actions that make work: simulate, resend and unblock
-//! (issue 9 §6). A token bucket per webhook and process (governor), counted after the access
+//! Per-webhook limits: on the operator actions that make work (simulate, resend, unblock and
+//! verify; issue 9 §6, issue 21 §4), and on what a suspended webhook holds (issue 21 §3). A token bucket per webhook and process (governor), counted after the access
 //! check, so only those who may manage a webhook can spend its budget.
 //!
 //! Layer rule: no web-framework types (docs/architecture.md).
 
 use std::num::NonZeroU32;
 
-use crate::{error::Result, identity::rate_limit::KeyedBuckets};
+use crate::{error::Result, identity::rate_limit::KeyedBuckets, types::WebhookId};
 
-/// Simulate, resend and unblock calls per webhook and minute (`webhooks.operations_per_minute`).
+/// Simulate, resend, unblock and verify calls per webhook and minute
+/// (`webhooks.operations_per_minute`).
 pub struct OperationLimiter(KeyedBuckets);
 
 impl OperationLimiter {
@@ -19,9 +20,49 @@ impl OperationLimiter {
 
     /// Counts one operation on `webhook_id`. Errors: `Throttled` (429 with `Retry-After`) when
     /// its bucket is empty.
-    pub fn check(&self, webhook_id: &str) -> Result<()> {
+    pub fn check(&self, webhook_id: &crate::types::WebhookId) -> Result<()> {
         let message =
             || "too many simulate, resend or unblock calls for this webhook; try again later".to_string();
         self.0.check(webhook_id, message).map(drop).map_err(|(e, _)| e)
+    }
+}
+
+/// How long a suspended webhook's count of held notifications is reused, before the store is
+/// asked again.
+const HELD_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Most webhooks whose count is remembered; past it the memory starts over.
+const MAX_HELD_ENTRIES: usize = 10_000;
+
+/// Each suspended webhook's undelivered notifications, as last counted by the store (at most
+/// [`HELD_TTL`] ago) plus those this process held since. The count is a scan of the webhook's
+/// notifications: an event stream to a webhook at its cap asks for it once a second, not once
+/// per event. Across processes the cap is approximate by that second's worth.
+#[derive(Default)]
+pub struct HeldCounts(std::sync::Mutex<std::collections::HashMap<WebhookId, (u64, std::time::Instant)>>);
+
+impl HeldCounts {
+    /// The remembered count of `id`, if fresh.
+    pub fn get(&self, id: &WebhookId) -> Option<u64> {
+        let map = self.0.lock().ok()?;
+        map.get(id).filter(|(_, at)| at.elapsed() < HELD_TTL).map(|(n, _)| *n)
+    }
+
+    /// Remembers `n` for `id` as counted now.
+    pub fn set(&self, id: &WebhookId, n: u64) {
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= MAX_HELD_ENTRIES {
+                map.clear();
+            }
+            map.insert(id.clone(), (n, std::time::Instant::now()));
+        }
+    }
+
+    /// Counts one more held by this process.
+    pub fn add_one(&self, id: &WebhookId) {
+        if let Ok(mut map) = self.0.lock() {
+            if let Some((n, _)) = map.get_mut(id) {
+                *n += 1;
+            }
+        }
     }
 }

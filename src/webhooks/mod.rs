@@ -1,30 +1,62 @@
 //! Webhooks (spec §4.4 to §4.10, §2.5 to §2.7, §6, §8): registration at wallet, block and
 //! enterprise level ([`registration`]), who may manage them ([`access`]), simulation
 //! ([`simulate`]), secrets and verification ([`secrets`]), event fan-out ([`events`]), the
-//! operator's views ([`operator`]) and signatures ([`signing`]); notifications are built by [`crate::outbox`]. The HTTP shapes are
+//! operator's views ([`operator`]); notifications, their signatures and custom headers are built by [`crate::outbox`]. The HTTP shapes are
 //! in `http/handlers/webhooks.rs`.
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
+use std::sync::Arc;
+
 use serde_json::json;
 
 use crate::{
-    config::Environment,
+    config::{Config, Environment},
     error::{Error, Result},
+    identity::scopes::Policy,
+    outbox::dispatch::Dispatch,
+    secrets::MasterKey,
+    store::DynStore,
+    wallets::Wallets,
 };
 
 pub mod access;
 pub mod event_fields;
 pub mod events;
-pub mod headers;
 pub mod limits;
 pub mod operator;
 pub mod registration;
 pub mod secrets;
-pub mod signing;
 pub mod simulate;
 
-pub use headers::{check_headers, MAX_CUSTOM_HEADERS, MAX_HEADER_VALUE_BYTES, RESERVED_HEADERS};
+/// The handles the webhook functions use (issue 19 §3); cheap to clone.
+#[derive(Clone)]
+pub struct Webhooks {
+    pub store: DynStore,
+    pub config: Arc<Config>,
+    /// Seals webhook secrets and custom header values.
+    pub key: Arc<MasterKey>,
+    pub policy: Policy,
+    /// Bounds simulate, resend and unblock per webhook (`webhooks.operations_per_minute`).
+    pub operations: Arc<limits::OperationLimiter>,
+    /// Decrypted webhook secrets, briefly cached.
+    pub secrets: Arc<crate::outbox::secrets::SecretCache>,
+    /// Who may see a wallet (wallet-level webhooks).
+    pub wallets: Wallets,
+    /// Leases fresh notifications to delivery and wakes it.
+    pub dispatch: Arc<dyn Dispatch>,
+    /// Counts notifications refused for a suspended webhook at its cap.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Refusals already recorded in the audit log this minute.
+    pub refusal_notes: Arc<crate::identity::throttle::ThrottleNotes>,
+    /// Suspended webhooks' held counts, briefly remembered.
+    pub held: Arc<limits::HeldCounts>,
+}
+
+pub use crate::outbox::headers::{
+    check_headers, MAX_CUSTOM_HEADERS, MAX_HEADER_VALUE_BYTES, RESERVED_HEADERS,
+};
 
 /// Wallet webhook types (§6.1).
 pub const WALLET_TYPES: &[&str] = &[
@@ -133,7 +165,7 @@ pub fn check_states(field: &str, allowed: &[&str], states: Option<Vec<String>>) 
 /// `InvalidWebhookType`: `level` has no such type; `allowed` lists the level's types.
 pub fn invalid_type(level: &str, allowed: &[&str]) -> Error {
     Error::Invalid {
-        name: "InvalidWebhookType",
+        name: ErrorName::InvalidWebhookType,
         message: format!("not a {level} webhook type; allowed: {}", allowed.join(", ")),
         context: json!({ "field": "type", "allowed": allowed }),
     }

@@ -3,6 +3,8 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
+use crate::store::AuditType;
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
@@ -22,20 +24,21 @@ use crate::{
     },
     ids,
     paging::{Page, PageRequest},
-    store::{CapReached, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookState},
+    store::{CapReached, LevelKind, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookState},
+    types::{Coin, EnterpriseId, WalletId, WebhookId},
     wallets::wallet_access,
-    AppState,
+    webhooks::Webhooks,
 };
 
 /// Where a webhook lives, as named by the route.
 #[derive(Debug, Clone, Copy)]
 pub enum Level<'a> {
     /// A wallet's webhooks (§4.4); the caller needs wallet_manage on it.
-    Wallet { coin: &'a str, wallet_id: &'a str },
+    Wallet { coin: &'a Coin, wallet_id: &'a WalletId },
     /// The caller's own block webhooks of a coin (§4.6).
-    Block { coin: &'a str },
+    Block { coin: &'a Coin },
     /// An enterprise's webhooks (§4.8); enterprise admins only.
-    Enterprise { enterprise_id: &'a str },
+    Enterprise { enterprise_id: &'a EnterpriseId },
 }
 
 /// A webhook to create: the fields of §4.4, §4.6 and §4.8 as given.
@@ -59,29 +62,29 @@ pub struct NewWebhook {
 /// Which webhooks a removal names: one id, or every one with a type and URL.
 #[derive(Debug, Clone)]
 pub enum Removal {
-    Id(String),
+    Id(WebhookId),
     TypeAndUrl { webhook_type: String, url: String },
 }
 
 /// The filter of the webhooks at `level` that the caller may manage, after checking access.
-async fn level_filter(state: &AppState, auth: &Principal, level: Level<'_>) -> Result<WebhookFilter> {
+async fn level_filter(svc: &Webhooks, auth: &Principal, level: Level<'_>) -> Result<WebhookFilter> {
     Ok(match level {
         Level::Wallet { coin, wallet_id } => {
-            let wallet = wallet_access(state, auth, coin, wallet_id, WalletPermission::Manage).await?;
-            WebhookFilter { scope: "wallet".into(), wallet_id: Some(wallet.id), ..Default::default() }
+            let wallet = wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::Manage).await?;
+            WebhookFilter { scope: LevelKind::Wallet, wallet_id: Some(wallet.id), ..Default::default() }
         }
         Level::Block { coin } => {
-            auth.require(state.policy(), Action::ManageBlockWebhooks)?;
+            auth.require(svc.policy, Action::ManageBlockWebhooks)?;
             WebhookFilter {
-                scope: "block".into(),
+                scope: LevelKind::Block,
                 user_id: Some(auth.user.id.clone()),
-                coin: Some(coin.into()),
+                coin: Some(coin.clone()),
                 ..Default::default()
             }
         }
         Level::Enterprise { enterprise_id } => {
-            let e = enterprise_access(state, auth, enterprise_id).await?;
-            WebhookFilter { scope: "enterprise".into(), enterprise_id: Some(e.id), ..Default::default() }
+            let e = enterprise_access(svc, auth, enterprise_id).await?;
+            WebhookFilter { scope: LevelKind::Enterprise, enterprise_id: Some(e.id), ..Default::default() }
         }
     })
 }
@@ -109,12 +112,12 @@ fn build(
     level: WebhookLevel,
     allowed: &[&str],
     auth: &Principal,
-    state: &AppState,
+    svc: &Webhooks,
 ) -> Result<Webhook> {
     if !allowed.contains(&req.webhook_type.as_str()) {
         return Err(invalid_type(level.name(), allowed));
     }
-    check_url(&req.url, state.config.environment)?;
+    check_url(&req.url, svc.config.environment)?;
     let headers = req.custom_http_headers.unwrap_or_default();
     check_headers(&headers)?;
     if req.label.as_ref().is_some_and(|l| l.chars().count() > 250) {
@@ -131,8 +134,11 @@ fn build(
     if allow_blocked_hosts && !auth.token.admin {
         return Err(Error::forbidden("only a service admin may set allowBlockedHosts", "service admin"));
     }
-    let id = ids::new_id();
-    let custom_headers = super::headers::seal(&state.key, &id, headers)?;
+    if !allow_blocked_hosts {
+        refuse_blocked_literal(&req.url, &svc.config.delivery.allowed_cidrs)?;
+    }
+    let id = WebhookId::new_random();
+    let custom_headers = crate::outbox::headers::seal(&svc.key, &id, headers)?;
     Ok(Webhook {
         id,
         level,
@@ -152,66 +158,74 @@ fn build(
     })
 }
 
+/// A URL whose host is a literal address delivery would refuse (loopback, private, link-local,
+/// metadata, in any spelling the URL standard accepts: `0x7f000001`, `[::1]`, ...) is a 400
+/// naming `url` now rather than a failure at every delivery (issue 21 §4). Names are still
+/// checked when delivery resolves them (`delivery::ssrf`).
+fn refuse_blocked_literal(url: &str, allowed: &[ipnet::IpNet]) -> Result<()> {
+    let Ok(parsed) = url::Url::parse(url) else { return Ok(()) };
+    let guard = crate::net::Guard { allowed: allowed.to_vec() };
+    crate::net::check_literal(&guard, &parsed).map_err(|_| {
+        Error::invalid_field("url", "the host is an address webhooks may not reach (not globally routable)")
+    })
+}
+
 /// The enterprise whose secret signs a block webhook: the token's, else the user's first
 /// (docs/webhooks.md).
-async fn block_enterprise(state: &AppState, auth: &Principal) -> Result<Option<String>> {
+async fn block_enterprise(svc: &Webhooks, auth: &Principal) -> Result<Option<EnterpriseId>> {
     if let Some(e) = &auth.token.enterprise {
         return Ok(Some(e.clone()));
     }
-    Ok(state.store.memberships(&auth.user.id).await?.into_iter().next().map(|m| m.enterprise.id))
+    Ok(svc.store.memberships(&auth.user.id).await?.into_iter().next().map(|m| m.enterprise.id))
 }
 
 /// Creates a webhook at `level`. Errors: access (`NotFound`, `Forbidden`), an invalid field
 /// (a block webhook's `coin` must be in `webhooks.coins`), `InvalidWebhookType`,
 /// `WebhookLimitReached` (§8: [`MAX_WEBHOOKS_PER_TYPE`] of a type; `webhooks.max_per_user`
 /// block webhooks per user; `webhooks.max_per_enterprise` per enterprise).
-pub async fn create(
-    state: &AppState,
-    auth: &Principal,
-    level: Level<'_>,
-    req: NewWebhook,
-) -> Result<Webhook> {
+pub async fn create(svc: &Webhooks, auth: &Principal, level: Level<'_>, req: NewWebhook) -> Result<Webhook> {
     let w = match level {
         Level::Wallet { coin, wallet_id } => {
-            let wallet = wallet_access(state, auth, coin, wallet_id, WalletPermission::Manage).await?;
+            let wallet = wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::Manage).await?;
             let level = WebhookLevel::Wallet {
-                coin: coin.into(),
+                coin: coin.clone(),
                 wallet_id: wallet.id,
                 enterprise_id: wallet.enterprise,
             };
-            build(req, level, WALLET_TYPES, auth, state)?
+            build(req, level, WALLET_TYPES, auth, svc)?
         }
         Level::Block { coin } => {
-            auth.require(state.policy(), Action::ManageBlockWebhooks)?;
-            if !state.config.webhooks.coins.iter().any(|c| c == coin) {
+            auth.require(svc.policy, Action::ManageBlockWebhooks)?;
+            if !svc.config.webhooks.coins.iter().any(|c| c == coin.as_str()) {
                 return Err(Error::invalid_field("coin", "not a coin this service knows (webhooks.coins)"));
             }
             let level = WebhookLevel::Block {
-                coin: coin.into(),
+                coin: coin.clone(),
                 num_confirmations: num_confirmations(&req.num_confirmations)?,
-                enterprise_id: block_enterprise(state, auth).await?,
+                enterprise_id: block_enterprise(svc, auth).await?,
             };
-            build(req, level, BLOCK_TYPES, auth, state)?
+            build(req, level, BLOCK_TYPES, auth, svc)?
         }
         Level::Enterprise { enterprise_id } => {
-            let e = enterprise_access(state, auth, enterprise_id).await?;
-            build(req, WebhookLevel::Enterprise { enterprise_id: e.id }, ENTERPRISE_TYPES, auth, state)?
+            let e = enterprise_access(svc, auth, enterprise_id).await?;
+            build(req, WebhookLevel::Enterprise { enterprise_id: e.id }, ENTERPRISE_TYPES, auth, svc)?
         }
     };
-    let cfg = &state.config.webhooks;
+    let cfg = &svc.config.webhooks;
     let caps = WebhookCaps {
         per_type: MAX_WEBHOOKS_PER_TYPE,
         block_per_user: cfg.max_per_user,
         per_enterprise: cfg.max_per_enterprise,
     };
-    let entry = crate::audit::by(auth, "webhook.created")
+    let entry = auth
+        .audit(AuditType::WebhookCreated)
         .enterprise(w.level.enterprise_id())
         .wallet(w.level.wallet_id())
         .data(json!({
             "id": w.id, "level": w.level.name(), "type": w.webhook_type, "url": w.url,
             "allowBlockedHosts": w.allow_blocked_hosts,
         }));
-    let (max, what) = match state.store.insert_webhook(&w, caps, &[entry]).await? {
+    let (max, what) = match svc.store.insert_webhook(&w, caps, &[entry]).await? {
         Ok(()) => return Ok(w),
         Err(CapReached::PerType) => (caps.per_type, format!("webhooks of type {} here (§8)", w.webhook_type)),
         Err(CapReached::BlockPerUser) => {
@@ -222,7 +236,7 @@ pub async fn create(
         }
     };
     Err(Error::Invalid {
-        name: "WebhookLimitReached",
+        name: ErrorName::WebhookLimitReached,
         message: format!("at most {max} {what}"),
         context: json!({ "field": "type", "max": max }),
     })
@@ -230,66 +244,72 @@ pub async fn create(
 
 /// The webhooks at `level`, by id.
 pub async fn list(
-    state: &AppState,
+    svc: &Webhooks,
     auth: &Principal,
     level: Level<'_>,
     page: &PageRequest,
 ) -> Result<Page<Webhook>> {
-    let filter = level_filter(state, auth, level).await?;
-    let rows = state.store.list_webhooks(&filter, page.prev_id.as_deref(), page.fetch()).await?;
+    let filter = level_filter(svc, auth, level).await?;
+    let rows = svc.store.list_webhooks(&filter, page.prev_id.as_ref(), page.fetch()).await?;
     Ok(page.page(rows, |w| &w.id))
 }
 
 /// Removes the webhooks at `level` that `removal` names; returns how many.
-pub async fn remove(state: &AppState, auth: &Principal, level: Level<'_>, removal: Removal) -> Result<u64> {
-    let filter = level_filter(state, auth, level).await?;
-    let entry = crate::audit::by(auth, "webhook.removed")
-        .enterprise(filter.enterprise_id.as_deref())
-        .wallet(filter.wallet_id.as_deref());
+pub async fn remove(svc: &Webhooks, auth: &Principal, level: Level<'_>, removal: Removal) -> Result<u64> {
+    let filter = level_filter(svc, auth, level).await?;
+    let entry = auth
+        .audit(AuditType::WebhookRemoved)
+        .enterprise(filter.enterprise_id.as_ref())
+        .wallet(filter.wallet_id.as_ref());
     Ok(match &removal {
         Removal::Id(id) => {
-            let entry = entry.data(json!({ "level": filter.scope, "id": id }));
-            state.store.delete_webhooks(&filter, Some(id), None, &[entry]).await?
+            let entry = entry.data(json!({ "level": filter.scope.as_str(), "id": id }));
+            svc.store.delete_webhooks(&filter, Some(id), None, &[entry]).await?
         }
         Removal::TypeAndUrl { webhook_type, url } => {
-            let entry = entry.data(json!({ "level": filter.scope, "type": webhook_type, "url": url }));
-            state.store.delete_webhooks(&filter, None, Some((webhook_type, url)), &[entry]).await?
+            let entry =
+                entry.data(json!({ "level": filter.scope.as_str(), "type": webhook_type, "url": url }));
+            svc.store.delete_webhooks(&filter, None, Some((webhook_type, url)), &[entry]).await?
         }
     })
 }
 
 /// Removes one webhook of an enterprise. Errors: access, `WebhookNotFound`.
 pub async fn remove_enterprise_webhook(
-    state: &AppState,
+    svc: &Webhooks,
     auth: &Principal,
-    enterprise_id: &str,
-    webhook_id: &str,
+    enterprise_id: &EnterpriseId,
+    webhook_id: &WebhookId,
 ) -> Result<()> {
-    match remove(state, auth, Level::Enterprise { enterprise_id }, Removal::Id(webhook_id.into())).await? {
-        0 => Err(Error::not_found("WebhookNotFound")),
+    match remove(svc, auth, Level::Enterprise { enterprise_id }, Removal::Id(webhook_id.clone())).await? {
+        0 => Err(Error::not_found(ErrorName::WebhookNotFound)),
         _ => Ok(()),
     }
 }
 
 /// Makes a suspended webhook active again and clears its failure counters.
-pub async fn unblock(state: &AppState, auth: &Principal, webhook_id: &str) -> Result<Webhook> {
-    let w = webhook_access(state, auth, webhook_id).await?;
-    state.webhook_ops.check(&w.id)?;
-    let entry = crate::audit::by(auth, "webhook.unblocked")
+pub async fn unblock(svc: &Webhooks, auth: &Principal, webhook_id: &WebhookId) -> Result<Webhook> {
+    let w = webhook_access(svc, auth, webhook_id).await?;
+    svc.operations.check(&w.id)?;
+    let entry = auth
+        .audit(AuditType::WebhookUnblocked)
         .enterprise(w.level.enterprise_id())
         .wallet(w.level.wallet_id())
         .data(json!({ "id": w.id }));
-    state.store.unblock_webhook(&w.id, ids::now_ms(), &[entry]).await?;
-    state.wake.notify_one();
-    state.store.webhook_by_id(&w.id).await?.ok_or_else(|| Error::not_found("WebhookNotFound"))
+    svc.store.unblock_webhook(&w.id, ids::now_ms(), &[entry]).await?;
+    svc.dispatch.wake();
+    svc.store.webhook_by_id(&w.id).await?.ok_or_else(|| Error::not_found(ErrorName::WebhookNotFound))
 }
 
 impl Removal {
     /// `{id}` or `{type, url}` of a removal body. Errors: `InvalidField` naming `id`.
-    pub fn parse(id: Option<String>, webhook_type: Option<String>, url: Option<String>) -> Result<Removal> {
+    pub fn parse(
+        id: Option<WebhookId>,
+        webhook_type: Option<String>,
+        url: Option<String>,
+    ) -> Result<Removal> {
         match (id, webhook_type, url) {
-            (Some(id), _, _) if ids::is_id(&id) => Ok(Removal::Id(id)),
-            (Some(_), _, _) => Err(Error::invalid_field("id", "must be a 32-hex id")),
+            (Some(id), _, _) => Ok(Removal::Id(id)),
             (None, Some(webhook_type), Some(url)) => Ok(Removal::TypeAndUrl { webhook_type, url }),
             _ => Err(Error::invalid_field("id", "give id, or type and url")),
         }

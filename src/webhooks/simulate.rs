@@ -3,24 +3,26 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::error::ErrorName;
 use serde_json::Value;
 
 use super::access::{enterprise_access, webhook_access};
 use crate::{
     error::{Error, Result},
     identity::{auth::Principal, scopes::WalletPermission},
-    ids, outbox,
+    outbox,
     store::{Notification, Webhook, WebhookLevel},
+    types::{Coin, EnterpriseId, TokenId, WalletId, WebhookId},
     wallets::wallet_access,
-    AppState,
+    webhooks::Webhooks,
 };
 
 /// Queues a simulated notification, counted against the webhook's operation limit; returns it
 /// with its webhook.
-async fn enqueue(state: &AppState, webhook: Webhook, n: Notification) -> Result<(Notification, Webhook)> {
-    state.webhook_ops.check(&webhook.id)?;
-    state.store.insert_notifications(std::slice::from_ref(&n)).await?;
-    state.wake.notify_one();
+async fn enqueue(svc: &Webhooks, webhook: Webhook, n: Notification) -> Result<(Notification, Webhook)> {
+    svc.operations.check(&webhook.id)?;
+    svc.store.insert_notifications(std::slice::from_ref(&n)).await?;
+    svc.dispatch.wake();
     Ok((n, webhook))
 }
 
@@ -31,23 +33,23 @@ fn given(id: Option<&str>) -> Option<&str> {
 /// Simulates a wallet webhook notification (§4.5) for `transfer_id` (real or placeholder).
 /// Only an event of this wallet may lend its data: another wallet's transfer stays unknown.
 pub async fn wallet(
-    state: &AppState,
+    svc: &Webhooks,
     auth: &Principal,
-    coin: &str,
-    wallet_id: &str,
-    webhook_id: &str,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    webhook_id: &WebhookId,
     transfer_id: Option<&str>,
 ) -> Result<(Notification, Webhook)> {
-    let wallet = wallet_access(state, auth, coin, wallet_id, WalletPermission::Manage).await?;
-    let w = state
+    let wallet = wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::Manage).await?;
+    let w = svc
         .store
         .webhook_by_id(webhook_id)
         .await?
-        .filter(|w| w.level.wallet_id() == Some(wallet.id.as_str()))
-        .ok_or_else(|| Error::not_found("WebhookNotFound"))?;
+        .filter(|w| w.level.wallet_id() == Some(&wallet.id))
+        .ok_or_else(|| Error::not_found(ErrorName::WebhookNotFound))?;
     let transfer = given(transfer_id);
     let event = match transfer {
-        Some(t) => state
+        Some(t) => svc
             .store
             .event_by_transfer(t)
             .await?
@@ -65,48 +67,46 @@ pub async fn wallet(
         enterprise: wallet.enterprise.as_deref(),
     };
     let n = outbox::simulate_wallet(&w, &facts, transfer, event);
-    enqueue(state, w, n).await
+    enqueue(svc, w, n).await
 }
 
 /// Simulates a block webhook notification (§4.7) for `block_id` (real or placeholder).
 pub async fn block(
-    state: &AppState,
+    svc: &Webhooks,
     auth: &Principal,
-    coin: &str,
-    webhook_id: &str,
+    coin: &Coin,
+    webhook_id: &WebhookId,
     block_id: Option<&str>,
 ) -> Result<(Notification, Webhook)> {
-    let w = webhook_access(state, auth, webhook_id).await?;
-    if !matches!(&w.level, WebhookLevel::Block { coin: c, .. } if c.as_str() == coin) {
-        return Err(Error::not_found("WebhookNotFound"));
+    let w = webhook_access(svc, auth, webhook_id).await?;
+    if !matches!(&w.level, WebhookLevel::Block { coin: c, .. } if c == coin) {
+        return Err(Error::not_found(ErrorName::WebhookNotFound));
     }
     let n = outbox::simulate_block(&w, given(block_id));
-    enqueue(state, w, n).await
+    enqueue(svc, w, n).await
 }
 
 /// Simulates an enterprise webhook notification (§4.9) for `access_token_id`; a token of this
 /// enterprise lends its data.
 pub async fn enterprise(
-    state: &AppState,
+    svc: &Webhooks,
     auth: &Principal,
-    enterprise_id: &str,
-    webhook_id: &str,
+    enterprise_id: &EnterpriseId,
+    webhook_id: &WebhookId,
     access_token_id: Option<&str>,
 ) -> Result<(Notification, Webhook)> {
-    let e = enterprise_access(state, auth, enterprise_id).await?;
-    let w = state
+    let e = enterprise_access(svc, auth, enterprise_id).await?;
+    let w = svc
         .store
         .webhook_by_id(webhook_id)
         .await?
         .filter(|w| matches!(&w.level, WebhookLevel::Enterprise { enterprise_id } if *enterprise_id == e.id))
-        .ok_or_else(|| Error::not_found("WebhookNotFound"))?;
+        .ok_or_else(|| Error::not_found(ErrorName::WebhookNotFound))?;
     let token_id = given(access_token_id);
-    let token = match token_id.filter(|t| ids::is_id(t)) {
-        Some(t) => {
-            state.store.token_by_id(t).await?.filter(|t| t.enterprise.as_deref() == Some(e.id.as_str()))
-        }
+    let token = match token_id.and_then(|t| t.parse::<TokenId>().ok()) {
+        Some(t) => svc.store.token_by_id(&t).await?.filter(|t| t.enterprise.as_ref() == Some(&e.id)),
         None => None,
     };
     let n = outbox::simulate_enterprise(&w, token.as_ref(), token_id);
-    enqueue(state, w, n).await
+    enqueue(svc, w, n).await
 }

@@ -154,7 +154,7 @@ async fn credentials_are_length_checked_before_any_work() {
         let body = assert_error(res, 400, "InvalidField").await;
         assert_eq!(body["context"]["field"], field);
     }
-    assert_eq!(app.state.hashing.peak(), 0, "no password was hashed");
+    assert_eq!(app.state.identity.hashing.peak(), 0, "no password was hashed");
 }
 
 #[tokio::test]
@@ -407,7 +407,11 @@ async fn service_admin_tokens_are_bound_by_their_scopes_and_permitted_lists() {
 
     // Another user's block webhook, bound to E2, is outside the narrowed token's reach.
     let bob = app.create_user("bob@example.com").await;
-    app.state.store.upsert_membership(&e2, &bob.id, false, &[]).await.expect("member");
+    app.state
+        .store
+        .upsert_membership(&e2.parse().unwrap(), &bob.id.parse().unwrap(), false, &[])
+        .await
+        .expect("member");
     let bob_session = app.login(&bob).await;
     let hook = json!({ "type": "block", "url": "https://example.com/b" });
     let b = expect_json(app.post_auth("/api/v2/tbtc/webhooks", &bob_session, &hook).await, 200).await;
@@ -469,7 +473,7 @@ async fn production_refuses_wide_ip_restrict_unless_allowed() {
 }
 
 #[tokio::test]
-async fn simulate_resend_and_unblock_are_limited_per_webhook() {
+async fn simulate_resend_unblock_and_verify_are_limited_per_webhook() {
     use crate::webhooks::{fast, fixture, WALLET};
     let f = fixture(|c| {
         fast(c);
@@ -496,5 +500,12 @@ async fn simulate_resend_and_unblock_are_limited_per_webhook() {
     assert_error(res, 429, "TooManyRequests").await;
     let res = f.app.post_auth(&format!("/api/v2/webhook/{hook}/unblock"), &f.token, &json!({})).await;
     assert_error(res, 429, "TooManyRequests").await;
-    assert_eq!(simulate(other).await.status(), 200, "another webhook has its own budget");
+    assert_eq!(simulate(other.clone()).await.status(), 200, "another webhook has its own budget");
+    // Verification counts too (issue 21 §4), before the signature is even looked at.
+    let verify = format!("/api/v2/webhook/{other}/verify");
+    let guess = json!({ "signature": "00", "notificationPayload": "{}" });
+    for _ in 0..2 {
+        assert_ne!(f.app.post_auth(&verify, &f.token, &guess).await.status(), 429);
+    }
+    assert_error(f.app.post_auth(&verify, &f.token, &guess).await, 429, "TooManyRequests").await;
 }

@@ -81,13 +81,15 @@ async fn security_events_are_audited_without_secrets() {
     assert_eq!(failed["userId"], f.user.id);
     let revoked = entries.iter().find(|e| e["type"] == "token.revoked").unwrap();
     assert_eq!(revoked["data"]["id"], id);
-    assert!(revoked["requestId"].as_str().is_some_and(custodian::ids::is_id), "{revoked}");
+    assert!(revoked["requestId"].as_str().is_some_and(custodian::types::is_id), "{revoked}");
     let hooked = entries.iter().find(|e| e["type"] == "webhook.created").unwrap();
     assert_eq!((&hooked["walletId"], &hooked["enterpriseId"]), (&json!(WALLET), &json!(f.enterprise)));
     // Newest first; filters by type and date.
     let only = audit(app, &f.token, "?type=token.created").await;
     assert!(!only.is_empty() && only.iter().all(|e| e["type"] == "token.created"));
     assert!(audit(app, &f.token, "?dateGte=2999-01-01T00:00:00Z").await.is_empty());
+    let unknown = app.get_auth("/api/v2/auditlog?type=token.stolen", &f.token).await;
+    assert_eq!(assert_error(unknown, 400, "InvalidField").await["context"]["field"], "type");
     let logout = app.get_auth("/api/v2/user/logout", &f.token).await;
     assert_eq!(logout.status(), 200);
     let again = app.login(&f.user).await;
@@ -170,7 +172,9 @@ async fn operator_changes_to_users_memberships_and_wallets_are_audited() {
     let ops = app.create_user_with("ops@example.com", true).await;
     let alice = app.create_user("alice@example.com").await;
     let e = app.create_enterprise("Acme", &[]).await;
-    custodian::identity::users::add_member(&app.state.store, &e, &alice.email, true).await.expect("member");
+    custodian::identity::users::add_member(&app.state.store, &e.parse().unwrap(), &alice.email, true)
+        .await
+        .expect("member");
     app.import_wallet(WALLET, &e, &[&alice.id]).await;
     let admin = app.login(&ops).await;
     let res = app

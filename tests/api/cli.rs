@@ -75,7 +75,7 @@ fn user_create_json_prints_exactly_one_object() {
     keys.sort();
     assert_eq!(keys, ["email", "id", "otpauthUri", "totpSecret"]);
     assert_eq!(v["email"], "zoe@example.com");
-    assert!(custodian::ids::is_id(v["id"].as_str().unwrap()));
+    assert!(custodian::types::is_id(v["id"].as_str().unwrap()));
     assert!(v["otpauthUri"].as_str().unwrap().starts_with("otpauth://totp/"));
     // The default database and a 0600 master key were created under ./data.
     if crate::BACKEND == Backend::Sqlite {
@@ -181,7 +181,7 @@ fn enterprise_and_template_commands_print_json() {
     let e: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(e["name"], "Acme Fund");
     let id = e["id"].as_str().unwrap();
-    assert!(custodian::ids::is_id(id));
+    assert!(custodian::types::is_id(id));
 
     let mut child = scratch
         .cmd()
@@ -210,7 +210,7 @@ fn enterprise_and_template_commands_print_json() {
         scratch.cmd().args(["token-template", "create", "--json-file", "t.json", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(custodian::ids::is_id(t["id"].as_str().unwrap()));
+    assert!(custodian::types::is_id(t["id"].as_str().unwrap()));
     assert_eq!(t["fields"]["duration"], 60);
     std::fs::write(dir.path().join("bad.json"), r#"{"scope":["nope"]}"#).unwrap();
     let out = scratch.cmd().args(["token-template", "create", "--json-file", "bad.json"]).output().unwrap();
@@ -328,4 +328,42 @@ fn the_sqlite_file_and_folder_are_private() {
     assert_eq!(mode("private"), 0o700);
     assert_eq!(mode("private/db"), 0o700);
     assert_eq!(mode("private/db/c.db"), 0o600);
+}
+
+/// Issue 21 §4: an operator command against a SQLite file whose write lock another process
+/// holds waits for it, saying so, and succeeds once it is free; it never fails for that reason.
+#[tokio::test]
+async fn a_command_waits_for_a_locked_sqlite_database() {
+    use sqlx::{Connection, Executor};
+    if crate::BACKEND == Backend::Postgres {
+        return;
+    }
+    let scratch = Scratch::new();
+    assert!(scratch.cmd().arg("migrate").stderr(Stdio::null()).status().unwrap().success());
+    let db = scratch.dir.path().join("data/custodian.db");
+    let mut holder = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display())).await.unwrap();
+    holder.execute("BEGIN IMMEDIATE").await.unwrap();
+    let mut child = scratch
+        .cmd()
+        .args(["enterprise", "create", "--name", "Waited", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The command says it waits; only then is the lock given up.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let said = rx.recv_timeout(Duration::from_secs(20)).expect("a message while the lock is held");
+    assert!(said.contains("waiting for the database"), "{said}");
+    holder.execute("ROLLBACK").await.unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the command succeeded after the wait");
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["name"], "Waited");
 }

@@ -159,7 +159,7 @@ impl TestApp {
     pub async fn create_user_with(&self, email: &str, service_admin: bool) -> TestUser {
         let c = users::create_user(
             &self.state.store,
-            &self.state.key,
+            &self.state.identity.key,
             email,
             Some("Test User"),
             PASSWORD,
@@ -168,15 +168,16 @@ impl TestApp {
         .await
         .expect("create user");
         let seed = totp_rs::Secret::Encoded(c.totp_secret.clone()).to_bytes().expect("seed");
-        TestUser { id: c.id, email: c.email, seed }
+        TestUser { id: c.id.to_string(), email: c.email, seed }
     }
 
     pub async fn create_enterprise(&self, name: &str, members: &[(&TestUser, bool)]) -> String {
         let e = users::create_enterprise(&self.state.store, name, None).await.expect("enterprise");
         for (u, admin) in members {
-            self.state.store.upsert_membership(&e.id, &u.id, *admin, &[]).await.expect("member");
+            let user: custodian::types::UserId = u.id.parse().expect("user id");
+            self.state.store.upsert_membership(&e.id, &user, *admin, &[]).await.expect("member");
         }
-        e.id
+        e.id.to_string()
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Response {

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::{
     common::*,
     receiver::{Answer, TestReceiver},
-    webhooks::{fast, fixture, hmac_hex, standard_sig, WALLET},
+    webhooks::{fast, fixture, hmac_hex, standard_sig, Fixture, WALLET},
 };
 
 #[tokio::test]
@@ -58,26 +58,7 @@ async fn simulated_wallet_notification_is_delivered_signed() {
     assert_eq!(payload["placeholder"], true, "unknown transfer: placeholder data, marked");
     assert_eq!(payload["simulation"], true);
 
-    let got = rx.wait_for(1, 10).await;
-    let r = &got[0];
-    assert_eq!(r.body, n["payload"].as_str().unwrap(), "the exact payload is POSTed");
-    let h = |k: &str| r.headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    assert_eq!(h("content-type"), "application/json");
-    assert_eq!(h("idempotency-key"), n["idempotencyKey"].as_str().unwrap());
-    assert_eq!(h("x-receiver-token"), "abc");
-    assert_eq!(h("webhook-id"), n["id"].as_str().unwrap());
-    assert_eq!(
-        h("x-signature-sha256"),
-        hmac_hex(secret.as_bytes(), r.body.as_bytes()),
-        "BitGo-style signature"
-    );
-    assert_eq!(
-        h("webhook-signature"),
-        standard_sig(&secret, &h("webhook-id"), &h("webhook-timestamp"), &r.body),
-        "Standard Webhooks signature"
-    );
-    let ts: i64 = h("webhook-timestamp").parse().unwrap();
-    assert!((ts - custodian::ids::now()).abs() <= 5);
+    received_signed(&rx, n, &secret).await;
 
     // The operator's views show it processed, with one successful attempt.
     let list = f.get(&format!("/api/v2/webhook/{hook_id}/notifications?state=processed")).await;
@@ -93,6 +74,31 @@ async fn simulated_wallet_notification_is_delivered_signed() {
         .await;
     assert_eq!(res.status(), 200);
     rx.wait_for(2, 10).await;
+}
+
+/// What the receiver got for notification `n`: its exact payload, its headers and both
+/// signatures under `secret`.
+async fn received_signed(rx: &TestReceiver, n: &Value, secret: &str) {
+    let got = rx.wait_for(1, 10).await;
+    let r = &got[0];
+    assert_eq!(r.body, n["payload"].as_str().unwrap(), "the exact payload is POSTed");
+    let h = |k: &str| r.headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    assert_eq!(h("content-type"), "application/json");
+    assert_eq!(h("idempotency-key"), n["idempotencyKey"].as_str().unwrap());
+    assert_eq!(h("x-receiver-token"), "abc");
+    assert_eq!(h("webhook-id"), n["id"].as_str().unwrap());
+    assert_eq!(
+        h("x-signature-sha256"),
+        hmac_hex(secret.as_bytes(), r.body.as_bytes()),
+        "BitGo-style signature"
+    );
+    assert_eq!(
+        h("webhook-signature"),
+        standard_sig(secret, &h("webhook-id"), &h("webhook-timestamp"), &r.body),
+        "Standard Webhooks signature"
+    );
+    let ts: i64 = h("webhook-timestamp").parse().unwrap();
+    assert!((ts - custodian::ids::now()).abs() <= 5);
 }
 
 #[tokio::test]
@@ -171,19 +177,7 @@ async fn verify_checks_the_enterprise_secret_including_rotation_grace() {
         f.app.post_auth(&path, &f.token, &json!({ "signature": "00", "notificationPayload": payload })).await;
     assert_error(res, 400, "NoWebhookSecret").await;
     // An old secret, rotated long ago, so that the next rotation is allowed.
-    let old = custodian::webhooks::signing::new_secret();
-    let sealed = f
-        .app
-        .state
-        .key
-        .seal(&custodian::webhooks::secrets::secret_aad(&f.enterprise), old.as_bytes())
-        .unwrap();
-    f.app
-        .state
-        .store
-        .rotate_webhook_secret(&f.enterprise, &sealed, custodian::ids::now() - 3600, 300, &[])
-        .await
-        .unwrap();
+    let old = stored_secret_an_hour_ago(&f).await;
     let verify = |sig: String| {
         let (app, path, token) = (&f.app, path.clone(), f.token.clone());
         async move {
@@ -236,6 +230,18 @@ async fn verify_checks_the_enterprise_secret_including_rotation_grace() {
         )
         .await;
     assert_error(res, 404, "WebhookNotFound").await;
+}
+
+/// A new secret stored for the fixture's enterprise as rotated an hour ago (so the next
+/// rotation is allowed and keeps it as the previous one); returns it.
+async fn stored_secret_an_hour_ago(f: &Fixture) -> String {
+    let secret = custodian::outbox::signing::new_secret();
+    let enterprise = f.enterprise.parse().unwrap();
+    let aad = custodian::outbox::secrets::secret_aad(&enterprise);
+    let sealed = f.app.state.identity.key.seal(&aad, secret.as_bytes()).unwrap();
+    let store = &f.app.state.store;
+    store.rotate_webhook_secret(&enterprise, &sealed, custodian::ids::now() - 3600, 300, &[]).await.unwrap();
+    secret
 }
 
 #[tokio::test]
@@ -305,6 +311,8 @@ async fn a_webhook_is_suspended_after_repeated_failures_and_unblocked() {
         fast(c);
         c.delivery.retry_schedule = vec![];
         c.delivery.suspend_after_failures = 3;
+        c.delivery.per_webhook_concurrency = 1;
+        c.webhooks.max_held = 2;
     })
     .await;
     let rx = TestReceiver::start().await;
@@ -324,16 +332,37 @@ async fn a_webhook_is_suspended_after_repeated_failures_and_unblocked() {
     assert_eq!(state["successiveFailedAttempts"], 3);
     let failed = f.get(&format!("/api/v2/webhook/{hook}/notifications?state=failed")).await;
     assert_eq!(failed["notifications"].as_array().unwrap().len(), 3, "no retries left: failed");
-    // Suspended: receives nothing.
-    let r = f.event(&admin, json!({ "eventId": "ev-s3", "type": "transfer", "walletId": WALLET })).await;
-    assert_eq!(r["notifications"], 0);
+    suspended_webhooks_hold_and_release(&f, &rx, &hook, &admin).await;
+}
+
+/// Issue 21 §3: while suspended, a webhook's new notifications are held (up to
+/// `webhooks.max_held`, 2 here; beyond, refused with a metric and an audit entry), and unblocking
+/// releases them in order.
+async fn suspended_webhooks_hold_and_release(f: &Fixture, rx: &TestReceiver, hook: &str, admin: &str) {
+    for (i, transfer) in [(3, "t3"), (4, "t4"), (5, "t5")] {
+        let ev = json!({ "eventId": format!("ev-s{i}"), "type": "transfer", "walletId": WALLET, "transferId": transfer });
+        let r = f.event(admin, ev).await;
+        assert_eq!(r["notifications"], if i < 5 { 1 } else { 0 }, "held, then refused past the cap");
+    }
+    let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
+    assert_eq!(list["held"], 2, "{list}");
+    assert_eq!(crate::common::metric_value(&f.app, "custodian_webhook_notifications_held ").await, 2);
+    assert_eq!(
+        crate::common::metric_value(&f.app, "custodian_webhook_notifications_refused_total ").await,
+        1
+    );
+    let audit: Value = f.get("/api/v2/auditlog?type=webhook.notifications_refused").await;
+    assert_eq!(audit["auditLogs"][0]["data"]["eventId"], "ev-s5", "{audit}");
+    assert_eq!(rx.received().len(), 3, "nothing delivered while suspended");
+    rx.always(200);
     let res = f.app.post_auth(&format!("/api/v2/webhook/{hook}/unblock"), &f.token, &json!({})).await;
     let w: Value = res.json().await.unwrap();
     assert_eq!(w["state"], "active");
     assert_eq!(w["successiveFailedAttempts"], 0);
-    rx.always(200);
-    f.event(&admin, json!({ "eventId": "ev-s4", "type": "transfer", "walletId": WALLET })).await;
-    rx.wait_for(4, 10).await;
+    let got = rx.wait_for(5, 10).await;
+    assert!(got[3].body.contains("\"t3\"") && got[4].body.contains("\"t4\""), "released in order");
+    f.event(admin, json!({ "eventId": "ev-s6", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(6, 10).await;
 }
 
 #[tokio::test]
@@ -345,21 +374,35 @@ async fn delivery_refuses_non_routable_destinations() {
     })
     .await;
     let rx = TestReceiver::start().await;
-    let by_ip = f.wallet_hook_id(&rx.url, "transfer").await;
-    let by_name = f.wallet_hook_id(&format!("http://localhost:{}/hook", rx.port), "transfer").await;
+    // A literal blocked address is refused at registration (issue 21 §4), in any spelling.
+    let port = rx.port;
+    for url in [
+        rx.url.clone(),
+        format!("http://[::1]:{port}/hook"),
+        "http://169.254.169.254/latest/meta-data".into(),
+        "http://10.0.0.1/hook".into(),
+        format!("http://0x7f000001:{port}/hook"),
+        format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+    ] {
+        let b =
+            assert_error(f.wallet_hook(json!({ "type": "transfer", "url": url })).await, 400, "InvalidField")
+                .await;
+        assert_eq!(b["context"]["field"], "url", "{url}");
+    }
+    // A name is checked when delivery resolves it.
+    let by_name = f.wallet_hook_id(&format!("http://localhost:{port}/hook"), "transfer").await;
     let admin = f.admin_token().await;
     f.event(&admin, json!({ "eventId": "ev-x", "type": "transfer", "walletId": WALLET })).await;
-    for hook in [&by_ip, &by_name] {
-        let nid = until("the notification to fail", 10, || async {
-            let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
-            let n = &list["notifications"][0];
-            (n["state"] == "failed").then(|| n["id"].as_str().unwrap_or_default().to_string())
-        })
-        .await;
-        let attempts = f.get(&format!("/api/v2/webhook/{hook}/notifications/{nid}/attempts")).await;
-        let err = attempts["attempts"][0]["error"].as_str().unwrap_or_default().to_string();
-        assert!(err.contains("not a globally routable address"), "{hook}: {attempts}");
-    }
+    let hook = &by_name;
+    let nid = until("the notification to fail", 10, || async {
+        let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
+        let n = &list["notifications"][0];
+        (n["state"] == "failed").then(|| n["id"].as_str().unwrap_or_default().to_string())
+    })
+    .await;
+    let attempts = f.get(&format!("/api/v2/webhook/{hook}/notifications/{nid}/attempts")).await;
+    let err = attempts["attempts"][0]["error"].as_str().unwrap_or_default().to_string();
+    assert!(err.contains("not a globally routable address"), "{hook}: {attempts}");
     assert!(rx.received().is_empty(), "nothing reached the internal receiver");
     // A service admin's allowBlockedHosts overrides the guard.
     let res = f

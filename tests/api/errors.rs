@@ -116,7 +116,27 @@ async fn request_id_is_echoed_or_generated() {
 
     let res = app.client.get(app.url("/health")).send().await.unwrap();
     let id = res.headers()["request-id"].to_str().unwrap().to_string();
-    assert!(custodian::ids::is_id(&id), "generated id {id:?} is 32 hex");
+    assert!(custodian::types::is_id(&id), "generated id {id:?} is 32 hex");
+}
+
+/// Issue 21 §4: a client's request id is used only when it is at most 128 safe characters;
+/// otherwise (64 KB, spaces, quotes) a generated one is echoed and logged instead.
+#[tokio::test]
+async fn oversized_or_unsafe_request_ids_are_replaced() {
+    let app = spawn_app().await;
+    let longest = "a".repeat(128);
+    let res = app.client.get(app.url("/nowhere")).header("request-id", &longest).send().await.unwrap();
+    assert_eq!(res.headers()["request-id"], longest.as_str(), "128 safe characters are kept");
+    for bad in ["a".repeat(129), "x".repeat(64 * 1024), "two words".into(), "quote\"d".into()] {
+        let res = app.client.get(app.url("/nowhere")).header("request-id", &bad).send().await.unwrap();
+        let id = res.headers()["request-id"].to_str().unwrap().to_string();
+        assert!(
+            custodian::types::is_id(&id),
+            "{} characters replaced by a generated id, got {id:?}",
+            bad.len()
+        );
+        assert_eq!(assert_error(res, 404, "NotFound").await["requestId"], id.as_str());
+    }
 }
 
 #[tokio::test]

@@ -43,7 +43,7 @@ async fn login_with_real_totp_returns_every_required_field() {
     assert_eq!(body["expires_in"], 3600);
     let expires_at = body["expires_at"].as_i64().unwrap();
     assert!((expires_at - custodian::ids::now() - 3600).abs() <= 2);
-    assert!(custodian::ids::is_id(body["token_id"].as_str().unwrap()));
+    assert!(custodian::types::is_id(body["token_id"].as_str().unwrap()));
     let token = body["access_token"].as_str().unwrap();
     assert!(token.starts_with("v2x") && token.len() == 67);
     assert!(body["scope"].as_array().unwrap().iter().any(|s| s == "wallet_view_all"));
@@ -194,6 +194,27 @@ async fn requests_without_usable_token_get_401_with_auth_required() {
     assert_error(res, 401, "InvalidToken").await;
     let res = app.me("garbage").await;
     assert_error(res, 401, "InvalidToken").await;
+    let res =
+        app.client.get(app.url("/api/v2/user/me")).header("authorization", "Basic abc").send().await.unwrap();
+    assert_error(res, 401, "AuthenticationRequired").await;
+}
+
+/// Issue 21 §4: the scheme is matched case-insensitively (RFC 9110 §11.1).
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let app = spawn_app().await;
+    let user = app.create_user("case@example.com").await;
+    let session = app.login(&user).await;
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let res = app
+            .client
+            .get(app.url("/api/v2/user/me"))
+            .header("authorization", format!("{scheme} {session}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "scheme {scheme}");
+    }
 }
 
 #[tokio::test]
@@ -202,8 +223,12 @@ async fn expired_token_is_refused() {
     let user = app.create_user("kim@example.com").await;
     let session = app.login(&user).await;
     let token = app.token_with(&session, json!({ "scope": ["profile"], "duration": 1 })).await;
-    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
-    let res = app.me(&token).await;
+    // Valid for its one second, then refused: wait for the refusal, not for a fixed time.
+    let res = crate::common::until("the one-second token to expire", 5, || async {
+        let res = app.me(&token).await;
+        (res.status() == 401).then_some(res)
+    })
+    .await;
     assert_eq!(res.headers()["x-auth-required"], "true");
     assert_error(res, 401, "TokenExpired").await;
 }

@@ -21,7 +21,11 @@ async fn tokens_are_listed_by_creation_in_pages_without_secrets() {
     let mut secrets = vec![session.clone()];
     // Creation times are whole seconds: one token a second keeps the order unambiguous.
     for label in ["a", "b", "c"] {
-        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let second = custodian::ids::now();
+        crate::common::until("the next second", 3, || async {
+            (custodian::ids::now() > second).then_some(())
+        })
+        .await;
         secrets.push(app.token_with(&session, json!({ "scope": ["profile"], "label": label })).await);
     }
     let all = list(&app, &session, "?limit=200").await;
@@ -194,7 +198,7 @@ async fn only_extensible_sessions_extend_up_to_their_maximum() {
     assert_eq!(view["session"]["expires"], extended["expires"], "stored");
     let plain = app.login(&user).await;
     let res = app.post_auth("/api/v2/user/extendtoken", &plain, &json!({ "duration": 60 })).await;
-    assert_error(res, 400, "TokenNotExtensible").await;
+    assert_error(res, 409, "TokenNotExtensible").await;
 }
 
 #[tokio::test]

@@ -41,7 +41,7 @@ async fn create_access_token_returns_the_2_4_fields() {
     let status = res.status();
     let body: Value = res.json().await.unwrap();
     assert_eq!(status, 200, "{body}");
-    assert!(custodian::ids::is_id(body["id"].as_str().unwrap()));
+    assert!(custodian::types::is_id(body["id"].as_str().unwrap()));
     let token = body["token"].as_str().unwrap();
     assert!(
         token.starts_with("v2x") && token.len() == 67 && token[3..].bytes().all(|c| c.is_ascii_hexdigit())

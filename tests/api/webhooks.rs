@@ -88,7 +88,7 @@ async fn create_list_and_remove_at_each_level() {
         .await;
     assert_eq!(res.status(), 200);
     let w: Value = res.json().await.unwrap();
-    assert!(custodian::ids::is_id(w["id"].as_str().unwrap()));
+    assert!(custodian::types::is_id(w["id"].as_str().unwrap()));
     assert_eq!(w["scope"], "wallet");
     assert_eq!(w["walletId"], WALLET);
     assert_eq!(w["coin"], "tbtc");
@@ -128,7 +128,12 @@ async fn create_list_and_remove_at_each_level() {
     assert_eq!(e["enterpriseId"], f.enterprise.as_str());
     assert!(e.get("coin").is_none() && e.get("walletId").is_none());
 
-    // Lists, paged with limit and prevId.
+    lists_are_paged(&f, &b, &e).await;
+    removals_at_each_level(&f, &b, &e).await;
+}
+
+/// The three lists of `create_list_and_remove_at_each_level`, paged with limit and prevId.
+async fn lists_are_paged(f: &Fixture, b: &Value, e: &Value) {
     let l = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks")).await;
     assert_eq!(l["webhooks"].as_array().unwrap().len(), 1);
     for i in 0..2 {
@@ -146,60 +151,27 @@ async fn create_list_and_remove_at_each_level() {
     assert_eq!(l["webhooks"][0]["id"], b["id"]);
     let l = f.get(&format!("/api/v2/enterprise/{}/webhooks", f.enterprise)).await;
     assert_eq!(l["webhooks"][0]["id"], e["id"]);
+}
 
-    // Removal: by type and url, by id, and the enterprise route's 204.
-    let removed: Value = f
-        .app
-        .client
-        .delete(f.app.url(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks")))
-        .bearer_auth(&f.token)
-        .json(&json!({ "type": "transfer", "url": "https://example.com/hook" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+/// Removal by type and url, by id, and the enterprise route's 204 (then 404).
+async fn removals_at_each_level(f: &Fixture, b: &Value, e: &Value) {
+    let delete = |path: String, body: Option<Value>| {
+        let mut req = f.app.client.delete(f.app.url(&path)).bearer_auth(&f.token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        async move { req.send().await.unwrap() }
+    };
+    let body = json!({ "type": "transfer", "url": "https://example.com/hook" });
+    let removed: Value =
+        delete(format!("/api/v2/tbtc/wallet/{WALLET}/webhooks"), Some(body)).await.json().await.unwrap();
     assert_eq!(removed["removed"], 1);
-    let removed: Value = f
-        .app
-        .client
-        .delete(f.app.url("/api/v2/tbtc/webhooks"))
-        .bearer_auth(&f.token)
-        .json(&json!({ "id": b["id"] }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let removed: Value =
+        delete("/api/v2/tbtc/webhooks".into(), Some(json!({ "id": b["id"] }))).await.json().await.unwrap();
     assert_eq!(removed["removed"], 1);
-    let res = f
-        .app
-        .client
-        .delete(f.app.url(&format!(
-            "/api/v2/enterprise/{}/webhook/{}",
-            f.enterprise,
-            e["id"].as_str().unwrap()
-        )))
-        .bearer_auth(&f.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 204);
-    let res = f
-        .app
-        .client
-        .delete(f.app.url(&format!(
-            "/api/v2/enterprise/{}/webhook/{}",
-            f.enterprise,
-            e["id"].as_str().unwrap()
-        )))
-        .bearer_auth(&f.token)
-        .send()
-        .await
-        .unwrap();
-    assert_error(res, 404, "WebhookNotFound").await;
+    let path = format!("/api/v2/enterprise/{}/webhook/{}", f.enterprise, e["id"].as_str().unwrap());
+    assert_eq!(delete(path.clone(), None).await.status(), 204);
+    assert_error(delete(path, None).await, 404, "WebhookNotFound").await;
     assert_eq!(f.get("/api/v2/tbtc/webhooks").await["webhooks"], json!([]));
 }
 
@@ -237,6 +209,37 @@ async fn registration_is_validated() {
         let b = assert_error(res, 400, name).await;
         assert_eq!(b["context"]["field"], field, "{body}");
     }
+    custom_headers_cannot_change_framing(&f).await;
+    level_rules_are_validated(&f).await;
+}
+
+/// Issue 21 §4: hop-by-hop and framing headers and `User-Agent` are refused in
+/// `customHttpHeaders`, and values hold to printable ASCII.
+async fn custom_headers_cannot_change_framing(f: &Fixture) {
+    let names = [
+        "User-Agent",
+        "Content-Encoding",
+        "Expect",
+        "Upgrade",
+        "TE",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "Trailer",
+    ];
+    for name in names {
+        let body =
+            json!({ "type": "transfer", "url": "https://example.com", "customHttpHeaders": { name: "x" } });
+        let b = assert_error(f.wallet_hook(body).await, 400, "InvalidField").await;
+        assert_eq!(b["context"]["field"], format!("customHttpHeaders.{name}"));
+    }
+    let body = json!({ "type": "transfer", "url": "https://example.com", "customHttpHeaders": { "X-Note": "caf\u{e9}" } });
+    let b = assert_error(f.wallet_hook(body).await, 400, "InvalidField").await;
+    assert_eq!(b["context"]["field"], "customHttpHeaders.X-Note");
+}
+
+/// `registration_is_validated`, continued: each level's types and fields, who may set
+/// allowBlockedHosts, and that the wallet or enterprise must exist.
+async fn level_rules_are_validated(f: &Fixture) {
     let res = f
         .app
         .post_auth(
@@ -387,7 +390,12 @@ async fn access_needs_wallet_manage_and_enterprise_admin() {
         .await;
     assert_eq!(res.status(), 200);
     let member = f.app.create_user("member@example.com").await;
-    f.app.state.store.upsert_membership(&f.enterprise, &member.id, false, &[]).await.unwrap();
+    f.app
+        .state
+        .store
+        .upsert_membership(&f.enterprise.parse().unwrap(), &member.id.parse().unwrap(), false, &[])
+        .await
+        .unwrap();
     let mt = f.app.login(&member).await;
     let res = f
         .app

@@ -6,13 +6,12 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::{
-    audit,
     error::Error,
     http::{auth::Auth, error::ApiResult, extract::ApiQuery, ErrorResponse},
-    ids,
+    identity, ids,
     paging::PageRequest,
-    store::{AuditFilter, ChainedEntry},
-    types::AnyId,
+    store::{AuditFilter, AuditType, ChainedEntry},
+    types::{AnyId, EnterpriseId, TokenId, UserId, WalletId},
     AppState,
 };
 
@@ -23,11 +22,11 @@ use crate::{
 pub struct AuditParams {
     /// An entry type, e.g. `login.failed` (docs/audit.md).
     #[serde(rename = "type")]
-    #[param(rename = "type", max_length = 64)]
-    pub entry_type: Option<String>,
-    pub user_id: Option<AnyId>,
-    pub enterprise_id: Option<AnyId>,
-    pub wallet_id: Option<AnyId>,
+    #[param(rename = "type")]
+    pub entry_type: Option<AuditType>,
+    pub user_id: Option<UserId>,
+    pub enterprise_id: Option<EnterpriseId>,
+    pub wallet_id: Option<WalletId>,
     /// ISO 8601 date-time, inclusive.
     #[param(format = DateTime)]
     pub date_gte: Option<String>,
@@ -44,16 +43,16 @@ pub struct AuditParams {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntryView {
-    pub id: String,
+    pub id: AnyId,
     /// ISO 8601.
     pub date: String,
     #[serde(rename = "type")]
-    pub entry_type: String,
-    pub user_id: Option<String>,
-    pub enterprise_id: Option<String>,
-    pub wallet_id: Option<String>,
+    pub entry_type: AuditType,
+    pub user_id: Option<UserId>,
+    pub enterprise_id: Option<EnterpriseId>,
+    pub wallet_id: Option<WalletId>,
     pub ip: Option<String>,
-    pub token_id: Option<String>,
+    pub token_id: Option<TokenId>,
     pub request_id: Option<String>,
     #[schema(value_type = Object)]
     pub data: Value,
@@ -112,20 +111,17 @@ pub async fn list(
     Auth(auth): Auth,
     ApiQuery(p): ApiQuery<AuditParams>,
 ) -> ApiResult<Json<AuditList>> {
-    let page = PageRequest::new(p.limit, p.prev_id.map(AnyId::into_string))?;
-    if p.entry_type.as_ref().is_some_and(|t| t.len() > 64) {
-        return Err(Error::invalid_field("type", "at most 64 characters").into());
-    }
+    let page = PageRequest::new(p.limit, p.prev_id)?;
     let q = AuditFilter {
         entry_type: p.entry_type,
-        user_id: p.user_id.map(AnyId::into_string),
-        enterprise_id: p.enterprise_id.map(AnyId::into_string),
-        wallet_id: p.wallet_id.map(AnyId::into_string),
+        user_id: p.user_id,
+        enterprise_id: p.enterprise_id,
+        wallet_id: p.wallet_id,
         date_gte_ms: millis("dateGte", p.date_gte)?,
         date_lt_ms: millis("dateLt", p.date_lt)?,
         visible_to: None,
     };
-    let page = audit::list(&state, &auth, q, &page).await?;
+    let page = identity::audit_log::list(&state.identity, &auth, q, &page).await?;
     Ok(Json(AuditList {
         audit_logs: page.items.into_iter().map(Into::into).collect(),
         next_batch_prev_id: page.next_batch_prev_id,

@@ -25,5 +25,5 @@ pub async fn ingest_event(
     Auth(auth): Auth,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<EventResult>> {
-    Ok(Json(events::ingest_as(&state, &auth, body).await?))
+    Ok(Json(events::ingest_as(&state.webhooks, &auth, body).await?))
 }

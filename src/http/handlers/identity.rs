@@ -24,6 +24,7 @@ use crate::{
     },
     ids,
     store::{Membership, TokenRecord, User},
+    types::{EnterpriseId, TokenId, UserId, WalletId},
     AppState,
 };
 
@@ -31,8 +32,9 @@ use crate::{
 #[derive(Debug, Deserialize, ToSchema, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoginRequest {
-    /// At most 254 characters.
-    #[schema(max_length = 254)]
+    /// 1 to 254 characters, without white space or control characters (surrounding white
+    /// space is trimmed).
+    #[schema(min_length = 1, max_length = 254, pattern = r"^\s*[^\s\x00-\x1f\x7f-\x9f]+\s*$")]
     pub email: String,
     /// Six digits (RFC 6238). Required by §4.2; when absent the answer is 401 with
     /// `needsOTP: true`.
@@ -64,7 +66,7 @@ pub struct LoginResponse {
     pub expires_in: i64,
     pub scope: Vec<String>,
     /// Public 32-hex id of the token.
-    pub token_id: String,
+    pub token_id: TokenId,
     /// Always "bearer".
     pub token_type: String,
     /// Always "password" here.
@@ -102,7 +104,7 @@ pub async fn login(
     ClientIp(ip): ClientIp,
     ApiJson(req): ApiJson<LoginRequest>,
 ) -> ApiResult<Json<LoginResponse>> {
-    let s = identity::login::login(&state, req.into(), ip).await?;
+    let s = identity::login::login(&state.identity, req.into(), ip).await?;
     Ok(Json(LoginResponse {
         access_token: s.value,
         expires_at: s.token.expires_at,
@@ -120,7 +122,7 @@ pub async fn login(
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AccessTokenResponse {
-    pub id: String,
+    pub id: TokenId,
     /// The secret token value; only in the response that creates the token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
@@ -135,8 +137,8 @@ pub struct AccessTokenResponse {
     /// ISO 8601.
     pub expires: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub enterprise: Option<String>,
-    pub user: String,
+    pub enterprise: Option<EnterpriseId>,
+    pub user: UserId,
     pub is_extensible: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -146,9 +148,9 @@ pub struct AccessTokenResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_admin_permissions: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub permitted_wallets: Option<Vec<String>>,
+    pub permitted_wallets: Option<Vec<WalletId>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub permitted_enterprises: Option<Vec<String>>,
+    pub permitted_enterprises: Option<Vec<EnterpriseId>>,
     /// ISO 8601; updated at most once a minute.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_used_at: Option<String>,
@@ -212,7 +214,7 @@ pub async fn create_access_token(
     req: Request,
 ) -> ApiResult<Json<AccessTokenResponse>> {
     let body = json_value(req, &state).await?;
-    let created = identity::tokens::create_access_token(&state, &auth, body).await?;
+    let created = identity::tokens::create_access_token(&state.identity, &auth, body).await?;
     Ok(Json(AccessTokenResponse::new(Some(created.value), created.record)))
 }
 
@@ -240,7 +242,7 @@ pub struct UserResponse {
     pub phone: Value,
     pub timezone: String,
     /// 32 hex characters.
-    pub id: String,
+    pub id: UserId,
     /// The email address.
     pub username: String,
     #[schema(value_type = Object)]
@@ -321,6 +323,6 @@ pub struct MeResponse {
         (status = 403, description = "Token lacks the profile scope", body = ErrorResponse),
     ))]
 pub async fn me(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<MeResponse>> {
-    let (user, memberships) = identity::users::profile(&state, &auth).await?;
+    let (user, memberships) = identity::users::profile(&state.identity, &auth).await?;
     Ok(Json(MeResponse { user: user_response(&user, &memberships) }))
 }

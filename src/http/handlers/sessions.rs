@@ -19,7 +19,7 @@ use crate::{
     ids,
     paging::PageRequest,
     store::{SortOrder, TokenRecord, TokenTemplate},
-    types::{AnyId, TokenId},
+    types::{AnyId, TokenId, UserId},
     AppState,
 };
 
@@ -68,13 +68,13 @@ pub async fn list_tokens(
     Auth(auth): Auth,
     ApiQuery(q): ApiQuery<TokenPaging>,
 ) -> ApiResult<Json<TokenList>> {
-    let prev = q.prev_id.map(AnyId::into_string);
+    let prev = q.prev_id;
     let page = PageRequest::bounded(q.limit, prev, DEFAULT_TOKEN_LIMIT, MAX_TOKEN_LIMIT)?;
     let order = match q.sort {
         Some(Sort::Desc) => SortOrder::Descending,
         _ => SortOrder::Ascending,
     };
-    let page = sessions::list_tokens(&state, &auth, &page, order).await?;
+    let page = sessions::list_tokens(&state.identity, &auth, &page, order).await?;
     Ok(Json(TokenList {
         access_tokens: page.items.into_iter().map(|t| AccessTokenResponse::new(None, t)).collect(),
         next_batch_prev_id: page.next_batch_prev_id,
@@ -95,7 +95,7 @@ pub async fn revoke_token(
     Auth(auth): Auth,
     ApiPath(id): ApiPath<TokenId>,
 ) -> ApiResult<Json<AccessTokenResponse>> {
-    let t = sessions::revoke_token(&state, &auth, id.as_str()).await?;
+    let t = sessions::revoke_token(&state.identity, &auth, &id).await?;
     Ok(Json(AccessTokenResponse::new(None, t)))
 }
 
@@ -104,10 +104,10 @@ pub async fn revoke_token(
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     /// The token's id.
-    pub id: String,
+    pub id: TokenId,
     /// Address of the client that created the token.
     pub ip: String,
-    pub user: String,
+    pub user: UserId,
     pub scope: Vec<String>,
     /// ISO 8601.
     pub created: String,
@@ -178,7 +178,7 @@ pub async fn unlock(
     Auth(auth): Auth,
     ApiJson(req): ApiJson<UnlockRequest>,
 ) -> ApiResult<Json<SessionResponse>> {
-    Ok(SessionResponse::new(sessions::unlock(&state, &auth, &req.otp, req.duration).await?))
+    Ok(SessionResponse::new(sessions::unlock(&state.identity, &auth, &req.otp, req.duration).await?))
 }
 
 /// Ends the calling session's unlock.
@@ -186,7 +186,7 @@ pub async fn unlock(
     responses((status = 200, body = SessionResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),))]
 pub async fn lock(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<SessionResponse>> {
-    Ok(SessionResponse::new(sessions::lock(&state, &auth).await?))
+    Ok(SessionResponse::new(sessions::lock(&state.identity, &auth).await?))
 }
 
 /// Body of an extension.
@@ -201,7 +201,8 @@ pub struct ExtendRequest {
 #[utoipa::path(post, path = "/api/v2/user/extendtoken", tag = "identity", security(("bearer" = [])),
     request_body = ExtendRequest,
     responses((status = 200, description = "The token (§2.4, no secret)", body = AccessTokenResponse),
-        (status = 400, description = "Not extensible (TokenNotExtensible), or a bad duration", body = ErrorResponse),
+        (status = 400, description = "A bad duration", body = ErrorResponse),
+        (status = 409, description = "The token was not created extensible (TokenNotExtensible)", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
         (status = 415, description = "Body not JSON", body = ErrorResponse),))]
@@ -210,7 +211,7 @@ pub async fn extend_token(
     Auth(auth): Auth,
     ApiJson(req): ApiJson<ExtendRequest>,
 ) -> ApiResult<Json<AccessTokenResponse>> {
-    Ok(Json(AccessTokenResponse::new(None, sessions::extend(&state, &auth, req.duration).await?)))
+    Ok(Json(AccessTokenResponse::new(None, sessions::extend(&state.identity, &auth, req.duration).await?)))
 }
 
 /// `{}`.
@@ -222,7 +223,7 @@ pub struct Empty {}
     responses((status = 200, body = Empty),
         (status = 401, description = "Not authenticated", body = ErrorResponse),))]
 pub async fn logout(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<Empty>> {
-    sessions::logout(&state, &auth).await?;
+    sessions::logout(&state.identity, &auth).await?;
     Ok(Json(Empty {}))
 }
 
@@ -237,7 +238,7 @@ pub async fn logout_post(state: State<AppState>, auth: Auth) -> ApiResult<Json<E
 /// An access token template.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TemplateResponse {
-    pub id: String,
+    pub id: AnyId,
     /// ISO 8601.
     pub created: String,
     /// The §4.3 request fields it supplies.
@@ -275,7 +276,7 @@ pub async fn create_template(
     Auth(auth): Auth,
     ApiJson(fields): ApiJson<Value>,
 ) -> ApiResult<Json<TemplateResponse>> {
-    Ok(Json(templates::create(&state, &auth, fields).await?.into()))
+    Ok(Json(templates::create(&state.identity, &auth, fields).await?.into()))
 }
 
 /// Lists token templates by id. Service admins.
@@ -290,7 +291,7 @@ pub async fn list_templates(
     Auth(auth): Auth,
     ApiQuery(paging): ApiQuery<super::webhooks::Paging>,
 ) -> ApiResult<Json<TemplateList>> {
-    let page = templates::list(&state, &auth, &paging.checked()?).await?;
+    let page = templates::list(&state.identity, &auth, &paging.checked()?).await?;
     Ok(Json(TemplateList {
         templates: page.items.into_iter().map(Into::into).collect(),
         next_batch_prev_id: page.next_batch_prev_id,
@@ -310,7 +311,7 @@ pub async fn get_template(
     Auth(auth): Auth,
     ApiPath(id): ApiPath<AnyId>,
 ) -> ApiResult<Json<TemplateResponse>> {
-    Ok(Json(templates::get(&state, &auth, id.as_str()).await?.into()))
+    Ok(Json(templates::get(&state.identity, &auth, &id).await?.into()))
 }
 
 /// Removes a token template; returns it. Service admins.
@@ -326,5 +327,5 @@ pub async fn delete_template(
     Auth(auth): Auth,
     ApiPath(id): ApiPath<AnyId>,
 ) -> ApiResult<Json<TemplateResponse>> {
-    Ok(Json(templates::delete(&state, &auth, id.as_str()).await?.into()))
+    Ok(Json(templates::delete(&state.identity, &auth, &id).await?.into()))
 }

@@ -31,8 +31,8 @@ use crate::{
 #[serde(rename_all = "camelCase")]
 pub struct WalletLookupRequest {
     /// Wallet ids (32 hex), 1 to `max_lookup_ids` (default 1000); duplicates are collapsed.
-    #[schema(value_type = Vec<WalletId>, min_items = 1)]
-    pub ids: Vec<String>,
+    #[schema(min_items = 1)]
+    pub ids: Vec<WalletId>,
     /// Also return deleted wallets. Default false.
     pub include_deleted: Option<bool>,
 }
@@ -113,7 +113,7 @@ pub async fn lookup(
     ApiJson(req): ApiJson<WalletLookupRequest>,
 ) -> ApiResult<Response> {
     let expand = query.expand()?;
-    let rows = wallets::lookup(&state, &auth, &req.ids, req.include_deleted.unwrap_or(false)).await?;
+    let rows = wallets::lookup(&state.wallets, &auth, &req.ids, req.include_deleted.unwrap_or(false)).await?;
     Ok(wallets_json(&rows, expand))
 }
 
@@ -158,7 +158,7 @@ pub async fn set_balance(
     req: Request,
 ) -> ApiResult<Response> {
     let body: Value = json_value(req, &state).await?;
-    let row = wallets::set_balances(&state, Some(&auth), wallet_id.as_str(), &body).await?;
+    let row = wallets::set_balances(&state.wallets, Some(&auth), &wallet_id, &body).await?;
     let all = Expand { balance: true, staking: true, all_tokens: true };
     let mut body = String::new();
     model::render(&row, all, &mut body);

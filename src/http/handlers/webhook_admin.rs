@@ -16,7 +16,7 @@ use crate::{
     },
     ids, outbox,
     paging::PageRequest,
-    types::{AnyId, EnterpriseId, NotificationId, WebhookId},
+    types::{EnterpriseId, NotificationId, WebhookId},
     webhooks::{operator, registration, secrets},
     AppState,
 };
@@ -56,7 +56,7 @@ pub async fn create_secret(
     Auth(auth): Auth,
     ApiJson(req): ApiJson<CreateSecretRequest>,
 ) -> ApiResult<Json<SecretResponse>> {
-    let secret = secrets::rotate(&state, &auth, req.enterprise_id.as_str()).await?;
+    let secret = secrets::rotate(&state.webhooks, &auth, &req.enterprise_id).await?;
     Ok(Json(SecretResponse { secret }))
 }
 
@@ -74,7 +74,7 @@ pub struct VerifyRequest {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyResponse {
-    pub webhook_id: String,
+    pub webhook_id: WebhookId,
     pub is_valid: bool,
 }
 
@@ -95,9 +95,9 @@ pub async fn verify(
     ApiJson(req): ApiJson<VerifyRequest>,
 ) -> ApiResult<Json<VerifyResponse>> {
     let is_valid =
-        secrets::verify(&state, &auth, webhook_id.as_str(), &req.signature, &req.notification_payload)
+        secrets::verify(&state.webhooks, &auth, &webhook_id, &req.signature, &req.notification_payload)
             .await?;
-    Ok(Json(VerifyResponse { webhook_id: webhook_id.into_string(), is_valid }))
+    Ok(Json(VerifyResponse { webhook_id, is_valid }))
 }
 
 /// Makes a suspended webhook active again and clears its failure counters.
@@ -114,7 +114,7 @@ pub async fn unblock(
     Auth(auth): Auth,
     ApiPath(webhook_id): ApiPath<WebhookId>,
 ) -> ApiResult<Json<WebhookResponse>> {
-    let w = registration::unblock(&state, &auth, webhook_id.as_str()).await?;
+    let w = registration::unblock(&state.webhooks, &auth, &webhook_id).await?;
     Ok(Json(WebhookResponse::from(&w)))
 }
 
@@ -126,6 +126,9 @@ pub async fn unblock(
 pub struct NotificationList {
     #[schema(value_type = Vec<Object>)]
     pub notifications: Vec<Value>,
+    /// Only for a suspended webhook: notifications it holds until it is unblocked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_batch_prev_id: Option<String>,
 }
@@ -144,11 +147,12 @@ pub async fn list_notifications(
     ApiPath(webhook_id): ApiPath<WebhookId>,
     ApiQuery(paging): ApiQuery<NotificationPaging>,
 ) -> ApiResult<Json<NotificationList>> {
-    let page = PageRequest::new(paging.limit, paging.prev_id.map(AnyId::into_string))?;
-    let (w, p) =
-        operator::notifications(&state, &auth, webhook_id.as_str(), paging.state.as_deref(), &page).await?;
+    let page = PageRequest::new(paging.limit, paging.prev_id)?;
+    let (w, p, held) =
+        operator::notifications(&state.webhooks, &auth, &webhook_id, paging.state.as_deref(), &page).await?;
     Ok(Json(NotificationList {
         notifications: p.items.iter().map(|n| outbox::notification_json(n, &w)).collect(),
+        held,
         next_batch_prev_id: p.next_batch_prev_id,
     }))
 }
@@ -186,7 +190,7 @@ pub async fn list_attempts(
     Auth(auth): Auth,
     ApiPath((webhook_id, notification_id)): ApiPath<(WebhookId, NotificationId)>,
 ) -> ApiResult<Json<AttemptList>> {
-    let attempts = operator::attempts(&state, &auth, webhook_id.as_str(), notification_id.as_str()).await?;
+    let attempts = operator::attempts(&state.webhooks, &auth, &webhook_id, &notification_id).await?;
     Ok(Json(AttemptList {
         attempts: attempts
             .into_iter()
@@ -216,6 +220,6 @@ pub async fn resend(
     Auth(auth): Auth,
     ApiPath((webhook_id, notification_id)): ApiPath<(WebhookId, NotificationId)>,
 ) -> ApiResult<Json<Value>> {
-    let (n, w) = operator::resend(&state, &auth, webhook_id.as_str(), notification_id.as_str()).await?;
+    let (n, w) = operator::resend(&state.webhooks, &auth, &webhook_id, &notification_id).await?;
     Ok(Json(outbox::notification_json(&n, &w)))
 }

@@ -18,7 +18,7 @@ use crate::{
     ids, outbox,
     paging::{Page, PageRequest},
     store::{Webhook, WebhookLevel},
-    types::{AnyId, Coin, EnterpriseId, WalletId, WebhookId},
+    types::{AnyId, Coin, EnterpriseId, UserId, WalletId, WebhookId},
     webhooks::{
         self,
         registration::{self, Level, NewWebhook, Removal},
@@ -69,7 +69,7 @@ impl From<CreateWebhookRequest> for NewWebhook {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookResponse {
-    pub id: String,
+    pub id: WebhookId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
     /// ISO 8601.
@@ -78,13 +78,13 @@ pub struct WebhookResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub wallet_id: Option<String>,
+    pub wallet_id: Option<WalletId>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub enterprise_id: Option<String>,
+    pub enterprise_id: Option<EnterpriseId>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub user_id: Option<String>,
+    pub user_id: Option<UserId>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub coin: Option<String>,
+    pub coin: Option<Coin>,
     #[serde(rename = "type")]
     pub webhook_type: String,
     pub url: String,
@@ -165,7 +165,7 @@ pub struct Paging {
 
 impl Paging {
     pub fn checked(self) -> crate::error::Result<PageRequest> {
-        PageRequest::new(self.limit, self.prev_id.map(AnyId::into_string))
+        PageRequest::new(self.limit, self.prev_id)
     }
 }
 
@@ -185,8 +185,7 @@ pub struct NotificationPaging {
 /// Body of the removal routes: `{id}` or `{type, url}`.
 #[derive(Debug, Deserialize, ToSchema, Serialize)]
 pub struct RemoveWebhookRequest {
-    #[schema(pattern = "^[0-9a-f]{32}$")]
-    pub id: Option<String>,
+    pub id: Option<WebhookId>,
     #[serde(rename = "type")]
     pub webhook_type: Option<String>,
     pub url: Option<String>,
@@ -245,8 +244,8 @@ pub async fn create_wallet_webhook(
     ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
     ApiJson(req): ApiJson<CreateWebhookRequest>,
 ) -> ApiResult<Json<WebhookResponse>> {
-    let level = Level::Wallet { coin: coin.as_str(), wallet_id: wallet_id.as_str() };
-    let w = registration::create(&state, &auth, level, req.into()).await?;
+    let level = Level::Wallet { coin: &coin, wallet_id: &wallet_id };
+    let w = registration::create(&state.webhooks, &auth, level, req.into()).await?;
     Ok(Json(WebhookResponse::from(&w)))
 }
 
@@ -264,9 +263,9 @@ pub async fn list_wallet_webhooks(
     ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> ApiResult<Json<WebhookList>> {
-    let level = Level::Wallet { coin: coin.as_str(), wallet_id: wallet_id.as_str() };
+    let level = Level::Wallet { coin: &coin, wallet_id: &wallet_id };
     let page = paging.checked()?;
-    Ok(Json(registration::list(&state, &auth, level, &page).await?.into()))
+    Ok(Json(registration::list(&state.webhooks, &auth, level, &page).await?.into()))
 }
 
 /// Removes wallet webhooks by `{id}` or `{type, url}`.
@@ -285,8 +284,8 @@ pub async fn remove_wallet_webhooks(
     ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
     ApiJson(req): ApiJson<RemoveWebhookRequest>,
 ) -> ApiResult<Json<Removed>> {
-    let level = Level::Wallet { coin: coin.as_str(), wallet_id: wallet_id.as_str() };
-    let removed = registration::remove(&state, &auth, level, req.removal()?).await?;
+    let level = Level::Wallet { coin: &coin, wallet_id: &wallet_id };
+    let removed = registration::remove(&state.webhooks, &auth, level, req.removal()?).await?;
     Ok(Json(Removed { removed }))
 }
 
@@ -308,7 +307,7 @@ pub async fn create_block_webhook(
     ApiPath(coin): ApiPath<Coin>,
     ApiJson(req): ApiJson<CreateWebhookRequest>,
 ) -> ApiResult<Json<WebhookResponse>> {
-    let w = registration::create(&state, &auth, Level::Block { coin: coin.as_str() }, req.into()).await?;
+    let w = registration::create(&state.webhooks, &auth, Level::Block { coin: &coin }, req.into()).await?;
     Ok(Json(WebhookResponse::from(&w)))
 }
 
@@ -327,7 +326,7 @@ pub async fn list_block_webhooks(
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> ApiResult<Json<WebhookList>> {
     let page = paging.checked()?;
-    Ok(Json(registration::list(&state, &auth, Level::Block { coin: coin.as_str() }, &page).await?.into()))
+    Ok(Json(registration::list(&state.webhooks, &auth, Level::Block { coin: &coin }, &page).await?.into()))
 }
 
 /// Removes the caller's block webhooks by `{id}` or `{type, url}`.
@@ -347,7 +346,7 @@ pub async fn remove_block_webhooks(
     ApiJson(req): ApiJson<RemoveWebhookRequest>,
 ) -> ApiResult<Json<Removed>> {
     let removed =
-        registration::remove(&state, &auth, Level::Block { coin: coin.as_str() }, req.removal()?).await?;
+        registration::remove(&state.webhooks, &auth, Level::Block { coin: &coin }, req.removal()?).await?;
     Ok(Json(Removed { removed }))
 }
 
@@ -369,8 +368,8 @@ pub async fn create_enterprise_webhook(
     ApiPath(enterprise_id): ApiPath<EnterpriseId>,
     ApiJson(req): ApiJson<CreateWebhookRequest>,
 ) -> ApiResult<Json<WebhookResponse>> {
-    let level = Level::Enterprise { enterprise_id: enterprise_id.as_str() };
-    let w = registration::create(&state, &auth, level, req.into()).await?;
+    let level = Level::Enterprise { enterprise_id: &enterprise_id };
+    let w = registration::create(&state.webhooks, &auth, level, req.into()).await?;
     Ok(Json(WebhookResponse::from(&w)))
 }
 
@@ -388,9 +387,9 @@ pub async fn list_enterprise_webhooks(
     ApiPath(enterprise_id): ApiPath<EnterpriseId>,
     ApiQuery(paging): ApiQuery<Paging>,
 ) -> ApiResult<Json<WebhookList>> {
-    let level = Level::Enterprise { enterprise_id: enterprise_id.as_str() };
+    let level = Level::Enterprise { enterprise_id: &enterprise_id };
     let page = paging.checked()?;
-    Ok(Json(registration::list(&state, &auth, level, &page).await?.into()))
+    Ok(Json(registration::list(&state.webhooks, &auth, level, &page).await?.into()))
 }
 
 /// Removes an enterprise webhook; 204.
@@ -406,8 +405,7 @@ pub async fn remove_enterprise_webhook(
     Auth(auth): Auth,
     ApiPath((enterprise_id, webhook_id)): ApiPath<(EnterpriseId, WebhookId)>,
 ) -> ApiResult<StatusCode> {
-    registration::remove_enterprise_webhook(&state, &auth, enterprise_id.as_str(), webhook_id.as_str())
-        .await?;
+    registration::remove_enterprise_webhook(&state.webhooks, &auth, &enterprise_id, &webhook_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -431,15 +429,9 @@ pub async fn simulate_wallet_webhook(
     ApiPath((coin, wallet_id, webhook_id)): ApiPath<(Coin, WalletId, WebhookId)>,
     ApiJson(req): ApiJson<SimulateRequest>,
 ) -> ApiResult<Json<SimulateResponse>> {
-    let (n, w) = simulate::wallet(
-        &state,
-        &auth,
-        coin.as_str(),
-        wallet_id.as_str(),
-        webhook_id.as_str(),
-        req.transfer_id.as_deref(),
-    )
-    .await?;
+    let (n, w) =
+        simulate::wallet(&state.webhooks, &auth, &coin, &wallet_id, &webhook_id, req.transfer_id.as_deref())
+            .await?;
     Ok(simulated(&n, &w))
 }
 
@@ -461,8 +453,7 @@ pub async fn simulate_block_webhook(
     ApiPath((coin, webhook_id)): ApiPath<(Coin, WebhookId)>,
     ApiJson(req): ApiJson<SimulateRequest>,
 ) -> ApiResult<Json<SimulateResponse>> {
-    let (n, w) =
-        simulate::block(&state, &auth, coin.as_str(), webhook_id.as_str(), req.block_id.as_deref()).await?;
+    let (n, w) = simulate::block(&state.webhooks, &auth, &coin, &webhook_id, req.block_id.as_deref()).await?;
     Ok(simulated(&n, &w))
 }
 
@@ -485,10 +476,10 @@ pub async fn simulate_enterprise_webhook(
     ApiJson(req): ApiJson<SimulateRequest>,
 ) -> ApiResult<Json<SimulateResponse>> {
     let (n, w) = simulate::enterprise(
-        &state,
+        &state.webhooks,
         &auth,
-        enterprise_id.as_str(),
-        webhook_id.as_str(),
+        &enterprise_id,
+        &webhook_id,
         req.access_token_id.as_deref(),
     )
     .await?;

@@ -12,15 +12,29 @@ use reqwest::header::{HeaderName, HeaderValue};
 use crate::{
     error::{Error, Result},
     secrets::MasterKey,
+    types::WebhookId,
 };
 
-/// Header names a webhook's `customHttpHeaders` may not set: the delivery engine sets them.
+/// Header names a webhook's `customHttpHeaders` may not set: the delivery engine sets them, or
+/// they are hop-by-hop or framing headers (RFC 9110 §7.6.1, §6.4; issue 21 §4) that would change
+/// how the request is sent rather than what it says.
 pub const RESERVED_HEADERS: &[&str] = &[
     "host",
     "content-length",
     "content-type",
+    "content-encoding",
     "transfer-encoding",
     "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "trailers",
+    "upgrade",
+    "expect",
+    "user-agent",
     "x-signature-sha256",
     "idempotency-key",
     "webhook-id",
@@ -53,6 +67,10 @@ pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<()> {
                 "this header is set by the service and cannot be overridden",
             ));
         }
+        // Printable ASCII and tab only, as the OpenAPI pattern says (`^[\t\x20-\x7e]*$`).
+        if !v.bytes().all(|c| c == b'\t' || (0x20..=0x7e).contains(&c)) {
+            return Err(Error::invalid_field(&field, "printable ASCII characters only"));
+        }
         HeaderValue::from_str(v).map_err(|_| Error::invalid_field(&field, "not a valid header value"))?;
     }
     Ok(())
@@ -70,7 +88,7 @@ fn aad(webhook_id: &str, name: &str) -> String {
 /// Errors: `Internal` when encryption fails.
 pub fn seal(
     key: &MasterKey,
-    webhook_id: &str,
+    webhook_id: &WebhookId,
     headers: BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, String>> {
     headers
@@ -86,7 +104,7 @@ pub fn seal(
 /// returned as they are. Errors: a description (wrong key, tampering), never the value.
 pub fn open(
     key: &MasterKey,
-    webhook_id: &str,
+    webhook_id: &WebhookId,
     name: &str,
     stored: &str,
 ) -> std::result::Result<String, String> {
@@ -119,12 +137,13 @@ mod tests {
     fn sealed_values_open_only_for_their_webhook_and_name() {
         let key = MasterKey::from_hex(&"ab".repeat(32)).expect("key");
         let plain = BTreeMap::from([("X-Api-Key".to_string(), "s3cret".to_string())]);
-        let sealed = seal(&key, "w1", plain).expect("seal");
+        let (w1, w2): (WebhookId, WebhookId) = (crate::types::test_id("w1"), crate::types::test_id("w2"));
+        let sealed = seal(&key, &w1, plain).expect("seal");
         let stored = &sealed["X-Api-Key"];
         assert!(stored.starts_with(SEALED) && !stored.contains("s3cret"));
-        assert_eq!(open(&key, "w1", "X-Api-Key", stored).as_deref(), Ok("s3cret"));
-        assert!(open(&key, "w2", "X-Api-Key", stored).is_err(), "bound to the webhook");
-        assert!(open(&key, "w1", "X-Other", stored).is_err(), "bound to the name");
-        assert_eq!(open(&key, "w1", "X-Old", "legacy").as_deref(), Ok("legacy"));
+        assert_eq!(open(&key, &w1, "X-Api-Key", stored).as_deref(), Ok("s3cret"));
+        assert!(open(&key, &w2, "X-Api-Key", stored).is_err(), "bound to the webhook");
+        assert!(open(&key, &w1, "X-Other", stored).is_err(), "bound to the name");
+        assert_eq!(open(&key, &w1, "X-Old", "legacy").as_deref(), Ok("legacy"));
     }
 }

@@ -8,10 +8,15 @@
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+pub mod dispatch;
+pub mod headers;
+pub mod secrets;
+pub mod signing;
+
 use crate::{
     ids,
-    store::{Notification, NotificationState, Webhook, WebhookFilter, WebhookLevel, WebhookState},
-    AppState,
+    store::{LevelKind, Notification, NotificationState, Webhook, WebhookFilter, WebhookLevel, WebhookState},
+    types::{NotificationId, WalletId},
 };
 
 /// Notification `version` (§2.6, §9).
@@ -22,7 +27,7 @@ fn sha256_hex(s: &str) -> String {
 }
 
 /// A deterministic idempotency key for `webhook` and a source (event id, block, token).
-pub fn idempotency_key(webhook_id: &str, source: &str) -> String {
+pub fn idempotency_key(webhook_id: &crate::types::WebhookId, source: &str) -> String {
     sha256_hex(&format!("{webhook_id}:{source}"))
 }
 
@@ -43,7 +48,7 @@ pub fn new_notification(
 ) -> Notification {
     let now = ids::now_ms();
     Notification {
-        id: ids::new_sequential_id(),
+        id: NotificationId::new_sequential(),
         webhook_id: webhook.id.clone(),
         event_id,
         notification_type: webhook.webhook_type.clone(),
@@ -89,7 +94,7 @@ pub fn simulate_wallet(
 ) -> Notification {
     let organization = wallet.organization;
     let facts = wallet;
-    let wallet = webhook.level.wallet_id().unwrap_or_default().to_string();
+    let wallet = webhook.level.wallet_id().map(WalletId::to_string).unwrap_or_default();
     let mut payload = match event {
         Some(Value::Object(mut e)) => {
             e.remove("eventId");
@@ -304,22 +309,29 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
     m
 }
 
-/// The accessToken notifications (§6.3) for a token created with `enterprise`: one per active
-/// accessToken webhook of that enterprise. Written with the token (the outbox).
+/// The accessToken notifications (§6.3) for a token created with `enterprise`: one per
+/// accessToken webhook of that enterprise, active or suspended (held until it is unblocked,
+/// while it holds fewer than `max_held`: issue 21 §3). Written with the token (the outbox).
 pub async fn access_token_notifications(
-    state: &AppState,
+    store: &crate::store::DynStore,
     token: &crate::store::TokenRecord,
+    max_held: u64,
 ) -> crate::store::StoreResult<Vec<Notification>> {
     let Some(e) = &token.enterprise else { return Ok(Vec::new()) };
     let filter = WebhookFilter {
-        scope: "enterprise".into(),
+        scope: LevelKind::Enterprise,
         enterprise_id: Some(e.clone()),
         webhook_type: Some("accessToken".into()),
-        state: Some(WebhookState::Active),
         ..Default::default()
     };
-    let hooks = state.store.list_webhooks(&filter, None, 500).await?;
-    Ok(hooks
+    let mut hooks = store.list_webhooks(&filter, None, 500).await?;
+    let mut kept = Vec::with_capacity(hooks.len());
+    for w in hooks.drain(..) {
+        if w.state == WebhookState::Active || store.undelivered_count(&w.id).await? < max_held {
+            kept.push(w);
+        }
+    }
+    Ok(kept
         .iter()
         .map(|w| {
             let payload = access_token_payload(w, Some(token), &token.id);

@@ -3,10 +3,13 @@
 
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::outbox::{Completion, NotificationState, Outcome, SuspendRule};
-use super::sql::{placeholders, to_json, Dialect};
-use super::webhooks::WebhookState;
-use super::StoreResult;
+use super::{Completion, FailureFacts, NotificationState, Outcome, SuspendPolicy};
+use crate::store::{
+    sql::{placeholders, to_json, Dialect},
+    webhooks::WebhookState,
+    StoreResult,
+};
+use crate::types::WebhookId;
 
 #[derive(FromRow)]
 pub(super) struct FailureRow {
@@ -113,11 +116,11 @@ where
 /// Per webhook in a batch, by webhook id: (id, a success reset the successive count, failures
 /// after the last success, all failures). The order matters: processes completing batches
 /// at the same time lock webhook rows in the same order, so they cannot deadlock.
-pub(super) fn failure_counters(outcomes: &[Outcome]) -> Vec<(&str, bool, i64, i64)> {
-    let mut counters: Vec<(&str, bool, i64, i64)> = Vec::new();
+pub(super) fn failure_counters(outcomes: &[Outcome]) -> Vec<(&WebhookId, bool, i64, i64)> {
+    let mut counters: Vec<(&WebhookId, bool, i64, i64)> = Vec::new();
     for o in outcomes {
         let a = &o.attempt;
-        let i = match counters.iter().position(|c| c.0 == a.webhook_id) {
+        let i = match counters.iter().position(|c| c.0 == &a.webhook_id) {
             Some(i) => i,
             None => {
                 counters.push((&a.webhook_id, false, 0, 0));
@@ -137,13 +140,12 @@ pub(super) fn failure_counters(outcomes: &[Outcome]) -> Vec<(&str, bool, i64, i6
     counters
 }
 
-/// Whether an active webhook's failures now break `rule`: too many in its window (counted
-/// from its last unblock at the earliest) or in total.
+/// Whether an active webhook's failures now suspend it by `rule` (the delivery domain's).
 pub(super) async fn should_suspend<DB>(
     conn: &mut DB::Connection,
     id: &str,
     now_ms: i64,
-    rule: SuspendRule,
+    rule: &dyn SuspendPolicy,
 ) -> StoreResult<bool>
 where
     DB: Dialect,
@@ -164,7 +166,7 @@ where
             .await?;
     let active = WebhookState::Active.as_str();
     let Some(row) = row.filter(|r| r.state == active) else { return Ok(false) };
-    let since = (now_ms - rule.window_ms).max(row.counters_reset_at);
+    let since = (now_ms - rule.window_ms()).max(row.counters_reset_at);
     let recent: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM delivery_attempts WHERE webhook_id = $1 AND NOT success AND started_at >= $2",
     )
@@ -172,7 +174,7 @@ where
     .bind(since)
     .fetch_one(&mut *conn)
     .await?;
-    Ok(recent >= i64::from(rule.max_in_window) || row.failed_attempts_total >= i64::from(rule.max_total))
+    Ok(rule.suspends(FailureFacts { in_window: recent, total: row.failed_attempts_total }))
 }
 
 #[cfg(test)]
@@ -183,8 +185,8 @@ mod tests {
     fn outcome(webhook: &str, success: bool) -> Outcome {
         Outcome {
             attempt: Attempt {
-                notification_id: "n".into(),
-                webhook_id: webhook.into(),
+                notification_id: crate::types::test_id("n"),
+                webhook_id: crate::types::test_id(webhook),
                 started_at_ms: 0,
                 duration_ms: 0,
                 status_code: None,
@@ -205,6 +207,7 @@ mod tests {
             outcome("b", false),
             outcome("a", false),
         ];
-        assert_eq!(failure_counters(&batch), vec![("a", false, 2, 2), ("b", true, 1, 2)]);
+        let (a, b): (WebhookId, WebhookId) = (crate::types::test_id("a"), crate::types::test_id("b"));
+        assert_eq!(failure_counters(&batch), vec![(&a, false, 2, 2), (&b, true, 1, 2)]);
     }
 }

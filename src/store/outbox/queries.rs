@@ -1,199 +1,28 @@
-//! The outbox: notifications waiting for delivery (spec §2.6), their leases, and the record of
-//! every delivery attempt. Writers add notifications in the transaction that causes them.
+//! The SQL of [`super::OutboxStore`] for both backends.
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use serde_json::Value;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::completion::{
-    failure_counters, finish_notifications, insert_attempts, should_suspend, FailureRow,
+use super::{
+    completion::{failure_counters, finish_notifications, insert_attempts, should_suspend, FailureRow},
+    Attempt, Claimed, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome, Saturated,
+    SuspendPolicy,
 };
-use super::sql::{json_value, placeholders, to_json, Dialect, SqlStore};
-use super::webhooks::{Webhook, WebhookRow};
-use super::{StoreError, StoreResult};
-
-/// Where a notification is in its delivery (spec §2.6 `state`; docs/webhooks.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotificationState {
-    /// Queued, never attempted.
-    New,
-    /// Leased by a worker, or waiting for a retry.
-    Pending,
-    /// Delivered.
-    Processed,
-    /// Failed for the last time.
-    Failed,
-}
-
-impl NotificationState {
-    /// Every state, in delivery order.
-    pub const ALL: [NotificationState; 4] = [
-        NotificationState::New,
-        NotificationState::Pending,
-        NotificationState::Processed,
-        NotificationState::Failed,
-    ];
-
-    /// The spec's spelling, as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotificationState::New => "new",
-            NotificationState::Pending => "pending",
-            NotificationState::Processed => "processed",
-            NotificationState::Failed => "failed",
-        }
-    }
-
-    /// The state spelt `s`, if any.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-}
-
-/// A notification in the outbox (spec §2.6). Times are Unix milliseconds.
-#[derive(Debug, Clone)]
-pub struct Notification {
-    pub id: String,
-    pub webhook_id: String,
-    pub event_id: Option<String>,
-    pub notification_type: String,
-    pub state: NotificationState,
-    pub simulation: bool,
-    pub retries: i64,
-    /// The exact JSON text that is POSTed.
-    pub payload: String,
-    pub hash: String,
-    pub idempotency_key: String,
-    /// The other §2.6 fields of its level (wallet, enterprise, coin, transfer, ...).
-    pub meta: Value,
-    pub next_attempt_at_ms: i64,
-    /// Until when a worker holds it (0: nobody). Written with the notification when it is
-    /// handed straight to this process's engine (issue 12 §5).
-    pub lease_until_ms: i64,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
-
-/// One delivery attempt. Times in Unix milliseconds.
-#[derive(Debug, Clone)]
-pub struct Attempt {
-    pub notification_id: String,
-    pub webhook_id: String,
-    pub started_at_ms: i64,
-    pub duration_ms: i64,
-    pub status_code: Option<u16>,
-    pub success: bool,
-    /// The first 20 KB of the response body.
-    pub response_body: Option<String>,
-    pub error: Option<String>,
-}
-
-/// What follows an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completion {
-    Delivered,
-    /// Failed; try again at this Unix millisecond.
-    Retry(i64),
-    /// Failed for the last time.
-    Failed,
-}
-
-/// An attempt and what follows it, written together.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub attempt: Attempt,
-    pub completion: Completion,
-}
-
-/// When failures suspend a webhook.
-#[derive(Debug, Clone, Copy)]
-pub struct SuspendRule {
-    pub window_ms: i64,
-    pub max_in_window: u32,
-    pub max_total: u32,
-}
-
-/// A claimed notification and its webhook.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub notification: Notification,
-    pub webhook: Webhook,
-}
-
-/// Gauges for /metrics.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DeliveryStats {
-    pub due: i64,
-    pub in_flight: i64,
-    pub suspended_webhooks: i64,
-}
-
-/// Who is at their share of delivery slots in this process: the claim leaves their
-/// notifications for later (issue 9 §6).
-#[derive(Debug, Clone, Default)]
-pub struct Saturated {
-    pub webhooks: Vec<String>,
-    /// Tenants that are enterprises: every webhook bound to one.
-    pub enterprises: Vec<String>,
-    /// Tenants that are users: their webhooks bound to no enterprise.
-    pub users: Vec<String>,
-}
-
-/// The outbox and its attempts.
-#[async_trait]
-pub trait OutboxStore: Send + Sync {
-    /// Adds notifications to the outbox; one whose (webhook, idempotency key) exists is skipped.
-    async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64>;
-    /// Leases up to `limit` due notifications of active webhooks until `lease_until_ms`, none
-    /// of a webhook or tenant in `skip` (those at their share of delivery slots).
-    async fn claim_due(
-        &self,
-        now_ms: i64,
-        lease_until_ms: i64,
-        limit: u32,
-        skip: &Saturated,
-    ) -> StoreResult<Vec<Claimed>>;
-    /// Gives back claimed notifications unattempted, due again at `at_ms` (no attempt counted).
-    async fn defer(&self, ids: &[String], at_ms: i64) -> StoreResult<()>;
-    /// Writes attempts and their consequences in one transaction; returns webhooks suspended.
-    async fn complete(
-        &self,
-        outcomes: &[Outcome],
-        now_ms: i64,
-        rule: SuspendRule,
-    ) -> StoreResult<Vec<String>>;
-    async fn notification_by_id(&self, webhook_id: &str, id: &str) -> StoreResult<Option<Notification>>;
-    /// A webhook's notifications (in `state` when given) with ids after `after_id`, by id.
-    async fn list_notifications(
-        &self,
-        webhook_id: &str,
-        state: Option<NotificationState>,
-        after_id: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<Vec<Notification>>;
-    /// A notification's attempts, oldest first.
-    async fn attempts(&self, notification_id: &str) -> StoreResult<Vec<Attempt>>;
-    /// Queues a notification again now, with retries reset; None when it does not exist.
-    async fn resend_notification(
-        &self,
-        webhook_id: &str,
-        id: &str,
-        now_ms: i64,
-    ) -> StoreResult<Option<Notification>>;
-    async fn delivery_stats(&self, now_ms: i64) -> StoreResult<DeliveryStats>;
-    /// Deletes up to `limit` delivery attempts that started before `before_ms`; returns how many.
-    async fn prune_attempts(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
-    /// Deletes up to `limit` processed or failed notifications last changed before `before_ms`
-    /// (their attempts with them); returns how many.
-    async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
-}
+use crate::store::{
+    sql::{json_value, placeholders, to_json, Dialect},
+    sql_store::SqlStore,
+    webhooks::{Webhook, WebhookRow},
+    StoreError, StoreResult,
+};
+use crate::types::AnyId;
+use crate::types::{NotificationId, WebhookId};
 
 #[derive(FromRow)]
-pub(super) struct NotificationRow {
-    id: String,
-    webhook_id: String,
+pub(in crate::store) struct NotificationRow {
+    id: NotificationId,
+    webhook_id: WebhookId,
     event_id: Option<String>,
     #[sqlx(rename = "type")]
     notification_type: String,
@@ -236,8 +65,8 @@ impl NotificationRow {
 
 #[derive(FromRow)]
 struct AttemptRow {
-    notification_id: String,
-    webhook_id: String,
+    notification_id: NotificationId,
+    webhook_id: WebhookId,
     started_at: i64,
     duration_ms: i64,
     status_code: Option<i64>,
@@ -251,6 +80,7 @@ struct StatsRow {
     due: i64,
     in_flight: i64,
     suspended_webhooks: i64,
+    held: i64,
 }
 
 const NOTIFICATION_COLUMNS: &str = "id, webhook_id, event_id, type, state, simulation, retries, payload, \
@@ -258,7 +88,7 @@ const NOTIFICATION_COLUMNS: &str = "id, webhook_id, event_id, type, state, simul
 
 /// Adds notifications inside the caller's transaction (outbox: they commit with their cause);
 /// returns the ids written (one whose (webhook, idempotency key) exists is skipped).
-pub(super) async fn insert_notifications_tx<DB, N>(
+pub(in crate::store) async fn insert_notifications_tx<DB, N>(
     conn: &mut DB::Connection,
     notifications: &[N],
 ) -> StoreResult<Vec<String>>
@@ -321,6 +151,7 @@ where
     for<'r> StatsRow: FromRow<'r, DB::Row>,
     for<'r> FailureRow: FromRow<'r, DB::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
         let written = insert_notifications_tx::<DB, _>(&mut tx, n).await?;
@@ -328,6 +159,7 @@ where
         Ok(written.len() as u64)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn claim_due(
         &self,
         now_ms: i64,
@@ -359,7 +191,7 @@ where
         ids.dedup();
         let hooks: Vec<WebhookRow> =
             sqlx::query_as(DB::WEBHOOKS_BY_IDS).bind(to_json(&ids)?).fetch_all(&self.pool).await?;
-        let hooks: HashMap<String, Webhook> = hooks
+        let hooks: HashMap<WebhookId, Webhook> = hooks
             .into_iter()
             .map(|r| r.into_webhook().map(|w| (w.id.clone(), w)))
             .collect::<StoreResult<_>>()?;
@@ -371,18 +203,20 @@ where
             .collect())
     }
 
-    async fn defer(&self, ids: &[String], at_ms: i64) -> StoreResult<()> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn defer(&self, ids: &[NotificationId], at_ms: i64) -> StoreResult<()> {
         let _gate = self.write_gate().await;
         sqlx::query(DB::DEFER).bind(at_ms).bind(to_json(ids)?).execute(&self.pool).await?;
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn complete(
         &self,
         outcomes: &[Outcome],
         now_ms: i64,
-        rule: SuspendRule,
-    ) -> StoreResult<Vec<String>> {
+        rule: &dyn SuspendPolicy,
+    ) -> StoreResult<Vec<WebhookId>> {
         let mut tx = self.begin_write().await?;
         if let Some(relaxed) = DB::RELAXED_COMMIT {
             sqlx::query(relaxed).execute(&mut *tx).await?;
@@ -411,7 +245,7 @@ where
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
-                suspended.push(id.to_string());
+                suspended.push(id.clone());
             }
         }
         tx.commit().await?;
@@ -421,7 +255,12 @@ where
         Ok(suspended)
     }
 
-    async fn notification_by_id(&self, webhook_id: &str, id: &str) -> StoreResult<Option<Notification>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn notification_by_id(
+        &self,
+        webhook_id: &WebhookId,
+        id: &NotificationId,
+    ) -> StoreResult<Option<Notification>> {
         let sql =
             format!("SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE webhook_id = $1 AND id = $2");
         let row: Option<NotificationRow> =
@@ -429,13 +268,15 @@ where
         row.map(NotificationRow::into_notification).transpose()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn list_notifications(
         &self,
-        webhook_id: &str,
+        webhook_id: &WebhookId,
         state: Option<NotificationState>,
-        after_id: Option<&str>,
+        after_id: Option<&AnyId>,
         limit: u32,
     ) -> StoreResult<Vec<Notification>> {
+        let after_id = after_id.map(AnyId::as_str);
         let sql = format!(
             "SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE webhook_id = $1 \
              AND (CAST($2 AS TEXT) IS NULL OR state = $2) AND id > $3 ORDER BY id LIMIT $4"
@@ -450,7 +291,8 @@ where
         rows.into_iter().map(NotificationRow::into_notification).collect()
     }
 
-    async fn attempts(&self, notification_id: &str) -> StoreResult<Vec<Attempt>> {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn attempts(&self, notification_id: &NotificationId) -> StoreResult<Vec<Attempt>> {
         let rows: Vec<AttemptRow> = sqlx::query_as(
             "SELECT notification_id, webhook_id, started_at, duration_ms, status_code, success, \
              response_body, error FROM delivery_attempts WHERE notification_id = $1 ORDER BY id",
@@ -473,10 +315,11 @@ where
             .collect())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn resend_notification(
         &self,
-        webhook_id: &str,
-        id: &str,
+        webhook_id: &WebhookId,
+        id: &NotificationId,
         now_ms: i64,
     ) -> StoreResult<Option<Notification>> {
         let res = sqlx::query(
@@ -494,19 +337,40 @@ where
         self.notification_by_id(webhook_id, id).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn delivery_stats(&self, now_ms: i64) -> StoreResult<DeliveryStats> {
         let r: StatsRow = sqlx::query_as(
-            "SELECT (SELECT COUNT(*) FROM notifications WHERE state IN ('new', 'pending') \
-             AND next_attempt_at <= $1 AND lease_until < $1) AS due, \
+            "SELECT (SELECT COUNT(*) FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
+             WHERE n.state IN ('new', 'pending') AND n.next_attempt_at <= $1 AND n.lease_until < $1 \
+             AND w.state = 'active') AS due, \
              (SELECT COUNT(*) FROM notifications WHERE state = 'pending' AND lease_until >= $1) AS in_flight, \
-             (SELECT COUNT(*) FROM webhooks WHERE state = 'suspended') AS suspended_webhooks",
+             (SELECT COUNT(*) FROM webhooks WHERE state = 'suspended') AS suspended_webhooks, \
+             (SELECT COUNT(*) FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
+             WHERE n.state IN ('new', 'pending') AND w.state = 'suspended') AS held",
         )
         .bind(now_ms)
         .fetch_one(&self.pool)
         .await?;
-        Ok(DeliveryStats { due: r.due, in_flight: r.in_flight, suspended_webhooks: r.suspended_webhooks })
+        Ok(DeliveryStats {
+            due: r.due,
+            in_flight: r.in_flight,
+            suspended_webhooks: r.suspended_webhooks,
+            held: r.held,
+        })
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn undelivered_count(&self, webhook_id: &WebhookId) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM notifications WHERE webhook_id = $1 AND state IN ('new', 'pending')",
+        )
+        .bind(webhook_id.as_str())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_attempts(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
         let _gate = self.write_gate().await;
         let r = sqlx::query(
@@ -520,6 +384,7 @@ where
         Ok(DB::rows_affected(&r))
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
         let _gate = self.write_gate().await;
         let r = sqlx::query(

@@ -1,0 +1,33 @@
+//! Reading the audit log (`GET /api/v2/auditlog`): the scope check and who sees which entries.
+//! The chain itself is `crate::audit`.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+use super::{auth::Principal, scopes::Action, Identity};
+use crate::{
+    error::Result,
+    paging::{Page, PageRequest},
+    store::{AuditFilter, ChainedEntry},
+};
+
+/// Entries `auth` may see that match `filter` (its `visible_to` is set here), newest first. Needs `auditlogs_view_all` or a login
+/// session (docs/scopes.md). A user sees entries about themselves, an enterprise admin those
+/// of the enterprise, a service admin every entry. Errors: `InsufficientScope`.
+pub async fn list(
+    svc: &Identity,
+    auth: &Principal,
+    filter: AuditFilter,
+    page: &PageRequest,
+) -> Result<Page<ChainedEntry>> {
+    auth.require(svc.policy, Action::ViewAuditLog)?;
+    let visible_to = if auth.token.admin {
+        None
+    } else {
+        let memberships = svc.store.memberships(&auth.user.id).await?;
+        let admin_of = memberships.into_iter().filter(|m| m.is_admin).map(|m| m.enterprise.id).collect();
+        Some((auth.user.id.clone(), admin_of))
+    };
+    let filter = AuditFilter { visible_to, ..filter };
+    let rows = svc.store.list_audit(&filter, page.prev_id.as_ref(), page.fetch()).await?;
+    Ok(page.page(rows, |c| &c.entry.id))
+}

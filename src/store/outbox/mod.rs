@@ -1,0 +1,212 @@
+//! The outbox aggregate: notifications waiting for delivery (spec §2.6), their leases, and the
+//! record of every delivery attempt. Writers add notifications in the transaction that causes
+//! them. This file holds the records and the trait; `queries.rs` implements it, with the
+//! writing of outcomes in `completion.rs`.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::{webhooks::Webhook, StoreResult};
+use crate::types::AnyId;
+use crate::types::{EnterpriseId, NotificationId, UserId, WebhookId};
+
+mod completion;
+pub(super) mod queries;
+
+/// Where a notification is in its delivery (spec §2.6 `state`; docs/webhooks.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationState {
+    /// Queued, never attempted.
+    New,
+    /// Leased by a worker, or waiting for a retry.
+    Pending,
+    /// Delivered.
+    Processed,
+    /// Failed for the last time.
+    Failed,
+}
+
+impl NotificationState {
+    /// Every state, in delivery order.
+    pub const ALL: [NotificationState; 4] = [
+        NotificationState::New,
+        NotificationState::Pending,
+        NotificationState::Processed,
+        NotificationState::Failed,
+    ];
+
+    /// The spec's spelling, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationState::New => "new",
+            NotificationState::Pending => "pending",
+            NotificationState::Processed => "processed",
+            NotificationState::Failed => "failed",
+        }
+    }
+
+    /// The state spelt `s`, if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// A notification in the outbox (spec §2.6). Times are Unix milliseconds.
+#[derive(Debug, Clone)]
+pub struct Notification {
+    pub id: NotificationId,
+    pub webhook_id: WebhookId,
+    pub event_id: Option<String>,
+    pub notification_type: String,
+    pub state: NotificationState,
+    pub simulation: bool,
+    pub retries: i64,
+    /// The exact JSON text that is POSTed.
+    pub payload: String,
+    pub hash: String,
+    pub idempotency_key: String,
+    /// The other §2.6 fields of its level (wallet, enterprise, coin, transfer, ...).
+    pub meta: Value,
+    pub next_attempt_at_ms: i64,
+    /// Until when a worker holds it (0: nobody). Written with the notification when it is
+    /// handed straight to this process's engine (issue 12 §5).
+    pub lease_until_ms: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// One delivery attempt. Times in Unix milliseconds.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub notification_id: NotificationId,
+    pub webhook_id: WebhookId,
+    pub started_at_ms: i64,
+    pub duration_ms: i64,
+    pub status_code: Option<u16>,
+    pub success: bool,
+    /// The first 20 KB of the response body.
+    pub response_body: Option<String>,
+    pub error: Option<String>,
+}
+
+/// What follows an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    Delivered,
+    /// Failed; try again at this Unix millisecond.
+    Retry(i64),
+    /// Failed for the last time.
+    Failed,
+}
+
+/// An attempt and what follows it, written together.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub attempt: Attempt,
+    pub completion: Completion,
+}
+
+/// A webhook's failed attempts as the suspension rule reads them, in the transaction that
+/// records more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureFacts {
+    /// Failed attempts in the rule's window, counted from the webhook's last unblock at the
+    /// earliest.
+    pub in_window: i64,
+    /// Failed attempts since the last unblock.
+    pub total: i64,
+}
+
+/// Decides when failures suspend a webhook. A port: the rule is the delivery domain's
+/// (`delivery::suspension`); the store only gathers the facts and applies the verdict in the
+/// same transaction.
+pub trait SuspendPolicy: Send + Sync {
+    /// How far back failures count, milliseconds.
+    fn window_ms(&self) -> i64;
+    /// Whether a webhook with these failures is suspended.
+    fn suspends(&self, facts: FailureFacts) -> bool;
+}
+
+/// A claimed notification and its webhook.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub notification: Notification,
+    pub webhook: Webhook,
+}
+
+/// Gauges for /metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeliveryStats {
+    /// Due and not leased, of active webhooks.
+    pub due: i64,
+    pub in_flight: i64,
+    pub suspended_webhooks: i64,
+    /// Waiting for their suspended webhook to be unblocked.
+    pub held: i64,
+}
+
+/// Who is at their share of delivery slots in this process: the claim leaves their
+/// notifications for later (issue 9 §6).
+#[derive(Debug, Clone, Default)]
+pub struct Saturated {
+    pub webhooks: Vec<WebhookId>,
+    /// Tenants that are enterprises: every webhook bound to one.
+    pub enterprises: Vec<EnterpriseId>,
+    /// Tenants that are users: their webhooks bound to no enterprise.
+    pub users: Vec<UserId>,
+}
+
+/// The outbox and its attempts.
+#[async_trait]
+pub trait OutboxStore: Send + Sync {
+    /// Adds notifications to the outbox; one whose (webhook, idempotency key) exists is skipped.
+    async fn insert_notifications(&self, n: &[Notification]) -> StoreResult<u64>;
+    /// Leases up to `limit` due notifications of active webhooks until `lease_until_ms`, none
+    /// of a webhook or tenant in `skip` (those at their share of delivery slots).
+    async fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: u32,
+        skip: &Saturated,
+    ) -> StoreResult<Vec<Claimed>>;
+    /// Gives back claimed notifications unattempted, due again at `at_ms` (no attempt counted).
+    async fn defer(&self, ids: &[NotificationId], at_ms: i64) -> StoreResult<()>;
+    /// Writes attempts and their consequences in one transaction; returns webhooks suspended.
+    async fn complete(
+        &self,
+        outcomes: &[Outcome],
+        now_ms: i64,
+        rule: &dyn SuspendPolicy,
+    ) -> StoreResult<Vec<WebhookId>>;
+    async fn notification_by_id(
+        &self,
+        webhook_id: &WebhookId,
+        id: &NotificationId,
+    ) -> StoreResult<Option<Notification>>;
+    /// A webhook's notifications (in `state` when given) with ids after `after_id`, by id.
+    async fn list_notifications(
+        &self,
+        webhook_id: &WebhookId,
+        state: Option<NotificationState>,
+        after_id: Option<&AnyId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Notification>>;
+    /// A notification's attempts, oldest first.
+    async fn attempts(&self, notification_id: &NotificationId) -> StoreResult<Vec<Attempt>>;
+    /// Queues a notification again now, with retries reset; None when it does not exist.
+    async fn resend_notification(
+        &self,
+        webhook_id: &WebhookId,
+        id: &NotificationId,
+        now_ms: i64,
+    ) -> StoreResult<Option<Notification>>;
+    async fn delivery_stats(&self, now_ms: i64) -> StoreResult<DeliveryStats>;
+    /// Notifications of `webhook_id` not yet delivered or failed (held, while it is suspended).
+    async fn undelivered_count(&self, webhook_id: &WebhookId) -> StoreResult<u64>;
+    /// Deletes up to `limit` delivery attempts that started before `before_ms`; returns how many.
+    async fn prune_attempts(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
+    /// Deletes up to `limit` processed or failed notifications last changed before `before_ms`
+    /// (their attempts with them); returns how many.
+    async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
+}

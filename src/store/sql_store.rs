@@ -1,0 +1,64 @@
+//! [`SqlStore`], the one implementation of the store traits, generic over the database
+//! ([`super::sql::Dialect`]), and its start-up: the group-commit writer and the read cache's
+//! version poller. Each aggregate's file implements its trait for it.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use sqlx::{Database, Pool};
+
+use super::{
+    group_commit::{EventWrite, EventWriter, Recorded},
+    read_cache::ReadCache,
+    sql::{begin_gated, Dialect, WriteGate, WriteTx},
+    StoreResult,
+};
+use crate::config::Config;
+
+/// A store over a pool of `DB` connections ([`super::sqlite::SqliteStore`],
+/// [`super::postgres::PostgresStore`]).
+pub struct SqlStore<DB: Database> {
+    pub(super) pool: Pool<DB>,
+    /// The group-commit writer of ingested events; without one, each event is its own
+    /// transaction.
+    pub(super) event_writer: Option<EventWriter>,
+    /// Tokens, users, memberships and webhook routes (see [`ReadCache`]).
+    pub(super) cache: Arc<ReadCache>,
+    pub(super) gate: WriteGate,
+}
+
+impl<DB: Dialect> SqlStore<DB> {
+    /// A store over `pool` with its hot-path helpers started: the group-commit writer
+    /// (`config.ingest`, steps by `write`) and the authentication cache with its version poller
+    /// (`config.cache`, reads by `read_version`). Each backend passes its concrete steps.
+    pub(super) fn start<W, WF, R, RF>(pool: Pool<DB>, config: &Config, write: W, read_version: R) -> Self
+    where
+        W: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> WF + Send + 'static,
+        WF: Future<Output = (Vec<EventWrite>, StoreResult<Vec<Recorded>>)> + Send + 'static,
+        R: Fn(Pool<DB>) -> RF + Send + 'static,
+        RF: Future<Output = StoreResult<i64>> + Send + 'static,
+    {
+        let gate: WriteGate = DB::SERIALIZE_WRITES.then(Arc::default);
+        let event_writer =
+            Some(super::group_commit::spawn(pool.clone(), gate.clone(), &config.ingest, write));
+        let cache = Arc::new(ReadCache::new(config.cache.capacity));
+        if config.cache.capacity > 0 {
+            let (weak, p) = (Arc::downgrade(&cache), pool.clone());
+            let interval = Duration::from_millis(config.cache.poll_interval_ms);
+            tokio::spawn(super::read_cache::poll(weak, interval, move || read_version(p.clone())));
+        }
+        Self { pool, event_writer, cache, gate }
+    }
+
+    /// Begins a write transaction through the process's write gate.
+    pub(super) async fn begin_write(&self) -> sqlx::Result<WriteTx<DB>> {
+        begin_gated(&self.pool, &self.gate).await
+    }
+
+    /// Holds the write gate for a single-statement write (dropped when done).
+    pub(super) async fn write_gate(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match &self.gate {
+            Some(g) => Some(g.clone().lock_owned().await),
+            None => None,
+        }
+    }
+}
