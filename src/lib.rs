@@ -1,7 +1,7 @@
 //! Custodian: a wallet-custody service API (see ../shared/spec/interface.md).
 //! This crate builds the application from a [`config::Config`] and runs it on a bound listener.
 
-use std::{future::Future, net::SocketAddr, sync::Arc};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 
@@ -132,13 +132,11 @@ pub async fn serve(
         _ => Some(delivery::Engine::new(state.delivery.clone())?.spawn(stop_rx.clone())),
     };
     let store = state.store.clone();
+    let limits = http::connections::Limits::from_config(&state.config);
+    let drain = Duration::from_secs(state.config.request_timeout + 5);
+    let metrics = state.metrics.clone();
     let app = http::app_for(state, role != config::Role::Worker);
-    let mut stop = stop_rx;
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await?;
+    http::connections::serve(listener, app, limits, metrics, stop_rx, drain).await;
     if let Some(engine) = engine {
         let _ = engine.await;
     }

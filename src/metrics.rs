@@ -21,6 +21,12 @@ pub struct RouteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// `process` (`connections.max`) or `address` (`connections.max_per_address`).
+    pub limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `delivered`, `retry`, `failed` or `refused`.
     pub outcome: String,
@@ -52,6 +58,9 @@ pub struct Metrics {
     /// Password hashes running now, and the most ever at once (issue 9 §1).
     pub hashes_running: Gauge,
     pub hashes_peak: Gauge,
+    /// Inbound connections open now, and those refused at a cap (issue 21 §1).
+    pub connections_open: Gauge,
+    pub connections_refused: Family<RefusalLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -107,6 +116,14 @@ impl Default for Metrics {
             "Most password hashes ever running at once",
             hashes_peak.clone(),
         );
+        let connections_open = Gauge::default();
+        let connections_refused = Family::<RefusalLabels, Counter>::default();
+        registry.register("http_connections_open", "Inbound connections open now", connections_open.clone());
+        registry.register(
+            "http_connections_refused",
+            "Inbound connections refused at connections.max (process) or connections.max_per_address (address)",
+            connections_refused.clone(),
+        );
         Self {
             registry,
             http_requests,
@@ -122,6 +139,8 @@ impl Default for Metrics {
             refused,
             hashes_running,
             hashes_peak,
+            connections_open,
+            connections_refused,
         }
     }
 }

@@ -96,8 +96,8 @@ impl MasterKey {
 }
 
 fn read_key_file(path: &Path) -> anyhow::Result<MasterKey> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read secret key file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read secret key file {}", path.display()))?;
     MasterKey::from_hex(&text).with_context(|| format!("secret key file {}", path.display()))
 }
 
@@ -177,7 +177,8 @@ mod tests {
         for key in &keys {
             assert_eq!(key.open("aad", &sealed).expect("same key"), b"secret");
         }
-        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").flatten().map(|e| e.file_name()).collect();
+        let left: Vec<_> =
+            std::fs::read_dir(dir.path()).expect("dir").flatten().map(|e| e.file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("master.key")], "no temporary files left");
     }
 }

@@ -13,7 +13,9 @@ use figment::{
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+mod connections;
 mod hot_path;
+pub use connections::ConnectionsConfig;
 pub use hot_path::{CacheConfig, IngestConfig};
 
 /// Deployment environment (spec §4.3, §5): `production` requires `ipRestrict` on tokens, refuses the
@@ -365,6 +367,7 @@ pub struct Config {
     pub rate_limit: RateLimitConfig,
     pub ingest: IngestConfig,
     pub cache: CacheConfig,
+    pub connections: ConnectionsConfig,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
     /// Whether `environment` was chosen (flag, environment variable or file) rather than
@@ -395,6 +398,7 @@ impl Default for Config {
             rate_limit: RateLimitConfig::default(),
             ingest: IngestConfig::default(),
             cache: CacheConfig::default(),
+            connections: ConnectionsConfig::default(),
             role: Role::All,
             environment_explicit: false,
         }
@@ -418,7 +422,7 @@ pub struct Overrides {
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
 const ENV_SECTIONS: &[&str] =
-    &["login", "delivery", "postgres", "tokens", "webhooks", "rate_limit", "ingest", "cache"];
+    &["login", "delivery", "postgres", "tokens", "webhooks", "rate_limit", "ingest", "cache", "connections"];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.
@@ -527,6 +531,7 @@ impl Config {
             return Err("invalid configuration: max_lookup_ids must be positive".into());
         }
         self.ingest.validate()?;
+        self.connections.validate()?;
         self.cache.validate()
     }
 }

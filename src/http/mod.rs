@@ -23,6 +23,7 @@ use self::handlers::{audit, events, identity, sessions, wallets, webhook_admin, 
 use crate::{error::Error, AppState};
 
 pub mod auth;
+pub mod connections;
 mod edge;
 pub mod error;
 pub mod extract;

@@ -163,6 +163,8 @@ async fn password_hashing_never_exceeds_its_limit() {
         c.login.max_concurrent_hashes = 2;
         c.login.hash_queue = 200;
         c.login.hash_wait_ms = 120_000;
+        // 200 connections from one address: past the default per-address cap.
+        c.connections.max_per_address = 1000;
         c.login.max_hashes_per_client = 200;
         c.login.max_failures_per_ip = 1_000_000;
     })
@@ -333,6 +335,8 @@ async fn slow_requests_time_out_with_408() {
     let app = spawn_app_with(|c| {
         c.request_timeout = 1;
         c.login.max_concurrent_hashes = 1;
+        // 200 connections from one address: past the default per-address cap.
+        c.connections.max_per_address = 1000;
         c.login.hash_queue = 1000;
         c.login.hash_wait_ms = 600_000;
         c.login.max_hashes_per_client = 1000;

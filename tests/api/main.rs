@@ -9,6 +9,7 @@ mod attacks;
 mod audit;
 mod cli;
 mod common;
+mod connections;
 mod delivery;
 mod errors;
 mod events;

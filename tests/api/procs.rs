@@ -88,11 +88,36 @@ impl Cluster {
 
     /// [`Cluster::start`] with `--role` (api, worker or all).
     pub async fn start_role(&self, role: &str) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let child =
             self.cmd(&["serve", "--listen", &listen, "--role", role]).stdout(Stdio::null()).spawn().unwrap();
-        let server = Server { child: Some(child), base: format!("http://127.0.0.1:{port}") };
+        self.until_healthy(Server { child: Some(child), base: format!("http://127.0.0.1:{port}") }).await
+    }
+
+    /// [`Cluster::start`] under a file-descriptor limit of `nofile` (soft and hard, through
+    /// `prlimit`), its standard error written to `log`.
+    pub async fn start_with_descriptors(&self, nofile: u64, log: &std::path::Path) -> Server {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let serve = self.cmd(&["serve", "--listen", &listen]);
+        let mut c = Command::new("prlimit");
+        c.arg(format!("--nofile={nofile}:{nofile}")).arg(serve.get_program()).args(serve.get_args());
+        c.current_dir(self.dir.path()).stdout(Stdio::null()).stderr(std::fs::File::create(log).unwrap());
+        for (k, v) in serve.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        self.until_healthy(Server {
+            child: Some(c.spawn().unwrap()),
+            base: format!("http://127.0.0.1:{port}"),
+        })
+        .await
+    }
+
+    async fn until_healthy(&self, server: Server) -> Server {
         for _ in 0..200 {
             if self
                 .client
@@ -183,6 +208,10 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Distinct `webhook-id` headers (notification ids) among `received`.
