@@ -135,6 +135,11 @@ impl From<crate::store::StoreError> for Error {
             crate::store::StoreError::Conflict(what) => {
                 Error::Conflict { name: ErrorName::AlreadyExists, message: format!("{what} already exists") }
             }
+            crate::store::StoreError::Unavailable(cause) => {
+                // Per request, so at debug: the engine and /health report an outage once.
+                tracing::debug!(%cause, "database unavailable");
+                Error::Unavailable("the database is unavailable; try again shortly".into())
+            }
             crate::store::StoreError::Other(e) => Error::Internal(e),
         }
     }

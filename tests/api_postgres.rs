@@ -16,6 +16,8 @@ mod audit;
 mod cli;
 #[path = "api/common.rs"]
 mod common;
+#[path = "api/connections.rs"]
+mod connections;
 #[path = "api/delivery.rs"]
 mod delivery;
 #[path = "api/errors.rs"]
@@ -26,6 +28,8 @@ mod events;
 mod identity;
 #[path = "api/operator.rs"]
 mod operator;
+#[path = "api/outage.rs"]
+mod outage;
 #[path = "api/procs.rs"]
 mod procs;
 #[path = "api/receiver.rs"]

@@ -306,8 +306,12 @@ pub struct TokensConfig {
 pub struct PostgresConfig {
     /// Connections in the pool.
     pub max_connections: u32,
-    /// Longest a statement may run, seconds.
+    /// Longest a statement may run, seconds; then it fails and the request answers 503
+    /// `ServiceUnavailable`. Migrations run without it.
     pub statement_timeout: u64,
+    /// Longest a request waits for a pooled connection, milliseconds, also while the database
+    /// does not answer at all; then 503 `ServiceUnavailable` (issue 21 §2).
+    pub acquire_timeout_ms: u64,
     /// TLS: disable, allow, prefer, require, verify-ca or verify-full. Unset: the URL's
     /// `sslmode`, else prefer.
     pub sslmode: Option<String>,
@@ -315,7 +319,7 @@ pub struct PostgresConfig {
 
 impl Default for PostgresConfig {
     fn default() -> Self {
-        Self { max_connections: 16, statement_timeout: 30, sslmode: None }
+        Self { max_connections: 16, statement_timeout: 5, acquire_timeout_ms: 1500, sslmode: None }
     }
 }
 
@@ -498,8 +502,11 @@ impl Config {
                 ));
             }
         }
-        if self.postgres.max_connections == 0 || self.postgres.statement_timeout == 0 {
-            return Err("invalid configuration: postgres.max_connections and postgres.statement_timeout must be positive".into());
+        if self.postgres.max_connections == 0
+            || self.postgres.statement_timeout == 0
+            || self.postgres.acquire_timeout_ms == 0
+        {
+            return Err("invalid configuration: postgres.max_connections, postgres.statement_timeout and postgres.acquire_timeout_ms must be positive".into());
         }
         if self.log_format != "text" && self.log_format != "json" {
             return Err(format!(

@@ -36,6 +36,11 @@ pub mod suspension;
 const CLAIM_BATCH: usize = 256;
 /// Outcomes written per transaction.
 const COMPLETE_BATCH: usize = 512;
+/// First and longest wait before writing refused outcomes again.
+const RECORD_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const RECORD_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How long shutdown keeps trying to write outcomes the database refuses.
+const RECORD_AT_SHUTDOWN: Duration = Duration::from_secs(5);
 /// Response body kept per attempt, bytes (issue 4: the first 20 KB).
 pub const RESPONSE_BODY_LIMIT: usize = 20 * 1024;
 /// How long a claim outlives twice the attempt timeout, milliseconds: time to connect and to
@@ -78,6 +83,10 @@ pub struct Engine {
     waiting: std::sync::Mutex<std::collections::VecDeque<(Claimed, Instant)>>,
     /// How long a claim is leased, milliseconds.
     lease_ms: i64,
+    /// Outcomes of finished deliveries wait to be written (the database is away): claims
+    /// pause meanwhile, so that a notification whose lease ran out is not delivered again
+    /// before its outcome is recorded (issue 21 §2).
+    unrecorded: std::sync::atomic::AtomicBool,
 }
 
 fn client(
@@ -177,6 +186,7 @@ impl Engine {
             deps,
             in_flight: Default::default(),
             waiting: Default::default(),
+            unrecorded: Default::default(),
         })
     }
 
@@ -197,7 +207,11 @@ impl Engine {
                     me.accept(h, &tx).await;
                 }
                 me.start_waiting(&permits, &tx).await;
-                let free = permits.available_permits().saturating_sub(me.waiting_len()).min(CLAIM_BATCH);
+                let free = if me.unrecorded.load(std::sync::atomic::Ordering::SeqCst) {
+                    0
+                } else {
+                    permits.available_permits().saturating_sub(me.waiting_len()).min(CLAIM_BATCH)
+                };
                 let mut full = false;
                 if free > 0 {
                     let now = ids::now_ms();
@@ -403,15 +417,33 @@ impl Engine {
         }
     }
 
+    /// Writes outcomes in batches. A batch the database refuses is kept and written again,
+    /// backing off up to [`RECORD_BACKOFF_MAX`], until it is recorded: so a delivery that
+    /// finished during an outage is not delivered again once the database is back. At shutdown
+    /// it tries for at most [`RECORD_AT_SHUTDOWN`]; then those leases run out and the
+    /// notifications are delivered again, as after a crash.
     async fn complete_loop(self: Arc<Self>, mut rx: mpsc::Receiver<Outcome>) {
+        use std::sync::atomic::Ordering::SeqCst;
         let cfg = &self.deps.config.delivery;
         let rule = suspension::SuspendRule::of(cfg);
-        while let Some(first) = rx.recv().await {
-            let mut batch = vec![first];
+        let mut batch: Vec<Outcome> = Vec::new();
+        let mut backoff = RECORD_BACKOFF_MIN;
+        let mut closed_at: Option<Instant> = None;
+        loop {
+            if batch.is_empty() {
+                match rx.recv().await {
+                    Some(o) => batch.push(o),
+                    None => break,
+                }
+            }
             while batch.len() < COMPLETE_BATCH {
                 match rx.try_recv() {
                     Ok(o) => batch.push(o),
-                    Err(_) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        closed_at.get_or_insert_with(Instant::now);
+                        break;
+                    }
                 }
             }
             match self.deps.store.complete(&batch, ids::now_ms(), &rule).await {
@@ -419,10 +451,22 @@ impl Engine {
                     for id in suspended {
                         tracing::warn!(webhook = %id, "webhook suspended after repeated delivery failures");
                     }
+                    if self.unrecorded.swap(false, SeqCst) {
+                        tracing::info!("delivery outcomes recorded again");
+                    }
+                    batch.clear();
+                    backoff = RECORD_BACKOFF_MIN;
                 }
-                // The leases run out and the notifications are delivered again.
                 Err(e) => {
-                    tracing::error!(error = %e, count = batch.len(), "recording delivery outcomes failed")
+                    if !self.unrecorded.swap(true, SeqCst) {
+                        tracing::error!(error = %e, count = batch.len(), "recording delivery outcomes failed; keeping them to write again, and claiming nothing meanwhile");
+                    }
+                    if closed_at.is_some_and(|at| at.elapsed() > RECORD_AT_SHUTDOWN) {
+                        tracing::error!(count = batch.len(), "shutting down with delivery outcomes unrecorded: their leases will end and they are delivered again");
+                        break;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RECORD_BACKOFF_MAX);
                 }
             }
             self.deps.handoff.wake.notify_one();

@@ -27,6 +27,10 @@ pub enum ApiError {
     UnsupportedMediaType,
 }
 
+/// `Retry-After` of a 503 `ServiceUnavailable` (the database is away), seconds: the pool
+/// reconnects on the next request, so a client may try again soon.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
+
 impl ApiError {
     /// The status of each failure.
     pub fn status(&self) -> StatusCode {
@@ -80,7 +84,11 @@ impl ApiError {
             Error::Busy { message, retry_after_secs } => {
                 ErrorBody::new(ErrorName::ServerBusy, message, json!({ "retryAfter": retry_after_secs }))
             }
-            Error::Unavailable(message) => ErrorBody::new(ErrorName::ServiceUnavailable, message, json!({})),
+            Error::Unavailable(message) => ErrorBody::new(
+                ErrorName::ServiceUnavailable,
+                message,
+                json!({ "retryAfter": UNAVAILABLE_RETRY_AFTER_SECS }),
+            ),
             Error::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "internal error");
                 ErrorBody::new(ErrorName::InternalError, "internal error", json!({}))
@@ -117,6 +125,10 @@ impl IntoResponse for ApiError {
                 Error::Throttled { retry_after_secs, .. } | Error::Busy { retry_after_secs, .. },
             ) => {
                 res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            }
+            ApiError::Domain(Error::Unavailable(_)) => {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECS));
             }
             _ => {}
         }

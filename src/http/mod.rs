@@ -83,7 +83,10 @@ pub struct Health {
     pub status: String,
 }
 
-/// 200 when the database answers, 503 otherwise.
+/// Longest `/health` waits for the database before answering 503 (issue 21 §2).
+pub const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
+
+/// 200 when the database answers within 800 ms (`HEALTH_TIMEOUT`), 503 otherwise.
 #[utoipa::path(get, path = "/health", tag = "operations",
     responses(
         (status = 200, description = "Healthy", body = Health),
@@ -91,8 +94,12 @@ pub struct Health {
     ))]
 async fn health(State(state): State<AppState>) -> error::ApiResult<Json<Health>> {
     // The cause goes to the log, not to whoever asks: it can name hosts and users.
-    state.store.ping().await.map_err(|e| {
-        tracing::error!(error = %e, "health check: the database does not answer");
+    let answered = match tokio::time::timeout(HEALTH_TIMEOUT, state.store.ping()).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {HEALTH_TIMEOUT:?}")),
+    };
+    answered.map_err(|cause| {
+        tracing::error!(error = %cause, "health check: the database does not answer");
         Error::Unavailable("database unavailable".into())
     })?;
     Ok(Json(Health { status: "ok".into() }))

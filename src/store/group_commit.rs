@@ -269,6 +269,12 @@ async fn run<DB, F, Fut>(
             Err(e) if single => {
                 let _ = replies.into_iter().next().map(|r| r.send(Err(e)));
             }
+            // The database is away: one at a time would only make each wait for it again.
+            Err(StoreError::Unavailable(cause)) => {
+                for reply in replies {
+                    let _ = reply.send(Err(StoreError::Unavailable(cause.clone())));
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, events = events.len(), "a batch of events failed; writing each on its own");
                 for (event, reply) in events.into_iter().zip(replies) {

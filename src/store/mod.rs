@@ -65,13 +65,44 @@ pub enum StoreError {
     /// A unique constraint was violated; the string says what already exists.
     #[error("{0} already exists")]
     Conflict(String),
+    /// The database does not answer now: the connection was refused or lost, no pooled
+    /// connection came free within the acquire timeout, the server is shutting down or busy,
+    /// or a statement ran past its timeout. A transaction that failed so was not applied,
+    /// unless the connection was lost after its commit was sent (then a retry with the same
+    /// idempotency key finds it). The string is the cause, for logs only: it can name hosts.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
+        if unavailable(&e) {
+            return StoreError::Unavailable(e.to_string());
+        }
         StoreError::Other(e.into())
+    }
+}
+
+/// Whether `e` says the database is away or overloaded rather than that the statement is
+/// wrong. PostgreSQL SQLSTATE classes: 08 connection exception, 53 insufficient resources,
+/// 57P01-57P03 shutdown or not yet accepting, 57014 statement timeout; SQLite: 5 (BUSY) and
+/// 6 (LOCKED) after the busy timeout.
+fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("53")
+                || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "57014" | "5" | "6")
+        }),
+        _ => false,
     }
 }
 

@@ -7,8 +7,8 @@ use std::{future::Future, str::FromStr, time::Duration};
 
 use anyhow::Context;
 use sqlx::{
-    postgres::{PgConnectOptions, PgPoolOptions, PgSslMode},
-    Pool, Postgres, Transaction,
+    postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgSslMode},
+    Connection, Pool, Postgres, Transaction,
 };
 
 use super::{group_commit, read_cache, Dialect, SqlStore};
@@ -31,14 +31,18 @@ impl SqlStore<Postgres> {
                 PgSslMode::from_str(mode).map_err(|_| anyhow::anyhow!("invalid sslmode {mode:?}"))?,
             );
         }
+        // Migrations may rebuild an index over a large table: no statement timeout for them.
+        let mut migrating =
+            PgConnection::connect_with(&opts).await.context("cannot connect to PostgreSQL")?;
+        MIGRATOR.run(&mut migrating).await.context("applying migrations")?;
+        let _ = migrating.close().await;
         opts = opts.options([("statement_timeout", format!("{}s", cfg.statement_timeout))]);
         let pool = PgPoolOptions::new()
             .max_connections(cfg.max_connections)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(Duration::from_millis(cfg.acquire_timeout_ms))
             .connect_with(opts)
             .await
             .context("cannot connect to PostgreSQL")?;
-        MIGRATOR.run(&pool).await.context("applying migrations")?;
         Ok(Self::start(
             pool,
             config,

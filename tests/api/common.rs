@@ -125,6 +125,10 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = TestDb::new(dir.path()).await;
     let mut config = Config { database_url: db.url.clone(), ..Config::default() };
+    // A hundred tests share two cores and one PostgreSQL: give a slow moment room. The outage
+    // test puts the defaults back.
+    config.postgres.acquire_timeout_ms = 10_000;
+    config.postgres.statement_timeout = 30;
     tweak(&mut config);
     if config.environment == Environment::Production && config.secret_key_file.is_none() {
         let key: PathBuf = dir.path().join("prod.key");
