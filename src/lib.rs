@@ -74,6 +74,9 @@ impl AppState {
                 hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
                 refused_clients: Arc::default(),
                 throttle_notes: Arc::default(),
+                replay: Arc::new(identity::signed::ReplayMemory::new(
+                    config.tokens.hmac_read_replay_capacity,
+                )),
                 dispatch: dispatch.clone(),
             },
             webhooks: webhooks::Webhooks {

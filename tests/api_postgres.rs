@@ -40,6 +40,8 @@ mod records;
 mod scaleout;
 #[path = "api/sessions.rs"]
 mod sessions;
+#[path = "api/signed.rs"]
+mod signed;
 #[path = "api/tokens.rs"]
 mod tokens;
 #[path = "api/wallets.rs"]

@@ -29,9 +29,14 @@ impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let ClientIp(ip) = ClientIp::from_request_parts(parts, state).await?;
-        let header = parts.headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let mut principal = crate::identity::auth::authenticate(&state.identity, header, ip).await?;
+        let mut principal = match parts.extensions.remove::<super::signed::Verified>() {
+            Some(super::signed::Verified(principal)) => principal,
+            None => {
+                let ClientIp(ip) = ClientIp::from_request_parts(parts, state).await?;
+                let header = parts.headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+                crate::identity::auth::authenticate(&state.identity, header, ip).await?
+            }
+        };
         principal.request_id = parts
             .headers
             .get(&super::request_id::REQUEST_ID)

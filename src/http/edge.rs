@@ -8,8 +8,11 @@
 //! 3. the in-flight limit (`max_in_flight_requests`): past it, 503 `ServerBusy` at once rather
 //!    than a queue that only hides the overload until the timeout (issue 9 §8);
 //! 4. the timeout (`request_timeout` seconds): 408 `RequestTimeout` (issue 9 §8);
-//! 5. on the way out: the route's metrics, the `RateLimit-*` headers of an authenticated
-//!    request, and the §7 error body with its `requestId`.
+//! 5. a signed request (BitGo's HMAC headers): its signature checked before the handler
+//!    ([`super::signed`]), inside the timeout;
+//! 6. on the way out: the route's metrics, the `RateLimit-*` headers of an authenticated
+//!    request, the §7 error body with its `requestId`, and, last, the signature of the
+//!    response to a verified signed request.
 
 use std::{sync::Arc, time::Duration};
 
@@ -26,6 +29,7 @@ use super::{
     auth::{add_rate_limit_headers, RateSlot},
     error::ApiError,
     request_id::{acceptable, with_error_body, REQUEST_ID},
+    signed,
 };
 use crate::{error::Error, AppState};
 
@@ -63,17 +67,29 @@ pub async fn edge(State(edge): State<Edge>, mut req: Request, next: Next) -> Res
     let (method, route) = super::metrics::request_labels(&req);
     let slot = RateSlot::default();
     req.extensions_mut().insert(slot.clone());
-    let mut res = match edge.in_flight.clone().try_acquire_owned() {
+    let (mut res, signer) = match edge.in_flight.clone().try_acquire_owned() {
         Ok(permit) => {
-            let handled = tokio::time::timeout(edge.timeout, next.run(req)).instrument(span.clone()).await;
+            let run = async {
+                if !signed::is_signed(&req) {
+                    return (next.run(req).await, None);
+                }
+                match signed::verify(&edge.state, req).await {
+                    Ok((req, signer)) => (next.run(req).await, Some(signer)),
+                    Err(refused) => (refused, None),
+                }
+            };
+            let handled = tokio::time::timeout(edge.timeout, run).instrument(span.clone()).await;
             drop(permit);
-            handled.unwrap_or_else(|_| StatusCode::REQUEST_TIMEOUT.into_response())
+            handled.unwrap_or_else(|_| (StatusCode::REQUEST_TIMEOUT.into_response(), None))
         }
-        Err(_) => ApiError::from(Error::Busy {
-            message: "the server is handling too many requests; try again shortly".into(),
-            retry_after_secs: 1,
-        })
-        .into_response(),
+        Err(_) => (
+            ApiError::from(Error::Busy {
+                message: "the server is handling too many requests; try again shortly".into(),
+                retry_after_secs: 1,
+            })
+            .into_response(),
+            None,
+        ),
     };
     add_rate_limit_headers(&mut res, &slot);
     let status = res.status();
@@ -84,5 +100,8 @@ pub async fn edge(State(edge): State<Edge>, mut req: Request, next: Next) -> Res
     }
     let mut res = with_error_body(res, &request_id);
     res.headers_mut().entry(REQUEST_ID.clone()).or_insert(request_id);
-    res
+    match signer {
+        Some(signer) => signed::sign(res, &signer).await,
+        None => res,
+    }
 }

@@ -31,6 +31,7 @@ pub mod handlers;
 pub mod metrics;
 mod openapi;
 pub mod request_id;
+pub mod signed;
 
 /// Largest request body accepted, bytes (issue 2 §2).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;

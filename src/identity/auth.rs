@@ -33,6 +33,12 @@ pub fn hash_token(value: &str) -> String {
     hex::encode(Sha256::digest(value.as_bytes()))
 }
 
+/// What a token's sealed value is bound to: its id, so a sealed value copied to another row
+/// does not open.
+pub fn token_aad(id: &crate::types::TokenId) -> String {
+    format!("token:{id}")
+}
+
 fn well_formed(value: &str) -> bool {
     value
         .strip_prefix(TOKEN_PREFIX)
@@ -108,6 +114,17 @@ pub async fn authenticate(
         .await?
         .filter(|t| t.revoked_at.is_none())
         .ok_or_else(|| unauthenticated(ErrorName::InvalidToken, "unknown or revoked access token"))?;
+    principal_of_token(svc, token, client_ip).await
+}
+
+/// The principal of a token found by its hash (Bearer or signed): refused when expired, used
+/// from outside its `ipRestrict`, or its user is not active; records its use at most once a
+/// minute.
+pub(super) async fn principal_of_token(
+    svc: &Identity,
+    token: Arc<TokenRecord>,
+    client_ip: IpAddr,
+) -> Result<Principal> {
     if ids::now() >= token.expires_at {
         return Err(unauthenticated(ErrorName::TokenExpired, "the access token has expired"));
     }

@@ -9,7 +9,7 @@ use crate::store::AuditType;
 use std::net::IpAddr;
 
 use super::{
-    auth::{hash_token, new_token_value},
+    auth::new_token_value,
     otp::verify_otp,
     scopes::{session_scopes, Grant, RESET_2FA_SCOPES},
     throttle,
@@ -171,14 +171,14 @@ async fn issue_session(
     let value = new_token_value();
     let mut token = new_token_record(
         svc,
-        hash_token(&value),
+        &value,
         &user.id,
         if reset { TokenKind::Reset2fa } else { TokenKind::Session },
         scopes,
         now,
         now + ttl,
         ip,
-    );
+    )?;
     token.is_extensible = extensible && !reset;
     token.admin = user.service_admin && !reset;
     let mut entry = audit::entry(AuditType::LoginSucceeded).data(json!({ "forReset2FA": reset }));

@@ -15,6 +15,7 @@ pub mod password;
 pub mod rate_limit;
 pub mod scopes;
 pub mod sessions;
+pub mod signed;
 pub mod throttle;
 pub mod tokens;
 pub mod totp;
@@ -37,4 +38,6 @@ pub struct Identity {
     pub throttle_notes: Arc<throttle::ThrottleNotes>,
     /// Wakes delivery for the accessToken notifications a new token writes.
     pub dispatch: Arc<dyn Dispatch>,
+    /// Signed reads this process has seen (the replay guard of reads, issue 20 §1).
+    pub replay: Arc<signed::ReplayMemory>,
 }

@@ -321,6 +321,7 @@ mod tests {
             parent_id: None,
             last_used_at: None,
             unlock: None,
+            sealed_value: None,
         }
     }
 

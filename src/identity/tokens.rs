@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::{
-    auth::{hash_token, new_token_value, Principal},
+    auth::{new_token_value, Principal},
     otp::verify_otp,
     scopes::{parse_scopes, Action, Grant},
     users::require_membership,
@@ -308,22 +308,26 @@ pub struct CreatedToken {
     pub record: TokenRecord,
 }
 
-/// Builds a token record with the fields every token has; the caller sets the rest (label,
-/// limits, restrictions). Times are Unix seconds; `ip` is the requesting client's address.
+/// Builds the record of the token `value` with the fields every token has: its hash (the
+/// lookup key) and its value sealed under the master key (the HMAC key, issue 20 §1). The
+/// caller sets the rest (label, limits, restrictions). Times are Unix seconds; `ip` is the
+/// requesting client's address. Errors: `Internal` if sealing fails.
 #[allow(clippy::too_many_arguments)]
 pub fn new_token_record(
     svc: &Identity,
-    token_hash: String,
+    value: &str,
     user_id: &UserId,
     kind: TokenKind,
     scopes: Vec<Grant>,
     created_at: i64,
     expires_at: i64,
     ip: IpAddr,
-) -> TokenRecord {
-    TokenRecord {
-        id: TokenId::new_random(),
-        token_hash,
+) -> Result<TokenRecord> {
+    let id = TokenId::new_random();
+    let sealed = svc.key.seal(&super::auth::token_aad(&id), value.as_bytes())?;
+    Ok(TokenRecord {
+        id,
+        token_hash: super::auth::hash_token(value),
         user_id: user_id.clone(),
         kind,
         label: None,
@@ -343,7 +347,8 @@ pub fn new_token_record(
         parent_id: None,
         last_used_at: None,
         unlock: None,
-    }
+        sealed_value: Some(sealed),
+    })
 }
 
 /// The widest `ipRestrict` blocks production accepts without `tokens.allow_wide_ip_restrict`.
@@ -548,14 +553,14 @@ pub async fn create_access_token(svc: &Identity, auth: &Principal, mut body: Val
     let scopes = v.grants.clone();
     let mut record = new_token_record(
         svc,
-        hash_token(&value),
+        &value,
         &auth.user.id,
         TokenKind::Access,
         scopes,
         now,
         now + i64::try_from(duration).unwrap_or(0),
         auth.client_ip,
-    );
+    )?;
     record.label = Some(v.label);
     record.ip_restrict = v.ip_restrict;
     record.enterprise = v.enterprise;

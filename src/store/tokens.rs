@@ -81,6 +81,9 @@ pub struct TokenRecord {
     pub last_used_at: Option<i64>,
     /// The session's unlock, when it has one (it may have expired).
     pub unlock: Option<Unlock>,
+    /// The token's value sealed under the master key (aad `token:<id>`), the key of HMAC
+    /// authentication (issue 20 §1); `None` for tokens made before it was kept.
+    pub sealed_value: Option<Vec<u8>>,
 }
 
 /// How stale `lastUsedAt` may get before a request writes it again, seconds: the hot path
@@ -160,6 +163,11 @@ pub trait TokenStore: Send + Sync {
         -> StoreResult<()>;
     /// Sets a token's expiry (extension), with its audit entries.
     async fn set_token_expiry(&self, id: &TokenId, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()>;
+    /// Records the HMAC of a signed request that changes state, kept until `expires_at_ms`
+    /// (Unix ms, when its timestamp leaves the window): false when it was recorded already, a
+    /// replay (issue 20 §1). Now and then removes up to 1,000 expired rows, so the table holds
+    /// about one window of requests.
+    async fn record_signed_request(&self, hmac: &str, now_ms: i64, expires_at_ms: i64) -> StoreResult<bool>;
 }
 
 #[derive(FromRow)]
@@ -186,6 +194,7 @@ struct TokenRow {
     last_used_at: Option<i64>,
     unlock_time: Option<i64>,
     unlock_expires: Option<i64>,
+    sealed_value: Option<Vec<u8>>,
 }
 
 impl TokenRow {
@@ -230,6 +239,7 @@ impl TokenRow {
                 (Some(time), Some(expires)) => Some(Unlock { time, expires }),
                 _ => None,
             },
+            sealed_value: self.sealed_value,
         })
     }
 }
@@ -244,11 +254,11 @@ struct TemplateRow {
 /// The columns a token is inserted with.
 const TOKEN_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id";
+    permitted_enterprises, origin, parent_id, sealed_value";
 /// The columns a token is read with: those it is inserted with and those written later.
 const TOKEN_READ_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires";
+    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value";
 
 #[async_trait]
 impl<DB> TokenStore for SqlStore<DB>
@@ -263,6 +273,8 @@ where
     for<'q> Option<String>: Encode<'q, DB>,
     for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, DB>,
+    Vec<u8>: Type<DB>,
     for<'r> TokenRow: FromRow<'r, DB::Row>,
     for<'r> TemplateRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
@@ -277,7 +289,7 @@ where
         let mut tx = self.begin_write().await?;
         let sql = format!(
             "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
         );
         sqlx::query(&sql)
             .bind(t.id.as_str())
@@ -299,6 +311,7 @@ where
             .bind(to_json_opt(&t.permitted_enterprises)?)
             .bind(t.origin.as_str())
             .bind(t.parent_id.as_deref())
+            .bind(t.sealed_value.clone())
             .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "a token with this id"))?;
@@ -430,6 +443,27 @@ where
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
+    async fn record_signed_request(&self, hmac: &str, now_ms: i64, expires_at_ms: i64) -> StoreResult<bool> {
+        let _gate = self.write_gate().await;
+        if rand::random::<u8>() < 4 {
+            sqlx::query(
+                "DELETE FROM signed_requests WHERE hmac IN \
+                 (SELECT hmac FROM signed_requests WHERE expires_at < $1 LIMIT 1000)",
+            )
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await?;
+        }
+        let done = sqlx::query(
+            "INSERT INTO signed_requests (hmac, expires_at) VALUES ($1, $2) ON CONFLICT (hmac) DO NOTHING",
+        )
+        .bind(hmac)
+        .bind(expires_at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
+
     async fn touch_token(&self, id: &TokenId, token_hash: &str, now: i64) -> StoreResult<()> {
         let _gate = self.write_gate().await;
         sqlx::query(

@@ -19,6 +19,7 @@ mod procs;
 mod receiver;
 mod records;
 mod sessions;
+mod signed;
 mod tokens;
 mod wallets;
 mod webhooks;

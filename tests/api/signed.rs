@@ -1,0 +1,200 @@
+//! Signed requests, BitGo's auth versions 2 and 3 (issue 20 §1), signed here exactly as
+//! `@bitgo/sdk-hmac` signs them: the request, the response check, the window, the replay guard
+//! and every malformed header.
+
+use hmac::Mac;
+use reqwest::{Method, Response};
+use serde_json::{json, Value};
+use sha2::Digest;
+
+use crate::{common::*, webhooks::WALLET};
+
+fn hmac_hex(key: &str, subject: &[u8]) -> String {
+    let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).expect("key");
+    m.update(subject);
+    hex::encode(m.finalize().into_bytes())
+}
+
+/// What a signed request is made of; a test changes one part to break it.
+struct Signed {
+    version: &'static str,
+    method: Method,
+    path: String,
+    body: String,
+    ts: i64,
+}
+
+impl Signed {
+    fn new(version: &'static str, method: Method, path: &str, body: &str) -> Self {
+        Signed { version, method, path: path.into(), body: body.into(), ts: custodian::ids::now_ms() }
+    }
+
+    /// The SDK's request subject (`calculateHMACSubject` without a status).
+    fn subject(&self) -> String {
+        match self.version {
+            "3.0" => format!("{}|{}|3.0|{}|{}", self.method.as_str(), self.ts, self.path, self.body),
+            _ => format!("{}|{}|{}", self.ts, self.path, self.body),
+        }
+    }
+
+    /// Sends it with `token`'s hash as the bearer and `mac` as the HMAC (None: the right one).
+    async fn send(&self, app: &TestApp, token: &str, mac: Option<&str>) -> Response {
+        let right = hmac_hex(token, self.subject().as_bytes());
+        let mut req = app
+            .client
+            .request(self.method.clone(), app.url(&self.path))
+            .header("Authorization", format!("Bearer {}", hex::encode(sha2::Sha256::digest(token))))
+            .header("Auth-Timestamp", self.ts.to_string())
+            .header("HMAC", mac.unwrap_or(&right))
+            .header("BitGo-Auth-Version", self.version);
+        if !self.body.is_empty() {
+            req = req.header("Content-Type", "application/json").body(self.body.clone());
+        }
+        req.send().await.expect("request")
+    }
+}
+
+/// Checks the response's `hmac` and `timestamp` as the SDK's `verifyResponse` does, and
+/// returns its body.
+async fn verified_body(res: Response, signed: &Signed, token: &str) -> Value {
+    let status = res.status().as_u16();
+    let header = |n: &str| res.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let (ts, mac) = (header("timestamp").expect("timestamp header"), header("hmac").expect("hmac header"));
+    let text = res.text().await.expect("body");
+    let subject = match signed.version {
+        "3.0" => format!("{}|{ts}|{}|{status}|{text}", signed.method.as_str(), signed.path),
+        _ => format!("{ts}|{}|{status}|{text}", signed.path),
+    };
+    assert_eq!(mac, hmac_hex(token, subject.as_bytes()), "response HMAC over {subject:?}");
+    let age = custodian::ids::now_ms() - ts.parse::<i64>().expect("timestamp is ms");
+    assert!((-60_000..=300_000).contains(&age), "response timestamp {age} ms old");
+    serde_json::from_str(&text).expect("json")
+}
+
+async fn signed_setup() -> (TestApp, String) {
+    let app = spawn_app().await;
+    let user = app.create_user("signer@example.com").await;
+    let e = app.create_enterprise("Signers", &[(&user, true)]).await;
+    app.import_wallet(WALLET, &e, &[&user.id]).await;
+    let token = app.login(&user).await;
+    (app, token)
+}
+
+#[tokio::test]
+async fn v2_and_v3_requests_are_accepted_and_their_responses_signed() {
+    let (app, token) = signed_setup().await;
+    for version in ["2.0", "3.0"] {
+        let me = Signed::new(version, Method::GET, "/api/v2/user/me", "");
+        let res = me.send(&app, &token, None).await;
+        assert_eq!(res.status(), 200, "{version}");
+        let body = verified_body(res, &me, &token).await;
+        assert_eq!(body["user"]["username"], "signer@example.com", "{body}");
+
+        let body = json!({ "ids": [WALLET] }).to_string();
+        let lookup = Signed::new(version, Method::POST, "/api/v2/internal/wallet?expandBalance=true", &body);
+        let res = lookup.send(&app, &token, None).await;
+        assert_eq!(res.status(), 200, "{version}");
+        let got = verified_body(res, &lookup, &token).await;
+        assert_eq!(got["wallets"][0]["id"], WALLET, "{got}");
+    }
+    // An error after authentication is signed too.
+    let missing =
+        Signed::new("3.0", Method::GET, "/api/v2/tbtc/wallet/ffffffffffffffffffffffffffffffff/webhooks", "");
+    let res = missing.send(&app, &token, None).await;
+    assert_eq!(res.status(), 404);
+    let body = verified_body(res, &missing, &token).await;
+    assert!(body["requestId"].as_str().is_some(), "{body}");
+}
+
+#[tokio::test]
+async fn a_signed_request_is_accepted_once() {
+    let (app, token) = signed_setup().await;
+    let body = json!({ "ids": [WALLET] }).to_string();
+    for (method, path, body) in
+        [(Method::POST, "/api/v2/internal/wallet", body.as_str()), (Method::GET, "/api/v2/user/me", "")]
+    {
+        let req = Signed::new("2.0", method, path, body);
+        assert_eq!(req.send(&app, &token, None).await.status(), 200);
+        let again = req.send(&app, &token, None).await;
+        assert_eq!(again.headers()["x-auth-required"], "true");
+        assert_error(again, 401, "RequestReplayed").await;
+    }
+}
+
+#[tokio::test]
+async fn stale_tampered_and_malformed_signatures_are_401() {
+    let (app, token) = signed_setup().await;
+    let now = custodian::ids::now_ms();
+    for (offset, what) in [(-301_000, "six minutes old"), (61_000, "a minute ahead")] {
+        let mut req = Signed::new("2.0", Method::GET, "/api/v2/user/me", "");
+        req.ts = now + offset;
+        let res = req.send(&app, &token, None).await;
+        assert_eq!(res.status(), 401, "{what}");
+        assert_error(res, 401, "StaleRequest").await;
+    }
+    // Signed over one body, sent with another.
+    let req =
+        Signed::new("3.0", Method::POST, "/api/v2/internal/wallet", &json!({ "ids": [WALLET] }).to_string());
+    let mac = hmac_hex(&token, req.subject().as_bytes());
+    let tampered = Signed { body: json!({ "ids": ["0".repeat(32)] }).to_string(), ..req };
+    assert_error(tampered.send(&app, &token, Some(&mac)).await, 401, "InvalidSignature").await;
+    let req = Signed::new("2.0", Method::GET, "/api/v2/user/me", "");
+    assert_error(req.send(&app, &token, Some("zz")).await, 401, "InvalidSignature").await;
+    assert_error(req.send(&app, &token, Some(&"0".repeat(64))).await, 401, "InvalidSignature").await;
+    // The hash of the token as a plain bearer, without a signature.
+    let hash = hex::encode(sha2::Sha256::digest(&token));
+    let res = app.get_auth("/api/v2/user/me", &hash).await;
+    assert_eq!(res.headers()["x-auth-required"], "true");
+    assert_error(res, 401, "InvalidToken").await;
+    // An unknown token, signed correctly with itself.
+    let unknown = format!("v2x{}", "ab".repeat(32));
+    assert_error(req.send(&app, &unknown, None).await, 401, "InvalidToken").await;
+    // Headers that do not parse.
+    let url = app.url("/api/v2/user/me");
+    let bearer = format!("Bearer {hash}");
+    let ts = now.to_string();
+    let mac = hmac_hex(&token, format!("{ts}|/api/v2/user/me|").as_bytes());
+    for (name, value, error) in [
+        ("Auth-Timestamp", "soon", "AuthenticationRequired"),
+        ("BitGo-Auth-Version", "9.0", "AuthenticationRequired"),
+        ("Authorization", "Bearer short", "AuthenticationRequired"),
+        ("HMAC", "", "InvalidSignature"),
+    ] {
+        let mut headers = vec![
+            ("Authorization", bearer.as_str()),
+            ("Auth-Timestamp", ts.as_str()),
+            ("HMAC", mac.as_str()),
+            ("BitGo-Auth-Version", "2.0"),
+        ];
+        for h in headers.iter_mut().filter(|h| h.0 == name) {
+            h.1 = value;
+        }
+        let mut r = app.client.get(&url);
+        for (n, v) in headers {
+            r = r.header(n, v);
+        }
+        let res = r.send().await.expect("request");
+        assert_eq!(res.headers()["x-auth-required"], "true", "{name}: {value}");
+        assert_error(res, 401, error).await;
+    }
+}
+
+#[tokio::test]
+async fn token_values_are_sealed_at_rest() {
+    let (app, token) = signed_setup().await;
+    let hash = hex::encode(sha2::Sha256::digest(&token));
+    let sealed = app
+        .raw_sql(&format!("SELECT {} FROM access_tokens WHERE token_hash = '{hash}'", hex_of("sealed_value")))
+        .await;
+    assert_eq!(sealed.len(), 1, "one sealed value");
+    assert!(sealed[0].len() > 2 * token.len(), "nonce, ciphertext and tag: {}", sealed[0]);
+    assert!(!sealed[0].contains(&hex::encode(token.as_bytes())), "the value is not stored in the clear");
+}
+
+/// The SQL of `column`'s bytes as hex text, in this backend's spelling.
+fn hex_of(column: &str) -> String {
+    match crate::BACKEND {
+        Backend::Sqlite => format!("lower(hex({column}))"),
+        Backend::Postgres => format!("encode({column}, 'hex')"),
+    }
+}
