@@ -12,6 +12,8 @@ mod abuse;
 mod attacks;
 #[path = "api/audit.rs"]
 mod audit;
+#[path = "api/bitgo.rs"]
+mod bitgo;
 #[path = "api/cli.rs"]
 mod cli;
 #[path = "api/common.rs"]

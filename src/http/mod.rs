@@ -23,6 +23,7 @@ use self::handlers::{audit, events, identity, sessions, wallets, webhook_admin, 
 use crate::{error::Error, AppState};
 
 pub mod auth;
+mod bitgo;
 pub mod connections;
 mod edge;
 pub mod error;
@@ -108,11 +109,12 @@ async fn health(State(state): State<AppState>) -> error::ApiResult<Json<Health>>
 
 /// The routes and the OpenAPI document describing them, built together so they cannot drift.
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(health))
         .routes(routes!(metrics::render))
         .routes(routes!(openapi_document))
         .routes(routes!(identity::login))
+        .routes(routes!(identity::session_login))
         .routes(routes!(identity::create_access_token, sessions::list_tokens))
         .routes(routes!(sessions::revoke_token))
         .routes(routes!(sessions::session))
@@ -148,7 +150,11 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(webhook_admin::resend))
         .routes(routes!(events::ingest_event))
         .routes(routes!(audit::list))
-        .split_for_parts()
+        .routes(routes!(bitgo::ping))
+        .routes(routes!(bitgo::client_constants))
+        .split_for_parts();
+    let router = bitgo::add(router, &mut doc);
+    (router, doc)
 }
 
 /// The OpenAPI 3.1 document of every route.

@@ -29,10 +29,10 @@ static TIMESTAMP: HeaderName = HeaderName::from_static("timestamp");
 #[derive(Clone)]
 pub struct Verified(pub Principal);
 
-/// Whether `req` claims to be signed: any of `HMAC`, `Auth-Timestamp`, `BitGo-Auth-Version`.
+/// Whether `req` claims to be signed: it carries an `HMAC` header. (BitGoJS sends
+/// `BitGo-Auth-Version` on every request, signed or not.)
 pub fn is_signed(req: &Request) -> bool {
-    let h = req.headers();
-    h.contains_key(&HMAC) || h.contains_key(&AUTH_TIMESTAMP) || h.contains_key(&AUTH_VERSION)
+    req.headers().contains_key(&HMAC)
 }
 
 /// Checks a signed request: on success the request (body restored) carries [`Verified`], with

@@ -36,6 +36,8 @@ pub struct Credentials {
     pub extensible: bool,
     /// Gives a token limited to the 2FA-reset flow (docs/scopes.md).
     pub for_reset_2fa: bool,
+    /// The password itself, or BitGo's form of it (`POST /api/auth/v1/session`).
+    pub password_form: super::password::PasswordForm,
 }
 
 /// A successful login: the new session token (its secret value shown once) and its user.
@@ -120,9 +122,10 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
     };
 
     let user = svc.store.user_by_email(&address).await?.filter(|u| u.is_active);
-    let phc = user.as_ref().map(|u| u.password_hash.clone());
+    let stored = user.as_ref().map(|u| u.password_hash.as_str());
+    let (offered, phc, upgrade) = super::password::candidate(email, &req.password, req.password_form, stored);
     let (extensible, reset) = (req.extensible, req.for_reset_2fa);
-    let password_ok = match admission.verify(req.password, phc).await {
+    let password_ok = match admission.verify(offered, phc).await {
         Ok(ok) => ok,
         Err(e) => {
             // Refused for capacity, not tried: not a failure.
@@ -147,9 +150,30 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
         return Err(login_failed(true));
     }
     attempt.forget(svc).await?;
+    if upgrade {
+        upgrade_password(svc, &user, &req.password).await;
+    }
     throttle::login_succeeded(svc, email, &client, now).await?;
     svc.store.set_last_login(&user.id, now, &[]).await?;
     issue_session(svc, user, ip, now, extensible, reset).await
+}
+
+/// Stores the BitGo form of a user's plain password in place of the hash of the plain password
+/// (issue 20 §2), so that BitGoJS can log them in from now on. A failure is logged: the old
+/// hash still works.
+async fn upgrade_password(svc: &Identity, user: &User, plain: &str) {
+    let (email, plain) = (user.email.to_string(), plain.to_string());
+    let phc = tokio::task::spawn_blocking(move || super::password::hash_for_storage(&email, &plain)).await;
+    let stored = match phc {
+        Ok(Ok(phc)) => {
+            svc.store.update_user(&user.id, crate::store::UserChange::Password(phc), ids::now(), &[]).await
+        }
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(anyhow::Error::from(e).into()),
+    };
+    if let Err(e) = stored {
+        tracing::warn!(error = %e, "storing the upgraded password hash failed");
+    }
 }
 
 /// The session token of a login that passed every check (`extensible`, or limited to the 2FA

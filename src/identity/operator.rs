@@ -82,9 +82,10 @@ pub async fn set_password(store: &DynStore, email: &str, plain: &str) -> Result<
         ));
     }
     let u = user(store, email).await?;
-    let pw = plain.to_string();
-    let phc =
-        tokio::task::spawn_blocking(move || password::hash(&pw)).await.map_err(anyhow::Error::from)??;
+    let (pw, address) = (plain.to_string(), u.email.to_string());
+    let phc = tokio::task::spawn_blocking(move || password::hash_for_storage(&address, &pw))
+        .await
+        .map_err(anyhow::Error::from)??;
     store
         .update_user(&u.id, UserChange::Password(phc), ids::now(), &[about(&u, AuditType::UserPasswordSet)])
         .await?;

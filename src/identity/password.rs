@@ -49,6 +49,64 @@ pub fn hash(password: &str) -> anyhow::Result<String> {
         .map_err(|e| anyhow!("hashing password: {e}"))
 }
 
+/// Marks a stored hash of a password's BitGo form ([`bitgo_form`]); a stored hash without it
+/// is argon2id of the plain password (users made before issue 20), upgraded at the user's next
+/// plain-password login.
+pub const BITGO_FORM_MARK: &str = "bitgo-hmac:";
+
+/// How a login presents its password.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PasswordForm {
+    /// The password itself (`POST /api/v2/internal/user/login`, the CLI).
+    #[default]
+    Plain,
+    /// BitGo's form, as BitGoJS sends it to `POST /api/auth/v1/session` ([`bitgo_form`]).
+    BitGo,
+}
+
+/// BitGo's form of a password: lowercase hex HMAC-SHA256 of the password keyed with the
+/// lower-cased email, which BitGoJS sends instead of the password (`calculateHMAC(email,
+/// password)`).
+pub fn bitgo_form(email: &str, password: &str) -> String {
+    use hmac::Mac;
+    let key = email.to_lowercase();
+    // HMAC takes a key of any length.
+    let mut m =
+        <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key.as_bytes()).unwrap_or_else(|_| unreachable!());
+    m.update(password.as_bytes());
+    hex::encode(m.finalize().into_bytes())
+}
+
+/// What to store for `plain`, the password of `email`: argon2id of its BitGo form, marked, so
+/// that both the plain and the BitGo form can log in.
+pub fn hash_for_storage(email: &str, plain: &str) -> anyhow::Result<String> {
+    Ok(format!("{BITGO_FORM_MARK}{}", hash(&bitgo_form(email, plain))?))
+}
+
+/// What a login of `email` offering `offered` in `form` is checked with: the bytes to verify,
+/// the PHC string to verify them against (`None`: the dummy hash, so it fails in the usual
+/// time), and whether a success should upgrade a stored hash of the plain password. A BitGo
+/// form cannot be checked against such a hash: that user logs in once with the plain password
+/// (or has it set again) before the SDK can.
+pub fn candidate(
+    email: &str,
+    offered: &str,
+    form: PasswordForm,
+    stored: Option<&str>,
+) -> (String, Option<String>, bool) {
+    match (stored, form) {
+        (None, _) => (offered.to_string(), None, false),
+        (Some(s), form) if s.starts_with(BITGO_FORM_MARK) => {
+            let phc = s[BITGO_FORM_MARK.len()..].to_string();
+            let given =
+                if form == PasswordForm::Plain { bitgo_form(email, offered) } else { offered.to_string() };
+            (given, Some(phc), false)
+        }
+        (Some(s), PasswordForm::Plain) => (offered.to_string(), Some(s.to_string()), true),
+        (Some(_), PasswordForm::BitGo) => (offered.to_string(), None, false),
+    }
+}
+
 /// A hash of a random password, verified for unknown users so that they take as long as a
 /// wrong password does.
 fn dummy_hash() -> &'static str {
@@ -237,5 +295,44 @@ mod tests {
         assert!(argon2().verify_password(b"correct horse battery staple", &parsed).is_ok());
         assert!(!verify_with(b"x", "not a phc string", &mut memory));
         assert!(!verify_now("correct horse battery staple", None, &mut memory), "unknown user");
+    }
+
+    /// BitGoJS's `calculateHMAC(lowerName, password)`, value computed with Node's crypto.
+    #[test]
+    fn bitgo_form_matches_the_sdk() {
+        assert_eq!(
+            bitgo_form("Alice@Example.com", "correct horse battery staple"),
+            bitgo_form("alice@example.com", "correct horse battery staple"),
+            "keyed with the lower-cased email"
+        );
+        assert_eq!(
+            bitgo_form("alice@example.com", "correct horse battery staple"),
+            "f4ce0d4c6124b30c0b29b08256defc282917a7e18f91f7a1f7f8273bc50f48ce"
+        );
+    }
+
+    #[test]
+    fn both_forms_verify_against_a_stored_form_and_only_plain_against_a_legacy_hash() {
+        let (email, pw) = ("a@example.com", "correct horse battery staple");
+        let stored = hash_for_storage(email, pw).expect("hash");
+        let mut memory = Vec::new();
+        for (offered, form) in
+            [(pw.to_string(), PasswordForm::Plain), (bitgo_form(email, pw), PasswordForm::BitGo)]
+        {
+            let (given, phc, upgrade) = candidate(email, &offered, form, Some(&stored));
+            assert!(verify_now(&given, phc.as_deref(), &mut memory), "{form:?}");
+            assert!(!upgrade);
+        }
+        let legacy = hash(pw).expect("hash");
+        let (given, phc, upgrade) = candidate(email, pw, PasswordForm::Plain, Some(&legacy));
+        assert!(
+            verify_now(&given, phc.as_deref(), &mut memory) && upgrade,
+            "plain against legacy, then upgraded"
+        );
+        let (given, phc, _) = candidate(email, &bitgo_form(email, pw), PasswordForm::BitGo, Some(&legacy));
+        assert!(
+            !verify_now(&given, phc.as_deref(), &mut memory),
+            "the form cannot be checked against a legacy hash"
+        );
     }
 }

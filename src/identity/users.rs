@@ -47,9 +47,10 @@ pub async fn create_user(
             format!("the password must have at least {} characters", password::MIN_PASSWORD_LEN),
         ));
     }
-    let pw = plain_password.to_string();
-    let password_hash =
-        tokio::task::spawn_blocking(move || password::hash(&pw)).await.map_err(anyhow::Error::from)??;
+    let (pw, address) = (plain_password.to_string(), email.as_str().to_string());
+    let password_hash = tokio::task::spawn_blocking(move || password::hash_for_storage(&address, &pw))
+        .await
+        .map_err(anyhow::Error::from)??;
     let id = UserId::new_random();
     let seed = totp::new_seed();
     let (first, last) = match name.map(str::trim) {

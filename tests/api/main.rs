@@ -7,6 +7,7 @@ pub const BACKEND: common::Backend = common::Backend::Sqlite;
 mod abuse;
 mod attacks;
 mod audit;
+mod bitgo;
 mod cli;
 mod common;
 mod connections;

@@ -84,8 +84,82 @@ impl From<LoginRequest> for Credentials {
             password: r.password,
             extensible: r.extensible.unwrap_or(false),
             for_reset_2fa: r.for_reset_2fa.unwrap_or(false),
+            password_form: identity::password::PasswordForm::Plain,
         }
     }
+}
+
+/// Request body of BitGo's login, as BitGoJS sends it (`POST /api/auth/v1/session`).
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionLoginRequest {
+    /// Lower-cased by the SDK; 1 to 254 characters.
+    #[schema(min_length = 1, max_length = 254, pattern = r"^\s*[^\s\x00-\x1f\x7f-\x9f]+\s*$")]
+    pub email: String,
+    /// BitGo's form of the password: lowercase hex HMAC-SHA256 of the password keyed with the
+    /// lower-cased email.
+    #[schema(pattern = "^[0-9a-fA-F]{64}$")]
+    pub password: String,
+    /// Six digits (RFC 6238); when absent the answer is 401 with `needsOTP: true`.
+    #[serde(default)]
+    #[schema(pattern = "^[0-9]{6}$")]
+    pub otp: Option<String>,
+    /// Accepted and ignored: no SMS is sent.
+    #[serde(default, rename = "forceSMS")]
+    pub force_sms: Option<bool>,
+    /// Accepted and ignored (BitGo remembers the device).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub trust: Option<Value>,
+    #[serde(default)]
+    pub extensible: Option<bool>,
+    /// The Bitcoin P2PKH address of the SDK's extension key (at most 64 characters).
+    #[serde(default)]
+    #[schema(max_length = 64)]
+    pub extension_address: Option<String>,
+    #[serde(default, rename = "forReset2FA")]
+    pub for_reset_2fa: Option<bool>,
+    #[serde(default)]
+    pub initial_hash: Option<String>,
+    #[serde(default)]
+    pub fingerprint_hash: Option<String>,
+    /// Accepted and ignored: every answer of Custodian is the same for v1 and HMAC clients.
+    #[serde(default, rename = "forceV1Auth")]
+    pub force_v1_auth: Option<bool>,
+}
+
+/// BitGo's login path for BitGoJS's `authenticate()`: the same login as
+/// `/api/v2/internal/user/login` (throttles, hashing bounds, audit), with the password in
+/// BitGo's HMAC form (issue 20 §2). Users made before that form was stored log in once with
+/// the plain password first (docs/decisions.md).
+#[utoipa::path(post, path = "/api/auth/v1/session", tag = "identity",
+    request_body = SessionLoginRequest,
+    responses(
+        (status = 200, description = "Login result (§2.2)", body = LoginResponse),
+        (status = 400, description = "Malformed request", body = ErrorResponse),
+        (status = 401, description = "Wrong credentials or OTP", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),
+        (status = 429, description = "Too many failed attempts", body = ErrorResponse),
+    ))]
+pub async fn session_login(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    ApiJson(req): ApiJson<SessionLoginRequest>,
+) -> ApiResult<Json<LoginResponse>> {
+    if req.extension_address.as_ref().is_some_and(|a| a.len() > 64) {
+        return Err(crate::error::Error::invalid_field("extensionAddress", "at most 64 characters").into());
+    }
+    let credentials = Credentials {
+        email: req.email,
+        otp: req.otp,
+        password: req.password,
+        extensible: req.extensible.unwrap_or(false),
+        for_reset_2fa: req.for_reset_2fa.unwrap_or(false),
+        password_form: identity::password::PasswordForm::BitGo,
+    };
+    let s = identity::login::login(&state.identity, credentials, ip).await?;
+    Ok(Json(login_response(s)))
 }
 
 /// Logs a user in with email, password and a one-time password (TOTP, RFC 6238).
@@ -105,7 +179,11 @@ pub async fn login(
     ApiJson(req): ApiJson<LoginRequest>,
 ) -> ApiResult<Json<LoginResponse>> {
     let s = identity::login::login(&state.identity, req.into(), ip).await?;
-    Ok(Json(LoginResponse {
+    Ok(Json(login_response(s)))
+}
+
+fn login_response(s: identity::login::Session) -> LoginResponse {
+    LoginResponse {
         access_token: s.value,
         expires_at: s.token.expires_at,
         expires_in: s.ttl_secs,
@@ -115,7 +193,7 @@ pub async fn login(
         grant_type: "password".into(),
         user: user_response(&s.user, &s.memberships),
         warning: s.reset_2fa.then(|| "this session is limited to the 2FA reset process".to_string()),
-    }))
+    }
 }
 
 /// The access token of §2.4.

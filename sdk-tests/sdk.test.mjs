@@ -1,0 +1,104 @@
+// The official BitGoJS SDK, unmodified, against a running Custodian (issue 20 §4). Run by
+// run.sh, which starts the server and creates the user; response verification is always on
+// with env 'custom'.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { BitGoAPI } = require('@bitgo/sdk-api');
+const { calculateRequestHeaders, calculateRequestHMAC } = require('@bitgo/sdk-hmac');
+
+const url = process.env.CUSTODIAN_URL;
+const email = process.env.CUSTODIAN_EMAIL;
+const password = process.env.CUSTODIAN_PASSWORD;
+const OTP = '000000'; // accepted in the test environment
+
+function sdk(authVersion) {
+  return new BitGoAPI({ env: 'custom', customRootURI: url, authVersion });
+}
+
+async function loggedIn(authVersion) {
+  const bitgo = sdk(authVersion);
+  const login = await bitgo.authenticate({ username: email, password, otp: OTP });
+  assert.match(login.access_token, /^v2x[0-9a-f]{64}$/);
+  return { bitgo, token: login.access_token };
+}
+
+/** Sends a request signed by sdk-hmac itself, as the SDK would, with `change` applied. */
+async function signed(token, { method = 'get', path, body = '', change = {} }) {
+  const h = calculateRequestHeaders({ url: url + path, text: body, token, method, authVersion: 2 });
+  const headers = {
+    Authorization: `Bearer ${h.tokenHash}`,
+    'Auth-Timestamp': String(h.timestamp),
+    HMAC: h.hmac,
+    'BitGo-Auth-Version': '2.0',
+    ...(body ? { 'Content-Type': 'application/json' } : {}),
+    ...change.headers,
+  };
+  return fetch(url + path, { method: method.toUpperCase(), headers, body: change.body ?? (body || undefined) });
+}
+
+for (const authVersion of [2, 3]) {
+  test(`auth v${authVersion}: ping, constants, login, me, session, unlock, lock, tokens, logout`, async () => {
+    const bitgo = sdk(authVersion);
+    assert.equal((await bitgo.ping()).status, 'service is ok!');
+    assert.equal((await bitgo.fetchConstants()).server, 'custodian');
+    const { bitgo: client } = await loggedIn(authVersion);
+    const me = await client.me();
+    assert.equal(me.username, email);
+    const session = await client.session();
+    assert.ok(session.scope || session.id, JSON.stringify(session));
+    const unlocked = await client.unlock({ otp: OTP });
+    assert.ok(unlocked.session?.unlock || unlocked.unlock, JSON.stringify(unlocked));
+    await client.lock();
+    const made = await client.addAccessToken({ label: `sdk-v${authVersion}`, scope: ['wallet_view_all'], otp: OTP, duration: 3600 });
+    assert.match(made.token, /^v2x[0-9a-f]{64}$/);
+    const tokens = await client.listAccessTokens();
+    assert.ok(tokens.some((t) => t.id === made.id), 'the new token is listed');
+    await client.removeAccessToken({ id: made.id });
+    assert.ok(!(await client.listAccessTokens()).some((t) => t.id === made.id), 'and gone once removed');
+    await client.logout();
+    await assert.rejects(client.me(), (e) => e.status === 401 && e.invalidToken === true);
+  });
+}
+
+test('a wrong OTP sets needsOTP', async () => {
+  await assert.rejects(
+    sdk(2).authenticate({ username: email, password, otp: '123456' }),
+    (e) => e.status === 401 && e.needsOTP === true,
+  );
+});
+
+test('an unknown token sets invalidToken', async () => {
+  const bitgo = sdk(3);
+  bitgo.authenticateWithAccessToken({ accessToken: 'v2x' + randomBytes(32).toString('hex') });
+  await assert.rejects(bitgo.me(), (e) => e.status === 401 && e.invalidToken === true);
+});
+
+test('replayed, stale, hash-only and tampered requests are refused', async () => {
+  const { token } = await loggedIn(2);
+  const path = '/api/v1/user/me';
+  const h = calculateRequestHeaders({ url: url + path, text: '', token, method: 'get', authVersion: 2 });
+  const headers = { Authorization: `Bearer ${h.tokenHash}`, 'Auth-Timestamp': String(h.timestamp), HMAC: h.hmac, 'BitGo-Auth-Version': '2.0' };
+  assert.equal((await fetch(url + path, { headers })).status, 200);
+  const again = await fetch(url + path, { headers });
+  assert.equal(again.status, 401);
+  assert.equal((await again.json()).name, 'RequestReplayed');
+
+  const old = Date.now() - 6 * 60 * 1000;
+  const staleMac = calculateRequestHMAC({ url: url + path, text: '', timestamp: old, token, method: 'get', authVersion: 2 });
+  const stale = await signed(token, { path, change: { headers: { 'Auth-Timestamp': String(old), HMAC: staleMac } } });
+  assert.equal(stale.status, 401);
+  assert.equal((await stale.json()).name, 'StaleRequest');
+
+  const hashOnly = await fetch(url + path, { headers: { Authorization: `Bearer ${createHash('sha256').update(token).digest('hex')}` } });
+  assert.equal(hashOnly.status, 401);
+  assert.equal(hashOnly.headers.get('x-auth-required'), 'true');
+
+  const body = JSON.stringify({ otp: OTP });
+  const tampered = await signed(token, { method: 'post', path: '/api/v1/user/unlock', body, change: { body: JSON.stringify({ otp: '111111' }) } });
+  assert.equal(tampered.status, 401);
+  assert.equal((await tampered.json()).name, 'InvalidSignature');
+});
