@@ -9,14 +9,18 @@ import { createRequire } from 'node:module';
 const require = createRequire(import.meta.url);
 const { BitGoAPI } = require('@bitgo/sdk-api');
 const { calculateRequestHeaders, calculateRequestHMAC } = require('@bitgo/sdk-hmac');
+const { Tbtc } = require('@bitgo/sdk-coin-btc');
 
 const url = process.env.CUSTODIAN_URL;
 const email = process.env.CUSTODIAN_EMAIL;
 const password = process.env.CUSTODIAN_PASSWORD;
+const walletId = process.env.CUSTODIAN_WALLET;
 const OTP = '000000'; // accepted in the test environment
 
 function sdk(authVersion) {
-  return new BitGoAPI({ env: 'custom', customRootURI: url, authVersion });
+  const bitgo = new BitGoAPI({ env: 'custom', customRootURI: url, authVersion });
+  bitgo.register('tbtc', Tbtc.createInstance);
+  return bitgo;
 }
 
 async function loggedIn(authVersion) {
@@ -61,6 +65,34 @@ for (const authVersion of [2, 3]) {
     assert.ok(!(await client.listAccessTokens()).some((t) => t.id === made.id), 'and gone once removed');
     await client.logout();
     await assert.rejects(client.me(), (e) => e.status === 401 && e.invalidToken === true);
+  });
+}
+
+for (const authVersion of [2, 3]) {
+  test(`auth v${authVersion}: a wallet and its webhooks, block webhooks and their notifications`, async () => {
+    const { bitgo } = await loggedIn(authVersion);
+    const coin = bitgo.coin('tbtc');
+    const wallet = await coin.wallets().get({ id: walletId });
+    assert.equal(wallet.id(), walletId);
+    const hookUrl = `https://example.com/sdk-v${authVersion}`;
+    const added = await wallet.addWebhook({ url: hookUrl, type: 'transfer', numConfirmations: 1, allToken: false, listenToFailureStates: true });
+    assert.equal(added.url, hookUrl);
+    assert.equal(added.listenToFailureStates, true);
+    const listed = await wallet.listWebhooks();
+    assert.ok(listed.webhooks.some((w) => w.id === added.id));
+    const simulated = await wallet.simulateWebhook({ webhookId: added.id, transferId: 'sdk-transfer-1' });
+    assert.equal(simulated.webhookNotifications[0].simulation, true);
+    assert.equal(simulated.webhookNotifications[0].transfer, 'sdk-transfer-1');
+    assert.equal((await wallet.removeWebhook({ url: hookUrl, type: 'transfer' })).removed, 1);
+
+    const block = await coin.webhooks().add({ url: `${hookUrl}/block`, type: 'block' });
+    assert.ok((await coin.webhooks().list()).webhooks.some((w) => w.id === block.id));
+    const blockSim = await coin.webhooks().simulate({ webhookId: block.id, blockId: 'sdk-block-1' });
+    assert.equal(blockSim.webhookNotifications[0].simulation, true);
+    const notifications = await coin.webhooks().listNotifications();
+    assert.ok(Array.isArray(notifications.notifications));
+    assert.equal((await coin.webhooks().remove({ url: `${hookUrl}/block`, type: 'block' })).removed, 1);
+    await bitgo.logout();
   });
 }
 

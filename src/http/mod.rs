@@ -127,6 +127,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(identity::me))
         .routes(routes!(wallets::lookup))
         .routes(routes!(wallets::set_balance))
+        .routes(routes!(wallets::get_wallet))
+        .routes(routes!(wallets::get_transfer))
         .routes(routes!(
             webhooks::create_wallet_webhook,
             webhooks::list_wallet_webhooks,
@@ -146,6 +148,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(webhook_admin::verify))
         .routes(routes!(webhook_admin::unblock))
         .routes(routes!(webhook_admin::list_notifications))
+        .routes(routes!(webhook_admin::list_coin_notifications))
         .routes(routes!(webhook_admin::list_attempts))
         .routes(routes!(webhook_admin::resend))
         .routes(routes!(events::ingest_event))

@@ -104,6 +104,61 @@ pub async fn wallet_access(
     Ok(row)
 }
 
+/// One wallet of `coin`, under the lookup's rule: `WalletNotFound` when it does not exist, is of
+/// another coin, is deleted, or may not be seen (BitGo's `GET /api/v2/{coin}/wallet/{id}`,
+/// issue 20 §3).
+pub async fn get_wallet(
+    svc: &Wallets,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+) -> Result<WalletRow> {
+    lookup(svc, auth, std::slice::from_ref(wallet_id), false)
+        .await?
+        .into_iter()
+        .find(|w| &w.coin == coin)
+        .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))
+}
+
+/// The transfer `transfer_id` of a wallet the principal may see, as its latest ingested event
+/// reported it: that event's fields, with BitGo's `id`, `coin`, `wallet` and `txid` (from
+/// `hash`). Errors: `WalletNotFound` as [`get_wallet`]; `NotFound` when no event of that wallet
+/// names the transfer.
+pub async fn get_transfer(
+    svc: &Wallets,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    transfer_id: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let wallet = get_wallet(svc, auth, coin, wallet_id).await?;
+    let not_found =
+        || Error::NotFound { name: ErrorName::NotFound, message: "no such transfer on this wallet".into() };
+    let body = svc.store.event_by_transfer(transfer_id).await?.ok_or_else(not_found)?;
+    let serde_json::Value::Object(mut event) =
+        serde_json::from_str(&body).map_err(|e| Error::Internal(anyhow::anyhow!("stored event: {e}")))?
+    else {
+        return Err(not_found());
+    };
+    if event.get("walletId").and_then(|v| v.as_str()) != Some(wallet.id.as_str()) {
+        return Err(not_found());
+    }
+    for key in ["eventId", "transferId", "walletId"] {
+        event.remove(key);
+    }
+    // The event's type, not BitGo's transfer type (send or receive).
+    if event.get("type").and_then(|v| v.as_str()) == Some("transfer") {
+        event.remove("type");
+    }
+    event.insert("id".into(), json!(transfer_id));
+    event.insert("coin".into(), json!(wallet.coin.as_str()));
+    event.insert("wallet".into(), json!(wallet.id.as_str()));
+    if let Some(hash) = event.get("hash").cloned() {
+        event.insert("txid".into(), hash);
+    }
+    Ok(event)
+}
+
 /// The wallets with the given ids that the principal may see, in request order; duplicates
 /// collapse. An id the token may not see is left out exactly like one that does not exist.
 /// Errors: `InvalidField` (`ids` empty, `ids[i]` not 32 hex, with `context.index`),

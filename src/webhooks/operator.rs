@@ -24,12 +24,7 @@ pub async fn notifications(
     page: &PageRequest,
 ) -> Result<(Webhook, Page<Notification>, Option<u64>)> {
     let w = webhook_access(svc, auth, webhook_id).await?;
-    let notification_state = notification_state
-        .map(|s| {
-            NotificationState::parse(s)
-                .ok_or_else(|| Error::invalid_field("state", "must be new, pending, processed or failed"))
-        })
-        .transpose()?;
+    let notification_state = parse_state(notification_state)?;
     let rows =
         svc.store.list_notifications(&w.id, notification_state, page.prev_id.as_ref(), page.fetch()).await?;
     let held = match w.state {
@@ -37,6 +32,43 @@ pub async fn notifications(
         WebhookState::Active => None,
     };
     Ok((w, page.page(rows, |n| &n.id), held))
+}
+
+fn parse_state(state: Option<&str>) -> Result<Option<NotificationState>> {
+    state
+        .map(|s| {
+            NotificationState::parse(s)
+                .ok_or_else(|| Error::invalid_field("state", "must be new, pending, processed or failed"))
+        })
+        .transpose()
+}
+
+/// The notifications of the caller's block webhooks of `coin`, optionally in one state, merged
+/// by id and paged like any
+/// list: BitGo's `GET /api/v2/{coin}/webhooks/notifications` (issue 20 §3). The caller has at
+/// most `webhooks.max_per_user` such webhooks, so the merge is bounded.
+pub async fn coin_notifications(
+    svc: &Webhooks,
+    auth: &Principal,
+    coin: &crate::types::Coin,
+    notification_state: Option<&str>,
+    page: &PageRequest,
+) -> Result<Page<(Webhook, Notification)>> {
+    let notification_state = parse_state(notification_state)?;
+    let all = PageRequest::new(Some(crate::paging::MAX_LIMIT), None)?;
+    let hooks =
+        super::registration::list(svc, auth, super::registration::Level::Block { coin }, &all).await?;
+    let mut rows = Vec::new();
+    for w in hooks.items {
+        let mine = svc
+            .store
+            .list_notifications(&w.id, notification_state, page.prev_id.as_ref(), page.fetch())
+            .await?;
+        rows.extend(mine.into_iter().map(|n| (w.clone(), n)));
+    }
+    rows.sort_by(|a, b| a.1.id.cmp(&b.1.id));
+    rows.truncate(page.fetch() as usize);
+    Ok(page.page(rows, |(_, n)| &n.id))
 }
 
 /// Every delivery attempt of a notification, oldest first.

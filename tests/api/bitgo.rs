@@ -84,3 +84,80 @@ async fn bitgo_v1_paths_answer_as_their_v2_twins() {
     assert_eq!(out.status(), 200);
     assert_error(app.me(&token).await, 401, "InvalidToken").await;
 }
+
+#[tokio::test]
+async fn one_wallet_its_transfer_and_the_coin_notifications_read_as_bitgo_serves_them() {
+    use crate::webhooks::{fixture, WALLET};
+    let f = fixture(|_| {}).await;
+    let got = expect_json(
+        f.app.get_auth(&format!("/api/v2/tbtc/wallet/{WALLET}?expandBalance=true"), &f.token).await,
+        200,
+    )
+    .await;
+    assert_eq!(got["id"], WALLET);
+    assert_eq!(got["coin"], "tbtc");
+    assert!(got["balanceString"].is_string(), "rendered as the lookup renders it: {got}");
+    let looked = f.app.lookup(&f.token, "?expandBalance=true", &json!({ "ids": [WALLET] })).await;
+    assert_eq!(expect_json(looked, 200).await["wallets"][0], got);
+    assert_error(
+        f.app.get_auth(&format!("/api/v2/btc/wallet/{WALLET}"), &f.token).await,
+        404,
+        "WalletNotFound",
+    )
+    .await;
+    let stranger = f.app.create_user("stranger@example.com").await;
+    let other = f.app.login(&stranger).await;
+    assert_error(
+        f.app.get_auth(&format!("/api/v2/tbtc/wallet/{WALLET}"), &other).await,
+        404,
+        "WalletNotFound",
+    )
+    .await;
+
+    let admin = f.admin_token().await;
+    let event = json!({ "eventId": "t-1", "type": "transfer", "walletId": WALLET, "coin": "tbtc",
+        "transferId": "tr-77", "hash": "0xfeed", "state": "confirmed", "valueString": "5000" });
+    f.event(&admin, event).await;
+    let path = format!("/api/v2/tbtc/wallet/{WALLET}/transfer/tr-77");
+    let transfer = expect_json(f.app.get_auth(&path, &f.token).await, 200).await;
+    for (k, v) in [
+        ("id", "tr-77"),
+        ("wallet", WALLET),
+        ("coin", "tbtc"),
+        ("txid", "0xfeed"),
+        ("state", "confirmed"),
+        ("valueString", "5000"),
+    ] {
+        assert_eq!(transfer[k], v, "{k} in {transfer}");
+    }
+    assert_error(
+        f.app.get_auth(&format!("/api/v2/tbtc/wallet/{WALLET}/transfer/tr-78"), &f.token).await,
+        404,
+        "NotFound",
+    )
+    .await;
+    assert_error(f.app.get_auth(&path, &other).await, 404, "WalletNotFound").await;
+
+    let hook = f
+        .app
+        .post_auth(
+            "/api/v2/tbtc/webhooks",
+            &f.token,
+            &json!({ "type": "block", "url": "https://example.com/b" }),
+        )
+        .await;
+    let hook = expect_json(hook, 200).await;
+    f.event(
+        &admin,
+        json!({ "eventId": "b-1", "type": "block", "coin": "tbtc", "blockId": "blk-1", "confirmations": 1 }),
+    )
+    .await;
+    let list =
+        expect_json(f.app.get_auth("/api/v2/tbtc/webhooks/notifications?limit=10", &f.token).await, 200)
+            .await;
+    let notes = list["notifications"].as_array().expect("notifications");
+    assert_eq!(notes.len(), 1, "{list}");
+    assert_eq!(notes[0]["webhook"], hook["id"]);
+    let none = expect_json(f.app.get_auth("/api/v2/tbtc/webhooks/notifications", &other).await, 200).await;
+    assert_eq!(none["notifications"], json!([]), "another user's list is their own");
+}

@@ -18,7 +18,7 @@ use crate::{
         extract::{json_value, ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
-    types::WalletId,
+    types::{Coin, WalletId},
     wallets::{
         self,
         model::{self, Expand, WalletRow},
@@ -163,4 +163,53 @@ pub async fn set_balance(
     let mut body = String::new();
     model::render(&row, all, &mut body);
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// One wallet (§2.1), rendered as the lookup renders it: BitGo's wallet read, which BitGoJS's
+/// `coin.wallets().get({id})` calls (issue 20 §3). A wallet the token may not see is 404 like
+/// one that does not exist.
+#[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}", tag = "wallets",
+    security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex"), LookupQuery),
+    responses(
+        (status = 200, description = "The wallet (§2.1)", body = Object),
+        (status = 400, description = "A bad path or query value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+    ))]
+pub async fn get_wallet(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
+    ApiQuery(query): ApiQuery<LookupQuery>,
+) -> ApiResult<Response> {
+    let expand = query.expand()?;
+    let row = wallets::get_wallet(&state.wallets, &auth, &coin, &wallet_id).await?;
+    let mut body = String::new();
+    model::render(&row, expand, &mut body);
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// A transfer of a wallet as its latest ingested event reported it: the event's fields with
+/// `id`, `coin`, `wallet` and `txid` (issue 20 §3; the spec tells receivers to fetch the
+/// transfer before acting on a notification).
+#[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}/transfer/{transferId}", tag = "wallets",
+    security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex"),
+        ("transferId" = String, Path, description = "Transfer id, 1 to 256 characters")),
+    responses(
+        (status = 200, description = "The transfer", body = Object),
+        (status = 400, description = "A bad path value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such wallet or transfer, or not visible", body = ErrorResponse),
+    ))]
+pub async fn get_transfer(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, wallet_id, transfer_id)): ApiPath<(Coin, WalletId, String)>,
+) -> ApiResult<axum::Json<serde_json::Map<String, Value>>> {
+    if transfer_id.is_empty() || transfer_id.len() > 256 {
+        return Err(Error::invalid_field("transferId", "1 to 256 characters").into());
+    }
+    Ok(axum::Json(wallets::get_transfer(&state.wallets, &auth, &coin, &wallet_id, &transfer_id).await?))
 }

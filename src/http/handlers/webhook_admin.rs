@@ -16,7 +16,7 @@ use crate::{
     },
     ids, outbox,
     paging::PageRequest,
-    types::{EnterpriseId, NotificationId, WebhookId},
+    types::{Coin, EnterpriseId, NotificationId, WebhookId},
     webhooks::{operator, registration, secrets},
     AppState,
 };
@@ -153,6 +153,31 @@ pub async fn list_notifications(
     Ok(Json(NotificationList {
         notifications: p.items.iter().map(|n| outbox::notification_json(n, &w)).collect(),
         held,
+        next_batch_prev_id: p.next_batch_prev_id,
+    }))
+}
+
+/// BitGo's `GET /api/v2/{coin}/webhooks/notifications` (issue 20 §3): the notifications of the
+/// caller's block webhooks of `coin`, merged by id, optionally in one `state`, paged by `prevId`
+/// and `limit`.
+#[utoipa::path(get, path = "/api/v2/{coin}/webhooks/notifications", tag = "webhooks",
+    security(("bearer" = [])), params(("coin" = Coin, Path, description = "Coin ticker"), NotificationPaging),
+    responses((status = 200, body = NotificationList),
+        (status = 400, description = "A bad path or query value", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "The token or role does not permit this", body = ErrorResponse),))]
+pub async fn list_coin_notifications(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(coin): ApiPath<Coin>,
+    ApiQuery(paging): ApiQuery<NotificationPaging>,
+) -> ApiResult<Json<NotificationList>> {
+    let page = PageRequest::new(paging.limit, paging.prev_id)?;
+    let p =
+        operator::coin_notifications(&state.webhooks, &auth, &coin, paging.state.as_deref(), &page).await?;
+    Ok(Json(NotificationList {
+        notifications: p.items.iter().map(|(w, n)| outbox::notification_json(n, w)).collect(),
+        held: None,
         next_batch_prev_id: p.next_batch_prev_id,
     }))
 }
