@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 const { BitGoAPI } = require('@bitgo/sdk-api');
-const { calculateRequestHeaders, calculateRequestHMAC } = require('@bitgo/sdk-hmac');
+const { calculateRequestHeaders, calculateRequestHMAC, calculateV4RequestHeaders, verifyV4Response } = require('@bitgo/sdk-hmac');
 const { Tbtc } = require('@bitgo/sdk-coin-btc');
 
 const url = process.env.CUSTODIAN_URL;
@@ -27,7 +27,7 @@ async function loggedIn(authVersion) {
   const bitgo = sdk(authVersion);
   const login = await bitgo.authenticate({ username: email, password, otp: OTP });
   assert.match(login.access_token, /^v2x[0-9a-f]{64}$/);
-  return { bitgo, token: login.access_token };
+  return { bitgo, token: login.access_token, tokenId: login.token_id };
 }
 
 /** Sends a request signed by sdk-hmac itself, as the SDK would, with `change` applied. */
@@ -133,4 +133,42 @@ test('replayed, stale, hash-only and tampered requests are refused', async () =>
   const tampered = await signed(token, { method: 'post', path: '/api/v1/user/unlock', body, change: { body: JSON.stringify({ otp: '111111' }) } });
   assert.equal(tampered.status, 401);
   assert.equal((await tampered.json()).name, 'InvalidSignature');
+});
+
+test('auth v4: a round trip built and checked with sdk-hmac\'s v4 helpers, once only', async () => {
+  const { token, tokenId } = await loggedIn(2);
+  assert.match(tokenId, /^[0-9a-f]{32}$/);
+  const path = '/api/v1/user/unlock';
+  const rawBody = JSON.stringify({ otp: OTP });
+  const h = calculateV4RequestHeaders({ method: 'POST', pathWithQuery: path, rawBody: Buffer.from(rawBody), rawToken: token, authRequestId: randomBytes(8).toString('hex') });
+  const request = () => fetch(url + path, {
+    method: 'POST',
+    headers: {
+      Authorization: `Bearer ${tokenId}`,
+      'Content-Type': 'application/json',
+      'X-Request-Timestamp': String(h.timestampSec),
+      'X-Signature': h.hmac,
+      'X-Content-SHA256': h.bodyHashHex,
+      'X-Auth-Request-Id': h.authRequestId,
+    },
+    body: rawBody,
+  });
+  const res = await request();
+  assert.equal(res.status, 200);
+  const text = await res.text();
+  const check = verifyV4Response({
+    hmac: res.headers.get('x-signature'),
+    timestampSec: Number(res.headers.get('x-request-timestamp')),
+    method: 'POST',
+    pathWithQuery: path,
+    bodyHashHex: createHash('sha256').update(text).digest('hex'),
+    authRequestId: res.headers.get('x-auth-request-id'),
+    statusCode: res.status,
+    rawToken: token,
+  });
+  assert.ok(check.isValid, `response signature: ${check.preimage}`);
+  assert.ok(check.isInResponseValidityWindow);
+  const again = await request();
+  assert.equal(again.status, 401);
+  assert.equal((await again.json()).name, 'RequestReplayed');
 });

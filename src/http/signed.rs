@@ -23,16 +23,19 @@ use crate::{
 static HMAC: HeaderName = HeaderName::from_static("hmac");
 static AUTH_TIMESTAMP: HeaderName = HeaderName::from_static("auth-timestamp");
 static AUTH_VERSION: HeaderName = HeaderName::from_static("bitgo-auth-version");
-static TIMESTAMP: HeaderName = HeaderName::from_static("timestamp");
+static V4_SIGNATURE: HeaderName = HeaderName::from_static("x-signature");
+static V4_TIMESTAMP: HeaderName = HeaderName::from_static("x-request-timestamp");
+static V4_CONTENT: HeaderName = HeaderName::from_static("x-content-sha256");
+static V4_REQUEST_ID: HeaderName = HeaderName::from_static("x-auth-request-id");
 
 /// The caller of a verified signed request, for [`super::auth::Auth`].
 #[derive(Clone)]
 pub struct Verified(pub Principal);
 
-/// Whether `req` claims to be signed: it carries an `HMAC` header. (BitGoJS sends
-/// `BitGo-Auth-Version` on every request, signed or not.)
+/// Whether `req` claims to be signed: it carries an `HMAC` (v2, v3) or `X-Signature` (v4)
+/// header. (BitGoJS sends `BitGo-Auth-Version` on every request, signed or not.)
 pub fn is_signed(req: &Request) -> bool {
-    req.headers().contains_key(&HMAC)
+    req.headers().contains_key(&HMAC) || req.headers().contains_key(&V4_SIGNATURE)
 }
 
 /// Checks a signed request: on success the request (body restored) carries [`Verified`], with
@@ -44,10 +47,13 @@ pub async fn verify(state: &AppState, req: Request) -> Result<(Request, Response
     let ClientIp(ip) =
         ClientIp::from_request_parts(&mut parts, state).await.map_err(IntoResponse::into_response)?;
     let text = |name: &HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let v4 = parts.headers.contains_key(&V4_SIGNATURE);
     let signed = SignedRequest {
-        version: text(&AUTH_VERSION),
-        timestamp: text(&AUTH_TIMESTAMP),
-        hmac: text(&HMAC),
+        version: if v4 { Some("4.0") } else { text(&AUTH_VERSION) },
+        timestamp: text(if v4 { &V4_TIMESTAMP } else { &AUTH_TIMESTAMP }),
+        hmac: text(if v4 { &V4_SIGNATURE } else { &HMAC }),
+        content_sha256: text(&V4_CONTENT),
+        auth_request_id: text(&V4_REQUEST_ID),
         authorization: text(&axum::http::header::AUTHORIZATION),
         method: parts.method.as_str(),
         path: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
@@ -63,15 +69,14 @@ pub async fn verify(state: &AppState, req: Request) -> Result<(Request, Response
     }
 }
 
-/// Adds the `hmac` and `timestamp` headers over the final status and body.
+/// Adds the signature headers over the final status and body ([`ResponseSigner::sign`]).
 pub async fn sign(res: Response, signer: &ResponseSigner) -> Response {
     let (mut parts, body) = res.into_parts();
     // Our own responses: complete and bounded by what the handlers build.
     let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
-    let (ts, mac) = signer.sign(parts.status.as_u16(), &body);
-    for (name, value) in [(&TIMESTAMP, ts), (&HMAC, mac)] {
+    for (name, value) in signer.sign(parts.status.as_u16(), &body) {
         if let Ok(v) = HeaderValue::from_str(&value) {
-            parts.headers.insert(name.clone(), v);
+            parts.headers.insert(HeaderName::from_static(name), v);
         }
     }
     Response::from_parts(parts, Body::from(body))

@@ -8,6 +8,13 @@
 //! - response, v2: `{ts}|{path}|{status}|{body}`; v3: `{METHOD}|{ts}|{path}|{status}|{body}`,
 //!   sent as the `hmac` and `timestamp` headers.
 //!
+//! Version 4 (`@bitgo/sdk-hmac`'s `hmacv4`): `Authorization: Bearer <token id>` (the login's
+//! `token_id`), `X-Request-Timestamp` (Unix seconds), `X-Content-SHA256` (hex SHA-256 of the raw
+//! body), `X-Auth-Request-Id` (the client's id for the request) and `X-Signature` (hex HMAC,
+//! keyed with the token, of `{ts}\n{METHOD}\n{path}\n{bodyHash}\n{authRequestId}\n`). The
+//! response carries the same four headers, signed over
+//! `{ts}\n{METHOD}\n{path}\n{status}\n{bodyHash}\n{authRequestId}\n`.
+//!
 //! Beyond BitGo: a timestamp outside the window is refused, and so is a request seen before
 //! (the replay guard): for requests that change state in the database, so on every process
 //! sharing it; for reads, in the memory of the process that saw it. Every comparison of a MAC
@@ -32,6 +39,7 @@ use crate::{
 pub enum AuthVersion {
     V2,
     V3,
+    V4,
 }
 
 impl AuthVersion {
@@ -40,6 +48,7 @@ impl AuthVersion {
         match s.trim() {
             "2" | "2.0" => Some(AuthVersion::V2),
             "3" | "3.0" => Some(AuthVersion::V3),
+            "4" | "4.0" => Some(AuthVersion::V4),
             _ => None,
         }
     }
@@ -65,6 +74,10 @@ pub struct SignedRequest<'a> {
     /// Whether the request may change state (anything but GET, HEAD and OPTIONS): its replay
     /// guard is the database's, shared by every process.
     pub changes_state: bool,
+    /// v4: `X-Content-SHA256`, hex.
+    pub content_sha256: Option<&'a str>,
+    /// v4: `X-Auth-Request-Id`, 1 to 128 characters of `A-Z a-z 0-9 . _ : -`.
+    pub auth_request_id: Option<&'a str>,
 }
 
 /// Signs the response to a verified request with the request's token.
@@ -73,6 +86,8 @@ pub struct ResponseSigner {
     version: AuthVersion,
     method: String,
     path: String,
+    /// v4 only.
+    auth_request_id: String,
 }
 
 impl std::fmt::Debug for ResponseSigner {
@@ -82,15 +97,37 @@ impl std::fmt::Debug for ResponseSigner {
 }
 
 impl ResponseSigner {
-    /// The `timestamp` (Unix ms, now) and `hmac` (hex) headers of a response with `status` and
-    /// `body`.
-    pub fn sign(&self, status: u16, body: &[u8]) -> (String, String) {
-        let ts = ids::now_ms().to_string();
-        let prefix = match self.version {
-            AuthVersion::V2 => format!("{ts}|{}|{status}|", self.path),
-            AuthVersion::V3 => format!("{}|{ts}|{}|{status}|", self.method, self.path),
-        };
-        (ts, hex::encode(mac(&self.key, &prefix, body).finalize().into_bytes()))
+    /// The headers that sign a response with `status` and `body`: `timestamp` (Unix ms, now)
+    /// and `hmac` for v2 and v3; `X-Request-Timestamp` (Unix s), `X-Content-SHA256`,
+    /// `X-Auth-Request-Id` and `X-Signature` for v4.
+    pub fn sign(&self, status: u16, body: &[u8]) -> Vec<(&'static str, String)> {
+        let (method, path) = (&self.method, &self.path);
+        match self.version {
+            AuthVersion::V2 | AuthVersion::V3 => {
+                let ts = ids::now_ms().to_string();
+                let prefix = match self.version {
+                    AuthVersion::V3 => format!("{method}|{ts}|{path}|{status}|"),
+                    _ => format!("{ts}|{path}|{status}|"),
+                };
+                vec![
+                    ("timestamp", ts),
+                    ("hmac", hex::encode(mac(&self.key, &prefix, body).finalize().into_bytes())),
+                ]
+            }
+            AuthVersion::V4 => {
+                let ts = ids::now().to_string();
+                let body_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body));
+                let id = &self.auth_request_id;
+                let preimage = format!("{ts}\n{method}\n{path}\n{status}\n{body_hash}\n{id}\n");
+                let signature = hex::encode(mac(&self.key, &preimage, b"").finalize().into_bytes());
+                vec![
+                    ("x-request-timestamp", ts),
+                    ("x-content-sha256", body_hash),
+                    ("x-auth-request-id", id.clone()),
+                    ("x-signature", signature),
+                ]
+            }
+        }
     }
 }
 
@@ -156,35 +193,77 @@ pub async fn authenticate_signed(
     let version = req
         .version
         .and_then(AuthVersion::parse)
-        .ok_or_else(|| missing("BitGo-Auth-Version must be 2.0 or 3.0 on a signed request"))?;
+        .ok_or_else(|| missing("BitGo-Auth-Version must be 2.0, 3.0 or 4.0 on a signed request"))?;
+    let v4 = version == AuthVersion::V4;
     let ts_text = req
         .timestamp
         .filter(|t| !t.is_empty() && t.len() <= 16 && t.bytes().all(|c| c.is_ascii_digit()))
-        .ok_or_else(|| missing("Auth-Timestamp must be Unix milliseconds"))?;
-    let ts: i64 = ts_text.parse().map_err(|_| missing("Auth-Timestamp must be Unix milliseconds"))?;
+        .ok_or_else(|| {
+            missing(if v4 {
+                "X-Request-Timestamp must be Unix seconds"
+            } else {
+                "Auth-Timestamp must be Unix milliseconds"
+            })
+        })?;
+    let ts: i64 = ts_text.parse().map_err(|_| missing("the timestamp must be a number"))?;
+    let ts_ms = if v4 { ts.saturating_mul(1000) } else { ts };
     let given: [u8; 32] = req
         .hmac
         .filter(|h| h.len() == 64)
         .and_then(|h| hex::decode(h).ok())
         .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| refused(ErrorName::InvalidSignature, "HMAC must be 64 hex characters"))?;
-    let token_hash = req
+        .ok_or_else(|| refused(ErrorName::InvalidSignature, "the signature must be 64 hex characters"))?;
+    let bearer = req
         .authorization
         .and_then(|h| h.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, v)| v.trim().to_ascii_lowercase())
-        .filter(|v| v.len() == 64 && v.bytes().all(|c| c.is_ascii_hexdigit()))
-        .ok_or_else(|| missing("a signed request needs Authorization: Bearer <hex SHA-256 of the token>"))?;
+        .filter(|v| v.len() == if v4 { 32 } else { 64 } && v.bytes().all(|c| c.is_ascii_hexdigit()))
+        .ok_or_else(|| {
+            missing(if v4 {
+                "a v4 request needs Authorization: Bearer <token id>"
+            } else {
+                "a signed request needs Authorization: Bearer <hex SHA-256 of the token>"
+            })
+        })?;
+    let auth_request_id = if v4 {
+        let id = req
+            .auth_request_id
+            .filter(|id| {
+                !id.is_empty()
+                    && id.len() <= 128
+                    && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
+            })
+            .ok_or_else(|| missing("X-Auth-Request-Id must be 1 to 128 characters of A-Z a-z 0-9 . _ : -"))?;
+        let body_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(req.body));
+        if !req.content_sha256.is_some_and(|h| h.eq_ignore_ascii_case(&body_hash)) {
+            return Err(refused(
+                ErrorName::InvalidSignature,
+                "X-Content-SHA256 is not the SHA-256 of the body",
+            ));
+        }
+        id.to_string()
+    } else {
+        String::new()
+    };
     let cfg = &svc.config.tokens;
     let now = ids::now_ms();
     let back = i64::try_from(cfg.hmac_window_back).unwrap_or(300).saturating_mul(1000);
     let ahead = i64::try_from(cfg.hmac_window_ahead).unwrap_or(60).saturating_mul(1000);
-    if ts < now - back || ts > now + ahead {
-        return Err(refused(ErrorName::StaleRequest, "Auth-Timestamp is outside the accepted window"));
+    if ts_ms < now - back || ts_ms > now + ahead {
+        return Err(refused(
+            ErrorName::StaleRequest,
+            "the request's timestamp is outside the accepted window",
+        ));
     }
     let unknown = || refused(ErrorName::InvalidToken, "unknown or revoked access token");
-    let token =
-        svc.store.token_by_hash(&token_hash).await?.filter(|t| t.revoked_at.is_none()).ok_or_else(unknown)?;
+    let token = if v4 {
+        let id: crate::types::TokenId = bearer.parse().map_err(|_| unknown())?;
+        svc.store.token_by_id(&id).await?.map(std::sync::Arc::new)
+    } else {
+        svc.store.token_by_hash(&bearer).await?
+    };
+    let token = token.filter(|t| t.revoked_at.is_none()).ok_or_else(unknown)?;
     let sealed = token.sealed_value.as_deref().ok_or_else(|| {
         refused(
             ErrorName::InvalidToken,
@@ -192,14 +271,19 @@ pub async fn authenticate_signed(
         )
     })?;
     let key = svc.key.open(&token_aad(&token.id), sealed)?;
-    let prefix = match version {
-        AuthVersion::V2 => format!("{ts_text}|{}|", req.path),
-        AuthVersion::V3 => format!("{}|{ts_text}|3.0|{}|", req.method, req.path),
+    let (method, path) = (req.method, req.path);
+    let (prefix, body): (String, &[u8]) = match version {
+        AuthVersion::V2 => (format!("{ts_text}|{path}|"), req.body),
+        AuthVersion::V3 => (format!("{method}|{ts_text}|3.0|{path}|"), req.body),
+        AuthVersion::V4 => {
+            let body_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(req.body));
+            (format!("{ts_text}\n{method}\n{path}\n{body_hash}\n{auth_request_id}\n"), b"")
+        }
     };
-    mac(&key, &prefix, req.body)
+    mac(&key, &prefix, body)
         .verify_slice(&given)
-        .map_err(|_| refused(ErrorName::InvalidSignature, "the request's HMAC does not match"))?;
-    let expires = ts + back;
+        .map_err(|_| refused(ErrorName::InvalidSignature, "the request's signature does not match"))?;
+    let expires = ts_ms + back;
     let first = if req.changes_state {
         svc.store.record_signed_request(&hex::encode(given), now, expires).await?
     } else {
@@ -209,6 +293,7 @@ pub async fn authenticate_signed(
         return Err(refused(ErrorName::RequestReplayed, "this signed request was already received"));
     }
     let principal = principal_of_token(svc, token, client_ip).await?;
-    let signer = ResponseSigner { key, version, method: req.method.to_string(), path: req.path.to_string() };
+    let signer =
+        ResponseSigner { key, version, method: method.to_string(), path: path.to_string(), auth_request_id };
     Ok((principal, signer))
 }

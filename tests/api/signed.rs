@@ -198,3 +198,51 @@ fn hex_of(column: &str) -> String {
         Backend::Postgres => format!("encode({column}, 'hex')"),
     }
 }
+
+/// Version 4 (`@bitgo/sdk-hmac` `hmacv4`): the token id as the bearer, seconds, a body hash and a
+/// request id; the response signed over the same fields with its status.
+#[tokio::test]
+async fn v4_requests_are_accepted_once_and_their_responses_signed() {
+    let (app, _) = signed_setup().await;
+    let user = app.create_user("v4@example.com").await;
+    let login = expect_json(app.login_raw(&user.email, PASSWORD, "000000").await, 200).await;
+    let (token, token_id) =
+        (login["access_token"].as_str().expect("token"), login["token_id"].as_str().expect("id"));
+    let body = json!({ "otp": "000000" }).to_string();
+    let (path, request_id) = ("/api/v2/user/unlock", "1b7a1d2b-7a2f-4e4b-a1f8-c2a5a0f84e3e");
+    let send = |ts: i64, sig_body: &str, sent_body: &str| {
+        let hash = hex::encode(sha2::Sha256::digest(sig_body.as_bytes()));
+        let preimage = format!("{ts}\nPOST\n{path}\n{hash}\n{request_id}\n");
+        app.client
+            .post(app.url(path))
+            .header("Authorization", format!("Bearer {token_id}"))
+            .header("X-Request-Timestamp", ts.to_string())
+            .header("X-Content-SHA256", hash)
+            .header("X-Auth-Request-Id", request_id)
+            .header("X-Signature", hmac_hex(token, preimage.as_bytes()))
+            .header("Content-Type", "application/json")
+            .body(sent_body.to_string())
+            .send()
+    };
+    let now = custodian::ids::now();
+    let res = send(now, &body, &body).await.expect("request");
+    assert_eq!(res.status(), 200);
+    let header = |n: &str| res.headers().get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let (ts, hash, id, sig) = (
+        header("x-request-timestamp"),
+        header("x-content-sha256"),
+        header("x-auth-request-id"),
+        header("x-signature"),
+    );
+    let text = res.text().await.expect("body");
+    assert_eq!(hash, hex::encode(sha2::Sha256::digest(text.as_bytes())));
+    assert_eq!(id, request_id);
+    let preimage = format!("{ts}\nPOST\n{path}\n200\n{hash}\n{id}\n");
+    assert_eq!(sig, hmac_hex(token, preimage.as_bytes()), "response signature over {preimage:?}");
+    assert!((now - 5..=now + 5).contains(&ts.parse::<i64>().expect("seconds")));
+
+    assert_error(send(now, &body, &body).await.expect("again"), 401, "RequestReplayed").await;
+    let other = json!({ "otp": "111111" }).to_string();
+    assert_error(send(now + 1, &body, &other).await.expect("tampered"), 401, "InvalidSignature").await;
+    assert_error(send(now - 400, &body, &body).await.expect("stale"), 401, "StaleRequest").await;
+}
