@@ -96,6 +96,25 @@ for (const authVersion of [2, 3]) {
   });
 }
 
+for (const authVersion of [2, 3]) {
+  test(`auth v${authVersion}: an extensible session is extended with the SDK's signed proof`, async () => {
+    const bitgo = sdk(authVersion);
+    await bitgo.authenticate({ username: email, password, otp: OTP, extensible: true });
+    const before = await bitgo.session();
+    const extended = await bitgo.extendToken({ duration: 7200 });
+    assert.ok(Date.parse(extended.expires) > Date.parse(before.expires), `${extended.expires} after ${before.expires}`);
+    // The same proof over another duration is refused.
+    const token = bitgo._token;
+    const tampered = await signed(token, {
+      method: 'post', path: '/api/v1/user/extendtoken', body: JSON.stringify({ duration: 9000 }),
+      change: { headers: { timestamp: String(Date.now()), signature: '00'.repeat(65) } },
+    });
+    assert.equal(tampered.status, 401);
+    assert.equal((await tampered.json()).name, 'InvalidSignature');
+    await bitgo.logout();
+  });
+}
+
 test('a wrong OTP sets needsOTP', async () => {
   await assert.rejects(
     sdk(2).authenticate({ username: email, password, otp: '123456' }),

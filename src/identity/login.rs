@@ -38,6 +38,9 @@ pub struct Credentials {
     pub for_reset_2fa: bool,
     /// The password itself, or BitGo's form of it (`POST /api/auth/v1/session`).
     pub password_form: super::password::PasswordForm,
+    /// BitGoJS's `extensionAddress`: the P2PKH address whose key must sign an extension of an
+    /// extensible session ([`super::extension`]).
+    pub extension_address: Option<String>,
 }
 
 /// A successful login: the new session token (its secret value shown once) and its user.
@@ -63,6 +66,9 @@ pub const OTP_DIGITS: usize = OtpCode::DIGITS;
 /// the field. An absent or blank OTP is `None` (the first step of a two-step client).
 fn parse_credentials(req: &Credentials) -> Result<(Email, Option<OtpCode>)> {
     let email = Email::parse(&req.email).map_err(|e| Error::invalid_field("email", e))?;
+    if let Some(address) = &req.extension_address {
+        super::extension::parse_address(address)?;
+    }
     if req.password.len() > MAX_PASSWORD_BYTES {
         return Err(Error::invalid_field("password", format!("at most {MAX_PASSWORD_BYTES} bytes")));
     }
@@ -125,6 +131,7 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
     let stored = user.as_ref().map(|u| u.password_hash.as_str());
     let (offered, phc, upgrade) = super::password::candidate(email, &req.password, req.password_form, stored);
     let (extensible, reset) = (req.extensible, req.for_reset_2fa);
+    let extension_address = req.extension_address.clone().filter(|_| extensible);
     let password_ok = match admission.verify(offered, phc).await {
         Ok(ok) => ok,
         Err(e) => {
@@ -155,7 +162,7 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
     }
     throttle::login_succeeded(svc, email, &client, now).await?;
     svc.store.set_last_login(&user.id, now, &[]).await?;
-    issue_session(svc, user, ip, now, extensible, reset).await
+    issue_session(svc, user, ip, now, (extensible, extension_address), reset).await
 }
 
 /// Stores the BitGo form of a user's plain password in place of the hash of the plain password
@@ -176,14 +183,15 @@ async fn upgrade_password(svc: &Identity, user: &User, plain: &str) {
     }
 }
 
-/// The session token of a login that passed every check (`extensible`, or limited to the 2FA
-/// reset when `reset`), stored with its audit entry.
+/// The session token of a login that passed every check (`extensible`, with the address of
+/// the key that must sign its extensions when given, or limited to the 2FA reset when
+/// `reset`), stored with its audit entry.
 async fn issue_session(
     svc: &Identity,
     mut user: User,
     ip: IpAddr,
     now: i64,
-    extensible: bool,
+    (extensible, extension_address): (bool, Option<String>),
     reset: bool,
 ) -> Result<Session> {
     let ttl = i64::try_from(svc.config.login.session_ttl).unwrap_or(3600);
@@ -204,6 +212,7 @@ async fn issue_session(
         ip,
     )?;
     token.is_extensible = extensible && !reset;
+    token.extension_address = extension_address.filter(|_| token.is_extensible);
     token.admin = user.service_admin && !reset;
     let mut entry = audit::entry(AuditType::LoginSucceeded).data(json!({ "forReset2FA": reset }));
     entry.user_id = Some(user.id.clone());

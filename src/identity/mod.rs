@@ -8,6 +8,7 @@ use crate::{config::Config, outbox::dispatch::Dispatch, secrets::MasterKey, stor
 
 pub mod audit_log;
 pub mod auth;
+pub mod extension;
 pub mod login;
 pub mod operator;
 pub mod otp;

@@ -322,6 +322,7 @@ mod tests {
             last_used_at: None,
             unlock: None,
             sealed_value: None,
+            extension_address: None,
         }
     }
 

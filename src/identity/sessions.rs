@@ -109,11 +109,27 @@ pub async fn lock(svc: &Identity, auth: &Principal) -> Result<TokenRecord> {
     Ok(TokenRecord { unlock: None, ..(*auth.token).clone() })
 }
 
+/// BitGoJS's proof for extending a session made with an `extensionAddress`: the `timestamp`
+/// (Unix ms) and `signature` (hex) headers.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtensionProof<'a> {
+    pub timestamp: &'a str,
+    pub signature: &'a str,
+}
+
 /// Extends the calling token to `duration` seconds from now, at most `login.session_max_ttl`
-/// after its creation. Errors: `TokenNotExtensible` (409: the token's state, not the request, is
-/// the problem) for a token created without `extensible`, `InvalidField` for a duration that
-/// is not positive.
-pub async fn extend(svc: &Identity, auth: &Principal, duration: u64) -> Result<TokenRecord> {
+/// after its creation. A session made with an `extensionAddress` must bring `proof`: that
+/// key's Bitcoin signed message of `{timestamp}|{token}|{duration}`, with the timestamp inside
+/// the signed-request window ([`super::extension`]). Errors: `TokenNotExtensible` (409: the
+/// token's state, not the request, is the problem) for a token created without `extensible`,
+/// `InvalidField` for a duration that is not positive, `InvalidSignature` / `StaleRequest`
+/// (401) for a missing, wrong or old proof.
+pub async fn extend(
+    svc: &Identity,
+    auth: &Principal,
+    duration: u64,
+    proof: Option<ExtensionProof<'_>>,
+) -> Result<TokenRecord> {
     let t = &auth.token;
     if !t.is_extensible || t.kind != TokenKind::Session {
         return Err(Error::Conflict {
@@ -124,12 +140,56 @@ pub async fn extend(svc: &Identity, auth: &Principal, duration: u64) -> Result<T
     if duration == 0 {
         return Err(Error::invalid_field("duration", "seconds, at least 1"));
     }
+    if let Some(address) = &t.extension_address {
+        check_extension_proof(svc, t, address, duration, proof)?;
+    }
     let max = t.created_at.saturating_add(i64::try_from(svc.config.login.session_max_ttl).unwrap_or(0));
     let wanted = ids::now().saturating_add(i64::try_from(duration).unwrap_or(i64::MAX));
     let expires_at = wanted.min(max).max(t.expires_at);
     let entry = auth.audit(AuditType::TokenExtended).data(json!({ "expires": ids::iso(expires_at) }));
     svc.store.set_token_expiry(&t.id, expires_at, &[entry]).await?;
     Ok(TokenRecord { expires_at, ..(**t).clone() })
+}
+
+fn check_extension_proof(
+    svc: &Identity,
+    t: &TokenRecord,
+    address: &str,
+    duration: u64,
+    proof: Option<ExtensionProof<'_>>,
+) -> Result<()> {
+    let refused = |name, message: &str| Error::Unauthenticated { name, message: message.into() };
+    let proof = proof.ok_or_else(|| {
+        refused(
+            ErrorName::InvalidSignature,
+            "extending this session needs the timestamp and signature headers",
+        )
+    })?;
+    let ts: i64 = proof.timestamp.parse().map_err(|_| {
+        refused(ErrorName::InvalidSignature, "the timestamp header must be Unix milliseconds")
+    })?;
+    let cfg = &svc.config.tokens;
+    let now = ids::now_ms();
+    let back = i64::try_from(cfg.hmac_window_back).unwrap_or(300).saturating_mul(1000);
+    let ahead = i64::try_from(cfg.hmac_window_ahead).unwrap_or(60).saturating_mul(1000);
+    if ts < now - back || ts > now + ahead {
+        return Err(refused(
+            ErrorName::StaleRequest,
+            "the extension's timestamp is outside the accepted window",
+        ));
+    }
+    let sealed = t.sealed_value.as_deref().ok_or_else(|| {
+        refused(ErrorName::InvalidSignature, "this session cannot prove an extension: log in again")
+    })?;
+    let value = svc.key.open(&super::auth::token_aad(&t.id), sealed)?;
+    let value = String::from_utf8(value).map_err(|e| Error::Internal(e.into()))?;
+    if !super::extension::signed_by(address, proof.timestamp, &value, duration, proof.signature) {
+        return Err(refused(
+            ErrorName::InvalidSignature,
+            "the extension is not signed by the session's extension key",
+        ));
+    }
+    Ok(())
 }
 
 /// Token templates over HTTP (issue 10 §2): service admins only, as the CLI is the operator's.

@@ -348,6 +348,7 @@ pub fn new_token_record(
         last_used_at: None,
         unlock: None,
         sealed_value: Some(sealed),
+        extension_address: None,
     })
 }
 

@@ -84,6 +84,9 @@ pub struct TokenRecord {
     /// The token's value sealed under the master key (aad `token:<id>`), the key of HMAC
     /// authentication (issue 20 §1); `None` for tokens made before it was kept.
     pub sealed_value: Option<Vec<u8>>,
+    /// The P2PKH address of the key that must sign an extension of this session (BitGoJS's
+    /// `extensionAddress`, issue 20 §2).
+    pub extension_address: Option<String>,
 }
 
 /// How stale `lastUsedAt` may get before a request writes it again, seconds: the hot path
@@ -195,6 +198,7 @@ struct TokenRow {
     unlock_time: Option<i64>,
     unlock_expires: Option<i64>,
     sealed_value: Option<Vec<u8>>,
+    extension_address: Option<String>,
 }
 
 impl TokenRow {
@@ -240,6 +244,7 @@ impl TokenRow {
                 _ => None,
             },
             sealed_value: self.sealed_value,
+            extension_address: self.extension_address,
         })
     }
 }
@@ -254,11 +259,11 @@ struct TemplateRow {
 /// The columns a token is inserted with.
 const TOKEN_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, sealed_value";
+    permitted_enterprises, origin, parent_id, sealed_value, extension_address";
 /// The columns a token is read with: those it is inserted with and those written later.
 const TOKEN_READ_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value";
+    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value, extension_address";
 
 #[async_trait]
 impl<DB> TokenStore for SqlStore<DB>
@@ -289,7 +294,7 @@ where
         let mut tx = self.begin_write().await?;
         let sql = format!(
             "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
         );
         sqlx::query(&sql)
             .bind(t.id.as_str())
@@ -312,6 +317,7 @@ where
             .bind(t.origin.as_str())
             .bind(t.parent_id.as_deref())
             .bind(t.sealed_value.clone())
+            .bind(t.extension_address.as_deref())
             .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "a token with this id"))?;

@@ -161,3 +161,63 @@ async fn one_wallet_its_transfer_and_the_coin_notifications_read_as_bitgo_serves
     let none = expect_json(f.app.get_auth("/api/v2/tbtc/webhooks/notifications", &other).await, 200).await;
     assert_eq!(none["notifications"], json!([]), "another user's list is their own");
 }
+
+/// A session made with an `extensionAddress` is extended only with that key's Bitcoin signed
+/// message of `{timestamp}|{token}|{duration}` (what BitGoJS's `extendToken` sends).
+#[tokio::test]
+async fn an_extension_needs_the_signature_of_the_sessions_extension_key() {
+    use bitcoin::{hashes::Hash, secp256k1, sign_message, Network, PrivateKey, PublicKey};
+    let app = spawn_app().await;
+    let user = app.create_user("extend@example.com").await;
+    let secp = secp256k1::Secp256k1::new();
+    let key = secp256k1::SecretKey::from_slice(&[42u8; 32]).expect("key");
+    let public = PublicKey::from_private_key(&secp, &PrivateKey::new(key, Network::Testnet));
+    let address = bitcoin::Address::p2pkh(public, Network::Testnet).to_string();
+    let login = app
+        .post(
+            "/api/auth/v1/session",
+            &json!({ "email": user.email, "password": bitgo_form(&user.email, PASSWORD), "otp": "000000",
+                "extensible": true, "extensionAddress": address }),
+        )
+        .await;
+    let token = expect_json(login, 200).await["access_token"].as_str().expect("token").to_string();
+    let sign = |ts: i64, duration: u64| {
+        let hash = sign_message::signed_msg_hash(&format!("{ts}|{token}|{duration}"));
+        let digest = secp256k1::Message::from_digest(hash.to_byte_array());
+        let signature = sign_message::MessageSignature::new(secp.sign_ecdsa_recoverable(&digest, &key), true);
+        hex::encode(signature.serialize())
+    };
+    let extend = |ts: Option<i64>, signature: Option<String>, duration: u64| {
+        let mut req = app
+            .client
+            .post(app.url("/api/v1/user/extendtoken"))
+            .bearer_auth(&token)
+            .json(&json!({ "duration": duration }));
+        if let (Some(ts), Some(signature)) = (ts, signature) {
+            req = req.header("timestamp", ts.to_string()).header("signature", signature);
+        }
+        req.send()
+    };
+    let now = custodian::ids::now_ms();
+    assert_error(extend(None, None, 3600).await.expect("bare"), 401, "InvalidSignature").await;
+    assert_error(
+        extend(Some(now), Some(sign(now, 3600)), 7200).await.expect("other duration"),
+        401,
+        "InvalidSignature",
+    )
+    .await;
+    let old = now - 600_000;
+    assert_error(extend(Some(old), Some(sign(old, 3600)), 3600).await.expect("stale"), 401, "StaleRequest")
+        .await;
+    let ok = expect_json(extend(Some(now), Some(sign(now, 3600)), 3600).await.expect("signed"), 200).await;
+    assert!(ok["expires"].is_string(), "{ok}");
+    let bad = app
+        .post(
+            "/api/auth/v1/session",
+            &json!({ "email": user.email, "password": bitgo_form(&user.email, PASSWORD),
+            "otp": "000000", "extensible": true, "extensionAddress": "not an address" }),
+        )
+        .await;
+    let body = assert_error(bad, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "extensionAddress");
+}

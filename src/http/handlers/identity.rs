@@ -85,6 +85,7 @@ impl From<LoginRequest> for Credentials {
             extensible: r.extensible.unwrap_or(false),
             for_reset_2fa: r.for_reset_2fa.unwrap_or(false),
             password_form: identity::password::PasswordForm::Plain,
+            extension_address: None,
         }
     }
 }
@@ -113,7 +114,8 @@ pub struct SessionLoginRequest {
     pub trust: Option<Value>,
     #[serde(default)]
     pub extensible: Option<bool>,
-    /// The Bitcoin P2PKH address of the SDK's extension key (at most 64 characters).
+    /// The Bitcoin P2PKH address of the SDK's extension key (with `extensible`): an extension
+    /// of the session must then be signed by that key.
     #[serde(default)]
     #[schema(max_length = 64)]
     pub extension_address: Option<String>,
@@ -147,9 +149,6 @@ pub async fn session_login(
     ClientIp(ip): ClientIp,
     ApiJson(req): ApiJson<SessionLoginRequest>,
 ) -> ApiResult<Json<LoginResponse>> {
-    if req.extension_address.as_ref().is_some_and(|a| a.len() > 64) {
-        return Err(crate::error::Error::invalid_field("extensionAddress", "at most 64 characters").into());
-    }
     let credentials = Credentials {
         email: req.email,
         otp: req.otp,
@@ -157,6 +156,7 @@ pub async fn session_login(
         extensible: req.extensible.unwrap_or(false),
         for_reset_2fa: req.for_reset_2fa.unwrap_or(false),
         password_form: identity::password::PasswordForm::BitGo,
+        extension_address: req.extension_address,
     };
     let s = identity::login::login(&state.identity, credentials, ip).await?;
     Ok(Json(login_response(s)))

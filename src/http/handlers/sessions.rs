@@ -198,20 +198,31 @@ pub struct ExtendRequest {
 }
 
 /// Extends the calling token, when it was created extensible (login with `extensible: true`).
+/// A session made by BitGoJS with an `extensionAddress` needs the `timestamp` (Unix ms) and
+/// `signature` (hex Bitcoin signed message of `{timestamp}|{token}|{duration}`) headers.
 #[utoipa::path(post, path = "/api/v2/user/extendtoken", tag = "identity", security(("bearer" = [])),
     request_body = ExtendRequest,
     responses((status = 200, description = "The token (§2.4, no secret)", body = AccessTokenResponse),
         (status = 400, description = "A bad duration", body = ErrorResponse),
         (status = 409, description = "The token was not created extensible (TokenNotExtensible)", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 401, description = "Not authenticated, or a missing or wrong extension signature", body = ErrorResponse),
         (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
         (status = 415, description = "Body not JSON", body = ErrorResponse),))]
 pub async fn extend_token(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     Auth(auth): Auth,
     ApiJson(req): ApiJson<ExtendRequest>,
 ) -> ApiResult<Json<AccessTokenResponse>> {
-    Ok(Json(AccessTokenResponse::new(None, sessions::extend(&state.identity, &auth, req.duration).await?)))
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let proof = match (text("timestamp"), text("signature")) {
+        (Some(timestamp), Some(signature)) => Some(sessions::ExtensionProof { timestamp, signature }),
+        _ => None,
+    };
+    Ok(Json(AccessTokenResponse::new(
+        None,
+        sessions::extend(&state.identity, &auth, req.duration, proof).await?,
+    )))
 }
 
 /// `{}`.
