@@ -246,3 +246,33 @@ async fn v4_requests_are_accepted_once_and_their_responses_signed() {
     assert_error(send(now + 1, &body, &other).await.expect("tampered"), 401, "InvalidSignature").await;
     assert_error(send(now - 400, &body, &body).await.expect("stale"), 401, "StaleRequest").await;
 }
+
+/// A state-changing signed request seen by one process is refused by another process sharing
+/// the database: the replay guard for writes is the database's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_write_replayed_to_another_process_is_refused() {
+    use crate::procs::Cluster;
+    let cluster = Cluster::new(&[]).await;
+    let (a, b) = (cluster.start().await, cluster.start().await);
+    let token = cluster.login(&a.base).await;
+    let req =
+        Signed::new("3.0", Method::POST, "/api/v2/user/unlock", &json!({ "otp": "000000" }).to_string());
+    let send = |base: &str| {
+        let right = hmac_hex(&token, req.subject().as_bytes());
+        cluster
+            .client
+            .post(format!("{base}{}", req.path))
+            .header("Authorization", format!("Bearer {}", hex::encode(sha2::Sha256::digest(&token))))
+            .header("Auth-Timestamp", req.ts.to_string())
+            .header("HMAC", right)
+            .header("BitGo-Auth-Version", req.version)
+            .header("Content-Type", "application/json")
+            .body(req.body.clone())
+            .send()
+    };
+    assert_eq!(send(&a.base).await.expect("first").status(), 200);
+    let replayed = send(&b.base).await.expect("replay");
+    assert_eq!(replayed.status(), 401);
+    let body: Value = replayed.json().await.expect("json");
+    assert_eq!(body["name"], "RequestReplayed", "{body}");
+}
