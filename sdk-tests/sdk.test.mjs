@@ -57,8 +57,9 @@ for (const authVersion of [2, 3]) {
     const unlocked = await client.unlock({ otp: OTP });
     assert.ok(unlocked.session?.unlock || unlocked.unlock, JSON.stringify(unlocked));
     await client.lock();
-    const made = await client.addAccessToken({ label: `sdk-v${authVersion}`, scope: ['wallet_view_all'], otp: OTP, duration: 3600 });
+    const made = await client.addAccessToken({ label: `sdk-v${authVersion}`, scope: ['wallet_view_all'], otp: OTP, duration: 3600, txValueLimit: 1000 });
     assert.match(made.token, /^v2x[0-9a-f]{64}$/);
+    assert.equal(made.unlock.txValueLimit, 1000);
     const tokens = await client.listAccessTokens();
     assert.ok(tokens.some((t) => t.id === made.id), 'the new token is listed');
     await client.removeAccessToken({ id: made.id });

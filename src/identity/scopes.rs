@@ -323,6 +323,7 @@ mod tests {
             unlock: None,
             sealed_value: None,
             extension_address: None,
+            tx_value_limit: None,
         }
     }
 

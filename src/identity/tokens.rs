@@ -53,6 +53,10 @@ pub struct CreateAccessTokenRequest {
     pub access_token_template_id: Option<AnyId>,
     pub permitted_enterprises: Option<Vec<EnterpriseId>>,
     pub permitted_wallets: Option<Vec<WalletId>>,
+    /// BitGo's top-level limit, a whole number of base units: the token's
+    /// `unlock.txValueLimit` (§2.4). At most the creating token's.
+    #[schema(value_type = Option<u64>)]
+    pub tx_value_limit: Option<Value>,
 }
 
 /// `scope` as a list or a single string.
@@ -151,6 +155,7 @@ struct Validated {
     spending_limits: Option<Value>,
     permitted_wallets: Option<Vec<WalletId>>,
     permitted_enterprises: Option<Vec<EnterpriseId>>,
+    tx_value_limit: Option<BaseUnits>,
 }
 
 /// Largest lists a token request may carry (issue 9 §8); longer ones are a 400 naming the field.
@@ -259,7 +264,16 @@ fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
         }
     };
     let spending_limits = req.spending_limits.map(spending_limits).transpose()?.flatten();
+    let tx_value_limit = req
+        .tx_value_limit
+        .map(|v| {
+            BaseUnits::from_json(&v).ok_or_else(|| {
+                Error::invalid_field("txValueLimit", "a whole number of base units, at least 0")
+            })
+        })
+        .transpose()?;
     Ok(Validated {
+        tx_value_limit,
         label,
         otp,
         grants,
@@ -349,6 +363,7 @@ pub fn new_token_record(
         unlock: None,
         sealed_value: Some(sealed),
         extension_address: None,
+        tx_value_limit: None,
     })
 }
 
@@ -431,6 +446,18 @@ fn bound_by_parent(parent: &TokenRecord, v: &mut Validated) -> Result<()> {
                     }
                 }
             }
+        }
+    }
+    if let Some(max) = &parent.tx_value_limit {
+        match &v.tx_value_limit {
+            None => v.tx_value_limit = Some(max.clone()),
+            Some(limit) if limit > max => {
+                return Err(exceeds(
+                    "txValueLimit".into(),
+                    format!("txValueLimit exceeds the creating token's ({})", max.as_str()),
+                ));
+            }
+            Some(_) => {}
         }
     }
     if let Some(Value::Object(parent_limits)) = &parent.spending_limits {
@@ -567,6 +594,7 @@ pub async fn create_access_token(svc: &Identity, auth: &Principal, mut body: Val
     record.enterprise = v.enterprise;
     record.admin = v.admin;
     record.spending_limits = v.spending_limits;
+    record.tx_value_limit = v.tx_value_limit;
     record.permitted_wallets = v.permitted_wallets;
     record.permitted_enterprises = v.permitted_enterprises;
     record.parent_id = Some(parent.id.clone());

@@ -9,7 +9,9 @@ use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::audit::{append_tx, AuditEntry};
 use super::outbox::{queries::insert_notifications_tx, Notification};
-use super::sql::{json_list, json_list_opt, json_value, to_json, to_json_opt, unique_violation, Dialect};
+use super::sql::{
+    json_list, json_list_opt, json_value, parse_stored, to_json, to_json_opt, unique_violation, Dialect,
+};
 use super::sql_store::SqlStore;
 use super::{StoreError, StoreResult};
 use crate::types::AnyId;
@@ -87,6 +89,8 @@ pub struct TokenRecord {
     /// The P2PKH address of the key that must sign an extension of this session (BitGoJS's
     /// `extensionAddress`, issue 20 §2).
     pub extension_address: Option<String>,
+    /// `unlock.txValueLimit` (§2.4), base units: from a top-level `txValueLimit` at creation.
+    pub tx_value_limit: Option<crate::types::BaseUnits>,
 }
 
 /// How stale `lastUsedAt` may get before a request writes it again, seconds: the hot path
@@ -199,6 +203,7 @@ struct TokenRow {
     unlock_expires: Option<i64>,
     sealed_value: Option<Vec<u8>>,
     extension_address: Option<String>,
+    tx_value_limit: Option<String>,
 }
 
 impl TokenRow {
@@ -245,6 +250,11 @@ impl TokenRow {
             },
             sealed_value: self.sealed_value,
             extension_address: self.extension_address,
+            tx_value_limit: self
+                .tx_value_limit
+                .as_deref()
+                .map(|v| parse_stored(v, "txValueLimit"))
+                .transpose()?,
         })
     }
 }
@@ -259,11 +269,11 @@ struct TemplateRow {
 /// The columns a token is inserted with.
 const TOKEN_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, sealed_value, extension_address";
+    permitted_enterprises, origin, parent_id, sealed_value, extension_address, tx_value_limit";
 /// The columns a token is read with: those it is inserted with and those written later.
 const TOKEN_READ_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value, extension_address";
+    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value, extension_address, tx_value_limit";
 
 #[async_trait]
 impl<DB> TokenStore for SqlStore<DB>
@@ -294,7 +304,7 @@ where
         let mut tx = self.begin_write().await?;
         let sql = format!(
             "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
         );
         sqlx::query(&sql)
             .bind(t.id.as_str())
@@ -318,6 +328,7 @@ where
             .bind(t.parent_id.as_deref())
             .bind(t.sealed_value.clone())
             .bind(t.extension_address.as_deref())
+            .bind(t.tx_value_limit.as_ref().map(|v| v.as_str()))
             .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "a token with this id"))?;

@@ -221,3 +221,32 @@ async fn an_extension_needs_the_signature_of_the_sessions_extension_key() {
     let body = assert_error(bad, 400, "InvalidField").await;
     assert_eq!(body["context"]["field"], "extensionAddress");
 }
+
+/// BitGoJS's `addAccessToken` may send a top-level `txValueLimit`: it becomes the token's
+/// `unlock.txValueLimit`, and a token made from it may not exceed it.
+#[tokio::test]
+async fn a_top_level_tx_value_limit_becomes_unlock_tx_value_limit() {
+    let app = spawn_app().await;
+    let user = app.create_user("limits@example.com").await;
+    let session = app.login(&user).await;
+    let made = expect_json(
+        app.create_token(
+            &session,
+            json!({ "scope": ["wallet_view_all", "crypto_compare"], "txValueLimit": 5000 }),
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(made["unlock"]["txValueLimit"], 5000, "{made}");
+    let child_of = made["token"].as_str().expect("token").to_string();
+    let over =
+        app.create_token(&child_of, json!({ "scope": ["wallet_view_all"], "txValueLimit": 6000 })).await;
+    let body = assert_error(over, 400, "ExceedsCreatingToken").await;
+    assert_eq!(body["context"]["field"], "txValueLimit");
+    let inherited =
+        expect_json(app.create_token(&child_of, json!({ "scope": ["wallet_view_all"] })).await, 200).await;
+    assert_eq!(inherited["unlock"]["txValueLimit"], 5000, "{inherited}");
+    let bad = app.create_token(&session, json!({ "scope": ["wallet_view_all"], "txValueLimit": 1.5 })).await;
+    assert_eq!(assert_error(bad, 400, "InvalidField").await["context"]["field"], "txValueLimit");
+}

@@ -240,6 +240,10 @@ pub(crate) fn unlock_view(t: &TokenRecord, now: i64) -> Option<Value> {
     if let Some(limits) = &t.spending_limits {
         unlock.insert("spendingLimits".into(), limits.clone());
     }
+    if let Some(limit) = t.tx_value_limit.as_ref().and_then(|l| l.as_str().parse::<serde_json::Number>().ok())
+    {
+        unlock.insert("txValueLimit".into(), Value::Number(limit));
+    }
     if let Some(u) = t.unlock.filter(|u| u.expires > now) {
         unlock.insert("time".into(), json!(ids::iso(u.time)));
         unlock.insert("expires".into(), json!(ids::iso(u.expires)));
