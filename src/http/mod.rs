@@ -14,7 +14,7 @@ use axum::{
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::{
-    openapi::security::{Http, HttpAuthScheme, SecurityScheme},
+    openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityScheme},
     Modify, OpenApi, ToSchema,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -75,6 +75,31 @@ impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         if let Some(c) = openapi.components.as_mut() {
             c.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+            // BitGo's signed requests (issue 20 §1), accepted on every route that takes a
+            // bearer token: documented here rather than listed per operation.
+            c.add_security_scheme(
+                "bitgoHmac",
+                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                    "HMAC",
+                    "BitGo auth v2/v3: `Authorization: Bearer <hex SHA-256 of the token>`, `Auth-Timestamp` (Unix ms, \
+                     within 5 minutes back and 1 ahead), `BitGo-Auth-Version` (`2.0` or `3.0`) and `HMAC`: hex \
+                     HMAC-SHA256 keyed with the token of `{ts}|{path?query}|{body}` (v2) or \
+                     `{METHOD}|{ts}|3.0|{path?query}|{body}` (v3). A request is accepted once (401 RequestReplayed). \
+                     The response carries `timestamp` and `hmac` over `{ts}|{path}|{status}|{body}` (v2) or \
+                     `{METHOD}|{ts}|{path}|{status}|{body}` (v3).",
+                ))),
+            );
+            c.add_security_scheme(
+                "bitgoHmacV4",
+                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                    "X-Signature",
+                    "BitGo auth v4: `Authorization: Bearer <token_id>`, `X-Request-Timestamp` (Unix s), \
+                     `X-Content-SHA256` (hex SHA-256 of the body), `X-Auth-Request-Id` and `X-Signature`: hex \
+                     HMAC-SHA256 keyed with the token of `{ts}\\n{METHOD}\\n{path?query}\\n{bodyHash}\\n{authRequestId}\\n`. \
+                     The response carries the same four headers, signed over \
+                     `{ts}\\n{METHOD}\\n{path?query}\\n{status}\\n{bodyHash}\\n{authRequestId}\\n`.",
+                ))),
+            );
         }
     }
 }
