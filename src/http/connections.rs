@@ -195,6 +195,13 @@ impl Activity {
         }
     }
 
+    /// Completes once no request is in progress (polled: only used while stopping).
+    async fn quiet(&self) {
+        while self.in_flight.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Completes once the connection has been idle for `limit`.
     async fn idle_for(&self, limit: Duration) {
         loop {
@@ -268,11 +275,20 @@ pub async fn serve(
             }
         });
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let mut stopping = stop.clone();
         tokio::spawn(async move {
             let _admission = admission;
+            // At stop, a request in progress finishes (hyper's graceful shutdown); a connection
+            // without one, even one that has sent nothing yet, is closed at once instead of
+            // holding the stop until its header-read timeout.
+            let closing = async {
+                let _ = stopping.wait_for(|s| *s).await;
+                activity.quiet().await;
+            };
             tokio::select! {
                 _ = conn => {}
                 _ = activity.idle_for(idle) => {}
+                _ = closing => {}
             }
         });
     }

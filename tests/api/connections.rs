@@ -211,3 +211,24 @@ async fn inbound_sockets_never_take_the_descriptors_deliveries_need() {
     assert!(!text.contains("Too many open files"), "the server ran out of descriptors:\n{text}");
     assert!(text.contains("allows fewer inbound connections"), "the lowered cap is logged:\n{text}");
 }
+
+/// A stop does not wait for connections without a request in progress: one halfway through its
+/// request head would otherwise hold it until its header-read timeout (30 s by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_closes_connections_that_have_no_request_in_progress() {
+    use crate::procs::Cluster;
+    let cluster = Cluster::new(&[]).await;
+    let server = cluster.start().await;
+    let addr: SocketAddr = server.base.trim_start_matches("http://").parse().expect("addr");
+    let mut silent = TcpStream::connect(addr).await.expect("connect");
+    let mut partial = TcpStream::connect(addr).await.expect("connect");
+    partial.write_all(b"GET /health HTTP/1.1\r\nHost: a\r\n").await.expect("write");
+    // Make sure the server has accepted them before the stop.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = Instant::now();
+    tokio::task::spawn_blocking(move || server.stop()).await.expect("stop");
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(10), "the stop took {took:?}");
+    assert!(read_until_closed(&mut silent, "a silent connection at stop").await.is_empty());
+    read_until_closed(&mut partial, "a connection halfway through its head at stop").await;
+}
