@@ -6,7 +6,10 @@
 //! 2. latency: events POSTed at a steady 500/s and 1,000/s for 5 s, each fanning out to one
 //!    webhook; event-to-receipt latency (from before the POST to the receiver's handler);
 //! 3. drain only (not what a user sees): 10,000 notifications already queued, then the server
-//!    started; time until the receiver has them all.
+//!    started; time until the receiver has them all;
+//! 4. signed (only when named in `BENCH_PHASES`): the end-to-end run with Bearer tokens and with
+//!    BitGo's HMAC v2 signatures (each POST checked and recorded against replay), taking turns,
+//!    three runs of each.
 //!
 //! The service admin's rate limit is set out of the way (`rate_limit.admin_requests = 0`).
 //!
@@ -162,8 +165,20 @@ async fn main() -> anyhow::Result<()> {
     let phases = std::env::var("BENCH_PHASES").unwrap_or_else(|_| "e2e,latency,drain".into());
     if phases.contains("e2e") {
         for db in common::databases().await? {
-            end_to_end(db.label, &db.url).await?;
+            end_to_end(db.label, &db.url, false).await?;
             db.drop_database().await;
+        }
+    }
+    // BENCH_PHASES=signed: the cost of BitGo's signed requests and their replay guard on
+    // ingestion (issue 20 §1), Bearer and HMAC v2 runs taking turns, three of each.
+    if phases.contains("signed") {
+        for _ in 0..3 {
+            for signed in [false, true] {
+                for db in common::databases().await? {
+                    end_to_end(db.label, &db.url, signed).await?;
+                    db.drop_database().await;
+                }
+            }
         }
     }
     if phases.contains("latency") {
@@ -187,7 +202,22 @@ async fn main() -> anyhow::Result<()> {
 const E2E_EVENTS: usize = 10_000;
 const E2E_CLIENTS: usize = 32;
 
-async fn end_to_end(label: &str, db_url: &str) -> anyhow::Result<()> {
+/// The headers of BitGo's auth v2 for a POST of `body` to `path` with `token`.
+fn signed_headers(token: &str, path: &str, body: &str) -> Vec<(&'static str, String)> {
+    use hmac::Mac;
+    use sha2::Digest;
+    let ts = custodian::ids::now_ms().to_string();
+    let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).expect("any key length");
+    m.update(format!("{ts}|{path}|{body}").as_bytes());
+    vec![
+        ("Authorization", format!("Bearer {}", hex::encode(sha2::Sha256::digest(token.as_bytes())))),
+        ("Auth-Timestamp", ts),
+        ("HMAC", hex::encode(m.finalize().into_bytes())),
+        ("BitGo-Auth-Version", "2.0".into()),
+    ]
+}
+
+async fn end_to_end(label: &str, db_url: &str, signed: bool) -> anyhow::Result<()> {
     let (url, sink) = receiver().await?;
     let (_dir, state) = setup(db_url, &url, 1).await?;
     let (base, client, token) = common::serve_and_login(&state, "ops@example.com").await?;
@@ -201,7 +231,18 @@ async fn end_to_end(label: &str, db_url: &str) -> anyhow::Result<()> {
             for i in (c..E2E_EVENTS).step_by(E2E_CLIENTS) {
                 let ev = json!({ "eventId": format!("x{i}"), "type": "transfer", "walletId": WALLET, "hash": format!("h{i}") });
                 let t0 = Instant::now();
-                let res = client.post(format!("{base}/api/v2/internal/events")).bearer_auth(&token).json(&ev).send().await;
+                let path = "/api/v2/internal/events";
+                let mut req = client.post(format!("{base}{path}"));
+                if signed {
+                    let body = ev.to_string();
+                    for (name, value) in signed_headers(&token, path, &body) {
+                        req = req.header(name, value);
+                    }
+                    req = req.header("Content-Type", "application/json").body(body);
+                } else {
+                    req = req.bearer_auth(&token).json(&ev);
+                }
+                let res = req.send().await;
                 if !res.is_ok_and(|r| r.status().is_success()) {
                     return Err(anyhow::anyhow!("event {i} was not accepted"));
                 }
@@ -226,8 +267,9 @@ async fn end_to_end(label: &str, db_url: &str) -> anyhow::Result<()> {
     let secs = started.elapsed().as_secs_f64();
     api.sort_by(f64::total_cmp);
     println!(
-        "end to end: {E2E_EVENTS} events by {E2E_CLIENTS} clients, last receipt after {secs:.2} s = {:.0} deliveries/s; \
+        "end to end{}: {E2E_EVENTS} events by {E2E_CLIENTS} clients, last receipt after {secs:.2} s = {:.0} deliveries/s; \
          ingest {:.0} events/s, API p50 {:.1} ms, p99 {:.1} ms ({label})",
+        if signed { ", signed (HMAC v2)" } else { "" },
         E2E_EVENTS as f64 / secs,
         E2E_EVENTS as f64 / ingest_secs,
         percentile(&api, 0.5),
