@@ -85,6 +85,12 @@ for (const authVersion of [2, 3]) {
     assert.equal(simulated.webhookNotifications[0].simulation, true);
     assert.equal(simulated.webhookNotifications[0].transfer, 'sdk-transfer-1');
     assert.equal((await wallet.removeWebhook({ url: hookUrl, type: 'transfer' })).removed, 1);
+    const approvals = await wallet.addWebhook({ url: `${hookUrl}/approvals`, type: 'pendingapproval' });
+    const paged = await wallet.listWebhooks({ limit: 1 });
+    assert.equal(paged.webhooks.length, 1);
+    const approvalSim = await wallet.simulateWebhook({ webhookId: approvals.id, pendingApprovalId: '65a1b2c3d4e5f60718293a4b' });
+    assert.equal(JSON.parse(approvalSim.webhookNotifications[0].payload).pendingApprovalId, '65a1b2c3d4e5f60718293a4b');
+    await wallet.removeWebhook({ url: `${hookUrl}/approvals`, type: 'pendingapproval' });
 
     const block = await coin.webhooks().add({ url: `${hookUrl}/block`, type: 'block' });
     assert.ok((await coin.webhooks().list()).webhooks.some((w) => w.id === block.id));

@@ -89,7 +89,7 @@ fn wallet_meta(webhook: &Webhook, organization: Option<&str>, transfer: Option<&
 pub fn simulate_wallet(
     webhook: &Webhook,
     wallet: &WalletFacts<'_>,
-    transfer_id: Option<&str>,
+    (transfer_id, pending_approval_id): (Option<&str>, Option<&str>),
     event: Option<Value>,
 ) -> Notification {
     let organization = wallet.organization;
@@ -102,7 +102,7 @@ pub fn simulate_wallet(
             e.insert("wallet".into(), json!(wallet));
             Value::Object(e)
         }
-        _ => placeholder_payload(webhook, &wallet, facts, transfer_id),
+        _ => placeholder_payload(webhook, &wallet, facts, (transfer_id, pending_approval_id)),
     };
     payload["simulation"] = json!(true);
     let hash =
@@ -128,12 +128,13 @@ fn placeholder_payload(
     webhook: &Webhook,
     wallet: &str,
     facts: &WalletFacts<'_>,
-    transfer_id: Option<&str>,
+    (transfer_id, pending_approval_id): (Option<&str>, Option<&str>),
 ) -> Value {
     let t = webhook.webhook_type.as_str();
     let mut p = match t {
         "pendingapproval" => json!({
-            "pendingApprovalType": "transactionRequest", "pendingApprovalId": ids::new_id(),
+            "pendingApprovalType": "transactionRequest",
+            "pendingApprovalId": pending_approval_id.map_or_else(ids::new_id, str::to_string),
             "walletId": wallet, "walletLabel": facts.label, "state": "pending",
         }),
         "txRequest" | "txRequestTransaction" => {

@@ -30,16 +30,19 @@ fn given(id: Option<&str>) -> Option<&str> {
     id.map(str::trim).filter(|t| !t.is_empty())
 }
 
-/// Simulates a wallet webhook notification (§4.5) for `transfer_id` (real or placeholder).
-/// Only an event of this wallet may lend its data: another wallet's transfer stays unknown.
+/// Simulates a wallet webhook notification (§4.5) for `transfer_id` (real or placeholder), or,
+/// for a pendingapproval webhook, `pending_approval_id` (BitGoJS sends one or the other). Only
+/// an event of this wallet may lend its data: another wallet's transfer stays unknown.
 pub async fn wallet(
     svc: &Webhooks,
     auth: &Principal,
-    coin: &Coin,
-    wallet_id: &WalletId,
-    webhook_id: &WebhookId,
+    (coin, wallet_id, webhook_id): (&Coin, &WalletId, &WebhookId),
     transfer_id: Option<&str>,
+    pending_approval_id: Option<&str>,
 ) -> Result<(Notification, Webhook)> {
+    if pending_approval_id.is_some_and(|p| p.len() > 128) {
+        return Err(Error::invalid_field("pendingApprovalId", "at most 128 characters"));
+    }
     let wallet = wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::Manage).await?;
     let w = svc
         .store
@@ -66,7 +69,7 @@ pub async fn wallet(
         label: label.as_deref(),
         enterprise: wallet.enterprise.as_deref(),
     };
-    let n = outbox::simulate_wallet(&w, &facts, transfer, event);
+    let n = outbox::simulate_wallet(&w, &facts, (transfer, given(pending_approval_id)), event);
     enqueue(svc, w, n).await
 }
 

@@ -217,6 +217,8 @@ pub struct SimulateResponse {
 #[serde(rename_all = "camelCase")]
 pub struct SimulateRequest {
     pub transfer_id: Option<String>,
+    /// For a pendingapproval webhook (BitGoJS's `simulateWebhook({pendingApprovalId})`).
+    pub pending_approval_id: Option<String>,
     pub block_id: Option<String>,
     pub access_token_id: Option<String>,
 }
@@ -429,9 +431,9 @@ pub async fn simulate_wallet_webhook(
     ApiPath((coin, wallet_id, webhook_id)): ApiPath<(Coin, WalletId, WebhookId)>,
     ApiJson(req): ApiJson<SimulateRequest>,
 ) -> ApiResult<Json<SimulateResponse>> {
-    let (n, w) =
-        simulate::wallet(&state.webhooks, &auth, &coin, &wallet_id, &webhook_id, req.transfer_id.as_deref())
-            .await?;
+    let ids = (&coin, &wallet_id, &webhook_id);
+    let (transfer, approval) = (req.transfer_id.as_deref(), req.pending_approval_id.as_deref());
+    let (n, w) = simulate::wallet(&state.webhooks, &auth, ids, transfer, approval).await?;
     Ok(simulated(&n, &w))
 }
 
