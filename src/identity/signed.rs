@@ -285,7 +285,7 @@ pub async fn authenticate_signed(
         .map_err(|_| refused(ErrorName::InvalidSignature, "the request's signature does not match"))?;
     let expires = ts_ms + back;
     let first = if req.changes_state {
-        svc.store.record_signed_request(&hex::encode(given), now, expires).await?
+        svc.store.record_signed_request(&hex::encode(given), expires).await?
     } else {
         svc.replay.first_sight(given, now, expires)?
     };

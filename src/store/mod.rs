@@ -28,6 +28,7 @@ pub mod group_commit;
 mod outbox;
 pub mod postgres;
 pub mod read_cache;
+mod replay;
 mod sql;
 mod sql_store;
 pub mod sqlite;

@@ -43,12 +43,12 @@ impl SqlStore<Postgres> {
             .connect_with(opts)
             .await
             .context("cannot connect to PostgreSQL")?;
-        Ok(Self::start(
-            pool,
-            config,
+        let steps = (
             group_commit::write_owned::<Postgres>,
             read_cache::read_version::<Postgres>,
-        ))
+            super::replay::insert_batch::<Postgres>,
+        );
+        Ok(Self::start(pool, config, steps))
     }
 }
 

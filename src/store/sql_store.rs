@@ -24,18 +24,27 @@ pub struct SqlStore<DB: Database> {
     /// Tokens, users, memberships and webhook routes (see [`ReadCache`]).
     pub(super) cache: Arc<ReadCache>,
     pub(super) gate: WriteGate,
+    /// Records the MACs of signed writes in batches (the replay guard).
+    pub(super) replay: super::replay::ReplayWriter,
 }
 
 impl<DB: Dialect> SqlStore<DB> {
     /// A store over `pool` with its hot-path helpers started: the group-commit writer
-    /// (`config.ingest`, steps by `write`) and the authentication cache with its version poller
-    /// (`config.cache`, reads by `read_version`). Each backend passes its concrete steps.
-    pub(super) fn start<W, WF, R, RF>(pool: Pool<DB>, config: &Config, write: W, read_version: R) -> Self
+    /// (`config.ingest`, steps by `write`), the authentication cache with its version poller
+    /// (`config.cache`, reads by `read_version`) and the replay guard's writer
+    /// (`record_replays`). Each backend passes its concrete steps.
+    pub(super) fn start<W, WF, R, RF, P, PF>(
+        pool: Pool<DB>,
+        config: &Config,
+        (write, read_version, record_replays): (W, R, P),
+    ) -> Self
     where
         W: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> WF + Send + 'static,
         WF: Future<Output = (Vec<EventWrite>, StoreResult<Vec<Recorded>>)> + Send + 'static,
         R: Fn(Pool<DB>) -> RF + Send + 'static,
         RF: Future<Output = StoreResult<i64>> + Send + 'static,
+        P: Fn(Pool<DB>, WriteGate, Vec<(String, i64)>, i64) -> PF + Send + 'static,
+        PF: Future<Output = StoreResult<Vec<String>>> + Send,
     {
         let gate: WriteGate = DB::SERIALIZE_WRITES.then(Arc::default);
         let event_writer =
@@ -46,7 +55,8 @@ impl<DB: Dialect> SqlStore<DB> {
             let interval = Duration::from_millis(config.cache.poll_interval_ms);
             tokio::spawn(super::read_cache::poll(weak, interval, move || read_version(p.clone())));
         }
-        Self { pool, event_writer, cache, gate }
+        let replay = super::replay::spawn(pool.clone(), gate.clone(), record_replays);
+        Self { pool, event_writer, cache, gate, replay }
     }
 
     /// Begins a write transaction through the process's write gate.

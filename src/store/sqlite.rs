@@ -38,7 +38,12 @@ impl SqlStore<Sqlite> {
             .await
             .with_context(|| format!("cannot open SQLite database {path}"))?;
         MIGRATOR.run(&pool).await.context("applying migrations")?;
-        Ok(Self::start(pool, config, group_commit::write_owned::<Sqlite>, read_cache::read_version::<Sqlite>))
+        let steps = (
+            group_commit::write_owned::<Sqlite>,
+            read_cache::read_version::<Sqlite>,
+            super::replay::insert_batch::<Sqlite>,
+        );
+        Ok(Self::start(pool, config, steps))
     }
 }
 

@@ -172,9 +172,10 @@ pub trait TokenStore: Send + Sync {
     async fn set_token_expiry(&self, id: &TokenId, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()>;
     /// Records the HMAC of a signed request that changes state, kept until `expires_at_ms`
     /// (Unix ms, when its timestamp leaves the window): false when it was recorded already, a
-    /// replay (issue 20 §1). Now and then removes up to 1,000 expired rows, so the table holds
-    /// about one window of requests.
-    async fn record_signed_request(&self, hmac: &str, now_ms: i64, expires_at_ms: i64) -> StoreResult<bool>;
+    /// replay (issue 20 §1). Requests arriving together are recorded in one transaction
+    /// ([`super::replay`]), which now and then removes up to 1,000 expired rows, so the table
+    /// holds about one window of requests.
+    async fn record_signed_request(&self, hmac: &str, expires_at_ms: i64) -> StoreResult<bool>;
 }
 
 #[derive(FromRow)]
@@ -460,25 +461,8 @@ where
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
-    async fn record_signed_request(&self, hmac: &str, now_ms: i64, expires_at_ms: i64) -> StoreResult<bool> {
-        let _gate = self.write_gate().await;
-        if rand::random::<u8>() < 4 {
-            sqlx::query(
-                "DELETE FROM signed_requests WHERE hmac IN \
-                 (SELECT hmac FROM signed_requests WHERE expires_at < $1 LIMIT 1000)",
-            )
-            .bind(now_ms)
-            .execute(&self.pool)
-            .await?;
-        }
-        let done = sqlx::query(
-            "INSERT INTO signed_requests (hmac, expires_at) VALUES ($1, $2) ON CONFLICT (hmac) DO NOTHING",
-        )
-        .bind(hmac)
-        .bind(expires_at_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(DB::rows_affected(&done) == 1)
+    async fn record_signed_request(&self, hmac: &str, expires_at_ms: i64) -> StoreResult<bool> {
+        self.replay.record(hmac, expires_at_ms).await
     }
 
     async fn touch_token(&self, id: &TokenId, token_hash: &str, now: i64) -> StoreResult<()> {

@@ -276,3 +276,17 @@ async fn a_signed_write_replayed_to_another_process_is_refused() {
     let body: Value = replayed.json().await.expect("json");
     assert_eq!(body["name"], "RequestReplayed", "{body}");
 }
+
+/// The same signed write sent twenty times at once (so several land in one batch of the replay
+/// writer): exactly one is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_write_sent_many_times_at_once_is_accepted_once() {
+    let (app, token) = signed_setup().await;
+    let req =
+        Signed::new("2.0", Method::POST, "/api/v2/internal/wallet", &json!({ "ids": [WALLET] }).to_string());
+    let sends = (0..20).map(|_| req.send(&app, &token, None));
+    let statuses: Vec<u16> =
+        futures_util::future::join_all(sends).await.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 401).count(), 19, "{statuses:?}");
+}
