@@ -207,11 +207,7 @@ impl Engine {
                     me.accept(h, &tx).await;
                 }
                 me.start_waiting(&permits, &tx).await;
-                let free = if me.unrecorded.load(std::sync::atomic::Ordering::SeqCst) {
-                    0
-                } else {
-                    permits.available_permits().saturating_sub(me.waiting_len()).min(CLAIM_BATCH)
-                };
+                let free = me.claimable(&permits);
                 let mut full = false;
                 if free > 0 {
                     let now = ids::now_ms();
@@ -328,6 +324,15 @@ impl Engine {
         }
         w.push_back((c, Instant::now()));
         None
+    }
+
+    /// How many notifications to claim now: the free permits less those waiting, at most
+    /// [`CLAIM_BATCH`]; none while outcomes wait to be recorded ([`Engine::complete_loop`]).
+    fn claimable(&self, permits: &Semaphore) -> usize {
+        if self.unrecorded.load(std::sync::atomic::Ordering::SeqCst) {
+            return 0;
+        }
+        permits.available_permits().saturating_sub(self.waiting_len()).min(CLAIM_BATCH)
     }
 
     fn waiting_len(&self) -> usize {

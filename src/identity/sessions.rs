@@ -168,11 +168,7 @@ fn check_extension_proof(
     let ts: i64 = proof.timestamp.parse().map_err(|_| {
         refused(ErrorName::InvalidSignature, "the timestamp header must be Unix milliseconds")
     })?;
-    let cfg = &svc.config.tokens;
-    let now = ids::now_ms();
-    let back = i64::try_from(cfg.hmac_window_back).unwrap_or(300).saturating_mul(1000);
-    let ahead = i64::try_from(cfg.hmac_window_ahead).unwrap_or(60).saturating_mul(1000);
-    if ts < now - back || ts > now + ahead {
+    if !super::signed::within_window(svc, ts) {
         return Err(refused(
             ErrorName::StaleRequest,
             "the extension's timestamp is outside the accepted window",

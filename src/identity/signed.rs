@@ -177,18 +177,20 @@ fn refused(name: ErrorName, message: &str) -> Error {
     Error::Unauthenticated { name, message: message.into() }
 }
 
-/// The principal of a signed request, and the signer of its response. Errors (all 401 with
-/// `x-auth-required`): `AuthenticationRequired` (a header missing or malformed: version, a
-/// timestamp that is not a number, a bearer that is not 64 hex characters), `InvalidSignature`
-/// (a MAC that is not 64 hex characters or does not match), `StaleRequest` (timestamp outside
-/// `tokens.hmac_window_back` / `_ahead`), `RequestReplayed`, and those of Bearer
-/// authentication (`InvalidToken`, `TokenExpired`, `IpNotAllowed`). A token made before
-/// tokens were sealed cannot sign: `InvalidToken`.
-pub async fn authenticate_signed(
-    svc: &Identity,
-    req: &SignedRequest<'_>,
-    client_ip: IpAddr,
-) -> Result<(Principal, ResponseSigner)> {
+/// The signature headers of a request, checked for shape.
+struct Parsed<'a> {
+    version: AuthVersion,
+    /// As sent: the subject signs this text.
+    ts_text: &'a str,
+    ts_ms: i64,
+    given: [u8; 32],
+    /// Lower case: the token hash (v2, v3) or the token id (v4).
+    bearer: String,
+    /// v4 only; empty otherwise.
+    auth_request_id: String,
+}
+
+fn parse<'a>(req: &SignedRequest<'a>) -> Result<Parsed<'a>> {
     let missing = |what: &str| refused(ErrorName::AuthenticationRequired, what);
     let version = req
         .version
@@ -206,7 +208,6 @@ pub async fn authenticate_signed(
             })
         })?;
     let ts: i64 = ts_text.parse().map_err(|_| missing("the timestamp must be a number"))?;
-    let ts_ms = if v4 { ts.saturating_mul(1000) } else { ts };
     let given: [u8; 32] = req
         .hmac
         .filter(|h| h.len() == 64)
@@ -226,36 +227,65 @@ pub async fn authenticate_signed(
                 "a signed request needs Authorization: Bearer <hex SHA-256 of the token>"
             })
         })?;
-    let auth_request_id = if v4 {
-        let id = req
-            .auth_request_id
-            .filter(|id| {
-                !id.is_empty()
-                    && id.len() <= 128
-                    && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
-            })
-            .ok_or_else(|| missing("X-Auth-Request-Id must be 1 to 128 characters of A-Z a-z 0-9 . _ : -"))?;
-        let body_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(req.body));
-        if !req.content_sha256.is_some_and(|h| h.eq_ignore_ascii_case(&body_hash)) {
-            return Err(refused(
-                ErrorName::InvalidSignature,
-                "X-Content-SHA256 is not the SHA-256 of the body",
-            ));
-        }
-        id.to_string()
-    } else {
-        String::new()
-    };
-    let cfg = &svc.config.tokens;
+    let auth_request_id = if v4 { v4_request_id(req)? } else { String::new() };
+    let ts_ms = if v4 { ts.saturating_mul(1000) } else { ts };
+    Ok(Parsed { version, ts_text, ts_ms, given, bearer, auth_request_id })
+}
+
+/// v4's `X-Auth-Request-Id`, once `X-Content-SHA256` is found to be the body's hash.
+fn v4_request_id(req: &SignedRequest<'_>) -> Result<String> {
+    let id = req
+        .auth_request_id
+        .filter(|id| {
+            !id.is_empty()
+                && id.len() <= 128
+                && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
+        })
+        .ok_or_else(|| {
+            refused(
+                ErrorName::AuthenticationRequired,
+                "X-Auth-Request-Id must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+            )
+        })?;
+    let body_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(req.body));
+    if !req.content_sha256.is_some_and(|h| h.eq_ignore_ascii_case(&body_hash)) {
+        return Err(refused(ErrorName::InvalidSignature, "X-Content-SHA256 is not the SHA-256 of the body"));
+    }
+    Ok(id.to_string())
+}
+
+fn window_back_ms(svc: &Identity) -> i64 {
+    i64::try_from(svc.config.tokens.hmac_window_back).unwrap_or(300).saturating_mul(1000)
+}
+
+/// Whether `ts_ms` (Unix ms) lies within `tokens.hmac_window_back` before now and
+/// `tokens.hmac_window_ahead` after: the window of signed requests and of extension proofs.
+pub(super) fn within_window(svc: &Identity, ts_ms: i64) -> bool {
     let now = ids::now_ms();
-    let back = i64::try_from(cfg.hmac_window_back).unwrap_or(300).saturating_mul(1000);
-    let ahead = i64::try_from(cfg.hmac_window_ahead).unwrap_or(60).saturating_mul(1000);
-    if ts_ms < now - back || ts_ms > now + ahead {
+    let ahead = i64::try_from(svc.config.tokens.hmac_window_ahead).unwrap_or(60).saturating_mul(1000);
+    ts_ms >= now - window_back_ms(svc) && ts_ms <= now + ahead
+}
+
+/// The principal of a signed request, and the signer of its response. Errors (all 401 with
+/// `x-auth-required`): `AuthenticationRequired` (a header missing or malformed: version, a
+/// timestamp that is not a number, a bearer that is not 64 hex characters), `InvalidSignature`
+/// (a MAC that is not 64 hex characters or does not match), `StaleRequest` (timestamp outside
+/// `tokens.hmac_window_back` / `_ahead`), `RequestReplayed`, and those of Bearer
+/// authentication (`InvalidToken`, `TokenExpired`, `IpNotAllowed`). A token made before
+/// tokens were sealed cannot sign: `InvalidToken`.
+pub async fn authenticate_signed(
+    svc: &Identity,
+    req: &SignedRequest<'_>,
+    client_ip: IpAddr,
+) -> Result<(Principal, ResponseSigner)> {
+    let Parsed { version, ts_text, ts_ms, given, bearer, auth_request_id } = parse(req)?;
+    if !within_window(svc, ts_ms) {
         return Err(refused(
             ErrorName::StaleRequest,
             "the request's timestamp is outside the accepted window",
         ));
     }
+    let v4 = version == AuthVersion::V4;
     let unknown = || refused(ErrorName::InvalidToken, "unknown or revoked access token");
     let token = if v4 {
         let id: crate::types::TokenId = bearer.parse().map_err(|_| unknown())?;
@@ -283,11 +313,11 @@ pub async fn authenticate_signed(
     mac(&key, &prefix, body)
         .verify_slice(&given)
         .map_err(|_| refused(ErrorName::InvalidSignature, "the request's signature does not match"))?;
-    let expires = ts_ms + back;
+    let expires = ts_ms + window_back_ms(svc);
     let first = if req.changes_state {
         svc.store.record_signed_request(&hex::encode(given), expires).await?
     } else {
-        svc.replay.first_sight(given, now, expires)?
+        svc.replay.first_sight(given, ids::now_ms(), expires)?
     };
     if !first {
         return Err(refused(ErrorName::RequestReplayed, "this signed request was already received"));
