@@ -94,9 +94,9 @@ impl ReplayWriter {
     }
 }
 
-/// One batch in one transaction: now and then first removes up to 1,000 rows whose window has
-/// passed (so the table holds about one window of requests), then inserts `rows` that are not
-/// there yet. Returns the MACs inserted.
+/// One batch in one transaction: first removes up to `2 * BATCH` rows whose window has passed
+/// (so the table holds about one window of requests), then inserts `rows` that are not there
+/// yet. Returns the MACs inserted.
 pub(super) async fn insert_batch<DB>(
     pool: Pool<DB>,
     gate: WriteGate,
@@ -112,15 +112,17 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     let mut tx = begin_gated(&pool, &gate).await?;
-    if rand::random::<u8>() < 8 {
-        sqlx::query(
-            "DELETE FROM signed_requests WHERE hmac IN \
-             (SELECT hmac FROM signed_requests WHERE expires_at < $1 LIMIT 1000)",
-        )
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await?;
-    }
+    // Up to twice as many expired rows go as new ones come, so the table never outgrows about
+    // one window of requests however fast they arrive; with nothing expired this is one empty
+    // index range scan.
+    sqlx::query(&format!(
+        "DELETE FROM signed_requests WHERE hmac IN \
+         (SELECT hmac FROM signed_requests WHERE expires_at < $1 LIMIT {})",
+        2 * BATCH
+    ))
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await?;
     let values: Vec<String> = (0..rows.len()).map(|i| format!("({})", placeholders(i * 2 + 1, 2))).collect();
     let sql = format!(
         "INSERT INTO signed_requests (hmac, expires_at) VALUES {} ON CONFLICT (hmac) DO NOTHING RETURNING hmac",

@@ -173,7 +173,7 @@ pub trait TokenStore: Send + Sync {
     /// Records the HMAC of a signed request that changes state, kept until `expires_at_ms`
     /// (Unix ms, when its timestamp leaves the window): false when it was recorded already, a
     /// replay (issue 20 §1). Requests arriving together are recorded in one transaction
-    /// ([`super::replay`]), which now and then removes up to 1,000 expired rows, so the table
+    /// ([`super::replay`]), which also removes up to twice as many expired rows, so the table
     /// holds about one window of requests.
     async fn record_signed_request(&self, hmac: &str, expires_at_ms: i64) -> StoreResult<bool>;
 }

@@ -290,3 +290,22 @@ async fn a_signed_write_sent_many_times_at_once_is_accepted_once() {
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
     assert_eq!(statuses.iter().filter(|s| **s == 401).count(), 19, "{statuses:?}");
 }
+
+/// The replay records of writes leave once their window has passed: the table holds about one
+/// window of requests, not every request ever signed.
+#[tokio::test]
+async fn expired_replay_records_are_removed_by_later_writes() {
+    let (app, token) = signed_setup().await;
+    let body = json!({ "ids": [WALLET] }).to_string();
+    for _ in 0..3 {
+        let req = Signed::new("2.0", Method::POST, "/api/v2/internal/wallet", &body);
+        assert_eq!(req.send(&app, &token, None).await.status(), 200);
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let count = "SELECT CAST(count(*) AS TEXT) FROM signed_requests";
+    assert_eq!(app.raw_sql(count).await, vec!["3".to_string()]);
+    app.raw_sql("UPDATE signed_requests SET expires_at = 0").await;
+    let req = Signed::new("3.0", Method::POST, "/api/v2/internal/wallet", &body);
+    assert_eq!(req.send(&app, &token, None).await.status(), 200);
+    assert_eq!(app.raw_sql(count).await, vec!["1".to_string()], "only the new record is left");
+}
