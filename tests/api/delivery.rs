@@ -417,3 +417,32 @@ async fn delivery_refuses_non_routable_destinations() {
     f.event(&admin, json!({ "eventId": "ev-y", "type": "transfer", "walletId": WALLET })).await;
     rx.wait_for(1, 10).await;
 }
+
+/// Once a failing receiver answers 2xx again, its notifications waiting for a retry are sent
+/// at once instead of at their scheduled time (issue 23 §1): here a minute away.
+#[tokio::test]
+async fn a_receiver_that_recovers_gets_its_waiting_retries_at_once() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.retry_schedule = vec![60, 60];
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    rx.always(500);
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    for i in 0..3 {
+        f.event(&admin, json!({ "eventId": format!("ev-r{i}"), "type": "transfer", "walletId": WALLET }))
+            .await;
+    }
+    rx.wait_for(3, 10).await;
+    rx.always(200);
+    f.event(&admin, json!({ "eventId": "ev-r-ok", "type": "transfer", "walletId": WALLET })).await;
+    // 3 failures, the new event, then the 3 retries well before their minute.
+    let got = rx.wait_for(7, 10).await;
+    let retried: std::collections::HashSet<_> =
+        got[4..].iter().filter_map(|r| r.headers.get("webhook-id").and_then(|v| v.to_str().ok())).collect();
+    let failed: std::collections::HashSet<_> =
+        got[..3].iter().filter_map(|r| r.headers.get("webhook-id").and_then(|v| v.to_str().ok())).collect();
+    assert_eq!(retried, failed, "the three that failed are the three sent again");
+}

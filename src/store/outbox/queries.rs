@@ -228,7 +228,7 @@ where
         let mut suspended = Vec::new();
         for (id, reset, fails_after, fails) in failure_counters(outcomes) {
             // A batch of successes on a webhook without failures changes nothing: no write.
-            sqlx::query(
+            let changed = sqlx::query(
                 "UPDATE webhooks SET successive_failed_attempts = CASE WHEN $1 THEN $2 \
                  ELSE successive_failed_attempts + $2 END, \
                  failed_attempts_total = failed_attempts_total + $3 WHERE id = $4 \
@@ -240,6 +240,18 @@ where
             .bind(id)
             .execute(&mut *tx)
             .await?;
+            if reset && DB::rows_affected(&changed) > 0 {
+                // The receiver answers again after failures: its notifications waiting for a
+                // retry are due now rather than at their scheduled time (issue 23 §1).
+                sqlx::query(
+                    "UPDATE notifications SET next_attempt_at = $1 WHERE webhook_id = $2 \
+                     AND state = 'pending' AND next_attempt_at > $1 AND lease_until <= $1",
+                )
+                .bind(now_ms)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
             if fails > 0 && should_suspend::<DB>(&mut tx, id, now_ms, rule).await? {
                 sqlx::query("UPDATE webhooks SET state = 'suspended' WHERE id = $1")
                     .bind(id)
