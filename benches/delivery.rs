@@ -7,7 +7,9 @@
 //!    webhook; event-to-receipt latency (from before the POST to the receiver's handler);
 //! 3. drain only (not what a user sees): 10,000 notifications already queued, then the server
 //!    started; time until the receiver has them all;
-//! 4. signed (only when named in `BENCH_PHASES`): the end-to-end run with Bearer tokens and with
+//! 4. fanout (only when named in `BENCH_PHASES`): 10,000 deliveries from events that each fan
+//!    out to 1, 10 or 100 webhooks; deliveries/s and event-to-receipt p50/p99;
+//! 5. signed (only when named in `BENCH_PHASES`): the end-to-end run with Bearer tokens and with
 //!    BitGo's HMAC v2 signatures (each POST checked and recorded against replay), taking turns,
 //!    three runs of each.
 //!
@@ -126,7 +128,7 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
             created_at: custodian::ids::now(),
         };
         let caps =
-            custodian::store::WebhookCaps { per_type: 10, block_per_user: 100, per_enterprise: u32::MAX };
+            custodian::store::WebhookCaps { per_type: u32::MAX, block_per_user: 100, per_enterprise: u32::MAX };
         if state.store.insert_webhook(&w, caps, &[]).await?.is_err() {
             anyhow::bail!("webhook cap reached while setting up");
         }
@@ -167,6 +169,15 @@ async fn main() -> anyhow::Result<()> {
         for db in common::databases().await? {
             end_to_end(db.label, &db.url, false).await?;
             db.drop_database().await;
+        }
+    }
+    // BENCH_PHASES=fanout: one event to 1, 10 and 100 webhooks (issue 23 §1).
+    if phases.contains("fanout") {
+        for n in [1, 10, 100] {
+            for db in common::databases().await? {
+                fan_out(db.label, &db.url, n).await?;
+                db.drop_database().await;
+            }
         }
     }
     // BENCH_PHASES=signed: the cost of BitGo's signed requests and their replay guard on
@@ -339,6 +350,50 @@ async fn latency(label: &str, db_url: &str, rate: u64) -> anyhow::Result<()> {
         percentile(&l, 0.5),
         percentile(&l, 0.99),
         l.last().copied().unwrap_or(f64::NAN),
+    );
+    Ok(())
+}
+
+/// Deliveries of the fan-out run, whatever the number of webhooks per event.
+const FAN_OUT_DELIVERIES: usize = 10_000;
+
+/// `FAN_OUT_DELIVERIES / webhooks` events by 32 keep-alive clients, each to `webhooks` webhooks
+/// of one wallet: deliveries/s to the last receipt and event-to-receipt latency.
+async fn fan_out(label: &str, db_url: &str, webhooks: usize) -> anyhow::Result<()> {
+    let (url, sink) = receiver().await?;
+    let (_dir, state) = setup(db_url, &url, webhooks).await?;
+    let (base, client, token) = common::serve_and_login(&state, "ops@example.com").await?;
+    let events = FAN_OUT_DELIVERIES / webhooks;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..E2E_CLIENTS {
+        let (client, token, base) = (client.clone(), token.clone(), base.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (c..events).step_by(E2E_CLIENTS) {
+                let ev = json!({ "eventId": format!("f{i}"), "type": "transfer", "walletId": WALLET, "sentAtUs": now_us().to_string() });
+                let res = client.post(format!("{base}/api/v2/internal/events")).bearer_auth(&token).json(&ev).send().await;
+                anyhow::ensure!(res.is_ok_and(|r| r.status().is_success()), "event {i} was not accepted");
+            }
+            Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let total = events * webhooks;
+    while sink.count.load(Ordering::Relaxed) < total {
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "fan-out run did not finish");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut l = sink.latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    l.sort_by(f64::total_cmp);
+    println!(
+        "fan-out: {events} events x {webhooks} webhooks by {E2E_CLIENTS} clients = {total} deliveries in {secs:.2} s = {:.0} deliveries/s; \
+         event-to-receipt p50 {:.1} ms, p99 {:.1} ms ({label})",
+        total as f64 / secs,
+        percentile(&l, 0.5),
+        percentile(&l, 0.99),
     );
     Ok(())
 }
