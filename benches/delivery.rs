@@ -127,8 +127,11 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
             allow_blocked_hosts: false,
             created_at: custodian::ids::now(),
         };
-        let caps =
-            custodian::store::WebhookCaps { per_type: u32::MAX, block_per_user: 100, per_enterprise: u32::MAX };
+        let caps = custodian::store::WebhookCaps {
+            per_type: u32::MAX,
+            block_per_user: 100,
+            per_enterprise: u32::MAX,
+        };
         if state.store.insert_webhook(&w, caps, &[]).await?.is_err() {
             anyhow::bail!("webhook cap reached while setting up");
         }
