@@ -9,6 +9,7 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod delivery;
+pub mod digest;
 pub mod error;
 pub mod grant;
 pub mod http;

@@ -41,7 +41,7 @@ fn twins() -> Vec<(&'static str, &'static str, HttpMethod, MethodRouter<AppState
 pub fn add(mut router: Router<AppState>, doc: &mut OpenApi) -> Router<AppState> {
     for (path, twin, method, handler) in twins() {
         router = router.route(path, handler);
-        let operation = doc.paths.paths.get(twin).and_then(|item| operation(item, &method).clone());
+        let operation = doc.paths.paths.get_mut(twin).and_then(|item| operation_mut(item, &method).clone());
         if let Some(mut op) = operation {
             op.operation_id = op.operation_id.map(|id| format!("{id}_bitgo"));
             op.summary = Some(format!("BitGo's path for {} {twin}.", method_name(&method)));
@@ -50,14 +50,6 @@ pub fn add(mut router: Router<AppState>, doc: &mut OpenApi) -> Router<AppState> 
         }
     }
     router
-}
-
-fn operation<'a>(item: &'a PathItem, method: &HttpMethod) -> &'a Option<utoipa::openapi::path::Operation> {
-    match method {
-        HttpMethod::Post => &item.post,
-        HttpMethod::Delete => &item.delete,
-        _ => &item.get,
-    }
 }
 
 fn operation_mut<'a>(

@@ -8,8 +8,6 @@
 use crate::error::ErrorName;
 use std::{net::IpAddr, sync::Arc};
 
-use sha2::{Digest, Sha256};
-
 use crate::{
     error::{Error, Result},
     identity::scopes::{Action, Policy},
@@ -30,7 +28,7 @@ pub fn new_token_value() -> String {
 
 /// Hex SHA-256 of a token value: the only form in which tokens are stored.
 pub fn hash_token(value: &str) -> String {
-    hex::encode(Sha256::digest(value.as_bytes()))
+    crate::digest::sha256_hex(value.as_bytes())
 }
 
 /// What a token's sealed value is bound to: its id, so a sealed value copied to another row

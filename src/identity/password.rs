@@ -68,13 +68,7 @@ pub enum PasswordForm {
 /// lower-cased email, which BitGoJS sends instead of the password (`calculateHMAC(email,
 /// password)`).
 pub fn bitgo_form(email: &str, password: &str) -> String {
-    use hmac::Mac;
-    let key = email.to_lowercase();
-    // HMAC takes a key of any length.
-    let mut m =
-        <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key.as_bytes()).unwrap_or_else(|_| unreachable!());
-    m.update(password.as_bytes());
-    hex::encode(m.finalize().into_bytes())
+    crate::digest::hmac_sha256_hex(email.to_lowercase().as_bytes(), &[password.as_bytes()])
 }
 
 /// What to store for `plain`, the password of `email`: argon2id of its BitGo form, marked, so

@@ -18,18 +18,16 @@
 //! Beyond BitGo: a timestamp outside the window is refused, and so is a request seen before
 //! (the replay guard): for requests that change state in the database, so on every process
 //! sharing it; for reads, in the memory of the process that saw it. Every comparison of a MAC
-//! is constant-time (`hmac`'s `verify_slice`).
+//! is constant-time (`digest::hmac_sha256_verify`).
 
 use std::{collections::HashMap, net::IpAddr, sync::Mutex};
-
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
 use super::{
     auth::{principal_of_token, token_aad, Principal},
     Identity,
 };
 use crate::{
+    digest::{hmac_sha256_hex, hmac_sha256_verify, sha256_hex},
     error::{Error, ErrorName, Result},
     ids,
 };
@@ -109,17 +107,14 @@ impl ResponseSigner {
                     AuthVersion::V3 => format!("{method}|{ts}|{path}|{status}|"),
                     _ => format!("{ts}|{path}|{status}|"),
                 };
-                vec![
-                    ("timestamp", ts),
-                    ("hmac", hex::encode(mac(&self.key, &prefix, body).finalize().into_bytes())),
-                ]
+                vec![("timestamp", ts), ("hmac", hmac_sha256_hex(&self.key, &[prefix.as_bytes(), body]))]
             }
             AuthVersion::V4 => {
                 let ts = ids::now().to_string();
-                let body_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body));
+                let body_hash = sha256_hex(body);
                 let id = &self.auth_request_id;
                 let preimage = format!("{ts}\n{method}\n{path}\n{status}\n{body_hash}\n{id}\n");
-                let signature = hex::encode(mac(&self.key, &preimage, b"").finalize().into_bytes());
+                let signature = hmac_sha256_hex(&self.key, &[preimage.as_bytes()]);
                 vec![
                     ("x-request-timestamp", ts),
                     ("x-content-sha256", body_hash),
@@ -129,14 +124,6 @@ impl ResponseSigner {
             }
         }
     }
-}
-
-fn mac(key: &[u8], prefix: &str, body: &[u8]) -> Hmac<Sha256> {
-    // HMAC takes a key of any length.
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
-    m.update(prefix.as_bytes());
-    m.update(body);
-    m
 }
 
 /// Signed reads seen by this process, by MAC, until their timestamps leave the window.
@@ -186,8 +173,10 @@ struct Parsed<'a> {
     given: [u8; 32],
     /// Lower case: the token hash (v2, v3) or the token id (v4).
     bearer: String,
-    /// v4 only; empty otherwise.
+    /// v4 only (`X-Auth-Request-Id`, and the body's hash `X-Content-SHA256` was checked
+    /// against); empty otherwise.
     auth_request_id: String,
+    body_hash: String,
 }
 
 fn parse<'a>(req: &SignedRequest<'a>) -> Result<Parsed<'a>> {
@@ -227,13 +216,13 @@ fn parse<'a>(req: &SignedRequest<'a>) -> Result<Parsed<'a>> {
                 "a signed request needs Authorization: Bearer <hex SHA-256 of the token>"
             })
         })?;
-    let auth_request_id = if v4 { v4_request_id(req)? } else { String::new() };
+    let (auth_request_id, body_hash) = if v4 { v4_request_id(req)? } else { Default::default() };
     let ts_ms = if v4 { ts.saturating_mul(1000) } else { ts };
-    Ok(Parsed { version, ts_text, ts_ms, given, bearer, auth_request_id })
+    Ok(Parsed { version, ts_text, ts_ms, given, bearer, auth_request_id, body_hash })
 }
 
-/// v4's `X-Auth-Request-Id`, once `X-Content-SHA256` is found to be the body's hash.
-fn v4_request_id(req: &SignedRequest<'_>) -> Result<String> {
+/// v4's `X-Auth-Request-Id` and the body's hash, once `X-Content-SHA256` is found to be it.
+fn v4_request_id(req: &SignedRequest<'_>) -> Result<(String, String)> {
     let id = req
         .auth_request_id
         .filter(|id| {
@@ -247,11 +236,11 @@ fn v4_request_id(req: &SignedRequest<'_>) -> Result<String> {
                 "X-Auth-Request-Id must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
             )
         })?;
-    let body_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(req.body));
+    let body_hash = sha256_hex(req.body);
     if !req.content_sha256.is_some_and(|h| h.eq_ignore_ascii_case(&body_hash)) {
         return Err(refused(ErrorName::InvalidSignature, "X-Content-SHA256 is not the SHA-256 of the body"));
     }
-    Ok(id.to_string())
+    Ok((id.to_string(), body_hash))
 }
 
 fn window_back_ms(svc: &Identity) -> i64 {
@@ -278,7 +267,7 @@ pub async fn authenticate_signed(
     req: &SignedRequest<'_>,
     client_ip: IpAddr,
 ) -> Result<(Principal, ResponseSigner)> {
-    let Parsed { version, ts_text, ts_ms, given, bearer, auth_request_id } = parse(req)?;
+    let Parsed { version, ts_text, ts_ms, given, bearer, auth_request_id, body_hash } = parse(req)?;
     if !within_window(svc, ts_ms) {
         return Err(refused(
             ErrorName::StaleRequest,
@@ -305,14 +294,11 @@ pub async fn authenticate_signed(
     let (prefix, body): (String, &[u8]) = match version {
         AuthVersion::V2 => (format!("{ts_text}|{path}|"), req.body),
         AuthVersion::V3 => (format!("{method}|{ts_text}|3.0|{path}|"), req.body),
-        AuthVersion::V4 => {
-            let body_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(req.body));
-            (format!("{ts_text}\n{method}\n{path}\n{body_hash}\n{auth_request_id}\n"), b"")
-        }
+        AuthVersion::V4 => (format!("{ts_text}\n{method}\n{path}\n{body_hash}\n{auth_request_id}\n"), b""),
     };
-    mac(&key, &prefix, body)
-        .verify_slice(&given)
-        .map_err(|_| refused(ErrorName::InvalidSignature, "the request's signature does not match"))?;
+    if !hmac_sha256_verify(&key, &[prefix.as_bytes(), body], &given) {
+        return Err(refused(ErrorName::InvalidSignature, "the request's signature does not match"));
+    }
     let expires = ts_ms + window_back_ms(svc);
     let first = if req.changes_state {
         svc.store.record_signed_request(&hex::encode(given), expires).await?

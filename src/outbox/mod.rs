@@ -5,8 +5,8 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+use crate::digest::sha256_hex;
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 pub mod dispatch;
 pub mod headers;
@@ -22,13 +22,9 @@ use crate::{
 /// Notification `version` (§2.6, §9).
 pub const VERSION: u32 = 2;
 
-fn sha256_hex(s: &str) -> String {
-    hex::encode(Sha256::digest(s.as_bytes()))
-}
-
 /// A deterministic idempotency key for `webhook` and a source (event id, block, token).
 pub fn idempotency_key(webhook_id: &crate::types::WebhookId, source: &str) -> String {
-    sha256_hex(&format!("{webhook_id}:{source}"))
+    sha256_hex(format!("{webhook_id}:{source}").as_bytes())
 }
 
 /// A random 64-hex hash for placeholder transactions.
@@ -216,7 +212,7 @@ pub fn enterprise_notification(
     source: Option<&str>,
 ) -> Notification {
     let text = payload.to_string();
-    let hash = sha256_hex(&text);
+    let hash = sha256_hex(text.as_bytes());
     let key = source.map(|s| idempotency_key(&webhook.id, s)).unwrap_or_else(ids::new_id);
     let access_token = payload.get("accessTokenId").cloned().unwrap_or(Value::Null);
     let meta = json!({ "enterprise": webhook.level.enterprise_id(), "accessToken": access_token });
@@ -253,7 +249,7 @@ pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>)
         .or_else(|| event.get("blockId"))
         .and_then(Value::as_str)
         .map(str::to_string)
-        .unwrap_or_else(|| sha256_hex(&payload.to_string()));
+        .unwrap_or_else(|| sha256_hex(payload.to_string().as_bytes()));
     let source = match (&webhook.level, event.get("blockId").and_then(Value::as_str)) {
         (WebhookLevel::Block { .. }, Some(block)) if webhook.webhook_type == "block" => {
             format!("block:{block}")

@@ -6,12 +6,10 @@
 //!   keyed with the base64-decoded part of the `whsec_` secret, as that specification says.
 
 use base64::{engine::general_purpose::STANDARD, Engine};
-use hmac::{Hmac, Mac};
 use rand::RngCore;
-use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-type HmacSha256 = Hmac<Sha256>;
+use crate::digest::{hmac_sha256, hmac_sha256_hex};
 
 /// Prefix of every webhook secret (Standard Webhooks).
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -23,19 +21,9 @@ pub fn new_secret() -> String {
     format!("{SECRET_PREFIX}{}", STANDARD.encode(b))
 }
 
-fn hmac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    // HMAC takes keys of any length; this cannot fail.
-    let mut mac =
-        HmacSha256::new_from_slice(key).unwrap_or_else(|_| HmacSha256::new_from_slice(&[0]).expect("hmac"));
-    for p in parts {
-        mac.update(p);
-    }
-    mac.finalize().into_bytes().to_vec()
-}
-
 /// Hex HMAC-SHA256 of `body` keyed with the secret text.
 pub fn bitgo_signature(secret: &str, body: &[u8]) -> String {
-    hex::encode(hmac(secret.as_bytes(), &[body]))
+    hmac_sha256_hex(secret.as_bytes(), &[body])
 }
 
 /// Constant-time check of a hex [`bitgo_signature`].
@@ -52,7 +40,7 @@ pub fn standard_signature(secret: &str, msg_id: &str, timestamp: i64, body: &[u8
         .and_then(|b| STANDARD.decode(b).ok())
         .unwrap_or_else(|| secret.as_bytes().to_vec());
     let ts = timestamp.to_string();
-    let sig = hmac(&key, &[msg_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
+    let sig = hmac_sha256(&key, &[msg_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
     format!("v1,{}", STANDARD.encode(sig))
 }
 

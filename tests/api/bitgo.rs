@@ -7,10 +7,7 @@ use crate::common::*;
 
 /// BitGoJS's form of a password: hex HMAC-SHA256 keyed with the lower-cased email.
 fn bitgo_form(email: &str, password: &str) -> String {
-    use hmac::Mac;
-    let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(email.to_lowercase().as_bytes()).expect("key");
-    m.update(password.as_bytes());
-    hex::encode(m.finalize().into_bytes())
+    crate::webhooks::hmac_hex(email.to_lowercase().as_bytes(), password.as_bytes())
 }
 
 async fn sdk_login(app: &TestApp, email: &str, password: &str) -> reqwest::Response {

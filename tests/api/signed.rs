@@ -2,17 +2,15 @@
 //! `@bitgo/sdk-hmac` signs them: the request, the response check, the window, the replay guard
 //! and every malformed header.
 
-use hmac::Mac;
 use reqwest::{Method, Response};
 use serde_json::{json, Value};
 use sha2::Digest;
 
 use crate::{common::*, webhooks::WALLET};
 
-fn hmac_hex(key: &str, subject: &[u8]) -> String {
-    let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).expect("key");
-    m.update(subject);
-    hex::encode(m.finalize().into_bytes())
+/// The token is the key, as BitGoJS keys it.
+fn hmac_hex(token: &str, subject: &[u8]) -> String {
+    crate::webhooks::hmac_hex(token.as_bytes(), subject)
 }
 
 /// What a signed request is made of; a test changes one part to break it.
