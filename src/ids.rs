@@ -22,6 +22,13 @@ pub fn new_sequential_id() -> String {
     hex::encode(b)
 }
 
+/// The smallest [`new_sequential_id`] made at or after Unix millisecond `ms`: a bound that
+/// turns a time range into an id range (the console's searches, issue 22 §4).
+pub fn sequential_id_floor(ms: i64) -> String {
+    let ms = ms.clamp(0, 0xffff_ffff_ffff);
+    format!("{ms:012x}{}", "0".repeat(20))
+}
+
 /// Current time as Unix seconds.
 pub fn now() -> i64 {
     chrono::Utc::now().timestamp()

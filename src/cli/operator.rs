@@ -43,15 +43,15 @@ pub async fn user_command(config: Config, cmd: super::UserCommand) -> anyhow::Re
     let store = &state.store;
     match cmd {
         super::UserCommand::Deactivate { email } => {
-            let (u, revoked) = operator::deactivate(store, &email).await?;
+            let (u, revoked) = operator::deactivate(store, &email, operator::By::Operator).await?;
             println!("{} is deactivated: logins refused, {revoked} tokens revoked", u.email);
         }
         super::UserCommand::Activate { email } => {
-            let u = operator::activate(store, &email).await?;
+            let u = operator::activate(store, &email, operator::By::Operator).await?;
             println!("{} may log in again", u.email);
         }
         super::UserCommand::ResetOtp { email, json } => {
-            let c = operator::reset_otp(store, &state.identity.key, &email).await?;
+            let c = operator::reset_otp(store, &state.identity.key, &email, operator::By::Operator).await?;
             if json {
                 println!("{}", serde_json::to_string(&c)?);
             } else {

@@ -169,6 +169,9 @@ pub struct WebhooksConfig {
     /// Notifications kept for one suspended webhook until it is unblocked; beyond, new ones are
     /// refused (audited, counted) rather than stored (issue 21 §3).
     pub max_held: u64,
+    /// Most failed notifications one recover queues again (issue 22 §4); a larger backlog
+    /// takes several recovers.
+    pub recover_max: u32,
     /// Coin symbols a block webhook may name (a TOML array or one comma-separated string).
     #[serde(deserialize_with = "de_string_list")]
     pub coins: Vec<String>,
@@ -269,6 +272,7 @@ impl Default for WebhooksConfig {
             max_per_user: 100,
             max_per_enterprise: 1_000,
             max_held: 10_000,
+            recover_max: 10_000,
             coins: DEFAULT_BLOCK_WEBHOOK_COINS.iter().map(|c| c.to_string()).collect(),
         }
     }

@@ -50,7 +50,8 @@ impl ApiError {
         }
     }
 
-    fn body(&self) -> ErrorBody {
+    /// The §7 body's `name`, `error` and `context` (the console shows them beside a field).
+    pub fn body(&self) -> ErrorBody {
         let e = match self {
             ApiError::PayloadTooLarge => {
                 return ErrorBody::new(ErrorName::PayloadTooLarge, &self.to_string(), json!({}))

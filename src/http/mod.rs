@@ -25,6 +25,7 @@ use crate::{error::Error, AppState};
 pub mod auth;
 mod bitgo;
 pub mod connections;
+pub mod console;
 mod edge;
 pub mod error;
 pub mod extract;
@@ -176,6 +177,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(webhook_admin::list_coin_notifications))
         .routes(routes!(webhook_admin::list_attempts))
         .routes(routes!(webhook_admin::resend))
+        .routes(routes!(webhook_admin::recover))
         .routes(routes!(events::ingest_event))
         .routes(routes!(audit::list))
         .routes(routes!(bitgo::ping))
@@ -211,7 +213,7 @@ pub fn app(state: AppState) -> Router {
 /// The HTTP application: every route with `api`, else only /health and /metrics (a worker).
 pub fn app_for(state: AppState, api: bool) -> Router {
     let router = if api {
-        routes().0
+        routes().0.merge(console::router(state.clone()))
     } else {
         Router::new()
             .route("/health", get(health))

@@ -34,7 +34,7 @@ pub fn acceptable(v: &HeaderValue) -> bool {
 /// responses pass unchanged.
 pub fn with_error_body(res: Response, request_id: &HeaderValue) -> Response {
     let status = res.status();
-    if status.as_u16() < 400 {
+    if status.as_u16() < 400 || res.extensions().get::<super::console::HtmlBody>().is_some() {
         return res;
     }
     let request_id = String::from_utf8_lossy(request_id.as_bytes()).into_owned();

@@ -31,3 +31,10 @@ pub async fn list(
     let rows = svc.store.list_audit(&filter, page.prev_id.as_ref(), page.fetch()).await?;
     Ok(page.page(rows, |c| &c.entry.id))
 }
+
+/// Walks the whole chain for a service admin (the console's "verify chain", issue 22 §6):
+/// `Ok(n)` or the first broken entry. Errors: `Forbidden` without the service-admin permission.
+pub async fn verify(svc: &Identity, auth: &Principal) -> Result<crate::audit::Verified> {
+    auth.require(svc.policy, super::scopes::Action::ServiceAdmin)?;
+    crate::audit::verify(&svc.store, |_| {}).await
+}

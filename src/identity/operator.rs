@@ -8,7 +8,7 @@ use crate::error::ErrorName;
 use crate::store::AuditType;
 use serde_json::json;
 
-use super::{password, totp, users::CreatedUser};
+use super::{auth::Principal, password, totp, users::CreatedUser};
 use crate::{
     audit::{self, EntryExt},
     error::{Error, Result},
@@ -29,40 +29,60 @@ async fn user(store: &DynStore, email: &str) -> Result<User> {
     })
 }
 
-/// An entry of `entry_type` about `user`, done by an operator.
-fn about(user: &User, entry_type: AuditType) -> AuditEntry {
-    AuditEntry {
-        user_id: Some(user.id.clone()),
-        ..audit::entry(entry_type).data(json!({ "by": "operator" }))
+/// Who changes a user: the operator at the CLI, or a service admin in the console (issue 22
+/// §7), whose address, token and request the entry keeps.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum By<'a> {
+    #[default]
+    Operator,
+    Admin(&'a Principal),
+}
+
+/// An entry of `entry_type` about `user`, done `by` an operator or a service admin.
+fn about(user: &User, entry_type: AuditType, by: By<'_>) -> AuditEntry {
+    match by {
+        By::Operator => AuditEntry {
+            user_id: Some(user.id.clone()),
+            ..audit::entry(entry_type).data(json!({ "by": "operator" }))
+        },
+        By::Admin(admin) => AuditEntry {
+            user_id: Some(user.id.clone()),
+            ..admin.audit(entry_type).data(json!({ "by": "console", "adminId": admin.user.id }))
+        },
     }
 }
 
 /// Refuses the user's logins and revokes every live token of theirs; returns the user and how
 /// many tokens were revoked. Errors: `UserNotFound`.
-pub async fn deactivate(store: &DynStore, email: &str) -> Result<(User, u64)> {
+pub async fn deactivate(store: &DynStore, email: &str, by: By<'_>) -> Result<(User, u64)> {
     let u = user(store, email).await?;
-    let entry = about(&u, AuditType::UserDeactivated);
+    let entry = about(&u, AuditType::UserDeactivated, by);
     let revoked = store.update_user(&u.id, UserChange::Active(false), ids::now(), &[entry]).await?;
     Ok((u, revoked))
 }
 
 /// Lets a deactivated user log in again (their old tokens stay revoked). Errors: `UserNotFound`.
-pub async fn activate(store: &DynStore, email: &str) -> Result<User> {
+pub async fn activate(store: &DynStore, email: &str, by: By<'_>) -> Result<User> {
     let u = user(store, email).await?;
     store
-        .update_user(&u.id, UserChange::Active(true), ids::now(), &[about(&u, AuditType::UserActivated)])
+        .update_user(&u.id, UserChange::Active(true), ids::now(), &[about(&u, AuditType::UserActivated, by)])
         .await?;
     Ok(u)
 }
 
 /// Gives the user a new TOTP seed (RFC 6238): codes of the old one stop working at once.
 /// Returns the new seed and otpauth URI, shown once. Errors: `UserNotFound`.
-pub async fn reset_otp(store: &DynStore, key: &MasterKey, email: &str) -> Result<CreatedUser> {
+pub async fn reset_otp(store: &DynStore, key: &MasterKey, email: &str, by: By<'_>) -> Result<CreatedUser> {
     let u = user(store, email).await?;
     let seed = totp::new_seed();
     let sealed = key.seal(&totp::seed_aad(&u.id), &seed)?;
     store
-        .update_user(&u.id, UserChange::TotpSecret(sealed), ids::now(), &[about(&u, AuditType::UserOtpReset)])
+        .update_user(
+            &u.id,
+            UserChange::TotpSecret(sealed),
+            ids::now(),
+            &[about(&u, AuditType::UserOtpReset, by)],
+        )
         .await?;
     Ok(CreatedUser {
         totp_secret: totp::seed_base32(&seed),
@@ -87,7 +107,12 @@ pub async fn set_password(store: &DynStore, email: &str, plain: &str) -> Result<
         .await
         .map_err(anyhow::Error::from)??;
     store
-        .update_user(&u.id, UserChange::Password(phc), ids::now(), &[about(&u, AuditType::UserPasswordSet)])
+        .update_user(
+            &u.id,
+            UserChange::Password(phc),
+            ids::now(),
+            &[about(&u, AuditType::UserPasswordSet, By::Operator)],
+        )
         .await?;
     Ok(u)
 }
@@ -136,4 +161,64 @@ pub async fn revoke(store: &DynStore, which: Revocation) -> Result<u64> {
         n += u64::from(store.revoke_token(&t.id, now, &[entry]).await?);
     }
     Ok(n)
+}
+
+/// The console's service-admin pages (issue 22 §7): the same operator commands, refused to
+/// anyone whose token lacks the service-admin permission (`Forbidden`), and the lists they
+/// act on.
+pub mod admin {
+    use super::{By, CreatedUser};
+    use crate::{
+        error::Result,
+        identity::{auth::Principal, scopes::Action, Identity},
+        store::{Enterprise, Member, User},
+    };
+
+    /// Most rows of one page of users or enterprises, and members listed per enterprise.
+    pub const PAGE: u32 = 100;
+
+    fn require(svc: &Identity, auth: &Principal) -> Result<()> {
+        auth.require(svc.policy, Action::ServiceAdmin)
+    }
+
+    /// Users by email after `after_email`, at most [`PAGE`] (+1 to tell whether more follow).
+    pub async fn users(svc: &Identity, auth: &Principal, after_email: Option<&str>) -> Result<Vec<User>> {
+        require(svc, auth)?;
+        Ok(svc.store.list_users(after_email, PAGE + 1).await?)
+    }
+
+    /// Enterprises by id after `after_id` with up to [`PAGE`] members each, at most [`PAGE`]
+    /// (+1 to tell whether more follow).
+    pub async fn enterprises(
+        svc: &Identity,
+        auth: &Principal,
+        after_id: Option<&str>,
+    ) -> Result<Vec<(Enterprise, Vec<Member>)>> {
+        require(svc, auth)?;
+        let list = svc.store.list_enterprises(after_id, PAGE + 1).await?;
+        let mut out = Vec::with_capacity(list.len());
+        for e in list {
+            let members = svc.store.members(&e.id, PAGE).await?;
+            out.push((e, members));
+        }
+        Ok(out)
+    }
+
+    /// [`super::deactivate`] by a service admin; returns how many tokens were revoked.
+    pub async fn deactivate(svc: &Identity, auth: &Principal, email: &str) -> Result<u64> {
+        require(svc, auth)?;
+        Ok(super::deactivate(&svc.store, email, By::Admin(auth)).await?.1)
+    }
+
+    /// [`super::activate`] by a service admin.
+    pub async fn activate(svc: &Identity, auth: &Principal, email: &str) -> Result<User> {
+        require(svc, auth)?;
+        super::activate(&svc.store, email, By::Admin(auth)).await
+    }
+
+    /// [`super::reset_otp`] by a service admin: the new seed, shown once.
+    pub async fn reset_otp(svc: &Identity, auth: &Principal, email: &str) -> Result<CreatedUser> {
+        require(svc, auth)?;
+        super::reset_otp(&svc.store, &svc.key, email, By::Admin(auth)).await
+    }
 }

@@ -33,6 +33,7 @@ crate::types::text_enum!(
         WebhookCreated = "webhook.created",
         WebhookRemoved = "webhook.removed",
         WebhookUnblocked = "webhook.unblocked",
+        WebhookRecovered = "webhook.recovered",
         WebhookSecretRotated = "webhook_secret.rotated",
         NotificationsRefused = "webhook.notifications_refused",
         UserCreated = "user.created",
@@ -252,7 +253,7 @@ where
              AND ($7 IS NULL OR user_id = $7 OR enterprise_id IN ({})) \
              AND ($8 IS NULL OR seq < (SELECT seq FROM audit_log WHERE id = $8)) \
              ORDER BY seq DESC LIMIT $9",
-            DB::JSON_TEXT_ELEMENTS_OF_10
+            DB::json_text_elements(10)
         );
         let rows: Vec<AuditRow> = sqlx::query_as(&sql)
             .bind(filter.entry_type.map(AuditType::as_str))

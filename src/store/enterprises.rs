@@ -41,6 +41,19 @@ pub trait EnterpriseStore: Send + Sync {
     ) -> StoreResult<()>;
     /// The user's enterprises, by name then id.
     async fn memberships(&self, user_id: &UserId) -> StoreResult<Vec<Membership>>;
+    /// Enterprises by id after `after_id`, at most `limit` (the console's list).
+    async fn list_enterprises(&self, after_id: Option<&str>, limit: u32) -> StoreResult<Vec<Enterprise>>;
+    /// An enterprise's members by email, at most `limit`.
+    async fn members(&self, enterprise_id: &EnterpriseId, limit: u32) -> StoreResult<Vec<Member>>;
+}
+
+/// A member of an enterprise, as the console lists them.
+#[derive(Debug, Clone, FromRow)]
+pub struct Member {
+    pub user_id: UserId,
+    pub email: String,
+    pub is_admin: bool,
+    pub is_active: bool,
 }
 
 #[derive(FromRow)]
@@ -65,6 +78,7 @@ where
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> Enterprise: FromRow<'r, DB::Row>,
     for<'r> MembershipRow: FromRow<'r, DB::Row>,
+    for<'r> Member: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     #[tracing::instrument(level = "debug", skip_all)]
@@ -128,5 +142,26 @@ where
             rows.into_iter().map(|r| Membership { enterprise: r.enterprise, is_admin: r.is_admin }).collect();
         self.cache.put_memberships(at, user_id, &list);
         Ok(list)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn list_enterprises(&self, after_id: Option<&str>, limit: u32) -> StoreResult<Vec<Enterprise>> {
+        Ok(sqlx::query_as("SELECT id, name, created_at FROM enterprises WHERE id > $1 ORDER BY id LIMIT $2")
+            .bind(after_id.unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn members(&self, enterprise_id: &EnterpriseId, limit: u32) -> StoreResult<Vec<Member>> {
+        Ok(sqlx::query_as(
+            "SELECT u.id AS user_id, u.email, m.is_admin, u.is_active FROM enterprise_users m \
+             JOIN users u ON u.id = m.user_id WHERE m.enterprise_id = $1 ORDER BY u.email LIMIT $2",
+        )
+        .bind(enterprise_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
     }
 }

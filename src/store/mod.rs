@@ -8,6 +8,7 @@
 //! | `wallets.rs`    | [`WalletStore`]        | wallet records, balances                     |
 //! | `webhooks.rs`   | [`WebhookStore`]       | webhooks, enterprise webhook secrets         |
 //! | `outbox.rs`     | [`OutboxStore`]        | notifications, leases, delivery attempts     |
+//! | `outbox/insight.rs` | [`InsightStore`]   | the console's searches, counts by hour, recovery |
 //! | `events.rs`     | [`EventStore`]         | ingested events (idempotency by event id)    |
 //! | `throttle.rs`   | [`LoginThrottleStore`] | failed logins and OTPs, login clients        |
 //! | `audit.rs`      | [`AuditStore`]         | the audit log, a hash chain                  |
@@ -42,12 +43,13 @@ mod webhooks;
 pub use audit::{
     canonical_json, chain_hash, AuditEntry, AuditFilter, AuditStore, AuditType, ChainedEntry, GENESIS,
 };
-pub use enterprises::{Enterprise, EnterpriseStore, Membership};
+pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
 pub use outbox::{
-    Attempt, Claimed, Completion, DeliveryStats, FailureFacts, Notification, NotificationState, OutboxStore,
-    Outcome, Saturated, SuspendPolicy,
+    Attempt, Claimed, Completion, DeliveryStats, FailureFacts, HourCount, InsightStore, Notification,
+    NotificationSearch, NotificationState, OutboxStore, Outcome, QueueCounts, RecentFailure, Saturated,
+    SuspendPolicy, Tenancy, WebhookSearch,
 };
 pub use sql::Dialect;
 pub use sql_store::SqlStore;
@@ -118,6 +120,7 @@ pub trait Store:
     + WalletStore
     + WebhookStore
     + OutboxStore
+    + InsightStore
     + EventStore
     + LoginThrottleStore
     + AuditStore
@@ -140,6 +143,7 @@ where
         + WalletStore
         + WebhookStore
         + OutboxStore
+        + InsightStore
         + EventStore
         + LoginThrottleStore
         + AuditStore,

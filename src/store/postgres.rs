@@ -98,7 +98,13 @@ impl Dialect for Postgres {
 
     const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1 FOR UPDATE";
 
-    const JSON_TEXT_ELEMENTS_OF_10: &'static str = "SELECT json_array_elements_text(CAST($10 AS json))";
+    fn json_text_elements(param: usize) -> String {
+        format!("SELECT json_array_elements_text(CAST(${param} AS json))")
+    }
+
+    fn json_text_field(column: &str, key: &str) -> String {
+        format!("(CAST({column} AS json) ->> '{key}')")
+    }
 
     fn rows_affected(r: &Self::QueryResult) -> u64 {
         r.rows_affected()

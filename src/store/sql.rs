@@ -48,8 +48,10 @@ pub trait Dialect: Database {
 
     /// Reads the audit chain's last hash and locks it until the transaction ends.
     const LOCK_AUDIT_HEAD: &'static str;
-    /// The text elements of the JSON array bound as `$10`, as a subquery's rows.
-    const JSON_TEXT_ELEMENTS_OF_10: &'static str;
+    /// The text elements of the JSON array bound as `$param`, as a subquery's rows.
+    fn json_text_elements(param: usize) -> String;
+    /// The text value of `key` in the JSON object held as text in column `column`.
+    fn json_text_field(column: &str, key: &str) -> String;
 
     /// Rows a statement changed.
     fn rows_affected(r: &Self::QueryResult) -> u64;

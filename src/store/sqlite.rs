@@ -130,7 +130,13 @@ impl Dialect for Sqlite {
 
     const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1";
 
-    const JSON_TEXT_ELEMENTS_OF_10: &'static str = "SELECT value FROM json_each($10)";
+    fn json_text_elements(param: usize) -> String {
+        format!("SELECT value FROM json_each(${param})")
+    }
+
+    fn json_text_field(column: &str, key: &str) -> String {
+        format!("json_extract({column}, '$.{key}')")
+    }
 
     fn rows_affected(r: &Self::QueryResult) -> u64 {
         r.rows_affected()

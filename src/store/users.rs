@@ -65,6 +65,8 @@ pub trait UserStore: Send + Sync {
     /// Records a successful login at `at` (Unix seconds), with its audit entries.
     async fn set_last_login(&self, user_id: &UserId, at: i64, audit: &[super::AuditEntry])
         -> StoreResult<()>;
+    /// Users by email after `after_email`, at most `limit` (the console's user list).
+    async fn list_users(&self, after_email: Option<&str>, limit: u32) -> StoreResult<Vec<User>>;
 }
 
 /// An operator's change to a user (issue 10 §4).
@@ -274,5 +276,16 @@ where
         tx.commit().await?;
         self.cache.clear();
         Ok(())
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn list_users(&self, after_email: Option<&str>, limit: u32) -> StoreResult<Vec<User>> {
+        let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE email > $1 ORDER BY email LIMIT $2");
+        let rows: Vec<UserRow> = sqlx::query_as(&sql)
+            .bind(after_email.unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(UserRow::into_user).collect()
     }
 }

@@ -24,6 +24,7 @@ use crate::{
 pub mod access;
 pub mod event_fields;
 pub mod events;
+pub mod insight;
 pub mod limits;
 pub mod operator;
 pub mod registration;

@@ -248,3 +248,48 @@ pub async fn resend(
     let (n, w) = operator::resend(&state.webhooks, &auth, &webhook_id, &notification_id).await?;
     Ok(Json(outbox::notification_json(&n, &w)))
 }
+
+/// Body of POST /api/v2/webhook/{webhookId}/recover.
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverRequest {
+    /// ISO 8601 date-time: notifications created at or after it that failed for good are
+    /// queued again. At most 14 days ago, not in the future.
+    pub since: String,
+}
+
+/// How many failed notifications were queued again.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverResponse {
+    pub webhook_id: WebhookId,
+    /// At most `webhooks.recover_max` (10,000) per call; call again for more.
+    pub count: u64,
+}
+
+/// Redelivers every failed notification of a webhook created since a time (issue 22 §4, as
+/// Svix's "recover"): each is queued now with its retries reset, oldest first, at most
+/// `webhooks.recover_max` per call. Audited as `webhook.recovered`; counts against
+/// `webhooks.operations_per_minute`.
+#[utoipa::path(post, path = "/api/v2/webhook/{webhookId}/recover", tag = "webhooks",
+    security(("bearer" = [])), params(("webhookId" = WebhookId, Path)), request_body = RecoverRequest,
+    responses((status = 200, body = RecoverResponse),
+        (status = 400, description = "A bad path or body value; `since` more than 14 days back or in the future", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
+        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
+        (status = 415, description = "Body not JSON", body = ErrorResponse),
+        (status = 429, description = "Too many simulate, resend, unblock or recover calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),))]
+pub async fn recover(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(webhook_id): ApiPath<WebhookId>,
+    ApiJson(req): ApiJson<RecoverRequest>,
+) -> ApiResult<Json<RecoverResponse>> {
+    let since = chrono::DateTime::parse_from_rfc3339(req.since.trim())
+        .map_err(|_| crate::error::Error::invalid_field("since", "an ISO 8601 date-time"))?
+        .timestamp_millis();
+    let (w, count) = crate::webhooks::insight::recover(&state.webhooks, &auth, &webhook_id, since).await?;
+    Ok(Json(RecoverResponse { webhook_id: w.id, count }))
+}

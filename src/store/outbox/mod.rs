@@ -11,7 +11,12 @@ use crate::types::AnyId;
 use crate::types::{EnterpriseId, NotificationId, UserId, WebhookId};
 
 mod completion;
+mod insight;
 pub(super) mod queries;
+
+pub use insight::{
+    HourCount, InsightStore, NotificationSearch, QueueCounts, RecentFailure, Tenancy, WebhookSearch,
+};
 
 /// Where a notification is in its delivery (spec §2.6 `state`; docs/webhooks.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

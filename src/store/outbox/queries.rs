@@ -40,7 +40,7 @@ pub(in crate::store) struct NotificationRow {
 }
 
 impl NotificationRow {
-    fn into_notification(self) -> StoreResult<Notification> {
+    pub(super) fn into_notification(self) -> StoreResult<Notification> {
         Ok(Notification {
             id: self.id,
             webhook_id: self.webhook_id,
@@ -64,7 +64,7 @@ impl NotificationRow {
 }
 
 #[derive(FromRow)]
-struct AttemptRow {
+pub(super) struct AttemptRow {
     notification_id: NotificationId,
     webhook_id: WebhookId,
     started_at: i64,
@@ -75,6 +75,25 @@ struct AttemptRow {
     error: Option<String>,
 }
 
+impl AttemptRow {
+    pub(super) fn into_attempt(self) -> Attempt {
+        Attempt {
+            notification_id: self.notification_id,
+            webhook_id: self.webhook_id,
+            started_at_ms: self.started_at,
+            duration_ms: self.duration_ms,
+            status_code: self.status_code.and_then(|c| u16::try_from(c).ok()),
+            success: self.success,
+            response_body: self.response_body,
+            error: self.error,
+        }
+    }
+}
+
+/// The columns of [`AttemptRow`], for `SELECT` (prefix them with the table's alias by hand).
+pub(super) const ATTEMPT_COLUMNS: &str =
+    "notification_id, webhook_id, started_at, duration_ms, status_code, success, response_body, error";
+
 #[derive(FromRow)]
 struct StatsRow {
     due: i64,
@@ -83,7 +102,8 @@ struct StatsRow {
     held: i64,
 }
 
-const NOTIFICATION_COLUMNS: &str = "id, webhook_id, event_id, type, state, simulation, retries, payload, \
+pub(super) const NOTIFICATION_COLUMNS: &str =
+    "id, webhook_id, event_id, type, state, simulation, retries, payload, \
     hash, idempotency_key, meta, next_attempt_at, lease_until, created_at, updated_at";
 
 /// Adds notifications inside the caller's transaction (outbox: they commit with their cause);
@@ -312,19 +332,7 @@ where
         .bind(notification_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| Attempt {
-                notification_id: r.notification_id,
-                webhook_id: r.webhook_id,
-                started_at_ms: r.started_at,
-                duration_ms: r.duration_ms,
-                status_code: r.status_code.and_then(|c| u16::try_from(c).ok()),
-                success: r.success,
-                response_body: r.response_body,
-                error: r.error,
-            })
-            .collect())
+        Ok(rows.into_iter().map(AttemptRow::into_attempt).collect())
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

@@ -1,0 +1,190 @@
+//! The console's page shell and the small pieces every page uses: navigation, state badges,
+//! times, field errors, paging links and CSRF-carrying forms. maud escapes every value it
+//! renders, so labels, URLs, header names, payloads and response bodies show as text.
+
+use axum::http::StatusCode;
+use maud::{html, Markup, DOCTYPE};
+
+use super::{FieldError, Session};
+use crate::ids;
+
+/// The navigation entries: path, label, service admins only.
+const NAV: &[(&str, &str, bool)] = &[
+    ("/console/overview", "Overview", false),
+    ("/console/webhooks", "Webhooks", false),
+    ("/console/notifications", "Notifications", false),
+    ("/console/tokens", "Access tokens", false),
+    ("/console/audit", "Audit log", false),
+    ("/console/admin/users", "Users", true),
+    ("/console/admin/enterprises", "Enterprises", true),
+];
+
+/// A whole page: head, navigation (when signed in) with `active` marked, and `body`.
+pub fn page(session: Option<&Session>, title: &str, active: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Custodian console" }
+                link rel="stylesheet" href="/console/assets/console.css";
+                script src="/console/assets/console.js" defer {}
+            }
+            body {
+                header.top {
+                    a.brand href="/console/overview" { "Custodian" }
+                    @if let Some(s) = session {
+                        nav {
+                            @for (path, label, admin_only) in NAV {
+                                @if !admin_only || s.is_service_admin() {
+                                    a href=(path) class=@if *path == active { "active" } { (label) }
+                                }
+                            }
+                        }
+                        div.who {
+                            span.email { (s.auth.user.email) }
+                            form method="post" action="/console/logout" {
+                                (csrf(s))
+                                button.link type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// The page of an error: its status, §7 `name` and message.
+pub fn error_page(session: Option<&Session>, status: StatusCode, name: &str, message: &str) -> Markup {
+    page(
+        session,
+        status.canonical_reason().unwrap_or("Error"),
+        "",
+        html! {
+            div.alert.error role="alert" {
+                strong { (name) } ": " (message)
+            }
+            p { a href="/console/overview" { "Back to the overview" } }
+        },
+    )
+}
+
+/// The hidden CSRF field of a form.
+pub fn csrf(session: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(session.csrf); }
+}
+
+/// A one-button form posting to `action`, with the CSRF field; `confirm` asks first.
+pub fn action_button(
+    session: &Session,
+    action: &str,
+    label: &str,
+    class: &str,
+    confirm: Option<&str>,
+) -> Markup {
+    html! {
+        form.inline method="post" action=(action) data-confirm=[confirm] {
+            (csrf(session))
+            button class=(class) type="submit" { (label) }
+        }
+    }
+}
+
+/// The error shown beside `field`, when `error` is about it.
+pub fn field_error(error: Option<&FieldError>, field: &str) -> Markup {
+    html! {
+        @if let Some(e) = error.filter(|e| e.field == field) {
+            span.field-error role="alert" data-field=(field) { (e.name) ": " (e.message) }
+        }
+    }
+}
+
+/// A banner for an error that names no field on the form.
+pub fn form_error(error: Option<&FieldError>, fields: &[&str]) -> Markup {
+    html! {
+        @if let Some(e) = error.filter(|e| !fields.contains(&e.field.as_str())) {
+            div.alert.error role="alert" { strong { (e.name) } ": " (e.message) }
+        }
+    }
+}
+
+/// A notice (success) banner.
+pub fn notice(text: &str) -> Markup {
+    html! { div.alert.ok role="status" { (text) } }
+}
+
+/// A state as a coloured badge with its text.
+pub fn badge(state: &str) -> Markup {
+    let class = match state {
+        "processed" | "active" | "delivered" | "ok" => "badge good",
+        "failed" | "suspended" | "revoked" | "inactive" => "badge bad",
+        "pending" | "new" => "badge wait",
+        _ => "badge",
+    };
+    html! { span class=(class) { (state) } }
+}
+
+/// Unix milliseconds as `2026-11-23 12:34:56Z`.
+pub fn time_ms(ms: i64) -> Markup {
+    let iso = ids::iso_ms(ms);
+    let shown = iso.get(..19).map(|s| s.replace('T', " ") + "Z").unwrap_or_else(|| iso.clone());
+    html! { time datetime=(iso) { (shown) } }
+}
+
+/// Unix seconds, as [`time_ms`].
+pub fn time_s(s: i64) -> Markup {
+    time_ms(s.saturating_mul(1000))
+}
+
+/// `text` cut to `max` characters, marked when cut.
+pub fn truncated(text: &str, max: usize) -> Markup {
+    let cut: String = text.chars().take(max).collect();
+    html! {
+        (cut)
+        @if text.chars().count() > max { span.muted { " … (" (text.chars().count()) " characters in all)" } }
+    }
+}
+
+/// A "next page" link when `next` is set: `base` with `param=next` added.
+pub fn pager(base: &str, param: &str, next: Option<&str>) -> Markup {
+    html! {
+        @if let Some(n) = next {
+            @let sep = if base.contains('?') { "&" } else { "?" };
+            p.pager { a href={ (base) (sep) (param) "=" (n) } { "Next page →" } }
+        }
+    }
+}
+
+/// JSON text pretty-printed when it parses, else as given.
+pub fn pretty_json(text: &str) -> Markup {
+    let pretty = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| text.to_string());
+    html! { pre.payload { (pretty) } }
+}
+
+/// A query string of the non-empty `pairs`, URL-encoded.
+pub fn query(pairs: &[(&str, Option<&str>)]) -> String {
+    let kept: Vec<(&str, &str)> =
+        pairs.iter().filter_map(|(k, v)| v.filter(|v| !v.is_empty()).map(|v| (*k, v))).collect();
+    serde_urlencoded::to_string(kept).unwrap_or_default()
+}
+
+/// A `<select>` of `options` (value, label) with `current` selected and an "any" first.
+pub fn select(name: &str, options: &[(&str, &str)], current: Option<&str>) -> Markup {
+    html! {
+        select name=(name) id=(name) {
+            option value="" { "any" }
+            @for (value, label) in options {
+                option value=(value) selected[current == Some(*value)] { (label) }
+            }
+        }
+    }
+}

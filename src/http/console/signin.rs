@@ -1,0 +1,110 @@
+//! Signing in and out (issue 22 §1): the API's own login (`identity::login`: password, TOTP,
+//! throttles, hashing bounds, audit) with the session token kept in an `HttpOnly` cookie.
+
+use axum::{
+    body::Bytes,
+    extract::{ConnectInfo, State},
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::html;
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+use super::{html, layout, parse_form, FieldError, Form, COOKIE};
+use crate::{
+    http::extract::ClientIp,
+    identity::{login, sessions},
+    AppState,
+};
+
+/// The sign-in form's fields.
+#[derive(Debug, Default, Deserialize)]
+pub struct SignIn {
+    #[serde(default)]
+    pub email: String,
+    #[serde(default)]
+    pub password: String,
+    #[serde(default)]
+    pub otp: String,
+}
+
+fn form_page(status: StatusCode, email: &str, error: Option<&FieldError>) -> Response {
+    let body = html! {
+        div.login.panel {
+            p.muted { "Sign in with your email, password and the current code of your authenticator app." }
+            (layout::form_error(error, &["email", "password", "otp"]))
+            form.stack method="post" action="/console/login" {
+                label { "Email" input type="email" name="email" id="email" value=(email) autocomplete="username" required; }
+                (layout::field_error(error, "email"))
+                label { "Password" input type="password" name="password" id="password" autocomplete="current-password" required; }
+                (layout::field_error(error, "password"))
+                label { "One-time code" input type="text" name="otp" id="otp" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" maxlength="6" required; }
+                (layout::field_error(error, "otp"))
+                button type="submit" { "Sign in" }
+            }
+        }
+    };
+    html(status, layout::page(None, "Sign in", "", body))
+}
+
+/// `GET /console/login`.
+pub async fn form() -> Response {
+    form_page(StatusCode::OK, "", None)
+}
+
+/// `POST /console/login`: signs in and sets the session cookie, or shows the form again with
+/// the login's error (wrong credentials and wrong codes alike say so without telling which).
+pub async fn submit(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Response {
+    let fields: SignIn = match parse_form(&body) {
+        Ok(f) => f,
+        Err(e) => return failed(e, ""),
+    };
+    let credentials = login::Credentials {
+        email: fields.email.clone(),
+        password: fields.password,
+        otp: Some(fields.otp),
+        ..Default::default()
+    };
+    match login::login(&state.identity, credentials, ip).await {
+        Ok(session) => {
+            // Behind a trusted proxy the browser reached us over TLS (docs/decisions.md).
+            let secure = state.config.trusted_proxies.iter().any(|p| p.contains(&peer.ip()));
+            let cookie = format!(
+                "{COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{}",
+                session.value,
+                session.ttl_secs.max(0),
+                if secure { "; Secure" } else { "" }
+            );
+            let mut res = Redirect::to("/console/overview").into_response();
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                res.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            res
+        }
+        Err(e) => failed(e, &fields.email),
+    }
+}
+
+fn failed(e: crate::error::Error, email: &str) -> Response {
+    let error = FieldError::from_api(&e.into());
+    form_page(error.status, email, Some(&error))
+}
+
+/// `POST /console/logout`: revokes the session's token and clears the cookie.
+pub async fn logout(State(state): State<AppState>, form: Form<super::NoFields>) -> Response {
+    if let Err(e) = sessions::logout(&state.identity, &form.session.auth).await {
+        return super::error_response(e.into(), Some(&form.session));
+    }
+    let mut res = Redirect::to("/console/login").into_response();
+    let clear = format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let Ok(v) = HeaderValue::from_str(&clear) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
+}

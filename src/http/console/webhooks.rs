@@ -1,0 +1,364 @@
+//! Webhook pages (issue 22 §3): the list of all three levels with filters, and one webhook's
+//! settings (custom header names, never values), its latest notifications and its actions:
+//! send a test, unblock, remove, rotate the enterprise secret (shown once), recover.
+
+use axum::{
+    extract::{Path, Query, State},
+    http::StatusCode,
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::{datetime_local, error_response, html, layout, opt, FieldError, Form, NoFields, Session};
+use crate::{
+    error::Error,
+    ids,
+    paging::PageRequest,
+    store::{LevelKind, NotificationSearch, Webhook, WebhookLevel, WebhookSearch, WebhookState},
+    types::{AnyId, Coin, EnterpriseId, WebhookId},
+    webhooks::{insight, registration, secrets},
+    AppState,
+};
+
+/// Webhooks listed per page.
+pub const PAGE: u32 = 50;
+/// Notifications shown on a webhook's page (the log has the rest).
+pub const RECENT_NOTIFICATIONS: u32 = 20;
+
+/// The list's filters, as the query string gives them.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    pub level: Option<String>,
+    pub coin: Option<String>,
+    #[serde(rename = "type")]
+    pub webhook_type: Option<String>,
+    pub state: Option<String>,
+    pub enterprise: Option<String>,
+    pub after: Option<String>,
+}
+
+fn parse_level(v: Option<&str>) -> Result<Option<LevelKind>, Error> {
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some("wallet") => Ok(Some(LevelKind::Wallet)),
+        Some("block") => Ok(Some(LevelKind::Block)),
+        Some("enterprise") => Ok(Some(LevelKind::Enterprise)),
+        Some(_) => Err(Error::invalid_field("level", "must be wallet, block or enterprise")),
+    }
+}
+
+fn parse_state(v: Option<&str>) -> Result<Option<WebhookState>, Error> {
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(s) => WebhookState::parse(s)
+            .map(Some)
+            .ok_or_else(|| Error::invalid_field("state", "must be active or suspended")),
+    }
+}
+
+fn search_of(q: &ListQuery) -> Result<(WebhookSearch, PageRequest), Error> {
+    let search = WebhookSearch {
+        level: parse_level(q.level.as_deref())?,
+        coin: opt::<Coin>("coin", q.coin.as_deref())?,
+        webhook_type: q.webhook_type.as_deref().map(str::trim).filter(|t| !t.is_empty()).map(str::to_string),
+        state: parse_state(q.state.as_deref())?,
+        enterprise_id: opt::<EnterpriseId>("enterprise", q.enterprise.as_deref())?,
+    };
+    let after = opt::<AnyId>("after", q.after.as_deref())?;
+    Ok((search, PageRequest::bounded(Some(PAGE), after, PAGE, PAGE)?))
+}
+
+/// The level of a webhook as the console names it, with its coin.
+fn level_text(w: &Webhook) -> String {
+    match &w.level {
+        WebhookLevel::Wallet { coin, .. } => format!("wallet · {coin}"),
+        WebhookLevel::Block { coin, .. } => format!("block · {coin}"),
+        WebhookLevel::Enterprise { .. } => "enterprise".into(),
+    }
+}
+
+fn filters(q: &ListQuery, error: Option<&FieldError>) -> Markup {
+    html! {
+        form.filters method="get" action="/console/webhooks" {
+            label { "Level" (layout::select("level", &[("wallet", "wallet"), ("block", "block"), ("enterprise", "enterprise")], q.level.as_deref())) }
+            label { "Coin" input name="coin" id="coin" value=(q.coin.as_deref().unwrap_or("")) size="8"; (layout::field_error(error, "coin")) }
+            label { "Type" input name="type" id="type" value=(q.webhook_type.as_deref().unwrap_or("")) size="14"; }
+            label { "State" (layout::select("state", &[("active", "active"), ("suspended", "suspended")], q.state.as_deref())) }
+            label { "Enterprise id" input name="enterprise" id="enterprise" value=(q.enterprise.as_deref().unwrap_or("")) size="34"; (layout::field_error(error, "enterprise")) }
+            button type="submit" { "Filter" }
+        }
+        (layout::form_error(error, &["coin", "enterprise"]))
+    }
+}
+
+/// `GET /console/webhooks`.
+pub async fn list(State(state): State<AppState>, session: Session, Query(q): Query<ListQuery>) -> Response {
+    let found = match search_of(&q) {
+        Ok((search, page)) => insight::search_webhooks(&state.webhooks, &session.auth, &search, &page).await,
+        Err(e) => Err(e),
+    };
+    let (rows, next, error) = match found {
+        Ok(p) => (p.items, p.next_batch_prev_id, None),
+        Err(e) => match FieldError::of(e) {
+            Ok(fe) => (Vec::new(), None, Some(fe)),
+            Err(e) => return error_response(e, Some(&session)),
+        },
+    };
+    let base = format!(
+        "/console/webhooks?{}",
+        layout::query(&[
+            ("level", q.level.as_deref()),
+            ("coin", q.coin.as_deref()),
+            ("type", q.webhook_type.as_deref()),
+            ("state", q.state.as_deref()),
+            ("enterprise", q.enterprise.as_deref()),
+        ])
+    );
+    let body = html! {
+        (filters(&q, error.as_ref()))
+        @if rows.is_empty() && error.is_none() {
+            p.muted { "No webhook matches." }
+        } @else if !rows.is_empty() {
+            div.table-wrap { table #webhooks {
+                thead { tr { th { "Label" } th { "Level" } th { "Type" } th { "URL" } th { "State" } th { "Failed in a row" } th { "Created" } } }
+                tbody { @for w in &rows {
+                    tr {
+                        td { a href={ "/console/webhooks/" (w.id) } { (w.label.as_deref().unwrap_or("(no label)")) } }
+                        td { (level_text(w)) }
+                        td { (w.webhook_type) }
+                        td.mono { (w.url) }
+                        td { (layout::badge(w.state.as_str())) }
+                        td.num { (w.successive_failed_attempts) }
+                        td { (layout::time_s(w.created_at)) }
+                    }
+                } }
+            } }
+        }
+        (layout::pager(&base, "after", next.as_deref()))
+    };
+    let status = error.as_ref().map(|e| e.status).unwrap_or(StatusCode::OK);
+    html(status, layout::page(Some(&session), "Webhooks", "/console/webhooks", body))
+}
+
+/// What a webhook's page shows above its settings after an action.
+pub enum Shown {
+    Nothing,
+    Notice(String),
+    Error(FieldError),
+    /// A rotated secret, shown this once.
+    Secret(String),
+}
+
+/// The page of one webhook, with `shown` on top.
+pub async fn webhook_page(state: &AppState, session: &Session, id: &WebhookId, shown: Shown) -> Response {
+    let w = match crate::webhooks::access::webhook_access(&state.webhooks, &session.auth, id).await {
+        Ok(w) => w,
+        Err(e) => return error_response(e.into(), Some(session)),
+    };
+    let now = ids::now_ms();
+    let search = NotificationSearch {
+        webhook_id: Some(w.id.clone()),
+        from_ms: now - insight::MAX_SEARCH_DAYS * 86_400_000 + 60_000,
+        to_ms: now + 60_000,
+        ..Default::default()
+    };
+    let page =
+        PageRequest::bounded(Some(RECENT_NOTIFICATIONS), None, RECENT_NOTIFICATIONS, RECENT_NOTIFICATIONS);
+    let recent = match page {
+        Ok(p) => insight::search_notifications(&state.webhooks, &session.auth, &search, &p).await,
+        Err(e) => Err(e),
+    };
+    let recent = match recent {
+        Ok(p) => p.items,
+        Err(e) => return error_response(e.into(), Some(session)),
+    };
+    let base = format!("/console/webhooks/{}", w.id);
+    let status = match &shown {
+        Shown::Error(e) => e.status,
+        _ => StatusCode::OK,
+    };
+    let body = html! {
+        @match &shown {
+            Shown::Nothing => {},
+            Shown::Notice(t) => (layout::notice(t)),
+            Shown::Error(e) => div.alert.error role="alert" { strong { (e.name) } ": " (e.message) },
+            Shown::Secret(s) => div.alert.warn #new-secret-box role="status" {
+                p { strong { "The new webhook secret of this enterprise. " } "Copy it now: it is shown only once and cannot be retrieved later. The previous secret keeps signing for 24 hours." }
+                code.secret #new-secret { (s) } " "
+                button.secondary type="button" data-copy="new-secret" { "Copy" }
+            },
+        }
+        section.panel {
+            dl.facts {
+                dt { "Id" } dd.mono { (w.id) }
+                dt { "Label" } dd { (w.label.as_deref().unwrap_or("(no label)")) }
+                dt { "Level" } dd { (level_text(&w)) }
+                @if let Some(wallet) = w.level.wallet_id() { dt { "Wallet" } dd.mono { (wallet) } }
+                @if let Some(e) = w.level.enterprise_id() { dt { "Enterprise" } dd.mono { (e) } }
+                dt { "Type" } dd { (w.webhook_type) }
+                dt { "URL" } dd.mono #webhook-url { (w.url) }
+                dt { "State" } dd { (layout::badge(w.state.as_str())) }
+                dt { "Failed in a row" } dd { (w.successive_failed_attempts) " (" (w.failed_attempts_total) " since the last unblock)" }
+                dt { "Custom headers" } dd #custom-headers {
+                    @if w.custom_headers.is_empty() { span.muted { "none" } }
+                    @for name in w.custom_headers.keys() { code { (name) } " " }
+                    @if !w.custom_headers.is_empty() { span.muted { "(values are sealed and never shown)" } }
+                }
+                @if !w.tx_request_states.is_empty() { dt { "txRequestStates" } dd { (w.tx_request_states.join(", ")) } }
+                dt { "Created" } dd { (layout::time_s(w.created_at)) }
+            }
+        }
+        div.actions {
+            (layout::action_button(session, &format!("{base}/test"), "Send test", "", None))
+            @if w.state == WebhookState::Suspended {
+                (layout::action_button(session, &format!("{base}/unblock"), "Unblock", "", None))
+            }
+            @if w.level.enterprise_id().is_some() {
+                (layout::action_button(session, &format!("{base}/secret"), "Rotate enterprise secret", "secondary",
+                    Some("Rotate the enterprise's webhook secret? Receivers must switch to the new one within 24 hours.")))
+            }
+            (layout::action_button(session, &format!("{base}/remove"), "Remove webhook", "danger",
+                Some("Remove this webhook? Its notifications are deleted with it.")))
+        }
+        section.panel {
+            h2 { "Recover failed notifications" }
+            form.filters method="get" action={ (base) "/recover" } {
+                label { "Failed since (UTC)" input type="datetime-local" name="since" id="since" value=(datetime_local(now - 86_400_000)); }
+                button.secondary type="submit" { "Count and confirm…" }
+            }
+            p.muted { "Redelivers every notification created since then that failed for good, at most " (insight::MAX_RECOVER_DAYS) " days back." }
+        }
+        h2 { "Latest notifications" }
+        (notification_table(&recent))
+        p { a href={ "/console/notifications?webhook=" (w.id) } { "All notifications of this webhook →" } }
+    };
+    let title = format!("Webhook {}", w.label.as_deref().unwrap_or(w.id.as_str()));
+    html(status, layout::page(Some(session), &title, "/console/webhooks", body))
+}
+
+/// A table of notifications, each linking to its page.
+pub fn notification_table(rows: &[crate::store::Notification]) -> Markup {
+    html! {
+        @if rows.is_empty() {
+            p.muted { "No notification." }
+        } @else {
+            div.table-wrap { table.notifications {
+                thead { tr { th { "Created" } th { "Type" } th { "State" } th { "Retries" } th { "Transfer" } th { "Simulation" } th {} } }
+                tbody { @for n in rows {
+                    tr {
+                        td { (layout::time_ms(n.created_at_ms)) }
+                        td { (n.notification_type) }
+                        td { (layout::badge(n.state.as_str())) }
+                        td.num { (n.retries) }
+                        td.mono { (n.meta.get("transfer").and_then(|t| t.as_str()).unwrap_or("")) }
+                        td { @if n.simulation { "yes" } }
+                        td { a href={ "/console/webhooks/" (n.webhook_id) "/notifications/" (n.id) } { "Details" } }
+                    }
+                } }
+            } }
+        }
+    }
+}
+
+/// `GET /console/webhooks/{id}`.
+pub async fn detail(State(state): State<AppState>, session: Session, Path(id): Path<String>) -> Response {
+    match id.parse::<WebhookId>() {
+        Ok(id) => webhook_page(&state, &session, &id, Shown::Nothing).await,
+        Err(_) => {
+            error_response(Error::not_found(crate::error::ErrorName::WebhookNotFound).into(), Some(&session))
+        }
+    }
+}
+
+/// The webhook id of a path; a malformed one is `WebhookNotFound`.
+pub fn webhook_id(id: &str) -> Result<WebhookId, Error> {
+    id.parse::<WebhookId>().map_err(|_| Error::not_found(crate::error::ErrorName::WebhookNotFound))
+}
+
+/// The webhook's page after an action that gave `result`.
+async fn after(
+    state: &AppState,
+    session: &Session,
+    id: &WebhookId,
+    result: Result<String, Error>,
+) -> Response {
+    let shown = match result {
+        Ok(text) => Shown::Notice(text),
+        Err(e) => match FieldError::of(e) {
+            Ok(fe) => Shown::Error(fe),
+            Err(e) => return error_response(e, Some(session)),
+        },
+    };
+    webhook_page(state, session, id, shown).await
+}
+
+/// `POST /console/webhooks/{id}/test`.
+pub async fn send_test(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    form: Form<NoFields>,
+) -> Response {
+    let id = match webhook_id(&id) {
+        Ok(id) => id,
+        Err(e) => return error_response(e.into(), Some(&form.session)),
+    };
+    let result = insight::send_test(&state.webhooks, &form.session.auth, &id)
+        .await
+        .map(|(n, _)| format!("Test notification {} queued.", n.id));
+    after(&state, &form.session, &id, result).await
+}
+
+/// `POST /console/webhooks/{id}/unblock`.
+pub async fn unblock(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    form: Form<NoFields>,
+) -> Response {
+    let id = match webhook_id(&id) {
+        Ok(id) => id,
+        Err(e) => return error_response(e.into(), Some(&form.session)),
+    };
+    let result = registration::unblock(&state.webhooks, &form.session.auth, &id)
+        .await
+        .map(|_| "Unblocked: its held notifications are being delivered.".to_string());
+    after(&state, &form.session, &id, result).await
+}
+
+/// `POST /console/webhooks/{id}/remove`: back to the list.
+pub async fn remove(State(state): State<AppState>, Path(id): Path<String>, form: Form<NoFields>) -> Response {
+    let id = match webhook_id(&id) {
+        Ok(id) => id,
+        Err(e) => return error_response(e.into(), Some(&form.session)),
+    };
+    match insight::remove(&state.webhooks, &form.session.auth, &id).await {
+        Ok(_) => Redirect::to("/console/webhooks").into_response(),
+        Err(e) => after(&state, &form.session, &id, Err(e)).await,
+    }
+}
+
+/// `POST /console/webhooks/{id}/secret`: rotates the secret of the webhook's enterprise and
+/// shows it once.
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    form: Form<NoFields>,
+) -> Response {
+    let id = match webhook_id(&id) {
+        Ok(id) => id,
+        Err(e) => return error_response(e.into(), Some(&form.session)),
+    };
+    let w = match crate::webhooks::access::webhook_access(&state.webhooks, &form.session.auth, &id).await {
+        Ok(w) => w,
+        Err(e) => return error_response(e.into(), Some(&form.session)),
+    };
+    let Some(enterprise) = w.level.enterprise_id() else {
+        let e =
+            Error::invalid_field("", "this webhook is bound to no enterprise, so it has no secret to rotate");
+        return after(&state, &form.session, &id, Err(e)).await;
+    };
+    match secrets::rotate(&state.webhooks, &form.session.auth, enterprise).await {
+        Ok(secret) => webhook_page(&state, &form.session, &id, Shown::Secret(secret)).await,
+        Err(e) => after(&state, &form.session, &id, Err(e)).await,
+    }
+}
