@@ -11,7 +11,7 @@
 //!   in constant time; a POST whose `Origin` is not this host, or whose `Sec-Fetch-Site` is
 //!   `cross-site` or `same-site`, is refused before that.
 //! - **Headers.** A strict `Content-Security-Policy` (scripts and styles only from this
-//!   origin), `X-Frame-Options: DENY`, `Referrer-Policy: no-referrer`, `nosniff`, and
+//!   origin), `X-Frame-Options: DENY`, `Referrer-Policy: same-origin` (with `no-referrer` browsers send `Origin: null` on form posts), `nosniff`, and
 //!   `Cache-Control: no-store` on pages.
 //! - **Errors.** A domain error is shown as its §7 `name` and message, beside the field it
 //!   names, with the API's status code; nothing a client sends gives a 5xx page.
@@ -101,7 +101,7 @@ async fn guard(State(_state): State<AppState>, req: Request, next: Next) -> Resp
     let h = res.headers_mut();
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     if !is_asset {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

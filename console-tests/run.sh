@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs the console's browser suite (test_console.py: Playwright for Python driving Debian's
+# headless Chromium) against a fresh Custodian: `console-tests/run.sh <binary> [pytest args]`.
+# With CUSTODIAN_CONSOLE_POSTGRES_URL (an admin URL such as postgres://postgres@127.0.0.1:5432/postgres)
+# it runs on a fresh PostgreSQL database, dropped afterwards; otherwise on a SQLite file.
+# Needs: python3 with playwright, pytest and pyotp (CONSOLE_PYTHON, default python3), and
+# /usr/bin/chromium (CONSOLE_CHROMIUM). Screenshots go to console-tests/screenshots/.
+set -euo pipefail
+bin=$(realpath "${1:?usage: console-tests/run.sh path/to/custodian [pytest args]}")
+shift
+here=$(cd "$(dirname "$0")" && pwd)
+python=${CONSOLE_PYTHON:-python3}
+dir=$(mktemp -d)
+pid=
+db=
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  [ -n "$db" ] && psql -q "$CUSTODIAN_CONSOLE_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" > /dev/null
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+if [ -n "${CUSTODIAN_CONSOLE_POSTGRES_URL:-}" ]; then
+  db=custodian_console_$$
+  psql -q "$CUSTODIAN_CONSOLE_POSTGRES_URL" -c "CREATE DATABASE $db" > /dev/null
+  export CUSTODIAN_DATABASE_URL="${CUSTODIAN_CONSOLE_POSTGRES_URL%/*}/$db"
+else
+  export CUSTODIAN_DATABASE_URL="sqlite://$dir/custodian.db"
+fi
+export CUSTODIAN_ENVIRONMENT=test
+export CUSTODIAN_SECRET_KEY_FILE="$dir/master.key"
+# The receivers run on this machine; a failed notification fails for good after one retry.
+export CUSTODIAN_DELIVERY_ALLOWED_CIDRS=127.0.0.0/8
+export CUSTODIAN_DELIVERY_RETRY_SCHEDULE=1
+export CUSTODIAN_DELIVERY_SUSPEND_AFTER_FAILURES=1000
+export CUSTODIAN_DELIVERY_SUSPEND_AFTER_TOTAL_FAILURES=1000
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/master.key"
+chmod 600 "$dir/master.key"
+password='correct horse battery staple'
+cli() { (cd "$dir" && "$bin" "$@"); }
+new_user() { printf '%s\n' "$password" | cli user create --email "$1" --password-stdin --json "${@:2}"; }
+new_enterprise() { cli enterprise create --name "$1" --json | "$python" -c 'import json, sys; print(json.load(sys.stdin)["id"])'; }
+alice=$(new_user alice@example.com)
+bob=$(new_user bob@example.com)
+root=$(new_user root@example.com --service-admin)
+acme=$(new_enterprise "Acme Fund")
+beta=$(new_enterprise "Beta Capital")
+cli enterprise add-user --enterprise "$acme" --email alice@example.com --admin > /dev/null
+cli enterprise add-user --enterprise "$beta" --email bob@example.com --admin > /dev/null
+id_of() { printf '%s' "$1" | "$python" -c 'import json, sys; print(json.load(sys.stdin)["id"])'; }
+w1=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+w2=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+wallet() {
+  printf '{"id": "%s", "label": "%s", "coin": "tbtc", "type": "hot", "m": 2, "n": 3, "enterprise": "%s", "organization": "org", "allowBackupKeySigning": false, "approvalsRequired": 1, "coinSpecific": {}, "deleted": false, "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false, "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [{"user": "%s", "permissions": ["admin", "spend", "view"]}]}' "$@"
+}
+echo "[$(wallet "$w1" "Acme hot" "$acme" "$(id_of "$alice")"), $(wallet "$w2" "Beta hot" "$beta" "$(id_of "$bob")")]" > "$dir/wallets.json"
+cli wallet import wallets.json > /dev/null
+port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+(cd "$dir" && exec "$bin" serve --listen "127.0.0.1:$port" 2> "$dir/serve.log") &
+pid=$!
+for _ in $(seq 100); do
+  curl -fs "http://127.0.0.1:$port/health" > /dev/null && break
+  sleep 0.1
+done
+"$python" - "$dir/fixture.json" <<PY
+import json, sys
+json.dump({
+    "url": "http://127.0.0.1:$port",
+    "password": "$password",
+    "users": {"alice": $alice, "bob": $bob, "root": $root},
+    "enterprises": {"acme": "$acme", "beta": "$beta"},
+    "wallets": {"acme": "$w1", "beta": "$w2"},
+}, open(sys.argv[1], "w"))
+PY
+mkdir -p "$here/screenshots"
+cd "$here"
+if ! CONSOLE_FIXTURE="$dir/fixture.json" "$python" -m pytest -q -p no:cacheprovider test_console.py "$@"; then
+  echo "--- server log" >&2
+  tail -n 50 "$dir/serve.log" >&2
+  exit 1
+fi

@@ -1,0 +1,432 @@
+"""The operator console in a real browser (issue 22): headless Chromium driven by Playwright,
+against the real server that run.sh started, with real receivers on this machine.
+
+Each test signs in through the console's form. API calls (to create webhooks, send events and
+check what the console did) go over HTTP with tokens from the API's own login.
+"""
+
+import http.server
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pyotp
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+FIXTURE = json.load(open(os.environ["CONSOLE_FIXTURE"]))
+BASE = FIXTURE["url"]
+PASSWORD = FIXTURE["password"]
+SHOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "screenshots")
+CHROMIUM = os.environ.get("CONSOLE_CHROMIUM", "/usr/bin/chromium")
+HOSTILE = '<script>window.__pwned=1</script>"><img src=x onerror="window.__pwned=2">'
+# The test environment accepts this code besides the real one (never in production).
+TEST_OTP = "000000"
+
+
+def email(who):
+    return FIXTURE["users"][who]["email"]
+
+
+# ----- HTTP helpers -----
+
+
+def api(method, path, token=None, body=None, headers=None):
+    """(status, parsed JSON body or text) of an API call."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(BASE + path, data=data, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as res:
+            raw, status = res.read(), res.status
+    except urllib.error.HTTPError as e:
+        raw, status = e.read(), e.code
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def api_login(who):
+    status, body = api("POST", "/api/v2/internal/user/login", body={"email": email(who), "password": PASSWORD, "otp": TEST_OTP})
+    assert status == 200, body
+    return body["access_token"]
+
+
+def service_token():
+    """A service admin's session: it may send events (POST /api/v2/internal/events)."""
+    return api_login("root")
+
+
+def wait_for(what, check, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1 answering `status` with `body`; records what it got."""
+
+    def __init__(self, status=500, body=""):
+        self.status, self.body, self.received = status, body, []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                receiver.received.append(json.loads(self.rfile.read(length) or b"{}"))
+                payload = receiver.body.encode()
+                self.send_response(receiver.status)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/custodian"
+
+    def close(self):
+        self.server.shutdown()
+
+
+def wallet_hook(token, wallet, url, label="deposits"):
+    status, body = api("POST", f"/api/v2/tbtc/wallet/{wallet}/webhooks", token, {"type": "transfer", "url": url, "label": label})
+    assert status == 200, body
+    return body["id"]
+
+
+def send_event(wallet, transfer, **extra):
+    event = {"eventId": f"ev-{transfer}", "type": "transfer", "coin": "tbtc", "walletId": wallet, "transferId": transfer, **extra}
+    status, body = api("POST", "/api/v2/internal/events", service_token(), event)
+    assert status == 200, body
+    return body
+
+
+def notifications(token, hook, state=None):
+    query = f"?state={state}" if state else ""
+    status, body = api("GET", f"/api/v2/webhook/{hook}/notifications{query}", token)
+    assert status == 200, body
+    return body["notifications"]
+
+
+# ----- browser fixtures -----
+
+
+@pytest.fixture(scope="session")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def context(browser):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    yield ctx
+    ctx.close()
+
+
+def sign_in(context, who, code=TEST_OTP):
+    page = context.new_page()
+    page.on("dialog", lambda d: d.accept())
+    page.goto(BASE + "/console/login")
+    page.fill("#email", email(who))
+    page.fill("#password", PASSWORD)
+    page.fill("#otp", code)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/console/overview$"))
+    return page
+
+
+def shot(page, name):
+    page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=True)
+
+
+def not_pwned(page):
+    assert page.evaluate("() => window.__pwned") is None, "client text ran as script"
+
+
+def csrf_of(page):
+    return page.locator("input[name=csrf]").first.get_attribute("value")
+
+
+# ----- the cases -----
+
+
+def test_sign_in_needs_the_current_totp_code(context):
+    secret = FIXTURE["users"]["alice"]["totpSecret"]
+    totp = pyotp.TOTP(secret)
+    now = time.time()
+    taken = {totp.at(now + d) for d in (-60, -30, 0, 30, 60)} | {TEST_OTP}
+    wrong = next(c for c in (f"{n:06d}" for n in range(123456, 999999, 7919)) if c not in taken)
+    page = context.new_page()
+    page.goto(BASE + "/console/login")
+    shot(page, "login")
+    page.fill("#email", email("alice"))
+    page.fill("#password", PASSWORD)
+    page.fill("#otp", wrong)
+    with page.expect_response(lambda r: r.url.endswith("/console/login") and r.request.method == "POST") as res:
+        page.click("button[type=submit]")
+    assert res.value.status == 401
+    expect(page.locator(".alert.error, .field-error").first).to_contain_text("InvalidOtp")
+    assert context.cookies() == [] or all(c["name"] != "custodian_console" for c in context.cookies())
+    page.fill("#password", PASSWORD)
+    page.fill("#otp", totp.now())
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/console/overview$"))
+    cookie = next(c for c in context.cookies() if c["name"] == "custodian_console")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    expect(page.locator("header .email")).to_have_text(email("alice"))
+    # Signing out revokes the session: the old cookie no longer opens a page.
+    page.click("text=Sign out")
+    expect(page).to_have_url(re.compile(r"/console/login$"))
+    context.add_cookies([{**cookie}])
+    page.goto(BASE + "/console/overview")
+    expect(page).to_have_url(re.compile(r"/console/login$"))
+
+
+def test_a_failed_receiver_is_found_fixed_resent_and_recovered(context):
+    rx = Receiver(500, HOSTILE + " receiver is down")
+    try:
+        alice = api_login("alice")
+        wallet = FIXTURE["wallets"]["acme"]
+        hook = wallet_hook(alice, wallet, rx.url, label=HOSTILE)
+        first = f"tr-{int(time.time() * 1000)}"
+        send_event(wallet, first, memo=HOSTILE)
+        failed = wait_for("the first notification to fail", lambda: notifications(alice, hook, "failed"))
+        nid = failed[0]["id"]
+
+        page = sign_in(context, "alice")
+        expect(page.locator("#failures")).to_contain_text("500")
+        expect(page.locator("#failures")).to_contain_text("receiver is down")
+        expect(page.locator("#card-failed .value")).not_to_have_text("0")
+        expect(page.locator("svg.chart")).to_be_visible()
+        not_pwned(page)
+        shot(page, "overview")
+
+        page.locator("#failures a", has_text="Details").first.click()
+        expect(page).to_have_url(re.compile(rf"/notifications/{nid}$"))
+        expect(page.locator("#attempts")).to_contain_text("status 500")
+        expect(page.locator("#attempts pre.response").first).to_contain_text("<script>window.__pwned=1</script>")
+        expect(page.locator("#notification-state")).to_contain_text("failed")
+        expect(page.locator("pre.payload").first).to_contain_text(first)
+        not_pwned(page)
+        shot(page, "notification")
+
+        # The receiver is fixed: resend this one.
+        rx.status, rx.body = 200, "ok"
+        page.click("text=Resend now")
+        expect(page.locator(".alert.ok")).to_contain_text("Queued")
+        wait_for("the resend to arrive", lambda: sum(1 for r in rx.received if r.get("transferId") == first) >= 3)
+        wait_for("the state to read processed", lambda: page.reload() or "processed" in page.locator("#notification-state").inner_text())
+
+        # A second failure, recovered from the webhook's page.
+        rx.status, rx.body = 500, "down again"
+        second = f"tr-{int(time.time() * 1000)}-2"
+        send_event(wallet, second)
+        wait_for("the second notification to fail", lambda: notifications(alice, hook, "failed"))
+        rx.status, rx.body = 200, "ok"
+        page.goto(f"{BASE}/console/webhooks/{hook}")
+        expect(page.locator("#webhook-url")).to_have_text(rx.url)
+        not_pwned(page)
+        shot(page, "webhook")
+        page.click("text=Count and confirm")
+        expect(page.locator("#recover-count")).to_contain_text("1 failed notification")
+        shot(page, "recover")
+        page.click("button:has-text('Recover 1')")
+        expect(page.locator(".alert.ok")).to_contain_text("Recovered: 1 notification")
+        wait_for("the recovered one to arrive", lambda: sum(1 for r in rx.received if r.get("transferId") == second) >= 3)
+        wait_for("nothing left failed", lambda: not notifications(alice, hook, "failed"))
+        page.goto(f"{BASE}/console/notifications?webhook={hook}&state=processed")
+        expect(page.locator("#results tbody tr")).to_have_count(2)
+        expect(page.locator("#results")).to_contain_text("processed")
+        shot(page, "notifications")
+        status, audit = api("GET", "/api/v2/auditlog?type=webhook.recovered", alice)
+        assert status == 200 and audit["auditLogs"][0]["data"]["count"] == 1, audit
+    finally:
+        rx.close()
+
+
+def test_revoking_a_token_in_the_console_makes_the_api_refuse_it(context):
+    alice = api_login("alice")
+    status, created = api("POST", "/api/v2/user/accesstoken", alice, {"label": "nightly script", "otp": TEST_OTP, "scope": ["openid", "profile"]})
+    assert status == 200, created
+    script = created["token"]
+    assert api("GET", "/api/v2/user/me", script)[0] == 200
+    page = sign_in(context, "alice")
+    page.goto(BASE + "/console/tokens")
+    row = page.locator("#tokens tr", has_text="nightly script")
+    row.locator("button", has_text="Revoke").click()
+    expect(page.locator(".alert.ok")).to_contain_text("revoked")
+    assert api("GET", "/api/v2/user/me", script)[0] == 401
+
+    # Creating one shows its value once.
+    page.fill("#label", "console made")
+    page.fill("#scope", "openid profile")
+    page.fill("#token-otp", TEST_OTP)
+    page.click("button:has-text('Create token')")
+    value = page.locator("#new-token").inner_text().strip()
+    expect(page.locator("#new-token-box")).to_contain_text("won't be able to see it again")
+    expect(page.locator("button[data-copy=new-token]")).to_be_visible()
+    assert api("GET", "/api/v2/user/me", value)[0] == 200
+    shot(page, "tokens")
+    page.goto(BASE + "/console/tokens")
+    assert value not in page.content()
+    # A bad scope is shown beside its field, with a 400 and nothing created.
+    page.fill("#scope", "no_such_scope")
+    page.fill("#token-otp", TEST_OTP)
+    with page.expect_response(lambda r: r.url.endswith("/console/tokens") and r.request.method == "POST") as res:
+        page.click("button:has-text('Create token')")
+    assert res.value.status == 400
+    expect(page.locator(".field-error, .alert.error").first).to_be_visible()
+
+
+def test_rotating_the_enterprise_secret_shows_it_once(context):
+    rx = Receiver(200, "ok")
+    try:
+        alice = api_login("alice")
+        hook = wallet_hook(alice, FIXTURE["wallets"]["acme"], rx.url, label="rotation")
+        page = sign_in(context, "alice")
+        page.goto(f"{BASE}/console/webhooks/{hook}")
+        page.click("button:has-text('Rotate enterprise secret')")
+        secret = page.locator("#new-secret").inner_text().strip()
+        assert secret.startswith("whsec_"), secret
+        expect(page.locator("#new-secret-box")).to_contain_text("shown only once")
+        page.goto(f"{BASE}/console/webhooks/{hook}")
+        assert secret not in page.content()
+        expect(page.locator("#new-secret")).to_have_count(0)
+    finally:
+        rx.close()
+
+
+def test_an_enterprise_admin_sees_only_their_enterprises(context):
+    rx = Receiver(200, "ok")
+    try:
+        bob = api_login("bob")
+        beta_wallet = FIXTURE["wallets"]["beta"]
+        hook = wallet_hook(bob, beta_wallet, rx.url, label="beta deposits")
+        send_event(beta_wallet, f"tr-beta-{int(time.time() * 1000)}")
+        nid = wait_for("bob's notification", lambda: notifications(bob, hook))[0]["id"]
+
+        page = sign_in(context, "alice")
+        page.goto(BASE + "/console/webhooks")
+        assert hook not in page.content()
+        for path in (f"/console/webhooks/{hook}", f"/console/webhooks/{hook}/notifications/{nid}"):
+            res = page.goto(BASE + path)
+            assert res.status == 404, path
+            expect(page.locator(".alert.error")).to_contain_text("NotFound")
+        page.goto(f"{BASE}/console/notifications?webhook={hook}&range=7d")
+        expect(page.locator("#results tbody tr")).to_have_count(0)
+        res = page.goto(BASE + "/console/admin/users")
+        assert res.status == 403
+        expect(page.locator("header nav")).not_to_contain_text("Users")
+
+        root = context.browser.new_context(viewport={"width": 1280, "height": 800})
+        try:
+            admin = sign_in(root, "root")
+            admin.goto(BASE + "/console/webhooks")
+            expect(admin.locator("#webhooks")).to_contain_text("beta deposits")
+            shot(admin, "webhooks")
+            admin.goto(BASE + "/console/admin/users")
+            expect(admin.locator("#users")).to_contain_text(email("bob"))
+            shot(admin, "users")
+            admin.goto(BASE + "/console/admin/enterprises")
+            expect(admin.locator("main")).to_contain_text("Beta Capital")
+            shot(admin, "enterprises")
+            admin.goto(BASE + "/console/audit")
+            admin.click("button:has-text('Verify chain')")
+            expect(admin.locator("#verify-result")).to_contain_text(re.compile(r"ok, \d+ entries"))
+            shot(admin, "audit")
+        finally:
+            root.close()
+    finally:
+        rx.close()
+
+
+def test_a_post_without_the_csrf_token_or_from_another_origin_is_refused(context):
+    rx = Receiver(200, "ok")
+    try:
+        alice = api_login("alice")
+        hook = wallet_hook(alice, FIXTURE["wallets"]["acme"], rx.url, label="csrf")
+        page = sign_in(context, "alice")
+        page.goto(f"{BASE}/console/webhooks/{hook}")
+        token = csrf_of(page)
+        url = f"{BASE}/console/webhooks/{hook}/test"
+        origin = {"Origin": BASE}
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        missing = context.request.post(url, data="", headers={**form, **origin})
+        assert missing.status == 403 and "InvalidCsrfToken" in missing.text()
+        wrong = context.request.post(url, data="csrf=" + "0" * 64, headers={**form, **origin})
+        assert wrong.status == 403
+        foreign = context.request.post(url, data="csrf=" + token, headers={**form, "Origin": "http://evil.example"})
+        assert foreign.status == 403 and "CrossOriginRequest" in foreign.text()
+        assert notifications(alice, hook) == []
+        # The same request from this origin with the token is accepted: the refusals above were
+        # about the token and the origin, nothing else.
+        ok = context.request.post(url, data="csrf=" + token, headers={**form, **origin})
+        assert ok.status == 200 and "queued" in ok.text()
+        assert len(notifications(alice, hook)) == 1
+    finally:
+        rx.close()
+
+
+def test_client_text_renders_as_text_and_the_csp_blocks_inline_script(context):
+    alice = api_login("alice")
+    url = "http://127.0.0.1:9/hooks?x=%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E"
+    status, body = api(
+        "POST",
+        f"/api/v2/tbtc/wallet/{FIXTURE['wallets']['acme']}/webhooks",
+        alice,
+        {"type": "transfer", "url": url, "label": HOSTILE, "customHttpHeaders": {"X-Evil-Header": HOSTILE}},
+    )
+    assert status == 200, body
+    hook = body["id"]
+    page = sign_in(context, "alice")
+    res = page.goto(f"{BASE}/console/webhooks/{hook}")
+    csp = res.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert res.headers["x-frame-options"] == "DENY" and res.headers["referrer-policy"]
+    expect(page.locator("h1")).to_contain_text("<script>window.__pwned=1</script>")
+    expect(page.locator("#custom-headers")).to_contain_text("X-Evil-Header")
+    assert "<script>window.__pwned" not in page.content()
+    assert page.locator("img[src=x]").count() == 0
+    not_pwned(page)
+    ran = page.evaluate(
+        "() => { const s = document.createElement('script'); s.textContent = 'window.__inline = 1';"
+        " document.body.appendChild(s); return window.__inline === undefined ? null : window.__inline; }"
+    )
+    assert ran is None, "the CSP let an inline script run"
+    page.goto(BASE + "/console/webhooks")
+    not_pwned(page)
+
+
+def test_pages_fit_a_phone_width_screen(browser):
+    ctx = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = sign_in(ctx, "alice")
+        for path in ("/console/overview", "/console/webhooks", "/console/notifications", "/console/tokens", "/console/audit"):
+            page.goto(BASE + path)
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= 392, f"{path} is {width}px wide at phone width"
+        page.goto(BASE + "/console/overview")
+        shot(page, "overview-phone")
+    finally:
+        ctx.close()
