@@ -446,3 +446,60 @@ async fn a_receiver_that_recovers_gets_its_waiting_retries_at_once() {
         got[..3].iter().filter_map(|r| r.headers.get("webhook-id").and_then(|v| v.to_str().ok())).collect();
     assert_eq!(retried, failed, "the three that failed are the three sent again");
 }
+
+/// `POST /api/v2/webhook/{id}/recover` (issue 22 §4) queues again the notifications that failed
+/// for good since a time, at most `webhooks.recover_max` per call, at most 14 days back, and
+/// records each call in the audit log with its count.
+#[tokio::test]
+async fn recover_redelivers_failed_notifications_since_a_time_within_its_limits() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.retry_schedule = vec![];
+        c.webhooks.recover_max = 2;
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    rx.always(500);
+    let hook = f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    for i in 0..3 {
+        f.event(&admin, json!({ "eventId": format!("ev-rc{i}"), "type": "transfer", "walletId": WALLET }))
+            .await;
+    }
+    until("three failed notifications", 10, || async {
+        let list = f.get(&format!("/api/v2/webhook/{hook}/notifications?state=failed")).await;
+        (list["notifications"].as_array().map_or(0, Vec::len) == 3).then_some(())
+    })
+    .await;
+    let path = format!("/api/v2/webhook/{hook}/recover");
+    let ago = |secs: i64| (chrono::Utc::now() - chrono::Duration::seconds(secs)).to_rfc3339();
+    for since in [ago(15 * 86_400), ago(-3_600), "yesterday".to_string()] {
+        let b = assert_error(
+            f.app.post_auth(&path, &f.token, &json!({ "since": since })).await,
+            400,
+            "InvalidField",
+        )
+        .await;
+        assert_eq!(b["context"]["field"], "since", "{since}");
+    }
+    rx.always(200);
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        let res = f.app.post_auth(&path, &f.token, &json!({ "since": ago(3_600) })).await;
+        assert_eq!(res.status(), 200);
+        let body: Value = res.json().await.unwrap();
+        counts.push(body["count"].as_u64().unwrap_or(99));
+    }
+    // The cap bites: two, then the last one, then nothing left.
+    assert_eq!(counts, vec![2, 1, 0]);
+    rx.wait_for(6, 10).await;
+    until("nothing failed", 10, || async {
+        let list = f.get(&format!("/api/v2/webhook/{hook}/notifications?state=processed")).await;
+        (list["notifications"].as_array().map_or(0, Vec::len) == 3).then_some(())
+    })
+    .await;
+    let audit = f.get("/api/v2/auditlog?type=webhook.recovered").await;
+    let logged: Vec<u64> =
+        audit["auditLogs"].as_array().unwrap().iter().filter_map(|e| e["data"]["count"].as_u64()).collect();
+    assert_eq!(logged, vec![0, 1, 2], "newest first: {audit}");
+}
