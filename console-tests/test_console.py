@@ -222,6 +222,11 @@ def test_a_failed_receiver_is_found_fixed_resent_and_recovered(context):
         not_pwned(page)
         shot(page, "overview")
 
+        page.goto(BASE + "/console/webhooks?level=wallet")
+        row = page.locator("#webhooks tr", has=page.locator(f"a[href$='{hook}']"))
+        expect(row).to_contain_text("never")  # never delivered...
+        expect(row).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"))  # ...but failed at a time
+        page.goto(BASE + "/console/overview")
         page.locator("#failures a", has_text="Details").first.click()
         expect(page).to_have_url(re.compile(rf"/notifications/{nid}$"))
         expect(page.locator("#attempts")).to_contain_text("status 500")

@@ -23,8 +23,8 @@ use crate::{
     ids,
     paging::{Page, PageRequest},
     store::{
-        AuditType, HourCount, Notification, NotificationSearch, QueueCounts, RecentFailure, Tenancy, Webhook,
-        WebhookLevel, WebhookSearch, WebhookState,
+        AuditType, HourCount, LastAttempts, Notification, NotificationSearch, QueueCounts, RecentFailure,
+        Tenancy, Webhook, WebhookLevel, WebhookSearch, WebhookState,
     },
     types::WebhookId,
 };
@@ -131,16 +131,20 @@ pub async fn overview(svc: &Webhooks, auth: &Principal, now_ms: i64) -> Result<O
     })
 }
 
-/// Webhooks of all three levels in the caller's tenancy matching `search`, paged by id.
+/// Webhooks of all three levels in the caller's tenancy matching `search`, paged by id, each
+/// with when it was last delivered to and last failed.
 pub async fn search_webhooks(
     svc: &Webhooks,
     auth: &Principal,
     search: &WebhookSearch,
     page: &PageRequest,
-) -> Result<Page<Webhook>> {
+) -> Result<Page<(Webhook, LastAttempts)>> {
     let tenancy = tenancy(svc, auth).await?;
     let rows = svc.store.search_webhooks(&tenancy, search, page.prev_id.as_ref(), page.fetch()).await?;
-    Ok(page.page(rows, |w| &w.id))
+    let ids: Vec<WebhookId> = rows.iter().map(|w| w.id.clone()).collect();
+    let last = svc.store.last_attempts(&ids).await?;
+    let rows = rows.into_iter().zip(last).collect();
+    Ok(page.page(rows, |(w, _)| &w.id))
 }
 
 /// Notifications in the caller's tenancy matching `search`, newest first; `page.prev_id` is

@@ -121,8 +121,8 @@ pub async fn list(State(state): State<AppState>, session: Session, Query(q): Que
             p.muted { "No webhook matches." }
         } @else if !rows.is_empty() {
             div.table-wrap { table #webhooks {
-                thead { tr { th { "Label" } th { "Level" } th { "Type" } th { "URL" } th { "State" } th { "Failed in a row" } th { "Created" } } }
-                tbody { @for w in &rows {
+                thead { tr { th { "Label" } th { "Level" } th { "Type" } th { "URL" } th { "State" } th { "Failed in a row" } th { "Last delivered" } th { "Last failed" } } }
+                tbody { @for (w, last) in &rows {
                     tr {
                         td { a href={ "/console/webhooks/" (w.id) } { (w.label.as_deref().unwrap_or("(no label)")) } }
                         td { (level_text(w)) }
@@ -130,7 +130,8 @@ pub async fn list(State(state): State<AppState>, session: Session, Query(q): Que
                         td.mono { (w.url) }
                         td { (layout::badge(w.state.as_str())) }
                         td.num { (w.successive_failed_attempts) }
-                        td { (layout::time_s(w.created_at)) }
+                        td { @match last.delivered_ms { Some(t) => (layout::time_ms(t)), None => span.muted { "never" } } }
+                        td { @match last.failed_ms { Some(t) => (layout::time_ms(t)), None => span.muted { "never" } } }
                     }
                 } }
             } }

@@ -74,6 +74,13 @@ pub struct QueueCounts {
     pub held: i64,
 }
 
+/// When a webhook was last delivered to and last failed, Unix milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LastAttempts {
+    pub delivered_ms: Option<i64>,
+    pub failed_ms: Option<i64>,
+}
+
 /// A failed attempt with what the console shows beside it.
 #[derive(Debug, Clone)]
 pub struct RecentFailure {
@@ -123,6 +130,9 @@ pub trait InsightStore: Send + Sync {
         since_ms: i64,
         limit: u32,
     ) -> StoreResult<Vec<RecentFailure>>;
+    /// When each of `webhook_ids` was last delivered to and last failed (attempt start, Unix
+    /// ms), in the order given: two index lookups per webhook.
+    async fn last_attempts(&self, webhook_ids: &[WebhookId]) -> StoreResult<Vec<LastAttempts>>;
     /// Notifications due, in flight and held now (`now_ms`).
     async fn queue_counts(&self, tenancy: &Tenancy, now_ms: i64) -> StoreResult<QueueCounts>;
     /// How many of `webhook_id`'s notifications created since `since_ms` failed for good,
@@ -212,7 +222,9 @@ where
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> Option<String>: Encode<'q, DB>,
     for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> NotificationRow: FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
@@ -345,6 +357,26 @@ where
                 url: r.url,
             })
             .collect())
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn last_attempts(&self, webhook_ids: &[WebhookId]) -> StoreResult<Vec<LastAttempts>> {
+        let mut out = Vec::with_capacity(webhook_ids.len());
+        for id in webhook_ids {
+            let mut last = [None, None];
+            for (slot, success) in last.iter_mut().zip([true, false]) {
+                let (at,): (Option<i64>,) = sqlx::query_as(
+                    "SELECT MAX(started_at) FROM delivery_attempts WHERE webhook_id = $1 AND success = $2",
+                )
+                .bind(id)
+                .bind(success)
+                .fetch_one(&self.pool)
+                .await?;
+                *slot = at;
+            }
+            out.push(LastAttempts { delivered_ms: last[0], failed_ms: last[1] });
+        }
+        Ok(out)
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

@@ -15,7 +15,8 @@ mod insight;
 pub(super) mod queries;
 
 pub use insight::{
-    HourCount, InsightStore, NotificationSearch, QueueCounts, RecentFailure, Tenancy, WebhookSearch,
+    HourCount, InsightStore, LastAttempts, NotificationSearch, QueueCounts, RecentFailure, Tenancy,
+    WebhookSearch,
 };
 
 /// Where a notification is in its delivery (spec §2.6 `state`; docs/webhooks.md).
