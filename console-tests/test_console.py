@@ -241,7 +241,9 @@ def test_a_failed_receiver_is_found_fixed_resent_and_recovered(context):
         page.click("text=Resend now")
         expect(page.locator(".alert.ok")).to_contain_text("Queued")
         wait_for("the resend to arrive", lambda: sum(1 for r in rx.received if r.get("transferId") == first) >= 3)
-        wait_for("the state to read processed", lambda: page.reload() or "processed" in page.locator("#notification-state").inner_text())
+        # Reload by address: a reload of the resend's answer would post the form again.
+        detail = f"{BASE}/console/webhooks/{hook}/notifications/{nid}"
+        wait_for("the state to read processed", lambda: page.goto(detail) and "processed" in page.locator("#notification-state").inner_text())
 
         # A second failure, recovered from the webhook's page.
         rx.status, rx.body = 500, "down again"
@@ -435,3 +437,34 @@ def test_pages_fit_a_phone_width_screen(browser):
         shot(page, "overview-phone")
     finally:
         ctx.close()
+
+
+def test_service_admins_manage_users_and_anyone_removes_their_webhook(context):
+    root = sign_in(context, "root")
+    root.goto(BASE + "/console/admin/users")
+    row = lambda: root.locator("#users tr", has_text=email("bob"))  # noqa: E731
+    row().locator("button", has_text="Reset OTP").click()
+    secret = root.locator("#new-otp-secret").inner_text().strip()
+    assert re.fullmatch(r"[A-Z2-7]{16,}", secret), secret
+    row().locator("button", has_text="Deactivate").click()
+    expect(root.locator(".alert.ok")).to_contain_text("deactivated")
+    status, _ = api("POST", "/api/v2/internal/user/login", body={"email": email("bob"), "password": PASSWORD, "otp": TEST_OTP})
+    assert status == 401
+    row().locator("button", has_text="Activate").click()
+    expect(root.locator(".alert.ok")).to_contain_text("may sign in again")
+    assert api_login("bob")
+    status, audit = api("GET", "/api/v2/auditlog?type=user.deactivated", api_login("root"))
+    assert status == 200 and audit["auditLogs"][0]["data"]["by"] == "console", audit
+
+    alice = api_login("alice")
+    hook = wallet_hook(alice, FIXTURE["wallets"]["acme"], "http://127.0.0.1:9/gone", label="to remove")
+    page = context.browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        mine = sign_in(page, "alice")
+        mine.goto(f"{BASE}/console/webhooks/{hook}")
+        mine.click("button:has-text('Remove webhook')")
+        expect(mine).to_have_url(re.compile(r"/console/webhooks$"))
+        status, listed = api("GET", f"/api/v2/tbtc/wallet/{FIXTURE['wallets']['acme']}/webhooks", alice)
+        assert status == 200 and all(w["id"] != hook for w in listed["webhooks"]), listed
+    finally:
+        page.close()
