@@ -10,31 +10,14 @@ bin=$(realpath "${1:?usage: console-tests/run.sh path/to/custodian [pytest args]
 shift
 here=$(cd "$(dirname "$0")" && pwd)
 python=${CONSOLE_PYTHON:-python3}
-dir=$(mktemp -d)
-pid=
-db=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  [ -n "$db" ] && psql -q "$CUSTODIAN_CONSOLE_POSTGRES_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" > /dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-if [ -n "${CUSTODIAN_CONSOLE_POSTGRES_URL:-}" ]; then
-  db=custodian_console_$$
-  psql -q "$CUSTODIAN_CONSOLE_POSTGRES_URL" -c "CREATE DATABASE $db" > /dev/null
-  export CUSTODIAN_DATABASE_URL="${CUSTODIAN_CONSOLE_POSTGRES_URL%/*}/$db"
-else
-  export CUSTODIAN_DATABASE_URL="sqlite://$dir/custodian.db"
-fi
-export CUSTODIAN_ENVIRONMENT=test
-export CUSTODIAN_SECRET_KEY_FILE="$dir/master.key"
+# shellcheck source=../scripts/client-suite-server.sh
+. "$(dirname "$0")/../scripts/client-suite-server.sh"
+server_setup console "${CUSTODIAN_CONSOLE_POSTGRES_URL:-}"
 # The receivers run on this machine; a failed notification fails for good after one retry.
 export CUSTODIAN_DELIVERY_ALLOWED_CIDRS=127.0.0.0/8
 export CUSTODIAN_DELIVERY_RETRY_SCHEDULE=1
 export CUSTODIAN_DELIVERY_SUSPEND_AFTER_FAILURES=1000
 export CUSTODIAN_DELIVERY_SUSPEND_AFTER_TOTAL_FAILURES=1000
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/master.key"
-chmod 600 "$dir/master.key"
 password='correct horse battery staple'
 cli() { (cd "$dir" && "$bin" "$@"); }
 new_user() { printf '%s\n' "$password" | cli user create --email "$1" --password-stdin --json "${@:2}"; }
@@ -54,13 +37,7 @@ wallet() {
 }
 echo "[$(wallet "$w1" "Acme hot" "$acme" "$(id_of "$alice")"), $(wallet "$w2" "Beta hot" "$beta" "$(id_of "$bob")")]" > "$dir/wallets.json"
 cli wallet import wallets.json > /dev/null
-port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-(cd "$dir" && exec "$bin" serve --listen "127.0.0.1:$port" 2> "$dir/serve.log") &
-pid=$!
-for _ in $(seq 100); do
-  curl -fs "http://127.0.0.1:$port/health" > /dev/null && break
-  sleep 0.1
-done
+server_start "$bin"
 "$python" - "$dir/fixture.json" <<PY
 import json, sys
 json.dump({

@@ -37,23 +37,28 @@ impl FromRequestParts<AppState> for Auth {
                 crate::identity::auth::authenticate(&state.identity, header, ip).await?
             }
         };
-        principal.request_id = parts
-            .headers
-            .get(&super::request_id::REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let checked = state.rate_limit.check(&principal.user.id, principal.token.admin);
-        let (rate, result) = match checked {
-            Ok(rate) => (rate, Ok(Auth(principal))),
-            Err((error, rate)) => (Some(rate), Err(error.into())),
-        };
-        if let (Some(slot), Some(rate)) = (parts.extensions.get::<RateSlot>(), rate) {
-            if let Ok(mut s) = slot.0.lock() {
-                *s = Some(rate);
-            }
-        }
-        result
+        admit(parts, state, &mut principal)?;
+        Ok(Auth(principal))
     }
+}
+
+/// What every authenticated request goes through once its principal is known, whatever carried
+/// the token (a bearer header, a signature, the console's cookie): the request id for the audit
+/// log, and the user's rate limit, whose standing the edge reports in `RateLimit-*` headers.
+pub fn admit(parts: &Parts, state: &AppState, principal: &mut Principal) -> Result<(), ApiError> {
+    principal.request_id =
+        parts.headers.get(&super::request_id::REQUEST_ID).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let checked = state.rate_limit.check(&principal.user.id, principal.token.admin);
+    let (rate, result) = match checked {
+        Ok(rate) => (rate, Ok(())),
+        Err((error, rate)) => (Some(rate), Err(error.into())),
+    };
+    if let (Some(slot), Some(rate)) = (parts.extensions.get::<RateSlot>(), rate) {
+        if let Ok(mut s) = slot.0.lock() {
+            *s = Some(rate);
+        }
+    }
+    result
 }
 
 /// Adds `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` (seconds) to the

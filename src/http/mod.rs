@@ -213,7 +213,7 @@ pub fn app(state: AppState) -> Router {
 /// The HTTP application: every route with `api`, else only /health and /metrics (a worker).
 pub fn app_for(state: AppState, api: bool) -> Router {
     let router = if api {
-        routes().0.merge(console::router(state.clone()))
+        routes().0.merge(console::router())
     } else {
         Router::new()
             .route("/health", get(health))

@@ -10,25 +10,14 @@ use axum::{
 use maud::html;
 use serde::Deserialize;
 
-use super::{error_response, html, layout, FieldError, Form, Session};
+use super::layout::{OneTime, Shown};
+use super::{error_response, html, layout, Form, Session};
 use crate::{identity::operator::admin, AppState};
 
 /// Paging of either list.
 #[derive(Debug, Default, Deserialize)]
 pub struct AfterQuery {
     pub after: Option<String>,
-}
-
-enum Shown {
-    Nothing,
-    Notice(String),
-    Error(FieldError),
-    /// A reset OTP seed, shown once.
-    Seed {
-        email: String,
-        secret: String,
-        uri: String,
-    },
 }
 
 async fn users_page(state: &AppState, session: &Session, after: Option<&str>, shown: Shown) -> Response {
@@ -39,22 +28,9 @@ async fn users_page(state: &AppState, session: &Session, after: Option<&str>, sh
     let more = users.len() > admin::PAGE as usize;
     users.truncate(admin::PAGE as usize);
     let next = more.then(|| users.last().map(|u| u.email.clone())).flatten();
-    let status = match &shown {
-        Shown::Error(e) => e.status,
-        _ => StatusCode::OK,
-    };
+    let status = shown.status();
     let body = html! {
-        @match &shown {
-            Shown::Nothing => {},
-            Shown::Notice(t) => (layout::notice(t)),
-            Shown::Error(e) => div.alert.error role="alert" { strong { (e.name) } ": " (e.message) },
-            Shown::Seed { email, secret, uri } => div.alert.warn role="status" {
-                p { strong { "New OTP secret of " (email) ". " } "Give it to the user over a trusted channel; it is shown only once. Codes of the old secret no longer work." }
-                code.secret #new-otp-secret { (secret) } " "
-                button.secondary type="button" data-copy="new-otp-secret" { "Copy" }
-                p.mono.muted { (uri) }
-            },
-        }
+        (layout::shown(&shown))
         div.table-wrap { table #users {
             thead { tr { th { "Email" } th { "Name" } th { "State" } th { "Service admin" } th { "Last login" } th { "Actions" } } }
             tbody { @for u in &users {
@@ -108,27 +84,30 @@ pub async fn user_action(
     form: Form<EmailForm>,
 ) -> Response {
     let (session, email) = (&form.session, form.fields.email.as_str());
-    let done =
-        match action.as_str() {
-            "deactivate" => admin::deactivate(&state.identity, &session.auth, email)
-                .await
-                .map(|n| Shown::Notice(format!("{email} deactivated; {n} token(s) revoked."))),
-            "activate" => admin::activate(&state.identity, &session.auth, email)
-                .await
-                .map(|_| Shown::Notice(format!("{email} may sign in again."))),
-            "reset-otp" => admin::reset_otp(&state.identity, &session.auth, email)
-                .await
-                .map(|c| Shown::Seed { email: c.email, secret: c.totp_secret, uri: c.otpauth_uri }),
-            _ => Err(crate::error::Error::not_found(crate::error::ErrorName::NotFound)),
-        };
-    let shown = match done {
-        Ok(s) => s,
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => Shown::Error(fe),
-            Err(e) => return error_response(e, Some(session)),
-        },
+    let done = match action.as_str() {
+        "deactivate" => admin::deactivate(&state.identity, &session.auth, email)
+            .await
+            .map(|n| Shown::Notice(format!("{email} deactivated; {n} token(s) revoked."))),
+        "activate" => admin::activate(&state.identity, &session.auth, email)
+            .await
+            .map(|_| Shown::Notice(format!("{email} may sign in again."))),
+        "reset-otp" => admin::reset_otp(&state.identity, &session.auth, email).await.map(|c| {
+            Shown::OneTime(OneTime {
+                id: "new-otp-secret",
+                lead: format!("New OTP secret of {}.", c.email),
+                warning:
+                    "Give it to the user over a trusted channel; it is shown only once. Codes of the old \
+                              secret no longer work.",
+                value: c.totp_secret,
+                note: Some(c.otpauth_uri),
+            })
+        }),
+        _ => Err(crate::error::Error::not_found(crate::error::ErrorName::NotFound)),
     };
-    users_page(&state, session, None, shown).await
+    match Shown::of(done, |s| s) {
+        Ok(shown) => users_page(&state, session, None, shown).await,
+        Err(e) => error_response(e, Some(session)),
+    }
 }
 
 /// `GET /console/admin/enterprises`.

@@ -9,7 +9,7 @@ use axum::{
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::{datetime_ms, error_response, html, layout, opt, FieldError, Form, NoFields, Session};
+use super::{datetime_ms, error_response, html, layout, listed, opt, Form, NoFields, Session};
 use crate::{
     audit::Verified,
     error::Error,
@@ -61,12 +61,9 @@ async fn audit_page(
         Ok((filter, page)) => audit_log::list(&state.identity, &session.auth, filter, &page).await,
         Err(e) => Err(e),
     };
-    let (rows, next, error) = match found {
-        Ok(p) => (p.items, p.next_batch_prev_id, None),
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => (Vec::new(), None, Some(fe)),
-            Err(e) => return error_response(e, Some(session)),
-        },
+    let (rows, next, error) = match listed(found) {
+        Ok(l) => l,
+        Err(e) => return error_response(e, Some(session)),
     };
     let error = error.as_ref();
     let text = |v: &Option<String>| v.clone().unwrap_or_default();

@@ -188,3 +188,73 @@ pub fn select(name: &str, options: &[(&str, &str)], current: Option<&str>) -> Ma
         }
     }
 }
+
+/// A value shown this once (a new secret, token or OTP seed), with a Copy button: `id` names
+/// the `<code>` (and `{id}-box` the banner).
+#[derive(Debug, Clone)]
+pub struct OneTime {
+    pub id: &'static str,
+    /// The banner's first, bold sentence.
+    pub lead: String,
+    /// Why it is shown once and what to do.
+    pub warning: &'static str,
+    pub value: String,
+    /// A second form of the value (an otpauth URI), shown small.
+    pub note: Option<String>,
+}
+
+/// What a page shows on top after an action.
+#[derive(Debug, Clone)]
+pub enum Shown {
+    Nothing,
+    Notice(String),
+    Error(FieldError),
+    OneTime(OneTime),
+}
+
+impl Shown {
+    /// The result of an action: `Ok` as shown by `done`, a form error beside its field, or, for
+    /// an error not about the form, the error to give an error page.
+    pub fn of<T>(
+        result: Result<T, crate::error::Error>,
+        done: impl FnOnce(T) -> Shown,
+    ) -> Result<Shown, crate::http::error::ApiError> {
+        match result {
+            Ok(v) => Ok(done(v)),
+            Err(e) => FieldError::of(e).map(Shown::Error),
+        }
+    }
+
+    /// The status of the page showing it.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Shown::Error(e) => e.status,
+            _ => StatusCode::OK,
+        }
+    }
+
+    /// The form error, if that is what it is.
+    pub fn error(&self) -> Option<&FieldError> {
+        match self {
+            Shown::Error(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The banner of `shown`.
+pub fn shown(shown: &Shown) -> Markup {
+    html! {
+        @match shown {
+            Shown::Nothing => {},
+            Shown::Notice(t) => (notice(t)),
+            Shown::Error(e) => div.alert.error role="alert" { strong { (e.name) } ": " (e.message) },
+            Shown::OneTime(o) => div.alert.warn id={ (o.id) "-box" } role="status" {
+                p { strong { (o.lead) } " " (o.warning) }
+                code.secret id=(o.id) { (o.value) } " "
+                button.secondary type="button" data-copy=(o.id) { "Copy" }
+                @if let Some(n) = &o.note { p.mono.muted { (n) } }
+            },
+        }
+    }
+}

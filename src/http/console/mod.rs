@@ -18,7 +18,7 @@
 
 use axum::{
     body::Bytes,
-    extract::{FromRequest, FromRequestParts, Request, State},
+    extract::{FromRequest, FromRequestParts, Request},
     http::{header, request::Parts, HeaderMap, HeaderValue, Method, StatusCode},
     middleware::{self, Next},
     response::{IntoResponse, Redirect, Response},
@@ -53,7 +53,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The console's routes, under `/console`.
-pub fn router(state: AppState) -> Router<AppState> {
+pub fn router() -> Router<AppState> {
     Router::new()
         .route("/console", get(|| async { Redirect::to("/console/overview") }))
         .route("/console/", get(|| async { Redirect::to("/console/overview") }))
@@ -81,11 +81,11 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/console/admin/users", get(admin::users))
         .route("/console/admin/users/{action}", post(admin::user_action))
         .route("/console/admin/enterprises", get(admin::enterprises))
-        .layer(middleware::from_fn_with_state(state, guard))
+        .layer(middleware::from_fn(guard))
 }
 
 /// Refuses cross-origin writes and sets the security headers on every console response.
-async fn guard(State(_state): State<AppState>, req: Request, next: Next) -> Response {
+async fn guard(req: Request, next: Next) -> Response {
     let write = !matches!(*req.method(), Method::GET | Method::HEAD);
     let is_asset = req.uri().path().starts_with("/console/assets/");
     let mut res = if write && !same_origin(req.headers()) {
@@ -187,14 +187,8 @@ impl FromRequestParts<AppState> for Session {
             Err(Error::Unauthenticated { .. }) => return Err(NoSession::SignIn),
             Err(e) => return Err(NoSession::Refused(error_response(e.into(), None))),
         };
-        auth.request_id = parts
-            .headers
-            .get(&super::request_id::REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        if let Err((e, _)) = state.rate_limit.check(&auth.user.id, auth.token.admin) {
-            return Err(NoSession::Refused(error_response(ApiError::from(e), None)));
-        }
+        super::auth::admit(parts, state, &mut auth)
+            .map_err(|e| NoSession::Refused(error_response(e, None)))?;
         Ok(Session { auth, csrf: csrf_of(&value) })
     }
 }
@@ -269,10 +263,8 @@ pub fn page_error(status: StatusCode, name: &str, message: &str, session: Option
 
 /// The error page of `e`: its status, `name` and message. A 5xx says only that it failed.
 pub fn error_response(e: ApiError, session: Option<&Session>) -> Response {
-    let status = e.status();
-    let body = e.body();
-    let text = |k: &str| body.0.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
-    page_error(status, &text("name"), &text("error"), session)
+    let e = FieldError::from_api(&e);
+    page_error(e.status, &e.name, &e.message, session)
 }
 
 /// A domain error as a form shows it: the field it names (if any) and its message.
@@ -308,6 +300,19 @@ impl FieldError {
             return Err(e);
         }
         Ok(Self::from_api(&e))
+    }
+}
+
+/// A list page's rows, the next page's cursor, and the error of a bad filter.
+pub type Listed<T> = (Vec<T>, Option<String>, Option<FieldError>);
+
+/// What a list page shows of its query's result: the rows and the next page's cursor, or, for a
+/// bad filter, no rows and the error to show beside its field. Other errors are returned for
+/// an error page.
+pub fn listed<T>(found: Result<crate::paging::Page<T>, Error>) -> Result<Listed<T>, ApiError> {
+    match found {
+        Ok(p) => Ok((p.items, p.next_batch_prev_id, None)),
+        Err(e) => FieldError::of(e).map(|fe| (Vec::new(), None, Some(fe))),
     }
 }
 

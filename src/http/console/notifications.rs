@@ -10,8 +10,10 @@ use maud::html;
 use serde::Deserialize;
 
 use super::{
-    datetime_local, datetime_ms, error_response, html, layout, opt,
-    webhooks::{notification_table, webhook_id, webhook_page, Shown},
+    datetime_local, datetime_ms, error_response, html, layout,
+    layout::Shown,
+    listed, opt,
+    webhooks::{notification_table, webhook_id, webhook_page},
     FieldError, Form, NoFields, Session,
 };
 use crate::{
@@ -100,12 +102,9 @@ pub async fn search(
         }
         Err(e) => Err(e),
     };
-    let (rows, next, error) = match found {
-        Ok(p) => (p.items, p.next_batch_prev_id, None),
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => (Vec::new(), None, Some(fe)),
-            Err(e) => return error_response(e, Some(&session)),
-        },
+    let (rows, next, error) = match listed(found) {
+        Ok(l) => l,
+        Err(e) => return error_response(e, Some(&session)),
     };
     let error = error.as_ref();
     let range = q.range.as_deref().unwrap_or("24h");
@@ -158,24 +157,17 @@ async fn notification_page(
     state: &AppState,
     session: &Session,
     (wid, nid): (&WebhookId, &NotificationId),
-    shown: Option<Result<String, FieldError>>,
+    shown: Shown,
 ) -> Response {
     let (w, n, attempts) = match insight::notification_detail(&state.webhooks, &session.auth, wid, nid).await
     {
         Ok(d) => d,
         Err(e) => return error_response(e.into(), Some(session)),
     };
-    let status = match &shown {
-        Some(Err(e)) => e.status,
-        _ => StatusCode::OK,
-    };
+    let status = shown.status();
     let base = format!("/console/webhooks/{}/notifications/{}", w.id, n.id);
     let body = html! {
-        @match &shown {
-            Some(Ok(t)) => (layout::notice(t)),
-            Some(Err(e)) => div.alert.error role="alert" { strong { (e.name) } ": " (e.message) },
-            None => {},
-        }
+        (layout::shown(&shown))
         section.panel {
             dl.facts {
                 dt { "Id" } dd.mono { (n.id) }
@@ -243,7 +235,7 @@ pub async fn detail(
     Path((wid, nid)): Path<(String, String)>,
 ) -> Response {
     match ids_of(&wid, &nid) {
-        Ok((wid, nid)) => notification_page(&state, &session, (&wid, &nid), None).await,
+        Ok((wid, nid)) => notification_page(&state, &session, (&wid, &nid), Shown::Nothing).await,
         Err(e) => error_response(e.into(), Some(&session)),
     }
 }
@@ -258,14 +250,11 @@ pub async fn resend(
         Ok(ids) => ids,
         Err(e) => return error_response(e.into(), Some(&form.session)),
     };
-    let shown = match operator::resend(&state.webhooks, &form.session.auth, &wid, &nid).await {
-        Ok(_) => Ok("Queued for delivery now, with its retries reset.".to_string()),
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => Err(fe),
-            Err(e) => return error_response(e, Some(&form.session)),
-        },
-    };
-    notification_page(&state, &form.session, (&wid, &nid), Some(shown)).await
+    let resent = operator::resend(&state.webhooks, &form.session.auth, &wid, &nid).await;
+    match Shown::of(resent, |_| Shown::Notice("Queued for delivery now, with its retries reset.".into())) {
+        Ok(shown) => notification_page(&state, &form.session, (&wid, &nid), shown).await,
+        Err(e) => error_response(e, Some(&form.session)),
+    }
 }
 
 /// The recover form's field.
@@ -346,15 +335,14 @@ pub async fn recover(
         Ok(since) => insight::recover(&state.webhooks, &session.auth, &id, since).await,
         Err(e) => Err(e),
     };
-    let shown = match done {
-        Ok((_, n)) => Shown::Notice(format!(
+    let shown = Shown::of(done, |(_, n)| {
+        Shown::Notice(format!(
             "Recovered: {n} notification{} queued for delivery.",
             if n == 1 { "" } else { "s" }
-        )),
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => Shown::Error(fe),
-            Err(e) => return error_response(e, Some(session)),
-        },
-    };
-    webhook_page(&state, session, &id, shown).await
+        ))
+    });
+    match shown {
+        Ok(shown) => webhook_page(&state, session, &id, shown).await,
+        Err(e) => error_response(e, Some(session)),
+    }
 }

@@ -3,14 +3,14 @@
 
 use axum::{
     extract::{Path, Query, State},
-    http::StatusCode,
     response::Response,
 };
 use maud::html;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{error_response, html, layout, opt, FieldError, Form, NoFields, Session};
+use super::layout::{OneTime, Shown};
+use super::{error_response, html, layout, opt, Form, NoFields, Session};
 use crate::{
     identity::{sessions, tokens},
     paging::PageRequest,
@@ -26,15 +26,6 @@ pub const PAGE: u32 = 50;
 #[derive(Debug, Default, Deserialize)]
 pub struct TokensQuery {
     pub after: Option<String>,
-}
-
-/// What the page shows on top after an action.
-enum Shown {
-    Nothing,
-    Notice(String),
-    Error(FieldError),
-    /// A new token's value, shown this once.
-    Created(String),
 }
 
 async fn tokens_page(
@@ -54,22 +45,11 @@ async fn tokens_page(
         Ok(l) => l,
         Err(e) => return error_response(e.into(), Some(session)),
     };
-    let error = match &shown {
-        Shown::Error(e) => Some(e),
-        _ => None,
-    };
-    let status = error.map(|e| e.status).unwrap_or(StatusCode::OK);
+    let error = shown.error();
+    let status = shown.status();
     let fields = ["label", "scope", "duration", "ipRestrict", "otp"];
     let body = html! {
-        @match &shown {
-            Shown::Nothing | Shown::Error(_) => {},
-            Shown::Notice(t) => (layout::notice(t)),
-            Shown::Created(value) => div.alert.warn #new-token-box role="status" {
-                p { strong { "Copy your access token now. " } "You won't be able to see it again: Custodian keeps only its hash." }
-                code.secret #new-token { (value) } " "
-                button.secondary type="button" data-copy="new-token" { "Copy" }
-            },
-        }
+        @if error.is_none() { (layout::shown(&shown)) }
         div.table-wrap { table #tokens {
             thead { tr { th { "Label" } th { "Kind" } th { "Scopes" } th { "ipRestrict" } th { "Created" } th { "Expires" } th { "Last used" } th {} } }
             tbody { @for t in &listed.items {
@@ -157,12 +137,19 @@ impl CreateForm {
 /// `POST /console/tokens`: creates a token (OTP required) and shows its value once.
 pub async fn create(State(state): State<AppState>, form: Form<CreateForm>) -> Response {
     let session = &form.session;
-    let shown = match tokens::create_access_token(&state.identity, &session.auth, form.fields.body()).await {
-        Ok(created) => Shown::Created(created.value),
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => Shown::Error(fe),
-            Err(e) => return error_response(e, Some(session)),
-        },
+    let created = tokens::create_access_token(&state.identity, &session.auth, form.fields.body()).await;
+    let shown = Shown::of(created, |c| {
+        Shown::OneTime(OneTime {
+            id: "new-token",
+            lead: "Copy your access token now.".into(),
+            warning: "You won't be able to see it again: Custodian keeps only its hash.",
+            value: c.value,
+            note: None,
+        })
+    });
+    let shown = match shown {
+        Ok(s) => s,
+        Err(e) => return error_response(e, Some(session)),
     };
     let keep = match shown {
         Shown::Error(_) => CreateForm { otp: String::new(), ..form.fields },
@@ -178,12 +165,12 @@ pub async fn revoke(State(state): State<AppState>, Path(id): Path<String>, form:
         Ok(id) => sessions::revoke_token(&state.identity, &session.auth, &id).await,
         Err(_) => Err(crate::error::Error::not_found(crate::error::ErrorName::TokenNotFound)),
     };
-    let shown = match result {
-        Ok(t) => Shown::Notice(format!("Token {} revoked.", t.label.as_deref().unwrap_or(t.id.as_str()))),
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => Shown::Error(fe),
-            Err(e) => return error_response(e, Some(session)),
-        },
+    let shown = Shown::of(result, |t| {
+        Shown::Notice(format!("Token {} revoked.", t.label.as_deref().unwrap_or(t.id.as_str())))
+    });
+    let shown = match shown {
+        Ok(s) => s,
+        Err(e) => return error_response(e, Some(session)),
     };
     tokens_page(&state, session, None, shown, &CreateForm::default()).await
 }

@@ -10,7 +10,8 @@ use axum::{
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::{datetime_local, error_response, html, layout, opt, FieldError, Form, NoFields, Session};
+use super::layout::{OneTime, Shown};
+use super::{datetime_local, error_response, html, layout, listed, opt, FieldError, Form, NoFields, Session};
 use crate::{
     error::Error,
     ids,
@@ -98,12 +99,9 @@ pub async fn list(State(state): State<AppState>, session: Session, Query(q): Que
         Ok((search, page)) => insight::search_webhooks(&state.webhooks, &session.auth, &search, &page).await,
         Err(e) => Err(e),
     };
-    let (rows, next, error) = match found {
-        Ok(p) => (p.items, p.next_batch_prev_id, None),
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => (Vec::new(), None, Some(fe)),
-            Err(e) => return error_response(e, Some(&session)),
-        },
+    let (rows, next, error) = match listed(found) {
+        Ok(l) => l,
+        Err(e) => return error_response(e, Some(&session)),
     };
     let base = format!(
         "/console/webhooks?{}",
@@ -142,15 +140,6 @@ pub async fn list(State(state): State<AppState>, session: Session, Query(q): Que
     html(status, layout::page(Some(&session), "Webhooks", "/console/webhooks", body))
 }
 
-/// What a webhook's page shows above its settings after an action.
-pub enum Shown {
-    Nothing,
-    Notice(String),
-    Error(FieldError),
-    /// A rotated secret, shown this once.
-    Secret(String),
-}
-
 /// The page of one webhook, with `shown` on top.
 pub async fn webhook_page(state: &AppState, session: &Session, id: &WebhookId, shown: Shown) -> Response {
     let w = match crate::webhooks::access::webhook_access(&state.webhooks, &session.auth, id).await {
@@ -175,21 +164,9 @@ pub async fn webhook_page(state: &AppState, session: &Session, id: &WebhookId, s
         Err(e) => return error_response(e.into(), Some(session)),
     };
     let base = format!("/console/webhooks/{}", w.id);
-    let status = match &shown {
-        Shown::Error(e) => e.status,
-        _ => StatusCode::OK,
-    };
+    let status = shown.status();
     let body = html! {
-        @match &shown {
-            Shown::Nothing => {},
-            Shown::Notice(t) => (layout::notice(t)),
-            Shown::Error(e) => div.alert.error role="alert" { strong { (e.name) } ": " (e.message) },
-            Shown::Secret(s) => div.alert.warn #new-secret-box role="status" {
-                p { strong { "The new webhook secret of this enterprise. " } "Copy it now: it is shown only once and cannot be retrieved later. The previous secret keeps signing for 24 hours." }
-                code.secret #new-secret { (s) } " "
-                button.secondary type="button" data-copy="new-secret" { "Copy" }
-            },
-        }
+        (layout::shown(&shown))
         section.panel {
             dl.facts {
                 dt { "Id" } dd.mono { (w.id) }
@@ -359,7 +336,18 @@ pub async fn rotate_secret(
         return after(&state, &form.session, &id, Err(e)).await;
     };
     match secrets::rotate(&state.webhooks, &form.session.auth, enterprise).await {
-        Ok(secret) => webhook_page(&state, &form.session, &id, Shown::Secret(secret)).await,
+        Ok(secret) => {
+            let once = OneTime {
+                id: "new-secret",
+                lead: "The new webhook secret of this enterprise.".into(),
+                warning:
+                    "Copy it now: it is shown only once and cannot be retrieved later. The previous secret \
+                          keeps signing for 24 hours.",
+                value: secret,
+                note: None,
+            };
+            webhook_page(&state, &form.session, &id, Shown::OneTime(once)).await
+        }
         Err(e) => after(&state, &form.session, &id, Err(e)).await,
     }
 }
