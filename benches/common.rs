@@ -23,32 +23,38 @@ impl BenchDb {
     }
 }
 
-/// SQLite, then PostgreSQL if configured.
-pub async fn databases() -> anyhow::Result<Vec<BenchDb>> {
+/// The backends to run on: SQLite (false), and PostgreSQL (true) when
+/// CUSTODIAN_BENCH_POSTGRES_URL is set.
+pub fn backends() -> Vec<bool> {
+    let mut out = vec![false];
+    if std::env::var("CUSTODIAN_BENCH_POSTGRES_URL").is_ok() {
+        out.push(true);
+    }
+    out
+}
+
+/// A fresh database: a SQLite file in a temporary folder, or a new PostgreSQL database.
+pub async fn database(postgres: bool) -> anyhow::Result<BenchDb> {
     let dir = tempfile::tempdir()?;
-    let mut out = vec![BenchDb {
-        label: "SQLite",
-        url: format!("sqlite://{}", dir.path().join("bench.db").display()),
-        admin: None,
-        _dir: dir,
-    }];
-    if let Ok(admin) = std::env::var("CUSTODIAN_BENCH_POSTGRES_URL") {
-        let name = format!("custodian_bench_{}", custodian::ids::new_id());
-        let mut c = sqlx::PgConnection::connect(&admin).await?;
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
-        let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).unwrap_or(admin.clone());
-        out.push(BenchDb {
-            label: "PostgreSQL",
-            url: format!("{base}/{name}"),
-            admin: Some((admin, name)),
-            _dir: tempfile::tempdir()?,
+    if !postgres {
+        return Ok(BenchDb {
+            label: "SQLite",
+            url: format!("sqlite://{}", dir.path().join("bench.db").display()),
+            admin: None,
+            _dir: dir,
         });
     }
-    Ok(out)
+    let admin = std::env::var("CUSTODIAN_BENCH_POSTGRES_URL")?;
+    let name = format!("custodian_bench_{}", custodian::ids::new_id());
+    let mut c = sqlx::PgConnection::connect(&admin).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
+    let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).unwrap_or(admin.clone());
+    Ok(BenchDb { label: "PostgreSQL", url: format!("{base}/{name}"), admin: Some((admin, name)), _dir: dir })
 }
 
 /// Serves `state` on 127.0.0.1:0 and logs `email` in (password "benchmark password", the test
 /// OTP). Returns the base URL, a client and the session token.
+#[allow(dead_code)] // each bench is its own crate; the scale bench runs its server apart
 pub async fn serve_and_login(
     state: &custodian::AppState,
     email: &str,
@@ -57,6 +63,12 @@ pub async fn serve_and_login(
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(custodian::serve(listener, state.clone(), std::future::pending()));
     let client = reqwest::Client::builder().no_proxy().build()?;
+    let token = login(&client, &base, email).await?;
+    Ok((base, client, token))
+}
+
+/// Logs `email` in at `base` (password "benchmark password", the test OTP); the session token.
+pub async fn login(client: &reqwest::Client, base: &str, email: &str) -> anyhow::Result<String> {
     let login: serde_json::Value = client
         .post(format!("{base}/api/v2/internal/user/login"))
         .json(&serde_json::json!({ "email": email, "password": "benchmark password", "otp": "000000" }))
@@ -65,5 +77,6 @@ pub async fn serve_and_login(
         .json()
         .await?;
     let token = login["access_token"].as_str().unwrap_or_default().to_string();
-    Ok((base, client, token))
+    anyhow::ensure!(!token.is_empty(), "login of {email} failed: {login}");
+    Ok(token)
 }

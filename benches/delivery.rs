@@ -169,7 +169,8 @@ async fn main() -> anyhow::Result<()> {
     // BENCH_PHASES=e2e,latency,drain picks phases (all by default), e.g. for a profile.
     let phases = std::env::var("BENCH_PHASES").unwrap_or_else(|_| "e2e,latency,drain".into());
     if phases.contains("e2e") {
-        for db in common::databases().await? {
+        for postgres in common::backends() {
+            let db = common::database(postgres).await?;
             end_to_end(db.label, &db.url, false).await?;
             db.drop_database().await;
         }
@@ -177,7 +178,8 @@ async fn main() -> anyhow::Result<()> {
     // BENCH_PHASES=fanout: one event to 1, 10 and 100 webhooks (issue 23 §1).
     if phases.contains("fanout") {
         for n in [1, 10, 100] {
-            for db in common::databases().await? {
+            for postgres in common::backends() {
+                let db = common::database(postgres).await?;
                 fan_out(db.label, &db.url, n).await?;
                 db.drop_database().await;
             }
@@ -188,7 +190,8 @@ async fn main() -> anyhow::Result<()> {
     if phases.contains("signed") {
         for _ in 0..3 {
             for signed in [false, true] {
-                for db in common::databases().await? {
+                for postgres in common::backends() {
+                    let db = common::database(postgres).await?;
                     end_to_end(db.label, &db.url, signed).await?;
                     db.drop_database().await;
                 }
@@ -197,14 +200,16 @@ async fn main() -> anyhow::Result<()> {
     }
     if phases.contains("latency") {
         for rate in [500, 1000] {
-            for db in common::databases().await? {
+            for postgres in common::backends() {
+                let db = common::database(postgres).await?;
                 latency(db.label, &db.url, rate).await?;
                 db.drop_database().await;
             }
         }
     }
     if phases.contains("drain") {
-        for db in common::databases().await? {
+        for postgres in common::backends() {
+            let db = common::database(postgres).await?;
             throughput(db.label, &db.url).await?;
             db.drop_database().await;
         }

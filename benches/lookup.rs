@@ -47,7 +47,8 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    for db in common::databases().await? {
+    for postgres in common::backends() {
+        let db = common::database(postgres).await?;
         run(db.label, &db.url).await?;
         db.drop_database().await;
     }

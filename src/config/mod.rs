@@ -130,8 +130,9 @@ pub struct DeliveryConfig {
     /// with one enterprise may raise it to `concurrency`.
     pub per_tenant_concurrency: usize,
     /// Days delivery attempts and finished (processed or failed) notifications are kept; older
-    /// ones are pruned by the worker in small batches (issue 9 §6). 0 keeps them for ever.
-    pub retention_days: u64,
+    /// ones are pruned by the worker in small batches (issue 9 §6). 0 keeps them for ever;
+    /// fractions are allowed (0.01 is 14.4 minutes, for soak benchmarks of pruning).
+    pub retention_days: f64,
     /// How often the worker prunes, milliseconds (it also prunes when it starts).
     pub prune_interval_ms: u64,
 }
@@ -149,7 +150,7 @@ impl Default for DeliveryConfig {
             suspend_after_total_failures: 500,
             poll_interval_ms: 250,
             per_tenant_concurrency: 32,
-            retention_days: 30,
+            retention_days: 30.0,
             prune_interval_ms: 600_000,
         }
     }
@@ -541,8 +542,9 @@ impl Config {
             || self.delivery.concurrency == 0
             || self.delivery.poll_interval_ms == 0
             || self.delivery.prune_interval_ms == 0
+            || !(self.delivery.retention_days.is_finite() && self.delivery.retention_days >= 0.0)
         {
-            return Err("invalid configuration: delivery.timeout, delivery.concurrency, delivery.poll_interval_ms and delivery.prune_interval_ms must be positive".into());
+            return Err("invalid configuration: delivery.timeout, delivery.concurrency, delivery.poll_interval_ms and delivery.prune_interval_ms must be positive, delivery.retention_days zero or more".into());
         }
         if self.request_timeout == 0 || self.max_in_flight_requests == 0 {
             return Err(

@@ -27,8 +27,9 @@ pub struct Pruned {
 /// `MAX_BATCHES * BATCH` rows of each table. Errors: the store's.
 #[tracing::instrument(level = "debug", skip_all)]
 pub async fn prune_once(store: &DynStore, config: &Config, now_ms: i64) -> crate::store::StoreResult<Pruned> {
-    let days = i64::try_from(config.delivery.retention_days).unwrap_or(i64::MAX / 86_400_000);
-    let before = now_ms.saturating_sub(days.saturating_mul(86_400_000));
+    // Validated finite and not negative; `as` saturates past i64's range.
+    let keep_ms = (config.delivery.retention_days * 86_400_000.0) as i64;
+    let before = now_ms.saturating_sub(keep_ms);
     Ok(Pruned {
         attempts: in_batches(|| store.prune_attempts(before, BATCH)).await?,
         notifications: in_batches(|| store.prune_notifications(before, BATCH)).await?,
@@ -58,7 +59,7 @@ where
 /// `delivery.retention_days` is 0 (keep for ever).
 pub fn spawn(store: DynStore, config: Arc<Config>, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        if config.delivery.retention_days == 0 {
+        if config.delivery.retention_days == 0.0 {
             return;
         }
         let every = Duration::from_millis(config.delivery.prune_interval_ms);

@@ -123,7 +123,7 @@ async fn custom_header_values_are_sealed_at_rest_and_delivered_plain() {
 async fn old_attempts_and_finished_notifications_are_pruned() {
     let f = fixture(|c| {
         fast(c);
-        c.delivery.retention_days = 30;
+        c.delivery.retention_days = 30.0;
         c.delivery.prune_interval_ms = 100;
     })
     .await;
