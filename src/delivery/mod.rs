@@ -43,6 +43,10 @@ const RECORD_BACKOFF_MAX: Duration = Duration::from_secs(2);
 const RECORD_AT_SHUTDOWN: Duration = Duration::from_secs(5);
 /// Response body kept per attempt, bytes (issue 4: the first 20 KB).
 pub const RESPONSE_BODY_LIMIT: usize = 20 * 1024;
+/// Response body kept for a successful attempt, bytes: enough to see what the receiver said,
+/// without keeping a large body for every delivery (issue 23 §3). Failures keep
+/// [`RESPONSE_BODY_LIMIT`].
+pub const SUCCESS_BODY_LIMIT: usize = 256;
 /// How long a claim outlives twice the attempt timeout, milliseconds: time to connect and to
 /// write the outcome. A crashed worker's claims come back after this.
 const LEASE_MARGIN_MS: i64 = 5_000;
@@ -491,6 +495,12 @@ impl Engine {
             Err(e) => (None, None, Some(e), None),
         };
         let success = status_code.is_some_and(|s| (200..300).contains(&s));
+        let response_body = response_body.map(|mut b| {
+            if success && b.len() > SUCCESS_BODY_LIMIT {
+                b.truncate(b.floor_char_boundary(SUCCESS_BODY_LIMIT));
+            }
+            b
+        });
         if let (Some(code), false) = (status_code, success) {
             tracing::info!(notification = %n.id, webhook = %c.webhook.id, status = code, "delivery refused by receiver");
         }
@@ -540,7 +550,7 @@ impl Engine {
             .post(url)
             .timeout(Duration::from_secs(self.deps.config.delivery.timeout))
             .header(header::CONTENT_TYPE, "application/json")
-            .header("idempotency-key", &n.idempotency_key)
+            .header("idempotency-key", n.idempotency_key())
             .header("webhook-id", n.id.as_str())
             .header("webhook-timestamp", timestamp.to_string());
         if let Some(eid) = w.level.enterprise_id() {

@@ -21,6 +21,7 @@ const PAUSE: Duration = Duration::from_millis(20);
 pub struct Pruned {
     pub attempts: u64,
     pub notifications: u64,
+    pub events: u64,
 }
 
 /// Deletes what is older than `retention_days` before `now_ms`, at most
@@ -33,6 +34,8 @@ pub async fn prune_once(store: &DynStore, config: &Config, now_ms: i64) -> crate
     Ok(Pruned {
         attempts: in_batches(|| store.prune_attempts(before, BATCH)).await?,
         notifications: in_batches(|| store.prune_notifications(before, BATCH)).await?,
+        // Ingested events, kept to answer a repeated event id with its first result.
+        events: in_batches(|| store.prune_events(before.div_euclid(1000), BATCH)).await?,
     })
 }
 
@@ -68,6 +71,7 @@ pub fn spawn(store: DynStore, config: Arc<Config>, mut shutdown: watch::Receiver
                 Ok(p) if p != Pruned::default() => tracing::info!(
                     attempts = p.attempts,
                     notifications = p.notifications,
+                    events = p.events,
                     "pruned delivery history past its retention"
                 ),
                 Ok(_) => {}

@@ -5,7 +5,6 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use crate::digest::sha256_hex;
 use serde_json::{json, Map, Value};
 
 pub mod dispatch;
@@ -22,10 +21,7 @@ use crate::{
 /// Notification `version` (§2.6, §9).
 pub const VERSION: u32 = 2;
 
-/// A deterministic idempotency key for `webhook` and a source (event id, block, token).
-pub fn idempotency_key(webhook_id: &crate::types::WebhookId, source: &str) -> String {
-    sha256_hex(format!("{webhook_id}:{source}").as_bytes())
-}
+pub use crate::store::idempotency_key;
 
 /// A random 64-hex hash for placeholder transactions.
 fn placeholder_hash() -> String {
@@ -36,8 +32,8 @@ fn placeholder_hash() -> String {
 pub fn new_notification(
     webhook: &Webhook,
     payload: &Value,
-    hash: String,
-    idempotency_key: String,
+    hash: Option<String>,
+    idempotency_key: Option<String>,
     event_id: Option<String>,
     simulation: bool,
     meta: Value,
@@ -63,12 +59,9 @@ pub fn new_notification(
 }
 
 /// The §2.6 level-specific fields stored with a wallet notification.
-fn wallet_meta(webhook: &Webhook, organization: Option<&str>, transfer: Option<&str>) -> Value {
-    let mut m = json!({
-        "wallet": webhook.level.wallet_id(),
-        "enterprise": webhook.level.enterprise_id(),
-        "coin": webhook.level.coin(),
-    });
+/// Only what the webhook's level does not give ([`notification_json`] adds that).
+fn wallet_meta(organization: Option<&str>, transfer: Option<&str>) -> Value {
+    let mut m = json!({});
     if let Some(o) = organization {
         m["organization"] = json!(o);
     }
@@ -104,8 +97,8 @@ pub fn simulate_wallet(
     let hash =
         payload.get("hash").and_then(Value::as_str).map(str::to_string).unwrap_or_else(placeholder_hash);
     let transfer = payload.get("transfer").and_then(Value::as_str).map(str::to_string);
-    let meta = wallet_meta(webhook, organization, transfer.as_deref());
-    new_notification(webhook, &payload, hash, ids::new_id(), None, true, meta)
+    let meta = wallet_meta(organization, transfer.as_deref());
+    new_notification(webhook, &payload, Some(hash), Some(ids::new_id()), None, true, meta)
 }
 
 /// What a simulated wallet notification takes from the wallet's record.
@@ -174,8 +167,7 @@ pub fn simulate_block(webhook: &Webhook, block_id: Option<&str>) -> Notification
     if block_id.is_none() {
         payload["placeholder"] = json!(true);
     }
-    let meta = json!({ "coin": webhook.level.coin() });
-    new_notification(webhook, &payload, hash, ids::new_id(), None, true, meta)
+    new_notification(webhook, &payload, Some(hash), Some(ids::new_id()), None, true, json!({}))
 }
 
 /// The payload of an `accessToken` enterprise notification (§6.3).
@@ -211,12 +203,11 @@ pub fn enterprise_notification(
     simulation: bool,
     source: Option<&str>,
 ) -> Notification {
-    let text = payload.to_string();
-    let hash = sha256_hex(text.as_bytes());
+    // Its hash is the payload's SHA-256: derived, not stored.
     let key = source.map(|s| idempotency_key(&webhook.id, s)).unwrap_or_else(ids::new_id);
     let access_token = payload.get("accessTokenId").cloned().unwrap_or(Value::Null);
-    let meta = json!({ "enterprise": webhook.level.enterprise_id(), "accessToken": access_token });
-    new_notification(webhook, &payload, hash, key, None, simulation, meta)
+    let meta = json!({ "accessToken": access_token });
+    new_notification(webhook, &payload, None, Some(key), None, simulation, meta)
 }
 
 /// A simulated enterprise notification (§4.9).
@@ -244,34 +235,19 @@ pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>)
         payload.insert("wallet".into(), w.clone());
     }
     let payload = Value::Object(payload);
-    let hash = event
-        .get("hash")
-        .or_else(|| event.get("blockId"))
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| sha256_hex(payload.to_string().as_bytes()));
-    let source = match (&webhook.level, event.get("blockId").and_then(Value::as_str)) {
+    // The hash (the event's `hash` or `blockId`, else the payload's SHA-256) and the key of an
+    // event notification are derived when read (issue 23 §3: lean storage); a block key is not.
+    let key = match (&webhook.level, event.get("blockId").and_then(Value::as_str)) {
         (WebhookLevel::Block { .. }, Some(block)) if webhook.webhook_type == "block" => {
-            format!("block:{block}")
+            Some(idempotency_key(&webhook.id, &format!("block:{block}")))
         }
-        _ => format!("event:{event_id}"),
+        _ => None,
     };
     let meta = match &webhook.level {
-        WebhookLevel::Wallet { .. } => {
-            wallet_meta(webhook, None, event.get("transferId").and_then(Value::as_str))
-        }
-        WebhookLevel::Enterprise { enterprise_id } => json!({ "enterprise": enterprise_id }),
-        WebhookLevel::Block { coin, .. } => json!({ "coin": coin }),
+        WebhookLevel::Wallet { .. } => wallet_meta(None, event.get("transferId").and_then(Value::as_str)),
+        WebhookLevel::Enterprise { .. } | WebhookLevel::Block { .. } => json!({}),
     };
-    new_notification(
-        webhook,
-        &payload,
-        hash,
-        idempotency_key(&webhook.id, &source),
-        Some(event_id.to_string()),
-        false,
-        meta,
-    )
+    new_notification(webhook, &payload, None, key, Some(event_id.to_string()), false, meta)
 }
 
 /// The §2.6 representation of a notification of `webhook`, with its `payload`.
@@ -279,7 +255,7 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
     let mut m = json!({
         "id": n.id,
         "url": webhook.url,
-        "hash": n.hash,
+        "hash": n.hash(),
         "simulation": n.simulation,
         "retries": n.retries,
         "webhook": n.webhook_id,
@@ -288,6 +264,18 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
         "state": n.state.as_str(),
         "payload": n.payload,
     });
+    // The level's fields, then the stored ones (rows written before issue 23 repeat them).
+    match &webhook.level {
+        WebhookLevel::Wallet { coin, wallet_id, enterprise_id } => {
+            m["wallet"] = json!(wallet_id);
+            m["coin"] = json!(coin);
+            if let Some(e) = enterprise_id {
+                m["enterprise"] = json!(e);
+            }
+        }
+        WebhookLevel::Enterprise { enterprise_id } => m["enterprise"] = json!(enterprise_id),
+        WebhookLevel::Block { coin, .. } => m["coin"] = json!(coin),
+    }
     if let Value::Object(meta) = &n.meta {
         for (k, v) in meta {
             if !v.is_null() {
@@ -298,7 +286,7 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
     match &webhook.level {
         WebhookLevel::Wallet { .. } => {
             m["type"] = json!(n.notification_type);
-            m["idempotencyKey"] = json!(n.idempotency_key);
+            m["idempotencyKey"] = json!(n.idempotency_key());
         }
         WebhookLevel::Block { .. } => m["type"] = json!(n.notification_type),
         WebhookLevel::Enterprise { .. } => m["allowBlockedHosts"] = json!(webhook.allow_blocked_hosts),

@@ -18,6 +18,9 @@ pub trait EventStore: Send + Sync {
     async fn record_event(&self, event: EventWrite) -> StoreResult<Recorded>;
     /// The most recent ingested event body naming this transfer.
     async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>>;
+    /// Deletes at most `limit` events ingested before `before_secs` (Unix seconds); how many.
+    /// An event id seen again after that is ingested anew.
+    async fn prune_events(&self, before_secs: i64, limit: u32) -> StoreResult<u64>;
 }
 
 #[async_trait]
@@ -54,5 +57,19 @@ where
         .bind(transfer_id)
         .fetch_optional(&self.pool)
         .await?)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn prune_events(&self, before_secs: i64, limit: u32) -> StoreResult<u64> {
+        let _gate = self.write_gate().await;
+        let r = sqlx::query(
+            "DELETE FROM events WHERE event_id IN (SELECT event_id FROM events \
+             WHERE created_at < $1 LIMIT $2)",
+        )
+        .bind(before_secs)
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await?;
+        Ok(DB::rows_affected(&r))
     }
 }

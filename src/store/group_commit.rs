@@ -114,7 +114,10 @@ where
         );
         let mut q = sqlx::query_as::<DB, (String,)>(&sql);
         for e in chunk {
-            q = q.bind(e.event_id.as_str()).bind(e.result.as_str()).bind(e.body.as_str());
+            // The body is read back only to replay a transfer (`event_by_transfer`): kept only
+            // for events that name one (issue 23 §3).
+            let body = if e.transfer_id.is_some() { e.body.as_str() } else { "" };
+            q = q.bind(e.event_id.as_str()).bind(e.result.as_str()).bind(body);
             q = q.bind(e.transfer_id.as_deref()).bind(now);
         }
         inserted.extend(q.fetch_all(&mut *tx).await?.into_iter().map(|(id,)| id));
@@ -346,8 +349,8 @@ mod tests {
             simulation: false,
             retries: 0,
             payload: "{}".into(),
-            hash: "h".into(),
-            idempotency_key: key.into(),
+            hash: Some("h".into()),
+            idempotency_key: Some(key.into()),
             meta: serde_json::json!({}),
             next_attempt_at_ms: 0,
             lease_until_ms: 1,

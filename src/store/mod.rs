@@ -47,9 +47,9 @@ pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
 pub use outbox::{
-    Attempt, Claimed, Completion, DeliveryStats, FailureFacts, HourCount, InsightStore, LastAttempts,
-    Notification, NotificationSearch, NotificationState, OutboxStore, Outcome, QueueCounts, RecentFailure,
-    Saturated, SuspendPolicy, Tenancy, WebhookSearch,
+    idempotency_key, Attempt, Claimed, Completion, DeliveryStats, FailureFacts, HourCount, InsightStore,
+    LastAttempts, Notification, NotificationSearch, NotificationState, OutboxStore, Outcome, QueueCounts,
+    RecentFailure, Saturated, SuspendPolicy, Tenancy, WebhookSearch,
 };
 pub use sql::Dialect;
 pub use sql_store::SqlStore;

@@ -164,6 +164,18 @@ async fn old_attempts_and_finished_notifications_are_pruned() {
         .raw_sql(&format!("SELECT notification_id FROM delivery_attempts WHERE notification_id = '{old}'"))
         .await;
     assert!(left.is_empty(), "its attempts went with it");
+    // Ingested events go too once past retention (issue 23 §3), and only those.
+    let admin = f.admin_token().await;
+    for id in ["ev-old", "ev-new"] {
+        f.event(&admin, json!({ "eventId": id, "type": "transfer", "walletId": WALLET })).await;
+    }
+    let aged_secs = aged / 1000;
+    f.app.raw_sql(&format!("UPDATE events SET created_at = {aged_secs} WHERE event_id = 'ev-old'")).await;
+    until("the old event to be pruned", 10, || async {
+        let left = f.app.raw_sql("SELECT event_id FROM events ORDER BY event_id").await;
+        (left == vec!["ev-new".to_string()]).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -132,6 +132,56 @@ async fn events_fan_out_once_per_event_id() {
     assert_error(res, 400, "MissingField").await;
 }
 
+/// Issue 23 §3: an event notification keeps neither its hash nor its idempotency key nor its
+/// level's fields (derived when read), yet shows and sends the same values as before: the
+/// event's `hash`, else the payload's SHA-256, and SHA-256 of `{webhook}:event:{eventId}`.
+#[tokio::test]
+async fn event_notifications_derive_what_they_do_not_store() {
+    use sha2::Digest;
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    let hook = f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(&admin, json!({ "eventId": "ev-h", "type": "transfer", "walletId": WALLET, "hash": "0xfeed", "transferId": "tr-h" })).await;
+    f.event(&admin, json!({ "eventId": "ev-n", "type": "transfer", "walletId": WALLET })).await;
+    let got = rx.wait_for(2, 10).await;
+    wait_until_idle(&f.app.state.store).await;
+    let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
+    let shown = list["notifications"].as_array().unwrap();
+    assert_eq!(shown.len(), 2, "{list}");
+    for n in shown {
+        let payload = n["payload"].as_str().unwrap();
+        let event = if payload.contains("0xfeed") { "ev-h" } else { "ev-n" };
+        let key = hex::encode(sha2::Sha256::digest(format!("{hook}:event:{event}").as_bytes()));
+        assert_eq!(n["idempotencyKey"], key, "{n}");
+        let sent = got.iter().find(|r| r.body == payload).expect("the payload was POSTed");
+        assert_eq!(sent.headers["idempotency-key"].to_str().unwrap(), key);
+        let hash = if event == "ev-h" {
+            "0xfeed".to_string()
+        } else {
+            hex::encode(sha2::Sha256::digest(payload.as_bytes()))
+        };
+        assert_eq!(n["hash"], hash, "{n}");
+        for (k, v) in
+            [("wallet", json!(WALLET)), ("coin", json!("tbtc")), ("enterprise", json!(f.enterprise))]
+        {
+            assert_eq!(n[k], v, "{k} in {n}");
+        }
+        assert_eq!(n.get("transfer").is_some(), event == "ev-h", "{n}");
+    }
+    let stored = f
+        .app
+        .raw_sql("SELECT hash || '|' || idempotency_key || '|' || meta FROM notifications ORDER BY id")
+        .await;
+    assert_eq!(stored, vec!["||{\"transfer\":\"tr-h\"}".to_string(), "||{}".to_string()]);
+    let bodies = f.app.raw_sql("SELECT event_id || ':' || body FROM events ORDER BY event_id").await;
+    assert_eq!(bodies.len(), 2);
+    assert!(
+        bodies[0].starts_with("ev-h:{") && bodies[1] == "ev-n:",
+        "only a transfer's body is kept: {bodies:?}"
+    );
+}
+
 #[tokio::test]
 async fn block_events_honour_num_confirmations_once_per_block() {
     let f = fixture(fast).await;

@@ -178,7 +178,7 @@ async fn notification_page(
                 dt { "Created" } dd { (layout::time_ms(n.created_at_ms)) }
                 dt { "Next attempt" } dd { (layout::time_ms(n.next_attempt_at_ms)) }
                 @if let Some(e) = &n.event_id { dt { "Event id" } dd.mono { (e) } }
-                dt { "Idempotency key" } dd.mono { (n.idempotency_key) }
+                dt { "Idempotency key" } dd.mono { (n.idempotency_key()) }
                 @if n.simulation { dt { "Simulation" } dd { "yes" } }
             }
         }

@@ -52,8 +52,9 @@ impl NotificationRow {
             simulation: self.simulation,
             retries: self.retries,
             payload: self.payload,
-            hash: self.hash,
-            idempotency_key: self.idempotency_key,
+            // '' stands for "derived", as written by `insert_notifications_tx`.
+            hash: Some(self.hash).filter(|h| !h.is_empty()),
+            idempotency_key: Some(self.idempotency_key).filter(|k| !k.is_empty()),
             meta: json_value(&self.meta)?,
             next_attempt_at_ms: self.next_attempt_at,
             lease_until_ms: self.lease_until,
@@ -141,8 +142,11 @@ where
             let x = x.borrow();
             q = q.bind(x.id.as_str()).bind(x.webhook_id.as_str()).bind(x.event_id.as_deref());
             q = q.bind(x.notification_type.as_str()).bind(x.state.as_str()).bind(x.simulation);
-            q = q.bind(x.retries).bind(x.payload.as_str()).bind(x.hash.as_str());
-            q = q.bind(x.idempotency_key.as_str()).bind(x.meta.to_string()).bind(x.next_attempt_at_ms);
+            q = q.bind(x.retries).bind(x.payload.as_str()).bind(x.hash.as_deref().unwrap_or(""));
+            q = q
+                .bind(x.idempotency_key.as_deref().unwrap_or(""))
+                .bind(x.meta.to_string())
+                .bind(x.next_attempt_at_ms);
             q = q.bind(x.lease_until_ms).bind(x.created_at_ms).bind(x.updated_at_ms);
         }
         written.extend(q.fetch_all(&mut *conn).await?.into_iter().map(|(id,)| id));
