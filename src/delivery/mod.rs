@@ -497,7 +497,11 @@ impl Engine {
         let success = status_code.is_some_and(|s| (200..300).contains(&s));
         let response_body = response_body.map(|mut b| {
             if success && b.len() > SUCCESS_BODY_LIMIT {
-                b.truncate(b.floor_char_boundary(SUCCESS_BODY_LIMIT));
+                let mut end = SUCCESS_BODY_LIMIT;
+                while !b.is_char_boundary(end) {
+                    end -= 1;
+                }
+                b.truncate(end);
             }
             b
         });
