@@ -218,7 +218,13 @@ impl Server {
         }
         let child = cmd.spawn()?;
         let base = format!("http://127.0.0.1:{port}");
-        let client = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(256).build()?;
+        // Idle connections are dropped before the server's `connections.idle_timeout` (10 s)
+        // closes them, so that no request goes out on a connection being closed.
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(256)
+            .pool_idle_timeout(Duration::from_secs(5))
+            .build()?;
         let mut server = Server { child, base, db_url: db_url.to_string(), client, token: String::new() };
         for _ in 0..400 {
             if server
@@ -297,7 +303,8 @@ impl Server {
     }
 
     /// Sends `rate` events/s for `wallet` until `stop` turns true (each on its own task, at most
-    /// 256 in flight); how many were sent.
+    /// 100 in flight: under `connections.max_per_address`); how many were accepted. Refusals
+    /// are printed and not counted.
     fn paced(
         self: &Arc<Self>,
         wallet: &str,
@@ -307,7 +314,8 @@ impl Server {
     ) -> tokio::task::JoinHandle<usize> {
         let (me, wallet, prefix) = (self.clone(), wallet.to_string(), prefix.to_string());
         tokio::spawn(async move {
-            let bound = Arc::new(tokio::sync::Semaphore::new(256));
+            let bound = Arc::new(tokio::sync::Semaphore::new(100));
+            let accepted = Arc::new(AtomicUsize::new(0));
             let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate.max(1)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
             let mut sent = 0;
@@ -315,15 +323,21 @@ impl Server {
                 tick.tick().await;
                 let Ok(permit) = bound.clone().acquire_owned().await else { break };
                 let (me, wallet, id) = (me.clone(), wallet.clone(), format!("{prefix}{sent}"));
+                let accepted = accepted.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = me.event(&wallet, &id).await {
-                        eprintln!("paced event: {e}");
+                    match me.event(&wallet, &id).await {
+                        Ok(_) => {
+                            accepted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => eprintln!("paced event: {e}"),
                     }
                     drop(permit);
                 });
                 sent += 1;
             }
-            sent
+            // Wait for the last requests to be answered.
+            let _ = bound.acquire_many(100).await;
+            accepted.load(Ordering::SeqCst)
         })
     }
 }

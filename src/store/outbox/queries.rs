@@ -201,9 +201,21 @@ where
         } else {
             q
         };
-        let rows: Vec<NotificationRow> = {
-            let _gate = self.write_gate().await;
-            q.fetch_all(&self.pool).await?
+        let rows: Vec<NotificationRow> = match DB::RELAXED_COMMIT {
+            // A claim is a lease: one lost in a crash is claimed again when it runs out, which
+            // at-least-once delivery allows. So it need not wait for the WAL's flush; on
+            // PostgreSQL that wait bounded the claim path (issue 23 §5).
+            Some(relaxed) => {
+                let mut tx = self.begin_write().await?;
+                sqlx::query(relaxed).execute(&mut *tx).await?;
+                let rows = q.fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                rows
+            }
+            None => {
+                let _gate = self.write_gate().await;
+                q.fetch_all(&self.pool).await?
+            }
         };
         if rows.is_empty() {
             return Ok(Vec::new());
