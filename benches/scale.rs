@@ -242,6 +242,27 @@ impl Server {
         anyhow::bail!("the server did not become healthy")
     }
 
+    /// The values of `/metrics` counters named `names` (0 when absent).
+    async fn counters(&self, names: &[&str]) -> anyhow::Result<Vec<f64>> {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(names
+            .iter()
+            .map(|name| {
+                text.lines()
+                    .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum()
+            })
+            .collect())
+    }
+
     /// `VmRSS` of the server process, MiB.
     fn rss_mib(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
@@ -509,11 +530,15 @@ async fn backlog(label: &str, db_url: &str, b_rate: u64) -> anyhow::Result<f64> 
     let ingest = t0.elapsed().as_secs_f64();
     a.healthy.store(true, Ordering::SeqCst);
     let recovered = now_us();
+    let names =
+        ["custodian_webhook_notifications_handed_total", "custodian_webhook_notifications_claimed_total"];
+    let before = server.counters(&names).await?;
     let t1 = Instant::now();
     server.event(&wa, "a-recovered").await?;
     until_delivered(&a, events + 1, Duration::from_secs(900)).await?;
     let drain = t1.elapsed().as_secs_f64();
     let during = b.latencies_between(recovered, now_us());
+    let after = server.counters(&names).await?;
     stop.store(true, Ordering::SeqCst);
     let b_sent = match b_sender {
         Some(s) => s.await?,
@@ -521,6 +546,11 @@ async fn backlog(label: &str, db_url: &str, b_rate: u64) -> anyhow::Result<f64> 
     };
     until_delivered(&b, b_sent, Duration::from_secs(60)).await?;
     let rate = events as f64 / drain;
+    println!(
+        "  during the drain: {:.0} notifications handed by ingestion, {:.0} claimed from the outbox ({label})",
+        after[0] - before[0],
+        after[1] - before[1]
+    );
     println!(
         "backlog{}: {events} of A's events refused in {ingest:.1} s, then drained in {drain:.2} s = {rate:.0} deliveries/s{} ({label})",
         if b_rate > 0 { format!(", B at {b_rate}/s") } else { ", B silent (drain-only reference)".into() },
