@@ -202,6 +202,7 @@ impl Engine {
             let (tx, rx) = mpsc::channel::<Outcome>(COMPLETE_BATCH * 4);
             let completer = tokio::spawn(me.clone().complete_loop(rx));
             let pruner = prune::spawn(me.deps.store.clone(), me.deps.config.clone(), shutdown.clone());
+            let vacuum = prune::spawn_vacuum(me.deps.store.clone(), me.deps.config.clone(), shutdown.clone());
             let permits = Arc::new(Semaphore::new(cfg.concurrency));
             let (handed_tx, mut handed) = mpsc::unbounded_channel();
             me.deps.handoff.attach(permits.clone(), me.lease_ms, handed_tx);
@@ -273,6 +274,7 @@ impl Engine {
             drop(tx);
             let _ = completer.await;
             let _ = pruner.await;
+            let _ = vacuum.await;
         })
     }
 

@@ -58,6 +58,32 @@ where
     Ok(total)
 }
 
+/// Vacuums the outbox every `postgres.vacuum_interval` seconds until `shutdown`, on a backend
+/// that needs it (PostgreSQL); returns at once elsewhere or when the interval is 0.
+pub fn spawn_vacuum(
+    store: DynStore,
+    config: Arc<Config>,
+    mut shutdown: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if config.postgres.vacuum_interval == 0 {
+            return;
+        }
+        let every = Duration::from_secs(config.postgres.vacuum_interval);
+        while !*shutdown.borrow() {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.changed() => return,
+            }
+            match store.vacuum_outbox().await {
+                Ok(true) => tracing::debug!("vacuumed the outbox"),
+                Ok(false) => return,
+                Err(e) => tracing::warn!(error = %e, "vacuuming the outbox failed; trying again later"),
+            }
+        }
+    })
+}
+
 /// Prunes at start and every `delivery.prune_interval_ms` until `shutdown`; does nothing when
 /// `delivery.retention_days` is 0 (keep for ever).
 pub fn spawn(store: DynStore, config: Arc<Config>, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {

@@ -55,6 +55,8 @@ impl SqlStore<Postgres> {
 impl Dialect for Postgres {
     const RELAXED_COMMIT: Option<&'static str> = Some("SET LOCAL synchronous_commit = off");
 
+    const VACUUM_OUTBOX: Option<&'static str> = Some("VACUUM (ANALYZE) notifications");
+
     const EXISTING_WALLET_IDS: &'static str =
         "SELECT id FROM wallets WHERE id IN (SELECT json_array_elements_text(CAST($1 AS json)))";
 

@@ -24,6 +24,9 @@ pub trait Dialect: Database {
     /// Run first in a transaction whose loss in a crash only means a redelivery (at least
     /// once), so that its commit need not wait for a flush to disk.
     const RELAXED_COMMIT: Option<&'static str>;
+    /// Clears dead row versions from the outbox (PostgreSQL's VACUUM); none where freed space
+    /// is reused without one (SQLite).
+    const VACUUM_OUTBOX: Option<&'static str>;
     /// `id` of the wallets among ids `$1`.
     const EXISTING_WALLET_IDS: &'static str;
     /// One text value packing the wallets among ids `$1` (deleted ones only when `$2`):

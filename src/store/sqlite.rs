@@ -98,6 +98,8 @@ impl Dialect for Sqlite {
     /// WAL with synchronous=NORMAL already commits without a flush.
     const RELAXED_COMMIT: Option<&'static str> = None;
 
+    const VACUUM_OUTBOX: Option<&'static str> = None;
+
     const EXISTING_WALLET_IDS: &'static str =
         "SELECT id FROM wallets WHERE id IN (SELECT value FROM json_each($1))";
 

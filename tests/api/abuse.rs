@@ -178,6 +178,39 @@ async fn old_attempts_and_finished_notifications_are_pruned() {
     .await;
 }
 
+/// Issue 23 §2: the worker vacuums PostgreSQL's notifications table every
+/// `postgres.vacuum_interval` seconds (this machine's PostgreSQL runs without autovacuum);
+/// SQLite has nothing to vacuum.
+#[tokio::test]
+async fn the_worker_vacuums_the_outbox_where_the_backend_needs_it() {
+    let f = fixture(|c| {
+        fast(c);
+        c.postgres.vacuum_interval = 1;
+    })
+    .await;
+    let vacuumed = f.app.state.store.vacuum_outbox().await.expect("vacuum");
+    match crate::BACKEND {
+        Backend::Sqlite => assert!(!vacuumed, "SQLite reuses freed pages without a vacuum"),
+        Backend::Postgres => {
+            assert!(vacuumed);
+            // The worker's own rounds: the table's vacuum count grows without this test's call.
+            let count = || async {
+                let n = f
+                    .app
+                    .raw_sql("SELECT CAST(vacuum_count AS TEXT) FROM pg_stat_user_tables WHERE relname = 'notifications'")
+                    .await;
+                n.first().and_then(|n| n.parse::<i64>().ok()).unwrap_or(0)
+            };
+            let first = until("the explicit vacuum to be counted", 10, || async {
+                let n = count().await;
+                (n > 0).then_some(n)
+            })
+            .await;
+            until("the worker to vacuum again", 15, || async { (count().await > first).then_some(()) }).await;
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_tenant_with_hanging_receivers_leaves_slots_for_the_others() {
     let f = fixture(|c| {

@@ -252,4 +252,7 @@ pub trait OutboxStore: Send + Sync {
     /// Deletes up to `limit` processed or failed notifications last changed before `before_ms`
     /// (their attempts with them); returns how many.
     async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
+    /// Clears dead row versions from the notifications table where the backend needs it
+    /// (PostgreSQL's VACUUM); returns whether there was anything to run.
+    async fn vacuum_outbox(&self) -> StoreResult<bool>;
 }

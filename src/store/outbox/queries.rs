@@ -421,6 +421,14 @@ where
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
+    async fn vacuum_outbox(&self) -> StoreResult<bool> {
+        let Some(sql) = DB::VACUUM_OUTBOX else { return Ok(false) };
+        // The simple protocol: VACUUM is not run as a prepared statement.
+        sqlx::raw_sql(sql).execute(&self.pool).await?;
+        Ok(true)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
         let _gate = self.write_gate().await;
         let r = sqlx::query(
