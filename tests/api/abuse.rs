@@ -139,8 +139,23 @@ async fn old_attempts_and_finished_notifications_are_pruned() {
     let (old, recent) = (simulate().await, simulate().await);
     rx.wait_for(2, 10).await;
     wait_until_idle(&f.app.state.store).await;
+    // A notification still to deliver (its receiver refuses it: a retry is due later) is
+    // never pruned, however old.
+    let refusing = TestReceiver::start().await;
+    refusing.always(503);
+    let due_hook = f.wallet_hook_id(&refusing.url, "transfer").await;
+    let path = format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{due_hook}/simulate");
+    let due = expect_json(f.app.post_auth(&path, &f.token, &json!({})).await, 200).await;
+    let due = due["webhookNotifications"][0]["id"].as_str().unwrap().to_string();
+    refusing.wait_for(1, 10).await;
+    wait_until_idle(&f.app.state.store).await;
     // 31 days ago, in milliseconds.
     let aged = custodian::ids::now_ms() - 31 * 86_400_000;
+    f.app
+        .raw_sql(&format!(
+            "UPDATE notifications SET updated_at = {aged}, created_at = {aged} WHERE id = '{due}'"
+        ))
+        .await;
     f.app.raw_sql(&format!("UPDATE notifications SET updated_at = {aged} WHERE id = '{old}'")).await;
     f.app
         .raw_sql(&format!("UPDATE delivery_attempts SET started_at = {aged} WHERE notification_id = '{old}'"))
@@ -157,6 +172,8 @@ async fn old_attempts_and_finished_notifications_are_pruned() {
     })
     .await;
     assert_eq!(listed().await, vec![recent.clone()], "the recent one stays");
+    let kept = f.app.raw_sql(&format!("SELECT state FROM notifications WHERE id = '{due}'")).await;
+    assert_eq!(kept, vec!["pending".to_string()], "the one still to deliver stays");
     let attempts = f.get(&format!("/api/v2/webhook/{hook}/notifications/{recent}/attempts")).await;
     assert_eq!(attempts["attempts"].as_array().map(Vec::len), Some(1), "{attempts}");
     let left = f
