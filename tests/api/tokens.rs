@@ -18,13 +18,16 @@ async fn create_access_token_returns_the_2_4_fields() {
     let session = session["access_token"].as_str().unwrap();
     // A JSON integer beyond u128, which must stay exact.
     let big: Value = serde_json::from_str("1000000000000000000000000000000000000000").unwrap();
+    // One code for both requests: computed twice, a TOTP step ending in between would make the
+    // second a new, valid code.
+    let otp = user.code(1);
     let res = app
         .post_auth(
             "/api/v2/user/accesstoken",
             session,
             &json!({
                 "label": "treasury bot",
-                "otp": user.code(1),
+                "otp": otp,
                 "scope": ["profile", format!("wallet_spend:{W1}"), "wallet_view_all", "profile"],
                 "duration": 600,
                 "enterprise": enterprise,
@@ -74,9 +77,8 @@ async fn create_access_token_returns_the_2_4_fields() {
     assert_ne!(stored.token_hash, token);
     assert_eq!(app.me(token).await.status(), 200);
     // The OTP step was consumed.
-    let again = app
-        .post_auth("/api/v2/user/accesstoken", session, &json!({ "label": "x", "otp": user.code(1) }))
-        .await;
+    let again =
+        app.post_auth("/api/v2/user/accesstoken", session, &json!({ "label": "x", "otp": otp })).await;
     assert_error(again, 401, "InvalidOtp").await;
 }
 
