@@ -80,3 +80,43 @@ pub async fn login(client: &reqwest::Client, base: &str, email: &str) -> anyhow:
     anyhow::ensure!(!token.is_empty(), "login of {email} failed: {login}");
     Ok(token)
 }
+
+/// Adds an active `transfer` webhook of the tbtc wallet `wallet`, bound to `enterprise`, owned by
+/// `user` and pointing at `url`, with every cap out of the way.
+#[allow(dead_code)] // the lookup bench adds no webhooks
+pub async fn add_wallet_webhook(
+    state: &custodian::AppState,
+    user: &custodian::types::UserId,
+    wallet: &str,
+    enterprise: Option<custodian::types::EnterpriseId>,
+    url: String,
+) -> anyhow::Result<()> {
+    let w = custodian::store::Webhook {
+        id: custodian::types::WebhookId::new_random(),
+        level: custodian::store::WebhookLevel::Wallet {
+            coin: "tbtc".parse().map_err(anyhow::Error::msg)?,
+            wallet_id: wallet.parse().map_err(anyhow::Error::msg)?,
+            enterprise_id: enterprise,
+        },
+        user_id: user.clone(),
+        webhook_type: "transfer".into(),
+        url,
+        label: None,
+        state: custodian::store::WebhookState::Active,
+        successive_failed_attempts: 0,
+        failed_attempts_total: 0,
+        listen_to_failure_states: false,
+        tx_request_states: vec![],
+        tx_request_transaction_states: vec![],
+        custom_headers: Default::default(),
+        allow_blocked_hosts: false,
+        created_at: custodian::ids::now(),
+    };
+    let caps =
+        custodian::store::WebhookCaps { per_type: u32::MAX, block_per_user: 100, per_enterprise: u32::MAX };
+    anyhow::ensure!(
+        state.store.insert_webhook(&w, caps, &[]).await?.is_ok(),
+        "webhook cap reached while setting up"
+    );
+    Ok(())
+}

@@ -106,35 +106,7 @@ async fn setup(db_url: &str, url: &str, webhooks: usize) -> anyhow::Result<(temp
     }]);
     custodian::wallets::import::import(&state.store, &record.to_string(), |_, _| {}).await?;
     for i in 0..webhooks {
-        let w = custodian::store::Webhook {
-            id: custodian::types::WebhookId::new_random(),
-            level: custodian::store::WebhookLevel::Wallet {
-                coin: "tbtc".parse().map_err(anyhow::Error::msg)?,
-                wallet_id: WALLET.parse().map_err(anyhow::Error::msg)?,
-                enterprise_id: None,
-            },
-            user_id: admin.id.clone(),
-            webhook_type: "transfer".into(),
-            url: format!("{url}?h={i}"),
-            label: None,
-            state: custodian::store::WebhookState::Active,
-            successive_failed_attempts: 0,
-            failed_attempts_total: 0,
-            listen_to_failure_states: false,
-            tx_request_states: vec![],
-            tx_request_transaction_states: vec![],
-            custom_headers: Default::default(),
-            allow_blocked_hosts: false,
-            created_at: custodian::ids::now(),
-        };
-        let caps = custodian::store::WebhookCaps {
-            per_type: u32::MAX,
-            block_per_user: 100,
-            per_enterprise: u32::MAX,
-        };
-        if state.store.insert_webhook(&w, caps, &[]).await?.is_err() {
-            anyhow::bail!("webhook cap reached while setting up");
-        }
+        common::add_wallet_webhook(&state, &admin.id, WALLET, None, format!("{url}?h={i}")).await?;
     }
     Ok((dir, state))
 }

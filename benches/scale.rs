@@ -150,33 +150,8 @@ async fn seed(db_url: &str, dir: &std::path::Path, tenants: &[Tenant]) -> anyhow
             "hasLargeNumberOfAddresses": false, "isCold": false, "startDate": "2025-01-01T00:00:00Z",
         }]);
         custodian::wallets::import::import(&state.store, &record.to_string(), |_, _| {}).await?;
-        let w = custodian::store::Webhook {
-            id: custodian::types::WebhookId::new_random(),
-            level: custodian::store::WebhookLevel::Wallet {
-                coin: "tbtc".parse().map_err(anyhow::Error::msg)?,
-                wallet_id: t.wallet.parse().map_err(anyhow::Error::msg)?,
-                enterprise_id: Some(enterprise.id.clone()),
-            },
-            user_id: admin.id.clone(),
-            webhook_type: "transfer".into(),
-            url: t.url.clone(),
-            label: None,
-            state: custodian::store::WebhookState::Active,
-            successive_failed_attempts: 0,
-            failed_attempts_total: 0,
-            listen_to_failure_states: false,
-            tx_request_states: vec![],
-            tx_request_transaction_states: vec![],
-            custom_headers: Default::default(),
-            allow_blocked_hosts: false,
-            created_at: custodian::ids::now(),
-        };
-        let caps = custodian::store::WebhookCaps {
-            per_type: u32::MAX,
-            block_per_user: 100,
-            per_enterprise: u32::MAX,
-        };
-        anyhow::ensure!(state.store.insert_webhook(&w, caps, &[]).await?.is_ok(), "webhook cap reached");
+        common::add_wallet_webhook(&state, &admin.id, &t.wallet, Some(enterprise.id.clone()), t.url.clone())
+            .await?;
     }
     Ok(())
 }

@@ -61,15 +61,8 @@ where
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_events(&self, before_secs: i64, limit: u32) -> StoreResult<u64> {
-        let _gate = self.write_gate().await;
-        let r = sqlx::query(
-            "DELETE FROM events WHERE event_id IN (SELECT event_id FROM events \
-             WHERE created_at < $1 LIMIT $2)",
-        )
-        .bind(before_secs)
-        .bind(i64::from(limit))
-        .execute(&self.pool)
-        .await?;
-        Ok(DB::rows_affected(&r))
+        let sql = "DELETE FROM events WHERE event_id IN (SELECT event_id FROM events \
+             WHERE created_at < $1 LIMIT $2)";
+        self.delete_batch(sql, before_secs, limit).await
     }
 }

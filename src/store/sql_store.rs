@@ -64,6 +64,34 @@ impl<DB: Dialect> SqlStore<DB> {
         begin_gated(&self.pool, &self.gate).await
     }
 
+    /// Begins a write transaction whose commit need not wait for a flush to disk
+    /// ([`Dialect::RELAXED_COMMIT`]): for writes whose loss in a crash only means a
+    /// redelivery (claims, delivery outcomes).
+    pub(super) async fn begin_relaxed(&self) -> sqlx::Result<WriteTx<DB>>
+    where
+        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+        for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    {
+        let mut tx = self.begin_write().await?;
+        if let Some(relaxed) = DB::RELAXED_COMMIT {
+            sqlx::query(relaxed).execute(&mut *tx).await?;
+        }
+        Ok(tx)
+    }
+
+    /// Runs `sql`, a delete of at most `$2` rows older than `$1` (retention, in the table's
+    /// time unit), under the write gate; returns how many rows went.
+    pub(super) async fn delete_batch(&self, sql: &str, before: i64, limit: u32) -> StoreResult<u64>
+    where
+        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+        for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+        for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        let _gate = self.write_gate().await;
+        let r = sqlx::query(sql).bind(before).bind(i64::from(limit)).execute(&self.pool).await?;
+        Ok(DB::rows_affected(&r))
+    }
+
     /// Holds the write gate for a single-statement write (dropped when done).
     pub(super) async fn write_gate(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         match &self.gate {

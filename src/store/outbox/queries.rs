@@ -205,9 +205,8 @@ where
             // A claim is a lease: one lost in a crash is claimed again when it runs out, which
             // at-least-once delivery allows. So it need not wait for the WAL's flush; on
             // PostgreSQL that wait bounded the claim path (issue 23 §5).
-            Some(relaxed) => {
-                let mut tx = self.begin_write().await?;
-                sqlx::query(relaxed).execute(&mut *tx).await?;
+            Some(_) => {
+                let mut tx = self.begin_relaxed().await?;
                 let rows = q.fetch_all(&mut *tx).await?;
                 tx.commit().await?;
                 rows
@@ -253,10 +252,7 @@ where
         now_ms: i64,
         rule: &dyn SuspendPolicy,
     ) -> StoreResult<Vec<WebhookId>> {
-        let mut tx = self.begin_write().await?;
-        if let Some(relaxed) = DB::RELAXED_COMMIT {
-            sqlx::query(relaxed).execute(&mut *tx).await?;
-        }
+        let mut tx = self.begin_relaxed().await?;
         insert_attempts::<DB>(&mut tx, outcomes).await?;
         finish_notifications::<DB>(&mut tx, outcomes, now_ms).await?;
         // Webhook counters, one statement per webhook: failures after its last success in this
@@ -408,16 +404,9 @@ where
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_attempts(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
-        let _gate = self.write_gate().await;
-        let r = sqlx::query(
-            "DELETE FROM delivery_attempts WHERE id IN (SELECT id FROM delivery_attempts \
-             WHERE started_at < $1 LIMIT $2)",
-        )
-        .bind(before_ms)
-        .bind(i64::from(limit))
-        .execute(&self.pool)
-        .await?;
-        Ok(DB::rows_affected(&r))
+        let sql = "DELETE FROM delivery_attempts WHERE id IN (SELECT id FROM delivery_attempts \
+             WHERE started_at < $1 LIMIT $2)";
+        self.delete_batch(sql, before_ms, limit).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -430,15 +419,8 @@ where
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_notifications(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
-        let _gate = self.write_gate().await;
-        let r = sqlx::query(
-            "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications \
-             WHERE state IN ('processed', 'failed') AND updated_at < $1 LIMIT $2)",
-        )
-        .bind(before_ms)
-        .bind(i64::from(limit))
-        .execute(&self.pool)
-        .await?;
-        Ok(DB::rows_affected(&r))
+        let sql = "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications \
+             WHERE state IN ('processed', 'failed') AND updated_at < $1 LIMIT $2)";
+        self.delete_batch(sql, before_ms, limit).await
     }
 }
