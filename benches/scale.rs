@@ -46,6 +46,9 @@ use serde_json::{json, Value};
 use sqlx::Connection;
 
 const CLIENTS: usize = 32;
+/// Most paced requests in flight: with a burst's [`CLIENTS`] beside them, under the server's
+/// 128 connections per address (`connections.max_per_address`).
+const PACED_IN_FLIGHT: u32 = 64;
 const ADMIN: &str = "ops@example.com";
 
 fn setting(name: &str, default: u64) -> u64 {
@@ -77,6 +80,8 @@ struct Inbox {
     refused: AtomicUsize,
     /// (receipt time µs, event-to-receipt ms) of events that carry `sentAtUs`.
     latencies: Mutex<Vec<(u128, f64)>>,
+    /// (answer time µs, API latency ms) of this tenant's paced events.
+    api: Mutex<Vec<(u128, f64)>>,
 }
 
 impl Inbox {
@@ -88,10 +93,22 @@ impl Inbox {
 
     /// Event-to-receipt latencies received at or after `since_us` (and before `until_us`).
     fn latencies_between(&self, since_us: u128, until_us: u128) -> Vec<f64> {
-        let l = self.latencies.lock().map(|l| l.clone()).unwrap_or_default();
-        sorted(l.into_iter().filter(|(at, _)| *at >= since_us && *at < until_us).map(|(_, ms)| ms).collect())
+        between(&self.latencies, since_us, until_us)
+    }
+
+    /// API latencies of paced events answered at or after `since_us` (and before `until_us`).
+    fn api_between(&self, since_us: u128, until_us: u128) -> Vec<f64> {
+        between(&self.api, since_us, until_us)
     }
 }
+
+/// The latencies of `timed` stamped in `[since_us, until_us)`, sorted.
+fn between(timed: &Mutex<Vec<(u128, f64)>>, since_us: u128, until_us: u128) -> Vec<f64> {
+    let l = timed.lock().map(|l| l.clone()).unwrap_or_default();
+    sorted(l.into_iter().filter(|(at, _)| *at >= since_us && *at < until_us).map(|(_, ms)| ms).collect())
+}
+
+impl Inbox {}
 
 type Inboxes = Arc<HashMap<String, Arc<Inbox>>>;
 
@@ -299,18 +316,19 @@ impl Server {
     }
 
     /// Sends `rate` events/s for `wallet` until `stop` turns true (each on its own task, at most
-    /// 100 in flight: under `connections.max_per_address`); how many were accepted. Refusals
-    /// are printed and not counted.
+    /// [`PACED_IN_FLIGHT`] in flight), noting API latencies in `inbox`; how many were
+    /// accepted. Refusals are printed and not counted.
     fn paced(
         self: &Arc<Self>,
         wallet: &str,
         prefix: &str,
         rate: u64,
         stop: Arc<AtomicBool>,
+        inbox: Arc<Inbox>,
     ) -> tokio::task::JoinHandle<usize> {
         let (me, wallet, prefix) = (self.clone(), wallet.to_string(), prefix.to_string());
         tokio::spawn(async move {
-            let bound = Arc::new(tokio::sync::Semaphore::new(100));
+            let bound = Arc::new(tokio::sync::Semaphore::new(PACED_IN_FLIGHT as usize));
             let accepted = Arc::new(AtomicUsize::new(0));
             let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate.max(1)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -319,11 +337,14 @@ impl Server {
                 tick.tick().await;
                 let Ok(permit) = bound.clone().acquire_owned().await else { break };
                 let (me, wallet, id) = (me.clone(), wallet.clone(), format!("{prefix}{sent}"));
-                let accepted = accepted.clone();
+                let (accepted, inbox) = (accepted.clone(), inbox.clone());
                 tokio::spawn(async move {
                     match me.event(&wallet, &id).await {
-                        Ok(_) => {
+                        Ok(ms) => {
                             accepted.fetch_add(1, Ordering::SeqCst);
+                            if let Ok(mut l) = inbox.api.lock() {
+                                l.push((now_us(), ms));
+                            }
                         }
                         Err(e) => eprintln!("paced event: {e}"),
                     }
@@ -332,7 +353,7 @@ impl Server {
                 sent += 1;
             }
             // Wait for the last requests to be answered.
-            let _ = bound.acquire_many(100).await;
+            let _ = bound.acquire_many(PACED_IN_FLIGHT).await;
             accepted.load(Ordering::SeqCst)
         })
     }
@@ -448,7 +469,7 @@ async fn soak(label: &str, db_url: &str) -> anyhow::Result<()> {
     let (inbox, server) = single(db_url, dir.path(), &env).await?;
     let wallet = format!("{:032x}", 0xa);
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = server.paced(&wallet, "s", rate, stop.clone());
+    let sender = server.paced(&wallet, "s", rate, stop.clone(), inbox.clone());
     let t0 = now_us();
     for m in 1..=secs.div_ceil(minute) {
         tokio::time::sleep(Duration::from_secs(minute)).await;
@@ -494,7 +515,7 @@ async fn backlog(label: &str, db_url: &str, b_rate: u64) -> anyhow::Result<f64> 
     ];
     let server = Arc::new(Server::start(db_url, dir.path(), &env).await?);
     let stop = Arc::new(AtomicBool::new(false));
-    let b_sender = (b_rate > 0).then(|| server.paced(&wb, "b", b_rate, stop.clone()));
+    let b_sender = (b_rate > 0).then(|| server.paced(&wb, "b", b_rate, stop.clone(), b.clone()));
     let t0 = Instant::now();
     server.burst(&wa, "a", events).await?;
     // Every event of A has been refused once and waits for its retry.
@@ -505,14 +526,19 @@ async fn backlog(label: &str, db_url: &str, b_rate: u64) -> anyhow::Result<f64> 
     let ingest = t0.elapsed().as_secs_f64();
     a.healthy.store(true, Ordering::SeqCst);
     let recovered = now_us();
-    let names =
-        ["custodian_webhook_notifications_handed_total", "custodian_webhook_notifications_claimed_total"];
+    let names = [
+        "custodian_webhook_notifications_handed_total",
+        "custodian_webhook_notifications_claimed_total",
+        "custodian_webhook_claims_total",
+        "custodian_webhook_claim_seconds_total",
+    ];
     let before = server.counters(&names).await?;
     let t1 = Instant::now();
     server.event(&wa, "a-recovered").await?;
     until_delivered(&a, events + 1, Duration::from_secs(900)).await?;
     let drain = t1.elapsed().as_secs_f64();
     let during = b.latencies_between(recovered, now_us());
+    let api = b.api_between(recovered, now_us());
     let after = server.counters(&names).await?;
     stop.store(true, Ordering::SeqCst);
     let b_sent = match b_sender {
@@ -522,20 +548,26 @@ async fn backlog(label: &str, db_url: &str, b_rate: u64) -> anyhow::Result<f64> 
     until_delivered(&b, b_sent, Duration::from_secs(60)).await?;
     let rate = events as f64 / drain;
     println!(
-        "  during the drain: {:.0} notifications handed by ingestion, {:.0} claimed from the outbox ({label})",
+        "  during the drain: {:.0} notifications handed by ingestion, {:.0} claimed from the outbox \
+         by {:.0} claim queries taking {:.2} s ({label})",
         after[0] - before[0],
-        after[1] - before[1]
+        after[1] - before[1],
+        after[2] - before[2],
+        after[3] - before[3]
     );
     println!(
         "backlog{}: {events} of A's events refused in {ingest:.1} s, then drained in {drain:.2} s = {rate:.0} deliveries/s{} ({label})",
         if b_rate > 0 { format!(", B at {b_rate}/s") } else { ", B silent (drain-only reference)".into() },
         if b_rate > 0 {
             format!(
-                "; B's event-to-receipt during the drain: {} events, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                "; B's event-to-receipt during the drain: {} events, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms \
+                 (its API answers: p50 {:.1} ms, p99 {:.1} ms)",
                 during.len(),
                 percentile(&during, 0.5),
                 percentile(&during, 0.99),
-                during.last().copied().unwrap_or(f64::NAN)
+                during.last().copied().unwrap_or(f64::NAN),
+                percentile(&api, 0.5),
+                percentile(&api, 0.99),
             )
         } else {
             String::new()

@@ -51,6 +51,10 @@ pub struct Metrics {
     /// engine claimed from the outbox (issue 12 §5).
     pub handed: Counter,
     pub claimed: Counter,
+    /// Claim queries the engine ran, and the seconds they took: what a backlog costs to
+    /// look past (issue 23).
+    pub claims: Counter,
+    pub claim_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Notifications kept for suspended webhooks, and those refused past `webhooks.max_held`
     /// (issue 21 §3).
     pub held: Gauge,
@@ -98,6 +102,14 @@ impl Default for Metrics {
             "Notifications this process's engine claimed from the outbox",
             claimed.clone(),
         );
+        let (claims, claim_seconds) =
+            (Counter::default(), Counter::<f64, std::sync::atomic::AtomicU64>::default());
+        registry.register("webhook_claims", "Claim queries this process's engine ran", claims.clone());
+        registry.register(
+            "webhook_claim_seconds",
+            "Seconds this process's engine spent in claim queries",
+            claim_seconds.clone(),
+        );
         let (held, refused) = (Gauge::default(), Counter::default());
         registry.register(
             "webhook_notifications_held",
@@ -135,6 +147,8 @@ impl Default for Metrics {
             suspended,
             handed,
             claimed,
+            claims,
+            claim_seconds,
             held,
             refused,
             hashes_running,

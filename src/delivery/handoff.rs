@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use crate::{
     outbox::dispatch::{Dispatch, Reserved},
     store::{Claimed, Notification, NotificationState, Webhook},
-    types::NotificationId,
+    types::{NotificationId, WebhookId},
 };
 
 /// A notification given to the engine with the delivery slot it was written under.
@@ -31,7 +31,23 @@ pub struct Handoff {
     engine: Mutex<Option<Attached>>,
     /// Wakes the engine when notifications are written for a claim.
     pub(super) wake: Notify,
+    /// Notifications made due for a claim since the engine last looked: a claim that found
+    /// nothing before may find them now.
+    fresh: Mutex<Fresh>,
 }
+
+/// Whose notifications were made due for a claim since the engine last looked.
+#[derive(Debug, Default, PartialEq)]
+pub(super) enum Fresh {
+    #[default]
+    Nothing,
+    /// Only these webhooks' (at most [`FRESH_WEBHOOKS`]).
+    Of(Vec<WebhookId>),
+    Anyone,
+}
+
+/// Webhooks [`Fresh::Of`] names before it becomes [`Fresh::Anyone`].
+const FRESH_WEBHOOKS: usize = 64;
 
 struct Attached {
     permits: Arc<Semaphore>,
@@ -60,6 +76,37 @@ impl Handoff {
         if let Ok(mut e) = self.engine.lock() {
             *e = Some(Attached { permits, lease_ms, queue });
         }
+    }
+
+    /// Records that notifications were made due for a claim, and wakes the engine.
+    pub(super) fn mark_fresh(&self) {
+        self.note_fresh();
+        self.wake.notify_one();
+    }
+
+    /// Records that notifications were made due, for the engine's next look, without waking it.
+    pub(super) fn note_fresh(&self) {
+        if let Ok(mut f) = self.fresh.lock() {
+            *f = Fresh::Anyone;
+        }
+    }
+
+    /// Records that notifications of `webhook` only were made due, and wakes the engine.
+    pub(super) fn mark_fresh_of(&self, webhook: &WebhookId) {
+        if let Ok(mut f) = self.fresh.lock() {
+            match &mut *f {
+                Fresh::Nothing => *f = Fresh::Of(vec![webhook.clone()]),
+                Fresh::Of(ws) if ws.contains(webhook) => {}
+                Fresh::Of(ws) if ws.len() < FRESH_WEBHOOKS => ws.push(webhook.clone()),
+                _ => *f = Fresh::Anyone,
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// What was made due since the last call.
+    pub(super) fn take_fresh(&self) -> Fresh {
+        self.fresh.lock().map(|mut f| std::mem::take(&mut *f)).unwrap_or(Fresh::Anyone)
     }
 
     /// Called by the engine when it stops: nothing more is handed to it.
@@ -102,7 +149,7 @@ impl Dispatch for Handoff {
     }
 
     fn wake(&self) {
-        self.wake.notify_one();
+        self.mark_fresh();
     }
 }
 

@@ -26,6 +26,7 @@ use crate::{
     types::{EnterpriseId, NotificationId, UserId, WebhookId},
 };
 
+pub mod dry;
 pub mod handoff;
 pub mod prune;
 pub mod retry;
@@ -36,6 +37,8 @@ pub mod suspension;
 const CLAIM_BATCH: usize = 256;
 /// Outcomes written per transaction.
 const COMPLETE_BATCH: usize = 512;
+/// Waiting retries made due per statement when a receiver answers again.
+const RELEASE_BATCH: u32 = 512;
 /// First and longest wait before writing refused outcomes again.
 const RECORD_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const RECORD_BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -91,6 +94,12 @@ pub struct Engine {
     /// pause meanwhile, so that a notification whose lease ran out is not delivered again
     /// before its outcome is recorded (issue 21 §2).
     unrecorded: std::sync::atomic::AtomicBool,
+    /// What the last short claim showed ([`dry`]).
+    dry: std::sync::Mutex<dry::DryClaims>,
+    /// Notifications this engine has claimed, and a wake-up after each claim that took some:
+    /// [`Engine::release_loop`] paces itself by them.
+    claimed: std::sync::atomic::AtomicU64,
+    claimed_wake: tokio::sync::Notify,
 }
 
 fn client(
@@ -191,6 +200,9 @@ impl Engine {
             in_flight: Default::default(),
             waiting: Default::default(),
             unrecorded: Default::default(),
+            dry: Default::default(),
+            claimed: Default::default(),
+            claimed_wake: Default::default(),
         })
     }
 
@@ -200,27 +212,37 @@ impl Engine {
         tokio::spawn(async move {
             let cfg = me.deps.config.delivery.clone();
             let (tx, rx) = mpsc::channel::<Outcome>(COMPLETE_BATCH * 4);
-            let completer = tokio::spawn(me.clone().complete_loop(rx));
+            let (recovered_tx, recovered) = mpsc::unbounded_channel();
+            let completer = tokio::spawn(me.clone().complete_loop(rx, recovered_tx));
+            let releaser = tokio::spawn(me.clone().release_loop(recovered, shutdown.clone()));
             let pruner = prune::spawn(me.deps.store.clone(), me.deps.config.clone(), shutdown.clone());
             let vacuum = prune::spawn_vacuum(me.deps.store.clone(), me.deps.config.clone(), shutdown.clone());
             let permits = Arc::new(Semaphore::new(cfg.concurrency));
-            let (handed_tx, mut handed) = mpsc::unbounded_channel();
+            let (handed_tx, handed) = mpsc::unbounded_channel();
             me.deps.handoff.attach(permits.clone(), me.lease_ms, handed_tx);
+            let (stop_accepting, stopped) = tokio::sync::oneshot::channel();
+            let acceptor = tokio::spawn(me.clone().accept_loop(handed, tx.clone(), stopped));
             let poll = Duration::from_millis(cfg.poll_interval_ms);
             while !*shutdown.borrow() {
-                while let Ok(h) = handed.try_recv() {
-                    me.accept(h, &tx).await;
-                }
                 me.start_waiting(&permits, &tx).await;
                 let free = me.claimable(&permits);
                 let mut full = false;
-                if free > 0 {
+                let skip = if free > 0 { Some(me.saturated()) } else { None };
+                if let Some(skip) = skip.filter(|s| me.worth_claiming(s, poll)) {
                     let now = ids::now_ms();
-                    let skip = me.saturated();
-                    match me.deps.store.claim_due(now, now + me.lease_ms, free as u32, &skip).await {
+                    let started = Instant::now();
+                    let claim = me.deps.store.claim_due(now, now + me.lease_ms, free as u32, &skip).await;
+                    me.deps.metrics.claims.inc();
+                    me.deps.metrics.claim_seconds.inc_by(started.elapsed().as_secs_f64());
+                    match claim {
                         Ok(batch) => {
                             full = batch.len() == free;
+                            me.note_claim(skip, full);
                             me.deps.metrics.claimed.inc_by(batch.len() as u64);
+                            if !batch.is_empty() {
+                                me.claimed.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::SeqCst);
+                                me.claimed_wake.notify_waiters();
+                            }
                             let mut deferred = Vec::new();
                             for c in batch {
                                 // Ingestion may have taken slots since (`handoff`): never wait
@@ -253,26 +275,22 @@ impl Engine {
                     continue;
                 }
                 tokio::select! {
-                    Some(h) = handed.recv() => me.accept(h, &tx).await,
                     _ = me.deps.handoff.wake.notified() => {}
                     _ = tokio::time::sleep(poll) => {}
                     _ = shutdown.changed() => {}
                 }
             }
             me.deps.handoff.detach();
-            // A hand-over racing the detach now fails, and its ingestion gives them back.
-            handed.close();
-            let mut parked: Vec<NotificationId> =
-                me.take_waiting(|_| true).into_iter().map(|c| c.notification.id).collect();
-            while let Ok((c, _)) = handed.try_recv() {
-                parked.push(c.notification.id);
-            }
+            let _ = stop_accepting.send(());
+            let mut parked = acceptor.await.unwrap_or_default();
+            parked.extend(me.take_waiting(|_| true).into_iter().map(|c| c.notification.id));
             me.give_back(&parked).await;
             let all = u32::try_from(cfg.concurrency).unwrap_or(u32::MAX);
             let _ =
                 tokio::time::timeout(Duration::from_secs(cfg.timeout + 5), permits.acquire_many(all)).await;
             drop(tx);
             let _ = completer.await;
+            let _ = releaser.await;
             let _ = pruner.await;
             let _ = vacuum.await;
         })
@@ -297,6 +315,31 @@ impl Engine {
             }
             drop(permit);
         });
+    }
+
+    /// Accepts handed notifications as they come, apart from the claim loop: a claim waiting
+    /// for the database must not hold up fresh events (issue 23: a healthy tenant's latency
+    /// while another's backlog drains). When `stop` fires (the engine detached from
+    /// ingestion), closes the inbox and returns the ids of what was still in it, to give back.
+    async fn accept_loop(
+        self: Arc<Self>,
+        mut handed: mpsc::UnboundedReceiver<handoff::Handed>,
+        tx: mpsc::Sender<Outcome>,
+        mut stop: tokio::sync::oneshot::Receiver<()>,
+    ) -> Vec<NotificationId> {
+        loop {
+            tokio::select! {
+                Some(h) = handed.recv() => self.accept(h, &tx).await,
+                _ = &mut stop => break,
+            }
+        }
+        // A hand-over racing the detach now fails, and its ingestion gives them back.
+        handed.close();
+        let mut left = Vec::new();
+        while let Ok((c, _)) = handed.try_recv() {
+            left.push(c.notification.id);
+        }
+        left
     }
 
     /// Starts a notification ingestion handed over with its slot ([`handoff`]), or keeps it
@@ -330,6 +373,19 @@ impl Engine {
         }
         w.push_back((c, Instant::now()));
         None
+    }
+
+    /// Whether a claim skipping `skip` could find anything now ([`dry`]).
+    fn worth_claiming(&self, skip: &Saturated, poll: Duration) -> bool {
+        let fresh = self.deps.handoff.take_fresh();
+        self.dry.lock().map(|mut d| d.worth(skip, fresh, poll, Instant::now())).unwrap_or(true)
+    }
+
+    /// Notes a claim that came back `full` or short ([`dry`]).
+    fn note_claim(&self, skip: Saturated, full: bool) {
+        if let Ok(mut d) = self.dry.lock() {
+            d.note(skip, full, Instant::now());
+        }
     }
 
     /// How many notifications to claim now: the free permits less those waiting, at most
@@ -382,6 +438,9 @@ impl Engine {
         if let Err(e) = self.deps.store.defer(ids, ids::now_ms() + DEFER_MS).await {
             tracing::error!(error = %e, "giving back notifications failed; their leases will end");
         }
+        // Due again for the next claim; not a wake-up, which would claim what was just
+        // given back for want of a slot.
+        self.deps.handoff.note_fresh();
     }
 
     /// Takes a slot for one delivery to `w`, unless its webhook has `per_webhook_concurrency`
@@ -433,7 +492,13 @@ impl Engine {
     /// finished during an outage is not delivered again once the database is back. At shutdown
     /// it tries for at most [`RECORD_AT_SHUTDOWN`]; then those leases run out and the
     /// notifications are delivered again, as after a crash.
-    async fn complete_loop(self: Arc<Self>, mut rx: mpsc::Receiver<Outcome>) {
+    /// Sends the webhooks that answer again after failures to `recovered`
+    /// ([`Engine::release_loop`]).
+    async fn complete_loop(
+        self: Arc<Self>,
+        mut rx: mpsc::Receiver<Outcome>,
+        recovered: mpsc::UnboundedSender<WebhookId>,
+    ) {
         use std::sync::atomic::Ordering::SeqCst;
         let cfg = &self.deps.config.delivery;
         let rule = suspension::SuspendRule::of(cfg);
@@ -458,8 +523,11 @@ impl Engine {
                 }
             }
             match self.deps.store.complete(&batch, ids::now_ms(), &rule).await {
-                Ok(suspended) => {
-                    for id in suspended {
+                Ok(done) => {
+                    for id in done.recovered {
+                        let _ = recovered.send(id);
+                    }
+                    for id in done.suspended {
                         tracing::warn!(webhook = %id, "webhook suspended after repeated delivery failures");
                     }
                     if self.unrecorded.swap(false, SeqCst) {
@@ -481,6 +549,49 @@ impl Engine {
                 }
             }
             self.deps.handoff.wake.notify_one();
+        }
+    }
+
+    /// Makes the waiting retries of each webhook that answers again due now, [`RELEASE_BATCH`]
+    /// at a time, soonest scheduled first (issue 23 §1: recovery goes first), and wakes the
+    /// claim. The next batch follows once this engine has claimed half as many, or after a
+    /// poll interval: the receiver takes only its share of slots anyway, and released rows
+    /// waiting unclaimed are what a claim skipping that saturated webhook walks past. One
+    /// statement over a backlog of 50,000 held the outbox's writes for a quarter of a second,
+    /// and every tenant's ingestion with them. Stops at shutdown; what is left is due at its
+    /// scheduled time.
+    async fn release_loop(
+        self: Arc<Self>,
+        mut recovered: mpsc::UnboundedReceiver<WebhookId>,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let poll = Duration::from_millis(self.deps.config.delivery.poll_interval_ms);
+        while let Some(id) = recovered.recv().await {
+            while !*shutdown.borrow() {
+                match self.deps.store.release_retries(&id, ids::now_ms(), RELEASE_BATCH).await {
+                    Ok(n) => {
+                        if n > 0 {
+                            self.deps.handoff.mark_fresh_of(&id);
+                        }
+                        if n < u64::from(RELEASE_BATCH) {
+                            break;
+                        }
+                        let target = self.claimed.load(SeqCst) + n / 2;
+                        let deadline = Instant::now() + poll;
+                        while self.claimed.load(SeqCst) < target {
+                            let claimed = self.claimed_wake.notified();
+                            if tokio::time::timeout_at(deadline, claimed).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, webhook = %id, "making waiting retries due failed; they go at their scheduled times");
+                        break;
+                    }
+                }
+            }
         }
     }
 

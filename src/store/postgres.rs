@@ -86,6 +86,11 @@ impl Dialect for Postgres {
         AND (w.enterprise_id IS NOT NULL OR w.user_id NOT IN (SELECT json_array_elements_text(CAST($6 AS json)))) \
         ORDER BY n.next_attempt_at LIMIT $3 FOR UPDATE OF n SKIP LOCKED)) RETURNING *";
 
+    const RELEASE_RETRIES: &'static str = "UPDATE notifications SET next_attempt_at = $1 \
+        WHERE id = ANY(ARRAY(SELECT id FROM notifications \
+        WHERE state IN ('new', 'pending') AND next_attempt_at > $1 AND webhook_id = $2 \
+        AND state = 'pending' AND lease_until <= $1 ORDER BY next_attempt_at LIMIT $3))";
+
     const WEBHOOKS_BY_IDS: &'static str =
         "SELECT * FROM webhooks WHERE id IN (SELECT json_array_elements_text(CAST($1 AS json)))";
 

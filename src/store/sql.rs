@@ -39,6 +39,9 @@ pub trait Dialect: Database {
     /// `$6` (their webhooks bound to no enterprise): used only when some are at their share, so
     /// the usual claim keeps its simple plan.
     const CLAIM_DUE_SKIPPING: &'static str;
+    /// Makes up to `$3` of webhook `$2`'s notifications waiting for a retry (pending,
+    /// unleased, scheduled after `$1`) due at `$1`, soonest first, through the claimable index.
+    const RELEASE_RETRIES: &'static str;
     /// The webhooks among ids `$1`.
     const WEBHOOKS_BY_IDS: &'static str;
     /// Gives back notifications `$2` unattempted, due at `$1` (ms).

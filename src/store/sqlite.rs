@@ -127,6 +127,13 @@ impl Dialect for Sqlite {
         AND (w.enterprise_id IS NOT NULL OR w.user_id NOT IN (SELECT value FROM json_each($6))) \
         ORDER BY n.next_attempt_at LIMIT $3) RETURNING *";
 
+    /// Without `INDEXED BY` the planner walks all of the webhook's notifications, delivered
+    /// ones too, and sorts them.
+    const RELEASE_RETRIES: &'static str = "UPDATE notifications SET next_attempt_at = $1 WHERE id IN \
+        (SELECT id FROM notifications INDEXED BY notifications_claimable \
+        WHERE state IN ('new', 'pending') AND next_attempt_at > $1 AND webhook_id = $2 \
+        AND state = 'pending' AND lease_until <= $1 ORDER BY next_attempt_at LIMIT $3)";
+
     const WEBHOOKS_BY_IDS: &'static str =
         "SELECT * FROM webhooks WHERE id IN (SELECT value FROM json_each($1))";
 

@@ -447,6 +447,46 @@ async fn a_receiver_that_recovers_gets_its_waiting_retries_at_once() {
     assert_eq!(retried, failed, "the three that failed are the three sent again");
 }
 
+/// More waiting retries than one release batch (512): once the receiver answers again they
+/// are made due batch after batch and all arrive long before their scheduled minute, each
+/// exactly once (issue 23 §1).
+#[tokio::test]
+async fn a_receiver_that_recovers_gets_more_retries_than_one_batch_at_once() {
+    const EVENTS: usize = 600;
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.retry_schedule = vec![60, 60];
+        c.delivery.suspend_after_failures = 10_000;
+        c.delivery.suspend_after_total_failures = 10_000;
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    rx.always(500);
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    let ids: Vec<usize> = (0..EVENTS).collect();
+    for chunk in ids.chunks(EVENTS / 8) {
+        futures_util::future::join_all(chunk.iter().map(|i| {
+            f.event(&admin, json!({ "eventId": format!("ev-b{i}"), "type": "transfer", "walletId": WALLET }))
+        }))
+        .await;
+    }
+    rx.wait_for(EVENTS, 30).await;
+    rx.always(200);
+    f.event(&admin, json!({ "eventId": "ev-b-ok", "type": "transfer", "walletId": WALLET })).await;
+    let got = rx.wait_for(2 * EVENTS + 1, 30).await;
+    let ids = |rs: &[crate::receiver::Received]| -> std::collections::HashSet<String> {
+        rs.iter()
+            .filter_map(|r| r.headers.get("webhook-id").and_then(|v| v.to_str().ok()).map(str::to_string))
+            .collect()
+    };
+    let failed = ids(&got[..EVENTS]);
+    let retried = ids(&got[EVENTS + 1..]);
+    assert_eq!(failed.len(), EVENTS);
+    assert_eq!(retried, failed, "every one that failed is sent again");
+    assert_eq!(got.len(), 2 * EVENTS + 1, "and only once");
+}
+
 /// `POST /api/v2/webhook/{id}/recover` (issue 22 §4) queues again the notifications that failed
 /// for good since a time, at most `webhooks.recover_max` per call, at most 14 days back, and
 /// records each call in the audit log with its count.

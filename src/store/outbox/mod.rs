@@ -199,6 +199,26 @@ pub struct Saturated {
     pub users: Vec<UserId>,
 }
 
+impl Saturated {
+    /// Whether everyone this skips, `other` skips too: a claim skipping `other` can find
+    /// nothing that one skipping `self` could not.
+    pub fn within(&self, other: &Saturated) -> bool {
+        self.webhooks.iter().all(|w| other.webhooks.contains(w))
+            && self.enterprises.iter().all(|e| other.enterprises.contains(e))
+            && self.users.iter().all(|u| other.users.contains(u))
+    }
+}
+
+/// What writing a batch of outcomes changed beyond the notifications themselves.
+#[derive(Debug, Default)]
+pub struct Completed {
+    /// Webhooks suspended by this batch's failures.
+    pub suspended: Vec<WebhookId>,
+    /// Webhooks that answered 2xx after failures: their notifications waiting for a retry
+    /// are to be made due now ([`OutboxStore::release_retries`]).
+    pub recovered: Vec<WebhookId>,
+}
+
 /// The outbox and its attempts.
 #[async_trait]
 pub trait OutboxStore: Send + Sync {
@@ -215,13 +235,19 @@ pub trait OutboxStore: Send + Sync {
     ) -> StoreResult<Vec<Claimed>>;
     /// Gives back claimed notifications unattempted, due again at `at_ms` (no attempt counted).
     async fn defer(&self, ids: &[NotificationId], at_ms: i64) -> StoreResult<()>;
-    /// Writes attempts and their consequences in one transaction; returns webhooks suspended.
+    /// Writes attempts and their consequences in one transaction; returns the webhooks
+    /// suspended and those that answer again after failures.
     async fn complete(
         &self,
         outcomes: &[Outcome],
         now_ms: i64,
         rule: &dyn SuspendPolicy,
-    ) -> StoreResult<Vec<WebhookId>>;
+    ) -> StoreResult<Completed>;
+    /// Makes up to `limit` of `webhook`'s notifications waiting for a retry due at `now_ms`,
+    /// soonest scheduled first; returns how many. A receiver that answers again gets its
+    /// waiting retries at once, not at their scheduled times (issue 23 §1); in batches, so a
+    /// backlog of tens of thousands never holds the outbox's writes for long.
+    async fn release_retries(&self, webhook: &WebhookId, now_ms: i64, limit: u32) -> StoreResult<u64>;
     async fn notification_by_id(
         &self,
         webhook_id: &WebhookId,

@@ -7,8 +7,8 @@ use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::{
     completion::{failure_counters, finish_notifications, insert_attempts, should_suspend, FailureRow},
-    Attempt, Claimed, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome, Saturated,
-    SuspendPolicy,
+    Attempt, Claimed, Completed, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome,
+    Saturated, SuspendPolicy,
 };
 use crate::store::{
     sql::{json_value, placeholders, to_json, Dialect},
@@ -251,13 +251,13 @@ where
         outcomes: &[Outcome],
         now_ms: i64,
         rule: &dyn SuspendPolicy,
-    ) -> StoreResult<Vec<WebhookId>> {
+    ) -> StoreResult<Completed> {
         let mut tx = self.begin_relaxed().await?;
         insert_attempts::<DB>(&mut tx, outcomes).await?;
         finish_notifications::<DB>(&mut tx, outcomes, now_ms).await?;
         // Webhook counters, one statement per webhook: failures after its last success in this
         // batch continue (or restart) the successive count.
-        let mut suspended = Vec::new();
+        let mut recorded = Completed::default();
         for (id, reset, fails_after, fails) in failure_counters(outcomes) {
             // A batch of successes on a webhook without failures changes nothing: no write.
             let changed = sqlx::query(
@@ -273,30 +273,33 @@ where
             .execute(&mut *tx)
             .await?;
             if reset && DB::rows_affected(&changed) > 0 {
-                // The receiver answers again after failures: its notifications waiting for a
-                // retry are due now rather than at their scheduled time (issue 23 §1).
-                sqlx::query(
-                    "UPDATE notifications SET next_attempt_at = $1 WHERE webhook_id = $2 \
-                     AND state = 'pending' AND next_attempt_at > $1 AND lease_until <= $1",
-                )
-                .bind(now_ms)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+                recorded.recovered.push(id.clone());
             }
             if fails > 0 && should_suspend::<DB>(&mut tx, id, now_ms, rule).await? {
                 sqlx::query("UPDATE webhooks SET state = 'suspended' WHERE id = $1")
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
-                suspended.push(id.clone());
+                recorded.suspended.push(id.clone());
             }
         }
         tx.commit().await?;
-        if !suspended.is_empty() {
+        if !recorded.suspended.is_empty() {
             self.cache.clear();
         }
-        Ok(suspended)
+        Ok(recorded)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn release_retries(&self, webhook: &WebhookId, now_ms: i64, limit: u32) -> StoreResult<u64> {
+        let _gate = self.write_gate().await;
+        let done = sqlx::query(DB::RELEASE_RETRIES)
+            .bind(now_ms)
+            .bind(webhook)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await?;
+        Ok(DB::rows_affected(&done))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
