@@ -103,13 +103,16 @@ impl Dialect for Sqlite {
     const EXISTING_WALLET_IDS: &'static str =
         "SELECT id FROM wallets WHERE id IN (SELECT value FROM json_each($1))";
 
-    const WALLETS_PACKED: &'static str = "SELECT group_concat(id || char(31) || coin || char(31) \
-        || COALESCE(enterprise, '') || char(31) || CASE WHEN deleted THEN '1' ELSE '0' END || char(31) \
-        || user_ids || char(31) || COALESCE(balance, '') || char(31) || COALESCE(confirmed_balance, '') \
-        || char(31) || COALESCE(spendable_balance, '') || char(31) || COALESCE(staking_balance, '') \
-        || char(31) || COALESCE(reward_balance, '') || char(31) || COALESCE(withdraw_hold_usd, '') \
-        || char(31) || record, char(30)) \
-        FROM wallets WHERE id IN (SELECT value FROM json_each($1)) AND ($2 OR NOT deleted)";
+    /// One primary-key search per requested id, in request order: `json_each` drives the join
+    /// (an `IN` over it built a temporary B-tree of the ids first). `concat` sizes each packed
+    /// record once, where a chain of `||` copied the growing prefix at every step; not
+    /// `concat_ws`, as this SQLite's drops the separator before an empty value (issue 23 §4).
+    const WALLETS_PACKED: &'static str = "SELECT group_concat(concat(w.id, char(31), w.coin, char(31), \
+        w.enterprise, char(31), CASE WHEN w.deleted THEN '1' ELSE '0' END, char(31), w.user_ids, \
+        char(31), w.balance, char(31), w.confirmed_balance, char(31), w.spendable_balance, char(31), \
+        w.staking_balance, char(31), w.reward_balance, char(31), w.withdraw_hold_usd, char(31), \
+        w.record), char(30)) \
+        FROM json_each($1) AS j CROSS JOIN wallets AS w ON w.id = j.value WHERE ($2 OR NOT w.deleted)";
 
     /// One writer at a time: the subquery and update are one atomic statement.
     const CLAIM_DUE_ALL: &'static str = "UPDATE notifications SET state = 'pending', lease_until = $1, \

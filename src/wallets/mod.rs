@@ -189,12 +189,26 @@ pub async fn lookup(
     }
     let rows = svc.store.wallets_by_ids(&wanted, include_deleted).await?;
     let visibility = Visibility::load(svc, auth).await?;
-    let mut by_id: HashMap<WalletId, WalletRow> = rows
-        .into_iter()
-        .filter(|row| visibility.can_view(svc, auth, row))
-        .map(|row| (row.id.clone(), row))
-        .collect();
-    Ok(wanted.iter().filter_map(|id| by_id.remove(id)).collect())
+    let visible = rows.into_iter().filter(|row| visibility.can_view(svc, auth, row)).collect();
+    Ok(in_request_order(&wanted, visible))
+}
+
+/// `rows` in the order of `wanted` (distinct ids). The store usually answers in that order
+/// already, which one pass confirms; otherwise they are sorted through a map.
+fn in_request_order(wanted: &[WalletId], rows: Vec<WalletRow>) -> Vec<WalletRow> {
+    let mut next = 0;
+    let ordered = rows.iter().all(|row| {
+        while next < wanted.len() && wanted[next] != row.id {
+            next += 1;
+        }
+        next += 1;
+        next <= wanted.len()
+    });
+    if ordered {
+        return rows;
+    }
+    let mut by_id: HashMap<WalletId, WalletRow> = rows.into_iter().map(|row| (row.id.clone(), row)).collect();
+    wanted.iter().filter_map(|id| by_id.remove(id)).collect()
 }
 
 /// Checks a balance update: a JSON object of §2.1 balance strings (base units; USD cents for
@@ -245,4 +259,41 @@ pub async fn set_balances(
         .update_wallet_balances(wallet_id, &balances, &[entry])
         .await?
         .ok_or_else(|| Error::NotFound { name: ErrorName::WalletNotFound, message: "no such wallet".into() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> WalletId {
+        format!("{n:032x}").parse().expect("a wallet id")
+    }
+
+    fn row(n: u8) -> WalletRow {
+        WalletRow {
+            id: id(n),
+            coin: "tbtc".parse().expect("a coin"),
+            enterprise: None,
+            deleted: false,
+            user_ids: Vec::new(),
+            record: "{}".into(),
+            balances: Balances::default(),
+        }
+    }
+
+    fn ids(rows: &[WalletRow]) -> Vec<WalletId> {
+        rows.iter().map(|r| r.id.clone()).collect()
+    }
+
+    #[test]
+    fn rows_come_back_in_request_order_whatever_order_the_store_used() {
+        let wanted = [id(3), id(1), id(2), id(4)];
+        // In order, with gaps (unknown or invisible ids): kept as they are.
+        assert_eq!(ids(&in_request_order(&wanted, vec![row(3), row(2)])), vec![id(3), id(2)]);
+        // Out of order: sorted by the request.
+        let got = in_request_order(&wanted, vec![row(4), row(1), row(3), row(2)]);
+        assert_eq!(ids(&got), wanted.to_vec());
+        assert_eq!(ids(&in_request_order(&wanted, vec![row(2), row(3)])), vec![id(3), id(2)]);
+        assert!(in_request_order(&wanted, Vec::new()).is_empty());
+    }
 }
