@@ -6,6 +6,8 @@
 //! limit is set out of the way.
 //!
 //! Run: `cargo bench --bench lookup`; with `BENCH_STORE=1` it also times the store query alone;
+//! `BENCH_SERVE=SECS` only serves both routes that long, for a load generator in another
+//! process (`scripts/lookup_wrk.sh` runs `wrk -c64` against them);
 //! `BENCH_PROFILE_IDS=N` runs only the concurrent lookup of N ids (to profile it; the reference's
 //! with `BENCH_PROFILE_REFERENCE=1`); `BENCH_ROUNDS`
 //! sets the alternating rounds of the concurrent comparison (15);
@@ -63,6 +65,21 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
 
     if std::env::var("BENCH_STORE").is_ok() {
         store_only(&state, &ids).await?;
+    }
+    if let Ok(secs) = std::env::var("BENCH_SERVE") {
+        // For a load generator in another process (`wrk`, scripts/lookup_wrk.sh): both
+        // routes, and the token, written to BENCH_SERVE_FILE; then serve for that long.
+        let reference = reference_route(url).await?;
+        let file = std::env::var("BENCH_SERVE_FILE").unwrap_or_else(|_| "lookup-serve.env".into());
+        std::fs::write(
+            &file,
+            format!(
+                "CUSTODIAN_URL={base}/api/v2/internal/wallet?expandBalance=true\nREFERENCE_URL={reference}\nTOKEN={token}\n"
+            ),
+        )?;
+        println!("serving for {secs} s; URLs and token in {file}");
+        tokio::time::sleep(Duration::from_secs(secs.parse()?)).await;
+        return Ok(());
     }
     if let Ok(size) = std::env::var("BENCH_PROFILE_IDS") {
         // Only the concurrent lookup of this many ids (Custodian's, or with
