@@ -492,6 +492,7 @@ impl Engine {
     /// finished during an outage is not delivered again once the database is back. At shutdown
     /// it tries for at most [`RECORD_AT_SHUTDOWN`]; then those leases run out and the
     /// notifications are delivered again, as after a crash.
+    ///
     /// Sends the webhooks that answer again after failures to `recovered`
     /// ([`Engine::release_loop`]).
     async fn complete_loop(
