@@ -24,13 +24,15 @@ impl BenchDb {
 }
 
 /// The backends to run on: SQLite (false), and PostgreSQL (true) when
-/// CUSTODIAN_BENCH_POSTGRES_URL is set.
+/// CUSTODIAN_BENCH_POSTGRES_URL is set; `BENCH_BACKENDS=sqlite` or `postgres` picks one.
 pub fn backends() -> Vec<bool> {
-    let mut out = vec![false];
-    if std::env::var("CUSTODIAN_BENCH_POSTGRES_URL").is_ok() {
-        out.push(true);
+    let postgres = std::env::var("CUSTODIAN_BENCH_POSTGRES_URL").is_ok();
+    match std::env::var("BENCH_BACKENDS").as_deref() {
+        Ok("postgres") if postgres => vec![true],
+        Ok("sqlite") => vec![false],
+        _ if postgres => vec![false, true],
+        _ => vec![false],
     }
-    out
 }
 
 /// A fresh database: a SQLite file in a temporary folder, or a new PostgreSQL database.
