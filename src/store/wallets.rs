@@ -63,7 +63,8 @@ pub trait WalletStore: Send + Sync {
         audit: &[super::AuditEntry],
     ) -> StoreResult<(u64, u64)>;
     /// The wallets with these ids, in one query; deleted ones only with `include_deleted`.
-    /// Unknown ids are absent; order is unspecified.
+    /// Unknown ids are absent; order is unspecified (SQLite answers in the order given). An id
+    /// given twice may come back twice: callers pass distinct ids or collapse by id.
     async fn wallets_by_ids(&self, ids: &[WalletId], include_deleted: bool) -> StoreResult<Vec<WalletRow>>;
     /// Sets the balances given in `balances` (others unchanged); `None` when no such wallet.
     /// `audit` is written with the change, when the wallet exists.

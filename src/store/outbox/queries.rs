@@ -257,7 +257,7 @@ where
         finish_notifications::<DB>(&mut tx, outcomes, now_ms).await?;
         // Webhook counters, one statement per webhook: failures after its last success in this
         // batch continue (or restart) the successive count.
-        let mut recorded = Completed::default();
+        let mut completed = Completed::default();
         for (id, reset, fails_after, fails) in failure_counters(outcomes) {
             // A batch of successes on a webhook without failures changes nothing: no write.
             let changed = sqlx::query(
@@ -273,21 +273,21 @@ where
             .execute(&mut *tx)
             .await?;
             if reset && DB::rows_affected(&changed) > 0 {
-                recorded.recovered.push(id.clone());
+                completed.recovered.push(id.clone());
             }
             if fails > 0 && should_suspend::<DB>(&mut tx, id, now_ms, rule).await? {
                 sqlx::query("UPDATE webhooks SET state = 'suspended' WHERE id = $1")
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
-                recorded.suspended.push(id.clone());
+                completed.suspended.push(id.clone());
             }
         }
         tx.commit().await?;
-        if !recorded.suspended.is_empty() {
+        if !completed.suspended.is_empty() {
             self.cache.clear();
         }
-        Ok(recorded)
+        Ok(completed)
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
