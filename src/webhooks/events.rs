@@ -112,16 +112,18 @@ pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
         notifications: notifications.len() as u64,
         webhooks: hooks.iter().map(|w| w.id.clone()).collect(),
     };
-    let result_text = serde_json::to_string(&result).map_err(|e| Error::Internal(e.into()))?;
     let event = EventWrite {
         event_id: ev.event_id,
         body: Value::Object(map).to_string(),
         transfer_id: ev.transfer_id,
-        result: result_text,
+        webhooks: result.webhooks.clone(),
         notifications,
     };
     match svc.store.record_event(event).await? {
-        Recorded::Before(previous) => serde_json::from_str(&previous).map_err(|e| Error::Internal(e.into())),
+        // Each webhook notified got one notification.
+        Recorded::Before(webhooks) => {
+            Ok(EventResult { event_id: result.event_id, notifications: webhooks.len() as u64, webhooks })
+        }
         Recorded::Now { skipped } => {
             hand_to_engine(svc, leased, &skipped, unleased).await;
             Ok(result)

@@ -74,6 +74,14 @@ async fn simulated_wallet_notification_is_delivered_signed() {
         .await;
     assert_eq!(res.status(), 200);
     rx.wait_for(2, 10).await;
+    wait_until_idle(&f.app.state.store).await;
+    // Both successes are listed, in order: the first moved off the notification by the resend
+    // (issue 23 §3 keeps a notification's success on its row).
+    let attempts = f.get(&format!("/api/v2/webhook/{hook_id}/notifications/{nid}/attempts")).await;
+    let a = attempts["attempts"].as_array().unwrap();
+    assert_eq!(a.len(), 2, "{attempts}");
+    assert!(a.iter().all(|a| a["statusCode"] == 200 && a["success"] == true), "{attempts}");
+    assert!(a[0]["startedAt"].as_str() <= a[1]["startedAt"].as_str(), "{attempts}");
 }
 
 /// What the receiver got for notification `n`: its exact payload, its headers and both
@@ -283,6 +291,37 @@ async fn failed_deliveries_are_retried_and_recorded() {
     assert_eq!(a[3]["statusCode"], 200);
     let hooks = f.get(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks")).await;
     assert_eq!(hooks["webhooks"][0]["successiveFailedAttempts"], 0, "reset on success");
+}
+
+/// Issue 23 §3: a successful attempt is kept on its notification, not as a delivery_attempts
+/// row; the console's counts, latencies and "last delivered" read both.
+#[tokio::test]
+async fn successes_on_notifications_are_counted_beside_failed_attempts() {
+    use custodian::store::Tenancy;
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    rx.plan(&[Answer { status: 500, retry_after: None, delay_ms: 0 }]);
+    let hook: custodian::types::WebhookId = f.wallet_hook_id(&rx.url, "transfer").await.parse().unwrap();
+    let admin = f.admin_token().await;
+    let start = custodian::ids::now_ms();
+    f.event(&admin, json!({ "eventId": "ev-count-1", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(2, 10).await;
+    f.event(&admin, json!({ "eventId": "ev-count-2", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(3, 10).await;
+    wait_until_idle(&f.app.state.store).await;
+    let rows = f.app.raw_sql("SELECT CAST(success AS TEXT) FROM delivery_attempts").await;
+    assert_eq!(rows.len(), 1, "only the failure is a row: {rows:?}");
+    let store = &f.app.state.store;
+    let since = start - 3_600_000;
+    let hours = store.attempts_by_hour(&Tenancy::All, since).await.unwrap();
+    let (delivered, failed) = hours.iter().fold((0, 0), |(d, x), h| (d + h.delivered, x + h.failed));
+    assert_eq!((delivered, failed), (2, 1), "{hours:?}");
+    assert_eq!(store.attempt_durations(&Tenancy::All, since, 100).await.unwrap().len(), 3);
+    assert_eq!(store.attempt_durations(&Tenancy::All, since, 2).await.unwrap().len(), 2, "capped");
+    let last = store.last_attempts(std::slice::from_ref(&hook)).await.unwrap();
+    let (delivered_ms, failed_ms) = (last[0].delivered_ms.unwrap(), last[0].failed_ms.unwrap());
+    assert!(delivered_ms >= start && failed_ms >= start && delivered_ms > failed_ms, "{last:?}");
+    assert_eq!(store.recent_failures(&Tenancy::All, since, 10).await.unwrap().len(), 1);
 }
 
 #[tokio::test]

@@ -130,8 +130,8 @@ pub trait InsightStore: Send + Sync {
         since_ms: i64,
         limit: u32,
     ) -> StoreResult<Vec<RecentFailure>>;
-    /// When each of `webhook_ids` was last delivered to and last failed (attempt start, Unix
-    /// ms), in the order given: two index lookups per webhook.
+    /// When each of `webhook_ids` was last delivered to (to the second) and last failed
+    /// (attempt start, Unix ms), in the order given: two index lookups per webhook.
     async fn last_attempts(&self, webhook_ids: &[WebhookId]) -> StoreResult<Vec<LastAttempts>>;
     /// Notifications due, in flight and held now (`now_ms`).
     async fn queue_counts(&self, tenancy: &Tenancy, now_ms: i64) -> StoreResult<QueueCounts>;
@@ -225,6 +225,7 @@ where
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> NotificationRow: FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
@@ -304,31 +305,51 @@ where
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn attempts_by_hour(&self, tenancy: &Tenancy, since_ms: i64) -> StoreResult<Vec<HourCount>> {
+        // Attempt rows by their start, and the successes kept on notifications: those are all
+        // processed, so the index of finished notifications by finish time bounds the scan.
         let mut b = Binds::default();
+        let since = b.int(since_ms);
+        let rows_tenancy = b.tenancy::<DB>(tenancy)?;
+        let kept_tenancy = b.tenancy::<DB>(tenancy)?;
         let sql = format!(
-            "SELECT a.started_at / 3600000 AS hour, \
-             COALESCE(SUM(CASE WHEN a.success THEN 1 ELSE 0 END), 0) AS delivered, \
-             COALESCE(SUM(CASE WHEN a.success THEN 0 ELSE 1 END), 0) AS failed \
+            "SELECT hour, COALESCE(SUM(delivered), 0) AS delivered, COALESCE(SUM(failed), 0) AS failed FROM ( \
+             SELECT a.started_at / 3600000 AS hour, CASE WHEN a.success THEN 1 ELSE 0 END AS delivered, \
+             CASE WHEN a.success THEN 0 ELSE 1 END AS failed \
              FROM delivery_attempts a JOIN webhooks w ON w.id = a.webhook_id \
-             WHERE a.started_at >= {} AND {} GROUP BY a.started_at / 3600000 ORDER BY 1",
-            b.int(since_ms),
-            b.tenancy::<DB>(tenancy)?
+             WHERE a.started_at >= {since} AND {rows_tenancy} \
+             UNION ALL SELECT n.delivered_at / 3600000, 1, 0 FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
+             WHERE n.state IN ('processed', 'failed') AND n.updated_at >= {since} AND n.delivered_at >= {since} \
+             AND {kept_tenancy}) t GROUP BY hour ORDER BY 1"
         );
         Ok(bind_all!(sqlx::query_as(&sql), b).fetch_all(&self.pool).await?)
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn attempt_durations(&self, tenancy: &Tenancy, since_ms: i64, limit: u32) -> StoreResult<Vec<i64>> {
+        // The latest of each source, by their own index, then the latest `limit` of both.
         let mut b = Binds::default();
         let sql = format!(
-            "SELECT a.duration_ms FROM delivery_attempts a JOIN webhooks w ON w.id = a.webhook_id \
+            "SELECT a.started_at, a.duration_ms FROM delivery_attempts a JOIN webhooks w ON w.id = a.webhook_id \
              WHERE a.started_at >= {} AND {} ORDER BY a.started_at DESC LIMIT {}",
             b.int(since_ms),
             b.tenancy::<DB>(tenancy)?,
             b.int(i64::from(limit))
         );
-        let rows: Vec<(i64,)> = bind_all!(sqlx::query_as(&sql), b).fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(|(d,)| d).collect())
+        let mut rows: Vec<(i64, i64)> = bind_all!(sqlx::query_as(&sql), b).fetch_all(&self.pool).await?;
+        let mut b = Binds::default();
+        let since = b.int(since_ms);
+        let sql = format!(
+            "SELECT n.delivered_at, n.delivered_ms FROM notifications n JOIN webhooks w ON w.id = n.webhook_id \
+             WHERE n.state IN ('processed', 'failed') AND n.updated_at >= {since} AND n.delivered_at >= {since} \
+             AND {} ORDER BY n.updated_at DESC LIMIT {}",
+            b.tenancy::<DB>(tenancy)?,
+            b.int(i64::from(limit))
+        );
+        let kept: Vec<(i64, i64)> = bind_all!(sqlx::query_as(&sql), b).fetch_all(&self.pool).await?;
+        rows.extend(kept);
+        rows.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        Ok(rows.into_iter().map(|(_, d)| d).collect())
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -363,18 +384,20 @@ where
     async fn last_attempts(&self, webhook_ids: &[WebhookId]) -> StoreResult<Vec<LastAttempts>> {
         let mut out = Vec::with_capacity(webhook_ids.len());
         for id in webhook_ids {
-            let mut last = [None, None];
-            for (slot, success) in last.iter_mut().zip([true, false]) {
-                let (at,): (Option<i64>,) = sqlx::query_as(
-                    "SELECT MAX(started_at) FROM delivery_attempts WHERE webhook_id = $1 AND success = $2",
-                )
-                .bind(id)
-                .bind(success)
-                .fetch_one(&self.pool)
-                .await?;
-                *slot = at;
-            }
-            out.push(LastAttempts { delivered_ms: last[0], failed_ms: last[1] });
+            let (delivered_ms,): (Option<i64>,) =
+                sqlx::query_as("SELECT last_delivered_at FROM webhooks WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .unwrap_or((None,));
+            let (failed_ms,): (Option<i64>,) = sqlx::query_as(
+                "SELECT MAX(started_at) FROM delivery_attempts WHERE webhook_id = $1 AND success = $2",
+            )
+            .bind(id)
+            .bind(false)
+            .fetch_one(&self.pool)
+            .await?;
+            out.push(LastAttempts { delivered_ms, failed_ms });
         }
         Ok(out)
     }

@@ -6,9 +6,12 @@ use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::{
-    completion::{failure_counters, finish_notifications, insert_attempts, should_suspend, FailureRow},
-    Attempt, Claimed, Completed, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome,
-    Saturated, SuspendPolicy,
+    completion::{
+        failure_counters, finish_notifications, insert_attempts, record_deliveries, should_suspend,
+        FailureRow, Tally,
+    },
+    Attempt, Claimed, Completed, Completion, DeliveryStats, Notification, NotificationState, OutboxStore,
+    Outcome, Saturated, SuspendPolicy,
 };
 use crate::store::{
     sql::{json_value, placeholders, to_json, Dialect},
@@ -94,6 +97,12 @@ impl AttemptRow {
 /// The columns of [`AttemptRow`], for `SELECT` (prefix them with the table's alias by hand).
 pub(super) const ATTEMPT_COLUMNS: &str =
     "notification_id, webhook_id, started_at, duration_ms, status_code, success, response_body, error";
+
+/// A notification's successful attempt kept on its row (`completion.rs`), as the columns of
+/// [`AttemptRow`]; only where `delivered_at IS NOT NULL`.
+pub(super) const DELIVERED_ATTEMPT: &str = "id AS notification_id, webhook_id, delivered_at AS started_at, \
+    delivered_ms AS duration_ms, delivered_status AS status_code, TRUE AS success, \
+    delivered_body AS response_body, CAST(NULL AS TEXT) AS error";
 
 #[derive(FromRow)]
 struct StatsRow {
@@ -253,12 +262,19 @@ where
         rule: &dyn SuspendPolicy,
     ) -> StoreResult<Completed> {
         let mut tx = self.begin_relaxed().await?;
-        insert_attempts::<DB>(&mut tx, outcomes).await?;
-        finish_notifications::<DB>(&mut tx, outcomes, now_ms).await?;
+        let delivered_before = record_deliveries::<DB>(&mut tx, outcomes, now_ms).await?;
+        let rest: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| o.completion != Completion::Delivered)
+            .chain(delivered_before)
+            .collect();
+        insert_attempts::<DB>(&mut tx, &rest).await?;
+        finish_notifications::<DB>(&mut tx, &rest, now_ms).await?;
         // Webhook counters, one statement per webhook: failures after its last success in this
         // batch continue (or restart) the successive count.
         let mut completed = Completed::default();
-        for (id, reset, fails_after, fails) in failure_counters(outcomes) {
+        for Tally { webhook: id, last_success_ms, fails_after, fails } in failure_counters(outcomes) {
+            let reset = last_success_ms.is_some();
             // A batch of successes on a webhook without failures changes nothing: no write.
             let changed = sqlx::query(
                 "UPDATE webhooks SET successive_failed_attempts = CASE WHEN $1 THEN $2 \
@@ -274,6 +290,17 @@ where
             .await?;
             if reset && DB::rows_affected(&changed) > 0 {
                 completed.recovered.push(id.clone());
+            }
+            if let Some(at) = last_success_ms {
+                // To the second: a webhook delivered to all the time writes this once a second.
+                sqlx::query(
+                    "UPDATE webhooks SET last_delivered_at = $1 WHERE id = $2 \
+                     AND (last_delivered_at IS NULL OR last_delivered_at < $1 - 1000)",
+                )
+                .bind(at)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
             }
             if fails > 0 && should_suspend::<DB>(&mut tx, id, now_ms, rule).await? {
                 sqlx::query("UPDATE webhooks SET state = 'suspended' WHERE id = $1")
@@ -340,13 +367,12 @@ where
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn attempts(&self, notification_id: &NotificationId) -> StoreResult<Vec<Attempt>> {
-        let rows: Vec<AttemptRow> = sqlx::query_as(
-            "SELECT notification_id, webhook_id, started_at, duration_ms, status_code, success, \
-             response_body, error FROM delivery_attempts WHERE notification_id = $1 ORDER BY id",
-        )
-        .bind(notification_id)
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM (SELECT {ATTEMPT_COLUMNS}, id AS seq FROM delivery_attempts \
+             WHERE notification_id = $1 UNION ALL SELECT {DELIVERED_ATTEMPT}, 0 AS seq FROM notifications \
+             WHERE id = $1 AND delivered_at IS NOT NULL) t ORDER BY started_at, seq"
+        );
+        let rows: Vec<AttemptRow> = sqlx::query_as(&sql).bind(notification_id).fetch_all(&self.pool).await?;
         Ok(rows.into_iter().map(AttemptRow::into_attempt).collect())
     }
 
@@ -357,18 +383,28 @@ where
         id: &NotificationId,
         now_ms: i64,
     ) -> StoreResult<Option<Notification>> {
+        let mut tx = self.begin_write().await?;
+        // The success kept on the row becomes an attempt row: only processed notifications
+        // keep one (the console's counts read them by their finish time).
+        let moved = format!(
+            "INSERT INTO delivery_attempts ({ATTEMPT_COLUMNS}) SELECT {DELIVERED_ATTEMPT} FROM notifications \
+             WHERE webhook_id = $1 AND id = $2 AND delivered_at IS NOT NULL"
+        );
+        sqlx::query(&moved).bind(webhook_id).bind(id).execute(&mut *tx).await?;
         let res = sqlx::query(
             "UPDATE notifications SET state = 'new', retries = 0, next_attempt_at = $1, lease_until = 0, \
-             updated_at = $1 WHERE webhook_id = $2 AND id = $3",
+             updated_at = $1, delivered_at = NULL, delivered_ms = NULL, delivered_status = NULL, \
+             delivered_body = NULL WHERE webhook_id = $2 AND id = $3",
         )
         .bind(now_ms)
         .bind(webhook_id)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
         if DB::rows_affected(&res) == 0 {
             return Ok(None);
         }
+        tx.commit().await?;
         self.notification_by_id(webhook_id, id).await
     }
 
