@@ -120,6 +120,9 @@ impl Dialect for Postgres {
     /// Row locks let PostgreSQL's writers proceed side by side.
     const SERIALIZE_WRITES: bool = false;
 
+    /// None: a connection kept aside would miss the pool's checks after a server restart.
+    const READ_LANE: usize = 0;
+
     fn begin_write(
         pool: &Pool<Self>,
     ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send {

@@ -67,6 +67,10 @@ pub trait Dialect: Database {
     /// 100 ms between retries: the latency tail the profile showed).
     const SERIALIZE_WRITES: bool;
 
+    /// Most connections the hottest read keeps out of the pool between uses
+    /// ([`super::sql_store::ReadLane`]); 0 for none.
+    const READ_LANE: usize;
+
     /// Begins a transaction that writes: it must not fail later for having read first.
     fn begin_write(
         pool: &Pool<Self>,

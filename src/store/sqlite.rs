@@ -165,6 +165,9 @@ impl Dialect for Sqlite {
 
     const SERIALIZE_WRITES: bool = true;
 
+    /// Half the pool (8): a connection to a local file does not go stale while it waits.
+    const READ_LANE: usize = 4;
+
     /// `BEGIN IMMEDIATE` takes the write lock at once: a deferred transaction that reads first
     /// fails with SQLITE_BUSY instead of waiting when another writer got in between.
     fn begin_write(
