@@ -367,10 +367,12 @@ where
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn attempts(&self, notification_id: &NotificationId) -> StoreResult<Vec<Attempt>> {
+        // The kept success is the latest attempt: last among attempts of the same millisecond.
         let sql = format!(
             "SELECT {ATTEMPT_COLUMNS} FROM (SELECT {ATTEMPT_COLUMNS}, id AS seq FROM delivery_attempts \
-             WHERE notification_id = $1 UNION ALL SELECT {DELIVERED_ATTEMPT}, 0 AS seq FROM notifications \
-             WHERE id = $1 AND delivered_at IS NOT NULL) t ORDER BY started_at, seq"
+             WHERE notification_id = $1 UNION ALL SELECT {DELIVERED_ATTEMPT}, {} AS seq FROM notifications \
+             WHERE id = $1 AND delivered_at IS NOT NULL) t ORDER BY started_at, seq",
+            i64::MAX
         );
         let rows: Vec<AttemptRow> = sqlx::query_as(&sql).bind(notification_id).fetch_all(&self.pool).await?;
         Ok(rows.into_iter().map(AttemptRow::into_attempt).collect())
