@@ -36,34 +36,41 @@ pub struct SqlStore<DB: Database> {
 /// wallet). The lookup runs on at most [`Dialect::READ_LANE`] connections that it takes from
 /// the pool once and keeps; the rest of the pool serves everything else. A read that fails or
 /// is cancelled drops its connection back to the pool, whose ping then checks it as before, and
-/// the next read takes a fresh one.
+/// the next read takes a fresh one. A lane of capacity 0 lends straight from the pool and keeps
+/// nothing.
 pub(super) struct ReadLane<DB: Database> {
     idle: std::sync::Mutex<Vec<PoolConnection<DB>>>,
-    slots: Arc<tokio::sync::Semaphore>,
+    /// `None` for capacity 0.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// A connection lent by a [`ReadLane`]: [`Lent::keep`] after a successful read.
 pub(super) struct Lent<'l, DB: Database> {
     conn: PoolConnection<DB>,
     lane: &'l ReadLane<DB>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    /// The lane's slot; `None` when the lane keeps nothing.
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<DB: Database> ReadLane<DB> {
     fn new(capacity: usize) -> Self {
-        ReadLane { idle: std::sync::Mutex::default(), slots: Arc::new(tokio::sync::Semaphore::new(capacity)) }
+        let slots = (capacity > 0).then(|| Arc::new(tokio::sync::Semaphore::new(capacity)));
+        ReadLane { idle: std::sync::Mutex::default(), slots }
     }
 
     /// One of the lane's connections, waiting for a free one; taken from `pool` when the lane
     /// has fewer than its capacity.
     pub(super) async fn take(&self, pool: &Pool<DB>) -> sqlx::Result<Lent<'_, DB>> {
-        let slot = self.slots.clone().acquire_owned().await.map_err(|_| sqlx::Error::PoolClosed)?;
+        let slot = match &self.slots {
+            Some(slots) => Some(slots.clone().acquire_owned().await.map_err(|_| sqlx::Error::PoolClosed)?),
+            None => None,
+        };
         let kept = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let conn = match kept {
             Some(conn) => conn,
             None => pool.acquire().await?,
         };
-        Ok(Lent { conn, lane: self, _slot: slot })
+        Ok(Lent { conn, lane: self, slot })
     }
 }
 
@@ -73,11 +80,14 @@ impl<DB: Database> Lent<'_, DB> {
         &mut self.conn
     }
 
-    /// Keeps the connection for the lane's next read.
+    /// Keeps the connection for the lane's next read (back to the pool when the lane keeps
+    /// nothing); the slot is freed after.
     pub(super) fn keep(self) {
-        let Lent { conn, lane, _slot } = self;
-        if let Ok(mut idle) = lane.idle.lock() {
-            idle.push(conn);
+        let Lent { conn, lane, slot } = self;
+        if slot.is_some() {
+            if let Ok(mut idle) = lane.idle.lock() {
+                idle.push(conn);
+            }
         }
     }
 }
@@ -183,5 +193,12 @@ mod tests {
         assert_eq!(lane.idle.lock().unwrap().len(), 0);
         assert_eq!(pool.num_idle(), 1);
         c.keep();
+        // A lane of capacity 0 lends from the pool and gives back to it.
+        let none = ReadLane::<sqlx::Sqlite>::new(0);
+        let d = none.take(&pool).await.unwrap();
+        d.keep();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(none.idle.lock().unwrap().len(), 0);
+        assert_eq!(pool.num_idle(), 1);
     }
 }

@@ -176,15 +176,13 @@ where
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn wallets_by_ids(&self, ids: &[WalletId], include_deleted: bool) -> StoreResult<Vec<WalletRow>> {
-        let query = sqlx::query_scalar(DB::WALLETS_PACKED).bind(to_json(ids)?).bind(include_deleted);
-        let packed: Option<String> = if DB::READ_LANE > 0 {
-            let mut lent = self.lane.take(&self.pool).await?;
-            let packed = query.fetch_one(lent.conn()).await?;
-            lent.keep();
-            packed
-        } else {
-            query.fetch_one(&self.pool).await?
-        };
+        let mut lent = self.lane.take(&self.pool).await?;
+        let packed: Option<String> = sqlx::query_scalar(DB::WALLETS_PACKED)
+            .bind(to_json(ids)?)
+            .bind(include_deleted)
+            .fetch_one(lent.conn())
+            .await?;
+        lent.keep();
         let Some(packed) = packed else { return Ok(Vec::new()) };
         packed.split('\u{1e}').map(unpack_wallet).collect()
     }

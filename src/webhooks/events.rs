@@ -50,7 +50,7 @@ pub struct EventRequest {
 }
 
 /// What an event fanned out to.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventResult {
     pub event_id: String,
