@@ -6,20 +6,37 @@ use rand::RngCore;
 /// (ChaCha, seeded and reseeded from the OS): no system call per id, which request ids and
 /// notification ids would otherwise pay (issue 12 §4). Secrets use the OS CSPRNG directly.
 pub fn new_id() -> String {
+    new_inline_id().to_string()
+}
+
+/// [`new_id`], held inline (the id types keep their text so, without an allocation).
+pub fn new_inline_id() -> arrayvec::ArrayString<32> {
     let mut b = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut b);
-    hex::encode(b)
+    hex_inline(b)
+}
+
+/// 16 bytes as 32 lowercase hex characters, inline.
+fn hex_inline(b: [u8; 16]) -> arrayvec::ArrayString<32> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = arrayvec::ArrayString::new();
+    for byte in b {
+        // 16 bytes make exactly the 32 characters the string holds.
+        s.push(char::from(HEX[usize::from(byte >> 4)]));
+        s.push(char::from(HEX[usize::from(byte & 15)]));
+    }
+    s
 }
 
 /// A new id of 32 lowercase hex characters that sorts by creation time: 12 of Unix
 /// milliseconds, then 20 random (80 bits, the thread's CSPRNG), as UUIDv7 does (RFC 9562 §5.7).
 /// For the outbox's notifications (issue 12): their inserts land at the right edge of the id
 /// indexes instead of on random pages, which cuts the pages each commit writes.
-pub fn new_sequential_id() -> String {
+pub fn new_sequential_id() -> arrayvec::ArrayString<32> {
     let mut b = [0u8; 16];
     b[..6].copy_from_slice(&now_ms().to_be_bytes()[2..]);
     rand::thread_rng().fill_bytes(&mut b[6..]);
-    hex::encode(b)
+    hex_inline(b)
 }
 
 /// The smallest [`new_sequential_id`] made at or after Unix millisecond `ms`: a bound that

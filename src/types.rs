@@ -6,7 +6,7 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use std::{fmt, str::FromStr};
+use std::{fmt, ops::Range, str::FromStr, sync::Arc};
 
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 use utoipa::openapi::{schema::Type, ObjectBuilder, RefOr, Schema};
@@ -88,15 +88,16 @@ macro_rules! text_enum {
 pub(crate) use text_enum;
 
 /// Declares a string newtype checked by `$check`, with `FromStr`, serde and an OpenAPI schema.
+/// The text is held inline (at most `$cap` bytes, the rule's own bound), so an id costs no
+/// allocation: a 100-id lookup builds several hundred of them (issue 23 §4).
 macro_rules! checked_string {
-    ($(#[$doc:meta])* $name:ident, $check:expr, $pattern:expr, $expect:literal) => {
+    ($(#[$doc:meta])* $name:ident, $cap:literal, $check:expr, $pattern:expr, $expect:literal) => {
         $(#[$doc])*
         ///
         /// Stored as text: `sqlx::Type` lets rows decode it and statements bind it on both
         /// backends (what the database holds was checked when it was written).
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type)]
-        #[sqlx(transparent)]
-        pub struct $name(String);
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(arrayvec::ArrayString<$cap>);
 
         impl $name {
             /// What a valid value looks like, for error messages.
@@ -109,14 +110,49 @@ macro_rules! checked_string {
 
             /// The owned text.
             pub fn into_string(self) -> String {
-                self.0
+                self.0.to_string()
             }
 
             /// A value read back from the database, checked when it was written and not again
-            /// (as decoding a row through `sqlx::Type` does). Not every type is read that way.
+            /// (as decoding a row through `sqlx::Type` does); only its length is, which the
+            /// inline text needs. Errors: `EXPECTED`, for text longer than any valid value.
             #[allow(dead_code)]
-            pub(crate) fn from_stored(s: &str) -> Self {
-                $name(s.to_string())
+            pub(crate) fn from_stored(s: &str) -> Result<Self, &'static str> {
+                arrayvec::ArrayString::from(s).map($name).map_err(|_| $expect)
+            }
+        }
+
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $name
+        where
+            String: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as sqlx::Type<DB>>::type_info()
+            }
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for $name
+        where
+            String: sqlx::Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <DB as sqlx::Database>::ArgumentBuffer<'q>,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                self.0.to_string().encode(buf)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $name
+        where
+            String: sqlx::Decode<'r, DB>,
+        {
+            fn decode(value: <DB as sqlx::Database>::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <String as sqlx::Decode<'r, DB>>::decode(value)?;
+                Ok($name::from_stored(&text)?)
             }
         }
 
@@ -124,10 +160,9 @@ macro_rules! checked_string {
             type Err = &'static str;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 let check: fn(&str) -> bool = $check;
-                if check(s) {
-                    Ok($name(s.to_string()))
-                } else {
-                    Err($expect)
+                match check(s).then(|| arrayvec::ArrayString::from(s).ok()).flatten() {
+                    Some(text) => Ok($name(text)),
+                    None => Err($expect),
                 }
             }
         }
@@ -154,7 +189,7 @@ macro_rules! checked_string {
 
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
-                self.0 == other
+                self.0.as_str() == other
             }
         }
 
@@ -193,36 +228,36 @@ macro_rules! checked_string {
 
 checked_string!(
     /// A wallet id (spec §2.1 `id`).
-    WalletId, is_id, ID_PATTERN, "a 32-hex wallet id"
+    WalletId, 32, is_id, ID_PATTERN, "a 32-hex wallet id"
 );
 checked_string!(
     /// An enterprise id.
-    EnterpriseId, is_id, ID_PATTERN, "a 32-hex enterprise id"
+    EnterpriseId, 32, is_id, ID_PATTERN, "a 32-hex enterprise id"
 );
 checked_string!(
     /// A user id (spec §2.3 `id`).
-    UserId, is_id, ID_PATTERN, "a 32-hex user id"
+    UserId, 32, is_id, ID_PATTERN, "a 32-hex user id"
 );
 checked_string!(
     /// A webhook id (spec §2.5 `id`).
-    WebhookId, is_id, ID_PATTERN, "a 32-hex webhook id"
+    WebhookId, 32, is_id, ID_PATTERN, "a 32-hex webhook id"
 );
 checked_string!(
     /// A notification id (spec §2.6 `id`).
-    NotificationId, is_id, ID_PATTERN, "a 32-hex notification id"
+    NotificationId, 32, is_id, ID_PATTERN, "a 32-hex notification id"
 );
 checked_string!(
     /// The public id of an access token (spec §2.4 `id`, §2.2 `token_id`).
-    TokenId, is_id, ID_PATTERN, "a 32-hex access token id"
+    TokenId, 32, is_id, ID_PATTERN, "a 32-hex access token id"
 );
 checked_string!(
     /// Any 32-hex id (templates, paging cursors).
-    AnyId, is_id, ID_PATTERN, "a 32-hex id"
+    AnyId, 32, is_id, ID_PATTERN, "a 32-hex id"
 );
 checked_string!(
     /// A coin symbol or token ticker (spec §1: lower case), 1 to 40 characters of
     /// `a-z 0-9 : _ -` starting with a letter or digit: `btc`, `teth`, `ofcbtc`, `eth:usdc`.
-    Coin, is_coin, COIN_PATTERN, "a lower-case coin symbol"
+    Coin, 40, is_coin, COIN_PATTERN, "a lower-case coin symbol"
 );
 
 /// New ids of the id types, from `crate::ids` (always 32 lowercase hex).
@@ -231,12 +266,12 @@ macro_rules! generated_id {
         impl $name {
             /// A new random id (`ids::new_id`).
             pub fn new_random() -> Self {
-                $name(crate::ids::new_id())
+                $name(crate::ids::new_inline_id())
             }
 
             /// The same id as a paging cursor.
             pub fn to_cursor(&self) -> AnyId {
-                AnyId(self.0.clone())
+                AnyId(self.0)
             }
         }
     )*};
@@ -265,16 +300,79 @@ pub fn is_coin(s: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || matches!(c, b':' | b'_' | b'-'))
 }
 
+/// Text that may be a slice of a larger shared buffer: the rows unpacked from one stored answer
+/// (the wallet lookup's packed rows) share it instead of each copying out its part, which for a
+/// 100-id lookup was hundreds of allocations and a copy of every record (issue 23 §4).
+#[derive(Clone)]
+pub struct SharedText {
+    buf: Arc<String>,
+    range: Range<usize>,
+}
+
+impl SharedText {
+    /// `range` of `buf`; `None` when it is out of bounds or splits a character.
+    pub fn slice(buf: &Arc<String>, range: Range<usize>) -> Option<Self> {
+        buf.get(range.clone())?;
+        Some(SharedText { buf: Arc::clone(buf), range })
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Checked when the slice was made, and the buffer is immutable.
+        self.buf.get(self.range.clone()).unwrap_or_default()
+    }
+}
+
+impl From<String> for SharedText {
+    fn from(s: String) -> Self {
+        let range = 0..s.len();
+        SharedText { buf: Arc::new(s), range }
+    }
+}
+
+impl From<&str> for SharedText {
+    fn from(s: &str) -> Self {
+        SharedText::from(s.to_string())
+    }
+}
+
+impl std::ops::Deref for SharedText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Debug for SharedText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq for SharedText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for SharedText {}
+
+impl std::hash::Hash for SharedText {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_str().hash(h)
+    }
+}
+
 /// A non-negative integer amount in base units (satoshi, wei, ...; USD cents for the withdraw
 /// hold), exact at any size: kept as canonical decimal digits without leading zeros. Parsed
 /// from a digit string or a JSON integer of at most 100 digits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct BaseUnits(String);
+pub struct BaseUnits(SharedText);
 
 /// Numeric order: canonical digits have no leading zeros, so the longer is the larger.
 impl Ord for BaseUnits {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.len().cmp(&other.0.len()).then_with(|| self.0.cmp(&other.0))
+        self.0.len().cmp(&other.0.len()).then_with(|| self.0.as_str().cmp(other.0.as_str()))
     }
 }
 
@@ -288,9 +386,10 @@ impl BaseUnits {
     /// What a valid value looks like, for error messages.
     pub const EXPECTED: &'static str = "a non-negative integer in base units (digits, or a JSON integer)";
 
-    /// An amount read back from the database, stored in this canonical form.
-    pub(crate) fn from_stored(s: &str) -> Self {
-        BaseUnits(s.to_string())
+    /// An amount read back from the database, stored in this canonical form: a slice of the
+    /// stored answer, not a copy.
+    pub(crate) fn from_stored(text: SharedText) -> Self {
+        BaseUnits(text)
     }
 
     /// Parses digits (1 to 100 of them); leading zeros are dropped.
@@ -299,7 +398,7 @@ impl BaseUnits {
             return None;
         }
         let trimmed = text.trim_start_matches('0');
-        Some(BaseUnits(if trimmed.is_empty() { "0".into() } else { trimmed.into() }))
+        Some(BaseUnits(SharedText::from(if trimmed.is_empty() { "0" } else { trimmed })))
     }
 
     /// Parses a JSON string of digits or a JSON integer (losslessly: the crate keeps numbers'
@@ -314,12 +413,12 @@ impl BaseUnits {
 
     /// The canonical digits.
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 
     /// The owned digits.
     pub fn into_string(self) -> String {
-        self.0
+        self.0.as_str().to_string()
     }
 }
 

@@ -40,9 +40,16 @@ fn webhooks_of_stored(text: &str) -> StoreResult<Vec<WebhookId>> {
         }
         let earlier: Earlier = serde_json::from_str(text)
             .map_err(|e| StoreError::Other(anyhow::anyhow!("stored event result: {e}")))?;
-        return Ok(earlier.webhooks.iter().map(|id| WebhookId::from_stored(id)).collect());
+        return earlier
+            .webhooks
+            .iter()
+            .map(|id| WebhookId::from_stored(id).map_err(StoreError::malformed))
+            .collect();
     }
-    Ok(text.split(',').filter(|id| !id.is_empty()).map(WebhookId::from_stored).collect())
+    text.split(',')
+        .filter(|id| !id.is_empty())
+        .map(|id| WebhookId::from_stored(id).map_err(StoreError::malformed))
+        .collect()
 }
 
 /// An event to store, with its notifications (owned: it crosses to the writer task).

@@ -79,6 +79,13 @@ pub enum StoreError {
     Other(#[from] anyhow::Error),
 }
 
+impl StoreError {
+    /// A stored value that no valid write could have left (`expected` says what was).
+    pub(crate) fn malformed(expected: &'static str) -> Self {
+        StoreError::Other(anyhow::anyhow!("malformed stored value: expected {expected}"))
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         if unavailable(&e) {

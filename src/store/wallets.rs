@@ -8,7 +8,8 @@ use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 use super::sql::{to_json, Dialect};
 use super::sql_store::SqlStore;
 use super::{StoreError, StoreResult};
-use crate::types::{BaseUnits, Coin, EnterpriseId, UserId, WalletId};
+use crate::types::{BaseUnits, Coin, EnterpriseId, SharedText, UserId, WalletId};
+use std::sync::Arc;
 
 /// Balances in base units (USD cents for the withdraw hold).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,8 +47,9 @@ pub struct WalletRow {
     pub deleted: bool,
     /// Ids from `users[].user`: the users who may see the wallet.
     pub user_ids: Vec<UserId>,
-    /// The §2.1 record without balances, as JSON object text.
-    pub record: String,
+    /// The §2.1 record without balances, as JSON object text (a lookup's rows share the
+    /// stored answer's text).
+    pub record: SharedText,
     pub balances: Balances,
 }
 
@@ -76,30 +78,51 @@ pub trait WalletStore: Send + Sync {
     ) -> StoreResult<Option<WalletRow>>;
 }
 
-/// One record of [`Dialect::WALLETS_PACKED`]'s answer. Packing the answer in one value makes a
-/// 1000-id lookup several times faster than decoding a row per wallet; the separators cannot
-/// occur inside the values (hex ids, digits, and serde_json's JSON text, which escapes every
-/// control character).
-pub(super) fn unpack_wallet(packed: &str) -> StoreResult<WalletRow> {
-    let mut f = packed.splitn(12, '\u{1f}');
-    let mut next =
-        || f.next().ok_or_else(|| StoreError::Other(anyhow::anyhow!("malformed packed wallet row")));
-    // What the row holds was checked when it was written (as sqlx::Type decoding assumes).
-    let amount = |s: &str| (!s.is_empty()).then(|| BaseUnits::from_stored(s));
-    let id = WalletId::from_stored(next()?);
-    let coin = Coin::from_stored(next()?);
-    let enterprise = Some(next()?).filter(|s| !s.is_empty()).map(EnterpriseId::from_stored);
-    let deleted = next()? != "0";
-    let user_ids = next()?.split(',').filter(|s| !s.is_empty()).map(UserId::from_stored).collect();
-    let balances = Balances {
-        balance: amount(next()?),
-        confirmed: amount(next()?),
-        spendable: amount(next()?),
-        staking: amount(next()?),
-        reward: amount(next()?),
-        withdraw_hold_usd: amount(next()?),
+/// One record of [`Dialect::WALLETS_PACKED`]'s answer, `packed[range]`. Packing the answer in
+/// one value makes a 1000-id lookup several times faster than decoding a row per wallet; the
+/// separators cannot occur inside the values (hex ids, digits, and serde_json's JSON text, which
+/// escapes every control character). The record and amounts stay slices of `packed`; ids and
+/// the coin are copied inline, so a row costs no allocation but its user list.
+pub(super) fn unpack_wallet(packed: &Arc<String>, range: std::ops::Range<usize>) -> StoreResult<WalletRow> {
+    let malformed = || StoreError::Other(anyhow::anyhow!("malformed packed wallet row"));
+    let text = packed.get(range.clone()).ok_or_else(malformed)?;
+    let mut at = 0;
+    // The next field's range within `packed`; the 12th and last (the record) runs to the end.
+    let mut next = |last: bool| {
+        let len = if last { text.len() - at } else { text[at..].find('\u{1f}').ok_or_else(malformed)? };
+        let field = range.start + at..range.start + at + len;
+        at += len + 1;
+        Ok::<_, StoreError>(field)
     };
-    let record = next()?.to_string();
+    let str_of = |r: std::ops::Range<usize>| packed.get(r).ok_or_else(malformed);
+    // What the row holds was checked when it was written (as sqlx::Type decoding assumes).
+    let amount = |r: std::ops::Range<usize>| {
+        Ok::<_, StoreError>(match r.is_empty() {
+            true => None,
+            false => Some(BaseUnits::from_stored(SharedText::slice(packed, r).ok_or_else(malformed)?)),
+        })
+    };
+    let id = WalletId::from_stored(str_of(next(false)?)?).map_err(StoreError::malformed)?;
+    let coin = Coin::from_stored(str_of(next(false)?)?).map_err(StoreError::malformed)?;
+    let enterprise = match str_of(next(false)?)? {
+        "" => None,
+        e => Some(EnterpriseId::from_stored(e).map_err(StoreError::malformed)?),
+    };
+    let deleted = str_of(next(false)?)? != "0";
+    let user_ids = str_of(next(false)?)?
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|u| UserId::from_stored(u).map_err(StoreError::malformed))
+        .collect::<StoreResult<_>>()?;
+    let balances = Balances {
+        balance: amount(next(false)?)?,
+        confirmed: amount(next(false)?)?,
+        spendable: amount(next(false)?)?,
+        staking: amount(next(false)?)?,
+        reward: amount(next(false)?)?,
+        withdraw_hold_usd: amount(next(false)?)?,
+    };
+    let record = SharedText::slice(packed, next(true)?).ok_or_else(malformed)?;
     Ok(WalletRow { id, coin, enterprise, deleted, user_ids, record, balances })
 }
 
@@ -184,7 +207,14 @@ where
             .await?;
         lent.keep();
         let Some(packed) = packed else { return Ok(Vec::new()) };
-        packed.split('\u{1e}').map(unpack_wallet).collect()
+        let packed = Arc::new(packed);
+        let mut rows = Vec::with_capacity(ids.len());
+        let mut start = 0;
+        for record in packed.split('\u{1e}') {
+            rows.push(unpack_wallet(&packed, start..start + record.len())?);
+            start += record.len() + 1;
+        }
+        Ok(rows)
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -206,5 +236,49 @@ where
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(self.wallets_by_ids(std::slice::from_ref(id), true).await?.pop())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packed(rows: &[&str]) -> Arc<String> {
+        Arc::new(rows.join("\u{1e}"))
+    }
+
+    #[test]
+    fn a_packed_row_unpacks_into_slices_of_the_answer() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let user = "fedcba9876543210fedcba9876543210";
+        let row = format!("{id}\u{1f}tbtc\u{1f}\u{1f}0\u{1f}{user},{id}\u{1f}1500\u{1f}\u{1f}\u{1f}\u{1f}\u{1f}7\u{1f}{{\"id\":\"{id}\"}}");
+        let text = packed(&["skipped", &row]);
+        let start = "skipped".len() + 1;
+        let w = unpack_wallet(&text, start..text.len()).expect("a well-formed row");
+        assert_eq!(w.id.as_str(), id);
+        assert_eq!(w.coin.as_str(), "tbtc");
+        assert_eq!(w.enterprise, None);
+        assert!(!w.deleted);
+        assert_eq!(w.user_ids.iter().map(UserId::as_str).collect::<Vec<_>>(), [user, id]);
+        assert_eq!(w.balances.balance.as_ref().map(BaseUnits::as_str), Some("1500"));
+        assert_eq!(w.balances.confirmed, None);
+        assert_eq!(w.balances.withdraw_hold_usd.as_ref().map(BaseUnits::as_str), Some("7"));
+        assert_eq!(&*w.record, format!("{{\"id\":\"{id}\"}}"));
+    }
+
+    #[test]
+    fn a_malformed_packed_row_is_an_error_not_a_panic() {
+        let id = "0123456789abcdef0123456789abcdef";
+        for bad in [
+            String::new(),
+            format!("{id}\u{1f}tbtc\u{1f}\u{1f}0"),
+            // An id longer than any valid one does not fit the inline text.
+            format!("{id}00\u{1f}tbtc\u{1f}\u{1f}0\u{1f}\u{1f}\u{1f}\u{1f}\u{1f}\u{1f}\u{1f}\u{1f}{{}}"),
+        ] {
+            let text = packed(&[&bad]);
+            assert!(unpack_wallet(&text, 0..text.len()).is_err(), "{bad:?}");
+        }
+        let text = packed(&["short"]);
+        assert!(unpack_wallet(&text, 0..text.len() + 5).is_err());
     }
 }

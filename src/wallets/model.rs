@@ -369,7 +369,7 @@ pub fn validate(record: &Value, strict: bool) -> Result<WalletRow, Vec<Invalid>>
         enterprise,
         deleted: map.get("deleted").and_then(Value::as_bool).unwrap_or(false),
         user_ids,
-        record: Value::Object(stored).to_string(),
+        record: Value::Object(stored).to_string().into(),
         balances,
     })
 }

@@ -82,7 +82,10 @@ impl LookupQuery {
 
 /// Writes `{"wallets":[...]}` from stored rows without re-parsing them.
 fn wallets_json(rows: &[WalletRow], expand: Expand) -> Response {
-    let mut body = String::from("{\"wallets\":[");
+    // Sized once: the records plus room for each one's balance fields.
+    let size = rows.iter().map(|r| r.record.len() + 320).sum::<usize>() + 16;
+    let mut body = String::with_capacity(size);
+    body.push_str("{\"wallets\":[");
     for (i, row) in rows.iter().enumerate() {
         if i > 0 {
             body.push(',');
