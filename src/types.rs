@@ -116,7 +116,6 @@ macro_rules! checked_string {
             /// A value read back from the database, checked when it was written and not again
             /// (as decoding a row through `sqlx::Type` does); only its length is, which the
             /// inline text needs. Errors: `EXPECTED`, for text longer than any valid value.
-            #[allow(dead_code)]
             pub(crate) fn from_stored(s: &str) -> Result<Self, &'static str> {
                 arrayvec::ArrayString::from(s).map($name).map_err(|_| $expect)
             }

@@ -43,12 +43,12 @@ fn webhooks_of_stored(text: &str) -> StoreResult<Vec<WebhookId>> {
         return earlier
             .webhooks
             .iter()
-            .map(|id| WebhookId::from_stored(id).map_err(StoreError::malformed))
+            .map(|id| WebhookId::from_stored(id).map_err(|_| StoreError::malformed("webhook id", id)))
             .collect();
     }
     text.split(',')
         .filter(|id| !id.is_empty())
-        .map(|id| WebhookId::from_stored(id).map_err(StoreError::malformed))
+        .map(|id| WebhookId::from_stored(id).map_err(|_| StoreError::malformed("webhook id", id)))
         .collect()
 }
 

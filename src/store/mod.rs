@@ -80,9 +80,10 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// A stored value that no valid write could have left (`expected` says what was).
-    pub(crate) fn malformed(expected: &'static str) -> Self {
-        StoreError::Other(anyhow::anyhow!("malformed stored value: expected {expected}"))
+    /// A stored value that no valid write could have left: a corrupted row, an internal error
+    /// naming `what` and showing `value`.
+    pub(crate) fn malformed(what: &str, value: &str) -> Self {
+        StoreError::Other(anyhow::anyhow!("malformed stored {what}: {value:?}"))
     }
 }
 

@@ -120,7 +120,7 @@ pub(super) async fn begin_gated<DB: Dialect>(pool: &Pool<DB>, gate: &WriteGate) 
 /// Parses a stored value into its type (ids, coins, amounts): a value that does not parse is a
 /// corrupted row, an internal error naming `what`.
 pub(super) fn parse_stored<T: std::str::FromStr>(s: &str, what: &str) -> StoreResult<T> {
-    s.parse().map_err(|_| StoreError::Other(anyhow::anyhow!("malformed stored {what}: {s:?}")))
+    s.parse().map_err(|_| StoreError::malformed(what, s))
 }
 
 /// Decodes a JSON array column.

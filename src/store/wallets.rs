@@ -84,7 +84,9 @@ pub trait WalletStore: Send + Sync {
 /// escapes every control character). The record and amounts stay slices of `packed`; ids and
 /// the coin are copied inline, so a row costs no allocation but its user list.
 pub(super) fn unpack_wallet(packed: &Arc<String>, range: std::ops::Range<usize>) -> StoreResult<WalletRow> {
-    let malformed = || StoreError::Other(anyhow::anyhow!("malformed packed wallet row"));
+    // Named by its start, the wallet id when the row has one (not the whole record).
+    let start = packed.get(range.clone()).map(|t| t.get(..32).unwrap_or(t)).unwrap_or_default();
+    let malformed = || StoreError::malformed("packed wallet row", start);
     let text = packed.get(range.clone()).ok_or_else(malformed)?;
     let mut at = 0;
     // The next field's range within `packed`; the 12th and last (the record) runs to the end.
@@ -102,17 +104,17 @@ pub(super) fn unpack_wallet(packed: &Arc<String>, range: std::ops::Range<usize>)
             false => Some(BaseUnits::from_stored(SharedText::slice(packed, r).ok_or_else(malformed)?)),
         })
     };
-    let id = WalletId::from_stored(str_of(next(false)?)?).map_err(StoreError::malformed)?;
-    let coin = Coin::from_stored(str_of(next(false)?)?).map_err(StoreError::malformed)?;
+    let id = WalletId::from_stored(str_of(next(false)?)?).map_err(|_| malformed())?;
+    let coin = Coin::from_stored(str_of(next(false)?)?).map_err(|_| malformed())?;
     let enterprise = match str_of(next(false)?)? {
         "" => None,
-        e => Some(EnterpriseId::from_stored(e).map_err(StoreError::malformed)?),
+        e => Some(EnterpriseId::from_stored(e).map_err(|_| malformed())?),
     };
     let deleted = str_of(next(false)?)? != "0";
     let user_ids = str_of(next(false)?)?
         .split(',')
         .filter(|s| !s.is_empty())
-        .map(|u| UserId::from_stored(u).map_err(StoreError::malformed))
+        .map(|u| UserId::from_stored(u).map_err(|_| malformed()))
         .collect::<StoreResult<_>>()?;
     let balances = Balances {
         balance: amount(next(false)?)?,

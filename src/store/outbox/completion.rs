@@ -67,9 +67,9 @@ where
 }
 
 /// Marks the delivered notifications of `outcomes` processed with their successful attempt on
-/// the row, one statement per 500. Returns the delivered outcomes it did not record that way:
-/// their notification holds a success already, or is gone. Their attempts become rows
-/// ([`insert_attempts`]) and [`finish_notifications`] moves them on.
+/// the row, one statement per 500. Returns the outcomes left for attempt rows
+/// ([`insert_attempts`]) and [`finish_notifications`]: those not delivered, and the delivered
+/// ones it did not record so (their notification holds a success already, or is gone).
 pub(super) async fn record_deliveries<'o, DB>(
     conn: &mut DB::Connection,
     outcomes: &'o [Outcome],
@@ -110,7 +110,12 @@ where
         }
         recorded.extend(q.fetch_all(&mut *conn).await?.into_iter().map(|(id,)| id));
     }
-    Ok(delivered.into_iter().filter(|o| !recorded.contains(o.attempt.notification_id.as_str())).collect())
+    Ok(outcomes
+        .iter()
+        .filter(|o| {
+            o.completion != Completion::Delivered || !recorded.contains(o.attempt.notification_id.as_str())
+        })
+        .collect())
 }
 
 /// Moves each of `outcomes`' notifications on: processed, failed (one statement per final

@@ -10,8 +10,8 @@ use super::{
         failure_counters, finish_notifications, insert_attempts, record_deliveries, should_suspend,
         FailureRow, Tally,
     },
-    Attempt, Claimed, Completed, Completion, DeliveryStats, Notification, NotificationState, OutboxStore,
-    Outcome, Saturated, SuspendPolicy,
+    Attempt, Claimed, Completed, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome,
+    Saturated, SuspendPolicy,
 };
 use crate::store::{
     sql::{json_value, placeholders, to_json, Dialect},
@@ -262,12 +262,7 @@ where
         rule: &dyn SuspendPolicy,
     ) -> StoreResult<Completed> {
         let mut tx = self.begin_relaxed().await?;
-        let delivered_before = record_deliveries::<DB>(&mut tx, outcomes, now_ms).await?;
-        let rest: Vec<&Outcome> = outcomes
-            .iter()
-            .filter(|o| o.completion != Completion::Delivered)
-            .chain(delivered_before)
-            .collect();
+        let rest = record_deliveries::<DB>(&mut tx, outcomes, now_ms).await?;
         insert_attempts::<DB>(&mut tx, &rest).await?;
         finish_notifications::<DB>(&mut tx, &rest, now_ms).await?;
         // Webhook counters, one statement per webhook: failures after its last success in this
