@@ -93,9 +93,9 @@ pub async fn add_wallet_webhook(
     enterprise: Option<custodian::types::EnterpriseId>,
     url: String,
 ) -> anyhow::Result<()> {
-    let w = custodian::store::Webhook {
+    let w = custodian::model::webhook::Webhook {
         id: custodian::types::WebhookId::new_random(),
-        level: custodian::store::WebhookLevel::Wallet {
+        level: custodian::model::webhook::WebhookLevel::Wallet {
             coin: "tbtc".parse().map_err(anyhow::Error::msg)?,
             wallet_id: wallet.parse().map_err(anyhow::Error::msg)?,
             enterprise_id: enterprise,
@@ -104,7 +104,7 @@ pub async fn add_wallet_webhook(
         webhook_type: "transfer".into(),
         url,
         label: None,
-        state: custodian::store::WebhookState::Active,
+        state: custodian::model::webhook::WebhookState::Active,
         successive_failed_attempts: 0,
         failed_attempts_total: 0,
         listen_to_failure_states: false,

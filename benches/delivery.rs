@@ -147,7 +147,7 @@ async fn main() -> anyhow::Result<()> {
             db.drop_database().await;
         }
     }
-    // BENCH_PHASES=fanout: one event to 1, 10 and 100 webhooks (issue 23 §1).
+    // BENCH_PHASES=fanout: one event to 1, 10 and 100 webhooks (docs/decisions.md#performance-as-the-data-grows).
     if phases.contains("fanout") {
         for n in [1, 10, 100] {
             for postgres in common::backends() {
@@ -158,7 +158,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     // BENCH_PHASES=signed: the cost of BitGo's signed requests and their replay guard on
-    // ingestion (issue 20 §1), Bearer and HMAC v2 runs taking turns, three of each.
+    // ingestion (docs/decisions.md#signed-requests), Bearer and HMAC v2 runs taking turns, three of each.
     if phases.contains("signed") {
         for _ in 0..3 {
             for signed in [false, true] {

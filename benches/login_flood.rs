@@ -1,4 +1,4 @@
-//! Login flood (issue 9): the real `custodian` binary on SQLite, attacked by one client
+//! Login flood (docs/decisions.md#brute-force-limits): the real `custodian` binary on SQLite, attacked by one client
 //! (127.0.0.1) holding `CONNECTIONS` keep-alive connections that send failed logins as fast as
 //! they are answered (half for the victim's email, half for unknown ones), while a legitimate
 //! client on 127.0.0.2 (the whole 127/8 is loopback on Linux) logs the victim in correctly once
@@ -8,7 +8,7 @@
 //!   cargo bench --bench login_flood
 //!   LOGIN_FLOOD_SECS=10 LOGIN_FLOOD_CONNECTIONS=256 cargo bench --bench login_flood
 //!
-//! Targets (issue 9): peak RSS <= 150 MiB; legitimate success 100% with p99 <= 2 s.
+//! Targets (docs/decisions.md#brute-force-limits): peak RSS <= 150 MiB; legitimate success 100% with p99 <= 2 s.
 
 use std::{
     collections::BTreeMap,

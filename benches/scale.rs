@@ -1,4 +1,4 @@
-//! Scale benchmarks (issue 23 §1): the release `custodian` binary in its own process, as a
+//! Scale benchmarks (docs/decisions.md#performance-as-the-data-grows): the release `custodian` binary in its own process, as a
 //! deployment runs it, fed by keep-alive clients and delivering to a receiver that live in this
 //! process. The database is seeded here before the server starts (a service admin, enterprises,
 //! wallets and their webhooks); everything measured goes through the public API.

@@ -1,4 +1,4 @@
-"""The operator console in a real browser (issue 22): headless Chromium driven by Playwright,
+"""The operator console in a real browser (docs/decisions.md#the-operator-console): headless Chromium driven by Playwright,
 against the real server that run.sh started, with real receivers on this machine.
 
 Each test signs in through the console's form. API calls (to create webhooks, send events and
@@ -201,6 +201,27 @@ def test_sign_in_needs_the_current_totp_code(context):
     context.add_cookies([{**cookie}])
     page.goto(BASE + "/console/overview")
     expect(page).to_have_url(re.compile(r"/console/login$"))
+
+
+def test_the_readme_pictures_show_a_realistic_failure(context):
+    """The pictures of README and docs/console.md (copied from screenshots/readme-*.png by
+    hand after `console-tests/run.sh <binary> -k readme`): a receiver whose ledger is down."""
+    rx = Receiver(503, '{"error": "ledger database unavailable", "retryAfter": 30}')
+    try:
+        alice = api_login("alice")
+        wallet = FIXTURE["wallets"]["acme"]
+        hook = wallet_hook(alice, wallet, rx.url, label="deposits")
+        transfer = f"tr-{int(time.time() * 1000)}-readme"
+        send_event(wallet, transfer)
+        failed = wait_for("the notification to fail", lambda: notifications(alice, hook, "failed"))
+        page = sign_in(context, "alice")
+        expect(page.locator("#failures")).to_contain_text("ledger database unavailable")
+        shot(page, "readme-overview")
+        page.goto(f"{BASE}/console/webhooks/{hook}/notifications/{failed[0]['id']}")
+        expect(page.locator("#attempts")).to_contain_text("status 503")
+        shot(page, "readme-notification")
+    finally:
+        rx.close()
 
 
 def test_a_failed_receiver_is_found_fixed_resent_and_recovered(context):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wallet lookup beside its one-query reference, measured by `wrk -c64` from another
-# process (issue 23): `cargo bench --bench lookup` serves both routes over 10,000 stored
+# process (docs/decisions.md#performance-as-the-data-grows): `cargo bench --bench lookup` serves both routes over 10,000 stored
 # wallets (BENCH_SERVE), and wrk POSTs random ids to each in alternating rounds.
 # Usage: scripts/lookup_wrk.sh [rounds (5)] [seconds per run (5)]
 set -euo pipefail

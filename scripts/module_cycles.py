@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
-"""Fails when src/ has a dependency cycle between modules (issue 19 §6).
+"""Fails when src/ has a dependency cycle between modules (docs/architecture.md, "Layers").
 
-Two graphs are built from the `crate::` and `super::` paths in src/ (use trees included):
-- top level: one node per module of the crate root (src/X.rs or src/X/), and
-- within each folder of src/: one node per file, mod.rs being the folder's own node.
-A cycle in either is printed with the lines that make its edges, and the exit status is 1.
-`--graph` prints the top-level edges instead, in the form docs/architecture.md lists them.
+Three graphs are built from the `crate::` and `super::` paths in src/ (use trees included):
+- top level: one node per module of the crate root (src/X.rs or src/X/);
+- within each folder of src/: one node per file or subfolder, mod.rs being the folder's node;
+- every file: one node per file (mod.rs is its folder's), an edge to the deepest file a path
+  names, wherever it is: a file in a subfolder naming its parent's siblings counts too.
+A `#[cfg(test)]` module is left out: tests use the code, nothing uses them. A folder's
+mod.rs declaring or re-exporting its own children (`pub use child::X`) is not an
+edge: a folder holds its files. A cycle in any graph is printed with the lines that make its
+edges, and the exit status is 1. `--graph` prints the top-level edges instead.
+
+It also fails when a file outside src/http/, src/cli/ and the crate root (lib.rs, main.rs,
+metrics.rs) names a web framework (axum, tower, tower_http, hyper) or `crate::http`: the
+layers point http -> domain -> store, and only the top knows HTTP.
 """
 
 import re
@@ -16,16 +24,38 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 # The crate root's own files: they build the application and may name anything.
 ROOTS = {"lib", "main"}
-TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|::|[{},;]")
+TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|::|[{},;]|[^\s\w]")
+
+
+# Comments, raw strings, strings and char literals, matched in one left-to-right pass so that
+# a quote inside a comment or a `//` inside a string cannot pair with the wrong delimiter.
+LITERAL = re.compile(
+    r"//[^\n]*|/\*[\s\S]*?\*/|(?<![\w])b?r(#*)\"[\s\S]*?\"\1|\"(?:\\[\s\S]|[^\"\\])*\"|'(?:\\.|[^'\\\n])'"
+)
 
 
 def strip(text: str) -> str:
-    """Drops comments, string and char literals (they may hold `crate::` as text)."""
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-    text = re.sub(r"'(?:\\.|[^'\\])'", "' '", text)
-    return re.sub(r"//[^\n]*", " ", text)
+    """Drops comments, string and char literals (they may hold `crate::` as text), keeping
+    every newline so that line numbers still match the file."""
+    text = LITERAL.sub(lambda m: " " + "\n" * m.group(0).count("\n"), text)
+    return drop_test_modules(text)
+
+
+def drop_test_modules(text: str) -> str:
+    """Blanks every `#[cfg(test)] mod name { ... }` block, keeping its newlines."""
+    out, pos = [], 0
+    for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", text):
+        if m.start() < pos:
+            continue
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        out.append(text[pos : m.start()])
+        out.append("\n" * text.count("\n", m.start(), i))
+        pos = i
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def paths(text: str):
@@ -125,19 +155,35 @@ def cycles(edges):
     return comps
 
 
+# Files that may know HTTP: the HTTP layer, the CLI, and the crate root that wires them.
+HTTP_ALLOWED = ("http/", "cli/", "lib.rs", "main.rs", "metrics.rs")
+HTTP_NAMES = re.compile(r"\b(?:axum|tower_http|tower|hyper)\s*::|\bcrate\s*::\s*http\b")
+
+
 def main():
     top = defaultdict(set)
+    layer_breaches = []
+    files = defaultdict(set)
     inner = defaultdict(lambda: defaultdict(set))
     where = defaultdict(list)
     for file in sorted(SRC.rglob("*.rs")):
         own = module_of(file)
         if not own or own[0] in ROOTS:
             continue
-        for line, segs in paths(strip(file.read_text())):
+        text = strip(file.read_text())
+        rel_file = str(file.relative_to(SRC))
+        if not rel_file.startswith(HTTP_ALLOWED):
+            for m in HTTP_NAMES.finditer(text):
+                layer_breaches.append(f"src/{rel_file}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}")
+        for line, segs in paths(text):
             target = resolve(own, segs)
             if not target:
                 continue
             rel = f"{file.relative_to(SRC.parent)}:{line}"
+            if target != own and target[0] not in ROOTS:
+                a, b = "/".join(own), "/".join(target)
+                files[a].add(b)
+                where[("file", a, b)].append(rel)
             if target[0] != own[0] and target[0] not in ROOTS:
                 top[own[0]].add(target[0])
                 where[(own[0], target[0])].append(rel)
@@ -157,21 +203,22 @@ def main():
             print(f"{a} -> {', '.join(sorted(top[a]))}")
         return 0
     found = 0
-    for comp in cycles(top):
-        found += 1
-        print(f"cycle between top-level modules: {' <-> '.join(comp)}")
-        for a in comp:
-            for b in sorted(top[a] & set(comp)):
-                print(f"  {a} -> {b}: {', '.join(where[(a, b)][:3])}")
+    graphs = [("between top-level modules", top, lambda a, b: (a, b))]
     for key in sorted(inner):
-        for comp in cycles(inner[key]):
+        graphs.append((f"inside src/{key}/", inner[key], lambda a, b, key=key: (key, a, b)))
+    graphs.append(("between files", files, lambda a, b: ("file", a, b)))
+    for title, edges, where_key in graphs:
+        for comp in cycles(edges):
             found += 1
-            print(f"cycle inside src/{key}/: {' <-> '.join(comp)}")
+            print(f"cycle {title}: {' <-> '.join(comp)}")
             for a in comp:
-                for b in sorted(inner[key][a] & set(comp)):
-                    print(f"  {a} -> {b}: {', '.join(where[(key, a, b)][:3])}")
+                for b in sorted(edges[a] & set(comp)):
+                    print(f"  {a} -> {b}: {', '.join(where[where_key(a, b)][:3])}")
+    for breach in layer_breaches:
+        found += 1
+        print(f"HTTP named below the HTTP layer: {breach}")
     if found:
-        print(f"{found} module cycle(s): layers must point one way (docs/architecture.md)")
+        print(f"{found} problem(s): layers must point one way (docs/architecture.md)")
         return 1
     print("no module cycles")
     return 0

@@ -1,4 +1,4 @@
-// The official BitGoJS SDK, unmodified, against a running Custodian (issue 20 §4). Run by
+// The official BitGoJS SDK, unmodified, against a running Custodian (docs/decisions.md#signed-requests). Run by
 // run.sh, which starts the server and creates the user; response verification is always on
 // with env 'custom'.
 import { test } from 'node:test';

@@ -1,9 +1,9 @@
-//! The audit log (issue 10 §5): who did what, as an append-only hash chain. Entries are built
+//! The audit log (docs/decisions.md#token-and-session-lifecycle): who did what, as an append-only hash chain. Entries are built
 //! here and written by the store in the transaction of the change they record; nothing secret
 //! (passwords, OTPs, tokens, webhook secrets, header values) ever goes into `data`. Readers see
 //! their own entries, an enterprise admin the enterprise's, a service admin all
 //! (`identity::audit_log`, where the scope policy is); [`verify`] walks the chain. Entries done
-//! by a caller take its user, token, address and request from `identity::auth::Principal::audit`. Entry types are listed in docs/audit.md.
+//! by a caller take its user, token, address and request from `identity::bearer::Principal::audit`. Entry types are listed in docs/audit.md.
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use crate::{
     error::Result,
     ids,
-    store::{chain_hash, AuditEntry, AuditType, DynStore, GENESIS},
+    model::audit::{chain_hash, AuditEntry, AuditType, GENESIS},
+    store::DynStore,
     types::{AnyId, EnterpriseId, UserId, WalletId},
 };
 

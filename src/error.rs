@@ -157,7 +157,7 @@ pub fn parse_value<T: DeserializeOwned + Serialize>(value: &Value) -> Result<T> 
     parse_json(&text)
 }
 
-/// [`parse_value`] from JSON text, in one pass: no intermediate value (issue 12 §4). `text`
+/// [`parse_value`] from JSON text, in one pass: no intermediate value (docs/decisions.md#performance). `text`
 /// must be one valid JSON document (the caller checks the syntax).
 pub fn parse_json<T: DeserializeOwned + Serialize>(text: &[u8]) -> Result<T> {
     let parsed: T = parse_only(text)?;
@@ -237,8 +237,8 @@ pub enum JsonProblem {
     Invalid(Error),
 }
 
-/// One pass over JSON text that builds nothing (issue 12 §4): a syntax error is `Malformed`; an
-/// object repeating a key anywhere is `Invalid`, naming it (issue 21 §4). Every route refuses
+/// One pass over JSON text that builds nothing (docs/decisions.md#performance): a syntax error is `Malformed`; an
+/// object repeating a key anywhere is `Invalid`, naming it (docs/decisions.md#faults-and-floods). Every route refuses
 /// repeated keys alike, where serde_json's `Value` and maps would keep the last copy and two
 /// readers of one body could disagree on it.
 pub fn check_json(text: &[u8]) -> std::result::Result<(), JsonProblem> {

@@ -4,7 +4,7 @@ use rand::RngCore;
 
 /// A new random id of 32 lowercase hex characters (128 bits), from the thread's CSPRNG
 /// (ChaCha, seeded and reseeded from the OS): no system call per id, which request ids and
-/// notification ids would otherwise pay (issue 12 §4). Secrets use the OS CSPRNG directly.
+/// notification ids would otherwise pay (docs/decisions.md#performance). Secrets use the OS CSPRNG directly.
 pub fn new_id() -> String {
     new_inline_id().to_string()
 }
@@ -30,7 +30,7 @@ fn hex_inline(b: [u8; 16]) -> arrayvec::ArrayString<32> {
 
 /// A new id of 32 lowercase hex characters that sorts by creation time: 12 of Unix
 /// milliseconds, then 20 random (80 bits, the thread's CSPRNG), as UUIDv7 does (RFC 9562 §5.7).
-/// For the outbox's notifications (issue 12): their inserts land at the right edge of the id
+/// For the outbox's notifications (docs/decisions.md#performance): their inserts land at the right edge of the id
 /// indexes instead of on random pages, which cuts the pages each commit writes.
 pub fn new_sequential_id() -> arrayvec::ArrayString<32> {
     let mut b = [0u8; 16];
@@ -40,7 +40,7 @@ pub fn new_sequential_id() -> arrayvec::ArrayString<32> {
 }
 
 /// The smallest [`new_sequential_id`] made at or after Unix millisecond `ms`: a bound that
-/// turns a time range into an id range (the console's searches, issue 22 §4).
+/// turns a time range into an id range (the console's searches, docs/decisions.md#the-operator-console).
 pub fn sequential_id_floor(ms: i64) -> String {
     let ms = ms.clamp(0, 0xffff_ffff_ffff);
     format!("{ms:012x}{}", "0".repeat(20))

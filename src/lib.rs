@@ -1,4 +1,5 @@
-//! Custodian: a wallet-custody service API (see ../shared/spec/interface.md).
+//! Custodian: a wallet-custody service API (docs/api.md is its reference; `§` numbers in comments
+//! are the sections it maps).
 //! This crate builds the application from a [`config::Config`] and runs it on a bound listener.
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -15,18 +16,20 @@ pub mod grant;
 pub mod http;
 pub mod identity;
 pub mod ids;
+pub mod master_key;
 pub mod metrics;
+pub mod model;
 pub mod net;
-pub mod outbox;
+pub mod notifications;
 pub mod paging;
-pub mod secrets;
+pub mod private_fs;
 pub mod store;
 pub mod types;
 pub mod wallets;
 pub mod webhooks;
 
 /// What every handler shares: one `Arc`, so that the clones every request makes (extractors,
-/// middleware) cost one atomic operation, not one per field (issue 12 §4).
+/// middleware) cost one atomic operation, not one per field (docs/decisions.md#performance).
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
@@ -39,7 +42,7 @@ impl std::ops::Deref for AppState {
 }
 
 /// The fields of [`AppState`]: one handle per capability (each holding what its functions
-/// use, issue 19 §3), and what the HTTP layer and the engine need besides.
+/// use, docs/decisions.md#architecture), and what the HTTP layer and the engine need besides.
 pub struct Shared {
     pub identity: identity::Identity,
     pub wallets: wallets::Wallets,
@@ -56,14 +59,14 @@ pub struct Shared {
 impl AppState {
     /// Opens the database (applying migrations) and loads the master key.
     pub async fn new(config: config::Config) -> anyhow::Result<Self> {
-        let key = Arc::new(secrets::MasterKey::load(&config)?);
+        let key = Arc::new(master_key::MasterKey::load(&config)?);
         let store = store::open(&config).await?;
         let config = Arc::new(config);
         let policy = identity::scopes::Policy { environment: config.environment };
-        // The port through which the domain reaches delivery (outbox::dispatch).
+        // The port through which the domain reaches delivery (notifications::dispatch).
         let handoff = Arc::new(delivery::handoff::Handoff::default());
-        let dispatch: Arc<dyn outbox::dispatch::Dispatch> = handoff.clone();
-        let secrets = Arc::new(outbox::secrets::SecretCache::default());
+        let dispatch: Arc<dyn notifications::dispatch::Dispatch> = handoff.clone();
+        let secrets = Arc::new(notifications::secret_cache::SecretCache::default());
         let metrics = Arc::new(metrics::Metrics::default());
         let wallets = wallets::Wallets { store: store.clone(), config: config.clone(), policy };
         Ok(Self(Arc::new(Shared {
@@ -75,7 +78,7 @@ impl AppState {
                 hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
                 refused_clients: Arc::default(),
                 throttle_notes: Arc::default(),
-                replay: Arc::new(identity::signed::ReplayMemory::new(
+                replay: Arc::new(identity::hmac_auth::ReplayMemory::new(
                     config.tokens.hmac_read_replay_capacity,
                 )),
                 dispatch: dispatch.clone(),

@@ -48,26 +48,27 @@ pub struct Metrics {
     pub in_flight: Gauge,
     pub suspended: Gauge,
     /// Notifications ingestion handed straight to this process's engine, and those the
-    /// engine claimed from the outbox (issue 12 §5).
+    /// engine claimed from the outbox (docs/decisions.md#performance).
     pub handed: Counter,
     pub claimed: Counter,
     /// Claim queries the engine ran, and the seconds they took: what a backlog costs to
-    /// look past (issue 23).
+    /// look past (docs/decisions.md#performance-as-the-data-grows).
     pub claims: Counter,
     pub claim_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Notifications kept for suspended webhooks, and those refused past `webhooks.max_held`
-    /// (issue 21 §3).
+    /// (docs/decisions.md#faults-and-floods).
     pub held: Gauge,
     pub refused: Counter,
-    /// Password hashes running now, and the most ever at once (issue 9 §1).
+    /// Password hashes running now, and the most ever at once (docs/decisions.md#brute-force-limits).
     pub hashes_running: Gauge,
     pub hashes_peak: Gauge,
-    /// Inbound connections open now, and those refused at a cap (issue 21 §1).
+    /// Inbound connections open now, and those refused at a cap (docs/decisions.md#connections-and-database-outages).
     pub connections_open: Gauge,
     pub connections_refused: Family<RefusalLabels, Counter>,
 }
 
 impl Default for Metrics {
+    // Long: one registration per metric, in the order of the struct, read top to bottom.
     fn default() -> Self {
         let mut registry = Registry::with_prefix("custodian");
         let http_requests = Family::<RouteLabels, Counter>::default();

@@ -1,4 +1,4 @@
-//! Which destination addresses webhooks may reach (issue 4 §B, issue 21 §4): only globally
+//! Which destination addresses webhooks may reach (docs/decisions.md#webhooks, docs/decisions.md#faults-and-floods): only globally
 //! routable ones, unless an address is in the configured allow-list or the webhook has
 //! `allowBlockedHosts`. Pure rules, shared by registration (literal addresses are refused when
 //! a webhook is created) and delivery (`delivery::ssrf`, which also checks what names resolve

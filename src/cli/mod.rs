@@ -1,222 +1,22 @@
 //! The `custodian` command line: serve, migrate, and the operator's subcommands.
 //! Exit codes: 0 success, 1 failure, 2 bad usage or configuration.
 
-mod operator;
+mod args;
+mod user_admin;
 
-use std::{io::Read, path::PathBuf, process::ExitCode};
+pub use args::*;
+
+use std::{io::Read, process::ExitCode};
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use serde_json::json;
 
 use crate::{
     config::{Config, Overrides},
     identity::{tokens, users},
-    types::{EnterpriseId, WalletId},
     AppState,
 };
-
-#[derive(Debug, Parser)]
-#[command(name = "custodian", version, about = "Wallet-custody service API")]
-pub struct Cli {
-    #[command(flatten)]
-    pub global: GlobalArgs,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// Settings every subcommand takes (flags > environment > file > defaults).
-#[derive(Debug, Args)]
-pub struct GlobalArgs {
-    /// TOML configuration file.
-    #[arg(long, global = true, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Database URL, e.g. sqlite://data/custodian.db [env: CUSTODIAN_DATABASE_URL].
-    #[arg(long, global = true, value_name = "URL")]
-    pub database: Option<String>,
-    /// test or production [env: CUSTODIAN_ENVIRONMENT].
-    #[arg(long, global = true, value_name = "ENV")]
-    pub environment: Option<String>,
-    /// File with the 32-byte master key as 64 hex characters [env: CUSTODIAN_SECRET_KEY_FILE].
-    #[arg(long, global = true, value_name = "FILE")]
-    pub secret_key_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the HTTP API.
-    Serve {
-        /// Address to listen on [env: CUSTODIAN_LISTEN] [default: 127.0.0.1:3080].
-        #[arg(long, value_name = "ADDR")]
-        listen: Option<String>,
-        /// api (HTTP API only), worker (webhook delivery, with /health and /metrics) or all
-        /// [env: CUSTODIAN_ROLE] [default: all].
-        #[arg(long, value_name = "ROLE")]
-        role: Option<String>,
-    },
-    /// Apply database migrations and exit.
-    Migrate,
-    /// Print the OpenAPI 3.1 document.
-    Openapi,
-    /// Manage users.
-    #[command(subcommand)]
-    User(UserCommand),
-    /// Manage enterprises.
-    #[command(subcommand)]
-    Enterprise(EnterpriseCommand),
-    /// Manage wallet records.
-    #[command(subcommand)]
-    Wallet(WalletCommand),
-    /// Ingest events from upstream systems (chain indexers, the wallet platform).
-    #[command(subcommand)]
-    Event(EventCommand),
-    /// Manage access token templates.
-    #[command(subcommand, name = "token-template")]
-    TokenTemplate(TemplateCommand),
-    /// Check the audit log.
-    #[command(subcommand)]
-    Audit(AuditCommand),
-    /// Revoke or list access tokens (emergencies, audits).
-    #[command(subcommand)]
-    Token(operator::TokenCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum AuditCommand {
-    /// Walk the hash chain: prints `ok N entries`, or the first broken link and exits 1.
-    Verify,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum UserCommand {
-    /// Create a user with a password and a new TOTP seed.
-    Create {
-        #[arg(long)]
-        email: String,
-        /// "First Last".
-        #[arg(long)]
-        name: Option<String>,
-        /// Read the password from standard input instead of a no-echo prompt.
-        #[arg(long)]
-        password_stdin: bool,
-        /// Make the user a service employee holding the service-admin permission.
-        #[arg(long)]
-        service_admin: bool,
-        /// Print one JSON object {id, email, totpSecret, otpauthUri} and nothing else.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Refuse the user's logins and revoke every token of theirs.
-    Deactivate {
-        #[arg(long)]
-        email: String,
-    },
-    /// Let a deactivated user log in again.
-    Activate {
-        #[arg(long)]
-        email: String,
-    },
-    /// Give the user a new TOTP secret; codes of the old one stop working at once.
-    ResetOtp {
-        #[arg(long)]
-        email: String,
-        /// Print one JSON object {id, email, totpSecret, otpauthUri}.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Set the user's password.
-    SetPassword {
-        #[arg(long)]
-        email: String,
-        /// Read the password from standard input instead of a no-echo prompt.
-        #[arg(long)]
-        password_stdin: bool,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum EnterpriseCommand {
-    /// Create an enterprise.
-    Create {
-        #[arg(long)]
-        name: String,
-        /// Keep an existing id (32 hex), e.g. when migrating; a new one is generated otherwise.
-        #[arg(long)]
-        id: Option<EnterpriseId>,
-        /// Print {id, name} as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Add a user to an enterprise (or change their admin flag).
-    AddUser {
-        #[arg(long)]
-        enterprise: EnterpriseId,
-        #[arg(long)]
-        email: String,
-        /// Make the user an admin of the enterprise.
-        #[arg(long)]
-        admin: bool,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum WalletCommand {
-    /// Import §2.1 wallet records from a JSON array or NDJSON file ("-" for standard input).
-    Import {
-        file: PathBuf,
-        /// Print the summary as one JSON object {imported, updated, rejected}.
-        #[arg(long)]
-        json: bool,
-        /// Refuse fields the wallet record of §2.1 does not list (by default they are kept).
-        #[arg(long)]
-        strict: bool,
-        /// Let a record change the coin or type of an existing wallet (audited).
-        #[arg(long)]
-        allow_identity_change: bool,
-    },
-    /// Set balances of a wallet (base units, decimal digits; only the ones given change).
-    SetBalance {
-        /// Wallet id.
-        #[arg(long)]
-        id: WalletId,
-        #[arg(long, value_name = "BASE_UNITS")]
-        balance: Option<String>,
-        #[arg(long, value_name = "BASE_UNITS")]
-        confirmed: Option<String>,
-        #[arg(long, value_name = "BASE_UNITS")]
-        spendable: Option<String>,
-        #[arg(long, value_name = "BASE_UNITS")]
-        staking: Option<String>,
-        #[arg(long, value_name = "BASE_UNITS")]
-        reward: Option<String>,
-        /// USD cents.
-        #[arg(long, value_name = "CENTS")]
-        withdraw_hold_usd: Option<String>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum EventCommand {
-    /// Fan one event out to every matching webhook, as POST /api/v2/internal/events does.
-    Emit {
-        /// File holding the event JSON object ("-" for standard input).
-        #[arg(long, value_name = "FILE")]
-        json_file: PathBuf,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum TemplateCommand {
-    /// Create a template from a JSON object of access token fields (§4.3).
-    Create {
-        /// File holding the JSON object ("-" for standard input).
-        #[arg(long, value_name = "FILE")]
-        json_file: PathBuf,
-        /// Print {id, fields} as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
@@ -242,8 +42,13 @@ pub fn main() -> ExitCode {
         }
     };
     init_logging(&config);
-    if matches!(cli.command, Command::Openapi) {
-        println!("{}", crate::http::openapi_json());
+    if let Command::Openapi { markdown } = cli.command {
+        let text = match markdown {
+            true => crate::http::reference_markdown(),
+            false => crate::http::openapi_json() + "\n",
+        };
+        // A reader that stops early (`| head`) is not an error of ours.
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
         return ExitCode::SUCCESS;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -269,14 +74,14 @@ fn init_logging(config: &Config) {
     let _ = if config.log_format == "json" { builder.json().try_init() } else { builder.try_init() };
 }
 
-/// `serve`: refuses a public address in a defaulted test environment (issue 9 §9), then runs
+/// `serve`: refuses a public address in a defaulted test environment (docs/decisions.md#brute-force-limits), then runs
 /// the HTTP API and the delivery engine until SIGINT or SIGTERM.
 async fn serve(config: Config) -> anyhow::Result<()> {
     let production = config.environment == crate::config::Environment::Production;
     let listen = config.listen;
     if !production {
         // The test environment accepts OTP 000000 and grants `all`: never by accident
-        // on an address other machines can reach (issue 9 §9).
+        // on an address other machines can reach (docs/decisions.md#brute-force-limits).
         if !listen.ip().is_loopback() && !config.environment_explicit {
             anyhow::bail!(
                 "refusing to serve the test environment (OTP 000000 accepted) on {listen}: \
@@ -292,13 +97,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = crate::shutdown_signal();
     let listener =
         tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(address = %listener.local_addr()?, production, role = ?state.config.role, "custodian listening");
+    let address = listener.local_addr()?;
+    tracing::info!(%address, production, role = ?state.config.role, "custodian listening");
+    if state.config.role != crate::config::Role::Worker {
+        tracing::info!("console: http://{address}/console  API reference: http://{address}/docs");
+    }
     crate::serve(listener, state, shutdown).await
 }
 
 /// An operator command against a SQLite file a busy server holds waits for the write lock, up
 /// to `cli_lock_wait` seconds, and says so, rather than failing after the server's busy
-/// timeout; its own statements then wait as long (issue 21 §4).
+/// timeout; its own statements then wait as long (docs/decisions.md#faults-and-floods).
 async fn wait_for_database(config: &mut Config) -> anyhow::Result<()> {
     if !config.database_url.starts_with("sqlite:") {
         return Ok(());
@@ -386,7 +195,7 @@ async fn set_balance(config: Config, cmd: WalletCommand) -> anyhow::Result<()> {
 }
 
 async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
-    if !matches!(command, Command::Serve { .. } | Command::Openapi) {
+    if !matches!(command, Command::Serve { .. } | Command::Openapi { .. }) {
         wait_for_database(&mut config).await?;
     }
     match command {
@@ -396,7 +205,7 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
             eprintln!("migrations applied");
             Ok(())
         }
-        Command::Openapi => Ok(()),
+        Command::Openapi { .. } => Ok(()),
         Command::User(UserCommand::Create { email, name, password_stdin, service_admin, json }) => {
             let password = read_password(password_stdin)?;
             let state = AppState::new(config).await?;
@@ -456,9 +265,9 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }
-        Command::User(cmd) => operator::user_command(config, cmd).await,
-        Command::Token(cmd) => operator::token_command(config, cmd).await,
-        Command::Audit(AuditCommand::Verify) => operator::audit_verify(config).await,
+        Command::User(cmd) => user_admin::user_command(config, cmd).await,
+        Command::Token(cmd) => user_admin::token_command(config, cmd).await,
+        Command::Audit(AuditCommand::Verify) => user_admin::audit_verify(config).await,
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
             create_template(&config, &json_file, json).await
         }

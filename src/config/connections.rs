@@ -1,4 +1,4 @@
-//! Bounds on inbound connections (issue 21 §1): how many, from whom, and how long one may sit
+//! Bounds on inbound connections (docs/decisions.md#connections-and-database-outages): how many, from whom, and how long one may sit
 //! without a request.
 
 use serde::{Deserialize, Serialize};

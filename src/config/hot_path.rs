@@ -1,8 +1,8 @@
-//! Settings of the hot paths (issue 12): group-commit ingestion and the read cache.
+//! Settings of the hot paths (docs/decisions.md#performance): group-commit ingestion and the read cache.
 
 use serde::{Deserialize, Serialize};
 
-/// Group-commit ingestion (issue 12 §2): one writer task per process gathers the events
+/// Group-commit ingestion (docs/decisions.md#performance): one writer task per process gathers the events
 /// waiting to be stored and writes them in one transaction.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -22,7 +22,7 @@ impl Default for IngestConfig {
     }
 }
 
-/// The in-process read cache (issue 12 §3): token by hash, user by id, a user's memberships, and
+/// The in-process read cache (docs/decisions.md#performance): token by hash, user by id, a user's memberships, and
 /// the active webhooks an event routes to, so that an authenticated request and an event's
 /// fan-out need no query on a hit.
 #[derive(Debug, Clone, Serialize, Deserialize)]

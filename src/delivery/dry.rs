@@ -1,4 +1,4 @@
-//! What the last short claim proved (issue 23: the backlog drain).
+//! What the last short claim proved (docs/decisions.md#performance-as-the-data-grows: the backlog drain).
 //!
 //! A claim that comes back with fewer notifications than it asked for, skipping the webhooks
 //! and tenants at their share (`Saturated`), shows that nothing else was due at that moment.

@@ -1,4 +1,4 @@
-//! Handing fresh notifications straight to this process's engine (issue 12 §5).
+//! Handing fresh notifications straight to this process's engine (docs/decisions.md#performance).
 //!
 //! Ingestion takes free delivery slots of the engine *before* it writes an event, writes the
 //! event's notifications already leased (state `pending`, `lease_until` set, exactly what a
@@ -16,8 +16,12 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::{
-    outbox::dispatch::{Dispatch, Reserved},
-    store::{Claimed, Notification, NotificationState, Webhook},
+    model::{
+        notification::{Notification, NotificationState},
+        webhook::Webhook,
+    },
+    notifications::dispatch::{Dispatch, Reserved},
+    store::Claimed,
     types::{NotificationId, WebhookId},
 };
 

@@ -1,4 +1,4 @@
-//! Retention (issue 9 §6, issue 23 §3): delivery attempts (each keeps up to 20 KB of response
+//! Retention (docs/decisions.md#webhook-abuse-and-the-api-rate-limit, docs/decisions.md#performance-as-the-data-grows): delivery attempts (each keeps up to 20 KB of response
 //! body), finished notifications and ingested events older than `delivery.retention_days` are
 //! deleted by the worker in small batches, so that a busy receiver cannot grow the database
 //! without bound and no single delete holds the write lock for long.

@@ -1,4 +1,4 @@
-//! The retry schedule (issue 4 §B): BitGo's delays (1, 5, 10, 30, 60, 120, 240 minutes by
+//! The retry schedule (docs/decisions.md#webhooks): BitGo's delays (1, 5, 10, 30, 60, 120, 240 minutes by
 //! default, `delivery.retry_schedule`), each with +-20% jitter; a `Retry-After` answer sets the
 //! delay instead, clamped to 1x..2x the scheduled one.
 

@@ -1,4 +1,4 @@
-//! The SSRF guard at delivery (issue 4 §B): names are resolved once by [`GuardedResolver`],
+//! The SSRF guard at delivery (docs/decisions.md#webhooks): names are resolved once by [`GuardedResolver`],
 //! which refuses any address `crate::net::Guard` does not permit; the HTTP client connects only
 //! to the addresses it returned, so a second DNS answer (rebinding) cannot redirect a checked
 //! request. Literal addresses are checked with `check_literal` (also at registration).

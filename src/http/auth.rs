@@ -1,5 +1,5 @@
 //! The `Auth` extractor: reads `Authorization` and the client address, asks
-//! [`crate::identity::auth::authenticate`] for the caller's [`Principal`], and counts the
+//! [`crate::identity::bearer::authenticate`] for the caller's [`Principal`], and counts the
 //! request against its user's rate limit ([`crate::identity::rate_limit`]); the edge
 //! middleware ([`super::edge`]) then reports where the user stands in `RateLimit-*` headers.
 
@@ -13,7 +13,7 @@ use axum::{
 
 use super::{error::ApiError, extract::ClientIp};
 use crate::{
-    identity::{auth::Principal, rate_limit::RateState},
+    identity::{bearer::Principal, rate_limit::RateState},
     AppState,
 };
 
@@ -29,12 +29,12 @@ impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let mut principal = match parts.extensions.remove::<super::signed::Verified>() {
-            Some(super::signed::Verified(principal)) => principal,
+        let mut principal = match parts.extensions.remove::<super::hmac_edge::Verified>() {
+            Some(super::hmac_edge::Verified(principal)) => principal,
             None => {
                 let ClientIp(ip) = ClientIp::from_request_parts(parts, state).await?;
                 let header = parts.headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-                crate::identity::auth::authenticate(&state.identity, header, ip).await?
+                crate::identity::bearer::authenticate(&state.identity, header, ip).await?
             }
         };
         admit(parts, state, &mut principal)?;
@@ -62,7 +62,7 @@ pub fn admit(parts: &Parts, state: &AppState, principal: &mut Principal) -> Resu
 }
 
 /// Adds `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` (seconds) to the
-/// response of an authenticated request, from the `slot` [`Auth`] filled (issue 9 §7; the IETF
+/// response of an authenticated request, from the `slot` [`Auth`] filled (docs/decisions.md#webhook-abuse-and-the-api-rate-limit; the IETF
 /// RateLimit header fields). Unauthenticated requests leave it empty: no headers.
 pub fn add_rate_limit_headers(res: &mut Response, slot: &RateSlot) {
     let rate = slot.0.lock().ok().and_then(|s| *s);

@@ -1,4 +1,4 @@
-//! BitGo's own paths (issue 20 §2). The official SDK calls `/api/v1/...` and
+//! BitGo's own paths (docs/decisions.md#bitgos-paths-and-password-form). The official SDK calls `/api/v1/...` and
 //! `/api/auth/v1/...` for what Custodian serves under `/api/v2`: each such path is routed to the
 //! same handler as its `/api/v2` twin, and its OpenAPI entry is the twin's, under its own path
 //! and operation id. The SDK's `ping` and `client/constants` have handlers of their own.

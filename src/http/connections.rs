@@ -1,4 +1,4 @@
-//! The accept loop (issue 21 §1). Each connection is served by hyper's HTTP/1 with a
+//! The accept loop (docs/decisions.md#connections-and-database-outages). Each connection is served by hyper's HTTP/1 with a
 //! header-read timeout, is closed when it sits idle between requests, and counts against a cap
 //! per process and per client address. A connection beyond a cap is answered 503 `ServerBusy`
 //! and closed at once, so no client can hold sockets until the process runs out of file

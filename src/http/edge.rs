@@ -1,4 +1,4 @@
-//! The one middleware every request passes (issue 12 §4: one boxed future and one service
+//! The one middleware every request passes (docs/decisions.md#performance: one boxed future and one service
 //! clone per request where seven tower layers each took their own). In order:
 //!
 //! 1. the request id: the client's `request-id` header when `request_id::acceptable` (at most
@@ -6,10 +6,10 @@
 //!    and logs) and echoed on the response;
 //! 2. the request's tracing span (method, path, request id);
 //! 3. the in-flight limit (`max_in_flight_requests`): past it, 503 `ServerBusy` at once rather
-//!    than a queue that only hides the overload until the timeout (issue 9 §8);
-//! 4. the timeout (`request_timeout` seconds): 408 `RequestTimeout` (issue 9 §8);
+//!    than a queue that only hides the overload until the timeout (docs/decisions.md#brute-force-limits);
+//! 4. the timeout (`request_timeout` seconds): 408 `RequestTimeout` (docs/decisions.md#brute-force-limits);
 //! 5. a signed request (BitGo's HMAC headers): its signature checked before the handler
-//!    ([`super::signed`]), inside the timeout;
+//!    ([`super::hmac_edge`]), inside the timeout;
 //! 6. on the way out: the route's metrics, the `RateLimit-*` headers of an authenticated
 //!    request, the §7 error body with its `requestId`, and, last, the signature of the
 //!    response to a verified signed request.
@@ -28,8 +28,8 @@ use tracing::Instrument;
 use super::{
     auth::{add_rate_limit_headers, RateSlot},
     error::ApiError,
+    hmac_edge,
     request_id::{acceptable, with_error_body, REQUEST_ID},
-    signed,
 };
 use crate::{error::Error, AppState};
 
@@ -70,10 +70,10 @@ pub async fn edge(State(edge): State<Edge>, mut req: Request, next: Next) -> Res
     let (mut res, signer) = match edge.in_flight.clone().try_acquire_owned() {
         Ok(permit) => {
             let run = async {
-                if !signed::is_signed(&req) {
+                if !hmac_edge::is_signed(&req) {
                     return (next.run(req).await, None);
                 }
-                match signed::verify(&edge.state, req).await {
+                match hmac_edge::verify(&edge.state, req).await {
                     Ok((req, signer)) => (next.run(req).await, Some(signer)),
                     Err(refused) => (refused, None),
                 }
@@ -101,7 +101,7 @@ pub async fn edge(State(edge): State<Edge>, mut req: Request, next: Next) -> Res
     let mut res = with_error_body(res, &request_id);
     res.headers_mut().entry(REQUEST_ID.clone()).or_insert(request_id);
     match signer {
-        Some(signer) => signed::sign(res, &signer).await,
+        Some(signer) => hmac_edge::sign(res, &signer).await,
         None => res,
     }
 }

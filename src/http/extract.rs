@@ -29,7 +29,7 @@ impl<T: DeserializeOwned + Serialize, S: Send + Sync> FromRequest<S> for ApiJson
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = json_bytes(req, state).await?;
-        // A check that builds nothing (syntax, repeated keys), then one typed pass (issue 12 §4).
+        // A check that builds nothing (syntax, repeated keys), then one typed pass (docs/decisions.md#performance).
         check(&bytes)?;
         Ok(ApiJson(parse_json(&bytes)?))
     }
@@ -143,7 +143,7 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
         .map(canonical)
 }
 
-/// Walks `X-Forwarded-For` from the right (issue 9 §10): each trusted hop hands over to the one
+/// Walks `X-Forwarded-For` from the right (docs/decisions.md#brute-force-limits): each trusted hop hands over to the one
 /// before it; the first untrusted hop is the client. A hop that does not parse stops the walk
 /// (what lies left of it is not vouched for) and the last trusted address is the client, as is
 /// the left-most when every hop is trusted.

@@ -30,12 +30,15 @@ mod edge;
 pub mod error;
 pub mod extract;
 pub mod handlers;
+pub mod hmac_edge;
 pub mod metrics;
 mod openapi;
+mod reference;
 pub mod request_id;
-pub mod signed;
 
-/// Largest request body accepted, bytes (issue 2 §2).
+pub use reference::markdown as reference_markdown;
+
+/// Largest request body accepted, bytes (docs/decisions.md#identity).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// The error body of spec §7.
@@ -76,7 +79,7 @@ impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         if let Some(c) = openapi.components.as_mut() {
             c.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
-            // BitGo's signed requests (issue 20 §1), accepted on every route that takes a
+            // BitGo's signed requests (docs/decisions.md#signed-requests), accepted on every route that takes a
             // bearer token: documented here rather than listed per operation.
             c.add_security_scheme(
                 "bitgoHmac",
@@ -111,7 +114,7 @@ pub struct Health {
     pub status: String,
 }
 
-/// Longest `/health` waits for the database before answering 503 (issue 21 §2).
+/// Longest `/health` waits for the database before answering 503 (docs/decisions.md#connections-and-database-outages).
 pub const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// 200 when the database answers within 800 ms (`HEALTH_TIMEOUT`), 503 otherwise.
@@ -199,10 +202,15 @@ async fn openapi_document() -> Response {
 /// The OpenAPI 3.1 document as pretty JSON (what `GET /openapi.json` serves and the repository
 /// commits as openapi.json).
 pub fn openapi_json() -> String {
+    serde_json::to_string_pretty(&openapi_value()).unwrap_or_default()
+}
+
+/// The OpenAPI document as served, refined with the rules the derive cannot state.
+fn openapi_value() -> Value {
     let (_, doc) = routes();
     let mut doc = serde_json::to_value(&doc).unwrap_or_default();
     openapi::refine(&mut doc);
-    serde_json::to_string_pretty(&doc).unwrap_or_default()
+    doc
 }
 
 /// The whole HTTP application for `state`.
@@ -213,7 +221,13 @@ pub fn app(state: AppState) -> Router {
 /// The HTTP application: every route with `api`, else only /health and /metrics (a worker).
 pub fn app_for(state: AppState, api: bool) -> Router {
     let router = if api {
-        routes().0.merge(console::router())
+        routes()
+            .0
+            .merge(console::router())
+            .route("/", get(reference::front))
+            .route("/docs", get(reference::page))
+            .route("/favicon.svg", get(reference::favicon))
+            .route("/favicon.ico", get(reference::favicon))
     } else {
         Router::new()
             .route("/health", get(health))

@@ -1,6 +1,6 @@
 //! Rules of the API that utoipa's derive cannot state, added to the generated OpenAPI document
 //! so that it is exact: a client generated from it, or a fuzzer driven by it, sends nothing the
-//! server refuses (issue 8 §5). Each rule names the server check it mirrors; the constants come
+//! server refuses (docs/decisions.md#the-openapi-document). Each rule names the server check it mirrors; the constants come
 //! from the domain, so the two cannot drift.
 
 use serde_json::{json, Value};
@@ -10,7 +10,9 @@ use crate::{
     identity::{
         login::OTP_DIGITS,
         scopes::Scope,
-        tokens::{MAX_DURATION, MAX_IP_RESTRICT, MAX_PERMITTED, MAX_SCOPES, MAX_SPENDING_LIMITS},
+        tokens::{
+            MAX_DURATION, MAX_IP_RESTRICT, MAX_PERMITTED, MAX_SCOPES, MAX_SPENDING_LIMITS, TEMPLATE_FIELDS,
+        },
     },
     types::{COIN_PATTERN, ID_PATTERN as ID},
     webhooks::{
@@ -37,12 +39,32 @@ pub fn refine(doc: &mut Value) {
     webhook_requests(schemas);
     event_request(schemas);
     let remove = &mut schemas["RemoveWebhookRequest"];
-    remove["anyOf"] = json!([{ "required": ["id"] }, { "required": ["type", "url"] }]);
-    for field in ["id", "type", "url"] {
-        remove["properties"][field]["type"] = json!("string");
+    // `{id}` wins over `type` and `url`, which may then be anything the body parses as
+    // (`null` included); without an id, both must be strings.
+    let text = json!({ "type": "string", "pattern": "^[^\\u0000]*$" });
+    remove["anyOf"] = json!([
+        { "required": ["id"] },
+        { "required": ["type", "url"], "properties": { "type": text, "url": text } },
+    ]);
+    remove["properties"]["id"]["type"] = json!("string");
+    for field in ["type", "url"] {
+        remove["properties"][field]["type"] = json!(["string", "null"]);
     }
+    // A balance is base units as digits, a JSON string or a whole number (`wallets::parse_balances`).
+    if let Some(balances) = schemas["SetBalanceRequest"]["properties"].as_object_mut() {
+        for balance in balances.values_mut() {
+            *balance = kind_schema(Kind::BaseUnits { signed: false });
+        }
+    }
+    // Confirmations are counted in 64 bits unsigned (`webhooks::events`).
+    schemas["EventRequest"]["properties"]["confirmations"] =
+        json!({ "type": ["integer", "null"], "minimum": 0, "maximum": u64::MAX });
     schemas["SetBalanceRequest"]["minProperties"] = json!(1);
-    // A wallet record holds the §2.1 fields and whatever else BitGo's record carried (issue 11).
+    // BitGoJS's extension key: a Bitcoin P2PKH address, Base58 of 26 to 35 characters
+    // (`identity::extension::parse_address`; the checksum is the server's to check).
+    schemas["SessionLoginRequest"]["properties"]["extensionAddress"]["pattern"] =
+        json!("^[13mn][1-9A-HJ-NP-Za-km-z]{25,34}$");
+    // A wallet record holds the §2.1 fields and whatever else BitGo's record carried (docs/decisions.md#real-wallet-records).
     schemas["WalletLookupResponse"]["properties"]["wallets"]["items"]["additionalProperties"] = json!(true);
     for path in [
         "/api/v2/{coin}/wallet/{walletId}/webhooks",
@@ -67,30 +89,42 @@ pub fn refine(doc: &mut Value) {
             param["description"] = json!("A coin of `webhooks.coins` (the default list is shown)");
         }
     }
-    every_operation_may_time_out_or_be_shed(doc);
+    template_request(doc);
+    shared_error_responses(doc);
     no_nul_strings(doc);
 }
 
-/// Any request may outlive `request_timeout` (408) or arrive beyond `max_in_flight_requests`
-/// (503 `ServerBusy`); login may also find password hashing full (503). An authenticated
-/// request may exceed its user's rate limit (429, `rate_limit.*`).
-fn every_operation_may_time_out_or_be_shed(doc: &mut Value) {
+/// The answers an operation may give because of its class, written once here instead of on
+/// every handler: any request may outlive `request_timeout` (408) or arrive beyond
+/// `max_in_flight_requests` (503 `ServerBusy`; login may also find password hashing full); an
+/// authenticated one may be refused its token (401) or exceed its user's rate limit (429,
+/// `rate_limit.*`); one that reads a JSON body may send too much (413) or not JSON (415). An
+/// operation that says more about one of these keeps its own description.
+fn shared_error_responses(doc: &mut Value) {
     let error = json!({ "application/json": { "schema": { "$ref": "#/components/schemas/ErrorResponse" } } });
     let Some(paths) = doc["paths"].as_object_mut() else { return };
     for item in paths.values_mut() {
         let Some(ops) = item.as_object_mut() else { continue };
         for op in ops.values_mut() {
             let authenticated = op.get("security").is_some();
+            let json_body = op.pointer("/requestBody/content/application~1json").is_some();
             let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else { continue };
-            if authenticated {
-                responses.entry("429").or_insert_with(|| {
-                    json!({ "description": "Over the user's rate limit (TooManyRequests); see Retry-After and RateLimit-*", "content": error.clone() })
-                });
-            }
-            for (code, description) in [
+            let mut shared = vec![
                 ("408", "The request took longer than `request_timeout` (RequestTimeout)"),
                 ("503", "At capacity (ServerBusy), or the database does not answer; see Retry-After"),
-            ] {
+            ];
+            if authenticated {
+                shared.push(("401", "Not authenticated"));
+                shared.push((
+                    "429",
+                    "Over the user's rate limit (TooManyRequests); see Retry-After and RateLimit-*",
+                ));
+            }
+            if json_body {
+                shared.push(("413", "Body over 1 MiB"));
+                shared.push(("415", "Body not JSON"));
+            }
+            for (code, description) in shared {
                 responses
                     .entry(code)
                     .or_insert_with(|| json!({ "description": description, "content": error.clone() }));
@@ -127,7 +161,22 @@ fn access_token_request(schemas: &mut Value) {
     p["spendingLimits"]["maxItems"] = json!(MAX_SPENDING_LIMITS);
     let limit = &mut schemas["SpendingLimitRequest"]["properties"];
     limit["coin"]["pattern"] = json!(COIN_PATTERN);
-    limit["txValueLimit"]["pattern"] = json!("^[0-9]{1,100}$");
+    // Base units as digits, a JSON string or a whole number, as `token_request::base_units` reads them.
+    let units = kind_schema(Kind::BaseUnits { signed: false });
+    limit["txValueLimit"] = units.clone();
+    schemas["AllErc20TokensLimit"]["properties"]["txValueLimit"] =
+        json!({ "anyOf": [units, { "type": "null" }] });
+}
+
+/// A token template holds only the §4.3 fields of `identity::tokens::TEMPLATE_FIELDS`, each as
+/// the access token request has it, and nothing else (`identity::tokens::create_template`).
+fn template_request(doc: &mut Value) {
+    let token = &doc["components"]["schemas"]["CreateAccessTokenRequest"]["properties"];
+    let properties: serde_json::Map<String, Value> =
+        TEMPLATE_FIELDS.iter().map(|f| (f.to_string(), token[*f].clone())).collect();
+    let schema = json!({ "type": "object", "properties": properties, "additionalProperties": false });
+    doc["paths"]["/api/v2/user/accesstokentemplate"]["post"]["requestBody"]["content"]["application/json"]
+        ["schema"] = schema;
 }
 
 /// One request schema per level (§4.4, §4.6, §4.8): the level's types, and

@@ -16,7 +16,7 @@ use super::error::ErrorBody;
 /// Name of the request id header, in requests and responses.
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 
-/// Longest client-chosen request id, bytes (issue 21 §4); a longer one is replaced.
+/// Longest client-chosen request id, bytes (docs/decisions.md#faults-and-floods); a longer one is replaced.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
 
 /// Whether a client's `request-id` may be used as the request's id: 1 to
@@ -29,12 +29,17 @@ pub fn acceptable(v: &HeaderValue) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
 }
 
+/// Marks a console response whose error status must keep its HTML body (the edge otherwise
+/// replaces the body of a 4xx/5xx with the §7 JSON).
+#[derive(Clone, Copy)]
+pub struct HtmlBody;
+
 /// Fills `requestId` (the request's `request_id` header) into an error body, and gives every
 /// other 4xx/5xx (unknown route, wrong method, body too large, ...) the §7 shape. Other
 /// responses pass unchanged.
 pub fn with_error_body(res: Response, request_id: &HeaderValue) -> Response {
     let status = res.status();
-    if status.as_u16() < 400 || res.extensions().get::<super::console::HtmlBody>().is_some() {
+    if status.as_u16() < 400 || res.extensions().get::<HtmlBody>().is_some() {
         return res;
     }
     let request_id = String::from_utf8_lossy(request_id.as_bytes()).into_owned();

@@ -3,11 +3,15 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use super::{auth::Principal, scopes::Action, Identity};
+use std::collections::HashMap;
+
+use super::{bearer::Principal, scopes::Action, Identity};
 use crate::{
     error::Result,
+    model::audit::ChainedEntry,
     paging::{Page, PageRequest},
-    store::{AuditFilter, ChainedEntry},
+    store::AuditFilter,
+    types::UserId,
 };
 
 /// Entries `auth` may see that match `filter` (its `visible_to` is set here), newest first. Needs `auditlogs_view_all` or a login
@@ -32,7 +36,21 @@ pub async fn list(
     Ok(page.page(rows, |c| &c.entry.id))
 }
 
-/// Walks the whole chain for a service admin (the console's "verify chain", issue 22 §6):
+/// The emails of the users the entries of `page` name, for showing them to a person (the
+/// console); a user that no longer exists is left out. At most one cached read per user.
+pub async fn user_emails(svc: &Identity, page: &[ChainedEntry]) -> Result<HashMap<UserId, String>> {
+    let mut emails = HashMap::new();
+    for id in page.iter().filter_map(|c| c.entry.user_id.as_ref()) {
+        if !emails.contains_key(id) {
+            if let Some(user) = svc.store.user_by_id(id).await? {
+                emails.insert(id.clone(), user.email.clone());
+            }
+        }
+    }
+    Ok(emails)
+}
+
+/// Walks the whole chain for a service admin (the console's "verify chain", docs/decisions.md#the-operator-console):
 /// `Ok(n)` or the first broken entry. Errors: `Forbidden` without the service-admin permission.
 pub async fn verify(svc: &Identity, auth: &Principal) -> Result<crate::audit::Verified> {
     auth.require(svc.policy, super::scopes::Action::ServiceAdmin)?;

@@ -1,4 +1,4 @@
-//! The proof BitGoJS gives to extend a session (issue 20 §2). At an extensible login the SDK
+//! The proof BitGoJS gives to extend a session (docs/decisions.md#bitgos-paths-and-password-form). At an extensible login the SDK
 //! makes a key pair and sends the key's Bitcoin P2PKH address (`extensionAddress`); to extend,
 //! it signs `{timestamp ms}|{token}|{duration}` as a Bitcoin signed message (the prefix
 //! "\x18Bitcoin Signed Message:\n", double SHA-256, a 65-byte recoverable signature) and sends

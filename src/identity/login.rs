@@ -5,11 +5,11 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 use crate::error::ErrorName;
-use crate::store::AuditType;
+use crate::model::audit::AuditType;
 use std::net::IpAddr;
 
 use super::{
-    auth::new_token_value,
+    bearer::new_token_value,
     otp::verify_otp,
     scopes::{session_scopes, Grant, RESET_2FA_SCOPES},
     throttle,
@@ -22,7 +22,11 @@ use crate::{
     error::{Error, Result},
     identity::Identity,
     ids,
-    store::{AuditEntry, Membership, TokenKind, TokenRecord, User},
+    model::{
+        audit::AuditEntry,
+        token::{TokenKind, TokenRecord},
+    },
+    store::{Membership, User},
     types::{Email, OtpCode},
 };
 
@@ -57,10 +61,12 @@ pub struct Session {
     pub reset_2fa: bool,
 }
 
-/// The longest password, bytes; checked before any lookup or hashing (issue 9 §1), with the
+/// The longest password, bytes; checked before any lookup or hashing (docs/decisions.md#brute-force-limits), with the
 /// email's length ([`Email::MAX_LEN`]) and the OTP's shape ([`OtpCode`]).
 pub const MAX_PASSWORD_BYTES: usize = 1024;
 pub const OTP_DIGITS: usize = OtpCode::DIGITS;
+/// The label a login session carries in token lists.
+pub const LOGIN_SESSION_LABEL: &str = "login session";
 
 /// Parses the credentials' email and OTP; refuses oversized or malformed ones with a 400 naming
 /// the field. An absent or blank OTP is `None` (the first step of a two-step client).
@@ -166,7 +172,7 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
 }
 
 /// Stores the BitGo form of a user's plain password in place of the hash of the plain password
-/// (issue 20 §2), so that BitGoJS can log them in from now on. A failure is logged: the old
+/// (docs/decisions.md#bitgos-paths-and-password-form), so that BitGoJS can log them in from now on. A failure is logged: the old
 /// hash still works.
 async fn upgrade_password(svc: &Identity, user: &User, plain: &str) {
     let (email, plain) = (user.email.to_string(), plain.to_string());
@@ -211,6 +217,8 @@ async fn issue_session(
         now + ttl,
         ip,
     )?;
+    // Named in token lists (API and console) for what it is; §4.2 gives a login no label.
+    token.label = Some(if reset { "2FA reset session" } else { LOGIN_SESSION_LABEL }.into());
     token.is_extensible = extensible && !reset;
     token.extension_address = extension_address.filter(|_| token.is_extensible);
     token.admin = user.service_admin && !reset;

@@ -4,25 +4,26 @@
 
 use std::sync::Arc;
 
-use crate::{config::Config, outbox::dispatch::Dispatch, secrets::MasterKey, store::DynStore};
+use crate::{config::Config, master_key::MasterKey, notifications::dispatch::Dispatch, store::DynStore};
 
 pub mod audit_log;
-pub mod auth;
+pub mod bearer;
 pub mod extension;
+pub mod hmac_auth;
 pub mod login;
-pub mod operator;
 pub mod otp;
 pub mod password;
 pub mod rate_limit;
 pub mod scopes;
 pub mod sessions;
-pub mod signed;
 pub mod throttle;
+pub mod token_request;
 pub mod tokens;
 pub mod totp;
+pub mod user_admin;
 pub mod users;
 
-/// The handles identity's functions use (issue 19 §3), built once when the application starts
+/// The handles identity's functions use (docs/decisions.md#architecture), built once when the application starts
 /// and cheap to clone.
 #[derive(Clone)]
 pub struct Identity {
@@ -39,6 +40,6 @@ pub struct Identity {
     pub throttle_notes: Arc<throttle::ThrottleNotes>,
     /// Wakes delivery for the accessToken notifications a new token writes.
     pub dispatch: Arc<dyn Dispatch>,
-    /// Signed reads this process has seen (the replay guard of reads, issue 20 §1).
-    pub replay: Arc<signed::ReplayMemory>,
+    /// Signed reads this process has seen (the replay guard of reads, docs/decisions.md#signed-requests).
+    pub replay: Arc<hmac_auth::ReplayMemory>,
 }

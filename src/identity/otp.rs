@@ -1,10 +1,10 @@
 //! One-time password checks (RFC 6238 TOTP) wherever an OTP is presented: login, access token
 //! creation, unlock. A file of its own so that login and tokens both depend on it and not on
-//! each other (issue 19 §2).
+//! each other (docs/decisions.md#architecture).
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use crate::store::AuditType;
+use crate::model::audit::AuditType;
 use std::net::IpAddr;
 
 use serde_json::json;

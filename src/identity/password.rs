@@ -1,6 +1,6 @@
 //! Password hashing with argon2id (OWASP minimum: m = 19 MiB, t = 2, p = 1), run on a blocking
 //! thread so a login never stalls the async workers, and bounded by [`HashLimiter`] so that no
-//! login flood can hold more than `login.max_concurrent_hashes` x 19 MiB (issue 9 §1).
+//! login flood can hold more than `login.max_concurrent_hashes` x 19 MiB (docs/decisions.md#brute-force-limits).
 //!
 //! Verification reuses its 19 MiB working memory: the allocator would otherwise keep freed
 //! blocks of that size in per-thread heaps (glibc raises its mmap threshold after the first
@@ -31,7 +31,7 @@ use argon2::{
 };
 use subtle::ConstantTimeEq;
 
-/// Minimum password length, characters (issue 2 §3).
+/// Minimum password length, characters (docs/decisions.md#identity).
 pub const MIN_PASSWORD_LEN: usize = 12;
 
 fn argon2() -> Argon2<'static> {
@@ -50,7 +50,7 @@ pub fn hash(password: &str) -> anyhow::Result<String> {
 }
 
 /// Marks a stored hash of a password's BitGo form ([`bitgo_form`]); a stored hash without it
-/// is argon2id of the plain password (users made before issue 20), upgraded at the user's next
+/// is argon2id of the plain password (users made before BitGo's password form was kept, docs/decisions.md#bitgos-paths-and-password-form), upgraded at the user's next
 /// plain-password login.
 pub const BITGO_FORM_MARK: &str = "bitgo-hmac:";
 
@@ -138,7 +138,7 @@ fn verify_with(password: &[u8], phc: &str, memory: &mut Vec<Block>) -> bool {
         && bool::from(out.as_slice().ct_eq(expected.as_bytes()))
 }
 
-/// Bounds password hashing (issue 9 §1): at most `max_concurrent_hashes` hashes run, at most
+/// Bounds password hashing (docs/decisions.md#brute-force-limits): at most `max_concurrent_hashes` hashes run, at most
 /// `hash_queue` more wait, each for at most `hash_wait_ms`, and one client holds at most
 /// `max_hashes_per_client` of these places. Memory under any login load is therefore bounded
 /// by `max_concurrent_hashes` x 19 MiB.

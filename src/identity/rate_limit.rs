@@ -1,4 +1,4 @@
-//! The per-user API rate limit (issue 9 §7): a token bucket per user and process (governor's
+//! The per-user API rate limit (docs/decisions.md#webhook-abuse-and-the-api-rate-limit): a token bucket per user and process (governor's
 //! GCRA), `rate_limit.requests` per `rate_limit.period` seconds (BitGo documents 360 per
 //! minute), a separate allowance for service admins. Counted when a request authenticates,
 //! before its handler runs.

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 pub use crate::grant::{Grant, Scope, WalletPermission};
 use crate::{
     config::Environment,
-    store::{TokenKind, TokenRecord},
+    model::token::{TokenKind, TokenRecord},
     types::{EnterpriseId, WalletId},
 };
 
@@ -55,13 +55,13 @@ pub enum Action<'a> {
     /// Create another access token.
     CreateAccessToken,
     /// List or revoke the user's own tokens: `user_manage` (`all` in test), never a 2FA-reset
-    /// token (issue 10 §2).
+    /// token (docs/decisions.md#token-and-session-lifecycle).
     ManageOwnTokens,
     /// Create, list, remove or simulate the user's own block webhooks: `wallet_manage_all` or
     /// `wallet_manage_enterprise` (`all` in test), never a 2FA-reset token (docs/decisions.md).
     ManageBlockWebhooks,
     /// Read the audit log: `auditlogs_view_all` (`all` in test), or a login session itself
-    /// (issue 10 §5).
+    /// (docs/decisions.md#token-and-session-lifecycle).
     ViewAuditLog,
     /// A wallet permission on one wallet.
     Wallet { permission: WalletPermission, wallet_id: &'a WalletId, enterprise: Option<&'a EnterpriseId> },
@@ -219,7 +219,7 @@ impl Policy {
     /// the user must be allowed to see it (`user_may_see`: listed in its `users`, an admin of
     /// its enterprise, or a service admin, for whom membership is waived) and the token's view
     /// scopes, `permittedWallets` and `permittedEnterprises` must cover it (for service admins
-    /// too: issue 9 §5).
+    /// too: docs/decisions.md#brute-force-limits).
     pub fn can_view_wallet(
         &self,
         token: &TokenRecord,

@@ -1,4 +1,4 @@
-//! The lifecycle of tokens and sessions (issue 10 §2, §3): a user lists and revokes their
+//! The lifecycle of tokens and sessions (docs/decisions.md#token-and-session-lifecycle): a user lists and revokes their
 //! tokens; the calling token reports its session, is unlocked with an OTP and locked again,
 //! extended when extensible, and logged out. Token templates are an operator's (service
 //! admin) tool. Paths and shapes follow BitGo's Platform API.
@@ -6,24 +6,23 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 use crate::error::ErrorName;
-use crate::store::AuditType;
+use crate::model::audit::AuditType;
 use serde_json::{json, Value};
 
 use crate::{
     audit::EntryExt,
     error::{Error, Result},
-    identity::Identity,
-    identity::{auth::Principal, otp::verify_otp, scopes::Action},
+    identity::{bearer::Principal, otp::verify_otp, scopes::Action, Identity},
     ids,
+    model::token::{SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock},
     paging::{Page, PageRequest},
-    store::{SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock},
     types::{AnyId, OtpCode, TokenId},
 };
 
 /// `limit` of a token list when none is given, and its largest value.
 pub const DEFAULT_TOKEN_LIMIT: u32 = 25;
 pub const MAX_TOKEN_LIMIT: u32 = 200;
-/// Unlock duration when none is given, and its bounds, seconds (issue 10 §3).
+/// Unlock duration when none is given, and its bounds, seconds (docs/decisions.md#token-and-session-lifecycle).
 pub const DEFAULT_UNLOCK_SECS: u64 = 600;
 pub const MAX_UNLOCK_SECS: u64 = 3600;
 
@@ -168,7 +167,7 @@ fn check_extension_proof(
     let ts: i64 = proof.timestamp.parse().map_err(|_| {
         refused(ErrorName::InvalidSignature, "the timestamp header must be Unix milliseconds")
     })?;
-    if !super::signed::within_window(svc, ts) {
+    if !super::hmac_auth::within_window(svc, ts) {
         return Err(refused(
             ErrorName::StaleRequest,
             "the extension's timestamp is outside the accepted window",
@@ -177,7 +176,7 @@ fn check_extension_proof(
     let sealed = t.sealed_value.as_deref().ok_or_else(|| {
         refused(ErrorName::InvalidSignature, "this session cannot prove an extension: log in again")
     })?;
-    let value = svc.key.open(&super::auth::token_aad(&t.id), sealed)?;
+    let value = svc.key.open(&super::bearer::token_aad(&t.id), sealed)?;
     let value = String::from_utf8(value).map_err(|e| Error::Internal(e.into()))?;
     if !super::extension::signed_by(address, proof.timestamp, &value, duration, proof.signature) {
         return Err(refused(
@@ -188,7 +187,7 @@ fn check_extension_proof(
     Ok(())
 }
 
-/// Token templates over HTTP (issue 10 §2): service admins only, as the CLI is the operator's.
+/// Token templates over HTTP (docs/decisions.md#token-and-session-lifecycle): service admins only, as the CLI is the operator's.
 pub mod templates {
     use super::*;
 

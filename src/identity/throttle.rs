@@ -1,4 +1,4 @@
-//! Brute-force limits on logins and one-time passwords (issue 9 §2, §3). Every attempt is
+//! Brute-force limits on logins and one-time passwords (docs/decisions.md#brute-force-limits). Every attempt is
 //! recorded as a failure *before* its password or OTP is checked and forgotten when it
 //! succeeds, so N parallel guesses count as N; an attempt refused by a limit is not recorded,
 //! so an attacker's refused guesses do not extend anyone's lockout. Settings: `login.*`.

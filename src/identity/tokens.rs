@@ -5,17 +5,16 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 use crate::error::ErrorName;
-use crate::store::AuditType;
-use std::{collections::BTreeSet, net::IpAddr};
+use crate::model::audit::AuditType;
+use std::net::IpAddr;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use utoipa::ToSchema;
 
 use super::{
-    auth::{new_token_value, Principal},
+    bearer::{new_token_value, Principal},
     otp::verify_otp,
     scopes::{parse_scopes, Action, Grant},
+    token_request::{scope_values, validate, Validated},
     users::require_membership,
 };
 use crate::{
@@ -23,80 +22,17 @@ use crate::{
     error::{parse_value, Error, Result},
     identity::Identity,
     ids,
-    store::{AuditEntry, TokenKind, TokenRecord, TokenTemplate},
-    types::{AnyId, BaseUnits, Cidr, Coin, EnterpriseId, OtpCode, TokenId, UserId, WalletId},
+    model::{
+        audit::AuditEntry,
+        token::{TokenKind, TokenRecord, TokenTemplate},
+    },
+    types::{AnyId, BaseUnits, Cidr, TokenId, UserId},
 };
 
-/// Longest token lifetime and the default `duration`: 10 years, in seconds.
-pub const MAX_DURATION: u64 = 315_360_000;
-
-/// Request body of §4.3; every value is checked field by field.
-#[derive(Debug, Default, Deserialize, ToSchema, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CreateAccessTokenRequest {
-    /// A list of scope values (or one value as a string).
-    #[schema(value_type = Option<Vec<String>>)]
-    pub scope: Option<ScopeInput>,
-    /// Seconds, 1..=315360000; default 315360000, capped by the creating token's expiry.
-    #[schema(value_type = Option<u64>)]
-    pub duration: Option<Value>,
-    pub label: Option<String>,
-    pub otp: Option<String>,
-    pub admin: Option<bool>,
-    /// IP addresses or CIDR blocks; required in production.
-    #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<Vec<String>>)]
-    pub ip_restrict: Option<Option<Vec<String>>>,
-    pub enterprise: Option<EnterpriseId>,
-    pub spending_limits: Option<Vec<SpendingLimitRequest>>,
-    #[schema(pattern = "^[0-9a-f]{32}$")]
-    pub access_token_template_id: Option<AnyId>,
-    pub permitted_enterprises: Option<Vec<EnterpriseId>>,
-    pub permitted_wallets: Option<Vec<WalletId>>,
-    /// BitGo's top-level limit, a whole number of base units: the token's
-    /// `unlock.txValueLimit` (§2.4). At most the creating token's.
-    #[schema(value_type = Option<u64>)]
-    pub tx_value_limit: Option<Value>,
-}
-
-/// `scope` as a list or a single string.
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum ScopeInput {
-    Many(Vec<String>),
-    One(String),
-}
-
-/// Distinguishes an absent field (`None`) from an explicit `null` (`Some(None)`).
-fn nullable<'de, D, T>(d: D) -> std::result::Result<Option<Option<T>>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
-}
-
-/// An element of `spendingLimits`.
-#[derive(Debug, Deserialize, ToSchema, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SpendingLimitRequest {
-    pub coin: Coin,
-    pub max_limit: Option<bool>,
-    /// Base units: a digit string or a JSON integer, kept lossless.
-    #[schema(value_type = String)]
-    pub tx_value_limit: Value,
-    pub all_erc20_tokens_limit: Option<AllErc20TokensLimit>,
-}
-
-/// `allErc20TokensLimit` of a spending limit.
-#[derive(Debug, Deserialize, ToSchema, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AllErc20TokensLimit {
-    pub enabled: bool,
-    pub max_limit: bool,
-    #[schema(value_type = Option<String>)]
-    pub tx_value_limit: Option<Value>,
-}
+pub use super::token_request::{
+    AllErc20TokensLimit, CreateAccessTokenRequest, ScopeInput, SpendingLimitRequest, MAX_DURATION,
+    MAX_IP_RESTRICT, MAX_PERMITTED, MAX_SCOPES, MAX_SPENDING_LIMITS,
+};
 
 /// The permission carried by tokens of service employees created with `admin: true`.
 pub const SERVICE_ADMIN_PERMISSION: &str = "service_admin";
@@ -126,7 +62,9 @@ pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> R
             format!("field {k:?} cannot be in a template (allowed: {})", TEMPLATE_FIELDS.join(", ")),
         ));
     }
-    let parsed: CreateAccessTokenRequest = parse_value(&fields)?;
+    let mut parsed: CreateAccessTokenRequest = parse_value(&fields)?;
+    // Checked as a token request checks them, so a template can never supply a bad limit.
+    super::token_request::spending_limits(parsed.spending_limits.take().unwrap_or_default())?;
     if let Some(scope) = &parsed.scope {
         parse_scopes(&scope_values(scope))
             .map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), format!("scope[{i}]: {e}")))?;
@@ -134,157 +72,6 @@ pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> R
     let t = TokenTemplate { id: AnyId::new_random(), fields, created_at: ids::now() };
     store.insert_template(&t).await?;
     Ok(t)
-}
-
-fn scope_values(s: &ScopeInput) -> Vec<String> {
-    match s {
-        ScopeInput::Many(v) => v.clone(),
-        ScopeInput::One(s) => vec![s.clone()],
-    }
-}
-
-/// A validated request, ready to become a token.
-struct Validated {
-    label: String,
-    otp: OtpCode,
-    grants: Vec<Grant>,
-    duration: Option<u64>,
-    admin: bool,
-    ip_restrict: Option<Vec<Cidr>>,
-    enterprise: Option<EnterpriseId>,
-    spending_limits: Option<Value>,
-    permitted_wallets: Option<Vec<WalletId>>,
-    permitted_enterprises: Option<Vec<EnterpriseId>>,
-    tx_value_limit: Option<BaseUnits>,
-}
-
-/// Largest lists a token request may carry (issue 9 §8); longer ones are a 400 naming the field.
-pub const MAX_SCOPES: usize = 64;
-pub const MAX_IP_RESTRICT: usize = 100;
-pub const MAX_PERMITTED: usize = 1000;
-pub const MAX_SPENDING_LIMITS: usize = 100;
-
-/// Refuses a list longer than `max` before any of it is examined.
-fn cap(field: &str, len: usize, max: usize) -> Result<()> {
-    if len > max {
-        return Err(Error::invalid_field(field, format!("at most {max} entries")));
-    }
-    Ok(())
-}
-
-/// A list of ids (parsed by serde, so each is well formed), capped, duplicates dropped.
-fn id_list<T: Ord + Clone>(field: &str, v: Option<Vec<T>>) -> Result<Option<Vec<T>>> {
-    let Some(v) = v else { return Ok(None) };
-    cap(field, v.len(), MAX_PERMITTED)?;
-    let mut seen = BTreeSet::new();
-    Ok(Some(v.into_iter().filter(|id| seen.insert(id.clone())).collect()))
-}
-
-fn base_units(field: &str, v: &Value) -> Result<String> {
-    BaseUnits::from_json(v)
-        .map(BaseUnits::into_string)
-        .ok_or_else(|| Error::invalid_field(field, BaseUnits::EXPECTED))
-}
-
-/// `spendingLimits` as stored: `{coin: {txValueLimit, maxLimit?, allErc20TokensLimit?}}` with
-/// base-unit strings; `None` for an empty list. Errors name the element's field.
-fn spending_limits(list: Vec<SpendingLimitRequest>) -> Result<Option<Value>> {
-    let mut out = Map::new();
-    for (i, l) in list.into_iter().enumerate() {
-        let at = |f: &str| format!("spendingLimits[{i}].{f}");
-        if out.contains_key(l.coin.as_str()) {
-            return Err(Error::invalid_field(at("coin"), "a coin may have only one spending limit"));
-        }
-        let mut entry = Map::new();
-        entry.insert("txValueLimit".into(), json!(base_units(&at("txValueLimit"), &l.tx_value_limit)?));
-        if let Some(m) = l.max_limit {
-            entry.insert("maxLimit".into(), json!(m));
-        }
-        if let Some(a) = l.all_erc20_tokens_limit {
-            let mut e = json!({ "enabled": a.enabled, "maxLimit": a.max_limit });
-            if let Some(v) = &a.tx_value_limit {
-                e["txValueLimit"] = json!(base_units(&at("allErc20TokensLimit.txValueLimit"), v)?);
-            }
-            entry.insert("allErc20TokensLimit".into(), e);
-        }
-        out.insert(l.coin.into_string(), Value::Object(entry));
-    }
-    Ok((!out.is_empty()).then_some(Value::Object(out)))
-}
-
-fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
-    let label = req.label.map(|l| l.trim().to_string()).unwrap_or_default();
-    if label.is_empty() {
-        return Err(Error::missing_field("label"));
-    }
-    if label.chars().count() > 256 {
-        return Err(Error::invalid_field("label", "at most 256 characters"));
-    }
-    let otp = req.otp.as_deref().map(str::trim).filter(|o| !o.is_empty());
-    let Some(otp) = otp else { return Err(Error::missing_field("otp")) };
-    let otp = OtpCode::parse(otp).ok_or_else(|| Error::invalid_field("otp", "exactly 6 digits"))?;
-    if let Some(ScopeInput::Many(list)) = &req.scope {
-        cap("scope", list.len(), MAX_SCOPES)?;
-    }
-    if let Some(Some(list)) = &req.ip_restrict {
-        cap("ipRestrict", list.len(), MAX_IP_RESTRICT)?;
-    }
-    if let Some(list) = &req.spending_limits {
-        cap("spendingLimits", list.len(), MAX_SPENDING_LIMITS)?;
-    }
-    let grants = match &req.scope {
-        Some(s) => {
-            parse_scopes(&scope_values(s)).map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), e))?
-        }
-        None => Vec::new(),
-    };
-    let duration = match &req.duration {
-        None | Some(Value::Null) => None,
-        Some(v) => match crate::types::whole_number(v) {
-            Some(d) if (1..=MAX_DURATION).contains(&d) => Some(d),
-            _ => {
-                return Err(Error::invalid_field(
-                    "duration",
-                    format!("must be a whole number of seconds from 1 to {MAX_DURATION}"),
-                ))
-            }
-        },
-    };
-    let ip_restrict = match req.ip_restrict.flatten() {
-        None => None,
-        Some(list) => {
-            let (mut out, mut seen) = (Vec::new(), BTreeSet::new());
-            for (i, s) in list.iter().enumerate() {
-                let c = Cidr::parse(s).map_err(|e| Error::invalid_field(format!("ipRestrict[{i}]"), e))?;
-                if seen.insert(c) {
-                    out.push(c);
-                }
-            }
-            (!out.is_empty()).then_some(out)
-        }
-    };
-    let spending_limits = req.spending_limits.map(spending_limits).transpose()?.flatten();
-    let tx_value_limit = req
-        .tx_value_limit
-        .map(|v| {
-            BaseUnits::from_json(&v).ok_or_else(|| {
-                Error::invalid_field("txValueLimit", "a whole number of base units, at least 0")
-            })
-        })
-        .transpose()?;
-    Ok(Validated {
-        tx_value_limit,
-        label,
-        otp,
-        grants,
-        duration,
-        admin: req.admin.unwrap_or(false),
-        ip_restrict,
-        enterprise: req.enterprise,
-        spending_limits,
-        permitted_wallets: id_list("permittedWallets", req.permitted_wallets)?,
-        permitted_enterprises: id_list("permittedEnterprises", req.permitted_enterprises)?,
-    })
 }
 
 /// Fills fields absent from `body` from the template named by `accessTokenTemplateId`.
@@ -323,7 +110,7 @@ pub struct CreatedToken {
 }
 
 /// Builds the record of the token `value` with the fields every token has: its hash (the
-/// lookup key) and its value sealed under the master key (the HMAC key, issue 20 §1). The
+/// lookup key) and its value sealed under the master key (the HMAC key, docs/decisions.md#signed-requests). The
 /// caller sets the rest (label, limits, restrictions). Times are Unix seconds; `ip` is the
 /// requesting client's address. Errors: `Internal` if sealing fails.
 #[allow(clippy::too_many_arguments)]
@@ -338,10 +125,10 @@ pub fn new_token_record(
     ip: IpAddr,
 ) -> Result<TokenRecord> {
     let id = TokenId::new_random();
-    let sealed = svc.key.seal(&super::auth::token_aad(&id), value.as_bytes())?;
+    let sealed = svc.key.seal(&super::bearer::token_aad(&id), value.as_bytes())?;
     Ok(TokenRecord {
         id,
-        token_hash: super::auth::hash_token(value),
+        token_hash: super::bearer::hash_token(value),
         user_id: user_id.clone(),
         kind,
         label: None,
@@ -372,7 +159,7 @@ pub const MIN_IPV4_PREFIX: u8 = 8;
 pub const MIN_IPV6_PREFIX: u8 = 32;
 
 /// Production needs a non-empty `ipRestrict` of blocks no wider than /8 (IPv4) or /32 (IPv6),
-/// unless `allow_wide` (issue 9 §4).
+/// unless `allow_wide` (docs/decisions.md#brute-force-limits).
 fn check_production_ip_restrict(blocks: Option<&[Cidr]>, allow_wide: bool) -> Result<()> {
     let Some(blocks) = blocks else {
         return Err(Error::invalid_field(
@@ -425,7 +212,7 @@ fn within_parent<T: PartialEq + Clone>(
     Ok(())
 }
 
-/// Bounds a child token's lists by its parent's (issue 9 §4): `permittedWallets`,
+/// Bounds a child token's lists by its parent's (docs/decisions.md#brute-force-limits): `permittedWallets`,
 /// `permittedEnterprises` and `ipRestrict` must lie within the parent's, `spendingLimits` may
 /// not exceed the parent's per coin; each absent one (or absent coin) takes the parent's.
 /// Errors: `ExceedsCreatingToken` naming the first offending element.
@@ -532,7 +319,7 @@ async fn bound_by_creator(svc: &Identity, auth: &Principal, v: &mut Validated) -
 
 /// The child's lifetime in seconds: `requested`, or the longest allowed. A token made from an
 /// interactive login (password and OTP, then the OTP again here) may live up to 10 years, which
-/// is what API tokens are for; one made by another access token never outlives it (issue 10
+/// is what API tokens are for; one made by another access token never outlives it (docs/decisions.md#token-and-session-lifecycle
 /// §1). Errors: `ExceedsCreatingToken` naming `duration`.
 fn lifetime(parent: &TokenRecord, requested: Option<u64>, now: i64) -> Result<u64> {
     let remaining = if parent.kind == TokenKind::Session {
@@ -599,7 +386,8 @@ pub async fn create_access_token(svc: &Identity, auth: &Principal, mut body: Val
     record.permitted_enterprises = v.permitted_enterprises;
     record.parent_id = Some(parent.id.clone());
     let notifications =
-        crate::outbox::access_token_notifications(&svc.store, &record, svc.config.webhooks.max_held).await?;
+        crate::notifications::access_token_notifications(&svc.store, &record, svc.config.webhooks.max_held)
+            .await?;
     let entry = crate::audit::EntryExt::data(
         auth.audit(AuditType::TokenCreated),
         serde_json::json!({

@@ -5,7 +5,7 @@ use anyhow::anyhow;
 use subtle::ConstantTimeEq;
 use totp_rs::{Algorithm, Secret, TOTP};
 
-use crate::{config::Environment, secrets::MasterKey, store::User, types::OtpCode};
+use crate::{config::Environment, master_key::MasterKey, store::User, types::OtpCode};
 
 /// Step length, seconds (RFC 6238 default).
 pub const STEP: u64 = 30;

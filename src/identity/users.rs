@@ -3,17 +3,17 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 use crate::error::ErrorName;
-use crate::store::AuditType;
+use crate::model::audit::AuditType;
 use serde::Serialize;
 
-use super::{auth::Principal, password, scopes::Action, totp};
+use super::{bearer::Principal, password, scopes::Action, totp};
 use crate::{
     error::{Error, Result},
     identity::Identity,
     ids,
-    store::{AuditEntry, DynStore, Enterprise, Membership, User},
-    types::Email,
-    types::{EnterpriseId, UserId},
+    model::audit::AuditEntry,
+    store::{DynStore, Enterprise, Membership, User},
+    types::{Email, EnterpriseId, UserId},
 };
 
 /// What creating a user returns: the TOTP seed is shown once, here.
@@ -32,7 +32,7 @@ pub struct CreatedUser {
 /// existing user with that email.
 pub async fn create_user(
     store: &DynStore,
-    key: &crate::secrets::MasterKey,
+    key: &crate::master_key::MasterKey,
     email: &str,
     name: Option<&str>,
     plain_password: &str,
@@ -99,7 +99,11 @@ pub async fn create_enterprise(store: &DynStore, name: &str, id: Option<Enterpri
     }
     let id = id.unwrap_or_else(EnterpriseId::new_random);
     let e = Enterprise { id, name: name.into(), created_at: ids::now() };
-    store.insert_enterprise(&e).await?;
+    let entry = crate::audit::EntryExt::data(
+        crate::audit::entry(AuditType::EnterpriseCreated),
+        serde_json::json!({ "name": e.name, "by": "operator" }),
+    );
+    store.insert_enterprise(&e, &[AuditEntry { enterprise_id: Some(e.id.clone()), ..entry }]).await?;
     Ok(e)
 }
 

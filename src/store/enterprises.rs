@@ -27,8 +27,13 @@ pub struct Membership {
 /// Enterprises and memberships.
 #[async_trait]
 pub trait EnterpriseStore: Send + Sync {
-    /// Fails with [`super::StoreError::Conflict`] when the id is taken.
-    async fn insert_enterprise(&self, e: &Enterprise) -> StoreResult<()>;
+    /// Fails with [`super::StoreError::Conflict`] when the id is taken. `audit` is written
+    /// with it.
+    async fn insert_enterprise(
+        &self,
+        e: &Enterprise,
+        audit: &[crate::model::audit::AuditEntry],
+    ) -> StoreResult<()>;
     async fn enterprise_by_id(&self, id: &EnterpriseId) -> StoreResult<Option<Enterprise>>;
     /// Adds the user to the enterprise, or updates the admin flag when already a member.
     /// `audit` is written with it.
@@ -37,7 +42,7 @@ pub trait EnterpriseStore: Send + Sync {
         enterprise_id: &EnterpriseId,
         user_id: &UserId,
         is_admin: bool,
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<()>;
     /// The user's enterprises, by name then id.
     async fn memberships(&self, user_id: &UserId) -> StoreResult<Vec<Membership>>;
@@ -82,14 +87,21 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     #[tracing::instrument(level = "debug", skip_all)]
-    async fn insert_enterprise(&self, e: &Enterprise) -> StoreResult<()> {
+    async fn insert_enterprise(
+        &self,
+        e: &Enterprise,
+        audit: &[crate::model::audit::AuditEntry],
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
         sqlx::query("INSERT INTO enterprises (id, name, created_at) VALUES ($1, $2, $3)")
             .bind(e.id.as_str())
             .bind(e.name.as_str())
             .bind(e.created_at)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "an enterprise with this id"))?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -107,7 +119,7 @@ where
         enterprise_id: &EnterpriseId,
         user_id: &UserId,
         is_admin: bool,
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query(

@@ -1,4 +1,4 @@
-//! Group-commit ingestion (issue 12 §2): one writer task per process takes the events waiting
+//! Group-commit ingestion (docs/decisions.md#performance): one writer task per process takes the events waiting
 //! to be stored (up to `ingest.batch_max`, after an optional linger of `ingest.linger_us`) and
 //! writes them, with their notifications, in one transaction of multi-row statements. Each
 //! caller is answered after the commit, so a stored answer still means stored.
@@ -18,10 +18,12 @@ use std::{
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use tokio::sync::{mpsc, oneshot};
 
-use super::outbox::{queries::insert_notifications_tx, Notification};
+use super::outbox::rows::insert_notifications_tx;
+
 use super::sql::{begin_gated, placeholders, Dialect, WriteGate};
 use super::{StoreError, StoreResult};
 use crate::config::IngestConfig;
+use crate::model::notification::Notification;
 use crate::types::WebhookId;
 
 /// The stored form of [`EventWrite::webhooks`]: ids joined by commas.
@@ -145,7 +147,7 @@ where
         let mut q = sqlx::query_as::<DB, (String,)>(&sql);
         for e in chunk {
             // The body is read back only to replay a transfer (`event_by_transfer`): kept only
-            // for events that name one (issue 23 §3).
+            // for events that name one (docs/decisions.md#performance-as-the-data-grows).
             let body = if e.transfer_id.is_some() { e.body.as_str() } else { "" };
             q = q.bind(e.event_id.as_str()).bind(stored_webhooks(&e.webhooks)).bind(body);
             q = q.bind(e.transfer_id.as_deref()).bind(now);
@@ -347,7 +349,7 @@ mod tests {
         assert!(webhooks_of_stored("{not json").is_err());
     }
 
-    /// Issue 12 §2: an event the database refuses fails alone; the others of its batch are
+    /// An event the database refuses fails alone; the others of its batch are
     /// stored, and a repeat of one of them in the same batch gets its result.
     #[tokio::test]
     async fn a_bad_event_fails_only_itself() {
@@ -388,7 +390,7 @@ mod tests {
             webhook_id: crate::types::test_id("w1"),
             event_id: None,
             notification_type: "block".into(),
-            state: crate::store::NotificationState::Pending,
+            state: crate::model::notification::NotificationState::Pending,
             simulation: false,
             retries: 0,
             payload: "{}".into(),
@@ -402,7 +404,7 @@ mod tests {
         }
     }
 
-    /// Issue 12 §5: a notification the outbox skips (its webhook and idempotency key are there
+    /// A notification the outbox skips (its webhook and idempotency key are there
     /// already) is reported, so that ingestion never hands an unwritten row to the engine.
     #[tokio::test]
     async fn notifications_skipped_by_their_idempotency_key_are_reported() {

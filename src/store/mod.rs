@@ -7,8 +7,8 @@
 //! | `enterprises.rs`| [`EnterpriseStore`]    | enterprises, memberships                     |
 //! | `wallets.rs`    | [`WalletStore`]        | wallet records, balances                     |
 //! | `webhooks.rs`   | [`WebhookStore`]       | webhooks, enterprise webhook secrets         |
-//! | `outbox.rs`     | [`OutboxStore`]        | notifications, leases, delivery attempts     |
-//! | `outbox/insight.rs` | [`InsightStore`]   | the console's searches, counts by hour, recovery |
+//! | `outbox/`       | [`OutboxStore`]        | notifications, leases, delivery attempts     |
+//! | `outbox/search.rs` | [`SearchStore`]   | the console's searches, counts by hour, recovery |
 //! | `events.rs`     | [`EventStore`]         | ingested events (idempotency by event id)    |
 //! | `throttle.rs`   | [`LoginThrottleStore`] | failed logins and OTPs, login clients        |
 //! | `audit.rs`      | [`AuditStore`]         | the audit log, a hash chain                  |
@@ -37,30 +37,24 @@ mod throttle;
 mod tokens;
 mod users;
 mod wallets;
-mod webhook_level;
 mod webhooks;
 
-pub use audit::{
-    canonical_json, chain_hash, AuditEntry, AuditFilter, AuditStore, AuditType, ChainedEntry, GENESIS,
-};
+pub use audit::{AuditFilter, AuditStore};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
 pub use outbox::{
-    idempotency_key, Attempt, Claimed, Completion, DeliveryStats, FailureFacts, HourCount, InsightStore,
-    LastAttempts, Notification, NotificationSearch, NotificationState, OutboxStore, Outcome, QueueCounts,
-    RecentFailure, Saturated, SuspendPolicy, Tenancy, WebhookSearch,
+    Claimed, Completion, DeliveryStats, FailureFacts, HourCount, LastAttempts, NotificationSearch,
+    OutboxStore, Outcome, QueueCounts, RecentFailure, Saturated, SearchStore, SuspendPolicy, Tenancy,
+    WebhookSearch,
 };
 pub use sql::Dialect;
 pub use sql_store::SqlStore;
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
-pub use tokens::{SortOrder, TokenKind, TokenRecord, TokenStore, TokenTemplate, Unlock, TOUCH_EVERY_SECS};
+pub use tokens::TokenStore;
 pub use users::{User, UserChange, UserStore};
-pub use wallets::{Balances, WalletRow, WalletStore};
-pub use webhooks::{
-    CapReached, LevelKind, Rotation, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookSecret,
-    WebhookState, WebhookStore, ROUTES_CACHED_MAX,
-};
+pub use wallets::WalletStore;
+pub use webhooks::{CapReached, Rotation, WebhookCaps, WebhookSecret, WebhookStore, ROUTES_CACHED_MAX};
 
 /// What a store call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -128,7 +122,7 @@ pub trait Store:
     + WalletStore
     + WebhookStore
     + OutboxStore
-    + InsightStore
+    + SearchStore
     + EventStore
     + LoginThrottleStore
     + AuditStore
@@ -151,7 +145,7 @@ where
         + WalletStore
         + WebhookStore
         + OutboxStore
-        + InsightStore
+        + SearchStore
         + EventStore
         + LoginThrottleStore
         + AuditStore,

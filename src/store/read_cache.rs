@@ -1,4 +1,4 @@
-//! The in-process read cache (issue 12 §3): token by hash, user by id, a user's memberships,
+//! The in-process read cache (docs/decisions.md#performance): token by hash, user by id, a user's memberships,
 //! and the active webhooks an event routes to, so that an authenticated request and an event's
 //! fan-out make no query on a hit.
 //!
@@ -28,9 +28,13 @@ use std::{
 
 use quick_cache::sync::Cache;
 
-use super::{Membership, TokenRecord, User, Webhook, WebhookFilter};
+use super::{Membership, User};
 
-/// Longest a cached entry may lag a change committed by another process (issue 12 §3).
+use crate::model::token::TokenRecord;
+
+use crate::model::webhook::{Webhook, WebhookFilter};
+
+/// Longest a cached entry may lag a change committed by another process (docs/decisions.md#performance).
 pub const MAX_STALENESS: Duration = Duration::from_secs(1);
 
 /// The cached records, and what decides whether they may be used.

@@ -1,4 +1,4 @@
-//! The replay guard's writer (issue 20 §1): the MACs of signed requests that change state are
+//! The replay guard's writer (docs/decisions.md#signed-requests): the MACs of signed requests that change state are
 //! recorded in the database, so that every process sharing it refuses a second sight. One row
 //! per request would cost each signed write a transaction of its own (ingestion at half speed in
 //! the delivery bench), so requests arriving together are recorded together: one transaction

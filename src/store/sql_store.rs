@@ -30,7 +30,7 @@ pub struct SqlStore<DB: Database> {
     pub(super) lane: ReadLane<DB>,
 }
 
-/// Pooled connections kept aside for the hottest read, the wallet lookup (issue 23 §4): sqlx
+/// Pooled connections kept aside for the hottest read, the wallet lookup (docs/decisions.md#performance-as-the-data-grows): sqlx
 /// 0.8 pings every connection that goes back to its pool, for SQLite a second round trip to
 /// the connection's thread per query (8% of the server's CPU under 64 clients looking up one
 /// wallet). The lookup runs on at most [`Dialect::READ_LANE`] connections that it takes from

@@ -35,13 +35,13 @@ impl SqlStore<Sqlite> {
             .foreign_keys(true)
             // Reads map the file instead of copying each page through read(2) into every
             // connection's own small page cache: a 1,000-wallet lookup touches over a
-            // thousand pages (issue 23 §4). Address space, not memory: the pages are the
+            // thousand pages (docs/decisions.md#performance-as-the-data-grows). Address space, not memory: the pages are the
             // kernel's page cache, shared by the connections.
             .pragma("mmap_size", MMAP_SIZE.to_string());
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             // A connection to a local file does not go stale, and the check before each use
-            // is a round trip to the connection's thread (issue 12 §4).
+            // is a round trip to the connection's thread (docs/decisions.md#performance).
             .test_before_acquire(false)
             .connect_with(opts)
             .await
@@ -106,7 +106,7 @@ impl Dialect for Sqlite {
     /// One primary-key search per requested id, in request order: `json_each` drives the join
     /// (an `IN` over it built a temporary B-tree of the ids first). `concat` sizes each packed
     /// record once, where a chain of `||` copied the growing prefix at every step; not
-    /// `concat_ws`, as this SQLite's drops the separator before an empty value (issue 23 §4).
+    /// `concat_ws`, as this SQLite's drops the separator before an empty value (docs/decisions.md#performance-as-the-data-grows).
     const WALLETS_PACKED: &'static str = "SELECT group_concat(concat(w.id, char(31), w.coin, char(31), \
         w.enterprise, char(31), CASE WHEN w.deleted THEN '1' ELSE '0' END, char(31), w.user_ids, \
         char(31), w.balance, char(31), w.confirmed_balance, char(31), w.spendable_balance, char(31), \
@@ -186,14 +186,8 @@ fn create_private(path: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            builder.mode(0o700);
-        }
-        builder.create(dir).with_context(|| format!("cannot create database folder {}", dir.display()))?;
+        crate::private_fs::create_private_dir(dir)
+            .with_context(|| format!("cannot create database folder {}", dir.display()))?;
     }
     if !path.exists() {
         let mut opts = std::fs::OpenOptions::new();

@@ -1,130 +1,29 @@
 //! Access tokens (spec §2.4) and token templates: records and storage.
 
-use crate::types::{EnterpriseId, TokenId, UserId, WalletId};
+use crate::types::{EnterpriseId, TokenId, UserId};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::Value;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::audit::{append_tx, AuditEntry};
-use super::outbox::{queries::insert_notifications_tx, Notification};
+use super::audit::append_tx;
+
+use super::outbox::rows::insert_notifications_tx;
 use super::sql::{
     json_list, json_list_opt, json_value, parse_stored, to_json, to_json_opt, unique_violation, Dialect,
 };
 use super::sql_store::SqlStore;
 use super::{StoreError, StoreResult};
+use crate::model::audit::AuditEntry;
+use crate::model::notification::Notification;
+use crate::model::token::{SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock, TOUCH_EVERY_SECS};
 use crate::types::AnyId;
 use crate::{grant::Grant, types::Cidr};
-
-/// What a token was issued by, which bounds what it may do (docs/scopes.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenKind {
-    /// From login with password + OTP.
-    Session,
-    /// From login with `forReset2FA`: may only read the profile.
-    Reset2fa,
-    /// From POST /api/v2/user/accesstoken.
-    Access,
-}
-
-impl TokenKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TokenKind::Session => "session",
-            TokenKind::Reset2fa => "reset2fa",
-            TokenKind::Access => "access",
-        }
-    }
-
-    /// Unknown kinds read as the narrowest one.
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "session" => TokenKind::Session,
-            "access" => TokenKind::Access,
-            _ => TokenKind::Reset2fa,
-        }
-    }
-}
-
-/// An access token (spec §2.4). The secret itself is never stored: only its SHA-256.
-#[derive(Debug, Clone)]
-pub struct TokenRecord {
-    /// Public id, 32 hex.
-    pub id: TokenId,
-    /// Hex SHA-256 of the secret token value.
-    pub token_hash: String,
-    pub user_id: UserId,
-    pub kind: TokenKind,
-    pub label: Option<String>,
-    /// Parsed scope values (§4.3), stored as their text forms.
-    pub scopes: Vec<Grant>,
-    /// Unix seconds.
-    pub created_at: i64,
-    /// Unix seconds.
-    pub expires_at: i64,
-    /// Unix seconds.
-    pub revoked_at: Option<i64>,
-    /// Address of the client that requested it.
-    pub ip: Option<String>,
-    /// Addresses and blocks it may be used from; `None` means unrestricted.
-    pub ip_restrict: Option<Vec<Cidr>>,
-    pub enterprise: Option<EnterpriseId>,
-    pub is_extensible: bool,
-    /// Carries the service-admin permission.
-    pub admin: bool,
-    /// `{coin: {txValueLimit, maxLimit?, allErc20TokensLimit?}}`.
-    pub spending_limits: Option<Value>,
-    pub permitted_wallets: Option<Vec<WalletId>>,
-    pub permitted_enterprises: Option<Vec<EnterpriseId>>,
-    pub origin: String,
-    pub parent_id: Option<TokenId>,
-    /// Unix seconds; written at most once a minute ([`TOUCH_EVERY_SECS`]).
-    pub last_used_at: Option<i64>,
-    /// The session's unlock, when it has one (it may have expired).
-    pub unlock: Option<Unlock>,
-    /// The token's value sealed under the master key (aad `token:<id>`), the key of HMAC
-    /// authentication (issue 20 §1); `None` for tokens made before it was kept.
-    pub sealed_value: Option<Vec<u8>>,
-    /// The P2PKH address of the key that must sign an extension of this session (BitGoJS's
-    /// `extensionAddress`, issue 20 §2).
-    pub extension_address: Option<String>,
-    /// `unlock.txValueLimit` (§2.4), base units: from a top-level `txValueLimit` at creation.
-    pub tx_value_limit: Option<crate::types::BaseUnits>,
-}
-
-/// How stale `lastUsedAt` may get before a request writes it again, seconds: the hot path
-/// gains at most one write a minute per token (issue 10 §2).
-pub const TOUCH_EVERY_SECS: i64 = 60;
 
 /// Revokes tokens at `$1` (Unix seconds), BitGo's way: `revoked_at` set and `expires_at`
 /// brought to `$1` at the latest. A WHERE clause follows.
 pub(super) const REVOKE: &str = "UPDATE access_tokens SET revoked_at = $1, \
     expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END";
-
-/// An unlock of a session (issue 10 §3), Unix seconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unlock {
-    pub time: i64,
-    pub expires: i64,
-}
-
-/// Which way a token list runs, by creation time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortOrder {
-    Ascending,
-    Descending,
-}
-
-/// An access token template (issue 2 §5): default field values for token creation.
-#[derive(Debug, Clone)]
-pub struct TokenTemplate {
-    pub id: AnyId,
-    /// A JSON object with the request fields of §4.3 it supplies.
-    pub fields: Value,
-    /// Unix seconds.
-    pub created_at: i64,
-}
 
 /// Tokens by id and by hash, and templates.
 #[async_trait]
@@ -172,7 +71,7 @@ pub trait TokenStore: Send + Sync {
     async fn set_token_expiry(&self, id: &TokenId, expires_at: i64, audit: &[AuditEntry]) -> StoreResult<()>;
     /// Records the HMAC of a signed request that changes state, kept until `expires_at_ms`
     /// (Unix ms, when its timestamp leaves the window): false when it was recorded already, a
-    /// replay (issue 20 §1). Requests arriving together are recorded in one transaction
+    /// replay (docs/decisions.md#signed-requests). Requests arriving together are recorded in one transaction
     /// ([`super::replay`]), which also removes up to twice as many expired rows, so the table
     /// holds about one window of requests.
     async fn record_signed_request(&self, hmac: &str, expires_at_ms: i64) -> StoreResult<bool>;

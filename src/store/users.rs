@@ -10,7 +10,7 @@ use super::sql::{json_list, to_json, unique_violation, Dialect};
 use super::sql_store::SqlStore;
 use super::StoreResult;
 
-/// A user (spec §2.3). The TOTP seed is only held encrypted ([`crate::secrets::MasterKey`]).
+/// A user (spec §2.3). The TOTP seed is only held encrypted ([`crate::master_key::MasterKey`]).
 #[derive(Debug, Clone)]
 pub struct User {
     pub id: UserId,
@@ -44,7 +44,7 @@ pub struct User {
 pub trait UserStore: Send + Sync {
     /// Fails with [`super::StoreError::Conflict`] when the email is taken. `audit` is written
     /// with it.
-    async fn insert_user(&self, user: &User, audit: &[super::AuditEntry]) -> StoreResult<()>;
+    async fn insert_user(&self, user: &User, audit: &[crate::model::audit::AuditEntry]) -> StoreResult<()>;
     /// Applies an operator's change to a user at `now` (Unix seconds), with its audit entries.
     /// Deactivating also revokes every live token of the user; returns how many.
     async fn update_user(
@@ -52,7 +52,7 @@ pub trait UserStore: Send + Sync {
         user_id: &UserId,
         change: UserChange,
         now: i64,
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<u64>;
     /// Shared with the read cache: no copy of the record per request.
     async fn user_by_id(&self, id: &UserId) -> StoreResult<Option<Arc<User>>>;
@@ -63,13 +63,17 @@ pub trait UserStore: Send + Sync {
     async fn advance_totp_step(&self, user_id: &UserId, step: i64) -> StoreResult<bool>;
     /// `at` in Unix seconds.
     /// Records a successful login at `at` (Unix seconds), with its audit entries.
-    async fn set_last_login(&self, user_id: &UserId, at: i64, audit: &[super::AuditEntry])
-        -> StoreResult<()>;
+    async fn set_last_login(
+        &self,
+        user_id: &UserId,
+        at: i64,
+        audit: &[crate::model::audit::AuditEntry],
+    ) -> StoreResult<()>;
     /// Users by email after `after_email`, at most `limit` (the console's user list).
     async fn list_users(&self, after_email: Option<&str>, limit: u32) -> StoreResult<Vec<User>>;
 }
 
-/// An operator's change to a user (issue 10 §4).
+/// An operator's change to a user (docs/decisions.md#token-and-session-lifecycle).
 #[derive(Debug, Clone)]
 pub enum UserChange {
     /// `false` refuses logins and revokes every token; `true` undoes the refusal.
@@ -143,7 +147,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     #[tracing::instrument(level = "debug", skip_all)]
-    async fn insert_user(&self, u: &User, audit: &[super::AuditEntry]) -> StoreResult<()> {
+    async fn insert_user(&self, u: &User, audit: &[crate::model::audit::AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         let sql = format!(
             "INSERT INTO users ({USER_COLUMNS}) \
@@ -179,7 +183,7 @@ where
         user_id: &UserId,
         change: UserChange,
         now: i64,
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
         let mut revoked = 0;
@@ -264,7 +268,7 @@ where
         &self,
         user_id: &UserId,
         at: i64,
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE users SET last_login = $1 WHERE id = $2")

@@ -8,19 +8,9 @@ use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 use super::sql::{to_json, Dialect};
 use super::sql_store::SqlStore;
 use super::{StoreError, StoreResult};
+use crate::model::wallet::{Balances, WalletRow};
 use crate::types::{BaseUnits, Coin, EnterpriseId, SharedText, UserId, WalletId};
 use std::sync::Arc;
-
-/// Balances in base units (USD cents for the withdraw hold).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Balances {
-    pub balance: Option<BaseUnits>,
-    pub confirmed: Option<BaseUnits>,
-    pub spendable: Option<BaseUnits>,
-    pub staking: Option<BaseUnits>,
-    pub reward: Option<BaseUnits>,
-    pub withdraw_hold_usd: Option<BaseUnits>,
-}
 
 impl Balances {
     /// The six amounts as text, in the column order of the statements below (balance,
@@ -38,21 +28,6 @@ impl Balances {
     }
 }
 
-/// A validated wallet, ready to store.
-#[derive(Debug, Clone)]
-pub struct WalletRow {
-    pub id: WalletId,
-    pub coin: Coin,
-    pub enterprise: Option<EnterpriseId>,
-    pub deleted: bool,
-    /// Ids from `users[].user`: the users who may see the wallet.
-    pub user_ids: Vec<UserId>,
-    /// The §2.1 record without balances, as JSON object text (a lookup's rows share the
-    /// stored answer's text).
-    pub record: SharedText,
-    pub balances: Balances,
-}
-
 /// Wallet records and balances.
 #[async_trait]
 pub trait WalletStore: Send + Sync {
@@ -62,7 +37,7 @@ pub trait WalletStore: Send + Sync {
     async fn upsert_wallets(
         &self,
         rows: &[WalletRow],
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<(u64, u64)>;
     /// The wallets with these ids, in one query; deleted ones only with `include_deleted`.
     /// Unknown ids are absent; order is unspecified (SQLite answers in the order given). An id
@@ -74,7 +49,7 @@ pub trait WalletStore: Send + Sync {
         &self,
         id: &WalletId,
         balances: &Balances,
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<Option<WalletRow>>;
 }
 
@@ -166,7 +141,7 @@ where
     async fn upsert_wallets(
         &self,
         rows: &[WalletRow],
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<(u64, u64)> {
         let mut tx = self.begin_write().await?;
         let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
@@ -224,7 +199,7 @@ where
         &self,
         id: &WalletId,
         b: &Balances,
-        audit: &[super::AuditEntry],
+        audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<Option<WalletRow>> {
         let mut tx = self.begin_write().await?;
         let mut q = sqlx::query(UPDATE_BALANCES);

@@ -1,106 +1,26 @@
 //! Webhooks (spec §2.5) and the enterprise webhook secrets that sign their notifications.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::audit::{append_tx, AuditEntry};
+use super::audit::append_tx;
+
+use crate::model::audit::AuditEntry;
 use crate::types::AnyId;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::sql::{json_list, json_value, to_json, unique_violation, Dialect};
 use super::sql_store::SqlStore;
-pub use super::webhook_level::{LevelKind, WebhookLevel};
 use super::{StoreError, StoreResult};
+use crate::model::webhook::LevelKind;
+use crate::model::webhook::{Webhook, WebhookFilter, WebhookLevel, WebhookState};
 use crate::types::{Coin, EnterpriseId, UserId, WalletId, WebhookId};
-
-/// A webhook (spec §2.5).
-#[derive(Debug, Clone)]
-pub struct Webhook {
-    pub id: WebhookId,
-    pub level: WebhookLevel,
-    /// The creator; the owner of a block webhook.
-    pub user_id: UserId,
-    pub webhook_type: String,
-    pub url: String,
-    pub label: Option<String>,
-    pub state: WebhookState,
-    pub successive_failed_attempts: i64,
-    pub failed_attempts_total: i64,
-    pub listen_to_failure_states: bool,
-    pub tx_request_states: Vec<String>,
-    pub tx_request_transaction_states: Vec<String>,
-    /// `customHttpHeaders`, values sealed (`outbox::headers`).
-    pub custom_headers: BTreeMap<String, String>,
-    pub allow_blocked_hosts: bool,
-    /// Unix seconds.
-    pub created_at: i64,
-}
 
 /// Longest webhook list an event's route keeps in the read cache.
 pub const ROUTES_CACHED_MAX: usize = 1000;
 
-/// Whether a webhook is delivered to (spec §2.5 `state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WebhookState {
-    Active,
-    /// Stopped after repeated failures until unblocked.
-    Suspended,
-}
-
-impl WebhookState {
-    /// The spec's spelling, as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WebhookState::Active => "active",
-            WebhookState::Suspended => "suspended",
-        }
-    }
-
-    /// The state spelt `s`, if any.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "active" => Some(WebhookState::Active),
-            "suspended" => Some(WebhookState::Suspended),
-            _ => None,
-        }
-    }
-}
-
-/// Which webhooks a list or removal applies to.
-#[derive(Debug, Clone, Default)]
-pub struct WebhookFilter {
-    pub scope: LevelKind,
-    pub wallet_id: Option<WalletId>,
-    pub enterprise_id: Option<EnterpriseId>,
-    pub user_id: Option<UserId>,
-    pub coin: Option<Coin>,
-    pub webhook_type: Option<String>,
-    /// Only webhooks in this state.
-    pub state: Option<WebhookState>,
-}
-
 impl WebhookFilter {
-    /// The webhooks of `w`'s type at its level, which §8's per-type limit counts.
-    fn limit_for(w: &Webhook) -> Self {
-        let scope = w.level.kind();
-        let filter = match &w.level {
-            WebhookLevel::Wallet { wallet_id, .. } => {
-                WebhookFilter { scope, wallet_id: Some(wallet_id.clone()), ..Default::default() }
-            }
-            WebhookLevel::Enterprise { enterprise_id } => {
-                WebhookFilter { scope, enterprise_id: Some(enterprise_id.clone()), ..Default::default() }
-            }
-            WebhookLevel::Block { coin, .. } => WebhookFilter {
-                scope,
-                user_id: Some(w.user_id.clone()),
-                coin: Some(coin.clone()),
-                ..Default::default()
-            },
-        };
-        WebhookFilter { webhook_type: Some(w.webhook_type.clone()), ..filter }
-    }
-
     /// The WHERE clause selecting the filter's webhooks, with its binds in placeholder order
     /// (`$1`...); more conditions may follow from `$n+1`.
     fn to_sql(&self) -> (String, Vec<&str>) {
@@ -144,7 +64,7 @@ pub enum Rotation {
     TooSoon(i64),
 }
 
-/// How many webhooks may exist, checked with each insert (§8, issue 9 §6).
+/// How many webhooks may exist, checked with each insert (§8, docs/decisions.md#webhook-abuse-and-the-api-rate-limit).
 #[derive(Debug, Clone, Copy)]
 pub struct WebhookCaps {
     /// Of one type at the webhook's level (a wallet, an enterprise, a user and coin).
@@ -192,7 +112,7 @@ pub trait WebhookStore: Send + Sync {
         audit: &[AuditEntry],
     ) -> StoreResult<u64>;
     /// Every webhook `filter` selects, all pages of [`WebhookStore::list_webhooks`] (an event's
-    /// fan-out), from the read cache on a hit (issue 12 §3). Lists longer than
+    /// fan-out), from the read cache on a hit (docs/decisions.md#performance). Lists longer than
     /// [`ROUTES_CACHED_MAX`] are read each time.
     async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Webhook>>>;
     /// Makes a webhook active and clears its failure counters; false when no such webhook.
@@ -515,5 +435,27 @@ where
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(Rotation::Done)
+    }
+}
+
+impl WebhookLevel {
+    /// Rebuilds a level from its stored columns.
+    fn from_columns(
+        scope: &str,
+        coin: Option<Coin>,
+        wallet_id: Option<WalletId>,
+        enterprise_id: Option<EnterpriseId>,
+        num_confirmations: Option<i64>,
+    ) -> Option<Self> {
+        Some(match scope {
+            "wallet" => WebhookLevel::Wallet { coin: coin?, wallet_id: wallet_id?, enterprise_id },
+            "block" => WebhookLevel::Block {
+                coin: coin?,
+                num_confirmations: num_confirmations.unwrap_or(0),
+                enterprise_id,
+            },
+            "enterprise" => WebhookLevel::Enterprise { enterprise_id: enterprise_id? },
+            _ => return None,
+        })
     }
 }

@@ -1,14 +1,14 @@
 //! `custodian wallet import`: §2.1 records from a JSON array or NDJSON, validated one by one
 //! and upserted in batches, each batch in one transaction. A bad record is reported with every
 //! violation and skipped; it never aborts the import or half-writes a batch. Fields §2.1 does
-//! not list are kept (issue 11), unless `strict`. A wallet's `coin` and `type` never change
+//! not list are kept (docs/decisions.md#real-wallet-records), unless `strict`. A wallet's `coin` and `type` never change
 //! unless `allow_identity_change`, which the audit log records.
 
-use crate::store::AuditType;
+use crate::model::audit::AuditType;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::model::{validate, WalletRow};
+use crate::model::wallet::{validate, WalletRow};
 use crate::{store::DynStore, types::WalletId};
 
 /// Records per transaction.

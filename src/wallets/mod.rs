@@ -4,7 +4,7 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 use crate::error::ErrorName;
-use crate::store::AuditType;
+use crate::model::audit::AuditType;
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
@@ -16,7 +16,7 @@ use crate::{
     config::Config,
     error::{Error, Result},
     identity::{
-        auth::Principal,
+        bearer::Principal,
         scopes::{Action, Policy, WalletPermission},
     },
     store::DynStore,
@@ -24,9 +24,8 @@ use crate::{
 };
 
 pub mod import;
-pub mod model;
 
-/// The handles the wallet functions use (issue 19 §3); cheap to clone.
+/// The handles the wallet functions use (docs/decisions.md#architecture); cheap to clone.
 #[derive(Clone)]
 pub struct Wallets {
     pub store: DynStore,
@@ -34,12 +33,12 @@ pub struct Wallets {
     pub policy: Policy,
 }
 
-use model::{Balances, WalletRow, BALANCE_FIELDS};
+use crate::model::wallet::{Balances, WalletRow, BALANCE_FIELDS};
 
 /// Who may see which wallet, for one principal: the one visibility rule of the lookup and
 /// the webhook routes (docs/scopes.md). A user sees a wallet listed in its `users` or one of
 /// an enterprise the user administers; a service-admin token waives this membership rule, but
-/// never its scopes or permitted lists (issue 9 §5).
+/// never its scopes or permitted lists (docs/decisions.md#brute-force-limits).
 pub struct Visibility {
     user_id: UserId,
     admin_of: HashSet<EnterpriseId>,
@@ -106,7 +105,7 @@ pub async fn wallet_access(
 
 /// One wallet of `coin`, under the lookup's rule: `WalletNotFound` when it does not exist, is of
 /// another coin, is deleted, or may not be seen (BitGo's `GET /api/v2/{coin}/wallet/{id}`,
-/// issue 20 §3).
+/// docs/decisions.md#signed-requests).
 pub async fn get_wallet(
     svc: &Wallets,
     auth: &Principal,
@@ -161,7 +160,8 @@ pub async fn get_transfer(
 
 /// The wallets with the given ids that the principal may see, in request order; duplicates
 /// collapse. An id the token may not see is left out exactly like one that does not exist.
-/// Errors: `InvalidField` (`ids` empty, `ids[i]` not 32 hex, with `context.index`),
+/// The ids arrive typed: a malformed one is refused at the edge, where the request is parsed
+/// (`InvalidField` naming `ids[i]`, with `context.index`). Errors: `InvalidField` (`ids` empty),
 /// `TooManyIds` (over `max_lookup_ids` distinct ids).
 pub async fn lookup(
     svc: &Wallets,

@@ -7,10 +7,11 @@ use crate::error::ErrorName;
 use crate::{
     error::{Error, Result},
     identity::{
-        auth::Principal,
+        bearer::Principal,
         scopes::{Action, WalletPermission},
     },
-    store::{Enterprise, Webhook, WebhookLevel},
+    model::webhook::{Webhook, WebhookLevel},
+    store::Enterprise,
     types::{EnterpriseId, WebhookId},
     wallets::wallet_access,
     webhooks::Webhooks,
@@ -69,7 +70,7 @@ pub async fn webhook_access(svc: &Webhooks, auth: &Principal, webhook_id: &Webho
         WebhookLevel::Block { enterprise_id, .. } if auth.token.admin || w.user_id == auth.user.id => {
             auth.require(svc.policy, Action::ManageBlockWebhooks)?;
             // A service admin managing another user's block webhook stays inside its
-            // `permittedEnterprises` (issue 9 §5).
+            // `permittedEnterprises` (docs/decisions.md#brute-force-limits).
             let outside = |permitted: &Vec<EnterpriseId>| {
                 enterprise_id.as_ref().is_none_or(|e| !permitted.iter().any(|p| p == e))
             };

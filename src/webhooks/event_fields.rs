@@ -1,4 +1,4 @@
-//! The known fields of each event type (issue 11 §4), following the notifications BitGo sends:
+//! The known fields of each event type (docs/decisions.md#real-wallet-records), following the notifications BitGo sends:
 //! an event's known fields are checked by kind (ids, base-unit amounts, states from a list)
 //! with a 400 naming the field; any other field passes through to the payload unchanged. The
 //! per-type shapes are written out in docs/webhooks.md.
@@ -67,7 +67,7 @@ const TRANSFER: &[(&str, Kind)] = &[
     ("hash", Text),
     ("state", OneOf(TRANSFER_STATES)),
     ("transferType", OneOf(TRANSFER_TYPES)),
-    ("walletType", OneOf(crate::wallets::model::WALLET_TYPES)),
+    ("walletType", OneOf(crate::model::wallet::WALLET_TYPES)),
     ("baseValue", BaseUnits { signed: true }),
     ("baseValueString", BaseUnits { signed: true }),
     ("value", BaseUnits { signed: true }),
@@ -133,9 +133,11 @@ fn is_hex_id(s: &str) -> bool {
 fn base_units(v: &Value, signed: bool) -> bool {
     let text = match v {
         // JSON Schema counts 3.0 an integer: a whole float is accepted as one.
-        Value::Number(n) => match n.as_f64() {
-            _ if n.is_i64() || n.is_u64() => n.to_string(),
-            Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e15 => format!("{f:.0}"),
+        // Numbers keep every digit (serde_json's arbitrary precision): an integer of any size is
+        // its digits, as it will be delivered.
+        Value::Number(n) => match (n.to_string(), n.as_f64()) {
+            (t, _) if t.strip_prefix('-').unwrap_or(&t).bytes().all(|b| b.is_ascii_digit()) => t,
+            (_, Some(f)) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e15 => format!("{f:.0}"),
             _ => return false,
         },
         Value::String(s) => s.clone(),

@@ -13,10 +13,15 @@ use super::{invalid_type, BLOCK_TYPES, ENTERPRISE_TYPES, WALLET_TYPES};
 use crate::audit::EntryExt;
 use crate::{
     error::{parse_value, Error, Result},
-    identity::{auth::Principal, scopes::Action},
+    identity::{bearer::Principal, scopes::Action},
     ids,
-    outbox::{self, dispatch::Reserved},
-    store::{AuditType, EventWrite, LevelKind, Notification, Recorded, Webhook, WebhookFilter, WebhookState},
+    model::{
+        audit::AuditType,
+        notification::Notification,
+        webhook::{LevelKind, Webhook, WebhookFilter, WebhookState},
+    },
+    notifications::{self, dispatch::Reserved},
+    store::{EventWrite, Recorded},
     types::{Coin, EnterpriseId, NotificationId, WalletId, WebhookId},
     webhooks::Webhooks,
 };
@@ -87,7 +92,7 @@ pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
     };
     super::event_fields::check(t, &map)?;
     // Suspended webhooks are routed to as well: their notifications are held until they are
-    // unblocked, never dropped (issue 21 §3).
+    // unblocked, never dropped (docs/decisions.md#faults-and-floods).
     let filter = WebhookFilter { webhook_type: Some(t.into()), state: None, ..filter };
     let confirmations = i64::try_from(ev.confirmations.unwrap_or(0)).unwrap_or(i64::MAX);
     let routed = svc.store.routing_webhooks(&filter).await?;
@@ -102,9 +107,9 @@ pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
         }
     }
     let mut notifications: Vec<Notification> =
-        hooks.iter().map(|w| outbox::from_event(w, &ev.event_id, &map)).collect();
+        hooks.iter().map(|w| notifications::from_event(w, &ev.event_id, &map)).collect();
     // Free slots of this process's engine take the first notifications straight from here,
-    // written leased (issue 12 §5); only active webhooks' (they come first).
+    // written leased (docs/decisions.md#performance); only active webhooks' (they come first).
     let leased = svc.dispatch.reserve(&mut notifications[..active], &hooks[..active], ids::now_ms());
     let unleased = notifications.len() > leased.len();
     let result = EventResult {

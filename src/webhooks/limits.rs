@@ -1,5 +1,5 @@
 //! Per-webhook limits: on the operator actions that make work (simulate, resend, unblock and
-//! verify; issue 9 §6, issue 21 §4), and on what a suspended webhook holds (issue 21 §3). A token bucket per webhook and process (governor), counted after the access
+//! verify; docs/decisions.md#webhook-abuse-and-the-api-rate-limit, docs/decisions.md#faults-and-floods), and on what a suspended webhook holds (docs/decisions.md#faults-and-floods). A token bucket per webhook and process (governor), counted after the access
 //! check, so only those who may manage a webhook can spend its budget.
 //!
 //! Layer rule: no web-framework types (docs/architecture.md).

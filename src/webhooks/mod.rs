@@ -1,7 +1,7 @@
 //! Webhooks (spec §4.4 to §4.10, §2.5 to §2.7, §6, §8): registration at wallet, block and
 //! enterprise level ([`registration`]), who may manage them ([`access`]), simulation
 //! ([`simulate`]), secrets and verification ([`secrets`]), event fan-out ([`events`]), the
-//! operator's views ([`operator`]); notifications, their signatures and custom headers are built by [`crate::outbox`]. The HTTP shapes are
+//! operator's views ([`operator`]); notifications, their signatures and custom headers are built by [`crate::notifications`]. The HTTP shapes are
 //! in `http/handlers/webhooks.rs`.
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
@@ -15,8 +15,8 @@ use crate::{
     config::{Config, Environment},
     error::{Error, Result},
     identity::scopes::Policy,
-    outbox::dispatch::Dispatch,
-    secrets::MasterKey,
+    master_key::MasterKey,
+    notifications::dispatch::Dispatch,
     store::DynStore,
     wallets::Wallets,
 };
@@ -24,14 +24,14 @@ use crate::{
 pub mod access;
 pub mod event_fields;
 pub mod events;
-pub mod insight;
 pub mod limits;
-pub mod operator;
+pub mod notification_log;
 pub mod registration;
-pub mod secrets;
+pub mod search;
+pub mod secret;
 pub mod simulate;
 
-/// The handles the webhook functions use (issue 19 §3); cheap to clone.
+/// The handles the webhook functions use (docs/decisions.md#architecture); cheap to clone.
 #[derive(Clone)]
 pub struct Webhooks {
     pub store: DynStore,
@@ -42,7 +42,7 @@ pub struct Webhooks {
     /// Bounds simulate, resend and unblock per webhook (`webhooks.operations_per_minute`).
     pub operations: Arc<limits::OperationLimiter>,
     /// Decrypted webhook secrets, briefly cached.
-    pub secrets: Arc<crate::outbox::secrets::SecretCache>,
+    pub secrets: Arc<crate::notifications::secret_cache::SecretCache>,
     /// Who may see a wallet (wallet-level webhooks).
     pub wallets: Wallets,
     /// Leases fresh notifications to delivery and wakes it.
@@ -55,7 +55,7 @@ pub struct Webhooks {
     pub held: Arc<limits::HeldCounts>,
 }
 
-pub use crate::outbox::headers::{
+pub use crate::notifications::headers::{
     check_headers, MAX_CUSTOM_HEADERS, MAX_HEADER_VALUE_BYTES, RESERVED_HEADERS,
 };
 

@@ -4,7 +4,7 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 use crate::error::ErrorName;
-use crate::store::AuditType;
+use crate::model::audit::AuditType;
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
@@ -19,12 +19,13 @@ use super::{
 use crate::{
     error::{Error, Result},
     identity::{
-        auth::Principal,
+        bearer::Principal,
         scopes::{Action, WalletPermission},
     },
     ids,
+    model::webhook::{LevelKind, Webhook, WebhookFilter, WebhookLevel, WebhookState},
     paging::{Page, PageRequest},
-    store::{CapReached, LevelKind, Webhook, WebhookCaps, WebhookFilter, WebhookLevel, WebhookState},
+    store::{CapReached, WebhookCaps},
     types::{Coin, EnterpriseId, WalletId, WebhookId},
     wallets::wallet_access,
     webhooks::Webhooks,
@@ -138,7 +139,7 @@ fn build(
         refuse_blocked_literal(&req.url, &svc.config.delivery.allowed_cidrs)?;
     }
     let id = WebhookId::new_random();
-    let custom_headers = crate::outbox::headers::seal(&svc.key, &id, headers)?;
+    let custom_headers = crate::notifications::headers::seal(&svc.key, &id, headers)?;
     Ok(Webhook {
         id,
         level,
@@ -160,7 +161,7 @@ fn build(
 
 /// A URL whose host is a literal address delivery would refuse (loopback, private, link-local,
 /// metadata, in any spelling the URL standard accepts: `0x7f000001`, `[::1]`, ...) is a 400
-/// naming `url` now rather than a failure at every delivery (issue 21 §4). Names are still
+/// naming `url` now rather than a failure at every delivery (docs/decisions.md#faults-and-floods). Names are still
 /// checked when delivery resolves them (`delivery::ssrf`).
 fn refuse_blocked_literal(url: &str, allowed: &[ipnet::IpNet]) -> Result<()> {
     let Ok(parsed) = url::Url::parse(url) else { return Ok(()) };

@@ -9,9 +9,12 @@ use serde_json::Value;
 use super::access::{enterprise_access, webhook_access};
 use crate::{
     error::{Error, Result},
-    identity::{auth::Principal, scopes::WalletPermission},
-    outbox,
-    store::{Notification, Webhook, WebhookLevel},
+    identity::{bearer::Principal, scopes::WalletPermission},
+    model::{
+        notification::Notification,
+        webhook::{Webhook, WebhookLevel},
+    },
+    notifications,
     types::{Coin, EnterpriseId, TokenId, WalletId, WebhookId},
     wallets::wallet_access,
     webhooks::Webhooks,
@@ -63,13 +66,13 @@ pub async fn wallet(
     let record = serde_json::from_str::<Value>(&wallet.record).ok();
     let field = |k: &str| record.as_ref().and_then(|r| r.get(k)).and_then(Value::as_str).map(str::to_string);
     let (organization, wallet_type, label) = (field("organization"), field("type"), field("label"));
-    let facts = outbox::WalletFacts {
+    let facts = notifications::WalletFacts {
         organization: organization.as_deref(),
         wallet_type: wallet_type.as_deref(),
         label: label.as_deref(),
         enterprise: wallet.enterprise.as_deref(),
     };
-    let n = outbox::simulate_wallet(&w, &facts, (transfer, given(pending_approval_id)), event);
+    let n = notifications::simulate_wallet(&w, &facts, (transfer, given(pending_approval_id)), event);
     enqueue(svc, w, n).await
 }
 
@@ -85,7 +88,7 @@ pub async fn block(
     if !matches!(&w.level, WebhookLevel::Block { coin: c, .. } if c == coin) {
         return Err(Error::not_found(ErrorName::WebhookNotFound));
     }
-    let n = outbox::simulate_block(&w, given(block_id));
+    let n = notifications::simulate_block(&w, given(block_id));
     enqueue(svc, w, n).await
 }
 
@@ -110,6 +113,6 @@ pub async fn enterprise(
         Some(t) => svc.store.token_by_id(&t).await?.filter(|t| t.enterprise.as_ref() == Some(&e.id)),
         None => None,
     };
-    let n = outbox::simulate_enterprise(&w, token.as_ref(), token_id);
+    let n = notifications::simulate_enterprise(&w, token.as_ref(), token_id);
     enqueue(svc, w, n).await
 }

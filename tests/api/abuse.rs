@@ -1,4 +1,4 @@
-//! Webhook abuse and the API rate limit (issue 9 §6, §7, §8, §9): block webhook scope, coin
+//! Webhook abuse and the API rate limit (docs/decisions.md#brute-force-limits): block webhook scope, coin
 //! list and caps, known txRequest states, custom header values sealed at rest, fair delivery
 //! slots between tenants, pruning of old delivery history, and per-user rate limit headers.
 
@@ -119,6 +119,7 @@ async fn custom_header_values_are_sealed_at_rest_and_delivered_plain() {
     assert_eq!(got[0].headers["authorization"], credential);
 }
 
+// Long: one outbox aged step by step, each kind of row checked as its retention passes.
 #[tokio::test]
 async fn old_attempts_and_finished_notifications_are_pruned() {
     let f = fixture(|c| {
@@ -190,7 +191,7 @@ async fn old_attempts_and_finished_notifications_are_pruned() {
         left.is_empty().then_some(())
     })
     .await;
-    // Ingested events go too once past retention (issue 23 §3), and only those.
+    // Ingested events go too once past retention (docs/decisions.md#performance-as-the-data-grows), and only those.
     let admin = f.admin_token().await;
     for id in ["ev-old", "ev-new"] {
         f.event(&admin, json!({ "eventId": id, "type": "transfer", "walletId": WALLET })).await;
@@ -204,7 +205,7 @@ async fn old_attempts_and_finished_notifications_are_pruned() {
     .await;
 }
 
-/// Issue 23 §2: the worker vacuums PostgreSQL's notifications table every
+/// The worker vacuums PostgreSQL's notifications table every
 /// `postgres.vacuum_interval` seconds (this machine's PostgreSQL runs without autovacuum);
 /// SQLite has nothing to vacuum.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The attack suite (issue 9): one test per control, each able to fail when its control is
+//! The attack suite (docs/decisions.md#brute-force-limits): one test per control, each able to fail when its control is
 //! missing. Logins come from other client addresses through a trusted proxy
 //! (`X-Forwarded-For`), as they would behind a load balancer.
 
@@ -505,7 +505,7 @@ async fn simulate_resend_unblock_and_verify_are_limited_per_webhook() {
     let res = f.app.post_auth(&format!("/api/v2/webhook/{hook}/unblock"), &f.token, &json!({})).await;
     assert_error(res, 429, "TooManyRequests").await;
     assert_eq!(simulate(other.clone()).await.status(), 200, "another webhook has its own budget");
-    // Verification counts too (issue 21 §4), before the signature is even looked at.
+    // Verification counts too (docs/decisions.md#faults-and-floods), before the signature is even looked at.
     let verify = format!("/api/v2/webhook/{other}/verify");
     let guess = json!({ "signature": "00", "notificationPayload": "{}" });
     for _ in 0..2 {

@@ -1,4 +1,4 @@
-//! The audit log (issue 10 §5): entries for security-relevant changes, who may read them, and
+//! The audit log (docs/decisions.md#token-and-session-lifecycle): entries for security-relevant changes, who may read them, and
 //! the hash chain that `custodian audit verify` checks.
 
 use std::process::Command;
@@ -189,6 +189,8 @@ async fn operator_changes_to_users_memberships_and_wallets_are_audited() {
     let find =
         |t: &str| all.iter().find(|x| x["type"] == t).cloned().unwrap_or_else(|| panic!("{t} in {all:?}"));
     assert_eq!(find("user.created")["userId"], alice.id);
+    let created = find("enterprise.created");
+    assert_eq!((&created["enterpriseId"], &created["data"]["name"]), (&json!(e), &json!("Acme")));
     let member = find("enterprise.member_set");
     assert_eq!(
         (&member["userId"], &member["enterpriseId"], &member["data"]["isAdmin"]),

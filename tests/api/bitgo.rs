@@ -1,4 +1,4 @@
-//! BitGo's paths and BitGo's password form (issue 20 §2): the login BitGoJS sends, the users made
+//! BitGo's paths and BitGo's password form (docs/decisions.md#bitgos-paths-and-password-form): the login BitGoJS sends, the users made
 //! before that form was stored, and the `/api/v1` twins of the `/api/v2` routes.
 
 use serde_json::{json, Value};
@@ -38,7 +38,7 @@ async fn bitgo_login_takes_the_hmac_form_and_the_v2_login_the_plain_password() {
 async fn a_user_made_before_the_bitgo_form_is_upgraded_at_a_plain_login() {
     let app = spawn_app().await;
     let user = app.create_user("legacy@example.com").await;
-    // A hash of the plain password, as every user had before issue 20.
+    // A hash of the plain password, as every user had before BitGo's password form.
     let legacy = custodian::identity::password::hash(PASSWORD).expect("hash");
     let id: custodian::types::UserId = user.id.parse().expect("id");
     app.state

@@ -126,6 +126,28 @@ fn bad_setting_prints_one_line_and_exits_2() {
 }
 
 #[test]
+fn a_bad_setting_names_what_the_user_set_and_where() {
+    let scratch = Scratch::new();
+    let dir = &scratch.dir;
+    let line = |out: std::process::Output| {
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        assert!(!err.contains("src/") && !err.contains("custodian::") && !err.contains("``"), "{err}");
+        err
+    };
+    let err = line(scratch.cmd().env("CUSTODIAN_REQUEST_TIMEOUT", "soon").arg("migrate").output().unwrap());
+    assert!(err.contains("environment variable CUSTODIAN_REQUEST_TIMEOUT"), "{err}");
+    assert!(err.contains("expected a whole number"), "{err}");
+    let err = line(scratch.cmd().env("CUSTODIAN_LOGIN_WINDOW", "x").arg("migrate").output().unwrap());
+    assert!(err.contains("CUSTODIAN_LOGIN_WINDOW"), "{err}");
+    let err = line(scratch.cmd().args(["migrate", "--environment", "staging"]).output().unwrap());
+    assert!(err.contains("the flag --environment") && err.contains("production"), "{err}");
+    std::fs::write(dir.path().join("c.toml"), "[delivery]\ntimeout = \"long\"\n").unwrap();
+    let err = line(scratch.cmd().args(["migrate", "--config", "c.toml"]).output().unwrap());
+    assert!(err.contains("delivery.timeout in ") && err.contains("c.toml"), "{err}");
+}
+
+#[test]
 fn production_refuses_to_start_without_a_master_key() {
     let scratch = Scratch::new();
     let out = scratch
@@ -330,7 +352,26 @@ fn the_sqlite_file_and_folder_are_private() {
     assert_eq!(mode("private/db/c.db"), 0o600);
 }
 
-/// Issue 21 §4: an operator command against a SQLite file whose write lock another process
+#[test]
+fn a_generated_master_key_and_its_folder_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = custodian(dir.path());
+    cmd.args(["user", "create", "--email", "keys@example.com", "--password-stdin"])
+        .env("CUSTODIAN_DATABASE_URL", "sqlite://fresh/c.db")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"correct horse battery staple\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mode = |p: &str| std::fs::metadata(dir.path().join(p)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("fresh"), 0o700, "the folder the master key was generated in");
+    assert_eq!(mode("fresh/master.key"), 0o600);
+}
+
+/// An operator command against a SQLite file whose write lock another process
 /// holds waits for it, saying so, and succeeds once it is free; it never fails for that reason.
 #[tokio::test]
 async fn a_command_waits_for_a_locked_sqlite_database() {

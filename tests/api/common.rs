@@ -287,7 +287,7 @@ pub async fn assert_error(res: Response, status: u16, name: &str) -> Value {
 
 /// Asks with `token` (`ask`) until it is refused with 401 `name`, and asserts that no request
 /// started a second or more after `since` was let through: a change committed by another
-/// process takes effect within 1 s (issue 12 §3, the authentication cache's bound).
+/// process takes effect within 1 s (docs/decisions.md#performance, the authentication cache's bound).
 pub async fn refused_within_a_second<F, Fut>(since: std::time::Instant, name: &str, mut ask: F)
 where
     F: FnMut() -> Fut,

@@ -1,4 +1,4 @@
-//! Bounded connections (issue 21 §1): the header-read and idle timeouts, the per-address and
+//! Bounded connections (docs/decisions.md#connections-and-database-outages): the header-read and idle timeouts, the per-address and
 //! per-process caps, and the descriptor reserve that keeps deliveries going under a flood of
 //! idle sockets. Each test fails on a server without the bound it names.
 

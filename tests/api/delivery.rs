@@ -76,7 +76,7 @@ async fn simulated_wallet_notification_is_delivered_signed() {
     rx.wait_for(2, 10).await;
     wait_until_idle(&f.app.state.store).await;
     // Both successes are listed, in order: the first moved off the notification by the resend
-    // (issue 23 §3 keeps a notification's success on its row).
+    // (docs/decisions.md#performance-as-the-data-grows keeps a notification's success on its row).
     let attempts = f.get(&format!("/api/v2/webhook/{hook_id}/notifications/{nid}/attempts")).await;
     let a = attempts["attempts"].as_array().unwrap();
     assert_eq!(a.len(), 2, "{attempts}");
@@ -243,9 +243,9 @@ async fn verify_checks_the_enterprise_secret_including_rotation_grace() {
 /// A new secret stored for the fixture's enterprise as rotated an hour ago (so the next
 /// rotation is allowed and keeps it as the previous one); returns it.
 async fn stored_secret_an_hour_ago(f: &Fixture) -> String {
-    let secret = custodian::outbox::signing::new_secret();
+    let secret = custodian::notifications::signing::new_secret();
     let enterprise = f.enterprise.parse().unwrap();
-    let aad = custodian::outbox::secrets::secret_aad(&enterprise);
+    let aad = custodian::notifications::secret_cache::secret_aad(&enterprise);
     let sealed = f.app.state.identity.key.seal(&aad, secret.as_bytes()).unwrap();
     let store = &f.app.state.store;
     store.rotate_webhook_secret(&enterprise, &sealed, custodian::ids::now() - 3600, 300, &[]).await.unwrap();
@@ -293,7 +293,7 @@ async fn failed_deliveries_are_retried_and_recorded() {
     assert_eq!(hooks["webhooks"][0]["successiveFailedAttempts"], 0, "reset on success");
 }
 
-/// Issue 23 §3: a successful attempt is kept on its notification, not as a delivery_attempts
+/// A successful attempt is kept on its notification, not as a delivery_attempts
 /// row; the console's counts, latencies and "last delivered" read both.
 #[tokio::test]
 async fn successes_on_notifications_are_counted_beside_failed_attempts() {
@@ -374,7 +374,7 @@ async fn a_webhook_is_suspended_after_repeated_failures_and_unblocked() {
     suspended_webhooks_hold_and_release(&f, &rx, &hook, &admin).await;
 }
 
-/// Issue 21 §3: while suspended, a webhook's new notifications are held (up to
+/// While suspended, a webhook's new notifications are held (up to
 /// `webhooks.max_held`, 2 here; beyond, refused with a metric and an audit entry), and unblocking
 /// releases them in order.
 async fn suspended_webhooks_hold_and_release(f: &Fixture, rx: &TestReceiver, hook: &str, admin: &str) {
@@ -413,7 +413,7 @@ async fn delivery_refuses_non_routable_destinations() {
     })
     .await;
     let rx = TestReceiver::start().await;
-    // A literal blocked address is refused at registration (issue 21 §4), in any spelling.
+    // A literal blocked address is refused at registration (docs/decisions.md#faults-and-floods), in any spelling.
     let port = rx.port;
     for url in [
         rx.url.clone(),
@@ -458,7 +458,7 @@ async fn delivery_refuses_non_routable_destinations() {
 }
 
 /// Once a failing receiver answers 2xx again, its notifications waiting for a retry are sent
-/// at once instead of at their scheduled time (issue 23 §1): here a minute away.
+/// at once instead of at their scheduled time (docs/decisions.md#performance-as-the-data-grows): here a minute away.
 #[tokio::test]
 async fn a_receiver_that_recovers_gets_its_waiting_retries_at_once() {
     let f = fixture(|c| {
@@ -488,7 +488,7 @@ async fn a_receiver_that_recovers_gets_its_waiting_retries_at_once() {
 
 /// More waiting retries than one release batch (512): once the receiver answers again they
 /// are made due batch after batch and all arrive long before their scheduled minute, each
-/// exactly once (issue 23 §1).
+/// exactly once (docs/decisions.md#performance-as-the-data-grows).
 #[tokio::test]
 async fn a_receiver_that_recovers_gets_more_retries_than_one_batch_at_once() {
     const EVENTS: usize = 600;
@@ -526,7 +526,7 @@ async fn a_receiver_that_recovers_gets_more_retries_than_one_batch_at_once() {
     assert_eq!(got.len(), 2 * EVENTS + 1, "and only once");
 }
 
-/// `POST /api/v2/webhook/{id}/recover` (issue 22 §4) queues again the notifications that failed
+/// `POST /api/v2/webhook/{id}/recover` (docs/decisions.md#the-operator-console) queues again the notifications that failed
 /// for good since a time, at most `webhooks.recover_max` per call, at most 14 days back, and
 /// records each call in the audit log with its count.
 #[tokio::test]

@@ -119,7 +119,7 @@ async fn request_id_is_echoed_or_generated() {
     assert!(custodian::types::is_id(&id), "generated id {id:?} is 32 hex");
 }
 
-/// Issue 21 §4: a client's request id is used only when it is at most 128 safe characters;
+/// A client's request id is used only when it is at most 128 safe characters;
 /// otherwise (64 KB, spaces, quotes) a generated one is echoed and logged instead.
 #[tokio::test]
 async fn oversized_or_unsafe_request_ids_are_replaced() {
@@ -226,4 +226,44 @@ async fn bad_path_values_are_400_naming_the_parameter() {
         let body = assert_error(res, 400, "InvalidField").await;
         assert_eq!(body["context"]["field"], field, "{path}: {body}");
     }
+}
+
+#[tokio::test]
+async fn the_api_reference_is_served_and_committed_as_generated() {
+    let app = spawn_app().await;
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api.md")).expect("docs/api.md");
+    assert!(
+        committed == custodian::http::reference_markdown(),
+        "docs/api.md is stale: regenerate it with `cargo run -q -- openapi --markdown > docs/api.md`"
+    );
+    let doc: Value = app.client.get(app.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let page = app.client.get(app.url("/docs")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    let page = page.text().await.unwrap();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let heading = format!("{} {}", method.to_ascii_uppercase(), path);
+            assert!(page.contains(&heading), "/docs lacks {heading}");
+            assert!(committed.contains(&format!("### `{heading}`")), "docs/api.md lacks {heading}");
+        }
+    }
+    for section in ["§2.1", "§4.3", "§4.10", "§7"] {
+        assert!(committed.contains(&format!("| {section} |")), "docs/api.md maps {section}");
+    }
+}
+
+#[tokio::test]
+async fn the_front_page_points_to_the_console_and_the_reference() {
+    let app = spawn_app().await;
+    let res = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let body = res.text().await.unwrap();
+    for link in ["href=\"/console\"", "href=\"/docs\"", "href=\"/openapi.json\"", "rel=\"icon\""] {
+        assert!(body.contains(link), "the front page lacks {link}: {body}");
+    }
+    let icon = app.client.get(app.url("/favicon.ico")).send().await.unwrap();
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
 }

@@ -55,6 +55,33 @@ async fn creating_an_access_token_fires_the_enterprise_webhook() {
     );
 }
 
+/// An integer amount past 2^64-1 (20 ETH in wei) is accepted and delivered with every digit,
+/// as the same digits in a string are.
+#[tokio::test]
+async fn integer_amounts_beyond_64_bits_keep_every_digit() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    let body = format!(
+        r#"{{"eventId": "ev-wei", "type": "transfer", "walletId": "{WALLET}", "coin": "tbtc", "transferId": "tr-wei", "value": 20000000000000000000, "baseValue": -20000000000000000000}}"#
+    );
+    let res = f
+        .app
+        .client
+        .post(f.app.url("/api/v2/internal/events"))
+        .bearer_auth(&admin)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(expect_json(res, 200).await["notifications"], 1);
+    let got = rx.wait_for(1, 10).await;
+    assert!(got[0].body.contains("\"value\":20000000000000000000"), "{}", got[0].body);
+    assert!(got[0].body.contains("\"baseValue\":-20000000000000000000"), "{}", got[0].body);
+}
+
 #[tokio::test]
 async fn events_fan_out_once_per_event_id() {
     let f = fixture(fast).await;
@@ -132,7 +159,7 @@ async fn events_fan_out_once_per_event_id() {
     assert_error(res, 400, "MissingField").await;
 }
 
-/// Issue 23 §3: an event notification keeps neither its hash nor its idempotency key nor its
+/// An event notification keeps neither its hash nor its idempotency key nor its
 /// level's fields (derived when read), yet shows and sends the same values as before: the
 /// event's `hash`, else the payload's SHA-256, and SHA-256 of `{webhook}:event:{eventId}`.
 #[tokio::test]
@@ -232,7 +259,7 @@ async fn metrics_are_exported() {
     }
 }
 
-/// Issue 12 §5: an event's notifications go straight to this process's engine while it has
+/// An event's notifications go straight to this process's engine while it has
 /// free slots, written leased; the rest wait in the outbox and are claimed. Each arrives once.
 #[tokio::test]
 async fn fresh_notifications_are_handed_to_the_engine_and_the_rest_claimed() {
@@ -377,7 +404,7 @@ async fn a_slow_receiver_cannot_hold_every_delivery_slot() {
     slow.wait_for(20, 30).await;
 }
 
-/// Issue 12 §2: the same eventId sent by many clients at once, so that the copies meet in one
+/// The same eventId sent by many clients at once, so that the copies meet in one
 /// group-commit batch or race across batches, is stored once: every answer is the first
 /// result, and one notification is delivered. Other events of the same batches are unharmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -422,7 +449,7 @@ async fn concurrent_copies_of_an_event_are_stored_once() {
     assert_eq!(twin_hashes.len(), 1, "the twin was notified once: {twin_hashes:?}");
 }
 
-/// Issue 21 §4: the events route refuses a repeated key, at the top or inside, as every typed
+/// The events route refuses a repeated key, at the top or inside, as every typed
 /// route does (serde_json's value would keep the last copy). Nothing is stored.
 #[tokio::test]
 async fn repeated_keys_in_an_event_are_refused() {

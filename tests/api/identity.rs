@@ -64,7 +64,8 @@ async fn login_with_real_totp_returns_every_required_field() {
     assert_eq!(me.status(), 200);
     let me: Value = me.json().await.unwrap();
     assert_eq!(me["user"]["id"], user.id.as_str());
-    let stored = app.state.store.token_by_hash(&custodian::identity::auth::hash_token(token)).await.unwrap();
+    let stored =
+        app.state.store.token_by_hash(&custodian::identity::bearer::hash_token(token)).await.unwrap();
     assert_eq!(stored.unwrap().token_hash.len(), 64);
 }
 
@@ -178,7 +179,7 @@ async fn extensible_login_marks_the_token() {
         )
         .await;
     let body: Value = res.json().await.unwrap();
-    let hash = custodian::identity::auth::hash_token(body["access_token"].as_str().unwrap());
+    let hash = custodian::identity::bearer::hash_token(body["access_token"].as_str().unwrap());
     let t = app.state.store.token_by_hash(&hash).await.unwrap().unwrap();
     assert!(t.is_extensible);
 }
@@ -199,7 +200,7 @@ async fn requests_without_usable_token_get_401_with_auth_required() {
     assert_error(res, 401, "AuthenticationRequired").await;
 }
 
-/// Issue 21 §4: the scheme is matched case-insensitively (RFC 9110 §11.1).
+/// The scheme is matched case-insensitively (RFC 9110 §11.1).
 #[tokio::test]
 async fn the_bearer_scheme_is_case_insensitive() {
     let app = spawn_app().await;

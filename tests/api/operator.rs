@@ -1,4 +1,4 @@
-//! The operator's commands (issue 10 §4), run as the real binary on the test's database in the
+//! The operator's commands (docs/decisions.md#token-and-session-lifecycle), run as the real binary on the test's database in the
 //! production environment (real TOTP codes, the test's master key file).
 
 use std::{io::Write, process::Stdio};

@@ -1,4 +1,4 @@
-//! A database outage, injected on purpose (issue 21 §2): the server reaches PostgreSQL through
+//! A database outage, injected on purpose (docs/decisions.md#connections-and-database-outages): the server reaches PostgreSQL through
 //! a TCP proxy the test cuts and restores. During the cut every request that needs the
 //! database answers 503 `ServiceUnavailable` quickly; afterwards the client's retries with the
 //! same `eventId` are accepted, and every accepted event is delivered exactly once, including

@@ -1,4 +1,4 @@
-//! Real-shaped BitGo wallet records (issue 11): extra fields kept verbatim, `--strict` refusing
+//! Real-shaped BitGo wallet records (docs/decisions.md#real-wallet-records): extra fields kept verbatim, `--strict` refusing
 //! them, a wallet's coin and type immutable, and every problem of a record reported at once.
 
 use custodian::wallets::import::{import, import_with, ImportOptions};

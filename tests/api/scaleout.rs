@@ -1,5 +1,5 @@
 //! Several `custodian serve` processes on one PostgreSQL database share the delivery work
-//! (issue 5): claims use FOR UPDATE SKIP LOCKED with leases, so nothing is delivered twice
+//! (docs/decisions.md#storage-and-scale-out): claims use FOR UPDATE SKIP LOCKED with leases, so nothing is delivered twice
 //! unless a process dies, and nothing is lost when one does.
 
 use std::time::Duration;
@@ -72,7 +72,7 @@ async fn killing_one_of_two_processes_loses_nothing() {
 }
 
 /// A token revoked through one process is refused by the other within a second (its
-/// authentication cache, issue 12 §3), and by the process that revoked it at once.
+/// authentication cache, docs/decisions.md#performance), and by the process that revoked it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_revoked_on_one_process_is_refused_by_the_other() {
     let cluster = Cluster::new(&[]).await;
@@ -107,7 +107,7 @@ async fn a_token_revoked_on_one_process_is_refused_by_the_other() {
 }
 
 /// A membership added and a user deactivated by a third process (the CLI) take effect on both
-/// servers within a second (issue 12 §3: memberships and users are cached too).
+/// servers within a second (docs/decisions.md#performance: memberships and users are cached too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_and_deactivation_reach_every_process_within_a_second() {
     let cluster = Cluster::new(&[]).await;

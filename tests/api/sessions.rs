@@ -1,4 +1,4 @@
-//! The token and session lifecycle (issue 10 §2, §3): list and revoke tokens, token templates
+//! The token and session lifecycle (docs/decisions.md#token-and-session-lifecycle): list and revoke tokens, token templates
 //! over HTTP, the session view, unlock and lock, extension and logout.
 
 use serde_json::{json, Value};
@@ -35,7 +35,7 @@ async fn tokens_are_listed_by_creation_in_pages_without_secrets() {
         assert!(!text.contains(s.as_str()), "a secret in the list");
     }
     assert!(all["accessTokens"].as_array().unwrap().iter().all(|t| t.get("token").is_none()));
-    let me = all["accessTokens"].as_array().unwrap().iter().find(|t| t["label"] == "").cloned();
+    let me = all["accessTokens"].as_array().unwrap().iter().find(|t| t["label"] == "login session").cloned();
     assert!(me.is_some_and(|t| t["lastUsedAt"].is_string()), "the session has been used");
 
     let first = list(&app, &session, "?limit=2").await;
@@ -120,6 +120,18 @@ async fn templates_are_managed_over_http_by_service_admins() {
     let res = app.client.delete(app.url(&format!("{path}/{id}"))).bearer_auth(&admin).send().await.unwrap();
     assert_eq!(expect_json(res, 200).await["id"], id);
     assert_error(app.get_auth(&format!("{path}/{id}"), &admin).await, 404, "TemplateNotFound").await;
+}
+
+#[tokio::test]
+async fn a_template_with_a_bad_spending_limit_is_refused_when_made() {
+    let app = spawn_app().await;
+    let ops = app.create_user_with("ops@example.com", true).await;
+    let admin = app.login(&ops).await;
+    let path = "/api/v2/user/accesstokentemplate";
+    let fields = json!({ "spendingLimits": [{ "coin": "btc", "txValueLimit": {} }] });
+    let body = assert_error(app.post_auth(path, &admin, &fields).await, 400, "InvalidField").await;
+    assert!(body["context"]["field"].as_str().unwrap_or("").contains("txValueLimit"), "{body}");
+    assert_eq!(expect_json(app.get_auth(path, &admin).await, 200).await["templates"], json!([]));
 }
 
 #[tokio::test]

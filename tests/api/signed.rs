@@ -1,4 +1,4 @@
-//! Signed requests, BitGo's auth versions 2 and 3 (issue 20 §1), signed here exactly as
+//! Signed requests, BitGo's auth versions 2 and 3 (docs/decisions.md#signed-requests), signed here exactly as
 //! `@bitgo/sdk-hmac` signs them: the request, the response check, the window, the replay guard
 //! and every malformed header.
 
@@ -117,6 +117,31 @@ async fn a_signed_request_is_accepted_once() {
         assert_eq!(again.headers()["x-auth-required"], "true");
         assert_error(again, 401, "RequestReplayed").await;
     }
+}
+
+/// A v2 signature does not cover the method: one captured on a read is refused when replayed
+/// as a write, and one captured on a write when replayed as a read. v3 signs the method, so a
+/// method swap there does not even verify.
+#[tokio::test]
+async fn a_signature_is_used_once_whatever_the_method() {
+    let (app, token) = signed_setup().await;
+    let hooks = format!("/api/v2/tbtc/wallet/{WALLET}/webhooks");
+    let read = Signed::new("2.0", Method::GET, &hooks, "");
+    assert_eq!(read.send(&app, &token, None).await.status(), 200);
+    let as_delete = Signed { method: Method::DELETE, ..read };
+    assert_error(as_delete.send(&app, &token, None).await, 401, "RequestReplayed").await;
+
+    let body = json!({ "label": "swap", "otp": "000000", "scope": ["profile"] }).to_string();
+    let write = Signed::new("2.0", Method::POST, "/api/v2/user/accesstoken", &body);
+    assert_eq!(write.send(&app, &token, None).await.status(), 200);
+    let as_get = Signed { method: Method::GET, ..write };
+    assert_error(as_get.send(&app, &token, None).await, 401, "RequestReplayed").await;
+
+    let read = Signed::new("3.0", Method::GET, &hooks, "");
+    let mac = hmac_hex(&token, read.subject().as_bytes());
+    assert_eq!(read.send(&app, &token, Some(&mac)).await.status(), 200);
+    let as_delete = Signed { method: Method::DELETE, ..read };
+    assert_error(as_delete.send(&app, &token, Some(&mac)).await, 401, "InvalidSignature").await;
 }
 
 #[tokio::test]
@@ -273,6 +298,64 @@ async fn a_signed_write_replayed_to_another_process_is_refused() {
     assert_eq!(replayed.status(), 401);
     let body: Value = replayed.json().await.expect("json");
     assert_eq!(body["name"], "RequestReplayed", "{body}");
+}
+
+/// A signed read seen by one process is refused by another process sharing the database, for
+/// each auth version: the replay record is the database's for reads too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_read_replayed_to_another_process_is_refused() {
+    use crate::procs::Cluster;
+    let cluster = Cluster::new(&[]).await;
+    let (a, b) = (cluster.start().await, cluster.start().await);
+    let token = cluster.login(&a.base).await;
+    for version in ["2.0", "3.0"] {
+        let req = Signed::new(version, Method::GET, "/api/v2/user/me", "");
+        let send = |base: &str| {
+            cluster
+                .client
+                .get(format!("{base}{}", req.path))
+                .header("Authorization", format!("Bearer {}", hex::encode(sha2::Sha256::digest(&token))))
+                .header("Auth-Timestamp", req.ts.to_string())
+                .header("HMAC", hmac_hex(&token, req.subject().as_bytes()))
+                .header("BitGo-Auth-Version", req.version)
+                .send()
+        };
+        assert_eq!(send(&a.base).await.expect("first").status(), 200, "v{version}");
+        let replayed = send(&b.base).await.expect("replay");
+        assert_eq!(replayed.status(), 401, "v{version}");
+        let body: Value = replayed.json().await.expect("json");
+        assert_eq!(body["name"], "RequestReplayed", "v{version}: {body}");
+    }
+    // v4: the login's token_id as the bearer; the method is signed, so a swap does not verify.
+    let login: Value = cluster
+        .client
+        .post(format!("{}/api/v2/internal/user/login", a.base))
+        .json(&json!({ "email": "ops@example.com", "password": crate::common::PASSWORD, "otp": "000000" }))
+        .send()
+        .await
+        .expect("login")
+        .json()
+        .await
+        .expect("json");
+    let (token, token_id) = (login["access_token"].as_str().unwrap(), login["token_id"].as_str().unwrap());
+    let (ts, path, request_id) =
+        (custodian::ids::now(), "/api/v2/user/me", "5a1c0f3e-0d7b-4a3e-9b1e-2f6c7d8e9a0b");
+    let hash = hex::encode(sha2::Sha256::digest(b""));
+    let signature = hmac_hex(token, format!("{ts}\nGET\n{path}\n{hash}\n{request_id}\n").as_bytes());
+    let send = |base: &str, method: Method| {
+        cluster
+            .client
+            .request(method, format!("{base}{path}"))
+            .header("Authorization", format!("Bearer {token_id}"))
+            .header("X-Request-Timestamp", ts.to_string())
+            .header("X-Content-SHA256", &hash)
+            .header("X-Auth-Request-Id", request_id)
+            .header("X-Signature", &signature)
+            .send()
+    };
+    assert_eq!(send(&a.base, Method::GET).await.expect("first").status(), 200, "v4");
+    assert_error(send(&b.base, Method::GET).await.expect("replay"), 401, "RequestReplayed").await;
+    assert_error(send(&a.base, Method::DELETE).await.expect("swap"), 401, "InvalidSignature").await;
 }
 
 /// The same signed write sent twenty times at once (so several land in one batch of the replay

@@ -70,7 +70,7 @@ async fn create_access_token_returns_the_2_4_fields() {
     let stored = app
         .state
         .store
-        .token_by_hash(&custodian::identity::auth::hash_token(token))
+        .token_by_hash(&custodian::identity::bearer::hash_token(token))
         .await
         .unwrap()
         .expect("stored by hash");

@@ -39,7 +39,7 @@ async fn example_file_round_trips_every_field() {
     assert_eq!((summary.imported, summary.updated, summary.rejected.len()), (originals.len() as u64, 0, 0));
     let types: std::collections::BTreeSet<&str> =
         originals.iter().filter_map(|w| w["type"].as_str()).collect();
-    assert_eq!(types.len(), custodian::wallets::model::WALLET_TYPES.len(), "every wallet type is covered");
+    assert_eq!(types.len(), custodian::model::wallet::WALLET_TYPES.len(), "every wallet type is covered");
 
     let admin = app.create_user_with("ops@example.com", true).await;
     let token = app.login(&admin).await;

@@ -213,7 +213,7 @@ async fn registration_is_validated() {
     level_rules_are_validated(&f).await;
 }
 
-/// Issue 21 §4: hop-by-hop and framing headers and `User-Agent` are refused in
+/// Hop-by-hop and framing headers and `User-Agent` are refused in
 /// `customHttpHeaders`, and values hold to printable ASCII.
 async fn custom_headers_cannot_change_framing(f: &Fixture) {
     let names = [
@@ -235,6 +235,10 @@ async fn custom_headers_cannot_change_framing(f: &Fixture) {
     let body = json!({ "type": "transfer", "url": "https://example.com", "customHttpHeaders": { "X-Note": "caf\u{e9}" } });
     let b = assert_error(f.wallet_hook(body).await, 400, "InvalidField").await;
     assert_eq!(b["context"]["field"], "customHttpHeaders.X-Note");
+    // One name in two cases is one header given twice.
+    let body = json!({ "type": "transfer", "url": "https://example.com", "customHttpHeaders": { "x-a": "1", "X-A": "2" } });
+    let b = assert_error(f.wallet_hook(body).await, 400, "InvalidField").await;
+    assert!(b["context"]["field"].as_str().unwrap().eq_ignore_ascii_case("customHttpHeaders.x-a"), "{b}");
 }
 
 /// `registration_is_validated`, continued: each level's types and fields, who may set

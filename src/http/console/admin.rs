@@ -1,4 +1,4 @@
-//! Service admins only (issue 22 §7): users (deactivate, activate, reset OTP) and enterprises
+//! Service admins only (docs/decisions.md#the-operator-console): users (deactivate, activate, reset OTP) and enterprises
 //! with their members. The same operator commands as the CLI, audited with the admin's
 //! address, token and request.
 
@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::layout::{OneTime, Shown};
 use super::{error_response, html, layout, Form, Session};
-use crate::{identity::operator::admin, AppState};
+use crate::{identity::user_admin::admin, AppState};
 
 /// Paging of either list.
 #[derive(Debug, Default, Deserialize)]

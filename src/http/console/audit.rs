@@ -1,4 +1,4 @@
-//! The audit log (issue 22 §6): the entries the user may see, filtered by type, user, wallet
+//! The audit log (docs/decisions.md#the-operator-console): the entries the user may see, filtered by type, user, wallet
 //! and date, paged; and, for service admins, "verify chain".
 
 use axum::{
@@ -14,8 +14,9 @@ use crate::{
     audit::Verified,
     error::Error,
     identity::audit_log,
+    model::audit::AuditType,
     paging::PageRequest,
-    store::{AuditFilter, AuditType},
+    store::AuditFilter,
     types::{AnyId, UserId, WalletId},
     AppState,
 };
@@ -65,6 +66,10 @@ async fn audit_page(
         Ok(l) => l,
         Err(e) => return error_response(e, Some(session)),
     };
+    let emails = match audit_log::user_emails(&state.identity, &rows).await {
+        Ok(e) => e,
+        Err(e) => return error_response(e.into(), Some(session)),
+    };
     let error = error.as_ref();
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
     let types: Vec<(&str, &str)> = AuditType::ALL.iter().map(|t| (t.as_str(), t.as_str())).collect();
@@ -100,7 +105,11 @@ async fn audit_page(
                     tr {
                         td { (layout::time_ms(c.entry.date_ms)) }
                         td { code { (c.entry.entry_type.as_str()) } }
-                        td.mono { (c.entry.user_id.as_deref().unwrap_or("")) }
+                        td {
+                            @if let Some(id) = &c.entry.user_id {
+                                span title=(id) { (emails.get(id).map(String::as_str).unwrap_or(id.as_str())) }
+                            }
+                        }
                         td.mono { (c.entry.enterprise_id.as_deref().unwrap_or("")) }
                         td.mono { (c.entry.wallet_id.as_deref().unwrap_or("")) }
                         td.mono { (c.entry.ip.as_deref().unwrap_or("")) }

@@ -21,13 +21,23 @@ const NAV: &[(&str, &str, bool)] = &[
 
 /// A whole page: head, navigation (when signed in) with `active` marked, and `body`.
 pub fn page(session: Option<&Session>, title: &str, active: &str, body: Markup) -> Markup {
+    shell(session, &format!("{title} · Custodian console"), title, active, body)
+}
+
+/// A page outside the console (the front page, the API reference), in the same style.
+pub fn public_page(title: &str, body: Markup) -> Markup {
+    shell(None, &format!("{title} · Custodian"), title, "", body)
+}
+
+fn shell(session: Option<&Session>, head_title: &str, title: &str, active: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · Custodian console" }
+                title { (head_title) }
+                link rel="icon" href="/favicon.svg" type="image/svg+xml";
                 link rel="stylesheet" href="/console/assets/console.css";
                 script src="/console/assets/console.js" defer {}
             }

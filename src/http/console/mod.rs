@@ -1,4 +1,4 @@
-//! The operator console (issue 22): server-rendered HTML pages at `/console`, with their CSS and
+//! The operator console (docs/decisions.md#the-operator-console): server-rendered HTML pages at `/console`, with their CSS and
 //! one small script embedded in the binary, no third-party origin. Every page reads and acts
 //! through the same domain functions as the API, as the signed-in user.
 //!
@@ -30,13 +30,13 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::{error::ApiError, extract::ClientIp};
-use crate::{error::Error, identity::auth::Principal, AppState};
+use crate::{error::Error, identity::bearer::Principal, AppState};
 
 mod admin;
 mod assets;
 mod audit;
 mod chart;
-mod layout;
+pub(super) mod layout;
 mod notifications;
 mod overview;
 mod signin;
@@ -182,7 +182,7 @@ impl FromRequestParts<AppState> for Session {
             .await
             .map_err(|e| NoSession::Refused(error_response(e, None)))?;
         let bearer = format!("Bearer {value}");
-        let mut auth = match crate::identity::auth::authenticate(&state.identity, Some(&bearer), ip).await {
+        let mut auth = match crate::identity::bearer::authenticate(&state.identity, Some(&bearer), ip).await {
             Ok(p) => p,
             Err(Error::Unauthenticated { .. }) => return Err(NoSession::SignIn),
             Err(e) => return Err(NoSession::Refused(error_response(e.into(), None))),
@@ -243,16 +243,11 @@ pub fn parse_form<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Error> {
     serde_urlencoded::from_bytes(bytes).map_err(|e| Error::invalid_field("", e.to_string()))
 }
 
-/// Marks a console response whose error status must keep its HTML body (the edge otherwise
-/// replaces the body of a 4xx/5xx with the §7 JSON).
-#[derive(Clone, Copy)]
-pub struct HtmlBody;
-
 /// An HTML page with `status`.
 pub fn html(status: StatusCode, markup: Markup) -> Response {
     let mut res =
         (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], markup.into_string()).into_response();
-    res.extensions_mut().insert(HtmlBody);
+    res.extensions_mut().insert(crate::http::request_id::HtmlBody);
     res
 }
 

@@ -1,4 +1,4 @@
-//! The notification log (issue 22 §4): a search bounded in time and count, each notification's
+//! The notification log (docs/decisions.md#the-operator-console): a search bounded in time and count, each notification's
 //! payload and attempt timeline, resend, and recover (with a confirmation stating the count).
 
 use axum::{
@@ -19,10 +19,11 @@ use super::{
 use crate::{
     error::Error,
     ids,
+    model::notification::NotificationState,
     paging::PageRequest,
-    store::{NotificationSearch, NotificationState},
+    store::NotificationSearch,
     types::{AnyId, NotificationId, WalletId, WebhookId},
-    webhooks::{insight, operator},
+    webhooks::{notification_log, search},
     AppState,
 };
 
@@ -98,7 +99,7 @@ pub async fn search(
     let now = ids::now_ms();
     let found = match search_of(&q, now) {
         Ok((search, page)) => {
-            insight::search_notifications(&state.webhooks, &session.auth, &search, &page).await
+            search::search_notifications(&state.webhooks, &session.auth, &search, &page).await
         }
         Err(e) => Err(e),
     };
@@ -140,10 +141,10 @@ pub async fn search(
             button type="submit" { "Search" }
         }
         (layout::form_error(error, &fields))
-        p.muted { "Newest first, " (PAGE) " per page; a custom range spans at most " (insight::MAX_SEARCH_DAYS) " days." }
+        p.muted { "Newest first, " (PAGE) " per page; a custom range spans at most " (search::MAX_SEARCH_DAYS) " days." }
         @if error.is_none() {
             div #results {
-                (notification_table(&rows))
+                (notification_table(&rows, true))
             }
         }
         (layout::pager(&base, "before", next.as_deref()))
@@ -159,8 +160,7 @@ async fn notification_page(
     (wid, nid): (&WebhookId, &NotificationId),
     shown: Shown,
 ) -> Response {
-    let (w, n, attempts) = match insight::notification_detail(&state.webhooks, &session.auth, wid, nid).await
-    {
+    let (w, n, attempts) = match search::notification_detail(&state.webhooks, &session.auth, wid, nid).await {
         Ok(d) => d,
         Err(e) => return error_response(e.into(), Some(session)),
     };
@@ -250,7 +250,7 @@ pub async fn resend(
         Ok(ids) => ids,
         Err(e) => return error_response(e.into(), Some(&form.session)),
     };
-    let resent = operator::resend(&state.webhooks, &form.session.auth, &wid, &nid).await;
+    let resent = notification_log::resend(&state.webhooks, &form.session.auth, &wid, &nid).await;
     match Shown::of(resent, |_| Shown::Notice("Queued for delivery now, with its retries reset.".into())) {
         Ok(shown) => notification_page(&state, &form.session, (&wid, &nid), shown).await,
         Err(e) => error_response(e, Some(&form.session)),
@@ -278,7 +278,7 @@ pub async fn recover_confirm(
     };
     let counted = match datetime_ms("since", &q.since) {
         Ok(since) => {
-            insight::recover_count(&state.webhooks, &session.auth, &id, since).await.map(|n| (since, n))
+            search::recover_count(&state.webhooks, &session.auth, &id, since).await.map(|n| (since, n))
         }
         Err(e) => Err(e),
     };
@@ -332,7 +332,7 @@ pub async fn recover(
         Err(e) => return error_response(e.into(), Some(session)),
     };
     let done = match datetime_ms("since", &form.fields.since) {
-        Ok(since) => insight::recover(&state.webhooks, &session.auth, &id, since).await,
+        Ok(since) => search::recover(&state.webhooks, &session.auth, &id, since).await,
         Err(e) => Err(e),
     };
     let shown = Shown::of(done, |(_, n)| {

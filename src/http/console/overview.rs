@@ -1,11 +1,11 @@
-//! `GET /console/overview` (issue 22 §2): the last 24 hours of attempts by hour, success rate
+//! `GET /console/overview` (docs/decisions.md#the-operator-console): the last 24 hours of attempts by hour, success rate
 //! and latency, the queue, suspended webhooks and the latest failures with their reason.
 
 use axum::{extract::State, http::StatusCode, response::Response};
 use maud::html;
 
 use super::{chart, error_response, html, layout, Session};
-use crate::{ids, webhooks::insight, AppState};
+use crate::{ids, webhooks::search, AppState};
 
 /// Percent with one decimal, or a dash.
 fn percent(rate: Option<f64>) -> String {
@@ -18,7 +18,7 @@ fn millis(v: Option<i64>) -> String {
 
 /// The overview page.
 pub async fn page(State(state): State<AppState>, session: Session) -> Response {
-    let o = match insight::overview(&state.webhooks, &session.auth, ids::now_ms()).await {
+    let o = match search::overview(&state.webhooks, &session.auth, ids::now_ms()).await {
         Ok(o) => o,
         Err(e) => return error_response(e.into(), Some(&session)),
     };

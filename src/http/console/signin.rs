@@ -1,4 +1,4 @@
-//! Signing in and out (issue 22 §1): the API's own login (`identity::login`: password, TOTP,
+//! Signing in and out (docs/decisions.md#the-operator-console): the API's own login (`identity::login`: password, TOTP,
 //! throttles, hashing bounds, audit) with the session token kept in an `HttpOnly` cookie.
 
 use axum::{

@@ -1,4 +1,4 @@
-//! The signed-in user's access tokens (issue 22 §5): list, revoke, and create with an OTP, the
+//! The signed-in user's access tokens (docs/decisions.md#the-operator-console): list, revoke, and create with an OTP, the
 //! new value shown once.
 
 use axum::{
@@ -13,8 +13,8 @@ use super::layout::{OneTime, Shown};
 use super::{error_response, html, layout, opt, Form, NoFields, Session};
 use crate::{
     identity::{sessions, tokens},
+    model::token::{SortOrder, TokenKind},
     paging::PageRequest,
-    store::{SortOrder, TokenKind},
     types::{AnyId, TokenId},
     AppState,
 };

@@ -1,4 +1,4 @@
-//! Webhook pages (issue 22 §3): the list of all three levels with filters, and one webhook's
+//! Webhook pages (docs/decisions.md#the-operator-console): the list of all three levels with filters, and one webhook's
 //! settings (custom header names, never values), its latest notifications and its actions:
 //! send a test, unblock, remove, rotate the enterprise secret (shown once), recover.
 
@@ -15,10 +15,11 @@ use super::{datetime_local, error_response, html, layout, listed, opt, FieldErro
 use crate::{
     error::Error,
     ids,
+    model::webhook::{LevelKind, Webhook, WebhookLevel, WebhookState},
     paging::PageRequest,
-    store::{LevelKind, NotificationSearch, Webhook, WebhookLevel, WebhookSearch, WebhookState},
-    types::{AnyId, Coin, EnterpriseId, WebhookId},
-    webhooks::{insight, registration, secrets},
+    store::{NotificationSearch, WebhookSearch},
+    types::{AnyId, Coin, EnterpriseId, NotificationId, WebhookId},
+    webhooks::{registration, search, secret},
     AppState,
 };
 
@@ -96,7 +97,7 @@ fn filters(q: &ListQuery, error: Option<&FieldError>) -> Markup {
 /// `GET /console/webhooks`.
 pub async fn list(State(state): State<AppState>, session: Session, Query(q): Query<ListQuery>) -> Response {
     let found = match search_of(&q) {
-        Ok((search, page)) => insight::search_webhooks(&state.webhooks, &session.auth, &search, &page).await,
+        Ok((search, page)) => search::search_webhooks(&state.webhooks, &session.auth, &search, &page).await,
         Err(e) => Err(e),
     };
     let (rows, next, error) = match listed(found) {
@@ -149,14 +150,14 @@ pub async fn webhook_page(state: &AppState, session: &Session, id: &WebhookId, s
     let now = ids::now_ms();
     let search = NotificationSearch {
         webhook_id: Some(w.id.clone()),
-        from_ms: now - insight::MAX_SEARCH_DAYS * 86_400_000 + 60_000,
+        from_ms: now - search::MAX_SEARCH_DAYS * 86_400_000 + 60_000,
         to_ms: now + 60_000,
         ..Default::default()
     };
     let page =
         PageRequest::bounded(Some(RECENT_NOTIFICATIONS), None, RECENT_NOTIFICATIONS, RECENT_NOTIFICATIONS);
     let recent = match page {
-        Ok(p) => insight::search_notifications(&state.webhooks, &session.auth, &search, &p).await,
+        Ok(p) => search::search_notifications(&state.webhooks, &session.auth, &search, &p).await,
         Err(e) => Err(e),
     };
     let recent = match recent {
@@ -205,10 +206,10 @@ pub async fn webhook_page(state: &AppState, session: &Session, id: &WebhookId, s
                 label { "Failed since (UTC)" input type="datetime-local" name="since" id="since" value=(datetime_local(now - 86_400_000)); }
                 button.secondary type="submit" { "Count and confirm…" }
             }
-            p.muted { "Redelivers every notification created since then that failed for good, at most " (insight::MAX_RECOVER_DAYS) " days back." }
+            p.muted { "Redelivers every notification created since then that failed for good, at most " (search::MAX_RECOVER_DAYS) " days back." }
         }
         h2 { "Latest notifications" }
-        (notification_table(&recent))
+        (notification_table(&recent, false))
         p { a href={ "/console/notifications?webhook=" (w.id) } { "All notifications of this webhook →" } }
     };
     let title = format!("Webhook {}", w.label.as_deref().unwrap_or(w.id.as_str()));
@@ -216,16 +217,23 @@ pub async fn webhook_page(state: &AppState, session: &Session, id: &WebhookId, s
 }
 
 /// A table of notifications, each linking to its page.
-pub fn notification_table(rows: &[crate::store::Notification]) -> Markup {
+/// With `with_webhook`, each row also names its webhook (the notification log spans them all).
+pub fn notification_table(rows: &[crate::model::notification::Notification], with_webhook: bool) -> Markup {
     html! {
         @if rows.is_empty() {
             p.muted { "No notification." }
         } @else {
             div.table-wrap { table.notifications {
-                thead { tr { th { "Created" } th { "Type" } th { "State" } th { "Retries" } th { "Transfer" } th { "Simulation" } th {} } }
+                thead { tr {
+                    th { "Created" } @if with_webhook { th { "Webhook" } } th { "Type" } th { "State" } th { "Retries" }
+                    th { "Transfer" } th { "Simulation" } th {}
+                } }
                 tbody { @for n in rows {
                     tr {
                         td { (layout::time_ms(n.created_at_ms)) }
+                        @if with_webhook {
+                            td.mono { a href={ "/console/webhooks/" (n.webhook_id) } title=(n.webhook_id) { (n.webhook_id[..8]) "…" } }
+                        }
                         td { (n.notification_type) }
                         td { (layout::badge(n.state.as_str())) }
                         td.num { (n.retries) }
@@ -239,10 +247,37 @@ pub fn notification_table(rows: &[crate::store::Notification]) -> Markup {
     }
 }
 
+/// What a webhook's page reports after an action that redirected to it (post, redirect, get:
+/// reloading the page shows it again rather than repeating the action).
+#[derive(Debug, Deserialize)]
+pub struct Done {
+    /// `test` (with `notification`) or `unblocked`; anything else shows nothing.
+    pub done: Option<String>,
+    pub notification: Option<String>,
+}
+
+impl Done {
+    fn shown(&self) -> Shown {
+        let notification = self.notification.as_deref().and_then(|n| n.parse::<NotificationId>().ok());
+        match (self.done.as_deref(), notification) {
+            (Some("test"), Some(n)) => Shown::Notice(format!("Test notification {n} queued.")),
+            (Some("unblocked"), _) => {
+                Shown::Notice("Unblocked: its held notifications are being delivered.".into())
+            }
+            _ => Shown::Nothing,
+        }
+    }
+}
+
 /// `GET /console/webhooks/{id}`.
-pub async fn detail(State(state): State<AppState>, session: Session, Path(id): Path<String>) -> Response {
+pub async fn detail(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Query(done): Query<Done>,
+) -> Response {
     match id.parse::<WebhookId>() {
-        Ok(id) => webhook_page(&state, &session, &id, Shown::Nothing).await,
+        Ok(id) => webhook_page(&state, &session, &id, done.shown()).await,
         Err(_) => {
             error_response(Error::not_found(crate::error::ErrorName::WebhookNotFound).into(), Some(&session))
         }
@@ -254,21 +289,13 @@ pub fn webhook_id(id: &str) -> Result<WebhookId, Error> {
     id.parse::<WebhookId>().map_err(|_| Error::not_found(crate::error::ErrorName::WebhookNotFound))
 }
 
-/// The webhook's page after an action that gave `result`.
-async fn after(
-    state: &AppState,
-    session: &Session,
-    id: &WebhookId,
-    result: Result<String, Error>,
-) -> Response {
-    let shown = match result {
-        Ok(text) => Shown::Notice(text),
-        Err(e) => match FieldError::of(e) {
-            Ok(fe) => Shown::Error(fe),
-            Err(e) => return error_response(e, Some(session)),
-        },
-    };
-    webhook_page(state, session, id, shown).await
+/// The webhook's page after an action that failed with `e`: a form error on the page, or an
+/// error page for one not about the form. (A success redirects to the page instead.)
+async fn failed(state: &AppState, session: &Session, id: &WebhookId, e: Error) -> Response {
+    match FieldError::of(e) {
+        Ok(fe) => webhook_page(state, session, id, Shown::Error(fe)).await,
+        Err(e) => error_response(e, Some(session)),
+    }
 }
 
 /// `POST /console/webhooks/{id}/test`.
@@ -281,10 +308,12 @@ pub async fn send_test(
         Ok(id) => id,
         Err(e) => return error_response(e.into(), Some(&form.session)),
     };
-    let result = insight::send_test(&state.webhooks, &form.session.auth, &id)
-        .await
-        .map(|(n, _)| format!("Test notification {} queued.", n.id));
-    after(&state, &form.session, &id, result).await
+    match search::send_test(&state.webhooks, &form.session.auth, &id).await {
+        Ok((n, _)) => {
+            Redirect::to(&format!("/console/webhooks/{id}?done=test&notification={}", n.id)).into_response()
+        }
+        Err(e) => failed(&state, &form.session, &id, e).await,
+    }
 }
 
 /// `POST /console/webhooks/{id}/unblock`.
@@ -297,10 +326,10 @@ pub async fn unblock(
         Ok(id) => id,
         Err(e) => return error_response(e.into(), Some(&form.session)),
     };
-    let result = registration::unblock(&state.webhooks, &form.session.auth, &id)
-        .await
-        .map(|_| "Unblocked: its held notifications are being delivered.".to_string());
-    after(&state, &form.session, &id, result).await
+    match registration::unblock(&state.webhooks, &form.session.auth, &id).await {
+        Ok(_) => Redirect::to(&format!("/console/webhooks/{id}?done=unblocked")).into_response(),
+        Err(e) => failed(&state, &form.session, &id, e).await,
+    }
 }
 
 /// `POST /console/webhooks/{id}/remove`: back to the list.
@@ -309,9 +338,9 @@ pub async fn remove(State(state): State<AppState>, Path(id): Path<String>, form:
         Ok(id) => id,
         Err(e) => return error_response(e.into(), Some(&form.session)),
     };
-    match insight::remove(&state.webhooks, &form.session.auth, &id).await {
+    match search::remove(&state.webhooks, &form.session.auth, &id).await {
         Ok(_) => Redirect::to("/console/webhooks").into_response(),
-        Err(e) => after(&state, &form.session, &id, Err(e)).await,
+        Err(e) => failed(&state, &form.session, &id, e).await,
     }
 }
 
@@ -333,9 +362,9 @@ pub async fn rotate_secret(
     let Some(enterprise) = w.level.enterprise_id() else {
         let e =
             Error::invalid_field("", "this webhook is bound to no enterprise, so it has no secret to rotate");
-        return after(&state, &form.session, &id, Err(e)).await;
+        return failed(&state, &form.session, &id, e).await;
     };
-    match secrets::rotate(&state.webhooks, &form.session.auth, enterprise).await {
+    match secret::rotate(&state.webhooks, &form.session.auth, enterprise).await {
         Ok(secret) => {
             let once = OneTime {
                 id: "new-secret",
@@ -348,6 +377,6 @@ pub async fn rotate_secret(
             };
             webhook_page(&state, &form.session, &id, Shown::OneTime(once)).await
         }
-        Err(e) => after(&state, &form.session, &id, Err(e)).await,
+        Err(e) => failed(&state, &form.session, &id, e).await,
     }
 }

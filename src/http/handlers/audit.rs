@@ -1,4 +1,4 @@
-//! `GET /api/v2/auditlog` (issue 10 §5, BitGo's path): the audit entries the caller may see.
+//! `GET /api/v2/auditlog` (docs/decisions.md#token-and-session-lifecycle, BitGo's path): the audit entries the caller may see.
 
 use axum::{extract::State, Json};
 use serde::{Deserialize, Serialize};
@@ -9,8 +9,9 @@ use crate::{
     error::Error,
     http::{auth::Auth, error::ApiResult, extract::ApiQuery, ErrorResponse},
     identity, ids,
+    model::audit::{AuditType, ChainedEntry},
     paging::PageRequest,
-    store::{AuditFilter, AuditType, ChainedEntry},
+    store::AuditFilter,
     types::{AnyId, EnterpriseId, TokenId, UserId, WalletId},
     AppState,
 };
@@ -104,7 +105,6 @@ fn millis(field: &str, v: Option<String>) -> Result<Option<i64>, Error> {
     params(AuditParams),
     responses((status = 200, body = AuditList),
         (status = 400, description = "A bad query value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "Neither auditlogs_view_all nor a login session", body = ErrorResponse),))]
 pub async fn list(
     State(state): State<AppState>,

@@ -15,11 +15,8 @@ use crate::{
     security(("bearer" = [])), request_body = EventRequest,
     responses((status = 200, body = EventResult),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse)))]
 pub async fn ingest_event(
     State(state): State<AppState>,
     Auth(auth): Auth,

@@ -23,7 +23,8 @@ use crate::{
         tokens::{CreateAccessTokenRequest, SERVICE_ADMIN_PERMISSION},
     },
     ids,
-    store::{Membership, TokenRecord, User},
+    model::token::TokenRecord,
+    store::{Membership, User},
     types::{EnterpriseId, TokenId, UserId, WalletId},
     AppState,
 };
@@ -132,7 +133,7 @@ pub struct SessionLoginRequest {
 
 /// BitGo's login path for BitGoJS's `authenticate()`: the same login as
 /// `/api/v2/internal/user/login` (throttles, hashing bounds, audit), with the password in
-/// BitGo's HMAC form (issue 20 §2). Users made before that form was stored log in once with
+/// BitGo's HMAC form (docs/decisions.md#bitgos-paths-and-password-form). Users made before that form was stored log in once with
 /// the plain password first (docs/decisions.md).
 #[utoipa::path(post, path = "/api/auth/v1/session", tag = "identity",
     request_body = SessionLoginRequest,
@@ -140,8 +141,6 @@ pub struct SessionLoginRequest {
         (status = 200, description = "Login result (§2.2)", body = LoginResponse),
         (status = 400, description = "Malformed request", body = ErrorResponse),
         (status = 401, description = "Wrong credentials or OTP", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),
         (status = 429, description = "Too many failed attempts", body = ErrorResponse),
     ))]
 pub async fn session_login(
@@ -169,8 +168,6 @@ pub async fn session_login(
         (status = 200, description = "Login result (§2.2)", body = LoginResponse),
         (status = 400, description = "Malformed request", body = ErrorResponse),
         (status = 401, description = "Wrong credentials or OTP", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),
         (status = 429, description = "Too many failed attempts", body = ErrorResponse),
     ))]
 pub async fn login(
@@ -286,9 +283,7 @@ impl AccessTokenResponse {
         (status = 400, description = "A field is invalid; context.field names it", body = ErrorResponse),
         (status = 401, description = "Not authenticated, or wrong OTP (needsOTP)", body = ErrorResponse),
         (status = 403, description = "The token may not create tokens", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
         (status = 429, description = "Too many wrong one-time passwords (TooManyOtpAttempts)", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),
     ))]
 pub async fn create_access_token(
     State(state): State<AppState>,
@@ -401,7 +396,6 @@ pub struct MeResponse {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The token's user (§2.3)", body = MeResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "Token lacks the profile scope", body = ErrorResponse),
     ))]
 pub async fn me(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<MeResponse>> {

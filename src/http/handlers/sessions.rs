@@ -1,4 +1,4 @@
-//! Token and session lifecycle routes (issue 10 §2, §3; BitGo's paths): list and revoke the
+//! Token and session lifecycle routes (docs/decisions.md#token-and-session-lifecycle; BitGo's paths): list and revoke the
 //! caller's tokens, the calling session's view, unlock, lock, extension and logout, and token
 //! templates. Each handler calls one function of `crate::identity::sessions`.
 
@@ -17,8 +17,8 @@ use crate::{
     },
     identity::sessions::{self, templates, DEFAULT_TOKEN_LIMIT, MAX_TOKEN_LIMIT},
     ids,
+    model::token::{SortOrder, TokenRecord, TokenTemplate},
     paging::PageRequest,
-    store::{SortOrder, TokenRecord, TokenTemplate},
     types::{AnyId, TokenId, UserId},
     AppState,
 };
@@ -61,7 +61,6 @@ pub struct TokenList {
     security(("bearer" = [])), params(TokenPaging),
     responses((status = 200, body = TokenList),
         (status = 400, description = "A bad query value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token lacks user_manage", body = ErrorResponse),))]
 pub async fn list_tokens(
     State(state): State<AppState>,
@@ -87,7 +86,6 @@ pub async fn list_tokens(
     security(("bearer" = [])), params(("id" = TokenId, Path)),
     responses((status = 200, description = "The revoked token (§2.4, no secret)", body = AccessTokenResponse),
         (status = 400, description = "A bad path value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token lacks user_manage", body = ErrorResponse),
         (status = 404, description = "No such token of this user (TokenNotFound)", body = ErrorResponse),))]
 pub async fn revoke_token(
@@ -147,8 +145,7 @@ impl SessionResponse {
 
 /// The calling token's session.
 #[utoipa::path(get, path = "/api/v2/user/session", tag = "identity", security(("bearer" = [])),
-    responses((status = 200, body = SessionResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),))]
+    responses((status = 200, body = SessionResponse)))]
 pub async fn session(Auth(auth): Auth) -> Json<SessionResponse> {
     SessionResponse::new((*auth.token).clone())
 }
@@ -170,9 +167,7 @@ pub struct UnlockRequest {
     responses((status = 200, body = SessionResponse),
         (status = 400, description = "A bad field; context.field names it", body = ErrorResponse),
         (status = 401, description = "Not authenticated, or a wrong OTP (InvalidOtp)", body = ErrorResponse),
-        (status = 403, description = "A 2FA-reset token", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 403, description = "A 2FA-reset token", body = ErrorResponse)))]
 pub async fn unlock(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -183,8 +178,7 @@ pub async fn unlock(
 
 /// Ends the calling session's unlock.
 #[utoipa::path(post, path = "/api/v2/user/lock", tag = "identity", security(("bearer" = [])),
-    responses((status = 200, body = SessionResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),))]
+    responses((status = 200, body = SessionResponse)))]
 pub async fn lock(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<SessionResponse>> {
     Ok(SessionResponse::new(sessions::lock(&state.identity, &auth).await?))
 }
@@ -205,9 +199,7 @@ pub struct ExtendRequest {
     responses((status = 200, description = "The token (§2.4, no secret)", body = AccessTokenResponse),
         (status = 400, description = "A bad duration", body = ErrorResponse),
         (status = 409, description = "The token was not created extensible (TokenNotExtensible)", body = ErrorResponse),
-        (status = 401, description = "Not authenticated, or a missing or wrong extension signature", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 401, description = "Not authenticated, or a missing or wrong extension signature", body = ErrorResponse)))]
 pub async fn extend_token(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
@@ -231,8 +223,7 @@ pub struct Empty {}
 
 /// Revokes the calling token.
 #[utoipa::path(get, path = "/api/v2/user/logout", tag = "identity", security(("bearer" = [])),
-    responses((status = 200, body = Empty),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),))]
+    responses((status = 200, body = Empty)))]
 pub async fn logout(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<Empty>> {
     sessions::logout(&state.identity, &auth).await?;
     Ok(Json(Empty {}))
@@ -240,8 +231,7 @@ pub async fn logout(State(state): State<AppState>, Auth(auth): Auth) -> ApiResul
 
 /// Revokes the calling token (the POST form).
 #[utoipa::path(post, path = "/api/v2/user/logout", tag = "identity", security(("bearer" = [])),
-    responses((status = 200, body = Empty),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),))]
+    responses((status = 200, body = Empty)))]
 pub async fn logout_post(state: State<AppState>, auth: Auth) -> ApiResult<Json<Empty>> {
     logout(state, auth).await
 }
@@ -278,10 +268,7 @@ pub struct TemplateList {
     security(("bearer" = [])), request_body(content = Object, description = "Template fields"),
     responses((status = 200, body = TemplateResponse),
         (status = 400, description = "A field is not allowed or invalid", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
-        (status = 403, description = "Not a service admin", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 403, description = "Not a service admin", body = ErrorResponse)))]
 pub async fn create_template(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -295,7 +282,6 @@ pub async fn create_template(
     security(("bearer" = [])), params(super::webhooks::Paging),
     responses((status = 200, body = TemplateList),
         (status = 400, description = "A bad query value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "Not a service admin", body = ErrorResponse),))]
 pub async fn list_templates(
     State(state): State<AppState>,
@@ -314,7 +300,6 @@ pub async fn list_templates(
     security(("bearer" = [])), params(("id" = AnyId, Path)),
     responses((status = 200, body = TemplateResponse),
         (status = 400, description = "A bad path value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "Not a service admin", body = ErrorResponse),
         (status = 404, description = "TemplateNotFound", body = ErrorResponse),))]
 pub async fn get_template(
@@ -330,7 +315,6 @@ pub async fn get_template(
     security(("bearer" = [])), params(("id" = AnyId, Path)),
     responses((status = 200, body = TemplateResponse),
         (status = 400, description = "A bad path value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "Not a service admin", body = ErrorResponse),
         (status = 404, description = "TemplateNotFound", body = ErrorResponse),))]
 pub async fn delete_template(

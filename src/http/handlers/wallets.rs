@@ -1,5 +1,5 @@
 //! Wallet routes: the internal bulk lookup (§4.1) and the balance update. The response is
-//! written from the stored JSON without re-parsing it ([`crate::wallets::model::render`]).
+//! written from the stored JSON without re-parsing it ([`crate::model::wallet::render`]).
 
 use axum::{
     extract::{Request, State},
@@ -18,12 +18,9 @@ use crate::{
         extract::{json_value, ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
+    model::wallet::{self as model, Expand, WalletRow},
     types::{Coin, WalletId},
-    wallets::{
-        self,
-        model::{self, Expand, WalletRow},
-    },
-    AppState,
+    wallets, AppState,
 };
 
 /// Request body of §4.1.
@@ -105,9 +102,6 @@ fn wallets_json(rows: &[WalletRow], expand: Expand) -> Response {
     responses(
         (status = 200, description = "The visible wallets (§2.1), in request order", body = WalletLookupResponse),
         (status = 400, description = "Bad ids or parameters; context names the index", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),
     ))]
 pub async fn lookup(
     State(state): State<AppState>,
@@ -148,11 +142,8 @@ pub struct SetBalanceRequest {
     responses(
         (status = 200, description = "The wallet with all balances", body = Object),
         (status = 400, description = "Bad balance", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "Not a service admin", body = ErrorResponse),
         (status = 404, description = "No such wallet", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),
     ))]
 pub async fn set_balance(
     State(state): State<AppState>,
@@ -169,7 +160,7 @@ pub async fn set_balance(
 }
 
 /// One wallet (§2.1), rendered as the lookup renders it: BitGo's wallet read, which BitGoJS's
-/// `coin.wallets().get({id})` calls (issue 20 §3). A wallet the token may not see is 404 like
+/// `coin.wallets().get({id})` calls (docs/decisions.md#signed-requests). A wallet the token may not see is 404 like
 /// one that does not exist.
 #[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}", tag = "wallets",
     security(("bearer" = [])),
@@ -177,7 +168,6 @@ pub async fn set_balance(
     responses(
         (status = 200, description = "The wallet (§2.1)", body = Object),
         (status = 400, description = "A bad path or query value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
     ))]
 pub async fn get_wallet(
@@ -194,7 +184,7 @@ pub async fn get_wallet(
 }
 
 /// A transfer of a wallet as its latest ingested event reported it: the event's fields with
-/// `id`, `coin`, `wallet` and `txid` (issue 20 §3; the spec tells receivers to fetch the
+/// `id`, `coin`, `wallet` and `txid` (docs/decisions.md#signed-requests; the spec tells receivers to fetch the
 /// transfer before acting on a notification).
 #[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}/transfer/{transferId}", tag = "wallets",
     security(("bearer" = [])),
@@ -203,7 +193,6 @@ pub async fn get_wallet(
     responses(
         (status = 200, description = "The transfer", body = Object),
         (status = 400, description = "A bad path value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such wallet or transfer, or not visible", body = ErrorResponse),
     ))]
 pub async fn get_transfer(

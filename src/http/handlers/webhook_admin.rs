@@ -1,6 +1,6 @@
 //! Webhook secrets, signature verification, unblocking, and the operator's views of
-//! notifications and attempts (spec §2.6, §2.7). Handlers call `crate::webhooks::{secrets,
-//! registration, operator}`.
+//! notifications and attempts (spec §2.6, §2.7). Handlers call `crate::webhooks::{secret,
+//! registration, notification_log}`.
 
 use axum::{extract::State, Json};
 use serde::{Deserialize, Serialize};
@@ -14,10 +14,10 @@ use crate::{
         extract::{ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
-    ids, outbox,
+    ids, notifications,
     paging::PageRequest,
     types::{Coin, EnterpriseId, NotificationId, WebhookId},
-    webhooks::{operator, registration, secrets},
+    webhooks::{notification_log, registration, secret},
     AppState,
 };
 
@@ -45,18 +45,15 @@ pub struct SecretResponse {
     security(("bearer" = [])), request_body = CreateSecretRequest,
     responses((status = 200, body = SecretResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),
         (status = 429, description = "Rotated less than 5 minutes ago", body = ErrorResponse)))]
 pub async fn create_secret(
     State(state): State<AppState>,
     Auth(auth): Auth,
     ApiJson(req): ApiJson<CreateSecretRequest>,
 ) -> ApiResult<Json<SecretResponse>> {
-    let secret = secrets::rotate(&state.webhooks, &auth, &req.enterprise_id).await?;
+    let secret = secret::rotate(&state.webhooks, &auth, &req.enterprise_id).await?;
     Ok(Json(SecretResponse { secret }))
 }
 
@@ -83,11 +80,8 @@ pub struct VerifyResponse {
     security(("bearer" = [])), request_body = VerifyRequest, params(("webhookId" = WebhookId, Path)),
     responses((status = 200, body = VerifyResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse)))]
 pub async fn verify(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -95,7 +89,7 @@ pub async fn verify(
     ApiJson(req): ApiJson<VerifyRequest>,
 ) -> ApiResult<Json<VerifyResponse>> {
     let is_valid =
-        secrets::verify(&state.webhooks, &auth, &webhook_id, &req.signature, &req.notification_payload)
+        secret::verify(&state.webhooks, &auth, &webhook_id, &req.signature, &req.notification_payload)
             .await?;
     Ok(Json(VerifyResponse { webhook_id, is_valid }))
 }
@@ -105,7 +99,6 @@ pub async fn verify(
     security(("bearer" = [])), params(("webhookId" = WebhookId, Path)),
     responses((status = 200, body = WebhookResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
         (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),))]
@@ -138,7 +131,6 @@ pub struct NotificationList {
     security(("bearer" = [])), params(("webhookId" = WebhookId, Path), NotificationPaging),
     responses((status = 200, body = NotificationList),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),))]
 pub async fn list_notifications(
@@ -149,22 +141,22 @@ pub async fn list_notifications(
 ) -> ApiResult<Json<NotificationList>> {
     let page = PageRequest::new(paging.limit, paging.prev_id)?;
     let (w, p, held) =
-        operator::notifications(&state.webhooks, &auth, &webhook_id, paging.state.as_deref(), &page).await?;
+        notification_log::notifications(&state.webhooks, &auth, &webhook_id, paging.state.as_deref(), &page)
+            .await?;
     Ok(Json(NotificationList {
-        notifications: p.items.iter().map(|n| outbox::notification_json(n, &w)).collect(),
+        notifications: p.items.iter().map(|n| notifications::notification_json(n, &w)).collect(),
         held,
         next_batch_prev_id: p.next_batch_prev_id,
     }))
 }
 
-/// BitGo's `GET /api/v2/{coin}/webhooks/notifications` (issue 20 §3): the notifications of the
+/// BitGo's `GET /api/v2/{coin}/webhooks/notifications` (docs/decisions.md#signed-requests): the notifications of the
 /// caller's block webhooks of `coin`, merged by id, optionally in one `state`, paged by `prevId`
 /// and `limit`.
 #[utoipa::path(get, path = "/api/v2/{coin}/webhooks/notifications", tag = "webhooks",
     security(("bearer" = [])), params(("coin" = Coin, Path, description = "Coin ticker"), NotificationPaging),
     responses((status = 200, body = NotificationList),
         (status = 400, description = "A bad path or query value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),))]
 pub async fn list_coin_notifications(
     State(state): State<AppState>,
@@ -174,9 +166,10 @@ pub async fn list_coin_notifications(
 ) -> ApiResult<Json<NotificationList>> {
     let page = PageRequest::new(paging.limit, paging.prev_id)?;
     let p =
-        operator::coin_notifications(&state.webhooks, &auth, &coin, paging.state.as_deref(), &page).await?;
+        notification_log::coin_notifications(&state.webhooks, &auth, &coin, paging.state.as_deref(), &page)
+            .await?;
     Ok(Json(NotificationList {
-        notifications: p.items.iter().map(|(w, n)| outbox::notification_json(n, w)).collect(),
+        notifications: p.items.iter().map(|(w, n)| notifications::notification_json(n, w)).collect(),
         held: None,
         next_batch_prev_id: p.next_batch_prev_id,
     }))
@@ -207,7 +200,6 @@ pub struct AttemptList {
     security(("bearer" = [])), params(("webhookId" = WebhookId, Path), ("notificationId" = NotificationId, Path)),
     responses((status = 200, body = AttemptList),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),))]
 pub async fn list_attempts(
@@ -215,7 +207,7 @@ pub async fn list_attempts(
     Auth(auth): Auth,
     ApiPath((webhook_id, notification_id)): ApiPath<(WebhookId, NotificationId)>,
 ) -> ApiResult<Json<AttemptList>> {
-    let attempts = operator::attempts(&state.webhooks, &auth, &webhook_id, &notification_id).await?;
+    let attempts = notification_log::attempts(&state.webhooks, &auth, &webhook_id, &notification_id).await?;
     Ok(Json(AttemptList {
         attempts: attempts
             .into_iter()
@@ -236,7 +228,6 @@ pub async fn list_attempts(
     security(("bearer" = [])), params(("webhookId" = WebhookId, Path), ("notificationId" = NotificationId, Path)),
     responses((status = 200, body = Object),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
         (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),))]
@@ -245,8 +236,8 @@ pub async fn resend(
     Auth(auth): Auth,
     ApiPath((webhook_id, notification_id)): ApiPath<(WebhookId, NotificationId)>,
 ) -> ApiResult<Json<Value>> {
-    let (n, w) = operator::resend(&state.webhooks, &auth, &webhook_id, &notification_id).await?;
-    Ok(Json(outbox::notification_json(&n, &w)))
+    let (n, w) = notification_log::resend(&state.webhooks, &auth, &webhook_id, &notification_id).await?;
+    Ok(Json(notifications::notification_json(&n, &w)))
 }
 
 /// Body of POST /api/v2/webhook/{webhookId}/recover.
@@ -267,7 +258,7 @@ pub struct RecoverResponse {
     pub count: u64,
 }
 
-/// Redelivers every failed notification of a webhook created since a time (issue 22 §4, as
+/// Redelivers every failed notification of a webhook created since a time (docs/decisions.md#the-operator-console, as
 /// Svix's "recover"): each is queued now with its retries reset, oldest first, at most
 /// `webhooks.recover_max` per call. Audited as `webhook.recovered`; counts against
 /// `webhooks.operations_per_minute`.
@@ -275,11 +266,8 @@ pub struct RecoverResponse {
     security(("bearer" = [])), params(("webhookId" = WebhookId, Path)), request_body = RecoverRequest,
     responses((status = 200, body = RecoverResponse),
         (status = 400, description = "A bad path or body value; `since` more than 14 days back or in the future", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),
         (status = 429, description = "Too many simulate, resend, unblock or recover calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),))]
 pub async fn recover(
     State(state): State<AppState>,
@@ -290,6 +278,6 @@ pub async fn recover(
     let since = chrono::DateTime::parse_from_rfc3339(req.since.trim())
         .map_err(|_| crate::error::Error::invalid_field("since", "an ISO 8601 date-time"))?
         .timestamp_millis();
-    let (w, count) = crate::webhooks::insight::recover(&state.webhooks, &auth, &webhook_id, since).await?;
+    let (w, count) = crate::webhooks::search::recover(&state.webhooks, &auth, &webhook_id, since).await?;
     Ok(Json(RecoverResponse { webhook_id: w.id, count }))
 }

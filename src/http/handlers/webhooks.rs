@@ -15,9 +15,10 @@ use crate::{
         extract::{ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
-    ids, outbox,
+    ids,
+    model::webhook::{Webhook, WebhookLevel},
+    notifications,
     paging::{Page, PageRequest},
-    store::{Webhook, WebhookLevel},
     types::{AnyId, Coin, EnterpriseId, UserId, WalletId, WebhookId},
     webhooks::{
         self,
@@ -223,8 +224,8 @@ pub struct SimulateRequest {
     pub access_token_id: Option<String>,
 }
 
-fn simulated(n: &crate::store::Notification, w: &Webhook) -> Json<SimulateResponse> {
-    Json(SimulateResponse { webhook_notifications: vec![outbox::notification_json(n, w)] })
+fn simulated(n: &crate::model::notification::Notification, w: &Webhook) -> Json<SimulateResponse> {
+    Json(SimulateResponse { webhook_notifications: vec![notifications::notification_json(n, w)] })
 }
 
 // ----- wallet webhooks -----
@@ -235,11 +236,8 @@ fn simulated(n: &crate::store::Notification, w: &Webhook) -> Json<SimulateRespon
     params(("coin" = Coin, Path), ("walletId" = WalletId, Path)),
     responses((status = 200, body = WebhookResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse)))]
 pub async fn create_wallet_webhook(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -256,7 +254,6 @@ pub async fn create_wallet_webhook(
     security(("bearer" = [])), params(("coin" = Coin, Path), ("walletId" = WalletId, Path), Paging),
     responses((status = 200, body = WebhookList),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),))]
 pub async fn list_wallet_webhooks(
@@ -275,11 +272,8 @@ pub async fn list_wallet_webhooks(
     security(("bearer" = [])), params(("coin" = Coin, Path), ("walletId" = WalletId, Path)),
     request_body = RemoveWebhookRequest, responses((status = 200, body = Removed),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse)))]
 pub async fn remove_wallet_webhooks(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -298,11 +292,8 @@ pub async fn remove_wallet_webhooks(
     security(("bearer" = [])), request_body = CreateWebhookRequest, params(("coin" = Coin, Path)),
     responses((status = 200, body = WebhookResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse)))]
 pub async fn create_block_webhook(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -318,7 +309,6 @@ pub async fn create_block_webhook(
     security(("bearer" = [])), params(("coin" = Coin, Path), Paging),
     responses((status = 200, body = WebhookList),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),))]
 pub async fn list_block_webhooks(
@@ -336,11 +326,8 @@ pub async fn list_block_webhooks(
     security(("bearer" = [])), params(("coin" = Coin, Path)), request_body = RemoveWebhookRequest,
     responses((status = 200, body = Removed),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse)))]
 pub async fn remove_block_webhooks(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -359,11 +346,8 @@ pub async fn remove_block_webhooks(
     security(("bearer" = [])), request_body = CreateWebhookRequest, params(("enterpriseId" = EnterpriseId, Path)),
     responses((status = 200, body = WebhookResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
-        (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 404, description = "No such resource, or not visible", body = ErrorResponse)))]
 pub async fn create_enterprise_webhook(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -380,7 +364,6 @@ pub async fn create_enterprise_webhook(
     security(("bearer" = [])), params(("enterpriseId" = EnterpriseId, Path), Paging),
     responses((status = 200, body = WebhookList),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),))]
 pub async fn list_enterprise_webhooks(
@@ -399,7 +382,6 @@ pub async fn list_enterprise_webhooks(
     security(("bearer" = [])), params(("enterpriseId" = EnterpriseId, Path), ("webhookId" = WebhookId, Path)),
     responses((status = 204, description = "Removed"),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),))]
 pub async fn remove_enterprise_webhook(
@@ -419,12 +401,9 @@ pub async fn remove_enterprise_webhook(
     params(("coin" = Coin, Path), ("walletId" = WalletId, Path), ("webhookId" = WebhookId, Path)),
     responses((status = 200, body = SimulateResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse)))]
 pub async fn simulate_wallet_webhook(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -443,12 +422,9 @@ pub async fn simulate_wallet_webhook(
     params(("coin" = Coin, Path), ("webhookId" = WebhookId, Path)),
     responses((status = 200, body = SimulateResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse)))]
 pub async fn simulate_block_webhook(
     State(state): State<AppState>,
     Auth(auth): Auth,
@@ -465,12 +441,9 @@ pub async fn simulate_block_webhook(
     params(("enterpriseId" = EnterpriseId, Path), ("webhookId" = WebhookId, Path)),
     responses((status = 200, body = SimulateResponse),
         (status = 400, description = "A bad path, query or body value", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token or role does not permit this", body = ErrorResponse),
         (status = 404, description = "No such resource, or not visible", body = ErrorResponse),
-        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse),
-        (status = 413, description = "Body over 1 MiB", body = ErrorResponse),
-        (status = 415, description = "Body not JSON", body = ErrorResponse),))]
+        (status = 429, description = "Too many simulate, resend or unblock calls for this webhook (webhooks.operations_per_minute)", body = ErrorResponse)))]
 pub async fn simulate_enterprise_webhook(
     State(state): State<AppState>,
     Auth(auth): Auth,

@@ -2,20 +2,24 @@
 //! notifications' next states, and the webhooks' failure counters and suspensions.
 //!
 //! A notification's successful attempt is kept on the notification itself (`delivered_at`,
-//! `delivered_ms`, `delivered_status`, `delivered_body`; issue 23 §3): a `delivery_attempts` row
+//! `delivered_ms`, `delivered_status`, `delivered_body`; docs/decisions.md#performance-as-the-data-grows): a `delivery_attempts` row
 //! and its three index entries were 210 of the 830 bytes each delivered event cost.
 //! `delivery_attempts` holds failed attempts, and a success that found its notification
 //! delivered already (a lease that ran out mid-attempt) or that a resend moved there.
 
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::{Completion, FailureFacts, NotificationState, Outcome, SuspendPolicy};
-use crate::store::{
-    sql::{placeholders, to_json, Dialect},
-    webhooks::WebhookState,
-    StoreResult,
-};
+use super::{Completion, FailureFacts, Outcome, SuspendPolicy};
+
+use crate::model::notification::NotificationState;
 use crate::types::WebhookId;
+use crate::{
+    model::webhook::WebhookState,
+    store::{
+        sql::{placeholders, to_json, Dialect},
+        StoreResult,
+    },
+};
 
 #[derive(FromRow)]
 pub(super) struct FailureRow {
@@ -254,7 +258,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Attempt;
+    use crate::model::notification::Attempt;
 
     fn outcome(webhook: &str, success: bool) -> Outcome {
         Outcome {

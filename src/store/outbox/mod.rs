@@ -3,134 +3,24 @@
 //! them. This file holds the records and the trait; `queries.rs` implements it, with the
 //! writing of outcomes in `completion.rs`.
 
+use crate::model::notification::{Attempt, Notification, NotificationState};
 use async_trait::async_trait;
-use serde_json::Value;
 
-use super::{webhooks::Webhook, StoreResult};
+use crate::model::webhook::Webhook;
+
+use super::StoreResult;
 use crate::types::AnyId;
 use crate::types::{EnterpriseId, NotificationId, UserId, WebhookId};
 
 mod completion;
-mod insight;
 pub(super) mod queries;
+pub(super) mod rows;
+mod search;
 
-pub use insight::{
-    HourCount, InsightStore, LastAttempts, NotificationSearch, QueueCounts, RecentFailure, Tenancy,
+pub use search::{
+    HourCount, LastAttempts, NotificationSearch, QueueCounts, RecentFailure, SearchStore, Tenancy,
     WebhookSearch,
 };
-
-/// Where a notification is in its delivery (spec §2.6 `state`; docs/webhooks.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotificationState {
-    /// Queued, never attempted.
-    New,
-    /// Leased by a worker, or waiting for a retry.
-    Pending,
-    /// Delivered.
-    Processed,
-    /// Failed for the last time.
-    Failed,
-}
-
-impl NotificationState {
-    /// Every state, in delivery order.
-    pub const ALL: [NotificationState; 4] = [
-        NotificationState::New,
-        NotificationState::Pending,
-        NotificationState::Processed,
-        NotificationState::Failed,
-    ];
-
-    /// The spec's spelling, as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotificationState::New => "new",
-            NotificationState::Pending => "pending",
-            NotificationState::Processed => "processed",
-            NotificationState::Failed => "failed",
-        }
-    }
-
-    /// The state spelt `s`, if any.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-}
-
-/// A notification in the outbox (spec §2.6). Times are Unix milliseconds.
-#[derive(Debug, Clone)]
-pub struct Notification {
-    pub id: NotificationId,
-    pub webhook_id: WebhookId,
-    pub event_id: Option<String>,
-    pub notification_type: String,
-    pub state: NotificationState,
-    pub simulation: bool,
-    pub retries: i64,
-    /// The exact JSON text that is POSTed.
-    pub payload: String,
-    /// The §2.6 `hash` when it is not the payload's own ([`Notification::hash`]); only such a
-    /// hash is stored (issue 23 §3).
-    pub hash: Option<String>,
-    /// The idempotency key when it is not the one made of the webhook and the event
-    /// ([`Notification::idempotency_key`]): block keys, token keys, random simulation keys.
-    /// Only such a key is stored, and only such keys are unique per webhook (an event's id is
-    /// unique already, and its notifications are written with it).
-    pub idempotency_key: Option<String>,
-    /// The §2.6 fields that are neither the webhook's level nor the payload (transfer,
-    /// organization, accessToken); the level's are added from the webhook when shown.
-    pub meta: Value,
-    pub next_attempt_at_ms: i64,
-    /// Until when a worker holds it (0: nobody). Written with the notification when it is
-    /// handed straight to this process's engine (issue 12 §5).
-    pub lease_until_ms: i64,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
-
-impl Notification {
-    /// The §2.6 `hash`: the one given, else the payload's `hash` or `blockId`, else the
-    /// SHA-256 (hex) of the payload text.
-    pub fn hash(&self) -> String {
-        if let Some(h) = &self.hash {
-            return h.clone();
-        }
-        let own = serde_json::from_str::<Value>(&self.payload).ok().and_then(|p| {
-            p.get("hash").or_else(|| p.get("blockId")).and_then(Value::as_str).map(str::to_string)
-        });
-        own.unwrap_or_else(|| crate::digest::sha256_hex(self.payload.as_bytes()))
-    }
-
-    /// The `Idempotency-Key` sent with every attempt: the one given, else
-    /// [`idempotency_key`] of the webhook and `event:{event id}`.
-    pub fn idempotency_key(&self) -> String {
-        match (&self.idempotency_key, &self.event_id) {
-            (Some(k), _) => k.clone(),
-            (None, Some(e)) => idempotency_key(&self.webhook_id, &format!("event:{e}")),
-            (None, None) => idempotency_key(&self.webhook_id, self.id.as_str()),
-        }
-    }
-}
-
-/// A deterministic idempotency key for a webhook and a source (`event:{id}`, `block:{id}`, a
-/// token id): SHA-256 (hex) of `{webhook id}:{source}`.
-pub fn idempotency_key(webhook_id: &WebhookId, source: &str) -> String {
-    crate::digest::sha256_hex(format!("{webhook_id}:{source}").as_bytes())
-}
-
-/// One delivery attempt. Times in Unix milliseconds.
-#[derive(Debug, Clone)]
-pub struct Attempt {
-    pub notification_id: NotificationId,
-    pub webhook_id: WebhookId,
-    pub started_at_ms: i64,
-    pub duration_ms: i64,
-    pub status_code: Option<u16>,
-    pub success: bool,
-    /// The first 20 KB of the response body.
-    pub response_body: Option<String>,
-    pub error: Option<String>,
-}
 
 /// What follows an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +79,7 @@ pub struct DeliveryStats {
 }
 
 /// Who is at their share of delivery slots in this process: the claim leaves their
-/// notifications for later (issue 9 §6).
+/// notifications for later (docs/decisions.md#webhook-abuse-and-the-api-rate-limit).
 #[derive(Debug, Clone, Default)]
 pub struct Saturated {
     pub webhooks: Vec<WebhookId>,
@@ -245,7 +135,7 @@ pub trait OutboxStore: Send + Sync {
     ) -> StoreResult<Completed>;
     /// Makes up to `limit` of `webhook`'s notifications waiting for a retry due at `now_ms`,
     /// soonest scheduled first; returns how many. A receiver that answers again gets its
-    /// waiting retries at once, not at their scheduled times (issue 23 §1); in batches, so a
+    /// waiting retries at once, not at their scheduled times (docs/decisions.md#performance-as-the-data-grows); in batches, so a
     /// backlog of tens of thousands never holds the outbox's writes for long.
     async fn release_retries(&self, webhook: &WebhookId, now_ms: i64, limit: u32) -> StoreResult<u64>;
     async fn notification_by_id(

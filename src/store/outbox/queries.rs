@@ -10,99 +10,24 @@ use super::{
         failure_counters, finish_notifications, insert_attempts, record_deliveries, should_suspend,
         FailureRow, Tally,
     },
-    Attempt, Claimed, Completed, DeliveryStats, Notification, NotificationState, OutboxStore, Outcome,
-    Saturated, SuspendPolicy,
+    Claimed, Completed, DeliveryStats, OutboxStore, Outcome, Saturated, SuspendPolicy,
 };
-use crate::store::{
-    sql::{json_value, placeholders, to_json, Dialect},
-    sql_store::SqlStore,
-    webhooks::{Webhook, WebhookRow},
-    StoreError, StoreResult,
+
+use super::rows::{
+    insert_notifications_tx, AttemptRow, NotificationRow, ATTEMPT_COLUMNS, DELIVERED_ATTEMPT,
+    NOTIFICATION_COLUMNS,
 };
-use crate::types::AnyId;
-use crate::types::{NotificationId, WebhookId};
-
-#[derive(FromRow)]
-pub(in crate::store) struct NotificationRow {
-    id: NotificationId,
-    webhook_id: WebhookId,
-    event_id: Option<String>,
-    #[sqlx(rename = "type")]
-    notification_type: String,
-    state: String,
-    simulation: bool,
-    retries: i64,
-    payload: String,
-    hash: String,
-    idempotency_key: String,
-    meta: String,
-    next_attempt_at: i64,
-    lease_until: i64,
-    created_at: i64,
-    updated_at: i64,
-}
-
-impl NotificationRow {
-    pub(super) fn into_notification(self) -> StoreResult<Notification> {
-        Ok(Notification {
-            id: self.id,
-            webhook_id: self.webhook_id,
-            event_id: self.event_id,
-            notification_type: self.notification_type,
-            state: NotificationState::parse(&self.state).ok_or_else(|| {
-                StoreError::Other(anyhow::anyhow!("stored notification state {:?}", self.state))
-            })?,
-            simulation: self.simulation,
-            retries: self.retries,
-            payload: self.payload,
-            // '' stands for "derived", as written by `insert_notifications_tx`.
-            hash: Some(self.hash).filter(|h| !h.is_empty()),
-            idempotency_key: Some(self.idempotency_key).filter(|k| !k.is_empty()),
-            meta: json_value(&self.meta)?,
-            next_attempt_at_ms: self.next_attempt_at,
-            lease_until_ms: self.lease_until,
-            created_at_ms: self.created_at,
-            updated_at_ms: self.updated_at,
-        })
-    }
-}
-
-#[derive(FromRow)]
-pub(super) struct AttemptRow {
-    notification_id: NotificationId,
-    webhook_id: WebhookId,
-    started_at: i64,
-    duration_ms: i64,
-    status_code: Option<i64>,
-    success: bool,
-    response_body: Option<String>,
-    error: Option<String>,
-}
-
-impl AttemptRow {
-    pub(super) fn into_attempt(self) -> Attempt {
-        Attempt {
-            notification_id: self.notification_id,
-            webhook_id: self.webhook_id,
-            started_at_ms: self.started_at,
-            duration_ms: self.duration_ms,
-            status_code: self.status_code.and_then(|c| u16::try_from(c).ok()),
-            success: self.success,
-            response_body: self.response_body,
-            error: self.error,
-        }
-    }
-}
-
-/// The columns of [`AttemptRow`], for `SELECT` (prefix them with the table's alias by hand).
-pub(super) const ATTEMPT_COLUMNS: &str =
-    "notification_id, webhook_id, started_at, duration_ms, status_code, success, response_body, error";
-
-/// A notification's successful attempt kept on its row (`completion.rs`), as the columns of
-/// [`AttemptRow`]; only where `delivered_at IS NOT NULL`.
-pub(super) const DELIVERED_ATTEMPT: &str = "id AS notification_id, webhook_id, delivered_at AS started_at, \
-    delivered_ms AS duration_ms, delivered_status AS status_code, TRUE AS success, \
-    delivered_body AS response_body, CAST(NULL AS TEXT) AS error";
+use crate::model::notification::{Attempt, Notification, NotificationState};
+use crate::types::{AnyId, NotificationId, WebhookId};
+use crate::{
+    model::webhook::Webhook,
+    store::{
+        sql::{to_json, Dialect},
+        sql_store::SqlStore,
+        webhooks::WebhookRow,
+        StoreResult,
+    },
+};
 
 #[derive(FromRow)]
 struct StatsRow {
@@ -110,57 +35,6 @@ struct StatsRow {
     in_flight: i64,
     suspended_webhooks: i64,
     held: i64,
-}
-
-pub(super) const NOTIFICATION_COLUMNS: &str =
-    "id, webhook_id, event_id, type, state, simulation, retries, payload, \
-    hash, idempotency_key, meta, next_attempt_at, lease_until, created_at, updated_at";
-
-/// Adds notifications inside the caller's transaction (outbox: they commit with their cause);
-/// returns the ids written (one whose (webhook, idempotency key) exists is skipped).
-pub(in crate::store) async fn insert_notifications_tx<DB, N>(
-    conn: &mut DB::Connection,
-    notifications: &[N],
-) -> StoreResult<Vec<String>>
-where
-    DB: Dialect,
-    N: std::borrow::Borrow<Notification>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
-    for<'r> (String,): FromRow<'r, DB::Row>,
-{
-    // Multi-row statements (issue 12 §2): 15 parameters a row, under every engine's limit.
-    const ROWS: usize = 64;
-    let mut written = Vec::with_capacity(notifications.len());
-    for chunk in notifications.chunks(ROWS) {
-        let values: Vec<String> =
-            (0..chunk.len()).map(|i| format!("({})", placeholders(i * 15 + 1, 15))).collect();
-        let sql = format!(
-            "INSERT INTO notifications ({NOTIFICATION_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING RETURNING id",
-            values.join(", ")
-        );
-        let mut q = sqlx::query_as::<DB, (String,)>(&sql);
-        for x in chunk {
-            let x = x.borrow();
-            q = q.bind(x.id.as_str()).bind(x.webhook_id.as_str()).bind(x.event_id.as_deref());
-            q = q.bind(x.notification_type.as_str()).bind(x.state.as_str()).bind(x.simulation);
-            q = q.bind(x.retries).bind(x.payload.as_str()).bind(x.hash.as_deref().unwrap_or(""));
-            q = q
-                .bind(x.idempotency_key.as_deref().unwrap_or(""))
-                .bind(x.meta.to_string())
-                .bind(x.next_attempt_at_ms);
-            q = q.bind(x.lease_until_ms).bind(x.created_at_ms).bind(x.updated_at_ms);
-        }
-        written.extend(q.fetch_all(&mut *conn).await?.into_iter().map(|(id,)| id));
-    }
-    Ok(written)
 }
 
 #[async_trait]
@@ -213,7 +87,7 @@ where
         let rows: Vec<NotificationRow> = match DB::RELAXED_COMMIT {
             // A claim is a lease: one lost in a crash is claimed again when it runs out, which
             // at-least-once delivery allows. So it need not wait for the WAL's flush; on
-            // PostgreSQL that wait bounded the claim path (issue 23 §5).
+            // PostgreSQL that wait bounded the claim path (docs/decisions.md#performance-as-the-data-grows).
             Some(_) => {
                 let mut tx = self.begin_relaxed().await?;
                 let rows = q.fetch_all(&mut *tx).await?;

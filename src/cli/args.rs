@@ -1,0 +1,238 @@
+//! The command line's grammar: every subcommand and flag, with the help text `--help` prints.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::types::{EnterpriseId, TokenId, WalletId};
+
+#[derive(Debug, Parser)]
+#[command(name = "custodian", version, about = "Wallet-custody service API")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Settings every subcommand takes (flags > environment > file > defaults).
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// TOML configuration file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Database URL, e.g. sqlite://data/custodian.db [env: CUSTODIAN_DATABASE_URL].
+    #[arg(long, global = true, value_name = "URL")]
+    pub database: Option<String>,
+    /// test or production [env: CUSTODIAN_ENVIRONMENT].
+    #[arg(long, global = true, value_name = "ENV")]
+    pub environment: Option<String>,
+    /// File with the 32-byte master key as 64 hex characters [env: CUSTODIAN_SECRET_KEY_FILE].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub secret_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP API.
+    Serve {
+        /// Address to listen on [env: CUSTODIAN_LISTEN] [default: 127.0.0.1:3080].
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// api (HTTP API only), worker (webhook delivery, with /health and /metrics) or all
+        /// [env: CUSTODIAN_ROLE] [default: all].
+        #[arg(long, value_name = "ROLE")]
+        role: Option<String>,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Print the OpenAPI 3.1 document (or, with --markdown, the API reference of docs/api.md).
+    Openapi {
+        /// Print the API reference as Markdown instead.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Manage users.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Manage enterprises.
+    #[command(subcommand)]
+    Enterprise(EnterpriseCommand),
+    /// Manage wallet records.
+    #[command(subcommand)]
+    Wallet(WalletCommand),
+    /// Ingest events from upstream systems (chain indexers, the wallet platform).
+    #[command(subcommand)]
+    Event(EventCommand),
+    /// Manage access token templates.
+    #[command(subcommand, name = "token-template")]
+    TokenTemplate(TemplateCommand),
+    /// Check the audit log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Revoke or list access tokens (emergencies, audits).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Walk the hash chain: prints `ok N entries`, or the first broken link and exits 1.
+    Verify,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a user with a password and a new TOTP seed.
+    Create {
+        #[arg(long)]
+        email: String,
+        /// "First Last".
+        #[arg(long)]
+        name: Option<String>,
+        /// Read the password from standard input instead of a no-echo prompt.
+        #[arg(long)]
+        password_stdin: bool,
+        /// Make the user a service employee holding the service-admin permission.
+        #[arg(long)]
+        service_admin: bool,
+        /// Print one JSON object {id, email, totpSecret, otpauthUri} and nothing else.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Refuse the user's logins and revoke every token of theirs.
+    Deactivate {
+        #[arg(long)]
+        email: String,
+    },
+    /// Let a deactivated user log in again.
+    Activate {
+        #[arg(long)]
+        email: String,
+    },
+    /// Give the user a new TOTP secret; codes of the old one stop working at once.
+    ResetOtp {
+        #[arg(long)]
+        email: String,
+        /// Print one JSON object {id, email, totpSecret, otpauthUri}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set the user's password.
+    SetPassword {
+        #[arg(long)]
+        email: String,
+        /// Read the password from standard input instead of a no-echo prompt.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnterpriseCommand {
+    /// Create an enterprise.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// Keep an existing id (32 hex), e.g. when migrating; a new one is generated otherwise.
+        #[arg(long)]
+        id: Option<EnterpriseId>,
+        /// Print {id, name} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a user to an enterprise (or change their admin flag).
+    AddUser {
+        #[arg(long)]
+        enterprise: EnterpriseId,
+        #[arg(long)]
+        email: String,
+        /// Make the user an admin of the enterprise.
+        #[arg(long)]
+        admin: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WalletCommand {
+    /// Import §2.1 wallet records from a JSON array or NDJSON file ("-" for standard input).
+    Import {
+        file: PathBuf,
+        /// Print the summary as one JSON object {imported, updated, rejected}.
+        #[arg(long)]
+        json: bool,
+        /// Refuse fields the wallet record of §2.1 does not list (by default they are kept).
+        #[arg(long)]
+        strict: bool,
+        /// Let a record change the coin or type of an existing wallet (audited).
+        #[arg(long)]
+        allow_identity_change: bool,
+    },
+    /// Set balances of a wallet (base units, decimal digits; only the ones given change).
+    SetBalance {
+        /// Wallet id.
+        #[arg(long)]
+        id: WalletId,
+        #[arg(long, value_name = "BASE_UNITS")]
+        balance: Option<String>,
+        #[arg(long, value_name = "BASE_UNITS")]
+        confirmed: Option<String>,
+        #[arg(long, value_name = "BASE_UNITS")]
+        spendable: Option<String>,
+        #[arg(long, value_name = "BASE_UNITS")]
+        staking: Option<String>,
+        #[arg(long, value_name = "BASE_UNITS")]
+        reward: Option<String>,
+        /// USD cents.
+        #[arg(long, value_name = "CENTS")]
+        withdraw_hold_usd: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventCommand {
+    /// Fan one event out to every matching webhook, as POST /api/v2/internal/events does.
+    Emit {
+        /// File holding the event JSON object ("-" for standard input).
+        #[arg(long, value_name = "FILE")]
+        json_file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TemplateCommand {
+    /// Create a template from a JSON object of access token fields (§4.3).
+    Create {
+        /// File holding the JSON object ("-" for standard input).
+        #[arg(long, value_name = "FILE")]
+        json_file: PathBuf,
+        /// Print {id, fields} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Revoke one token, or every live token of a user (optionally only those created from
+    /// addresses in a CIDR block); prints how many.
+    Revoke {
+        /// The token's id.
+        #[arg(long, conflicts_with = "user", required_unless_present = "user")]
+        id: Option<TokenId>,
+        /// The user's email.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only tokens created from addresses in this block (with --user).
+        #[arg(long, value_name = "CIDR", requires = "user")]
+        created_from: Option<String>,
+    },
+    /// List a user's live tokens (never their secrets).
+    List {
+        #[arg(long)]
+        user: String,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+}
