@@ -107,10 +107,35 @@ impl ErrorBody {
     pub fn new(name: ErrorName, error: &str, context: Value) -> Self {
         let mut m = Map::new();
         m.insert("name".into(), json!(name.as_str()));
-        m.insert("error".into(), json!(error));
-        m.insert("context".into(), if context.is_object() { context } else { json!({}) });
+        m.insert("error".into(), json!(visible(error)));
+        let context = match context {
+            Value::Object(fields) => Value::Object(
+                fields
+                    .into_iter()
+                    .map(|(k, v)| match v {
+                        Value::String(s) => (visible(&k).into_owned(), json!(visible(&s))),
+                        v => (visible(&k).into_owned(), v),
+                    })
+                    .collect(),
+            ),
+            _ => json!({}),
+        };
+        m.insert("context".into(), context);
         ErrorBody(m)
     }
+}
+
+/// `text` with each control character (U+0000, line breaks, …) written as its escape
+/// `\u{..}`: messages echo what a client sent, and a raw NUL or newline would reach a terminal
+/// or a log line that a reader takes for the service's own.
+fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect::<String>()
+        .into()
 }
 
 impl IntoResponse for ApiError {

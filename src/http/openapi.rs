@@ -169,11 +169,14 @@ fn access_token_request(schemas: &mut Value) {
 }
 
 /// A token template holds only the §4.3 fields of `identity::tokens::TEMPLATE_FIELDS`, each as
-/// the access token request has it, and nothing else (`identity::tokens::create_template`).
+/// the access token request has it or `null` (no default), and nothing else
+/// (`identity::tokens::create_template`).
 fn template_request(doc: &mut Value) {
     let token = &doc["components"]["schemas"]["CreateAccessTokenRequest"]["properties"];
-    let properties: serde_json::Map<String, Value> =
-        TEMPLATE_FIELDS.iter().map(|f| (f.to_string(), token[*f].clone())).collect();
+    let properties: serde_json::Map<String, Value> = TEMPLATE_FIELDS
+        .iter()
+        .map(|f| (f.to_string(), json!({ "anyOf": [token[*f].clone(), { "type": "null" }] })))
+        .collect();
     let schema = json!({ "type": "object", "properties": properties, "additionalProperties": false });
     doc["paths"]["/api/v2/user/accesstokentemplate"]["post"]["requestBody"]["content"]["application/json"]
         ["schema"] = schema;

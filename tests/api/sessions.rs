@@ -58,6 +58,12 @@ async fn tokens_are_listed_by_creation_in_pages_without_secrets() {
             "{bad}"
         );
     }
+    // A refused value is echoed with its control characters escaped, never raw.
+    let res = app.get_auth("/api/v2/user/accesstoken?sort=%C3%93%00.H%0A", &session).await;
+    let body = expect_json(res, 400).await;
+    let message = body["error"].as_str().unwrap();
+    assert!(!message.chars().any(char::is_control), "{message:?}");
+    assert!(message.contains("Ó\\u{0}.H\\u{a}"), "{message:?}");
     // Another user sees only their own; a token without user_manage sees nothing.
     let other = app.create_user("other@example.com").await;
     let other_session = app.login(&other).await;
