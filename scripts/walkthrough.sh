@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the README's walkthrough exactly as written (the first ```sh block under "## Walkthrough"),
+# Runs the README's walkthrough exactly as written (the first ```sh block under "## Walkthrough",
+# then the one under "## Watching a chain", which needs ports 8545 and 4000 again and npm),
 # with `bash -e -o pipefail` from the repository root, so CI fails when a newcomer's paste would.
 # The database goes to a temporary folder (CUSTODIAN_DATABASE_URL) and ./data is untouched. Needs
 # ports 3080 and 4000 free, curl, jq and python3. Started processes are stopped on any exit.
@@ -13,9 +14,12 @@ block="$tmp/walkthrough.sh"
 python3 - "$block" <<'PY'
 import re, sys
 readme = open("README.md").read()
-section = readme.split("## Walkthrough", 1)[1]
-block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
-open(sys.argv[1], "w").write(block)
+# The walkthrough, then "Watching a chain", which continues from it.
+blocks = []
+for title in ("## Walkthrough", "## Watching a chain"):
+    section = readme.split(title, 1)[1]
+    blocks.append(re.search(r"```sh\n(.*?)```", section, re.S).group(1))
+open(sys.argv[1], "w").write("\n".join(blocks))
 PY
 export CUSTODIAN_DATABASE_URL="sqlite://$tmp/custodian.db"
 # The walkthrough runs in a session of its own: whatever it starts in the background is stopped
@@ -39,4 +43,5 @@ if [ "$status" -ne 0 ]; then
 fi
 cat "$tmp/out.txt"
 grep -q '"state": "processed"' "$tmp/out.txt" || { echo "no webhook reached the receiver" >&2; exit 1; }
+grep -q '"state": "confirmed"' "$tmp/out.txt" || { echo "no chain transfer reached the receiver" >&2; exit 1; }
 echo "walkthrough ok"

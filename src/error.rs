@@ -44,6 +44,7 @@ crate::types::text_enum!(
         UserNotFound = "UserNotFound",
         MethodNotAllowed = "MethodNotAllowed",
         AlreadyExists = "AlreadyExists",
+        AddressInUse = "AddressInUse",
         TokenNotExtensible = "TokenNotExtensible",
         PayloadTooLarge = "PayloadTooLarge",
         UnsupportedMediaType = "UnsupportedMediaType",

@@ -7,6 +7,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use tokio::net::TcpListener;
 
 pub mod audit;
+pub mod chain;
 pub mod cli;
 pub mod config;
 pub mod delivery;
@@ -47,6 +48,8 @@ pub struct Shared {
     pub identity: identity::Identity,
     pub wallets: wallets::Wallets,
     pub webhooks: webhooks::Webhooks,
+    /// The chain watcher's reads and operator actions.
+    pub chains: chain::Chains,
     pub store: store::DynStore,
     pub config: Arc<config::Config>,
     pub metrics: Arc<metrics::Metrics>,
@@ -69,6 +72,28 @@ impl AppState {
         let secrets = Arc::new(notifications::secret_cache::SecretCache::default());
         let metrics = Arc::new(metrics::Metrics::default());
         let wallets = wallets::Wallets { store: store.clone(), config: config.clone(), policy };
+        let webhooks = webhooks::Webhooks {
+            store: store.clone(),
+            config: config.clone(),
+            key: key.clone(),
+            policy,
+            operations: Arc::new(webhooks::limits::OperationLimiter::new(
+                config.webhooks.operations_per_minute,
+            )),
+            secrets: secrets.clone(),
+            wallets: wallets.clone(),
+            dispatch: dispatch.clone(),
+            metrics: metrics.clone(),
+            refusal_notes: Arc::default(),
+            held: Arc::default(),
+        };
+        let chains = chain::Chains {
+            store: store.clone(),
+            config: config.clone(),
+            wallets: wallets.clone(),
+            webhooks: webhooks.clone(),
+            metrics: metrics.clone(),
+        };
         Ok(Self(Arc::new(Shared {
             identity: identity::Identity {
                 store: store.clone(),
@@ -83,21 +108,8 @@ impl AppState {
                 )),
                 dispatch: dispatch.clone(),
             },
-            webhooks: webhooks::Webhooks {
-                store: store.clone(),
-                config: config.clone(),
-                key: key.clone(),
-                policy,
-                operations: Arc::new(webhooks::limits::OperationLimiter::new(
-                    config.webhooks.operations_per_minute,
-                )),
-                secrets: secrets.clone(),
-                wallets: wallets.clone(),
-                dispatch,
-                metrics: metrics.clone(),
-                refusal_notes: Arc::default(),
-                held: Arc::default(),
-            },
+            webhooks,
+            chains,
             wallets,
             rate_limit: Arc::new(identity::rate_limit::ApiRateLimiter::new(&config.rate_limit)),
             delivery: delivery::Deps {
@@ -138,6 +150,11 @@ pub async fn serve(
         config::Role::Api => None,
         _ => Some(delivery::Engine::new(state.delivery.clone())?.spawn(stop_rx.clone())),
     };
+    // The chain watchers run where delivery runs; each chain's lease keeps one watcher per chain.
+    let watchers = match role {
+        config::Role::Api => Vec::new(),
+        _ => chain::watcher::spawn_all(&state.chains, stop_rx.clone()),
+    };
     let store = state.store.clone();
     let limits = http::connections::Limits::from_config(&state.config);
     let drain = Duration::from_secs(state.config.request_timeout + 5);
@@ -146,6 +163,9 @@ pub async fn serve(
     http::connections::serve(listener, app, limits, metrics, stop_rx, drain).await;
     if let Some(engine) = engine {
         let _ = engine.await;
+    }
+    for w in watchers {
+        let _ = w.await;
     }
     store.close().await;
     Ok(())

@@ -32,6 +32,41 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChainLabels {
+    /// The chain coin (`hteth`).
+    pub coin: String,
+}
+
+/// The chain watcher's metrics (docs/chains.md).
+#[derive(Default)]
+pub struct ChainMetrics {
+    /// Blocks between the node's head and the checkpoint.
+    pub lag: Family<ChainLabels, Gauge>,
+    pub blocks: Family<ChainLabels, Counter>,
+    /// Rounds that failed (node or database away, a garbled answer).
+    pub errors: Family<ChainLabels, Counter>,
+    /// Reorgs deeper than `reorg_depth`: the watcher stopped.
+    pub deep_reorgs: Family<ChainLabels, Counter>,
+}
+
+impl ChainMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "chain_head_lag_blocks",
+            "Blocks the chain watcher is behind the node's head",
+            self.lag.clone(),
+        );
+        registry.register("chain_blocks", "Blocks the chain watcher processed", self.blocks.clone());
+        registry.register("chain_errors", "Chain watcher rounds that failed", self.errors.clone());
+        registry.register(
+            "chain_deep_reorgs",
+            "Reorgs deeper than reorg_depth (the watcher stopped)",
+            self.deep_reorgs.clone(),
+        );
+    }
+}
+
 fn latency_histogram() -> Histogram {
     // 0.5 ms to ~16 s.
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
@@ -65,6 +100,7 @@ pub struct Metrics {
     /// Inbound connections open now, and those refused at a cap (docs/decisions.md#connections-and-database-outages).
     pub connections_open: Gauge,
     pub connections_refused: Family<RefusalLabels, Counter>,
+    pub chain: ChainMetrics,
 }
 
 impl Default for Metrics {
@@ -137,8 +173,11 @@ impl Default for Metrics {
             "Inbound connections refused at connections.max (process) or connections.max_per_address (address)",
             connections_refused.clone(),
         );
+        let chain = ChainMetrics::default();
+        chain.register(&mut registry);
         Self {
             registry,
+            chain,
             http_requests,
             http_latency,
             deliveries,

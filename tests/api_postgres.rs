@@ -14,6 +14,8 @@ mod attacks;
 mod audit;
 #[path = "api/bitgo.rs"]
 mod bitgo;
+#[path = "api/chain.rs"]
+mod chain;
 #[path = "api/cli.rs"]
 mod cli;
 #[path = "api/common.rs"]

@@ -61,6 +61,9 @@ pub enum Command {
     /// Manage wallet records.
     #[command(subcommand)]
     Wallet(WalletCommand),
+    /// The chain watcher: status and resync (docs/chains.md).
+    #[command(subcommand)]
+    Chain(ChainCommand),
     /// Ingest events from upstream systems (chain indexers, the wallet platform).
     #[command(subcommand)]
     Event(EventCommand),
@@ -186,6 +189,36 @@ pub enum WalletCommand {
         /// USD cents.
         #[arg(long, value_name = "CENTS")]
         withdraw_hold_usd: Option<String>,
+    },
+    /// Watch one more address for a wallet of an Ethereum coin (the chain watcher's next round
+    /// picks it up).
+    AddAddress {
+        /// Wallet id.
+        #[arg(long)]
+        wallet: WalletId,
+        /// 0x and 40 hex digits; mixed case must be a valid EIP-55 checksum.
+        #[arg(long)]
+        address: String,
+        #[arg(long)]
+        label: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChainCommand {
+    /// Each configured chain: checkpoint, node head, lag, last reorg, halt reason.
+    Status {
+        /// One JSON object per chain instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restart a chain's watch at block HEIGHT, clearing a halt after a reorg deeper than
+    /// reorg_depth.
+    Resync {
+        #[arg(long)]
+        coin: String,
+        #[arg(long, value_name = "HEIGHT")]
+        from: u64,
     },
 }
 

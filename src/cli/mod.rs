@@ -194,6 +194,56 @@ async fn set_balance(config: Config, cmd: WalletCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn add_address(
+    config: Config,
+    wallet: crate::types::WalletId,
+    address: String,
+    label: Option<String>,
+) -> anyhow::Result<()> {
+    let state = AppState::new(config).await?;
+    let added = crate::chain::add_address(&state.chains, None, &wallet, &address, label).await?;
+    println!("{} now watches {} on {}", wallet, added.address, added.chain.as_str());
+    Ok(())
+}
+
+async fn chain(config: Config, cmd: ChainCommand) -> anyhow::Result<()> {
+    let state = AppState::new(config).await?;
+    match cmd {
+        ChainCommand::Status { json } => {
+            let all = crate::chain::status(&state.chains).await?;
+            if all.is_empty() {
+                println!("no chain is configured ([chains.<coin>] in the config file)");
+            }
+            for s in all {
+                let at = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "coin": s.chain, "height": s.height, "nodeHead": s.node_head,
+                            "lag": s.lag(), "halted": s.halted, "lastReorgDepth": s.last_reorg_depth })
+                    );
+                } else {
+                    println!(
+                        "{}: block {} of {} (lag {}), last reorg depth {}{}",
+                        s.chain,
+                        at(s.height),
+                        at(s.node_head),
+                        s.lag(),
+                        at(s.last_reorg_depth),
+                        s.halted.map(|h| format!(", HALTED: {h}")).unwrap_or_default()
+                    );
+                }
+            }
+            Ok(())
+        }
+        ChainCommand::Resync { coin, from } => {
+            crate::chain::resync(&state.chains, &coin, from).await?;
+            println!("{coin} resumes at block {from} at the watcher's next round");
+            Ok(())
+        }
+    }
+}
+
 async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
     if !matches!(command, Command::Serve { .. } | Command::Openapi { .. }) {
         wait_for_database(&mut config).await?;
@@ -252,19 +302,11 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
             import_wallets(&config, &file, json, opts).await
         }
         Command::Wallet(cmd @ WalletCommand::SetBalance { .. }) => set_balance(config, cmd).await,
-        Command::Event(EventCommand::Emit { json_file }) => {
-            let text = read_file_or_stdin(&json_file)?;
-            // The same check as the events route: repeated keys are refused, not last-wins.
-            if let Err(crate::error::JsonProblem::Invalid(e)) = crate::error::check_json(text.as_bytes()) {
-                return Err(e.into());
-            }
-            let body: serde_json::Value = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not valid JSON", json_file.display()))?;
-            let state = AppState::new(config).await?;
-            let result = crate::webhooks::events::ingest(&state.webhooks, body).await?;
-            println!("{}", serde_json::to_string(&result)?);
-            Ok(())
+        Command::Wallet(WalletCommand::AddAddress { wallet, address, label }) => {
+            add_address(config, wallet, address, label).await
         }
+        Command::Chain(cmd) => chain(config, cmd).await,
+        Command::Event(EventCommand::Emit { json_file }) => emit_event(config, &json_file).await,
         Command::User(cmd) => user_admin::user_command(config, cmd).await,
         Command::Token(cmd) => user_admin::token_command(config, cmd).await,
         Command::Audit(AuditCommand::Verify) => user_admin::audit_verify(config).await,
@@ -272,6 +314,21 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
             create_template(&config, &json_file, json).await
         }
     }
+}
+
+/// `event emit`: one event from a JSON file, fanned out as the events route does.
+async fn emit_event(config: Config, json_file: &std::path::Path) -> anyhow::Result<()> {
+    let text = read_file_or_stdin(json_file)?;
+    // The same check as the events route: repeated keys are refused, not last-wins.
+    if let Err(crate::error::JsonProblem::Invalid(e)) = crate::error::check_json(text.as_bytes()) {
+        return Err(e.into());
+    }
+    let body: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", json_file.display()))?;
+    let state = AppState::new(config).await?;
+    let result = crate::webhooks::events::ingest(&state.webhooks, body).await?;
+    println!("{}", serde_json::to_string(&result)?);
+    Ok(())
 }
 
 /// `token-template create`: a template from a JSON object of §4.3 fields.

@@ -42,6 +42,9 @@ fn rows() -> Vec<(String, String, String)> {
 fn every_setting_is_documented() {
     let mut code = Vec::new();
     leaves("", &serde_json::to_value(Config::default()).expect("the defaults serialize"), &mut code);
+    // A chain's keys, under any coin: the table writes the coin as `<coin>`.
+    let chain = serde_json::to_value(super::ChainConfig::default()).expect("the defaults serialize");
+    leaves("chains.<coin>", &chain, &mut code);
     let doc = rows();
     for (key, default) in &code {
         let Some((_, env, written)) = doc.iter().find(|(k, _, _)| k == key) else {

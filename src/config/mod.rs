@@ -13,6 +13,7 @@ use figment::{
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+mod chains;
 mod connections;
 mod delivery;
 mod hot_path;
@@ -22,6 +23,7 @@ mod rate_limit;
 mod tokens;
 mod webhooks;
 
+pub use chains::{ChainConfig, TokenConfig, WATCHABLE_COINS};
 pub use connections::ConnectionsConfig;
 pub use delivery::DeliveryConfig;
 pub use hot_path::{CacheConfig, IngestConfig};
@@ -99,6 +101,8 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub cache: CacheConfig,
     pub connections: ConnectionsConfig,
+    /// Chains the watcher follows, by coin (`[chains.hteth]`; docs/chains.md).
+    pub chains: std::collections::BTreeMap<String, ChainConfig>,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
     /// Whether `environment` was chosen (flag, environment variable or file) rather than
@@ -130,6 +134,7 @@ impl Default for Config {
             ingest: IngestConfig::default(),
             cache: CacheConfig::default(),
             connections: ConnectionsConfig::default(),
+            chains: Default::default(),
             role: Role::All,
             environment_explicit: false,
         }
@@ -210,10 +215,17 @@ impl Config {
                     .filter(|key| {
                         let key = key.as_str().to_ascii_lowercase();
                         ENV_KEYS.contains(&key.as_str())
+                            || key.starts_with("chains_")
                             || ENV_SECTIONS.iter().any(|s| key.starts_with(&format!("{s}_")))
                     })
                     .map(|key| {
                         let key = key.as_str().to_ascii_lowercase();
+                        // CUSTODIAN_CHAINS_<COIN>_<KEY>: chain coins hold no underscore.
+                        if let Some((coin, rest)) =
+                            key.strip_prefix("chains_").and_then(|r| r.split_once('_'))
+                        {
+                            return format!("chains.{coin}.{rest}").into();
+                        }
                         for section in ENV_SECTIONS {
                             if let Some(rest) = key.strip_prefix(&format!("{section}_")) {
                                 return format!("{section}.{rest}").into();
@@ -285,6 +297,7 @@ impl Config {
         if self.max_lookup_ids == 0 {
             return Err("invalid configuration: max_lookup_ids must be positive".into());
         }
+        chains::validate(&self.chains)?;
         self.ingest.validate()?;
         self.connections.validate()?;
         self.cache.validate()

@@ -19,7 +19,7 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use self::handlers::{audit, events, identity, sessions, wallets, webhook_admin, webhooks};
+use self::handlers::{audit, chain, events, identity, sessions, wallets, webhook_admin, webhooks};
 use crate::{error::Error, AppState};
 
 pub mod auth;
@@ -158,6 +158,9 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(wallets::set_balance))
         .routes(routes!(wallets::get_wallet))
         .routes(routes!(wallets::get_transfer))
+        .routes(routes!(chain::list_transfers))
+        .routes(routes!(chain::list_addresses))
+        .routes(routes!(chain::add_address))
         .routes(routes!(
             webhooks::create_wallet_webhook,
             webhooks::list_wallet_webhooks,

@@ -38,6 +38,9 @@ crate::types::text_enum!(
         WalletImported = "wallet.imported",
         WalletIdentityChanged = "wallet.identity_changed",
         WalletBalanceSet = "wallet.balance_set",
+        WalletAddressAdded = "wallet.address_added",
+        ChainReorgTooDeep = "chain.reorg_too_deep",
+        ChainResync = "chain.resync",
     }
 );
 

@@ -7,6 +7,7 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 pub mod audit;
+pub mod chain;
 pub mod notification;
 pub mod token;
 pub mod wallet;

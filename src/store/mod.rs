@@ -23,6 +23,8 @@ use async_trait::async_trait;
 use sqlx::Executor;
 
 mod audit;
+mod chain;
+mod chain_rows;
 mod enterprises;
 mod events;
 pub mod group_commit;
@@ -40,6 +42,7 @@ mod wallets;
 mod webhooks;
 
 pub use audit::{AuditFilter, AuditStore};
+pub use chain::{BlockWrite, ChainStore, TransferFilter};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
@@ -126,6 +129,7 @@ pub trait Store:
     + EventStore
     + LoginThrottleStore
     + AuditStore
+    + ChainStore
     + Send
     + Sync
     + 'static
@@ -148,7 +152,8 @@ where
         + SearchStore
         + EventStore
         + LoginThrottleStore
-        + AuditStore,
+        + AuditStore
+        + ChainStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 impl Balances {
     /// The six amounts as text, in the column order of the statements below (balance,
     /// confirmed, spendable, staking, reward, withdraw hold).
-    fn texts(&self) -> [Option<&str>; 6] {
+    pub(super) fn texts(&self) -> [Option<&str>; 6] {
         [
             &self.balance,
             &self.confirmed,
@@ -116,7 +116,7 @@ const UPSERT_WALLET: &str = "INSERT INTO wallets (id, coin, enterprise, deleted,
     withdraw_hold_usd = COALESCE(excluded.withdraw_hold_usd, wallets.withdraw_hold_usd), \
     updated_at = excluded.updated_at";
 
-const UPDATE_BALANCES: &str = "UPDATE wallets SET balance = COALESCE($1, balance), \
+pub(super) const UPDATE_BALANCES: &str = "UPDATE wallets SET balance = COALESCE($1, balance), \
     confirmed_balance = COALESCE($2, confirmed_balance), spendable_balance = COALESCE($3, spendable_balance), \
     staking_balance = COALESCE($4, staking_balance), reward_balance = COALESCE($5, reward_balance), \
     withdraw_hold_usd = COALESCE($6, withdraw_hold_usd), updated_at = $7 WHERE id = $8";

@@ -13,12 +13,14 @@ use utoipa::openapi::{schema::Type, ObjectBuilder, RefOr, Schema};
 
 mod amounts;
 mod credentials;
+mod eth_address;
 mod ids;
 mod macros;
 mod network;
 
 pub use amounts::*;
 pub use credentials::*;
+pub use eth_address::*;
 pub use ids::*;
 pub(crate) use macros::{checked_string, string_schema, text_enum};
 pub use network::*;

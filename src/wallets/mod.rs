@@ -236,7 +236,8 @@ pub fn parse_balances(body: &Value) -> Result<Balances> {
 
 /// Sets the balances given in `body` (see [`parse_balances`]; others unchanged) of wallet
 /// `wallet_id`: the hook for event ingestion. `auth` is `None` for the operator's CLI; a token
-/// needs the service-admin permission. Errors: `Forbidden`, `InvalidField`, `WalletNotFound`.
+/// needs the service-admin permission. Errors: `Forbidden`, `InvalidField`, `WalletNotFound`,
+/// `BadRequest` for a wallet of a watched chain (its balances come from the node).
 pub async fn set_balances(
     svc: &Wallets,
     auth: Option<&Principal>,
@@ -247,6 +248,18 @@ pub async fn set_balances(
         auth.require(svc.policy, Action::ServiceAdmin)?;
     }
     let balances = parse_balances(body)?;
+    let watched = svc.store.wallets_by_ids(std::slice::from_ref(wallet_id), false).await?;
+    if let Some(w) = watched.iter().find(|w| svc.config.chains.contains_key(w.coin.as_str())) {
+        return Err(Error::Invalid {
+            name: ErrorName::BadRequest,
+            message: format!(
+                "the balances of {} wallets come from the chain watcher (chains.{} is configured); they cannot be set",
+                w.coin.as_str(),
+                w.coin.as_str()
+            ),
+            context: serde_json::json!({ "coin": w.coin.as_str() }),
+        });
+    }
     let entry = match auth {
         Some(auth) => auth.audit(AuditType::WalletBalanceSet),
         None => crate::audit::EntryExt::data(

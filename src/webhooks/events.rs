@@ -55,7 +55,7 @@ pub struct EventRequest {
 }
 
 /// What an event fanned out to.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Default, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventResult {
     pub event_id: String,
@@ -68,6 +68,26 @@ pub struct EventResult {
 /// Checks an event and records it with its notifications in one transaction (the outbox).
 /// Errors name the field; an unknown `type` is `InvalidWebhookType`.
 pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
+    Ok(fan_out(svc, body, |_| true, true).await?.unwrap_or_default())
+}
+
+/// An event the service itself saw (the chain watcher), fanned out like [`ingest`]'s to the
+/// routed webhooks that `keep` keeps; recorded only when one is (`None` otherwise), since
+/// most blocks concern no webhook.
+pub async fn ingest_routed(
+    svc: &Webhooks,
+    body: serde_json::Map<String, Value>,
+    keep: impl Fn(&Webhook) -> bool,
+) -> Result<Option<EventResult>> {
+    fan_out(svc, Value::Object(body), keep, false).await
+}
+
+async fn fan_out(
+    svc: &Webhooks,
+    body: Value,
+    keep: impl Fn(&Webhook) -> bool,
+    record_unrouted: bool,
+) -> Result<Option<EventResult>> {
     let ev: EventRequest = parse_value(&body)?;
     let Value::Object(map) = body else {
         return Err(Error::invalid_field("", "an event must be a JSON object"));
@@ -99,7 +119,11 @@ pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
     let (mut hooks, suspended): (Vec<&Webhook>, Vec<&Webhook>) = routed
         .iter()
         .filter(|w| t != "block" || confirmations >= w.level.num_confirmations().unwrap_or(0))
+        .filter(|w| keep(w))
         .partition(|w| w.state == WebhookState::Active);
+    if !record_unrouted && hooks.is_empty() && suspended.is_empty() {
+        return Ok(None);
+    }
     let active = hooks.len();
     for w in suspended {
         if may_hold(svc, w, &ev.event_id).await? {
@@ -126,12 +150,14 @@ pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
     };
     match svc.store.record_event(event).await? {
         // Each webhook notified got one notification.
-        Recorded::Before(webhooks) => {
-            Ok(EventResult { event_id: result.event_id, notifications: webhooks.len() as u64, webhooks })
-        }
+        Recorded::Before(webhooks) => Ok(Some(EventResult {
+            event_id: result.event_id,
+            notifications: webhooks.len() as u64,
+            webhooks,
+        })),
         Recorded::Now { skipped } => {
             hand_to_engine(svc, leased, &skipped, unleased).await;
-            Ok(result)
+            Ok(Some(result))
         }
     }
 }

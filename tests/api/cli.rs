@@ -408,3 +408,44 @@ async fn a_command_waits_for_a_locked_sqlite_database() {
     let created: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(created["name"], "Waited");
 }
+
+#[test]
+fn chains_are_set_in_the_environment_and_a_bad_one_is_one_line() {
+    let scratch = Scratch::new();
+    let contract = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+    let out = scratch
+        .cmd()
+        .env("CUSTODIAN_CHAINS_HTETH_RPC_URL", "http://127.0.0.1:9/?key=secret-key")
+        .env("CUSTODIAN_CHAINS_HTETH_CHAIN_ID", "31337")
+        .env(
+            "CUSTODIAN_CHAINS_HTETH_TOKENS",
+            format!("[{{coin=\"hteth:tst\",contract=\"{contract}\",decimals=18}}]"),
+        )
+        .args(["chain", "status", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(status["coin"], "hteth");
+    for (k, v, names) in [
+        ("CUSTODIAN_CHAINS_HTETH_CHAIN_ID", "0", "chains.hteth.chain_id"),
+        ("CUSTODIAN_CHAINS_HTETH_RPC_URL", "ftp://secret-key@node", "chains.hteth.rpc_url"),
+        ("CUSTODIAN_CHAINS_BTC_RPC_URL", "http://node", "chains.btc"),
+    ] {
+        let mut cmd = scratch.cmd();
+        cmd.env("CUSTODIAN_CHAINS_HTETH_RPC_URL", "http://127.0.0.1:9")
+            .env("CUSTODIAN_CHAINS_HTETH_CHAIN_ID", "31337")
+            .env("CUSTODIAN_CHAINS_BTC_CHAIN_ID", "1");
+        if k != "CUSTODIAN_CHAINS_BTC_RPC_URL" {
+            cmd.env_remove("CUSTODIAN_CHAINS_BTC_CHAIN_ID");
+        }
+        let out = cmd.env(k, v).args(["chain", "status"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{k}={v}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(names), "{err}");
+        // The node's URL may hold a key: it is never echoed.
+        assert!(!err.contains("secret-key"), "{err}");
+    }
+}

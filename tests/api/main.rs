@@ -8,6 +8,7 @@ mod abuse;
 mod attacks;
 mod audit;
 mod bitgo;
+mod chain;
 mod cli;
 mod common;
 mod connections;

@@ -2,6 +2,7 @@
 //! extracts typed values, calls one domain function, and shapes the response.
 
 pub mod audit;
+pub mod chain;
 pub mod events;
 pub mod identity;
 pub mod sessions;

@@ -183,7 +183,8 @@ pub async fn get_wallet(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-/// A transfer of a wallet as its latest ingested event reported it: the event's fields with
+/// A transfer of a wallet: the chain watcher's record when it saw one by that id (docs/chains.md),
+/// else as its latest ingested event reported it: the event's fields with
 /// `id`, `coin`, `wallet` and `txid` (docs/decisions.md#signed-requests; the spec tells receivers to fetch the
 /// transfer before acting on a notification).
 #[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}/transfer/{transferId}", tag = "wallets",
@@ -202,6 +203,12 @@ pub async fn get_transfer(
 ) -> ApiResult<axum::Json<serde_json::Map<String, Value>>> {
     if transfer_id.is_empty() || transfer_id.len() > 256 {
         return Err(Error::invalid_field("transferId", "1 to 256 characters").into());
+    }
+    if let Some(t) = crate::chain::get_transfer(&state.chains, &auth, &coin, &wallet_id, &transfer_id).await?
+    {
+        if let Value::Object(map) = crate::chain::transfer_json(&t, None) {
+            return Ok(axum::Json(map));
+        }
     }
     Ok(axum::Json(wallets::get_transfer(&state.wallets, &auth, &coin, &wallet_id, &transfer_id).await?))
 }

@@ -1,0 +1,92 @@
+//! The §6 events the chain watcher emits, through the one ingestion path the API uses
+//! (`webhooks::events::ingest_routed`), with ids derived from what they say so that a replay
+//! after a crash is the same event (docs/chains.md, "Events").
+
+use serde_json::{json, Map};
+
+use super::Chains;
+use crate::{
+    error::Error,
+    model::{
+        chain::{BlockHead, Transfer},
+        webhook::{LevelKind, WebhookFilter},
+    },
+    types::Coin,
+};
+
+/// A `transfer` event for `t` in its state, to the wallet's transfer webhooks. Its id is
+/// derived from what it says, so a replay is the same event.
+pub async fn transfer(svc: &Chains, t: &Transfer) -> Result<(), Error> {
+    let event_id = format!(
+        "chain:{}:{}:{}:{}:{}",
+        t.coin.as_str(),
+        t.txid,
+        t.wallet_id.as_str(),
+        t.state.as_str(),
+        t.block_hash
+    );
+    let mut body = Map::new();
+    body.insert("eventId".into(), json!(event_id));
+    body.insert("type".into(), json!("transfer"));
+    body.insert("coin".into(), json!(t.coin.as_str()));
+    body.insert("walletId".into(), json!(t.wallet_id.as_str()));
+    body.insert("transferId".into(), json!(t.id));
+    body.insert("transfer".into(), json!(t.id));
+    body.insert("hash".into(), json!(t.txid));
+    body.insert("state".into(), json!(t.state.as_str()));
+    body.insert("transferType".into(), json!(t.kind()));
+    body.insert("valueString".into(), json!(t.value));
+    body.insert("baseValueString".into(), json!(t.value));
+    body.insert("feeString".into(), json!(t.fee));
+    body.insert("height".into(), json!(t.height));
+    body.insert("confirmations".into(), json!(t.confirmations));
+    crate::webhooks::events::ingest_routed(&svc.webhooks, body, |_| true).await?;
+    Ok(())
+}
+
+/// `block` events: the block that reaches a block webhook's `numConfirmations` with this one
+/// (0 counts as 1: the block itself), to the webhooks with exactly that number, so a block
+/// orphaned before then is never announced.
+pub async fn blocks(svc: &Chains, chain: &Coin, reorg_depth: u64, block: &BlockHead) -> Result<(), Error> {
+    let filter = WebhookFilter {
+        scope: LevelKind::Block,
+        coin: Some(chain.clone()),
+        webhook_type: Some("block".into()),
+        state: None,
+        ..Default::default()
+    };
+    let hooks = svc.store.routing_webhooks(&filter).await?;
+    let mut depths: Vec<u64> = hooks
+        .iter()
+        .filter_map(|w| w.level.num_confirmations())
+        .map(|n| u64::try_from(n.max(1)).unwrap_or(1))
+        .collect();
+    depths.sort_unstable();
+    depths.dedup();
+    for n in depths {
+        if n > reorg_depth || n > block.height + 1 {
+            continue;
+        }
+        let height = block.height + 1 - n;
+        let hash = if n == 1 {
+            block.hash.clone()
+        } else {
+            match svc.store.chain_heads(chain.as_str(), height).await?.first() {
+                Some(h) if h.height == height => h.hash.clone(),
+                _ => continue,
+            }
+        };
+        let mut body = Map::new();
+        body.insert("eventId".into(), json!(format!("chain:{}:block:{hash}:{n}", chain.as_str())));
+        body.insert("type".into(), json!("block"));
+        body.insert("coin".into(), json!(chain.as_str()));
+        body.insert("blockId".into(), json!(hash));
+        body.insert("height".into(), json!(height));
+        body.insert("confirmations".into(), json!(n));
+        crate::webhooks::events::ingest_routed(&svc.webhooks, body, move |w| {
+            w.level.num_confirmations().map(|c| u64::try_from(c.max(1)).unwrap_or(1)) == Some(n)
+        })
+        .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! The address book of one chain: every watched address with its wallet, matched in memory
+//! (one hash lookup per transaction end, so a block costs the same for 10 or 100,000
+//! addresses). Reloaded when the store's fingerprint of the address set changes.
+
+use std::collections::HashMap;
+
+use alloy_primitives::Address;
+
+use crate::{store::DynStore, types::WalletId};
+
+#[derive(Default)]
+pub struct AddressBook {
+    owners: HashMap<Address, WalletId>,
+    by_wallet: HashMap<WalletId, Vec<Address>>,
+    fingerprint: Option<(i64, i64, i64)>,
+}
+
+impl AddressBook {
+    /// The wallet watching `a`.
+    pub fn owner(&self, a: &Address) -> Option<&WalletId> {
+        self.owners.get(a)
+    }
+
+    pub fn len(&self) -> usize {
+        self.owners.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.owners.is_empty()
+    }
+
+    /// Every address of `wallet`.
+    pub fn of_wallet(&self, wallet: &WalletId) -> &[Address] {
+        self.by_wallet.get(wallet).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Reloads from the store when the address set changed: the wallets' record addresses,
+    /// then the added ones (an added address wins a tie).
+    pub async fn refresh(&mut self, store: &DynStore, chain: &str) -> crate::store::StoreResult<bool> {
+        let fingerprint = store.address_fingerprint(chain).await?;
+        if self.fingerprint == Some(fingerprint) {
+            return Ok(false);
+        }
+        let mut owners = HashMap::new();
+        for (wallet, record) in store.chain_wallet_records(chain).await? {
+            for a in super::record_addresses(&record) {
+                if let Ok(a) = crate::types::parse_eth_address(&a) {
+                    owners.insert(a, wallet.clone());
+                }
+            }
+        }
+        for (a, wallet) in store.chain_addresses(chain).await? {
+            if let Ok(a) = crate::types::parse_eth_address(&a) {
+                owners.insert(a, wallet);
+            }
+        }
+        let mut by_wallet: HashMap<WalletId, Vec<Address>> = HashMap::new();
+        for (a, w) in &owners {
+            by_wallet.entry(w.clone()).or_default().push(*a);
+        }
+        self.owners = owners;
+        self.by_wallet = by_wallet;
+        self.fingerprint = Some(fingerprint);
+        Ok(true)
+    }
+}

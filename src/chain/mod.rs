@@ -1,0 +1,257 @@
+//! The chain room (docs/chains.md): Custodian follows Ethereum nodes itself. A watcher per
+//! configured chain reads blocks, finds the transfers of watched wallet addresses, follows
+//! their states through confirmations and reorgs, keeps balances, and emits the §6 events
+//! through the one ingestion path the API uses (`webhooks::events`).
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+pub mod announce;
+pub mod book;
+pub mod node;
+pub mod watcher;
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::{
+    config::Config,
+    error::{Error, ErrorName, Result},
+    identity::{bearer::Principal, scopes::Action},
+    model::{
+        audit::AuditType,
+        chain::{ChainStatus, Transfer, WalletAddress},
+        wallet::WalletRow,
+    },
+    store::{DynStore, TransferFilter},
+    types::{Coin, WalletId},
+    wallets::Wallets,
+    webhooks::Webhooks,
+};
+
+/// What the chain functions use.
+#[derive(Clone)]
+pub struct Chains {
+    pub store: DynStore,
+    pub config: Arc<Config>,
+    pub wallets: Wallets,
+    pub webhooks: Webhooks,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// Most addresses or transfers in one page.
+pub const MAX_PAGE: u32 = 500;
+
+/// The chain coin of a coin: `hteth` for `hteth` and `hteth:usdc`.
+pub fn chain_of(coin: &Coin) -> Result<Coin> {
+    coin.as_str()
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .parse()
+        .map_err(|_| Error::invalid_field("coin", "not a coin"))
+}
+
+/// Adds a watched address to wallet `wallet_id` (its chain is the wallet's coin). `auth` is
+/// `None` for the operator's CLI; a token needs the service-admin permission. Errors:
+/// `Forbidden`, `WalletNotFound`, `InvalidField` (`address`: not an address, or a coin that is
+/// not Ethereum), `AddressInUse` (409) when another wallet of the chain watches it.
+pub async fn add_address(
+    svc: &Chains,
+    auth: Option<&Principal>,
+    wallet_id: &WalletId,
+    text: &str,
+    label: Option<String>,
+) -> Result<WalletAddress> {
+    if let Some(auth) = auth {
+        auth.require(svc.wallets.policy, Action::ServiceAdmin)?;
+    }
+    let address = crate::types::parse_eth_address(text).map_err(|e| Error::invalid_field("address", e))?;
+    if label.as_ref().is_some_and(|l| l.chars().count() > 250) {
+        return Err(Error::invalid_field("label", "at most 250 characters"));
+    }
+    let wallet = svc
+        .store
+        .wallets_by_ids(std::slice::from_ref(wallet_id), false)
+        .await?
+        .pop()
+        .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
+    if !crate::config::WATCHABLE_COINS.contains(&wallet.coin.as_str()) {
+        return Err(Error::invalid_field(
+            "address",
+            format!("wallet coin {} is not an Ethereum coin this version watches", wallet.coin.as_str()),
+        ));
+    }
+    let added = WalletAddress {
+        chain: wallet.coin.clone(),
+        address: crate::types::checksummed_eth_address(&address),
+        wallet_id: wallet_id.clone(),
+        label,
+        created_at: crate::ids::now(),
+    };
+    let entry = match auth {
+        Some(auth) => auth.audit(AuditType::WalletAddressAdded),
+        None => crate::audit::EntryExt::data(
+            crate::audit::entry(AuditType::WalletAddressAdded),
+            json!({ "by": "operator" }),
+        ),
+    };
+    let entry = crate::audit::EntryExt::wallet(entry, Some(wallet_id));
+    let entry = crate::audit::EntryExt::data(entry, json!({ "address": added.address }));
+    match svc.store.add_address(&added, &[entry]).await? {
+        Ok(()) => Ok(added),
+        Err(owner) if &owner == wallet_id => Ok(added),
+        Err(_) => Err(Error::Conflict {
+            name: ErrorName::AddressInUse,
+            message: "another wallet of this chain already watches that address".into(),
+        }),
+    }
+}
+
+/// The addresses a wallet's record names: `coinSpecific.baseAddress` and
+/// `receiveAddress.address`, checksummed; malformed ones are left out.
+pub fn record_addresses(record: &str) -> Vec<String> {
+    let Ok(v) = serde_json::from_str::<Value>(record) else { return Vec::new() };
+    let named = [v.pointer("/coinSpecific/baseAddress"), v.pointer("/receiveAddress/address")];
+    let mut out: Vec<String> = named
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|a| crate::types::parse_eth_address(a).ok())
+        .map(|a| crate::types::checksummed_eth_address(&a))
+        .collect();
+    out.dedup();
+    out
+}
+
+/// A wallet the principal may see, of the chain coin of `coin`.
+async fn visible_wallet(
+    svc: &Chains,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+) -> Result<WalletRow> {
+    crate::wallets::get_wallet(&svc.wallets, auth, &chain_of(coin)?, wallet_id).await
+}
+
+/// A wallet's addresses (BitGo's `GET /api/v2/{coin}/wallet/{id}/addresses`): those its record
+/// names and those added, by address, after `after`, at most `limit` (1 to [`MAX_PAGE`]).
+/// Errors: as `wallets::get_wallet`.
+pub async fn list_addresses(
+    svc: &Chains,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Vec<WalletAddress>> {
+    let wallet = visible_wallet(svc, auth, coin, wallet_id).await?;
+    let mut found = svc.store.wallet_addresses(wallet_id, after, limit).await?;
+    for a in record_addresses(wallet.record.as_str()) {
+        if after.is_none_or(|after| a.as_str() > after) && !found.iter().any(|f| f.address == a) {
+            found.push(WalletAddress {
+                chain: wallet.coin.clone(),
+                address: a,
+                wallet_id: wallet_id.clone(),
+                label: None,
+                created_at: 0,
+            });
+        }
+    }
+    found.sort_by(|a, b| a.address.cmp(&b.address));
+    found.truncate(limit as usize);
+    Ok(found)
+}
+
+/// BitGo's address record.
+pub fn address_json(a: &WalletAddress, coin: &Coin) -> Value {
+    json!({
+        "id": crate::digest::sha256_hex(format!("{}|{}", a.chain.as_str(), a.address).as_bytes())[..32],
+        "address": a.address,
+        "coin": coin.as_str(),
+        "wallet": a.wallet_id.as_str(),
+        "label": a.label.clone().unwrap_or_default(),
+        "chain": 0,
+        "index": 0,
+    })
+}
+
+/// A wallet's chain transfers of `coin`, newest first. Errors: as `wallets::get_wallet`.
+pub async fn list_transfers(
+    svc: &Chains,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    filter: &TransferFilter,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Transfer>> {
+    visible_wallet(svc, auth, coin, wallet_id).await?;
+    Ok(svc.store.wallet_transfers(wallet_id, coin.as_str(), filter, after, limit).await?)
+}
+
+/// A chain transfer of a wallet the principal may see; `None` when the watcher has none by
+/// that id (the caller then looks at ingested events).
+pub async fn get_transfer(
+    svc: &Chains,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    id: &str,
+) -> Result<Option<Transfer>> {
+    visible_wallet(svc, auth, coin, wallet_id).await?;
+    Ok(svc.store.transfer_by_id(wallet_id, id).await?.filter(|t| &t.coin == coin))
+}
+
+/// BitGo's transfer record: value and fee in base units, as numbers (when they fit 2^53) and
+/// as strings.
+pub fn transfer_json(t: &Transfer, confirmations_now: Option<u64>) -> Value {
+    let number = |s: &str| s.parse::<i64>().ok().filter(|n| n.unsigned_abs() < (1 << 53)).map(Value::from);
+    json!({
+        "id": t.id,
+        "coin": t.coin.as_str(),
+        "wallet": t.wallet_id.as_str(),
+        "txid": t.txid,
+        "height": t.height,
+        "blockHash": t.block_hash,
+        "date": crate::ids::iso(t.date),
+        "confirmations": confirmations_now.unwrap_or(t.confirmations),
+        "type": t.kind(),
+        "value": number(&t.value),
+        "valueString": t.value,
+        "baseValue": number(&t.value),
+        "baseValueString": t.value,
+        "feeString": t.fee,
+        "state": t.state.as_str(),
+        "entries": t.entries.iter().map(|e| json!({
+            "address": e.address,
+            "value": number(&e.value),
+            "valueString": e.value,
+            "wallet": t.wallet_id.as_str(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Every configured chain's status, with its settings' coin order.
+pub async fn status(svc: &Chains) -> Result<Vec<ChainStatus>> {
+    let mut out = Vec::new();
+    for coin in svc.config.chains.keys() {
+        let s = svc.store.chain_status(coin).await?;
+        out.push(s.unwrap_or(ChainStatus { chain: coin.clone(), ..Default::default() }));
+    }
+    Ok(out)
+}
+
+/// Restarts the watch of `coin` at block `from`, clearing a halt (after a reorg deeper than
+/// `reorg_depth`). Errors: `InvalidField` when `coin` is not a configured chain.
+pub async fn resync(svc: &Chains, coin: &str, from: u64) -> Result<()> {
+    if !svc.config.chains.contains_key(coin) {
+        return Err(Error::invalid_field("coin", format!("{coin} is not a configured chain")));
+    }
+    let entry = crate::audit::EntryExt::data(
+        crate::audit::entry(AuditType::ChainResync),
+        json!({ "coin": coin, "from": from }),
+    );
+    svc.store.resync_chain(coin, from, &[entry]).await?;
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! The node a chain is read from: alloy's JSON-RPC client over the service's own HTTP client
+//! (rustls), so a node's URL, which often carries a provider's key, is never logged, every
+//! request has a timeout and an answer is capped in size.
+//!
+//! [`ChainNode`] is what the watcher needs from a chain; Ethereum is its one implementation
+//! (docs/decisions.md#watching-a-chain: UTXO chains add one, not a redesign).
+
+use std::{task, time::Duration};
+
+use alloy_json_rpc::{RequestPacket, ResponsePacket};
+use alloy_primitives::{Address, B256, U256};
+use alloy_rpc_client::RpcClient;
+use alloy_rpc_types_eth::{
+    Block, BlockTransactions, Filter, Log, Transaction, TransactionReceipt, TransactionTrait,
+};
+use alloy_transport::{TransportError, TransportErrorKind, TransportFut};
+use async_trait::async_trait;
+
+use crate::model::chain::BlockHead;
+
+/// Largest node answer read, bytes (a full block of a busy chain is a few MiB).
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// A failed node request, worded without the node's URL.
+#[derive(Debug, thiserror::Error)]
+#[error("node: {0}")]
+pub struct NodeError(pub String);
+
+/// A block as the watcher reads it.
+#[derive(Debug, Clone)]
+pub struct NodeBlock {
+    pub head: BlockHead,
+    /// Unix seconds.
+    pub time: i64,
+    /// Wei; `None` before London.
+    pub base_fee: Option<u128>,
+    pub txs: Vec<NodeTx>,
+}
+
+/// A transaction of a block.
+#[derive(Debug, Clone)]
+pub struct NodeTx {
+    pub hash: B256,
+    pub from: Address,
+    pub to: Option<Address>,
+    /// Wei.
+    pub value: U256,
+    pub nonce: u64,
+}
+
+/// An ERC-20 `Transfer(from, to, value)` log.
+#[derive(Debug, Clone)]
+pub struct TokenLog {
+    pub contract: Address,
+    pub txid: B256,
+    pub log_index: u64,
+    pub block_hash: B256,
+    pub from: Address,
+    pub to: Address,
+    pub value: U256,
+}
+
+/// What the watcher reads from a chain.
+#[async_trait]
+pub trait ChainNode: Send + Sync {
+    async fn chain_id(&self) -> Result<u64, NodeError>;
+    async fn head(&self) -> Result<u64, NodeError>;
+    /// The canonical block at `height`, `None` above the head.
+    async fn block(&self, height: u64) -> Result<Option<NodeBlock>, NodeError>;
+    /// `Transfer` logs of `contracts` in the block with hash `block`.
+    async fn token_logs(&self, block: B256, contracts: &[Address]) -> Result<Vec<TokenLog>, NodeError>;
+    /// Whether the transaction succeeded, and the fee it paid (wei); `None` when unknown.
+    async fn outcome(&self, tx: B256) -> Result<Option<(bool, U256)>, NodeError>;
+    /// Wei held by `address` at `height` (`None`: the latest block).
+    async fn balance(&self, address: Address, height: Option<u64>) -> Result<U256, NodeError>;
+    /// The token balance (`balanceOf`) of `address` at `height`.
+    async fn token_balance(
+        &self,
+        contract: Address,
+        address: Address,
+        height: Option<u64>,
+    ) -> Result<U256, NodeError>;
+}
+
+/// An Ethereum JSON-RPC node.
+pub struct EthNode {
+    client: RpcClient,
+}
+
+impl EthNode {
+    /// A client of the node at `url` (http or https), each request bounded by `timeout`.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, NodeError> {
+        let url = url::Url::parse(url).map_err(|_| NodeError("the RPC URL is not a URL".into()))?;
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| NodeError(e.without_url().to_string()))?;
+        let is_local = url.host_str().is_some_and(|h| h == "localhost" || h.starts_with("127."));
+        Ok(Self { client: RpcClient::new(Transport { http, url }, is_local) })
+    }
+
+    async fn call<P, R>(&self, method: &'static str, params: P) -> Result<R, NodeError>
+    where
+        P: alloy_json_rpc::RpcSend,
+        R: alloy_json_rpc::RpcRecv,
+    {
+        self.client.request(method, params).await.map_err(|e| NodeError(format!("{method}: {e}")))
+    }
+}
+
+fn tag(height: Option<u64>) -> String {
+    height.map(|h| format!("0x{h:x}")).unwrap_or_else(|| "latest".into())
+}
+
+alloy_sol_types::sol! {
+    event Transfer(address indexed from, address indexed to, uint256 value);
+    function balanceOf(address owner) external view returns (uint256);
+}
+
+#[async_trait]
+impl ChainNode for EthNode {
+    async fn chain_id(&self) -> Result<u64, NodeError> {
+        let id: U256 = self.call("eth_chainId", ()).await?;
+        u64::try_from(id).map_err(|_| NodeError("eth_chainId: out of range".into()))
+    }
+
+    async fn head(&self) -> Result<u64, NodeError> {
+        let n: U256 = self.call("eth_blockNumber", ()).await?;
+        u64::try_from(n).map_err(|_| NodeError("eth_blockNumber: out of range".into()))
+    }
+
+    async fn block(&self, height: u64) -> Result<Option<NodeBlock>, NodeError> {
+        let block: Option<Block<Transaction>> =
+            self.call("eth_getBlockByNumber", (tag(Some(height)), true)).await?;
+        let Some(block) = block else { return Ok(None) };
+        let h = &block.header;
+        let txs = match &block.transactions {
+            BlockTransactions::Full(txs) => txs
+                .iter()
+                .map(|t| NodeTx {
+                    hash: *t.inner.tx_hash(),
+                    from: t.inner.signer(),
+                    to: t.to(),
+                    value: t.value(),
+                    nonce: t.nonce(),
+                })
+                .collect(),
+            _ => return Err(NodeError("eth_getBlockByNumber: the node left out the transactions".into())),
+        };
+        if h.number != height {
+            return Err(NodeError(format!("eth_getBlockByNumber: asked for {height}, got {}", h.number)));
+        }
+        Ok(Some(NodeBlock {
+            head: BlockHead { height, hash: h.hash.to_string(), parent_hash: h.parent_hash.to_string() },
+            time: i64::try_from(h.timestamp).unwrap_or(i64::MAX),
+            base_fee: h.base_fee_per_gas.map(u128::from),
+            txs,
+        }))
+    }
+
+    async fn token_logs(&self, block: B256, contracts: &[Address]) -> Result<Vec<TokenLog>, NodeError> {
+        use alloy_sol_types::SolEvent;
+        if contracts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let filter = Filter::new()
+            .at_block_hash(block)
+            .address(contracts.to_vec())
+            .event_signature(Transfer::SIGNATURE_HASH);
+        let logs: Vec<Log> = self.call("eth_getLogs", (filter,)).await?;
+        let mut out = Vec::with_capacity(logs.len());
+        for log in logs {
+            // A log that is not a standard Transfer (an ERC-721 one has 4 topics) is not ours.
+            let Ok(t) = Transfer::decode_log_data(log.data()) else { continue };
+            let (Some(txid), Some(log_index)) = (log.transaction_hash, log.log_index) else { continue };
+            out.push(TokenLog {
+                contract: log.address(),
+                txid,
+                log_index,
+                block_hash: log.block_hash.unwrap_or(block),
+                from: t.from,
+                to: t.to,
+                value: t.value,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn outcome(&self, tx: B256) -> Result<Option<(bool, U256)>, NodeError> {
+        let r: Option<TransactionReceipt> = self.call("eth_getTransactionReceipt", (tx,)).await?;
+        Ok(r.map(|r| (r.status(), U256::from(r.gas_used) * U256::from(r.effective_gas_price))))
+    }
+
+    async fn balance(&self, address: Address, height: Option<u64>) -> Result<U256, NodeError> {
+        self.call("eth_getBalance", (address, tag(height))).await
+    }
+
+    async fn token_balance(
+        &self,
+        contract: Address,
+        address: Address,
+        height: Option<u64>,
+    ) -> Result<U256, NodeError> {
+        use alloy_sol_types::SolCall;
+        let data = balanceOfCall { owner: address }.abi_encode();
+        let call = serde_json::json!({ "to": contract, "data": alloy_primitives::Bytes::from(data) });
+        let answer: alloy_primitives::Bytes = self.call("eth_call", (call, tag(height))).await?;
+        balanceOfCall::abi_decode_returns(&answer).map_err(|e| NodeError(format!("balanceOf: {e}")))
+    }
+}
+
+/// alloy's transport over the service's reqwest client.
+#[derive(Clone)]
+struct Transport {
+    http: reqwest::Client,
+    url: url::Url,
+}
+
+impl Transport {
+    async fn send(self, req: RequestPacket) -> Result<ResponsePacket, TransportError> {
+        // Errors without the URL: it may hold a key.
+        let fail = |e: reqwest::Error| TransportErrorKind::custom_str(&e.without_url().to_string());
+        let mut res = self.http.post(self.url).json(&req).send().await.map_err(fail)?;
+        let status = res.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = res.chunk().await.map_err(fail)? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(TransportErrorKind::custom_str("the node's answer is too large"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            return Err(TransportErrorKind::http_error(
+                status.as_u16(),
+                String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+            ));
+        }
+        serde_json::from_slice(&body).map_err(|e| TransportError::deser_err(e, "the node's answer"))
+    }
+}
+
+impl tower::Service<RequestPacket> for Transport {
+    type Response = ResponsePacket;
+    type Error = TransportError;
+    type Future = TransportFut<'static>;
+
+    fn poll_ready(&mut self, _: &mut task::Context<'_>) -> task::Poll<Result<(), Self::Error>> {
+        task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: RequestPacket) -> Self::Future {
+        Box::pin(self.clone().send(req))
+    }
+}

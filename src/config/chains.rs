@@ -1,0 +1,112 @@
+//! `[chains.<coin>]`: the Ethereum nodes the chain watcher follows (docs/chains.md).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One watched chain, keyed by its BitGo coin name (`eth`, `hteth`, ...).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChainConfig {
+    /// A standard Ethereum JSON-RPC endpoint over http(s). It may carry a provider's key, so it
+    /// is never logged.
+    pub rpc_url: String,
+    /// The node's `eth_chainId`, checked at start (1 mainnet, 17000 Holesky, 31337 anvil).
+    pub chain_id: u64,
+    /// Blocks (the including one counted) after which a transfer is `confirmed`.
+    pub confirmations: u64,
+    /// Block headers kept to detect a reorg; a deeper reorg stops the watcher.
+    pub reorg_depth: u64,
+    /// How often the node is asked for its head, milliseconds.
+    pub poll_interval_ms: u64,
+    /// The first block read when the chain has no checkpoint yet; `None`: the node's head.
+    pub start_block: Option<u64>,
+    /// Blocks read per round while catching up (the backfill batch).
+    pub batch_blocks: u64,
+    /// Longest time one node request may take, seconds.
+    pub rpc_timeout: u64,
+    /// ERC-20 tokens whose `Transfer` logs are read.
+    pub tokens: Vec<TokenConfig>,
+}
+
+impl Default for ChainConfig {
+    fn default() -> Self {
+        Self {
+            rpc_url: String::new(),
+            chain_id: 0,
+            confirmations: 12,
+            reorg_depth: 64,
+            poll_interval_ms: 1000,
+            start_block: None,
+            batch_blocks: 100,
+            rpc_timeout: 10,
+            tokens: Vec::new(),
+        }
+    }
+}
+
+/// An ERC-20 token of a chain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The token's coin name, `<chain coin>:<ticker>` (`hteth:usdc`).
+    pub coin: String,
+    /// The contract address, `0x` and 40 hex digits.
+    pub contract: String,
+    /// The token's decimals (informational: amounts stay in base units).
+    pub decimals: u8,
+}
+
+/// Coins the watcher knows how to read: Ethereum and its test network, as BitGo names them.
+pub const WATCHABLE_COINS: &[&str] = &["eth", "hteth", "teth", "gteth"];
+
+/// Checks every chain; errors are one line naming the key.
+pub fn validate(chains: &BTreeMap<String, ChainConfig>) -> Result<(), String> {
+    for (coin, c) in chains {
+        let at = |key: &str| format!("invalid configuration: chains.{coin}.{key}");
+        if !WATCHABLE_COINS.contains(&coin.as_str()) {
+            return Err(format!(
+                "invalid configuration: chains.{coin}: not an Ethereum coin this version watches (one of {})",
+                WATCHABLE_COINS.join(", ")
+            ));
+        }
+        match url::Url::parse(&c.rpc_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            // The value is not echoed: an RPC URL often holds an API key.
+            _ => return Err(format!("{}: must be an http:// or https:// URL", at("rpc_url"))),
+        }
+        if c.chain_id == 0 {
+            return Err(format!("{}: must be set (the node's eth_chainId, e.g. 1 or 31337)", at("chain_id")));
+        }
+        if c.confirmations == 0 || c.confirmations > 10_000 {
+            return Err(format!("{}: must be 1 to 10000", at("confirmations")));
+        }
+        if c.reorg_depth < 2 || c.reorg_depth > 10_000 {
+            return Err(format!("{}: must be 2 to 10000", at("reorg_depth")));
+        }
+        if c.poll_interval_ms == 0 || c.batch_blocks == 0 || c.batch_blocks > 10_000 || c.rpc_timeout == 0 {
+            return Err(format!(
+                "{}, batch_blocks (1 to 10000) and rpc_timeout must be positive",
+                at("poll_interval_ms")
+            ));
+        }
+        for (i, t) in c.tokens.iter().enumerate() {
+            let ticker = t.coin.strip_prefix(&format!("{coin}:"));
+            if !ticker.is_some_and(|t| !t.is_empty() && t.len() <= 30)
+                || t.coin.parse::<crate::types::Coin>().is_err()
+            {
+                return Err(format!(
+                    "{}: must be {coin}:<ticker> in lower case",
+                    at(&format!("tokens[{i}].coin"))
+                ));
+            }
+            if crate::types::parse_eth_address(&t.contract).is_err() {
+                return Err(format!(
+                    "{}: must be 0x and 40 hex digits",
+                    at(&format!("tokens[{i}].contract"))
+                ));
+            }
+        }
+    }
+    Ok(())
+}

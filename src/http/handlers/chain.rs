@@ -1,0 +1,180 @@
+//! Chain routes (docs/chains.md): a wallet's addresses and transfers as BitGo serves them, and
+//! the service admin's address registration.
+
+use axum::{extract::State, Json};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::{
+    chain,
+    error::Error,
+    http::{
+        auth::Auth,
+        error::ApiResult,
+        extract::{ApiJson, ApiPath, ApiQuery},
+        ErrorResponse,
+    },
+    model::chain::TransferState,
+    paging::PageRequest,
+    store::TransferFilter,
+    types::{AnyId, Coin, WalletId},
+    AppState,
+};
+
+/// Paging of a wallet's addresses.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct AddressParams {
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+    /// The last address of the previous page (`nextBatchPrevId`).
+    #[param(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub prev_id: Option<String>,
+}
+
+/// A wallet's addresses: those its record names (`coinSpecific.baseAddress`,
+/// `receiveAddress.address`) and those added, by address.
+#[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}/addresses", tag = "wallets",
+    security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex"), AddressParams),
+    responses(
+        (status = 200, description = "`{coin, addresses, count, nextBatchPrevId?}`", body = Object),
+        (status = 400, description = "A bad path or query value", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+    ))]
+pub async fn list_addresses(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
+    ApiQuery(p): ApiQuery<AddressParams>,
+) -> ApiResult<Json<Value>> {
+    let page = PageRequest::new(p.limit, None)?;
+    if let Some(prev) = &p.prev_id {
+        crate::types::parse_eth_address(prev).map_err(|e| Error::invalid_field("prevId", e))?;
+    }
+    let found =
+        chain::list_addresses(&state.chains, &auth, &coin, &wallet_id, p.prev_id.as_deref(), page.fetch())
+            .await?;
+    let page = page.page(found, |a| a.address.as_str());
+    let addresses: Vec<Value> = page.items.iter().map(|a| chain::address_json(a, &coin)).collect();
+    let mut body = json!({ "coin": coin.as_str(), "count": addresses.len(), "addresses": addresses });
+    if let Some(next) = page.next_batch_prev_id {
+        body["nextBatchPrevId"] = json!(next);
+    }
+    Ok(Json(body))
+}
+
+/// An address to watch.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AddAddressRequest {
+    /// `0x` and 40 hex digits; mixed case must be a valid EIP-55 checksum.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub address: String,
+    #[schema(max_length = 250)]
+    pub label: Option<String>,
+}
+
+/// Adds a watched address to a wallet of an Ethereum coin (service admins). The chain watcher
+/// picks it up at its next round.
+#[utoipa::path(post, path = "/api/v2/internal/wallet/{walletId}/addresses", tag = "wallets",
+    security(("bearer" = [])),
+    params(("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
+    request_body = AddAddressRequest,
+    responses(
+        (status = 200, description = "The address, checksummed", body = Object),
+        (status = 400, description = "Not an address, or not an Ethereum wallet", body = ErrorResponse),
+        (status = 403, description = "Not a service admin", body = ErrorResponse),
+        (status = 404, description = "No such wallet", body = ErrorResponse),
+        (status = 409, description = "Another wallet watches the address (AddressInUse)", body = ErrorResponse),
+    ))]
+pub async fn add_address(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(wallet_id): ApiPath<WalletId>,
+    ApiJson(req): ApiJson<AddAddressRequest>,
+) -> ApiResult<Json<Value>> {
+    let added = chain::add_address(&state.chains, Some(&auth), &wallet_id, &req.address, req.label).await?;
+    let coin = added.chain.clone();
+    Ok(Json(chain::address_json(&added, &coin)))
+}
+
+/// Filters and paging of a wallet's transfers.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct TransferParams {
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+    /// The last transfer id of the previous page (`nextBatchPrevId`).
+    pub prev_id: Option<AnyId>,
+    /// `unconfirmed`, `confirmed`, `removed` or `replaced`.
+    pub state: Option<String>,
+    /// `send` or `receive`.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    pub kind: Option<String>,
+    /// A transaction hash, `0x` and 64 hex digits.
+    #[param(pattern = "^0x[0-9a-f]{64}$")]
+    pub tx_hash: Option<String>,
+}
+
+/// A wallet's transfers seen on chain, newest first (BitGo's `wallet.transfers()`).
+#[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}/transfer", tag = "wallets",
+    security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker; a token coin lists that token's transfers"),
+        ("walletId" = WalletId, Path, description = "Wallet id, 32 hex"), TransferParams),
+    responses(
+        (status = 200, description = "`{coin, transfers, nextBatchPrevId?}`", body = Object),
+        (status = 400, description = "A bad path or query value", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+    ))]
+pub async fn list_transfers(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
+    ApiQuery(p): ApiQuery<TransferParams>,
+) -> ApiResult<Json<Value>> {
+    let page = PageRequest::new(p.limit, p.prev_id)?;
+    let state_filter = p
+        .state
+        .as_deref()
+        .map(|s| {
+            TransferState::parse(s)
+                .ok_or_else(|| Error::invalid_field("state", "unconfirmed, confirmed, removed or replaced"))
+        })
+        .transpose()?;
+    let kind = match p.kind.as_deref() {
+        None => None,
+        Some("send") => Some("send"),
+        Some("receive") => Some("receive"),
+        Some(_) => return Err(Error::invalid_field("type", "send or receive").into()),
+    };
+    if let Some(h) = &p.tx_hash {
+        if h.len() != 66 || !h.starts_with("0x") || !h[2..].bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::invalid_field("txHash", "0x and 64 hex digits").into());
+        }
+    }
+    let filter =
+        TransferFilter { state: state_filter, kind, txid: p.tx_hash.map(|h| h.to_ascii_lowercase()) };
+    let after = page.prev_id.as_ref().map(|id| id.as_str().to_string());
+    let found = chain::list_transfers(
+        &state.chains,
+        &auth,
+        &coin,
+        &wallet_id,
+        &filter,
+        after.as_deref(),
+        page.fetch(),
+    )
+    .await?;
+    let page = page.page(found, |t| t.id.as_str());
+    let transfers: Vec<Value> = page.items.iter().map(|t| chain::transfer_json(t, None)).collect();
+    let mut body = json!({ "coin": coin.as_str(), "transfers": transfers });
+    if let Some(next) = page.next_batch_prev_id {
+        body["nextBatchPrevId"] = json!(next);
+    }
+    Ok(Json(body))
+}

@@ -1,0 +1,139 @@
+//! What the chain watcher keeps (docs/chains.md): a wallet's watched addresses, the block
+//! headers kept for reorg detection, a chain's checkpoint, and transfers with BitGo's states.
+
+use crate::types::{Coin, WalletId};
+
+/// A watched address of a wallet: EIP-55 checksummed, `0x` and 40 hex digits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalletAddress {
+    /// The chain coin (`hteth`), also for token transfers.
+    pub chain: Coin,
+    pub address: String,
+    pub wallet_id: WalletId,
+    pub label: Option<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// A block header kept for reorg detection; hashes are `0x` and 64 hex digits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockHead {
+    pub height: u64,
+    pub hash: String,
+    pub parent_hash: String,
+}
+
+/// A chain's progress as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChainStatus {
+    pub chain: String,
+    /// The last block processed (the checkpoint) and its hash.
+    pub height: Option<u64>,
+    pub hash: Option<String>,
+    /// The node's head when last asked.
+    pub node_head: Option<u64>,
+    /// Why the watcher stopped (a reorg deeper than `reorg_depth`); `None` while it runs.
+    pub halted: Option<String>,
+    /// Depth and time (Unix seconds) of the last reorg seen.
+    pub last_reorg_depth: Option<u64>,
+    pub last_reorg_at: Option<i64>,
+    /// Who holds the watch (a process id) and until when, Unix milliseconds.
+    pub lease_holder: Option<String>,
+    pub lease_until: Option<i64>,
+}
+
+impl ChainStatus {
+    /// Blocks the checkpoint is behind the node's head.
+    pub fn lag(&self) -> u64 {
+        match (self.node_head, self.height) {
+            (Some(head), Some(at)) => head.saturating_sub(at),
+            (Some(head), None) => head,
+            _ => 0,
+        }
+    }
+}
+
+/// BitGo's transfer states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransferState {
+    /// Seen in a block with fewer than the chain's `confirmations`.
+    Unconfirmed,
+    /// In a block with at least `confirmations`.
+    Confirmed,
+    /// Its block was orphaned by a reorg and the new branch does not hold it.
+    Removed,
+    /// Another transaction of the same sender and nonce was mined instead.
+    Replaced,
+}
+
+impl TransferState {
+    pub const ALL: [TransferState; 4] = [Self::Unconfirmed, Self::Confirmed, Self::Removed, Self::Replaced];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unconfirmed => "unconfirmed",
+            Self::Confirmed => "confirmed",
+            Self::Removed => "removed",
+            Self::Replaced => "replaced",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+/// One address's part in a transfer: base units, negative for what left it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TransferEntry {
+    pub address: String,
+    /// Signed base units as decimal digits (`-1000000000000000000`).
+    pub value: String,
+}
+
+/// A transfer into or out of one wallet: one transaction's effect on the wallet for one coin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    /// 32 hex, derived from (coin, txid, wallet), so a re-included transaction keeps its id.
+    pub id: String,
+    pub wallet_id: WalletId,
+    /// The chain coin or the token coin (`hteth:usdc`).
+    pub coin: Coin,
+    /// The chain coin.
+    pub chain: Coin,
+    /// `0x` and 64 hex digits.
+    pub txid: String,
+    pub height: u64,
+    pub block_hash: String,
+    pub state: TransferState,
+    /// Signed base units as decimal digits: positive for a receive, negative for a send.
+    pub value: String,
+    /// Fee paid by the wallet in the chain coin's base units (sends of the chain coin only).
+    pub fee: String,
+    pub entries: Vec<TransferEntry>,
+    /// The block's time, Unix seconds.
+    pub date: i64,
+    /// The most confirmations this transfer reached on the branch that holds it.
+    pub confirmations: u64,
+    /// The sender and nonce of the transaction, to tell a replacement (`replaced`).
+    pub sender: String,
+    pub nonce: u64,
+}
+
+impl Transfer {
+    /// `send` or `receive`, as BitGo's `type`.
+    pub fn kind(&self) -> &'static str {
+        if self.value.starts_with('-') {
+            "send"
+        } else {
+            "receive"
+        }
+    }
+
+    /// The deterministic id of a transaction's transfer for a wallet and coin.
+    pub fn id_for(coin: &str, txid: &str, wallet: &WalletId) -> String {
+        let mut id = crate::digest::sha256_hex(format!("{coin}|{txid}|{}", wallet.as_str()).as_bytes());
+        id.truncate(32);
+        id
+    }
+}

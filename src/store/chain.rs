@@ -1,0 +1,469 @@
+//! What the chain watcher keeps (`model::chain`): watched addresses, block headers, each
+//! chain's checkpoint and lease, and transfers. The rules (states, reorgs) are `chain`'s.
+
+use async_trait::async_trait;
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::chain_rows::{rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS, UPSERT_TRANSFER};
+use super::sql::{parse_stored, to_json, Dialect};
+use super::sql_store::SqlStore;
+use super::StoreResult;
+use crate::model::audit::AuditEntry;
+use crate::model::chain::{BlockHead, ChainStatus, Transfer, TransferState, WalletAddress};
+use crate::model::wallet::Balances;
+use crate::types::{Coin, WalletId};
+
+/// One processed block's effects, written in one transaction.
+#[derive(Debug)]
+pub struct BlockWrite<'a> {
+    pub chain: &'a str,
+    pub head: &'a BlockHead,
+    /// Transfers found in the block or whose state or confirmations changed.
+    pub transfers: &'a [Transfer],
+    /// Headers below this height are dropped (beyond `reorg_depth`).
+    pub keep_from: u64,
+    /// Balances of the wallets the block touched, as of the block.
+    pub balances: &'a [(WalletId, Balances)],
+}
+
+/// Which of a wallet's transfers a list shows.
+#[derive(Debug, Default, Clone)]
+pub struct TransferFilter {
+    pub state: Option<TransferState>,
+    /// `send` or `receive`.
+    pub kind: Option<&'static str>,
+    pub txid: Option<String>,
+}
+
+/// Addresses, headers, checkpoints and transfers.
+#[async_trait]
+pub trait ChainStore: Send + Sync {
+    /// Watches `a`; `Err(owner)` when the chain already watches the address for a wallet
+    /// (`owner`, possibly `a.wallet_id` itself). `audit` is written with it.
+    async fn add_address(&self, a: &WalletAddress, audit: &[AuditEntry])
+        -> StoreResult<Result<(), WalletId>>;
+    /// A wallet's added addresses by address after `after`, at most `limit`.
+    async fn wallet_addresses(
+        &self,
+        wallet: &WalletId,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<WalletAddress>>;
+    /// Every added address of a chain, with its wallet.
+    async fn chain_addresses(&self, chain: &str) -> StoreResult<Vec<(String, WalletId)>>;
+    /// The records (JSON text) of the chain coin's wallets that are not deleted.
+    async fn chain_wallet_records(&self, chain: &str) -> StoreResult<Vec<(WalletId, String)>>;
+    /// Changes whenever the chain's address set may have: (added addresses, wallets, latest
+    /// wallet change).
+    async fn address_fingerprint(&self, chain: &str) -> StoreResult<(i64, i64, i64)>;
+    async fn chain_status(&self, chain: &str) -> StoreResult<Option<ChainStatus>>;
+    /// Takes or renews the watch of `chain` for `holder` until `until_ms` when it is free,
+    /// expired at `now_ms`, or already `holder`'s. Whether `holder` holds it.
+    async fn take_chain_lease(
+        &self,
+        chain: &str,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<bool>;
+    /// Records the node's head, and the halt reason (`None` clears it).
+    async fn set_chain_node(&self, chain: &str, node_head: u64, halted: Option<&str>) -> StoreResult<()>;
+    /// The kept headers at `from` and above, by height.
+    async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>>;
+    /// Writes a block's effects and moves the checkpoint to it, in one transaction.
+    async fn record_block(&self, w: BlockWrite<'_>) -> StoreResult<()>;
+    /// A reorg back to `ancestor` (`depth` blocks): live transfers above it become `removed`
+    /// and are returned, headers above it are dropped, the checkpoint moves to it.
+    async fn rewind_chain(
+        &self,
+        chain: &str,
+        ancestor: &BlockHead,
+        depth: u64,
+        now: i64,
+    ) -> StoreResult<Vec<Transfer>>;
+    /// Restarts a chain at `height` (the next block read is `height`): clears its headers,
+    /// checkpoint and halt. `audit` is written with it.
+    async fn resync_chain(&self, chain: &str, height: u64, audit: &[AuditEntry]) -> StoreResult<()>;
+    /// Live (unconfirmed or confirmed) transfers of a chain at `min_height` and above.
+    async fn live_transfers(&self, chain: &str, min_height: u64) -> StoreResult<Vec<Transfer>>;
+    /// Unconfirmed sends of a wallet in coin `coin`, for its spendable balance.
+    async fn unconfirmed_sends(&self, wallet: &WalletId, coin: &str) -> StoreResult<Vec<Transfer>>;
+    /// A wallet's transfers of `coin`, newest first, after transfer `after`, at most `limit`.
+    async fn wallet_transfers(
+        &self,
+        wallet: &WalletId,
+        coin: &str,
+        filter: &TransferFilter,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Transfer>>;
+    async fn transfer_by_id(&self, wallet: &WalletId, id: &str) -> StoreResult<Option<Transfer>>;
+}
+
+/// Heights are below 2^63 on any chain; a larger one is stored as the largest.
+fn h(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl<DB> ChainStore for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> TransferRow: FromRow<'r, DB::Row>,
+    for<'r> (String, String, Option<String>, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64): FromRow<'r, DB::Row>,
+    for<'r> ChainStateRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    async fn add_address(
+        &self,
+        a: &WalletAddress,
+        audit: &[AuditEntry],
+    ) -> StoreResult<Result<(), WalletId>> {
+        let mut tx = self.begin_write().await?;
+        let owner: Option<String> =
+            sqlx::query_scalar("SELECT wallet_id FROM wallet_addresses WHERE chain = $1 AND address = $2")
+                .bind(a.chain.as_str())
+                .bind(a.address.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some(owner) = owner {
+            return Ok(Err(parse_stored(&owner, "address wallet")?));
+        }
+        sqlx::query(
+            "INSERT INTO wallet_addresses (chain, address, wallet_id, label, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(a.chain.as_str())
+        .bind(a.address.as_str())
+        .bind(a.wallet_id.as_str())
+        .bind(a.label.as_deref())
+        .bind(a.created_at)
+        .execute(&mut *tx)
+        .await?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    async fn wallet_addresses(
+        &self,
+        wallet: &WalletId,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<WalletAddress>> {
+        let found: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
+            "SELECT chain, address, label, created_at FROM wallet_addresses \
+             WHERE wallet_id = $1 AND address > $2 ORDER BY address LIMIT $3",
+        )
+        .bind(wallet.as_str())
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        found
+            .into_iter()
+            .map(|(chain, address, label, created_at)| {
+                Ok(WalletAddress {
+                    chain: parse_stored::<Coin>(&chain, "address chain")?,
+                    address,
+                    wallet_id: wallet.clone(),
+                    label,
+                    created_at,
+                })
+            })
+            .collect()
+    }
+
+    async fn chain_addresses(&self, chain: &str) -> StoreResult<Vec<(String, WalletId)>> {
+        let found: Vec<(String, String)> =
+            sqlx::query_as("SELECT address, wallet_id FROM wallet_addresses WHERE chain = $1")
+                .bind(chain)
+                .fetch_all(&self.pool)
+                .await?;
+        found.into_iter().map(|(a, w)| Ok((a, parse_stored(&w, "address wallet")?))).collect()
+    }
+
+    async fn chain_wallet_records(&self, chain: &str) -> StoreResult<Vec<(WalletId, String)>> {
+        let found: Vec<(String, String)> =
+            sqlx::query_as("SELECT id, record FROM wallets WHERE coin = $1 AND deleted = $2")
+                .bind(chain)
+                .bind(false)
+                .fetch_all(&self.pool)
+                .await?;
+        found.into_iter().map(|(w, r)| Ok((parse_stored(&w, "wallet id")?, r))).collect()
+    }
+
+    async fn address_fingerprint(&self, chain: &str) -> StoreResult<(i64, i64, i64)> {
+        Ok(sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM wallet_addresses WHERE chain = $1), \
+             COUNT(*), COALESCE(MAX(updated_at), 0) FROM wallets WHERE coin = $1",
+        )
+        .bind(chain)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn chain_status(&self, chain: &str) -> StoreResult<Option<ChainStatus>> {
+        let row: Option<ChainStateRow> = sqlx::query_as(
+            "SELECT chain, height, hash, node_head, halted, last_reorg_depth, last_reorg_at, lease_holder, \
+             lease_until_ms FROM chain_state WHERE chain = $1",
+        )
+        .bind(chain)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(ChainStateRow::into_status))
+    }
+
+    async fn take_chain_lease(
+        &self,
+        chain: &str,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("INSERT INTO chain_state (chain) VALUES ($1) ON CONFLICT (chain) DO NOTHING")
+            .bind(chain)
+            .execute(&mut *tx)
+            .await?;
+        let taken = sqlx::query(
+            "UPDATE chain_state SET lease_holder = $2, lease_until_ms = $3 WHERE chain = $1 \
+             AND (lease_holder IS NULL OR lease_holder = $2 OR lease_until_ms < $4)",
+        )
+        .bind(chain)
+        .bind(holder)
+        .bind(until_ms)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(DB::rows_affected(&taken) == 1)
+    }
+
+    async fn set_chain_node(&self, chain: &str, node_head: u64, halted: Option<&str>) -> StoreResult<()> {
+        sqlx::query("UPDATE chain_state SET node_head = $2, halted = $3 WHERE chain = $1")
+            .bind(chain)
+            .bind(h(node_head))
+            .bind(halted)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>> {
+        let found: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT height, hash, parent_hash FROM chain_heads WHERE chain = $1 AND height >= $2 ORDER BY height",
+        )
+        .bind(chain)
+        .bind(h(from))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(found
+            .into_iter()
+            .map(|(height, hash, parent_hash)| BlockHead {
+                height: u64::try_from(height).unwrap_or(0),
+                hash,
+                parent_hash,
+            })
+            .collect())
+    }
+
+    async fn record_block(&self, w: BlockWrite<'_>) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        let now_ms = crate::ids::now_ms();
+        for t in w.transfers {
+            sqlx::query(UPSERT_TRANSFER)
+                .bind(t.id.as_str())
+                .bind(t.wallet_id.as_str())
+                .bind(t.coin.as_str())
+                .bind(t.chain.as_str())
+                .bind(t.txid.as_str())
+                .bind(h(t.height))
+                .bind(t.block_hash.as_str())
+                .bind(t.state.as_str())
+                .bind(t.value.as_str())
+                .bind(t.fee.as_str())
+                .bind(to_json(&t.entries)?)
+                .bind(t.date)
+                .bind(h(t.confirmations))
+                .bind(t.sender.as_str())
+                .bind(h(t.nonce))
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query(
+            "INSERT INTO chain_heads (chain, height, hash, parent_hash) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (chain, height) DO UPDATE SET hash = excluded.hash, parent_hash = excluded.parent_hash",
+        )
+        .bind(w.chain)
+        .bind(h(w.head.height))
+        .bind(w.head.hash.as_str())
+        .bind(w.head.parent_hash.as_str())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height < $2")
+            .bind(w.chain)
+            .bind(h(w.keep_from))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE chain_state SET height = $2, hash = $3 WHERE chain = $1")
+            .bind(w.chain)
+            .bind(h(w.head.height))
+            .bind(w.head.hash.as_str())
+            .execute(&mut *tx)
+            .await?;
+        for (wallet, b) in w.balances {
+            let mut q = sqlx::query(super::wallets::UPDATE_BALANCES);
+            for amount in b.texts() {
+                q = q.bind(amount);
+            }
+            q.bind(crate::ids::now()).bind(wallet.as_str()).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn rewind_chain(
+        &self,
+        chain: &str,
+        ancestor: &BlockHead,
+        depth: u64,
+        now: i64,
+    ) -> StoreResult<Vec<Transfer>> {
+        let mut tx = self.begin_write().await?;
+        let removed: Vec<TransferRow> = sqlx::query_as(&format!(
+            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height > $2 \
+             AND state IN ('unconfirmed', 'confirmed')"
+        ))
+        .bind(chain)
+        .bind(h(ancestor.height))
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE transfers SET state = 'removed' WHERE chain = $1 AND height > $2 \
+             AND state IN ('unconfirmed', 'confirmed')",
+        )
+        .bind(chain)
+        .bind(h(ancestor.height))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height > $2")
+            .bind(chain)
+            .bind(h(ancestor.height))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE chain_state SET height = $2, hash = $3, last_reorg_depth = $4, last_reorg_at = $5 WHERE chain = $1",
+        )
+        .bind(chain)
+        .bind(h(ancestor.height))
+        .bind(ancestor.hash.as_str())
+        .bind(h(depth))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut removed = rows(removed)?;
+        for t in &mut removed {
+            t.state = TransferState::Removed;
+        }
+        Ok(removed)
+    }
+
+    async fn resync_chain(&self, chain: &str, height: u64, audit: &[AuditEntry]) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM chain_heads WHERE chain = $1").bind(chain).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO chain_state (chain) VALUES ($1) ON CONFLICT (chain) DO NOTHING")
+            .bind(chain)
+            .execute(&mut *tx)
+            .await?;
+        // The checkpoint is the block before `height`, with no hash: nothing to compare.
+        sqlx::query("UPDATE chain_state SET height = $2, hash = NULL, halted = NULL WHERE chain = $1")
+            .bind(chain)
+            .bind(height.checked_sub(1).map(h))
+            .execute(&mut *tx)
+            .await?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn live_transfers(&self, chain: &str, min_height: u64) -> StoreResult<Vec<Transfer>> {
+        let found: Vec<TransferRow> = sqlx::query_as(&format!(
+            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height >= $2 \
+             AND state IN ('unconfirmed', 'confirmed') ORDER BY height"
+        ))
+        .bind(chain)
+        .bind(h(min_height))
+        .fetch_all(&self.pool)
+        .await?;
+        rows(found)
+    }
+
+    async fn unconfirmed_sends(&self, wallet: &WalletId, coin: &str) -> StoreResult<Vec<Transfer>> {
+        let found: Vec<TransferRow> = sqlx::query_as(&format!(
+            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE wallet_id = $1 AND coin = $2 \
+             AND state = 'unconfirmed' AND value LIKE '-%'"
+        ))
+        .bind(wallet.as_str())
+        .bind(coin)
+        .fetch_all(&self.pool)
+        .await?;
+        rows(found)
+    }
+
+    async fn wallet_transfers(
+        &self,
+        wallet: &WalletId,
+        coin: &str,
+        filter: &TransferFilter,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Transfer>> {
+        let mut sql = format!("SELECT {TRANSFER_COLUMNS} FROM transfers WHERE wallet_id = $1 AND coin = $2");
+        sql.push_str(" AND ($3 = '' OR state = $3) AND ($4 = '' OR txid = $4)");
+        sql.push_str(match filter.kind {
+            Some("send") => " AND value LIKE '-%'",
+            Some(_) => " AND value NOT LIKE '-%'",
+            None => "",
+        });
+        // Newest first; the cursor is the last transfer of the previous page.
+        sql.push_str(
+            " AND ($5 = '' OR seen_ms < (SELECT seen_ms FROM transfers WHERE id = $5) \
+             OR (seen_ms = (SELECT seen_ms FROM transfers WHERE id = $5) AND id < $5)) \
+             ORDER BY seen_ms DESC, id DESC LIMIT $6",
+        );
+        let found: Vec<TransferRow> = sqlx::query_as(&sql)
+            .bind(wallet.as_str())
+            .bind(coin)
+            .bind(filter.state.map(TransferState::as_str).unwrap_or(""))
+            .bind(filter.txid.as_deref().unwrap_or(""))
+            .bind(after.unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows(found)
+    }
+
+    async fn transfer_by_id(&self, wallet: &WalletId, id: &str) -> StoreResult<Option<Transfer>> {
+        let found: Option<TransferRow> = sqlx::query_as(&format!(
+            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE id = $1 AND wallet_id = $2"
+        ))
+        .bind(id)
+        .bind(wallet.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        found.map(TransferRow::into_transfer).transpose()
+    }
+}

@@ -1,0 +1,346 @@
+//! The chain watcher against a real Ethereum node: anvil, from npm (`chain-tests/`, installed
+//! by `.ci/run`). Transactions are sent from anvil's unlocked dev accounts.
+
+use std::{process::Stdio, time::Duration};
+
+use custodian::config::{ChainConfig, Config};
+use serde_json::{json, Value};
+
+use crate::common::*;
+use crate::receiver::TestReceiver;
+
+/// anvil's first three dev accounts.
+const RICH: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+const WATCHED: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+const OTHER: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+const WALLET: &str = "feedfacefeedfacefeedfacefeedface";
+const ONE_ETH: u128 = 1_000_000_000_000_000_000;
+
+/// A running anvil, killed when dropped.
+pub struct Anvil {
+    child: std::process::Child,
+    pub url: String,
+    http: reqwest::Client,
+}
+
+impl Drop for Anvil {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Anvil {
+    /// Starts anvil on a free port (chain id 31337, automine).
+    pub async fn start() -> Self {
+        let bin = std::env::var("CUSTODIAN_TEST_ANVIL").unwrap_or_else(|_| {
+            format!(
+                "{}/chain-tests/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil",
+                env!("CARGO_MANIFEST_DIR")
+            )
+        });
+        assert!(
+            std::path::Path::new(&bin).exists(),
+            "anvil not found at {bin}: run `npm install` in chain-tests/ (as .ci/run does)"
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new(bin)
+            .args(["--port", &port.to_string(), "--host", "127.0.0.1", "--chain-id", "31337", "--silent"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start anvil");
+        let anvil = Anvil { child, url: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
+        until("anvil answers", 20, || async { anvil.try_rpc("eth_blockNumber", json!([])).await.ok() }).await;
+        anvil
+    }
+
+    async fn try_rpc(&self, method: &str, params: Value) -> Result<Value, String> {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+        let res = self.http.post(&self.url).json(&body).send().await.map_err(|e| e.to_string())?;
+        let v: Value = res.json().await.map_err(|e| e.to_string())?;
+        match v.get("error") {
+            Some(e) => Err(e.to_string()),
+            None => Ok(v["result"].clone()),
+        }
+    }
+
+    pub async fn rpc(&self, method: &str, params: Value) -> Value {
+        self.try_rpc(method, params.clone()).await.unwrap_or_else(|e| panic!("{method} {params}: {e}"))
+    }
+
+    pub async fn send(&self, from: &str, to: &str, wei: u128) -> String {
+        let tx = json!({ "from": from, "to": to, "value": format!("0x{wei:x}") });
+        self.rpc("eth_sendTransaction", json!([tx])).await.as_str().unwrap().to_string()
+    }
+
+    pub async fn mine(&self, blocks: u64) {
+        self.rpc("anvil_mine", json!([format!("0x{blocks:x}")])).await;
+    }
+
+    pub async fn head(&self) -> u64 {
+        hex_u128(&self.rpc("eth_blockNumber", json!([])).await) as u64
+    }
+
+    pub async fn balance(&self, address: &str) -> u128 {
+        hex_u128(&self.rpc("eth_getBalance", json!([address, "latest"])).await)
+    }
+}
+
+fn hex_u128(v: &Value) -> u128 {
+    u128::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// The node as a chain of the config, 3 confirmations, polled every 50 ms from block 0.
+pub fn watch(c: &mut Config, anvil: &Anvil) {
+    crate::webhooks::fast(c);
+    let chain = ChainConfig {
+        rpc_url: anvil.url.clone(),
+        chain_id: 31337,
+        confirmations: 3,
+        reorg_depth: 8,
+        poll_interval_ms: 50,
+        start_block: Some(0),
+        ..ChainConfig::default()
+    };
+    c.chains.insert("hteth".into(), chain);
+}
+
+struct Chain {
+    anvil: Anvil,
+    app: TestApp,
+    token: String,
+    admin: String,
+    receiver: TestReceiver,
+}
+
+async fn chain_fixture() -> Chain {
+    let anvil = Anvil::start().await;
+    let app = spawn_app_with(|c| watch(c, &anvil)).await;
+    let user = app.create_user("chain@example.com").await;
+    let enterprise = app.create_enterprise("Chain", &[(&user, true)]).await;
+    let record = json!({
+        "id": WALLET, "label": "eth hot", "coin": "hteth", "type": "hot", "m": 2, "n": 3, "enterprise": enterprise,
+        "organization": "org-7", "allowBackupKeySigning": false, "approvalsRequired": 1,
+        "coinSpecific": { "baseAddress": WATCHED.to_lowercase() }, "deleted": false,
+        "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false, "isCold": false,
+        "startDate": "2025-01-01T00:00:00Z", "users": [{ "user": user.id, "permissions": ["admin"] }],
+    });
+    let s = custodian::wallets::import::import(&app.state.store, &json!([record]).to_string(), |_, _| {})
+        .await
+        .expect("import");
+    assert_eq!(s.imported, 1, "{s:?}");
+    let token = app.login(&user).await;
+    let ops = app.create_user_with("chain-ops@example.com", true).await;
+    let admin = app.login(&ops).await;
+    let receiver = TestReceiver::start().await;
+    let hook = json!({ "type": "transfer", "url": receiver.url, "label": "chain" });
+    expect_json(app.post_auth(&format!("/api/v2/hteth/wallet/{WALLET}/webhooks"), &token, &hook).await, 200)
+        .await;
+    Chain { anvil, app, token, admin, receiver }
+}
+
+impl Chain {
+    async fn transfers(&self, query: &str) -> Vec<Value> {
+        let path = format!("/api/v2/hteth/wallet/{WALLET}/transfer{query}");
+        let body = expect_json(self.app.get_auth(&path, &self.token).await, 200).await;
+        body["transfers"].as_array().unwrap().clone()
+    }
+
+    async fn wallet(&self) -> Value {
+        let path = format!("/api/v2/hteth/wallet/{WALLET}?expandBalance=true");
+        expect_json(self.app.get_auth(&path, &self.token).await, 200).await
+    }
+
+    /// (state, valueString, hash) of every transfer notification received so far.
+    fn notified(&self) -> Vec<(String, String, String)> {
+        self.receiver
+            .received()
+            .iter()
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .map(|b| {
+                let s = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+                (s("state"), s("valueString"), s("hash"))
+            })
+            .collect()
+    }
+
+    async fn checkpoint(&self) -> u64 {
+        let s = custodian::chain::status(&self.app.state.chains).await.unwrap();
+        s[0].height.unwrap_or(0)
+    }
+
+    async fn caught_up(&self) {
+        let head = self.anvil.head().await;
+        until("the watcher reaches the node's head", 20, || async {
+            (self.checkpoint().await >= head).then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn an_eth_transfer_is_notified_unconfirmed_then_confirmed_with_the_nodes_balance() {
+    let c = chain_fixture().await;
+    let txid = c.anvil.send(RICH, WATCHED, ONE_ETH).await;
+    c.receiver.wait_for(1, 20).await;
+    let first = c.notified();
+    assert_eq!(first, [("unconfirmed".to_string(), ONE_ETH.to_string(), txid.clone())]);
+    // Two more blocks: three confirmations.
+    c.anvil.mine(2).await;
+    c.receiver.wait_for(2, 20).await;
+    assert_eq!(c.notified()[1], ("confirmed".to_string(), ONE_ETH.to_string(), txid.clone()));
+    c.caught_up().await;
+    let listed = c.transfers("").await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let t = &listed[0];
+    assert_eq!((t["state"].as_str(), t["type"].as_str()), (Some("confirmed"), Some("receive")));
+    assert_eq!(t["txid"].as_str(), Some(txid.as_str()));
+    assert_eq!(t["valueString"].as_str(), Some(ONE_ETH.to_string().as_str()));
+    assert_eq!(t["entries"][0]["address"].as_str(), Some(WATCHED));
+    // The transfer by id, and the same through the filters.
+    let id = t["id"].as_str().unwrap();
+    let by_id = expect_json(
+        c.app.get_auth(&format!("/api/v2/hteth/wallet/{WALLET}/transfer/{id}"), &c.token).await,
+        200,
+    )
+    .await;
+    assert_eq!(by_id["txid"], t["txid"]);
+    assert_eq!(c.transfers(&format!("?txHash={txid}&type=receive&state=confirmed")).await.len(), 1);
+    assert_eq!(c.transfers("?type=send").await.len(), 0);
+    // Balances are the node's.
+    let node = c.anvil.balance(WATCHED).await;
+    let w = c.wallet().await;
+    assert_eq!(w["balanceString"].as_str(), Some(node.to_string().as_str()), "{w}");
+    assert_eq!(w["confirmedBalanceString"].as_str(), Some(node.to_string().as_str()), "{w}");
+    // A send from the wallet: its value is negative, amount and fee.
+    let sent = c.anvil.send(WATCHED, OTHER, ONE_ETH / 4).await;
+    c.receiver.wait_for(3, 20).await;
+    let (state, value, hash) = c.notified()[2].clone();
+    assert_eq!((state.as_str(), hash.as_str()), ("unconfirmed", sent.as_str()));
+    let value: i128 = value.parse().unwrap();
+    assert!(value < -((ONE_ETH / 4) as i128), "amount and fee: {value}");
+    c.caught_up().await;
+    let node = c.anvil.balance(WATCHED).await;
+    let w = c.wallet().await;
+    assert_eq!(w["balanceString"].as_str(), Some(node.to_string().as_str()), "{w}");
+    // Spendable is the confirmed balance less the unconfirmed send.
+    let confirmed: u128 = w["confirmedBalanceString"].as_str().unwrap().parse().unwrap();
+    let spendable: u128 = w["spendableBalanceString"].as_str().unwrap().parse().unwrap();
+    assert_eq!(confirmed - spendable, value.unsigned_abs());
+    // Balances of a watched coin are the node's: setting them is refused.
+    let res = c
+        .app
+        .post_auth(
+            &format!("/api/v2/internal/wallet/{WALLET}/balance"),
+            &c.admin,
+            &json!({ "balanceString": "1" }),
+        )
+        .await;
+    assert_error(res, 400, "BadRequest").await;
+}
+
+#[tokio::test]
+async fn a_transfer_in_an_orphaned_block_is_removed_and_its_balance_restored() {
+    let c = chain_fixture().await;
+    c.anvil.mine(1).await;
+    c.caught_up().await;
+    let before = c.anvil.balance(WATCHED).await;
+    let txid = c.anvil.send(RICH, WATCHED, 2 * ONE_ETH).await;
+    c.receiver.wait_for(1, 20).await;
+    c.caught_up().await;
+    assert_eq!(c.wallet().await["balanceString"].as_str(), Some((before + 2 * ONE_ETH).to_string().as_str()));
+    // Replace the last block by an empty one: the transaction is gone from the chain.
+    c.anvil.rpc("anvil_reorg", json!([1, []])).await;
+    c.anvil.mine(1).await;
+    c.receiver.wait_for(2, 20).await;
+    assert_eq!(c.notified()[1], ("removed".to_string(), (2 * ONE_ETH).to_string(), txid.clone()));
+    c.caught_up().await;
+    let listed = c.transfers("").await;
+    assert_eq!(listed[0]["state"].as_str(), Some("removed"), "{listed:?}");
+    assert_eq!(c.anvil.balance(WATCHED).await, before);
+    until("the balance is restored", 10, || async {
+        (c.wallet().await["balanceString"].as_str() == Some(before.to_string().as_str())).then_some(())
+    })
+    .await;
+    let status = custodian::chain::status(&c.app.state.chains).await.unwrap();
+    assert_eq!(status[0].last_reorg_depth, Some(1));
+}
+
+#[tokio::test]
+async fn block_webhooks_hear_each_block_once_at_their_confirmations() {
+    let c = chain_fixture().await;
+    c.anvil.mine(3).await;
+    c.caught_up().await;
+    let start = c.anvil.head().await;
+    let blocks = TestReceiver::start().await;
+    let hook = json!({ "type": "block", "url": blocks.url, "numConfirmations": 3 });
+    expect_json(c.app.post_auth("/api/v2/hteth/webhooks", &c.token, &hook).await, 200).await;
+    c.anvil.mine(6).await;
+    c.caught_up().await;
+    // Blocks start-1 ..= start+4 reach 3 confirmations with blocks start+1 ..= start+6, after
+    // the webhook was made; none twice, none early.
+    let got = blocks.wait_for(6, 20).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = if blocks.received().len() > got.len() { blocks.received() } else { got };
+    let heights: Vec<u64> = got
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+        .map(|b| {
+            assert_eq!(b["confirmations"], 3, "{b}");
+            b["height"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(heights, (start - 1..=start + 4).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn addresses_are_listed_added_checksummed_and_watched() {
+    let c = chain_fixture().await;
+    let list = format!("/api/v2/hteth/wallet/{WALLET}/addresses");
+    let first = expect_json(c.app.get_auth(&list, &c.token).await, 200).await;
+    assert_eq!(
+        first["addresses"][0]["address"].as_str(),
+        Some(WATCHED),
+        "the record's base address: {first}"
+    );
+    let path = format!("/api/v2/internal/wallet/{WALLET}/addresses");
+    // Only service admins add addresses, and only real ones.
+    assert_error(
+        c.app.post_auth(&path, &c.token, &json!({ "address": OTHER })).await,
+        403,
+        "InsufficientScope",
+    )
+    .await;
+    let bad = OTHER.replace('C', "c").replacen("c", "C", 1);
+    assert_error(c.app.post_auth(&path, &c.admin, &json!({ "address": bad })).await, 400, "InvalidField")
+        .await;
+    let added = expect_json(
+        c.app.post_auth(&path, &c.admin, &json!({ "address": OTHER.to_lowercase(), "label": "cold" })).await,
+        200,
+    )
+    .await;
+    assert_eq!(added["address"].as_str(), Some(OTHER));
+    let both = expect_json(c.app.get_auth(&list, &c.token).await, 200).await;
+    assert_eq!(both["count"], 2, "{both}");
+    let paged = expect_json(
+        c.app.get_auth(&format!("/api/v2/hteth/wallet/{WALLET}/addresses?limit=1"), &c.token).await,
+        200,
+    )
+    .await;
+    assert_eq!(paged["count"], 1);
+    let next = paged["nextBatchPrevId"].as_str().unwrap();
+    let rest = expect_json(
+        c.app.get_auth(&format!("/api/v2/hteth/wallet/{WALLET}/addresses?prevId={next}"), &c.token).await,
+        200,
+    )
+    .await;
+    assert_eq!(rest["count"], 1);
+    assert_ne!(rest["addresses"][0]["address"], paged["addresses"][0]["address"]);
+    // The added address is watched: a payment to it is the wallet's.
+    let txid = c.anvil.send(RICH, OTHER, ONE_ETH).await;
+    until("the added address's transfer", 20, || async {
+        c.notified().into_iter().find(|(_, _, h)| h == &txid)
+    })
+    .await;
+}
