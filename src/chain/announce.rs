@@ -8,23 +8,45 @@ use super::Chains;
 use crate::{
     error::Error,
     model::{
-        chain::{BlockHead, Transfer},
+        chain::{BlockHead, Transfer, TransferState},
         webhook::{LevelKind, WebhookFilter},
     },
     types::Coin,
 };
 
-/// A `transfer` event for `t` in its state, to the wallet's transfer webhooks. Its id is
-/// derived from what it says, so a replay is the same event.
+/// The `numConfirmations` a wallet webhook waits for (0: every state).
+fn wanted(w: &crate::model::webhook::Webhook) -> u64 {
+    w.level.num_confirmations().and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
+}
+
+/// A `transfer` event for `t` entering its state. `unconfirmed` and `confirmed` go to the
+/// wallet's webhooks without `numConfirmations`; `removed` and `replaced` also to those whose
+/// number the transfer had reached, which were told of it. The id is derived from what the
+/// event says, so a replay is the same event.
 pub async fn transfer(svc: &Chains, t: &Transfer) -> Result<(), Error> {
-    let event_id = format!(
-        "chain:{}:{}:{}:{}:{}",
-        t.coin.as_str(),
-        t.txid,
-        t.wallet_id.as_str(),
-        t.state.as_str(),
-        t.block_hash
-    );
+    let reached = t.confirmations;
+    let told = |w: &crate::model::webhook::Webhook| match t.state {
+        TransferState::Removed | TransferState::Replaced => wanted(w) <= reached,
+        _ => wanted(w) == 0,
+    };
+    send(svc, t, t.state.as_str(), t.confirmations, told).await
+}
+
+/// A `transfer` event for `t` at `n` confirmations, to the wallet's webhooks that wait for
+/// exactly `n` (BitGo's `numConfirmations`): each hears of a transfer once.
+pub async fn reached(svc: &Chains, t: &Transfer, n: u64) -> Result<(), Error> {
+    send(svc, t, &format!("c{n}"), n, |w| wanted(w) == n).await
+}
+
+async fn send(
+    svc: &Chains,
+    t: &Transfer,
+    what: &str,
+    confirmations: u64,
+    keep: impl Fn(&crate::model::webhook::Webhook) -> bool,
+) -> Result<(), Error> {
+    let event_id =
+        format!("chain:{}:{}:{}:{what}:{}", t.coin.as_str(), t.txid, t.wallet_id.as_str(), t.block_hash);
     let mut body = Map::new();
     body.insert("eventId".into(), json!(event_id));
     body.insert("type".into(), json!("transfer"));
@@ -39,8 +61,8 @@ pub async fn transfer(svc: &Chains, t: &Transfer) -> Result<(), Error> {
     body.insert("baseValueString".into(), json!(t.value));
     body.insert("feeString".into(), json!(t.fee));
     body.insert("height".into(), json!(t.height));
-    body.insert("confirmations".into(), json!(t.confirmations));
-    crate::webhooks::events::ingest_routed(&svc.webhooks, body, |_| true).await?;
+    body.insert("confirmations".into(), json!(confirmations));
+    crate::webhooks::events::ingest_routed(&svc.webhooks, body, keep).await?;
     Ok(())
 }
 

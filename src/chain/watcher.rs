@@ -227,9 +227,11 @@ impl Watcher {
             t.confirmations = 1;
             t.state = if confirmed_at <= 1 { TransferState::Confirmed } else { TransferState::Unconfirmed };
         }
-        // Older transfers reach `confirmations` with this block.
-        let window = height.saturating_sub(confirmed_at);
+        // Older transfers: `confirmations` reached with this block, and the counts wallet
+        // webhooks wait for (`numConfirmations`, told within `reorg_depth` blocks).
+        let window = height.saturating_sub(confirmed_at.max(self.config.reorg_depth));
         let mut changed = Vec::new();
+        let mut counts: Vec<(Transfer, u64)> = found.iter().map(|t| (t.clone(), 1)).collect();
         for mut t in self.svc.store.live_transfers(chain, window).await? {
             if t.height >= height || found.iter().any(|f| f.id == t.id) {
                 continue;
@@ -238,11 +240,37 @@ impl Watcher {
             if t.state == TransferState::Unconfirmed && c >= confirmed_at {
                 t.state = TransferState::Confirmed;
                 t.confirmations = c;
-                changed.push(t);
+                changed.push(t.clone());
+            }
+            t.confirmations = c;
+            counts.push((t, c));
+        }
+        // A transaction of the same sender and nonce as one a reorg removed replaces it.
+        for mut orphan in
+            self.svc.store.removed_transfers(chain, height.saturating_sub(self.config.reorg_depth)).await?
+        {
+            let replaced = block.txs.iter().any(|tx| {
+                tx.nonce == orphan.nonce
+                    && crate::types::checksummed_eth_address(&tx.from) == orphan.sender
+                    && tx.hash.to_string() != orphan.txid
+            });
+            if replaced {
+                orphan.state = TransferState::Replaced;
+                changed.push(orphan);
             }
         }
         for t in found.iter().chain(&changed) {
             super::announce::transfer(&self.svc, t).await?;
+        }
+        let mut waiting: BTreeMap<WalletId, Vec<u64>> = BTreeMap::new();
+        for (t, c) in &counts {
+            if !waiting.contains_key(&t.wallet_id) {
+                let wanted = self.waited_counts(&t.wallet_id).await?;
+                waiting.insert(t.wallet_id.clone(), wanted);
+            }
+            if waiting.get(&t.wallet_id).is_some_and(|w| w.contains(c)) {
+                super::announce::reached(&self.svc, t, *c).await?;
+            }
         }
         super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, &block.head).await?;
         let all: Vec<Transfer> = found.into_iter().chain(changed).collect();
@@ -261,6 +289,23 @@ impl Watcher {
             })
             .await?;
         Ok(())
+    }
+
+    /// The `numConfirmations` (above 0) the wallet's transfer webhooks wait for.
+    async fn waited_counts(&self, wallet: &WalletId) -> Result<Vec<u64>, WatchError> {
+        let filter = crate::model::webhook::WebhookFilter {
+            scope: crate::model::webhook::LevelKind::Wallet,
+            wallet_id: Some(wallet.clone()),
+            webhook_type: Some("transfer".into()),
+            state: None,
+            ..Default::default()
+        };
+        let hooks = self.svc.store.routing_webhooks(&filter).await?;
+        Ok(hooks
+            .iter()
+            .filter_map(|w| w.level.num_confirmations().and_then(|n| u64::try_from(n).ok()))
+            .filter(|n| *n > 0)
+            .collect())
     }
 
     /// Native ETH moved by the block's successful transactions from or to a watched address.

@@ -183,7 +183,7 @@ fn template_request(doc: &mut Value) {
 }
 
 /// One request schema per level (§4.4, §4.6, §4.8): the level's types, and
-/// `numConfirmations` for blocks only (`webhooks::registration::build`).
+/// `numConfirmations` for blocks and wallets (`webhooks::registration::create`).
 fn webhook_requests(schemas: &mut Value) {
     let mut base = schemas["CreateWebhookRequest"].clone();
     let p = &mut base["properties"];
@@ -213,7 +213,7 @@ fn webhook_requests(schemas: &mut Value) {
     ] {
         let mut s = base.clone();
         s["properties"]["type"]["enum"] = json!(types);
-        if name != "BlockWebhookRequest" {
+        if name == "EnterpriseWebhookRequest" {
             if let Some(props) = s["properties"].as_object_mut() {
                 props.remove("numConfirmations");
             }

@@ -63,6 +63,23 @@ pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> R
         ));
     }
     let mut parsed: CreateAccessTokenRequest = parse_value(&fields)?;
+    // Addresses, a duration and a label the template gives must be ones a token may have.
+    if let Some(d) = parsed.duration.as_ref().filter(|d| !d.is_null()) {
+        if crate::types::whole_number(d).is_none() {
+            return Err(Error::invalid_field("duration", "a whole number of seconds"));
+        }
+    }
+    if let Some(Some(list)) = &parsed.ip_restrict {
+        for (i, cidr) in list.iter().enumerate() {
+            crate::types::Cidr::parse(cidr)
+                .map_err(|e| Error::invalid_field(format!("ipRestrict[{i}]"), e))?;
+        }
+    }
+    if let Some(label) = &parsed.label {
+        if label.trim().is_empty() || label.trim().chars().count() > 256 {
+            return Err(Error::invalid_field("label", "1 to 256 characters, not only white space"));
+        }
+    }
     // Checked as a token request checks them, so a template can never supply a bad limit.
     super::token_request::spending_limits(parsed.spending_limits.take().unwrap_or_default())?;
     if let Some(scope) = &parsed.scope {

@@ -59,8 +59,10 @@ impl WebhookState {
 /// enterprise whose secret signs its notifications (docs/webhooks.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WebhookLevel {
-    /// §4.4: one wallet's events; signed by the wallet's enterprise, if any.
-    Wallet { coin: Coin, wallet_id: WalletId, enterprise_id: Option<EnterpriseId> },
+    /// §4.4: one wallet's events; signed by the wallet's enterprise, if any. With
+    /// `num_confirmations` above 0, a chain transfer is told once, at that many confirmations
+    /// (docs/chains.md); 0 tells each state it enters.
+    Wallet { coin: Coin, wallet_id: WalletId, enterprise_id: Option<EnterpriseId>, num_confirmations: i64 },
     /// §4.6: a user's webhook for a coin's blocks, once a block has `num_confirmations`.
     Block { coin: Coin, num_confirmations: i64, enterprise_id: Option<EnterpriseId> },
     /// §4.8: one enterprise's events.
@@ -128,8 +130,9 @@ impl WebhookLevel {
 
     pub fn num_confirmations(&self) -> Option<i64> {
         match self {
-            WebhookLevel::Block { num_confirmations, .. } => Some(*num_confirmations),
-            _ => None,
+            WebhookLevel::Block { num_confirmations, .. }
+            | WebhookLevel::Wallet { num_confirmations, .. } => Some(*num_confirmations),
+            WebhookLevel::Enterprise { .. } => None,
         }
     }
 }

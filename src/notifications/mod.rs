@@ -269,7 +269,7 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
     });
     // The level's fields, then the stored ones (older rows stored them too, and repeat them).
     match &webhook.level {
-        WebhookLevel::Wallet { coin, wallet_id, enterprise_id } => {
+        WebhookLevel::Wallet { coin, wallet_id, enterprise_id, .. } => {
             m["wallet"] = json!(wallet_id);
             m["coin"] = json!(coin);
             if let Some(e) = enterprise_id {

@@ -72,8 +72,9 @@ pub trait ChainStore: Send + Sync {
     async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>>;
     /// Writes a block's effects and moves the checkpoint to it, in one transaction.
     async fn record_block(&self, w: BlockWrite<'_>) -> StoreResult<()>;
-    /// A reorg back to `ancestor` (`depth` blocks): live transfers above it become `removed`
-    /// and are returned, headers above it are dropped, the checkpoint moves to it.
+    /// A reorg back to `ancestor` (`depth` blocks below the old tip): live transfers above it
+    /// become `removed`, with the confirmations they had reached, and are returned; headers
+    /// above it are dropped, the checkpoint moves to it.
     async fn rewind_chain(
         &self,
         chain: &str,
@@ -86,6 +87,8 @@ pub trait ChainStore: Send + Sync {
     async fn resync_chain(&self, chain: &str, height: u64, audit: &[AuditEntry]) -> StoreResult<()>;
     /// Live (unconfirmed or confirmed) transfers of a chain at `min_height` and above.
     async fn live_transfers(&self, chain: &str, min_height: u64) -> StoreResult<Vec<Transfer>>;
+    /// Removed transfers of a chain at `min_height` and above: a later block may replace them.
+    async fn removed_transfers(&self, chain: &str, min_height: u64) -> StoreResult<Vec<Transfer>>;
     /// Unconfirmed sends of a wallet in coin `coin`, for its spendable balance.
     async fn unconfirmed_sends(&self, wallet: &WalletId, coin: &str) -> StoreResult<Vec<Transfer>>;
     /// A wallet's transfers of `coin`, newest first, after transfer `after`, at most `limit`.
@@ -350,12 +353,14 @@ where
         .bind(h(ancestor.height))
         .fetch_all(&mut *tx)
         .await?;
+        let tip = ancestor.height + depth;
         sqlx::query(
-            "UPDATE transfers SET state = 'removed' WHERE chain = $1 AND height > $2 \
-             AND state IN ('unconfirmed', 'confirmed')",
+            "UPDATE transfers SET state = 'removed', confirmations = $3 - height + 1 WHERE chain = $1 \
+             AND height > $2 AND state IN ('unconfirmed', 'confirmed')",
         )
         .bind(chain)
         .bind(h(ancestor.height))
+        .bind(h(tip))
         .execute(&mut *tx)
         .await?;
         sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height > $2")
@@ -377,6 +382,7 @@ where
         let mut removed = rows(removed)?;
         for t in &mut removed {
             t.state = TransferState::Removed;
+            t.confirmations = (tip + 1).saturating_sub(t.height);
         }
         Ok(removed)
     }
@@ -403,6 +409,17 @@ where
         let found: Vec<TransferRow> = sqlx::query_as(&format!(
             "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height >= $2 \
              AND state IN ('unconfirmed', 'confirmed') ORDER BY height"
+        ))
+        .bind(chain)
+        .bind(h(min_height))
+        .fetch_all(&self.pool)
+        .await?;
+        rows(found)
+    }
+
+    async fn removed_transfers(&self, chain: &str, min_height: u64) -> StoreResult<Vec<Transfer>> {
+        let found: Vec<TransferRow> = sqlx::query_as(&format!(
+            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height >= $2 AND state = 'removed'"
         ))
         .bind(chain)
         .bind(h(min_height))

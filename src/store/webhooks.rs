@@ -448,7 +448,12 @@ impl WebhookLevel {
         num_confirmations: Option<i64>,
     ) -> Option<Self> {
         Some(match scope {
-            "wallet" => WebhookLevel::Wallet { coin: coin?, wallet_id: wallet_id?, enterprise_id },
+            "wallet" => WebhookLevel::Wallet {
+                coin: coin?,
+                wallet_id: wallet_id?,
+                enterprise_id,
+                num_confirmations: num_confirmations.unwrap_or(0),
+            },
             "block" => WebhookLevel::Block {
                 coin: coin?,
                 num_confirmations: num_confirmations.unwrap_or(0),

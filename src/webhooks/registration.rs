@@ -90,7 +90,7 @@ async fn level_filter(svc: &Webhooks, auth: &Principal, level: Level<'_>) -> Res
     })
 }
 
-/// `numConfirmations` of a block webhook: a whole number up to
+/// `numConfirmations` of a block or wallet webhook: a whole number up to
 /// [`super::MAX_NUM_CONFIRMATIONS`], 0 when absent.
 fn num_confirmations(v: &Option<Value>) -> Result<i64> {
     match v {
@@ -192,6 +192,7 @@ pub async fn create(svc: &Webhooks, auth: &Principal, level: Level<'_>, req: New
                 coin: coin.clone(),
                 wallet_id: wallet.id,
                 enterprise_id: wallet.enterprise,
+                num_confirmations: num_confirmations(&req.num_confirmations)?,
             };
             build(req, level, WALLET_TYPES, auth, svc)?
         }

@@ -10,49 +10,88 @@ use crate::common::*;
 use crate::receiver::TestReceiver;
 
 /// anvil's first three dev accounts.
-const RICH: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
-const WATCHED: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+pub const RICH: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+pub const WATCHED: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 const OTHER: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
 const WALLET: &str = "feedfacefeedfacefeedfacefeedface";
-const ONE_ETH: u128 = 1_000_000_000_000_000_000;
+pub const ONE_ETH: u128 = 1_000_000_000_000_000_000;
 
-/// A running anvil, killed when dropped.
+/// A running anvil, killed when dropped. Its chain is kept in a file when it stops cleanly, so
+/// [`Anvil::restart`] brings the same chain back.
 pub struct Anvil {
-    child: std::process::Child,
+    child: Option<std::process::Child>,
+    port: u16,
+    state: tempfile::TempDir,
     pub url: String,
     http: reqwest::Client,
 }
 
 impl Drop for Anvil {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
+}
+
+fn anvil_bin() -> String {
+    std::env::var("CUSTODIAN_TEST_ANVIL").unwrap_or_else(|_| {
+        format!(
+            "{}/chain-tests/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    })
 }
 
 impl Anvil {
     /// Starts anvil on a free port (chain id 31337, automine).
     pub async fn start() -> Self {
-        let bin = std::env::var("CUSTODIAN_TEST_ANVIL").unwrap_or_else(|_| {
-            format!(
-                "{}/chain-tests/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil",
-                env!("CARGO_MANIFEST_DIR")
-            )
-        });
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut anvil = Anvil {
+            child: None,
+            port,
+            state: tempfile::tempdir().unwrap(),
+            url: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+        };
+        anvil.restart().await;
+        anvil
+    }
+
+    /// Starts the node again (after [`Anvil::stop`]) with the chain it had.
+    pub async fn restart(&mut self) {
+        let bin = anvil_bin();
         assert!(
             std::path::Path::new(&bin).exists(),
             "anvil not found at {bin}: run `npm install` in chain-tests/ (as .ci/run does)"
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = std::process::Command::new(bin)
-            .args(["--port", &port.to_string(), "--host", "127.0.0.1", "--chain-id", "31337", "--silent"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--host",
+                "127.0.0.1",
+                "--chain-id",
+                "31337",
+                "--silent",
+            ])
+            .arg("--state")
+            .arg(self.state.path().join("chain.json"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start anvil");
-        let anvil = Anvil { child, url: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
-        until("anvil answers", 20, || async { anvil.try_rpc("eth_blockNumber", json!([])).await.ok() }).await;
-        anvil
+        self.child = Some(child);
+        until("anvil answers", 20, || async { self.try_rpc("eth_blockNumber", json!([])).await.ok() }).await;
+    }
+
+    /// Stops the node cleanly (SIGTERM: it writes its chain to the state file).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = std::process::Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let _ = c.wait();
+        }
     }
 
     async fn try_rpc(&self, method: &str, params: Value) -> Result<Value, String> {
@@ -115,8 +154,15 @@ struct Chain {
 }
 
 async fn chain_fixture() -> Chain {
-    let anvil = Anvil::start().await;
-    let app = spawn_app_with(|c| watch(c, &anvil)).await;
+    chain_fixture_on(Anvil::start().await, |_| {}).await
+}
+
+async fn chain_fixture_on(anvil: Anvil, tweak: impl FnOnce(&mut Config)) -> Chain {
+    let app = spawn_app_with(|c| {
+        watch(c, &anvil);
+        tweak(c);
+    })
+    .await;
     let user = app.create_user("chain@example.com").await;
     let enterprise = app.create_enterprise("Chain", &[(&user, true)]).await;
     let record = json!({
@@ -343,4 +389,114 @@ async fn addresses_are_listed_added_checksummed_and_watched() {
         c.notified().into_iter().find(|(_, _, h)| h == &txid)
     })
     .await;
+}
+
+/// 32-byte ABI words.
+fn word_address(a: &str) -> String {
+    format!("{:0>64}", a.trim_start_matches("0x").to_lowercase())
+}
+
+fn word_number(n: u128) -> String {
+    format!("{n:064x}")
+}
+
+#[tokio::test]
+async fn erc20_transfers_are_the_tokens_coin_with_their_own_list() {
+    let anvil = Anvil::start().await;
+    let code = include_str!("../../chain-tests/contracts/TestToken.bin").trim();
+    let deploy = json!({ "from": RICH, "data": format!("0x{code}{}", word_number(1_000_000 * ONE_ETH)), "gas": "0x200000" });
+    let tx = anvil.rpc("eth_sendTransaction", json!([deploy])).await;
+    let receipt = until("the token is deployed", 10, || async {
+        Some(anvil.rpc("eth_getTransactionReceipt", json!([tx])).await).filter(|r| !r.is_null())
+    })
+    .await;
+    let contract = receipt["contractAddress"].as_str().unwrap_or_else(|| panic!("{receipt}")).to_string();
+    let token =
+        custodian::config::TokenConfig { coin: "hteth:tst".into(), contract: contract.clone(), decimals: 18 };
+    let c = chain_fixture_on(anvil, |c| c.chains.get_mut("hteth").unwrap().tokens.push(token)).await;
+    let call = |from: &str, to: &str, amount: u128| json!({ "from": from, "to": contract, "data": format!("0xa9059cbb{}{}", word_address(to), word_number(amount)) });
+    let inbound = c.anvil.rpc("eth_sendTransaction", json!([call(RICH, WATCHED, 5 * ONE_ETH)])).await;
+    let outbound = c.anvil.rpc("eth_sendTransaction", json!([call(WATCHED, OTHER, 2 * ONE_ETH)])).await;
+    c.anvil.mine(3).await;
+    c.caught_up().await;
+    let path = format!("/api/v2/hteth:tst/wallet/{WALLET}/transfer");
+    let listed = expect_json(c.app.get_auth(&path, &c.token).await, 200).await;
+    let rows: Vec<(String, String, String)> = listed["transfers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert_eq!(t["coin"], "hteth:tst", "{t}");
+            let s = |k: &str| t[k].as_str().unwrap_or_else(|| panic!("{k} in {t}")).to_string();
+            (s("txid"), s("type"), s("valueString"))
+        })
+        .collect();
+    let expected = [
+        (outbound.as_str().unwrap().to_string(), "send".to_string(), format!("-{}", 2 * ONE_ETH)),
+        (inbound.as_str().unwrap().to_string(), "receive".to_string(), (5 * ONE_ETH).to_string()),
+    ];
+    assert_eq!(rows, expected);
+    // The chain coin's list holds only the ETH the token send paid in fees: no token amounts.
+    let eth = c.transfers("").await;
+    assert!(
+        eth.iter().all(|t| t["coin"] == "hteth" && t["valueString"].as_str().unwrap().starts_with('-')),
+        "{eth:?}"
+    );
+    // Notifications name the token's coin, confirmed in the end.
+    let confirmed = || {
+        c.receiver
+            .received()
+            .iter()
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .filter(|b| b["coin"] == "hteth:tst" && b["state"] == "confirmed")
+            .count()
+    };
+    until("both token transfers confirmed", 20, || async { (confirmed() == 2).then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn a_transaction_another_of_its_nonce_replaces_in_a_reorg_is_replaced() {
+    let c = chain_fixture().await;
+    c.anvil.mine(1).await;
+    c.caught_up().await;
+    let nonce = hex_u128(&c.anvil.rpc("eth_getTransactionCount", json!([RICH, "latest"])).await);
+    let paid = c.anvil.send(RICH, WATCHED, ONE_ETH).await;
+    c.receiver.wait_for(1, 20).await;
+    c.caught_up().await;
+    // The block is replaced by one where the sender spent the same nonce elsewhere.
+    let instead = json!({ "from": RICH, "to": OTHER, "value": "0x1", "nonce": format!("0x{nonce:x}"), "gas": "0x5208" });
+    c.anvil.rpc("anvil_reorg", json!([1, [[instead, 0]]])).await;
+    c.anvil.mine(1).await;
+    until("the replaced notification", 20, || async {
+        c.notified().into_iter().find(|(state, _, hash)| state == "replaced" && hash == &paid)
+    })
+    .await;
+    c.caught_up().await;
+    let listed = c.transfers("?state=replaced").await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["txid"].as_str(), Some(paid.as_str()));
+}
+
+#[tokio::test]
+async fn a_wallet_webhook_with_num_confirmations_hears_of_a_transfer_once_at_that_count() {
+    let c = chain_fixture().await;
+    let patient = TestReceiver::start().await;
+    let hook = json!({ "type": "transfer", "url": patient.url, "numConfirmations": 2 });
+    let made = expect_json(
+        c.app.post_auth(&format!("/api/v2/hteth/wallet/{WALLET}/webhooks"), &c.token, &hook).await,
+        200,
+    )
+    .await;
+    assert_eq!(made["numConfirmations"], 2, "{made}");
+    let txid = c.anvil.send(RICH, WATCHED, ONE_ETH).await;
+    c.anvil.mine(4).await;
+    c.caught_up().await;
+    // The webhook without a number heard both states; this one once, at two confirmations.
+    c.receiver.wait_for(2, 20).await;
+    let got = patient.wait_for(1, 20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(patient.received().len(), 1, "{got:?}");
+    let b: Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!((b["hash"].as_str(), b["confirmations"].as_u64()), (Some(txid.as_str()), Some(2)), "{b}");
+    assert_eq!(c.notified().len(), 2);
 }

@@ -51,11 +51,18 @@ pub async fn list_addresses(
     ApiQuery(p): ApiQuery<AddressParams>,
 ) -> ApiResult<Json<Value>> {
     let page = PageRequest::new(p.limit, None)?;
-    if let Some(prev) = &p.prev_id {
-        crate::types::parse_eth_address(prev).map_err(|e| Error::invalid_field("prevId", e))?;
-    }
+    // A cursor, so any case: it is compared as the checksummed address it names.
+    let after = p
+        .prev_id
+        .as_deref()
+        .map(|prev| {
+            crate::types::parse_eth_address(&prev.to_ascii_lowercase())
+                .map(|a| crate::types::checksummed_eth_address(&a))
+                .map_err(|e| Error::invalid_field("prevId", e))
+        })
+        .transpose()?;
     let found =
-        chain::list_addresses(&state.chains, &auth, &coin, &wallet_id, p.prev_id.as_deref(), page.fetch())
+        chain::list_addresses(&state.chains, &auth, &coin, &wallet_id, after.as_deref(), page.fetch())
             .await?;
     let page = page.page(found, |a| a.address.as_str());
     let addresses: Vec<Value> = page.items.iter().map(|a| chain::address_json(a, &coin)).collect();
@@ -110,15 +117,32 @@ pub struct TransferParams {
     pub limit: Option<u32>,
     /// The last transfer id of the previous page (`nextBatchPrevId`).
     pub prev_id: Option<AnyId>,
-    /// `unconfirmed`, `confirmed`, `removed` or `replaced`.
-    pub state: Option<String>,
-    /// `send` or `receive`.
+    #[param(inline)]
+    pub state: Option<StateParam>,
     #[serde(rename = "type")]
-    #[param(rename = "type")]
-    pub kind: Option<String>,
+    #[param(rename = "type", inline)]
+    pub kind: Option<KindParam>,
     /// A transaction hash, `0x` and 64 hex digits.
     #[param(pattern = "^0x[0-9a-f]{64}$")]
     pub tx_hash: Option<String>,
+}
+
+/// A transfer state to list.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StateParam {
+    Unconfirmed,
+    Confirmed,
+    Removed,
+    Replaced,
+}
+
+/// A transfer type to list.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KindParam {
+    Send,
+    Receive,
 }
 
 /// A wallet's transfers seen on chain, newest first (BitGo's `wallet.transfers()`).
@@ -138,20 +162,16 @@ pub async fn list_transfers(
     ApiQuery(p): ApiQuery<TransferParams>,
 ) -> ApiResult<Json<Value>> {
     let page = PageRequest::new(p.limit, p.prev_id)?;
-    let state_filter = p
-        .state
-        .as_deref()
-        .map(|s| {
-            TransferState::parse(s)
-                .ok_or_else(|| Error::invalid_field("state", "unconfirmed, confirmed, removed or replaced"))
-        })
-        .transpose()?;
-    let kind = match p.kind.as_deref() {
-        None => None,
-        Some("send") => Some("send"),
-        Some("receive") => Some("receive"),
-        Some(_) => return Err(Error::invalid_field("type", "send or receive").into()),
-    };
+    let state_filter = p.state.map(|s| match s {
+        StateParam::Unconfirmed => TransferState::Unconfirmed,
+        StateParam::Confirmed => TransferState::Confirmed,
+        StateParam::Removed => TransferState::Removed,
+        StateParam::Replaced => TransferState::Replaced,
+    });
+    let kind = p.kind.map(|k| match k {
+        KindParam::Send => "send",
+        KindParam::Receive => "receive",
+    });
     if let Some(h) = &p.tx_hash {
         if h.len() != 66 || !h.starts_with("0x") || !h[2..].bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(Error::invalid_field("txHash", "0x and 64 hex digits").into());

@@ -104,9 +104,14 @@ pub struct WebhookResponse {
 impl From<&Webhook> for WebhookResponse {
     fn from(w: &Webhook) -> Self {
         let (scope, wallet_id, enterprise_id, user_id, coin, num_confirmations) = match &w.level {
-            WebhookLevel::Wallet { coin, wallet_id, .. } => {
-                (Some("wallet".into()), Some(wallet_id.clone()), None, None, Some(coin.clone()), None)
-            }
+            WebhookLevel::Wallet { coin, wallet_id, num_confirmations, .. } => (
+                Some("wallet".into()),
+                Some(wallet_id.clone()),
+                None,
+                None,
+                Some(coin.clone()),
+                Some(*num_confirmations),
+            ),
             WebhookLevel::Enterprise { enterprise_id } => {
                 (Some("enterprise".into()), None, Some(enterprise_id.clone()), None, None, None)
             }

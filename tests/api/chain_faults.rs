@@ -1,0 +1,205 @@
+//! The chain watcher when things break: a process killed mid-backfill, a second process taking
+//! the chain over, the node going away, a reorg deeper than `reorg_depth`.
+
+use std::{collections::HashSet, process::Stdio, time::Duration};
+
+use serde_json::{json, Value};
+
+use crate::chain::{Anvil, ONE_ETH, RICH, WATCHED};
+use crate::common::*;
+use crate::procs::{Cluster, Server};
+use crate::receiver::TestReceiver;
+
+const ETH_WALLET: &str = "e7e1a1b2c3d4e5f60718293a4b5c6d7e";
+
+/// A cluster whose processes watch `anvil` as hteth (3 confirmations, one block per round, so
+/// a backfill takes many rounds), with an hteth wallet at [`WATCHED`].
+async fn chain_cluster(anvil: &Anvil) -> Cluster {
+    let cluster = Cluster::new(&[
+        ("CUSTODIAN_CHAINS_HTETH_RPC_URL", anvil.url.as_str()),
+        ("CUSTODIAN_CHAINS_HTETH_CHAIN_ID", "31337"),
+        ("CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS", "3"),
+        ("CUSTODIAN_CHAINS_HTETH_START_BLOCK", "0"),
+        ("CUSTODIAN_CHAINS_HTETH_BATCH_BLOCKS", "1"),
+        ("CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS", "50"),
+        ("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32"),
+        ("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50"),
+    ])
+    .await;
+    let wallet = json!([{
+        "id": ETH_WALLET, "label": "eth", "coin": "hteth", "allowBackupKeySigning": false, "approvalsRequired": 1,
+        "coinSpecific": { "baseAddress": WATCHED }, "deleted": false, "disableTransactionNotifications": false,
+        "hasLargeNumberOfAddresses": false, "isCold": false, "startDate": "2025-01-01T00:00:00Z",
+    }]);
+    std::fs::write(cluster.dir.path().join("eth.json"), wallet.to_string()).unwrap();
+    assert!(cluster.cmd(&["wallet", "import", "eth.json"]).stdout(Stdio::null()).status().unwrap().success());
+    cluster
+}
+
+async fn transfer_hook(cluster: &Cluster, server: &Server, url: &str) {
+    let token = cluster.login(&server.base).await;
+    let res = cluster
+        .client
+        .post(format!("{}/api/v2/hteth/wallet/{ETH_WALLET}/webhooks", server.base))
+        .bearer_auth(&token)
+        .json(&json!({ "type": "transfer", "url": url }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+}
+
+/// `custodian chain status --json` of the cluster's database.
+fn status(cluster: &Cluster) -> Value {
+    let out = cluster.cmd(&["chain", "status", "--json"]).output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// (hash, state) of each distinct idempotency key received, and how many keys.
+fn events_by_key(receiver: &TestReceiver) -> (HashSet<(String, String)>, usize) {
+    let mut keys = HashSet::new();
+    let mut events = HashSet::new();
+    for r in receiver.received() {
+        let key =
+            r.headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        if keys.insert(key) {
+            let b: Value = serde_json::from_str(&r.body).unwrap();
+            events
+                .insert((b["hash"].as_str().unwrap().to_string(), b["state"].as_str().unwrap().to_string()));
+        }
+    }
+    (events, keys.len())
+}
+
+#[tokio::test]
+async fn a_watcher_killed_mid_backfill_resumes_and_notifies_every_transfer_once() {
+    let anvil = Anvil::start().await;
+    let mut txids = Vec::new();
+    anvil.mine(1).await;
+    // Transfers spread over a thousand blocks, so that the kill lands mid-backfill.
+    for _ in 0..10 {
+        txids.push(anvil.send(RICH, WATCHED, ONE_ETH).await);
+        anvil.mine(100).await;
+    }
+    let head = anvil.head().await;
+    let cluster = chain_cluster(&anvil).await;
+    let receiver = TestReceiver::start().await;
+    // The hook exists before the watcher reads block 1: an API-only process registers it.
+    let api = cluster.start_role("api").await;
+    transfer_hook(&cluster, &api, &receiver.url).await;
+    let mut first = cluster.start().await;
+    until("the backfill is under way", 30, || async { (receiver.received().len() >= 3).then_some(()) }).await;
+    first.kill();
+    let at_kill = status(&cluster)["height"].as_u64().unwrap_or(0);
+    assert!(at_kill < head, "killed before the end: {at_kill} of {head}");
+    // The second process waits out the dead one's lease, then resumes from the checkpoint.
+    let _second = cluster.start().await;
+    until("the backfill reaches the head", 60, || async {
+        (status(&cluster)["height"].as_u64() == Some(head)).then_some(())
+    })
+    .await;
+    let want: HashSet<(String, String)> = txids
+        .iter()
+        .flat_map(|t| [(t.clone(), "unconfirmed".to_string()), (t.clone(), "confirmed".to_string())])
+        .collect();
+    until("every transfer's two notifications", 30, || async {
+        (events_by_key(&receiver).1 >= want.len()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (events, keys) = events_by_key(&receiver);
+    assert_eq!(events, want);
+    assert_eq!(keys, want.len(), "one idempotency key per transfer and state");
+}
+
+#[tokio::test]
+async fn a_second_process_takes_the_chain_over_when_the_watcher_dies() {
+    let anvil = Anvil::start().await;
+    let cluster = chain_cluster(&anvil).await;
+    let receiver = TestReceiver::start().await;
+    let mut a = cluster.start().await;
+    transfer_hook(&cluster, &a, &receiver.url).await;
+    until("the first process holds the chain", 30, || async {
+        status(&cluster)["height"].as_u64().map(|_| ())
+    })
+    .await;
+    // Started second, `b` finds the chain held and waits.
+    let _b = cluster.start().await;
+    let before = anvil.send(RICH, WATCHED, ONE_ETH).await;
+    until("the first transfer", 30, || async {
+        events_by_key(&receiver).0.iter().any(|(h, _)| h == &before).then_some(())
+    })
+    .await;
+    // The holder dies; `b` takes over once the lease ends, from the checkpoint.
+    a.kill();
+    let after = anvil.send(RICH, WATCHED, ONE_ETH).await;
+    anvil.mine(3).await;
+    until("the transfer after the kill, confirmed", 60, || async {
+        events_by_key(&receiver).0.contains(&(after.clone(), "confirmed".to_string())).then_some(())
+    })
+    .await;
+    let (events, keys) = events_by_key(&receiver);
+    assert_eq!(keys, events.len(), "no event twice under two keys");
+    assert!(events.contains(&(before, "confirmed".into())), "no gap: {events:?}");
+}
+
+#[tokio::test]
+async fn a_node_that_goes_away_is_waited_for_and_the_api_keeps_answering() {
+    let mut anvil = Anvil::start().await;
+    let app = spawn_app_with(|c| crate::chain::watch(c, &anvil)).await;
+    let user = app.create_user_with("node-ops@example.com", true).await;
+    let token = app.login(&user).await;
+    until("the watcher runs", 20, || async {
+        custodian::chain::status(&app.state.chains).await.unwrap()[0].height.map(|_| ())
+    })
+    .await;
+    anvil.stop();
+    // Rounds fail and are counted; the API is unaffected.
+    until("a failed round is counted", 20, || async {
+        let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        text.lines().any(|l| l.starts_with("custodian_chain_errors_total{coin=\"hteth\"}")).then_some(())
+    })
+    .await;
+    assert_eq!(app.get_auth("/api/v2/user/me", &token).await.status(), 200);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    anvil.restart().await;
+    anvil.mine(2).await;
+    let head = anvil.head().await;
+    until("the watcher catches up after the node is back", 60, || async {
+        let s = custodian::chain::status(&app.state.chains).await.unwrap();
+        (s[0].height >= Some(head)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_reorg_deeper_than_reorg_depth_halts_the_chain_until_resynced() {
+    let anvil = Anvil::start().await;
+    let app = spawn_app_with(|c| crate::chain::watch(c, &anvil)).await;
+    anvil.mine(12).await;
+    let head = anvil.head().await;
+    let chains = &app.state.chains;
+    let height = || async { custodian::chain::status(chains).await.unwrap()[0].clone() };
+    until("caught up", 20, || async { (height().await.height == Some(head)).then_some(()) }).await;
+    // reorg_depth is 8 in `watch`: a 10-block reorg is beyond it.
+    anvil.rpc("anvil_reorg", json!([10, []])).await;
+    anvil.mine(1).await;
+    let halted = until("the chain halts", 20, || async { height().await.halted }).await;
+    assert!(halted.contains("reorg_depth"), "{halted}");
+    let audit = app.raw_sql("SELECT type FROM audit_log WHERE type = 'chain.reorg_too_deep'").await;
+    assert_eq!(audit.len(), 1);
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("custodian_chain_deep_reorgs_total{coin=\"hteth\"} 1"), "{text}");
+    // Halted: new blocks are not read.
+    let stuck = height().await.height;
+    anvil.mine(2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(height().await.height, stuck);
+    custodian::chain::resync(chains, "hteth", head - 10).await.unwrap();
+    let now = anvil.head().await;
+    until("resynced to the head", 20, || async {
+        let s = height().await;
+        (s.halted.is_none() && s.height == Some(now)).then_some(())
+    })
+    .await;
+}
