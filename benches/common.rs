@@ -99,6 +99,7 @@ pub async fn add_wallet_webhook(
             coin: "tbtc".parse().map_err(anyhow::Error::msg)?,
             wallet_id: wallet.parse().map_err(anyhow::Error::msg)?,
             enterprise_id: enterprise,
+            num_confirmations: 0,
         },
         user_id: user.clone(),
         webhook_type: "transfer".into(),
