@@ -37,6 +37,20 @@ wallet() {
 }
 echo "[$(wallet "$w1" "Acme hot" "$acme" "$(id_of "$alice")"), $(wallet "$w2" "Beta hot" "$beta" "$(id_of "$bob")")]" > "$dir/wallets.json"
 cli wallet import wallets.json > /dev/null
+# A real Ethereum node for the Chains page (anvil from chain-tests/, installed by .ci/run), watched
+# as hteth, with an Acme wallet at its second dev account.
+anvil_bin="$here/../chain-tests/node_modules/.bin/anvil"
+[ -x "$anvil_bin" ] || { echo "anvil is missing: run npm install in chain-tests/" >&2; exit 1; }
+anvil_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$anvil_bin" --port "$anvil_port" --silent & anvil_pid=$!
+trap 'kill $anvil_pid 2>/dev/null; server_cleanup' EXIT
+export CUSTODIAN_CHAINS_HTETH_RPC_URL="http://127.0.0.1:$anvil_port" CUSTODIAN_CHAINS_HTETH_CHAIN_ID=31337 \
+  CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS=3 CUSTODIAN_CHAINS_HTETH_START_BLOCK=0 CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS=100
+w3=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+wallet "$w3" "Acme ETH" "$acme" "$(id_of "$alice")" \
+  | sed 's/"coin": "tbtc"/"coin": "hteth"/; s/"coinSpecific": {}/"coinSpecific": {"baseAddress": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"}/' \
+  | sed 's/^/[/; s/$/]/' > "$dir/eth.json"
+cli wallet import eth.json > /dev/null
 server_start "$bin"
 "$python" - "$dir/fixture.json" <<PY
 import json, sys
@@ -45,7 +59,8 @@ json.dump({
     "password": "$password",
     "users": {"alice": $alice, "bob": $bob, "root": $root},
     "enterprises": {"acme": "$acme", "beta": "$beta"},
-    "wallets": {"acme": "$w1", "beta": "$w2"},
+    "wallets": {"acme": "$w1", "beta": "$w2", "eth": "$w3"},
+    "anvil": "http://127.0.0.1:$anvil_port",
 }, open(sys.argv[1], "w"))
 PY
 mkdir -p "$here/screenshots"

@@ -489,3 +489,40 @@ def test_service_admins_manage_users_and_anyone_removes_their_webhook(context):
         assert status == 200 and all(w["id"] != hook for w in listed["webhooks"]), listed
     finally:
         page.close()
+
+
+def rpc(method, params):
+    """A JSON-RPC call to the test's Ethereum node (anvil)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+    req = urllib.request.Request(FIXTURE["anvil"], data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as res:
+        answer = json.loads(res.read())
+    assert "error" not in answer, answer
+    return answer["result"]
+
+
+def test_the_chains_page_shows_the_node_and_a_transfer_it_saw(context):
+    # anvil's first dev account pays the Acme ETH wallet's base address 2 ETH; three blocks confirm it.
+    sent = rpc("eth_sendTransaction", [{"from": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+                                         "to": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "value": hex(2 * 10**18)}])
+    rpc("anvil_mine", ["0x3"])
+    root = sign_in(context, "root")
+    root.goto(BASE + "/console/chains")
+    panel = root.locator("#chain-hteth")
+    expect(panel).to_be_visible()
+    row = panel.locator("table.transfers tr", has_text=FIXTURE["wallets"]["eth"])
+    for _ in range(50):
+        if row.count() and "confirmed" in row.first.inner_text() and "unconfirmed" not in row.first.inner_text():
+            break
+        time.sleep(0.2)
+        root.reload()
+    expect(row.first).to_contain_text(str(2 * 10**18))
+    expect(row.first).to_contain_text("confirmed")
+    assert sent[:10] in row.first.inner_text()
+    expect(panel.locator("#chain-lag .value")).to_have_text("0")
+    root.screenshot(path=os.path.join(SHOTS, "chains.png"), full_page=True)
+    # Chains span every tenant: an enterprise admin neither sees the entry nor opens the page.
+    alice = sign_in(context.browser.new_context(), "alice")
+    expect(alice.locator("nav a", has_text="Chains")).to_have_count(0)
+    alice.goto(BASE + "/console/chains")
+    expect(alice.locator("body")).not_to_contain_text("Latest transfers")

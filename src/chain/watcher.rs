@@ -9,6 +9,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use alloy_primitives::{Address, I256, U256};
+use futures_util::FutureExt;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -56,7 +57,14 @@ pub struct Watcher {
     book: AddressBook,
     /// Token contracts and their coins.
     tokens: BTreeMap<Address, Coin>,
+    /// Wallets whose balances changed while the watcher was too far behind the head to read
+    /// them: refreshed at the first block within [`STATE_WINDOW`] of the head.
+    stale: std::collections::BTreeSet<WalletId>,
 }
+
+/// Balances are read at blocks within this many of the node's head: a full (non-archive) node
+/// keeps the state of its last 128 blocks only, so a backfill cannot read older ones.
+pub const STATE_WINDOW: u64 = 64;
 
 impl Watcher {
     pub fn new(chain: Coin, config: ChainConfig, node: Arc<dyn ChainNode>, svc: Chains) -> Self {
@@ -65,7 +73,7 @@ impl Watcher {
             .iter()
             .filter_map(|t| Some((crate::types::parse_eth_address(&t.contract).ok()?, t.coin.parse().ok()?)))
             .collect();
-        Self { chain, config, node, svc, holder: crate::ids::new_id(), book: AddressBook::default(), tokens }
+        Self { chain, config, node, svc, holder: crate::ids::new_id(), book: AddressBook::default(), tokens, stale: Default::default() }
     }
 
     /// Runs until `stop` turns true. Node and database faults are logged (without the node's
@@ -160,7 +168,7 @@ impl Watcher {
                     return Ok(true);
                 }
             }
-            self.process(&block).await?;
+            self.process(&block, head).await?;
             self.svc.metrics.chain.blocks.get_or_create(&self.labels()).inc();
             tip = Some(block.head);
         }
@@ -202,22 +210,17 @@ impl Watcher {
         let depth = height - ancestor.height;
         tracing::info!(chain, depth, ancestor = ancestor.height, "reorg");
         let removed = store.rewind_chain(chain, &ancestor, depth, crate::ids::now()).await?;
-        let mut touched = Vec::new();
         for t in &removed {
             super::announce::transfer(&self.svc, t).await?;
-            touched.push(t.wallet_id.clone());
-        }
-        touched.sort();
-        touched.dedup();
-        for (wallet, b) in self.balances(&touched, ancestor.height, &[]).await? {
-            store.update_wallet_balances(&wallet, &b, &[]).await?;
+            // Read again with the next block of the new branch.
+            self.stale.insert(t.wallet_id.clone());
         }
         Ok(())
     }
 
     /// Finds the block's transfers, moves older ones' confirmations on, emits events, then
     /// writes the block's effects and the checkpoint in one transaction.
-    async fn process(&mut self, block: &NodeBlock) -> Result<(), WatchError> {
+    async fn process(&mut self, block: &NodeBlock, head: u64) -> Result<(), WatchError> {
         let chain = self.chain.as_str();
         let height = block.head.height;
         let mut found = self.native_transfers(block).await?;
@@ -259,25 +262,29 @@ impl Watcher {
                 changed.push(orphan);
             }
         }
-        for t in found.iter().chain(&changed) {
-            super::announce::transfer(&self.svc, t).await?;
-        }
+        // The block's events at once: the outbox's group commit writes them in few transactions.
         let mut waiting: BTreeMap<WalletId, Vec<u64>> = BTreeMap::new();
-        for (t, c) in &counts {
+        for (t, _) in &counts {
             if !waiting.contains_key(&t.wallet_id) {
                 let wanted = self.waited_counts(&t.wallet_id).await?;
                 waiting.insert(t.wallet_id.clone(), wanted);
             }
-            if waiting.get(&t.wallet_id).is_some_and(|w| w.contains(c)) {
-                super::announce::reached(&self.svc, t, *c).await?;
-            }
         }
+        let states = found.iter().chain(&changed).map(|t| super::announce::transfer(&self.svc, t).boxed());
+        let reached = counts
+            .iter()
+            .filter(|(t, c)| waiting.get(&t.wallet_id).is_some_and(|w| w.contains(c)))
+            .map(|(t, c)| super::announce::reached(&self.svc, t, *c).boxed());
+        futures_util::future::try_join_all(states.chain(reached)).await?;
         super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, &block.head).await?;
         let all: Vec<Transfer> = found.into_iter().chain(changed).collect();
-        let mut touched: Vec<WalletId> = all.iter().map(|t| t.wallet_id.clone()).collect();
-        touched.sort();
-        touched.dedup();
-        let balances = self.balances(&touched, height, &all).await?;
+        self.stale.extend(all.iter().map(|t| t.wallet_id.clone()));
+        let balances = if head.saturating_sub(height) < STATE_WINDOW {
+            let touched: Vec<WalletId> = std::mem::take(&mut self.stale).into_iter().collect();
+            self.balances(&touched, height, &all).await?
+        } else {
+            Vec::new()
+        };
         self.svc
             .store
             .record_block(BlockWrite {

@@ -101,6 +101,8 @@ pub trait ChainStore: Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<Transfer>>;
     async fn transfer_by_id(&self, wallet: &WalletId, id: &str) -> StoreResult<Option<Transfer>>;
+    /// A chain's latest transfers, newest first, at most `limit` (the console).
+    async fn recent_transfers(&self, chain: &str, limit: u32) -> StoreResult<Vec<Transfer>>;
 }
 
 /// Heights are below 2^63 on any chain; a larger one is stored as the largest.
@@ -482,5 +484,16 @@ where
         .fetch_optional(&self.pool)
         .await?;
         found.map(TransferRow::into_transfer).transpose()
+    }
+
+    async fn recent_transfers(&self, chain: &str, limit: u32) -> StoreResult<Vec<Transfer>> {
+        let found: Vec<TransferRow> = sqlx::query_as(&format!(
+            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 ORDER BY height DESC, id LIMIT $2"
+        ))
+        .bind(chain)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows(found)
     }
 }

@@ -17,6 +17,7 @@ const NAV: &[(&str, &str, bool)] = &[
     ("/console/audit", "Audit log", false),
     ("/console/admin/users", "Users", true),
     ("/console/admin/enterprises", "Enterprises", true),
+    ("/console/chains", "Chains", true),
 ];
 
 /// A whole page: head, navigation (when signed in) with `active` marked, and `body`.
@@ -132,9 +133,9 @@ pub fn notice(text: &str) -> Markup {
 /// A state as a coloured badge with its text.
 pub fn badge(state: &str) -> Markup {
     let class = match state {
-        "processed" | "active" | "delivered" | "ok" => "badge good",
-        "failed" | "suspended" | "revoked" | "inactive" => "badge bad",
-        "pending" | "new" => "badge wait",
+        "processed" | "active" | "delivered" | "ok" | "confirmed" => "badge good",
+        "failed" | "suspended" | "revoked" | "inactive" | "halted" | "removed" | "replaced" => "badge bad",
+        "pending" | "new" | "unconfirmed" => "badge wait",
         _ => "badge",
     };
     html! { span class=(class) { (state) } }

@@ -35,6 +35,7 @@ use crate::{error::Error, identity::bearer::Principal, AppState};
 mod admin;
 mod assets;
 mod audit;
+mod chains;
 mod chart;
 pub(super) mod layout;
 mod notifications;
@@ -81,6 +82,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/admin/users", get(admin::users))
         .route("/console/admin/users/{action}", post(admin::user_action))
         .route("/console/admin/enterprises", get(admin::enterprises))
+        .route("/console/chains", get(chains::page))
         .layer(middleware::from_fn(guard))
 }
 

@@ -1,0 +1,220 @@
+//! Chain watcher backfill (docs/chains.md): a real anvil holding BENCH_BLOCKS blocks (5,000) that
+//! carry BENCH_PER_BLOCK watched transfers each (4: 20,000), read by the real service (SQLite)
+//! from block 0 until its checkpoint reaches the head, with a transfer webhook so every
+//! transfer's notifications go through the outbox. Beside it, in the same run, the ceiling: a
+//! loop doing the same node reads with no processing (each block with its transactions, a
+//! receipt per watched transaction, and within 64 blocks of the head the wallet's balance at
+//! the block and at confirmation depth). Prints blocks/s and transfers/s of both and their ratio.
+//!
+//! Run: `cargo bench --bench chain` (needs `npm install` in chain-tests/).
+
+#[allow(dead_code)] // each bench is its own crate and uses part of common
+mod common;
+
+use std::{
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use custodian::{
+    config::{ChainConfig, Config},
+    AppState,
+};
+use serde_json::{json, Value};
+
+const RICH: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+const WATCHED: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+struct Node {
+    child: Child,
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    async fn rpc(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+        let v: Value = self.http.post(&self.url).json(&body).send().await?.json().await?;
+        if let Some(e) = v.get("error") {
+            anyhow::bail!("{method}: {e}");
+        }
+        Ok(v["result"].clone())
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+async fn start_node() -> anyhow::Result<Node> {
+    let bin = format!("{}/chain-tests/node_modules/.bin/anvil", env!("CARGO_MANIFEST_DIR"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = Command::new(bin)
+        .args(["--port", &port.to_string(), "--silent", "--no-mining"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let node = Node { child, url: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
+    for _ in 0..100 {
+        if node.rpc("eth_blockNumber", json!([])).await.is_ok() {
+            return Ok(node);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("anvil did not start")
+}
+
+/// The ceiling: the watcher's node reads for blocks 1..=head, nothing else.
+async fn ceiling(node: &Node, head: u64, confirmations: u64) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    for n in 1..=head {
+        let block = node.rpc("eth_getBlockByNumber", json!([format!("0x{n:x}"), true])).await?;
+        for tx in block["transactions"].as_array().into_iter().flatten() {
+            node.rpc("eth_getTransactionReceipt", json!([tx["hash"]])).await?;
+        }
+        // Balances are read near the head only (`chain::watcher::STATE_WINDOW`).
+        if head - n < custodian::chain::watcher::STATE_WINDOW {
+            let confirmed = (n + 1).saturating_sub(confirmations);
+            node.rpc("eth_getBalance", json!([WATCHED, format!("0x{n:x}")])).await?;
+            node.rpc("eth_getBalance", json!([WATCHED, format!("0x{confirmed:x}")])).await?;
+        }
+    }
+    Ok(started.elapsed())
+}
+
+/// Writes `blocks` blocks of `per_block` payments to the watched address.
+async fn fill(node: &Node, blocks: u64, per_block: usize) -> anyhow::Result<()> {
+    let filling = Instant::now();
+    for b in 0..blocks {
+        for _ in 0..per_block {
+            let tx = json!({ "from": RICH, "to": WATCHED, "value": "0x1" });
+            node.rpc("eth_sendTransaction", json!([tx])).await?;
+        }
+        node.rpc("evm_mine", json!([])).await?;
+        if (b + 1) % 1000 == 0 {
+            eprintln!("node: {} blocks written ({:.0} s)", b + 1, filling.elapsed().as_secs_f64());
+        }
+    }
+    Ok(())
+}
+
+/// A receiver that counts what it gets; its URL and the count.
+async fn receiver() -> anyhow::Result<(String, Arc<AtomicU64>)> {
+    let received = Arc::new(AtomicU64::new(0));
+    let sink = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let sink = sink.clone();
+            async move {
+                sink.fetch_add(1, Ordering::Relaxed);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hook", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((url, received))
+}
+
+// Long: the benchmark's one story (fill, ceiling, service, wait, report), read top to bottom.
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let blocks = env_usize("BENCH_BLOCKS", 5_000) as u64;
+    let per_block = env_usize("BENCH_PER_BLOCK", 4);
+    let node = start_node().await?;
+    fill(&node, blocks, per_block).await?;
+    let head = blocks;
+    let transfers = blocks as usize * per_block;
+    let ceiling_time = ceiling(&node, head, 12).await?;
+
+    let dir = tempfile::tempdir()?;
+    let mut config = Config {
+        database_url: format!("sqlite://{}/bench.db", dir.path().display()),
+        secret_key_file: Some(dir.path().join("key")),
+        ..Config::default()
+    };
+    std::fs::write(dir.path().join("key"), "22".repeat(32))?;
+    config.delivery.allowed_cidrs = vec!["127.0.0.1/32".parse()?];
+    config.rate_limit.requests = 1_000_000;
+    config.chains.insert(
+        "hteth".into(),
+        ChainConfig {
+            rpc_url: node.url.clone(),
+            chain_id: 31337,
+            start_block: Some(0),
+            poll_interval_ms: 20,
+            ..ChainConfig::default()
+        },
+    );
+    let (hook_url, received) = receiver().await?;
+    let state = AppState::new(config).await?;
+    let user = custodian::identity::users::create_user(
+        &state.store,
+        &state.identity.key,
+        "bench@example.com",
+        None,
+        "benchmark password",
+        false,
+    )
+    .await?;
+    let enterprise = custodian::identity::users::create_enterprise(&state.store, "Bench", None).await?;
+    let wallet = "be11be11be11be11be11be11be11be11";
+    let record = json!([{
+        "id": wallet, "label": "bench", "coin": "hteth", "type": "hot", "enterprise": enterprise.id,
+        "allowBackupKeySigning": false, "approvalsRequired": 1, "coinSpecific": { "baseAddress": WATCHED },
+        "deleted": false, "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false,
+        "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [{ "user": user.id, "permissions": ["admin"] }],
+    }]);
+    custodian::wallets::import::import(&state.store, &record.to_string(), |_, _| {}).await?;
+    common::add_wallet_webhook(&state, &user.id, wallet, Some(enterprise.id.clone()), hook_url).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(custodian::serve(listener, state.clone(), async {
+        let _ = stop_rx.await;
+    }));
+    let started = Instant::now();
+    loop {
+        let s = custodian::chain::status(&state.chains).await?;
+        if s[0].height == Some(head) {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(3600) {
+            anyhow::bail!("the backfill did not finish within an hour: {:?}", s[0]);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let watcher_time = started.elapsed();
+    let per_s = |d: Duration, n: f64| n / d.as_secs_f64();
+    println!("backfill of {blocks} blocks carrying {transfers} watched transfers (anvil, SQLite):");
+    println!(
+        "  ceiling (node reads only): {:.0} blocks/s, {:.0} transfers/s",
+        per_s(ceiling_time, blocks as f64),
+        per_s(ceiling_time, transfers as f64)
+    );
+    println!(
+        "  Custodian:                 {:.0} blocks/s, {:.0} transfers/s ({:.2} of the ceiling)",
+        per_s(watcher_time, blocks as f64),
+        per_s(watcher_time, transfers as f64),
+        ceiling_time.as_secs_f64() / watcher_time.as_secs_f64()
+    );
+    println!(
+        "  notifications received when the checkpoint reached the head: {}",
+        received.load(Ordering::Relaxed)
+    );
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    Ok(())
+}
