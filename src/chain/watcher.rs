@@ -73,7 +73,16 @@ impl Watcher {
             .iter()
             .filter_map(|t| Some((crate::types::parse_eth_address(&t.contract).ok()?, t.coin.parse().ok()?)))
             .collect();
-        Self { chain, config, node, svc, holder: crate::ids::new_id(), book: AddressBook::default(), tokens, stale: Default::default() }
+        Self {
+            chain,
+            config,
+            node,
+            svc,
+            holder: crate::ids::new_id(),
+            book: AddressBook::default(),
+            tokens,
+            stale: Default::default(),
+        }
     }
 
     /// Runs until `stop` turns true. Node and database faults are logged (without the node's
