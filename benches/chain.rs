@@ -6,6 +6,9 @@
 //! receipt per watched transaction, and within 64 blocks of the head the wallet's balance at
 //! the block and at confirmation depth). Prints blocks/s and transfers/s of both and their ratio.
 //!
+//! `BENCH_WATCHED=100000` adds that many wallets watched at addresses no block touches: the
+//! address book is matched in memory, so the backfill's speed must not move.
+//!
 //! Run: `cargo bench --bench chain` (needs `npm install` in chain-tests/).
 
 #[allow(dead_code)] // each bench is its own crate and uses part of common
@@ -179,6 +182,23 @@ async fn main() -> anyhow::Result<()> {
         "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [{ "user": user.id, "permissions": ["admin"] }],
     }]);
     custodian::wallets::import::import(&state.store, &record.to_string(), |_, _| {}).await?;
+    // BENCH_WATCHED more wallets, each watched at an address no block touches: the address
+    // book's size must not change a block's cost.
+    let extra = env_usize("BENCH_WATCHED", 0);
+    if extra > 0 {
+        let others: Vec<Value> = (0..extra)
+            .map(|i| {
+                json!({
+                    "id": format!("{:032x}", i + 1), "label": "other", "coin": "hteth", "type": "hot",
+                    "allowBackupKeySigning": false, "approvalsRequired": 1,
+                    "coinSpecific": { "baseAddress": format!("0x{:040x}", i + 0x1000) }, "deleted": false,
+                    "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false,
+                    "isCold": false, "startDate": "2025-01-01T00:00:00Z",
+                })
+            })
+            .collect();
+        custodian::wallets::import::import(&state.store, &serde_json::to_string(&others)?, |_, _| {}).await?;
+    }
     common::add_wallet_webhook(&state, &user.id, wallet, Some(enterprise.id.clone()), hook_url).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -198,7 +218,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let watcher_time = started.elapsed();
     let per_s = |d: Duration, n: f64| n / d.as_secs_f64();
-    println!("backfill of {blocks} blocks carrying {transfers} watched transfers (anvil, SQLite):");
+    println!(
+        "backfill of {blocks} blocks carrying {transfers} watched transfers, {} watched addresses (anvil, SQLite):",
+        extra + 1
+    );
     println!(
         "  ceiling (node reads only): {:.0} blocks/s, {:.0} transfers/s",
         per_s(ceiling_time, blocks as f64),

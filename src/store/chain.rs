@@ -328,12 +328,19 @@ where
             .bind(w.head.hash.as_str())
             .execute(&mut *tx)
             .await?;
+        // Without touching `updated_at`: it tells the watcher's address book that records changed.
         for (wallet, b) in w.balances {
-            let mut q = sqlx::query(super::wallets::UPDATE_BALANCES);
-            for amount in b.texts() {
-                q = q.bind(amount);
-            }
-            q.bind(crate::ids::now()).bind(wallet.as_str()).execute(&mut *tx).await?;
+            let [balance, confirmed, spendable, ..] = b.texts();
+            sqlx::query(
+                "UPDATE wallets SET balance = COALESCE($1, balance), confirmed_balance = COALESCE($2, confirmed_balance), \
+                 spendable_balance = COALESCE($3, spendable_balance) WHERE id = $4",
+            )
+            .bind(balance)
+            .bind(confirmed)
+            .bind(spendable)
+            .bind(wallet.as_str())
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(())

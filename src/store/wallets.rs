@@ -116,7 +116,7 @@ const UPSERT_WALLET: &str = "INSERT INTO wallets (id, coin, enterprise, deleted,
     withdraw_hold_usd = COALESCE(excluded.withdraw_hold_usd, wallets.withdraw_hold_usd), \
     updated_at = excluded.updated_at";
 
-pub(super) const UPDATE_BALANCES: &str = "UPDATE wallets SET balance = COALESCE($1, balance), \
+const UPDATE_BALANCES: &str = "UPDATE wallets SET balance = COALESCE($1, balance), \
     confirmed_balance = COALESCE($2, confirmed_balance), spendable_balance = COALESCE($3, spendable_balance), \
     staking_balance = COALESCE($4, staking_balance), reward_balance = COALESCE($5, reward_balance), \
     withdraw_hold_usd = COALESCE($6, withdraw_hold_usd), updated_at = $7 WHERE id = $8";
