@@ -4,7 +4,9 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::chain_rows::{rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS, UPSERT_TRANSFER};
+use super::chain_rows::{
+    h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS, UPDATE_CHAIN_BALANCES, UPSERT_TRANSFER,
+};
 use super::sql::{parse_stored, to_json, Dialect};
 use super::sql_store::SqlStore;
 use super::StoreResult;
@@ -103,11 +105,6 @@ pub trait ChainStore: Send + Sync {
     async fn transfer_by_id(&self, wallet: &WalletId, id: &str) -> StoreResult<Option<Transfer>>;
     /// A chain's latest transfers, newest first, at most `limit` (the console).
     async fn recent_transfers(&self, chain: &str, limit: u32) -> StoreResult<Vec<Transfer>>;
-}
-
-/// Heights are below 2^63 on any chain; a larger one is stored as the largest.
-fn h(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 #[async_trait]
@@ -331,16 +328,13 @@ where
         // Without touching `updated_at`: it tells the watcher's address book that records changed.
         for (wallet, b) in w.balances {
             let [balance, confirmed, spendable, ..] = b.texts();
-            sqlx::query(
-                "UPDATE wallets SET balance = COALESCE($1, balance), confirmed_balance = COALESCE($2, confirmed_balance), \
-                 spendable_balance = COALESCE($3, spendable_balance) WHERE id = $4",
-            )
-            .bind(balance)
-            .bind(confirmed)
-            .bind(spendable)
-            .bind(wallet.as_str())
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(UPDATE_CHAIN_BALANCES)
+                .bind(balance)
+                .bind(confirmed)
+                .bind(spendable)
+                .bind(wallet.as_str())
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())

@@ -94,3 +94,14 @@ impl ChainStateRow {
         }
     }
 }
+
+/// The balances the chain watcher keeps, leaving `updated_at` (the address book's sign that
+/// records changed) alone.
+pub(super) const UPDATE_CHAIN_BALANCES: &str = "UPDATE wallets SET balance = COALESCE($1, balance), \
+    confirmed_balance = COALESCE($2, confirmed_balance), spendable_balance = COALESCE($3, spendable_balance) \
+    WHERE id = $4";
+
+/// Heights are below 2^63 on any chain; a larger one is stored as the largest.
+pub(super) fn h(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
