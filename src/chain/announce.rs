@@ -66,6 +66,29 @@ async fn send(
     Ok(())
 }
 
+/// A `transaction` event: a transaction touching the wallet was included in a block (once per
+/// transaction, wallet and block), to the wallet's `transaction` webhooks. `t` is one of the
+/// transaction's transfers for the wallet.
+pub async fn transaction(svc: &Chains, t: &Transfer) -> Result<(), Error> {
+    let mut body = Map::new();
+    let id = format!(
+        "chain:{}:{}:{}:transaction:{}",
+        t.chain.as_str(),
+        t.txid,
+        t.wallet_id.as_str(),
+        t.block_hash
+    );
+    body.insert("eventId".into(), json!(id));
+    body.insert("type".into(), json!("transaction"));
+    body.insert("coin".into(), json!(t.chain.as_str()));
+    body.insert("walletId".into(), json!(t.wallet_id.as_str()));
+    body.insert("hash".into(), json!(t.txid));
+    body.insert("transfer".into(), json!(t.id));
+    body.insert("height".into(), json!(t.height));
+    crate::webhooks::events::ingest_routed(&svc.webhooks, body, |_| true).await?;
+    Ok(())
+}
+
 /// `block` events: the block that reaches a block webhook's `numConfirmations` with this one
 /// (0 counts as 1: the block itself), to the webhooks with exactly that number, so a block
 /// orphaned before then is never announced.

@@ -284,7 +284,13 @@ impl Watcher {
             .iter()
             .filter(|(t, c)| waiting.get(&t.wallet_id).is_some_and(|w| w.contains(c)))
             .map(|(t, c)| super::announce::reached(&self.svc, t, *c).boxed());
-        futures_util::future::try_join_all(states.chain(reached)).await?;
+        // One `transaction` event per transaction and wallet the block holds.
+        let mut seen = std::collections::BTreeSet::new();
+        let included = found
+            .iter()
+            .filter(|t| seen.insert((t.txid.clone(), t.wallet_id.clone())))
+            .map(|t| super::announce::transaction(&self.svc, t).boxed());
+        futures_util::future::try_join_all(states.chain(reached).chain(included)).await?;
         super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, &block.head).await?;
         let all: Vec<Transfer> = found.into_iter().chain(changed).collect();
         self.stale.extend(all.iter().map(|t| t.wallet_id.clone()));

@@ -478,6 +478,37 @@ async fn a_transaction_another_of_its_nonce_replaces_in_a_reorg_is_replaced() {
 }
 
 #[tokio::test]
+async fn a_transaction_webhook_hears_of_each_transaction_once_at_inclusion() {
+    let c = chain_fixture().await;
+    let txs = TestReceiver::start().await;
+    let hook = json!({ "type": "transaction", "url": txs.url });
+    expect_json(
+        c.app.post_auth(&format!("/api/v2/hteth/wallet/{WALLET}/webhooks"), &c.token, &hook).await,
+        200,
+    )
+    .await;
+    let paid = c.anvil.send(RICH, WATCHED, ONE_ETH).await;
+    let spent = c.anvil.send(WATCHED, OTHER, ONE_ETH / 2).await;
+    c.anvil.mine(4).await;
+    c.caught_up().await;
+    txs.wait_for(2, 20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut hashes: Vec<String> = txs
+        .received()
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+        .map(|b| {
+            assert_eq!(b["type"], "transaction", "{b}");
+            b["hash"].as_str().unwrap().to_string()
+        })
+        .collect();
+    hashes.sort();
+    let mut want = vec![paid, spent];
+    want.sort();
+    assert_eq!(hashes, want, "each transaction once");
+}
+
+#[tokio::test]
 async fn a_wallet_webhook_with_num_confirmations_hears_of_a_transfer_once_at_that_count() {
     let c = chain_fixture().await;
     let patient = TestReceiver::start().await;
