@@ -2,6 +2,9 @@
 //! (`webhooks::events::ingest_routed`), with ids derived from what they say so that a replay
 //! after a crash is the same event (docs/chains.md, "Events").
 
+use std::collections::BTreeMap;
+
+use futures_util::FutureExt;
 use serde_json::{json, Map};
 
 use super::Chains;
@@ -11,7 +14,7 @@ use crate::{
         chain::{BlockHead, Transfer, TransferState},
         webhook::{LevelKind, WebhookFilter},
     },
-    types::Coin,
+    types::{Coin, WalletId},
 };
 
 /// The `numConfirmations` a wallet webhook waits for (0: every state).
@@ -134,4 +137,51 @@ pub async fn blocks(svc: &Chains, chain: &Coin, reorg_depth: u64, block: &BlockH
         .await?;
     }
     Ok(())
+}
+
+/// The transfer events of a block, at once: the outbox's group commit writes them in few
+/// transactions. `counts` pairs live transfers with the confirmations they have now.
+pub async fn block_transfers(
+    svc: &Chains,
+    found: &[Transfer],
+    changed: &[Transfer],
+    counts: &[(Transfer, u64)],
+) -> Result<(), Error> {
+    let mut waiting: BTreeMap<WalletId, Vec<u64>> = BTreeMap::new();
+    for (t, _) in counts {
+        if !waiting.contains_key(&t.wallet_id) {
+            let wanted = waited_counts(svc, &t.wallet_id).await?;
+            waiting.insert(t.wallet_id.clone(), wanted);
+        }
+    }
+    let states = found.iter().chain(changed).map(|t| transfer(svc, t).boxed());
+    let reached = counts
+        .iter()
+        .filter(|(t, c)| waiting.get(&t.wallet_id).is_some_and(|w| w.contains(c)))
+        .map(|(t, c)| reached(svc, t, *c).boxed());
+    // One `transaction` event per transaction and wallet the block holds.
+    let mut seen = std::collections::BTreeSet::new();
+    let included = found
+        .iter()
+        .filter(|t| seen.insert((t.txid.clone(), t.wallet_id.clone())))
+        .map(|t| transaction(svc, t).boxed());
+    futures_util::future::try_join_all(states.chain(reached).chain(included)).await?;
+    Ok(())
+}
+
+/// The `numConfirmations` (above 0) the wallet's transfer webhooks wait for.
+async fn waited_counts(svc: &Chains, wallet: &WalletId) -> Result<Vec<u64>, Error> {
+    let filter = crate::model::webhook::WebhookFilter {
+        scope: crate::model::webhook::LevelKind::Wallet,
+        wallet_id: Some(wallet.clone()),
+        webhook_type: Some("transfer".into()),
+        state: None,
+        ..Default::default()
+    };
+    let hooks = svc.store.routing_webhooks(&filter).await?;
+    Ok(hooks
+        .iter()
+        .filter_map(|w| w.level.num_confirmations().and_then(|n| u64::try_from(n).ok()))
+        .filter(|n| *n > 0)
+        .collect())
 }

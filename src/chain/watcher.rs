@@ -9,7 +9,6 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use alloy_primitives::{Address, I256, U256};
-use futures_util::FutureExt;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -271,26 +270,7 @@ impl Watcher {
                 changed.push(orphan);
             }
         }
-        // The block's events at once: the outbox's group commit writes them in few transactions.
-        let mut waiting: BTreeMap<WalletId, Vec<u64>> = BTreeMap::new();
-        for (t, _) in &counts {
-            if !waiting.contains_key(&t.wallet_id) {
-                let wanted = self.waited_counts(&t.wallet_id).await?;
-                waiting.insert(t.wallet_id.clone(), wanted);
-            }
-        }
-        let states = found.iter().chain(&changed).map(|t| super::announce::transfer(&self.svc, t).boxed());
-        let reached = counts
-            .iter()
-            .filter(|(t, c)| waiting.get(&t.wallet_id).is_some_and(|w| w.contains(c)))
-            .map(|(t, c)| super::announce::reached(&self.svc, t, *c).boxed());
-        // One `transaction` event per transaction and wallet the block holds.
-        let mut seen = std::collections::BTreeSet::new();
-        let included = found
-            .iter()
-            .filter(|t| seen.insert((t.txid.clone(), t.wallet_id.clone())))
-            .map(|t| super::announce::transaction(&self.svc, t).boxed());
-        futures_util::future::try_join_all(states.chain(reached).chain(included)).await?;
+        super::announce::block_transfers(&self.svc, &found, &changed, &counts).await?;
         super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, &block.head).await?;
         let all: Vec<Transfer> = found.into_iter().chain(changed).collect();
         self.stale.extend(all.iter().map(|t| t.wallet_id.clone()));
@@ -311,23 +291,6 @@ impl Watcher {
             })
             .await?;
         Ok(())
-    }
-
-    /// The `numConfirmations` (above 0) the wallet's transfer webhooks wait for.
-    async fn waited_counts(&self, wallet: &WalletId) -> Result<Vec<u64>, WatchError> {
-        let filter = crate::model::webhook::WebhookFilter {
-            scope: crate::model::webhook::LevelKind::Wallet,
-            wallet_id: Some(wallet.clone()),
-            webhook_type: Some("transfer".into()),
-            state: None,
-            ..Default::default()
-        };
-        let hooks = self.svc.store.routing_webhooks(&filter).await?;
-        Ok(hooks
-            .iter()
-            .filter_map(|w| w.level.num_confirmations().and_then(|n| u64::try_from(n).ok()))
-            .filter(|n| *n > 0)
-            .collect())
     }
 
     /// Native ETH moved by the block's successful transactions from or to a watched address.
