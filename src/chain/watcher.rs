@@ -234,8 +234,8 @@ impl Watcher {
         let mut found = self.native_transfers(block).await?;
         found.extend(self.token_transfers(block).await?);
         let confirmed_at = self.config.confirmations;
+        // `new_transfer` made them at one confirmation.
         for t in &mut found {
-            t.confirmations = 1;
             t.state = if confirmed_at <= 1 { TransferState::Confirmed } else { TransferState::Unconfirmed };
         }
         // Older transfers: `confirmations` reached with this block, and the counts wallet

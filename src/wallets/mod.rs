@@ -248,7 +248,11 @@ pub async fn set_balances(
         auth.require(svc.policy, Action::ServiceAdmin)?;
     }
     let balances = parse_balances(body)?;
-    let watched = svc.store.wallets_by_ids(std::slice::from_ref(wallet_id), false).await?;
+    // Only a service that watches a chain needs the wallet's coin first.
+    let watched = match svc.config.chains.is_empty() {
+        true => Vec::new(),
+        false => svc.store.wallets_by_ids(std::slice::from_ref(wallet_id), false).await?,
+    };
     if let Some(w) = watched.iter().find(|w| svc.config.chains.contains_key(w.coin.as_str())) {
         return Err(Error::Invalid {
             name: ErrorName::BadRequest,
