@@ -94,8 +94,15 @@ pub async fn transaction(svc: &Chains, t: &Transfer) -> Result<(), Error> {
 
 /// `block` events: the block that reaches a block webhook's `numConfirmations` with this one
 /// (0 counts as 1: the block itself), to the webhooks with exactly that number, so a block
-/// orphaned before then is never announced.
-pub async fn blocks(svc: &Chains, chain: &Coin, reorg_depth: u64, block: &BlockHead) -> Result<(), Error> {
+/// orphaned before then is never announced. `before` are the blocks just below `block` not yet
+/// stored (read in the same run).
+pub async fn blocks(
+    svc: &Chains,
+    chain: &Coin,
+    reorg_depth: u64,
+    block: &BlockHead,
+    before: &[BlockHead],
+) -> Result<(), Error> {
     let filter = WebhookFilter {
         scope: LevelKind::Block,
         coin: Some(chain.clone()),
@@ -118,6 +125,8 @@ pub async fn blocks(svc: &Chains, chain: &Coin, reorg_depth: u64, block: &BlockH
         let height = block.height + 1 - n;
         let hash = if n == 1 {
             block.hash.clone()
+        } else if let Some(h) = before.iter().find(|h| h.height == height) {
+            h.hash.clone()
         } else {
             match svc.store.chain_heads(chain.as_str(), height).await?.first() {
                 Some(h) if h.height == height => h.hash.clone(),

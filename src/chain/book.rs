@@ -2,7 +2,7 @@
 //! (one hash lookup per transaction end, so a block costs the same for 10 or 100,000
 //! addresses). Reloaded when the store's fingerprint of the address set changes.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use alloy_primitives::Address;
 
@@ -10,7 +10,7 @@ use crate::{store::DynStore, types::WalletId};
 
 #[derive(Default)]
 pub struct AddressBook {
-    owners: HashMap<Address, WalletId>,
+    owners: Arc<HashMap<Address, WalletId>>,
     by_wallet: HashMap<WalletId, Vec<Address>>,
     fingerprint: Option<(i64, i64, i64)>,
 }
@@ -19,6 +19,11 @@ impl AddressBook {
     /// The wallet watching `a`.
     pub fn owner(&self, a: &Address) -> Option<&WalletId> {
         self.owners.get(a)
+    }
+
+    /// Every watched address with its wallet, shared (reading ahead matches against it).
+    pub fn owners(&self) -> Arc<HashMap<Address, WalletId>> {
+        self.owners.clone()
     }
 
     pub fn len(&self) -> usize {
@@ -58,7 +63,7 @@ impl AddressBook {
         for (a, w) in &owners {
             by_wallet.entry(w.clone()).or_default().push(*a);
         }
-        self.owners = owners;
+        self.owners = Arc::new(owners);
         self.by_wallet = by_wallet;
         self.fingerprint = Some(fingerprint);
         Ok(true)

@@ -7,8 +7,11 @@
 
 pub mod announce;
 pub mod book;
+pub mod fetch;
+pub mod found;
 pub mod node;
 pub mod watcher;
+pub mod window;
 
 use std::sync::Arc;
 

@@ -8,13 +8,16 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use alloy_primitives::{Address, I256, U256};
+use alloy_primitives::{Address, U256};
 use serde_json::json;
 use tokio::sync::watch;
 
 use super::{
     book::AddressBook,
-    node::{ChainNode, NodeBlock, NodeError},
+    fetch::{Fetched, Reader},
+    found::{parse_u, Finder},
+    node::{ChainNode, NodeError},
+    window::Window,
     Chains,
 };
 use crate::{
@@ -22,7 +25,7 @@ use crate::{
     error::Error,
     model::{
         audit::AuditType,
-        chain::{BlockHead, Transfer, TransferEntry, TransferState},
+        chain::{BlockHead, Transfer, TransferState},
     },
     store::BlockWrite,
     types::{Coin, WalletId},
@@ -168,19 +171,61 @@ impl Watcher {
             _ => None,
         };
         let end = head.min(next.saturating_add(self.config.batch_blocks - 1));
-        for n in next..=end {
-            let Some(block) = self.node.block(n).await? else { return Ok(false) };
-            if let Some(tip) = &tip {
-                if tip.height + 1 == n && block.head.parent_hash != tip.hash {
-                    self.reorg(n - 1, head).await?;
+        let (live_from, removed_from) = self.window_from(next);
+        let mut window = Window::load(&store, chain, live_from, removed_from).await?;
+        let read_ahead = usize::try_from(self.config.read_ahead).unwrap_or(1);
+        // Blocks already read are taken together (up to `read_ahead`): while catching up they
+        // are processed and written as one run, their events in one outbox write.
+        let mut blocks = self.reader(read_ahead).spawn(next, end);
+        loop {
+            let chunk = blocks.next_run(read_ahead).await;
+            if chunk.is_empty() {
+                break;
+            }
+            let mut run = Run::default();
+            let mut stop = None;
+            for fetched in chunk {
+                let Some(fetched) = fetched? else {
+                    stop = Some(None);
+                    break;
+                };
+                let n = fetched.block.head.height;
+                if tip.as_ref().is_some_and(|t| t.height + 1 == n && fetched.block.head.parent_hash != t.hash)
+                {
+                    stop = Some(Some(n - 1));
+                    break;
+                }
+                self.find(&fetched, &mut window, &mut run);
+                tip = Some(fetched.block.head);
+            }
+            self.write(run, head).await?;
+            match stop {
+                Some(Some(orphaned)) => {
+                    self.reorg(orphaned, head).await?;
                     return Ok(true);
                 }
+                Some(None) => return Ok(false),
+                None => {}
             }
-            self.process(&block, head).await?;
-            self.svc.metrics.chain.blocks.get_or_create(&self.labels()).inc();
-            tip = Some(block.head);
         }
         Ok(end < head)
+    }
+
+    /// Where the transfers a block at `height` can still change begin: live ones, removed ones
+    /// ([`Window`]).
+    fn window_from(&self, height: u64) -> (u64, u64) {
+        let c = &self.config;
+        (height.saturating_sub(c.confirmations.max(c.reorg_depth)), height.saturating_sub(c.reorg_depth))
+    }
+
+    fn reader(&self, read_ahead: usize) -> Reader {
+        Reader {
+            node: self.node.clone(),
+            owners: self.book.owners(),
+            contracts: self.tokens.keys().copied().collect(),
+            permits: Arc::new(tokio::sync::Semaphore::new(read_ahead)),
+            read_ahead,
+        }
     }
 
     /// The block at `height` is no longer canonical: walk back to the common ancestor within
@@ -226,165 +271,63 @@ impl Watcher {
         Ok(())
     }
 
-    /// Finds the block's transfers, moves older ones' confirmations on, emits events, then
-    /// writes the block's effects and the checkpoint in one transaction.
-    async fn process(&mut self, block: &NodeBlock, head: u64) -> Result<(), WatchError> {
-        let chain = self.chain.as_str();
-        let height = block.head.height;
-        let mut found = self.native_transfers(block).await?;
-        found.extend(self.token_transfers(block).await?);
+    /// Finds the block's transfers and moves older ones' confirmations on, in memory: `run`
+    /// gathers what its blocks change, for [`Self::write`].
+    fn find(&mut self, fetched: &Fetched, window: &mut Window, run: &mut Run) {
+        let height = fetched.block.head.height;
+        let finder = Finder { chain: &self.chain, book: &self.book, tokens: &self.tokens };
+        let mut found = finder.transfers(fetched);
         let confirmed_at = self.config.confirmations;
-        // `new_transfer` made them at one confirmation.
         for t in &mut found {
             t.state = if confirmed_at <= 1 { TransferState::Confirmed } else { TransferState::Unconfirmed };
         }
-        // Older transfers: `confirmations` reached with this block, and the counts wallet
-        // webhooks wait for (`numConfirmations`, told within `reorg_depth` blocks).
-        let window = height.saturating_sub(confirmed_at.max(self.config.reorg_depth));
-        let mut changed = Vec::new();
-        let mut counts: Vec<(Transfer, u64)> = found.iter().map(|t| (t.clone(), 1)).collect();
-        for mut t in self.svc.store.live_transfers(chain, window).await? {
-            if t.height >= height || found.iter().any(|f| f.id == t.id) {
-                continue;
-            }
-            let c = height - t.height + 1;
-            if t.state == TransferState::Unconfirmed && c >= confirmed_at {
-                t.state = TransferState::Confirmed;
-                t.confirmations = c;
-                changed.push(t.clone());
-            }
-            t.confirmations = c;
-            counts.push((t, c));
+        let (changed, counts) = window.advance(&fetched.block, &found, confirmed_at);
+        let written: Vec<Transfer> = found.iter().chain(&changed).cloned().collect();
+        let (live_from, removed_from) = self.window_from(height);
+        window.apply(&written, live_from, removed_from);
+        self.stale.extend(written.iter().map(|t| t.wallet_id.clone()));
+        run.found.extend(found);
+        run.changed.extend(changed);
+        run.counts.extend(counts);
+        run.written.extend(written);
+        run.heads.push(fetched.block.head.clone());
+    }
+
+    /// Emits a run's events, then writes its blocks' effects, balances near the head and the
+    /// checkpoint in one transaction: a crash between the two replays the run, whose events
+    /// then have the same ids.
+    async fn write(&mut self, run: Run, head: u64) -> Result<(), WatchError> {
+        let Some(last) = run.heads.last() else { return Ok(()) };
+        super::announce::block_transfers(&self.svc, &run.found, &run.changed, &run.counts).await?;
+        for (i, block) in run.heads.iter().enumerate() {
+            super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, block, &run.heads[..i])
+                .await?;
         }
-        // A transaction of the same sender and nonce as one a reorg removed replaces it.
-        for mut orphan in
-            self.svc.store.removed_transfers(chain, height.saturating_sub(self.config.reorg_depth)).await?
-        {
-            let replaced = block.txs.iter().any(|tx| {
-                tx.nonce == orphan.nonce
-                    && crate::types::checksummed_eth_address(&tx.from) == orphan.sender
-                    && tx.hash.to_string() != orphan.txid
-            });
-            if replaced {
-                orphan.state = TransferState::Replaced;
-                changed.push(orphan);
+        let balances = if head.saturating_sub(last.height) < STATE_WINDOW {
+            // The newest state of each transfer the run wrote.
+            let mut newest: BTreeMap<&str, &Transfer> = BTreeMap::new();
+            for t in &run.written {
+                newest.insert(&t.id, t);
             }
-        }
-        super::announce::block_transfers(&self.svc, &found, &changed, &counts).await?;
-        super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, &block.head).await?;
-        let all: Vec<Transfer> = found.into_iter().chain(changed).collect();
-        self.stale.extend(all.iter().map(|t| t.wallet_id.clone()));
-        let balances = if head.saturating_sub(height) < STATE_WINDOW {
+            let newest: Vec<Transfer> = newest.into_values().cloned().collect();
             let touched: Vec<WalletId> = std::mem::take(&mut self.stale).into_iter().collect();
-            self.balances(&touched, height, &all).await?
+            self.balances(&touched, last.height, &newest).await?
         } else {
             Vec::new()
         };
         self.svc
             .store
-            .record_block(BlockWrite {
-                chain,
-                head: &block.head,
-                transfers: &all,
-                keep_from: height.saturating_sub(self.config.reorg_depth),
+            .record_blocks(BlockWrite {
+                chain: self.chain.as_str(),
+                heads: &run.heads,
+                transfers: &run.written,
+                keep_from: last.height.saturating_sub(self.config.reorg_depth),
                 balances: &balances,
             })
             .await?;
+        let blocks = u64::try_from(run.heads.len()).unwrap_or(0);
+        self.svc.metrics.chain.blocks.get_or_create(&self.labels()).inc_by(blocks);
         Ok(())
-    }
-
-    /// Native ETH moved by the block's successful transactions from or to a watched address.
-    async fn native_transfers(&self, block: &NodeBlock) -> Result<Vec<Transfer>, WatchError> {
-        let mut out: BTreeMap<String, Transfer> = BTreeMap::new();
-        for tx in &block.txs {
-            let from = self.book.owner(&tx.from);
-            let to = tx.to.as_ref().and_then(|a| self.book.owner(a));
-            if from.is_none() && to.is_none() {
-                continue;
-            }
-            // A failed transaction moves no value; its fee alone is not a transfer here.
-            let Some((true, fee)) = self.node.outcome(tx.hash).await? else { continue };
-            if tx.value.is_zero() && from.is_none() {
-                continue;
-            }
-            let txid = tx.hash.to_string();
-            let mut add = |wallet: &WalletId, address: &Address, value: I256, fee: U256| {
-                let t =
-                    out.entry(Transfer::id_for(self.chain.as_str(), &txid, wallet)).or_insert_with(|| {
-                        self.new_transfer(wallet, self.chain.clone(), &txid, block, tx.from, tx.nonce)
-                    });
-                t.entries.push(TransferEntry {
-                    address: crate::types::checksummed_eth_address(address),
-                    value: value.to_string(),
-                });
-                t.fee = (parse_u(&t.fee) + fee).to_string();
-            };
-            let value = I256::try_from(tx.value).unwrap_or(I256::MAX);
-            if let Some(w) = from {
-                add(w, &tx.from, -value - I256::try_from(fee).unwrap_or(I256::ZERO), fee);
-            }
-            if let (Some(w), Some(a)) = (to, tx.to.as_ref()) {
-                add(w, a, value, U256::ZERO);
-            }
-        }
-        Ok(out.into_values().map(total).collect())
-    }
-
-    /// Token amounts moved by `Transfer` logs of the configured contracts.
-    async fn token_transfers(&self, block: &NodeBlock) -> Result<Vec<Transfer>, WatchError> {
-        if self.tokens.is_empty() || self.book.is_empty() {
-            return Ok(Vec::new());
-        }
-        let contracts: Vec<Address> = self.tokens.keys().copied().collect();
-        let block_hash =
-            block.head.hash.parse().map_err(|_| NodeError("a block hash is not 32 bytes".into()))?;
-        let mut out: BTreeMap<String, Transfer> = BTreeMap::new();
-        for log in self.node.token_logs(block_hash, &contracts).await? {
-            let Some(coin) = self.tokens.get(&log.contract) else { continue };
-            let txid = log.txid.to_string();
-            let sender = block.txs.iter().find(|t| t.hash == log.txid).map(|t| (t.from, t.nonce));
-            let (sender, nonce) = sender.unwrap_or((log.from, 0));
-            let value = I256::try_from(log.value).unwrap_or(I256::MAX);
-            for (address, value) in [(log.from, -value), (log.to, value)] {
-                let Some(w) = self.book.owner(&address) else { continue };
-                let t = out
-                    .entry(Transfer::id_for(coin.as_str(), &txid, w))
-                    .or_insert_with(|| self.new_transfer(w, coin.clone(), &txid, block, sender, nonce));
-                t.entries.push(TransferEntry {
-                    address: crate::types::checksummed_eth_address(&address),
-                    value: value.to_string(),
-                });
-            }
-        }
-        Ok(out.into_values().map(total).collect())
-    }
-
-    fn new_transfer(
-        &self,
-        wallet: &WalletId,
-        coin: Coin,
-        txid: &str,
-        block: &NodeBlock,
-        sender: Address,
-        nonce: u64,
-    ) -> Transfer {
-        Transfer {
-            id: Transfer::id_for(coin.as_str(), txid, wallet),
-            wallet_id: wallet.clone(),
-            coin,
-            chain: self.chain.clone(),
-            txid: txid.to_string(),
-            height: block.head.height,
-            block_hash: block.head.hash.clone(),
-            state: TransferState::Unconfirmed,
-            value: "0".into(),
-            fee: "0".into(),
-            entries: Vec::new(),
-            date: block.time,
-            confirmations: 1,
-            sender: crate::types::checksummed_eth_address(&sender),
-            nonce,
-        }
     }
 
     /// Balances of the chain coin from the node, summed over each wallet's addresses:
@@ -429,15 +372,18 @@ fn units(n: U256) -> Result<crate::types::BaseUnits, WatchError> {
     n.to_string().parse().map_err(|e| Error::Internal(anyhow::anyhow!("a balance: {e:?}")).into())
 }
 
-fn parse_u(s: &str) -> U256 {
-    s.parse().unwrap_or(U256::ZERO)
-}
-
-/// Sets a transfer's value to the sum of its entries.
-fn total(mut t: Transfer) -> Transfer {
-    let sum = t.entries.iter().fold(I256::ZERO, |acc, e| acc + e.value.parse::<I256>().unwrap_or(I256::ZERO));
-    t.value = sum.to_string();
-    t
+/// What a run of blocks read together changes, in block order.
+#[derive(Default)]
+struct Run {
+    heads: Vec<BlockHead>,
+    /// The blocks' own transfers.
+    found: Vec<Transfer>,
+    /// Older transfers whose state changed.
+    changed: Vec<Transfer>,
+    /// Live transfers with the confirmations each block gave them.
+    counts: Vec<(Transfer, u64)>,
+    /// `found` and `changed`, block by block: a transfer may be in it twice, the later wins.
+    written: Vec<Transfer>,
 }
 
 /// One watcher per configured chain, each with its own node client.

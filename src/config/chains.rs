@@ -23,6 +23,10 @@ pub struct ChainConfig {
     pub start_block: Option<u64>,
     /// Blocks read per round while catching up (the backfill batch).
     pub batch_blocks: u64,
+    /// Blocks read from the node ahead of the one being processed, concurrently: a bound on
+    /// the requests one watcher keeps in flight (each block is its transactions, the receipts
+    /// of the watched ones and the token logs).
+    pub read_ahead: u64,
     /// Longest time one node request may take, seconds.
     pub rpc_timeout: u64,
     /// ERC-20 tokens whose `Transfer` logs are read.
@@ -39,6 +43,7 @@ impl Default for ChainConfig {
             poll_interval_ms: 1000,
             start_block: None,
             batch_blocks: 100,
+            read_ahead: 16,
             rpc_timeout: 10,
             tokens: Vec::new(),
         }
@@ -89,6 +94,9 @@ pub fn validate(chains: &BTreeMap<String, ChainConfig>) -> Result<(), String> {
                 "{}, batch_blocks (1 to 10000) and rpc_timeout must be positive",
                 at("poll_interval_ms")
             ));
+        }
+        if c.read_ahead == 0 || c.read_ahead > 64 {
+            return Err(format!("{}: must be 1 to 64", at("read_ahead")));
         }
         for (i, t) in c.tokens.iter().enumerate() {
             let ticker = t.coin.strip_prefix(&format!("{coin}:"));

@@ -1,30 +1,30 @@
-//! What the chain watcher keeps (`model::chain`): watched addresses, block headers, each
-//! chain's checkpoint and lease, and transfers. The rules (states, reorgs) are `chain`'s.
+//! What the chain watcher keeps (`model::chain`): watched addresses, block headers, checkpoints,
+//! leases, transfers. The rules (states, reorgs) are `chain`'s.
 
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::chain_rows::{
-    h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS, UPDATE_CHAIN_BALANCES, UPSERT_TRANSFER,
+    h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD,
+    UPSERT_TRANSFER,
 };
-use super::sql::{parse_stored, to_json, Dialect};
-use super::sql_store::SqlStore;
-use super::StoreResult;
+use super::{sql::parse_stored, sql::to_json, sql::Dialect, sql_store::SqlStore, StoreResult};
 use crate::model::audit::AuditEntry;
 use crate::model::chain::{BlockHead, ChainStatus, Transfer, TransferState, WalletAddress};
 use crate::model::wallet::Balances;
 use crate::types::{Coin, WalletId};
 
-/// One processed block's effects, written in one transaction.
+/// The effects of a run of processed blocks, written in one transaction.
 #[derive(Debug)]
 pub struct BlockWrite<'a> {
     pub chain: &'a str,
-    pub head: &'a BlockHead,
-    /// Transfers found in the block or whose state or confirmations changed.
+    /// Consecutive blocks, lowest first; the checkpoint moves to the last.
+    pub heads: &'a [BlockHead],
+    /// Transfers found in the blocks or whose state changed, in block order (a later one wins).
     pub transfers: &'a [Transfer],
     /// Headers below this height are dropped (beyond `reorg_depth`).
     pub keep_from: u64,
-    /// Balances of the wallets the block touched, as of the block.
+    /// Balances of the wallets the blocks touched, as of the last.
     pub balances: &'a [(WalletId, Balances)],
 }
 
@@ -72,8 +72,8 @@ pub trait ChainStore: Send + Sync {
     async fn set_chain_node(&self, chain: &str, node_head: u64, halted: Option<&str>) -> StoreResult<()>;
     /// The kept headers at `from` and above, by height.
     async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>>;
-    /// Writes a block's effects and moves the checkpoint to it, in one transaction.
-    async fn record_block(&self, w: BlockWrite<'_>) -> StoreResult<()>;
+    /// Writes consecutive blocks' effects and moves the checkpoint to the last, in one transaction.
+    async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<()>;
     /// A reorg back to `ancestor` (`depth` blocks below the old tip): live transfers above it
     /// become `removed`, with the confirmations they had reached, and are returned; headers
     /// above it are dropped, the checkpoint moves to it.
@@ -280,7 +280,8 @@ where
             .collect())
     }
 
-    async fn record_block(&self, w: BlockWrite<'_>) -> StoreResult<()> {
+    async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<()> {
+        let Some(last) = w.heads.last() else { return Ok(()) };
         let mut tx = self.begin_write().await?;
         let now_ms = crate::ids::now_ms();
         for t in w.transfers {
@@ -304,16 +305,15 @@ where
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query(
-            "INSERT INTO chain_heads (chain, height, hash, parent_hash) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (chain, height) DO UPDATE SET hash = excluded.hash, parent_hash = excluded.parent_hash",
-        )
-        .bind(w.chain)
-        .bind(h(w.head.height))
-        .bind(w.head.hash.as_str())
-        .bind(w.head.parent_hash.as_str())
-        .execute(&mut *tx)
-        .await?;
+        for head in w.heads {
+            sqlx::query(UPSERT_CHAIN_HEAD)
+                .bind(w.chain)
+                .bind(h(head.height))
+                .bind(head.hash.as_str())
+                .bind(head.parent_hash.as_str())
+                .execute(&mut *tx)
+                .await?;
+        }
         sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height < $2")
             .bind(w.chain)
             .bind(h(w.keep_from))
@@ -321,8 +321,8 @@ where
             .await?;
         sqlx::query("UPDATE chain_state SET height = $2, hash = $3 WHERE chain = $1")
             .bind(w.chain)
-            .bind(h(w.head.height))
-            .bind(w.head.hash.as_str())
+            .bind(h(last.height))
+            .bind(last.hash.as_str())
             .execute(&mut *tx)
             .await?;
         // Without touching `updated_at`: it tells the watcher's address book that records changed.

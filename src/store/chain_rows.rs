@@ -57,6 +57,10 @@ pub(super) const TRANSFER_COLUMNS: &str =
     "id, wallet_id, coin, chain, txid, height, block_hash, state, value, fee, \
     entries, date, confirmations, sender, nonce";
 
+pub(super) const UPSERT_CHAIN_HEAD: &str = "INSERT INTO chain_heads (chain, height, hash, parent_hash) \
+    VALUES ($1, $2, $3, $4) ON CONFLICT (chain, height) DO UPDATE SET hash = excluded.hash, \
+    parent_hash = excluded.parent_hash";
+
 pub(super) const UPSERT_TRANSFER: &str =
     "INSERT INTO transfers (id, wallet_id, coin, chain, txid, height, block_hash, \
     state, value, fee, entries, date, confirmations, sender, nonce, seen_ms) \
