@@ -16,6 +16,8 @@ mod audit;
 mod bitgo;
 #[path = "api/chain.rs"]
 mod chain;
+#[path = "api/chain_events.rs"]
+mod chain_events;
 #[path = "api/chain_faults.rs"]
 mod chain_faults;
 #[path = "api/cli.rs"]

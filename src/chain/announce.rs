@@ -11,7 +11,7 @@ use super::Chains;
 use crate::{
     error::Error,
     model::{
-        chain::{BlockHead, Transfer, TransferState},
+        chain::{Appearance, BlockHead, Transfer, TransferState},
         webhook::{LevelKind, WebhookFilter},
     },
     types::{Coin, WalletId},
@@ -145,6 +145,41 @@ pub async fn blocks(
         })
         .await?;
     }
+    Ok(())
+}
+
+/// For each address that appeared on chain for the first time: `address_confirmation` to its
+/// wallet's webhooks, and, when it is the wallet's base address (`is_base`), `wallet_confirmation`
+/// to the coin's block webhooks of that type. The ids carry the block hash: a reorg that takes
+/// the block away forgets the appearance, and the new branch announces it again.
+pub async fn appearances(
+    svc: &Chains,
+    chain: &Coin,
+    appeared: &[Appearance],
+    is_base: impl Fn(&alloy_primitives::Address) -> bool,
+) -> Result<(), Error> {
+    let mut events = Vec::new();
+    for a in appeared {
+        let mut body = Map::new();
+        body.insert("coin".into(), json!(chain.as_str()));
+        body.insert("walletId".into(), json!(a.wallet_id.as_str()));
+        body.insert("address".into(), json!(a.address));
+        body.insert("hash".into(), json!(a.txid));
+        body.insert("height".into(), json!(a.height));
+        let id = |what: &str| format!("chain:{}:{what}:{}:{}", chain.as_str(), a.address, a.block_hash);
+        let mut address = body.clone();
+        address.insert("eventId".into(), json!(id("address")));
+        address.insert("type".into(), json!("address_confirmation"));
+        events.push(address);
+        if crate::types::parse_eth_address(&a.address).is_ok_and(|x| is_base(&x)) {
+            body.insert("eventId".into(), json!(id("wallet")));
+            body.insert("type".into(), json!("wallet_confirmation"));
+            events.push(body);
+        }
+    }
+    let sends =
+        events.into_iter().map(|e| crate::webhooks::events::ingest_routed(&svc.webhooks, e, |_| true));
+    futures_util::future::try_join_all(sends).await?;
     Ok(())
 }
 

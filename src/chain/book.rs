@@ -2,7 +2,10 @@
 //! (one hash lookup per transaction end, so a block costs the same for 10 or 100,000
 //! addresses). Reloaded when the store's fingerprint of the address set changes.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use alloy_primitives::Address;
 
@@ -12,6 +15,8 @@ use crate::{store::DynStore, types::WalletId};
 pub struct AddressBook {
     owners: Arc<HashMap<Address, WalletId>>,
     by_wallet: HashMap<WalletId, Vec<Address>>,
+    /// The wallets' base addresses (`coinSpecific.baseAddress`).
+    bases: HashSet<Address>,
     fingerprint: Option<(i64, i64, i64)>,
 }
 
@@ -24,6 +29,11 @@ impl AddressBook {
     /// Every watched address with its wallet, shared (reading ahead matches against it).
     pub fn owners(&self) -> Arc<HashMap<Address, WalletId>> {
         self.owners.clone()
+    }
+
+    /// Whether `a` is a wallet's base address.
+    pub fn is_base(&self, a: &Address) -> bool {
+        self.bases.contains(a)
     }
 
     pub fn len(&self) -> usize {
@@ -47,7 +57,9 @@ impl AddressBook {
             return Ok(false);
         }
         let mut owners = HashMap::new();
+        let mut bases = HashSet::new();
         for (wallet, record) in store.chain_wallet_records(chain).await? {
+            bases.extend(super::base_address(&record));
             for a in super::record_addresses(&record) {
                 if let Ok(a) = crate::types::parse_eth_address(&a) {
                     owners.insert(a, wallet.clone());
@@ -65,6 +77,7 @@ impl AddressBook {
         }
         self.owners = Arc::new(owners);
         self.by_wallet = by_wallet;
+        self.bases = bases;
         self.fingerprint = Some(fingerprint);
         Ok(true)
     }

@@ -94,9 +94,7 @@ impl Reader {
         let watched: Vec<B256> = block
             .txs
             .iter()
-            .filter(|tx| {
-                self.owners.contains_key(&tx.from) || tx.to.is_some_and(|a| self.owners.contains_key(&a))
-            })
+            .filter(|tx| tx.touched().iter().any(|a| self.owners.contains_key(a)))
             .map(|tx| tx.hash)
             .collect();
         let outcomes = futures_util::stream::iter(watched)

@@ -8,7 +8,7 @@ use alloy_primitives::{Address, I256, U256};
 
 use super::{book::AddressBook, fetch::Fetched, node::NodeBlock};
 use crate::{
-    model::chain::{Transfer, TransferEntry, TransferState},
+    model::chain::{Appearance, Transfer, TransferEntry, TransferState},
     types::{checksummed_eth_address, Coin, WalletId},
 };
 
@@ -88,6 +88,37 @@ impl Finder<'_> {
             }
         }
         out.into_values().map(total).collect()
+    }
+
+    /// The watched addresses the block shows on chain, each once: the contracts its successful
+    /// transactions create, and the entries of its transfers (`found`).
+    pub fn appearances(&self, fetched: &Fetched, found: &[Transfer]) -> Vec<Appearance> {
+        let block = &fetched.block;
+        let mut out: Vec<Appearance> = Vec::new();
+        let mut add = |address: String, wallet: &WalletId, txid: String| {
+            if !out.iter().any(|a| a.address == address) {
+                out.push(Appearance {
+                    address,
+                    wallet_id: wallet.clone(),
+                    height: block.head.height,
+                    block_hash: block.head.hash.clone(),
+                    txid,
+                });
+            }
+        };
+        for tx in block.txs.iter().filter(|tx| tx.to.is_none()) {
+            let created = tx.from.create(tx.nonce);
+            let Some(wallet) = self.book.owner(&created) else { continue };
+            if let Some(Some((true, _))) = fetched.outcomes.get(&tx.hash) {
+                add(checksummed_eth_address(&created), wallet, tx.hash.to_string());
+            }
+        }
+        for t in found {
+            for e in &t.entries {
+                add(e.address.clone(), &t.wallet_id, t.txid.clone());
+            }
+        }
+        out
     }
 
     fn new_transfer(

@@ -127,6 +127,12 @@ pub fn record_addresses(record: &str) -> Vec<String> {
     out
 }
 
+/// A wallet record's `coinSpecific.baseAddress`, when it is an address.
+pub fn base_address(record: &str) -> Option<alloy_primitives::Address> {
+    let v = serde_json::from_str::<Value>(record).ok()?;
+    crate::types::parse_eth_address(v.pointer("/coinSpecific/baseAddress")?.as_str()?).ok()
+}
+
 /// A wallet the principal may see, of the chain coin of `coin`.
 async fn visible_wallet(
     svc: &Chains,

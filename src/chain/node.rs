@@ -48,6 +48,14 @@ pub struct NodeTx {
     pub nonce: u64,
 }
 
+impl NodeTx {
+    /// The addresses the transaction touches: its sender, and its recipient or the contract it
+    /// creates (CREATE: from the sender and nonce).
+    pub fn touched(&self) -> [Address; 2] {
+        [self.from, self.to.unwrap_or_else(|| self.from.create(self.nonce))]
+    }
+}
+
 /// An ERC-20 `Transfer(from, to, value)` log.
 #[derive(Debug, Clone)]
 pub struct TokenLog {

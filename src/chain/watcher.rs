@@ -25,7 +25,7 @@ use crate::{
     error::Error,
     model::{
         audit::AuditType,
-        chain::{BlockHead, Transfer, TransferState},
+        chain::{Appearance, BlockHead, Transfer, TransferState},
     },
     store::BlockWrite,
     types::{Coin, WalletId},
@@ -282,6 +282,11 @@ impl Watcher {
             t.state = if confirmed_at <= 1 { TransferState::Confirmed } else { TransferState::Unconfirmed };
         }
         let (changed, counts) = window.advance(&fetched.block, &found, confirmed_at);
+        for a in finder.appearances(fetched, &found) {
+            if !run.appeared.iter().any(|b| b.address == a.address) {
+                run.appeared.push(a);
+            }
+        }
         let written: Vec<Transfer> = found.iter().chain(&changed).cloned().collect();
         let (live_from, removed_from) = self.window_from(height);
         window.apply(&written, live_from, removed_from);
@@ -299,6 +304,8 @@ impl Watcher {
     async fn write(&mut self, run: Run, head: u64) -> Result<(), WatchError> {
         let Some(last) = run.heads.last() else { return Ok(()) };
         super::announce::block_transfers(&self.svc, &run.found, &run.changed, &run.counts).await?;
+        let appeared = self.first_appearances(run.appeared).await?;
+        super::announce::appearances(&self.svc, &self.chain, &appeared, |a| self.book.is_base(a)).await?;
         for (i, block) in run.heads.iter().enumerate() {
             super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, block, &run.heads[..i])
                 .await?;
@@ -321,6 +328,7 @@ impl Watcher {
                 chain: self.chain.as_str(),
                 heads: &run.heads,
                 transfers: &run.written,
+                appeared: &appeared,
                 keep_from: last.height.saturating_sub(self.config.reorg_depth),
                 balances: &balances,
             })
@@ -328,6 +336,16 @@ impl Watcher {
         let blocks = u64::try_from(run.heads.len()).unwrap_or(0);
         self.svc.metrics.chain.blocks.get_or_create(&self.labels()).inc_by(blocks);
         Ok(())
+    }
+
+    /// Those of `candidates` that had not appeared on chain before.
+    async fn first_appearances(&self, candidates: Vec<Appearance>) -> Result<Vec<Appearance>, WatchError> {
+        if candidates.is_empty() {
+            return Ok(candidates);
+        }
+        let addresses: Vec<String> = candidates.iter().map(|a| a.address.clone()).collect();
+        let known = self.svc.store.appeared(self.chain.as_str(), &addresses).await?;
+        Ok(candidates.into_iter().filter(|a| !known.contains(&a.address)).collect())
     }
 
     /// Balances of the chain coin from the node, summed over each wallet's addresses:
@@ -384,6 +402,8 @@ struct Run {
     counts: Vec<(Transfer, u64)>,
     /// `found` and `changed`, block by block: a transfer may be in it twice, the later wins.
     written: Vec<Transfer>,
+    /// Watched addresses the blocks show on chain, each once, perhaps for the first time.
+    appeared: Vec<Appearance>,
 }
 
 /// One watcher per configured chain, each with its own node client.

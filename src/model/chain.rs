@@ -15,6 +15,18 @@ pub struct WalletAddress {
     pub created_at: i64,
 }
 
+/// The first appearance of a watched address on chain: the block and transaction in which it
+/// first sent or received, or in which its contract was created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appearance {
+    /// EIP-55 checksummed.
+    pub address: String,
+    pub wallet_id: WalletId,
+    pub height: u64,
+    pub block_hash: String,
+    pub txid: String,
+}
+
 /// A block header kept for reorg detection; hashes are `0x` and 64 hex digits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockHead {

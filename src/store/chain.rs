@@ -4,29 +4,12 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::chain_rows::{
-    h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD,
-    UPSERT_TRANSFER,
-};
-use super::{sql::parse_stored, sql::to_json, sql::Dialect, sql_store::SqlStore, StoreResult};
+use super::chain_rows::{h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS};
+pub use super::chain_write::BlockWrite;
+use super::{sql::parse_stored, sql::Dialect, sql_store::SqlStore, StoreResult};
 use crate::model::audit::AuditEntry;
 use crate::model::chain::{BlockHead, ChainStatus, Transfer, TransferState, WalletAddress};
-use crate::model::wallet::Balances;
 use crate::types::{Coin, WalletId};
-
-/// The effects of a run of processed blocks, written in one transaction.
-#[derive(Debug)]
-pub struct BlockWrite<'a> {
-    pub chain: &'a str,
-    /// Consecutive blocks, lowest first; the checkpoint moves to the last.
-    pub heads: &'a [BlockHead],
-    /// Transfers found in the blocks or whose state changed, in block order (a later one wins).
-    pub transfers: &'a [Transfer],
-    /// Headers below this height are dropped (beyond `reorg_depth`).
-    pub keep_from: u64,
-    /// Balances of the wallets the blocks touched, as of the last.
-    pub balances: &'a [(WalletId, Balances)],
-}
 
 /// Which of a wallet's transfers a list shows.
 #[derive(Debug, Default, Clone)]
@@ -74,6 +57,8 @@ pub trait ChainStore: Send + Sync {
     async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>>;
     /// Writes consecutive blocks' effects and moves the checkpoint to the last, in one transaction.
     async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<()>;
+    /// Those of `addresses` (EIP-55) that have appeared on chain already.
+    async fn appeared(&self, chain: &str, addresses: &[String]) -> StoreResult<Vec<String>>;
     /// A reorg back to `ancestor` (`depth` blocks below the old tip): live transfers above it
     /// become `removed`, with the confirmations they had reached, and are returned; headers
     /// above it are dropped, the checkpoint moves to it.
@@ -281,63 +266,24 @@ where
     }
 
     async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<()> {
-        let Some(last) = w.heads.last() else { return Ok(()) };
         let mut tx = self.begin_write().await?;
-        let now_ms = crate::ids::now_ms();
-        for t in w.transfers {
-            sqlx::query(UPSERT_TRANSFER)
-                .bind(t.id.as_str())
-                .bind(t.wallet_id.as_str())
-                .bind(t.coin.as_str())
-                .bind(t.chain.as_str())
-                .bind(t.txid.as_str())
-                .bind(h(t.height))
-                .bind(t.block_hash.as_str())
-                .bind(t.state.as_str())
-                .bind(t.value.as_str())
-                .bind(t.fee.as_str())
-                .bind(to_json(&t.entries)?)
-                .bind(t.date)
-                .bind(h(t.confirmations))
-                .bind(t.sender.as_str())
-                .bind(h(t.nonce))
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for head in w.heads {
-            sqlx::query(UPSERT_CHAIN_HEAD)
-                .bind(w.chain)
-                .bind(h(head.height))
-                .bind(head.hash.as_str())
-                .bind(head.parent_hash.as_str())
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height < $2")
-            .bind(w.chain)
-            .bind(h(w.keep_from))
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("UPDATE chain_state SET height = $2, hash = $3 WHERE chain = $1")
-            .bind(w.chain)
-            .bind(h(last.height))
-            .bind(last.hash.as_str())
-            .execute(&mut *tx)
-            .await?;
-        // Without touching `updated_at`: it tells the watcher's address book that records changed.
-        for (wallet, b) in w.balances {
-            let [balance, confirmed, spendable, ..] = b.texts();
-            sqlx::query(UPDATE_CHAIN_BALANCES)
-                .bind(balance)
-                .bind(confirmed)
-                .bind(spendable)
-                .bind(wallet.as_str())
-                .execute(&mut *tx)
-                .await?;
-        }
+        super::chain_write::blocks::<DB>(&mut tx, &w).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn appeared(&self, chain: &str, addresses: &[String]) -> StoreResult<Vec<String>> {
+        let mut seen = Vec::new();
+        for part in addresses.chunks(500) {
+            let marks: Vec<String> = (2..part.len() + 2).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT address FROM chain_appearances WHERE chain = $1 AND address IN ({})",
+                marks.join(", ")
+            );
+            let q = part.iter().fold(sqlx::query_scalar(&sql).bind(chain), |q, a| q.bind(a.as_str()));
+            seen.extend(q.fetch_all(&self.pool).await?);
+        }
+        Ok(seen)
     }
 
     async fn rewind_chain(
@@ -366,11 +312,13 @@ where
         .bind(h(tip))
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height > $2")
-            .bind(chain)
-            .bind(h(ancestor.height))
-            .execute(&mut *tx)
-            .await?;
+        for table in ["chain_heads", "chain_appearances"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE chain = $1 AND height > $2"))
+                .bind(chain)
+                .bind(h(ancestor.height))
+                .execute(&mut *tx)
+                .await?;
+        }
         sqlx::query(
             "UPDATE chain_state SET height = $2, hash = $3, last_reorg_depth = $4, last_reorg_at = $5 WHERE chain = $1",
         )
@@ -458,11 +406,11 @@ where
             Some(_) => " AND value NOT LIKE '-%'",
             None => "",
         });
-        // Newest first; the cursor is the last transfer of the previous page.
+        // Newest block first; the cursor is the last transfer of the previous page.
         sql.push_str(
-            " AND ($5 = '' OR seen_ms < (SELECT seen_ms FROM transfers WHERE id = $5) \
-             OR (seen_ms = (SELECT seen_ms FROM transfers WHERE id = $5) AND id < $5)) \
-             ORDER BY seen_ms DESC, id DESC LIMIT $6",
+            " AND ($5 = '' OR height < (SELECT height FROM transfers WHERE id = $5) \
+             OR (height = (SELECT height FROM transfers WHERE id = $5) AND id < $5)) \
+             ORDER BY height DESC, id DESC LIMIT $6",
         );
         let found: Vec<TransferRow> = sqlx::query_as(&sql)
             .bind(wallet.as_str())

@@ -25,6 +25,7 @@ use sqlx::Executor;
 mod audit;
 mod chain;
 mod chain_rows;
+mod chain_write;
 mod enterprises;
 mod events;
 pub mod group_commit;

@@ -12,8 +12,8 @@ use crate::receiver::TestReceiver;
 /// anvil's first three dev accounts.
 pub const RICH: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
 pub const WATCHED: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
-const OTHER: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
-const WALLET: &str = "feedfacefeedfacefeedfacefeedface";
+pub const OTHER: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+pub const WALLET: &str = "feedfacefeedfacefeedfacefeedface";
 pub const ONE_ETH: u128 = 1_000_000_000_000_000_000;
 
 /// A running anvil, killed when dropped. Its chain is kept in a file when it stops cleanly, so
@@ -145,19 +145,19 @@ pub fn watch(c: &mut Config, anvil: &Anvil) {
     c.chains.insert("hteth".into(), chain);
 }
 
-struct Chain {
-    anvil: Anvil,
-    app: TestApp,
-    token: String,
-    admin: String,
-    receiver: TestReceiver,
+pub struct Chain {
+    pub anvil: Anvil,
+    pub app: TestApp,
+    pub token: String,
+    pub admin: String,
+    pub receiver: TestReceiver,
 }
 
-async fn chain_fixture() -> Chain {
+pub async fn chain_fixture() -> Chain {
     chain_fixture_on(Anvil::start().await, |_| {}).await
 }
 
-async fn chain_fixture_on(anvil: Anvil, tweak: impl FnOnce(&mut Config)) -> Chain {
+pub async fn chain_fixture_on(anvil: Anvil, tweak: impl FnOnce(&mut Config)) -> Chain {
     let app = spawn_app_with(|c| {
         watch(c, &anvil);
         tweak(c);
@@ -216,7 +216,7 @@ impl Chain {
         s[0].height.unwrap_or(0)
     }
 
-    async fn caught_up(&self) {
+    pub async fn caught_up(&self) {
         let head = self.anvil.head().await;
         until("the watcher reaches the node's head", 20, || async {
             (self.checkpoint().await >= head).then_some(())
@@ -396,7 +396,7 @@ fn word_address(a: &str) -> String {
     format!("{:0>64}", a.trim_start_matches("0x").to_lowercase())
 }
 
-fn word_number(n: u128) -> String {
+pub fn word_number(n: u128) -> String {
     format!("{n:064x}")
 }
 

@@ -9,6 +9,7 @@ mod attacks;
 mod audit;
 mod bitgo;
 mod chain;
+mod chain_events;
 mod chain_faults;
 mod cli;
 mod common;

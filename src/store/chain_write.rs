@@ -1,0 +1,106 @@
+//! Writing a run of processed blocks (`ChainStore::record_blocks`): their transfers, headers,
+//! first appearances and balances, and the checkpoint, inside the caller's transaction.
+
+use sqlx::{Encode, Executor, IntoArguments, Type};
+
+use super::chain_rows::{h, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD, UPSERT_TRANSFER};
+use super::{sql::to_json, sql::Dialect, StoreResult};
+use crate::model::chain::{Appearance, BlockHead, Transfer};
+use crate::model::wallet::Balances;
+use crate::types::WalletId;
+
+/// The effects of a run of processed blocks, written in one transaction.
+#[derive(Debug)]
+pub struct BlockWrite<'a> {
+    pub chain: &'a str,
+    /// Consecutive blocks, lowest first; the checkpoint moves to the last.
+    pub heads: &'a [BlockHead],
+    /// Transfers found in the blocks or whose state changed, in block order (a later one wins).
+    pub transfers: &'a [Transfer],
+    /// Addresses that appeared on chain for the first time in these blocks.
+    pub appeared: &'a [Appearance],
+    /// Headers below this height are dropped (beyond `reorg_depth`).
+    pub keep_from: u64,
+    /// Balances of the wallets the blocks touched, as of the last.
+    pub balances: &'a [(WalletId, Balances)],
+}
+
+pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+{
+    let Some(last) = w.heads.last() else { return Ok(()) };
+    let now_ms = crate::ids::now_ms();
+    for t in w.transfers {
+        sqlx::query(UPSERT_TRANSFER)
+            .bind(t.id.as_str())
+            .bind(t.wallet_id.as_str())
+            .bind(t.coin.as_str())
+            .bind(t.chain.as_str())
+            .bind(t.txid.as_str())
+            .bind(h(t.height))
+            .bind(t.block_hash.as_str())
+            .bind(t.state.as_str())
+            .bind(t.value.as_str())
+            .bind(t.fee.as_str())
+            .bind(to_json(&t.entries)?)
+            .bind(t.date)
+            .bind(h(t.confirmations))
+            .bind(t.sender.as_str())
+            .bind(h(t.nonce))
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+    }
+    for head in w.heads {
+        sqlx::query(UPSERT_CHAIN_HEAD)
+            .bind(w.chain)
+            .bind(h(head.height))
+            .bind(head.hash.as_str())
+            .bind(head.parent_hash.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    for a in w.appeared {
+        sqlx::query(
+            "INSERT INTO chain_appearances (chain, address, wallet_id, height, txid) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (chain, address) DO NOTHING",
+        )
+        .bind(w.chain)
+        .bind(a.address.as_str())
+        .bind(a.wallet_id.as_str())
+        .bind(h(a.height))
+        .bind(a.txid.as_str())
+        .execute(&mut *tx)
+        .await?;
+    }
+    sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height < $2")
+        .bind(w.chain)
+        .bind(h(w.keep_from))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE chain_state SET height = $2, hash = $3 WHERE chain = $1")
+        .bind(w.chain)
+        .bind(h(last.height))
+        .bind(last.hash.as_str())
+        .execute(&mut *tx)
+        .await?;
+    // Without touching `updated_at`: it tells the watcher's address book that records changed.
+    for (wallet, b) in w.balances {
+        let [balance, confirmed, spendable, ..] = b.texts();
+        sqlx::query(UPDATE_CHAIN_BALANCES)
+            .bind(balance)
+            .bind(confirmed)
+            .bind(spendable)
+            .bind(wallet.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}

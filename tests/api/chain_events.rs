@@ -1,0 +1,91 @@
+//! The watcher's appearance events against a real anvil: `address_confirmation` the first time
+//! a wallet address shows on chain, `wallet_confirmation` when a wallet's base address does,
+//! including as a contract created at it.
+
+use serde_json::{json, Value};
+
+use crate::chain::*;
+use crate::common::*;
+use crate::receiver::TestReceiver;
+
+/// (type, address, walletId) of what a receiver got.
+fn got(r: &TestReceiver) -> Vec<(String, String, String)> {
+    r.received()
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+        .map(|b| {
+            let s = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+            (s("type"), s("address"), s("walletId"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_address_is_confirmed_once_when_it_first_shows_on_chain() {
+    let c = chain_fixture().await;
+    let addresses = TestReceiver::start().await;
+    let hook = json!({ "type": "address_confirmation", "url": addresses.url });
+    let path = format!("/api/v2/hteth/wallet/{WALLET}/webhooks");
+    expect_json(c.app.post_auth(&path, &c.token, &hook).await, 200).await;
+    let wallets = TestReceiver::start().await;
+    let hook = json!({ "type": "wallet_confirmation", "url": wallets.url });
+    expect_json(c.app.post_auth("/api/v2/hteth/webhooks", &c.token, &hook).await, 200).await;
+
+    // The base address receives twice: one address_confirmation, one wallet_confirmation.
+    c.anvil.send(RICH, WATCHED, ONE_ETH).await;
+    c.anvil.send(RICH, WATCHED, ONE_ETH).await;
+    c.caught_up().await;
+    // An added address: its own address_confirmation, no wallet_confirmation.
+    let add = format!("/api/v2/internal/wallet/{WALLET}/addresses");
+    expect_json(c.app.post_auth(&add, &c.admin, &json!({ "address": OTHER })).await, 200).await;
+    c.anvil.send(RICH, OTHER, ONE_ETH).await;
+    c.anvil.send(OTHER, RICH, 1).await;
+    c.caught_up().await;
+    wait_until_idle(&c.app.state.store).await;
+    let wallet = WALLET.to_string();
+    assert_eq!(
+        got(&addresses),
+        vec![
+            ("address_confirmation".into(), WATCHED.to_string(), wallet.clone()),
+            ("address_confirmation".into(), OTHER.to_string(), wallet.clone()),
+        ]
+    );
+    assert_eq!(got(&wallets), vec![("wallet_confirmation".into(), WATCHED.to_string(), wallet)]);
+}
+
+#[tokio::test]
+async fn a_wallet_whose_contract_is_created_is_confirmed() {
+    let c = chain_fixture().await;
+    let wallets = TestReceiver::start().await;
+    let hook = json!({ "type": "wallet_confirmation", "url": wallets.url });
+    expect_json(c.app.post_auth("/api/v2/hteth/webhooks", &c.token, &hook).await, 200).await;
+    // Anvil's fourth dev account creates a contract with its first transaction: the address
+    // follows from its address and nonce (CREATE).
+    let deployer = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
+    let nonce = c.anvil.rpc("eth_getTransactionCount", json!([deployer, "latest"])).await;
+    let nonce = u64::from_str_radix(nonce.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let created = deployer.parse::<alloy_primitives::Address>().unwrap().create(nonce).to_checksum(None);
+    let other_wallet = "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0";
+    let record = json!({
+        "id": other_wallet, "label": "contract", "coin": "hteth", "type": "hot",
+        "allowBackupKeySigning": false, "approvalsRequired": 1, "coinSpecific": { "baseAddress": created },
+        "deleted": false, "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false,
+        "isCold": false, "startDate": "2025-01-01T00:00:00Z",
+    });
+    custodian::wallets::import::import(&c.app.state.store, &json!([record]).to_string(), |_, _| {})
+        .await
+        .expect("import");
+    // The watcher's address book picks the new wallet up on its next round.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let code = include_str!("../../chain-tests/contracts/TestToken.bin").trim();
+    let deploy =
+        json!({ "from": deployer, "data": format!("0x{code}{}", word_number(1000)), "gas": "0x200000" });
+    c.anvil.rpc("eth_sendTransaction", json!([deploy])).await;
+    c.caught_up().await;
+    let got = wallets.wait_for(1, 20).await;
+    let body: Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(
+        (body["walletId"].as_str(), body["address"].as_str()),
+        (Some(other_wallet), Some(created.as_str()))
+    );
+}
