@@ -23,10 +23,26 @@ cat > "$dir/wallet.json" <<JSON
   "startDate": "2025-01-01T00:00:00Z", "users": [{"user": "$user", "permissions": ["admin", "spend", "view"]}]}]
 JSON
 (cd "$dir" && "$bin" wallet import wallet.json > /dev/null)
+# A real Ethereum node (anvil from chain-tests/, installed by .ci/run) watched as hteth, with a
+# wallet at its second dev account; the suite's receiver runs on this machine.
+anvil_bin="$here/../chain-tests/node_modules/.bin/anvil"
+[ -x "$anvil_bin" ] || { echo "anvil is missing: run npm install in chain-tests/" >&2; exit 1; }
+anvil_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$anvil_bin" --port "$anvil_port" --silent & anvil_pid=$!
+trap 'kill $anvil_pid 2>/dev/null; server_cleanup' EXIT
+export CUSTODIAN_CHAINS_HTETH_RPC_URL="http://127.0.0.1:$anvil_port" CUSTODIAN_CHAINS_HTETH_CHAIN_ID=31337 \
+  CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS=2 CUSTODIAN_CHAINS_HTETH_START_BLOCK=0 CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS=100 \
+  CUSTODIAN_DELIVERY_ALLOWED_CIDRS=127.0.0.0/8
+eth_wallet=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+sed "s/\"id\": \"$wallet\"/\"id\": \"$eth_wallet\"/; s/\"coin\": \"tbtc\"/\"coin\": \"hteth\"/;
+  s/\"coinSpecific\": {}/\"coinSpecific\": {\"baseAddress\": \"0x70997970c51812dc3a010c7d01b50e0d17dc79c8\"}/" \
+  "$dir/wallet.json" > "$dir/eth.json"
+(cd "$dir" && "$bin" wallet import eth.json > /dev/null)
 server_start "$bin"
 cd "$here"
 if ! CUSTODIAN_URL="http://127.0.0.1:$port" CUSTODIAN_EMAIL="$email" CUSTODIAN_PASSWORD="$password" \
-  CUSTODIAN_WALLET="$wallet" node --test sdk.test.mjs; then
+  CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="http://127.0.0.1:$anvil_port" \
+  node --test sdk.test.mjs; then
   echo "--- server log" >&2
   tail -n 50 "$dir/serve.log" >&2
   exit 1

@@ -5,21 +5,26 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
+import { createServer } from 'node:http';
 
 const require = createRequire(import.meta.url);
 const { BitGoAPI } = require('@bitgo/sdk-api');
 const { calculateRequestHeaders, calculateRequestHMAC, calculateV4RequestHeaders, verifyV4Response } = require('@bitgo/sdk-hmac');
 const { Tbtc } = require('@bitgo/sdk-coin-btc');
+const { Hteth } = require('@bitgo/sdk-coin-eth');
 
 const url = process.env.CUSTODIAN_URL;
 const email = process.env.CUSTODIAN_EMAIL;
 const password = process.env.CUSTODIAN_PASSWORD;
 const walletId = process.env.CUSTODIAN_WALLET;
+const ethWalletId = process.env.CUSTODIAN_ETH_WALLET;
+const anvilUrl = process.env.CUSTODIAN_ANVIL_URL;
 const OTP = '000000'; // accepted in the test environment
 
 function sdk(authVersion) {
   const bitgo = new BitGoAPI({ env: 'custom', customRootURI: url, authVersion });
   bitgo.register('tbtc', Tbtc.createInstance);
+  bitgo.register('hteth', Hteth.createInstance);
   return bitgo;
 }
 
@@ -197,4 +202,69 @@ test('auth v4: a round trip built and checked with sdk-hmac\'s v4 helpers, once 
   const again = await request();
   assert.equal(again.status, 401);
   assert.equal((await again.json()).name, 'RequestReplayed');
+});
+
+/** A JSON-RPC call to the test node. */
+async function rpc(method, params) {
+  const res = await fetch(anvilUrl, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  });
+  const body = await res.json();
+  if (body.error) throw new Error(`${method}: ${JSON.stringify(body.error)}`);
+  return body.result;
+}
+
+/** Polls `check` every 100 ms until it returns something, for at most `secs` seconds. */
+async function until(what, secs, check) {
+  const deadline = Date.now() + secs * 1000;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+test('chain-fed data: a transfer webhook after a real transaction, wallet.transfers(), getTransfer() and addresses()', async () => {
+  const RICH = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266';
+  const WATCHED = '0x70997970C51812dc3A010C7d01b50e0d17dc79C8';
+  const received = [];
+  const receiver = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => { received.push(JSON.parse(body)); res.end('ok'); });
+  });
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+  try {
+    const { bitgo } = await loggedIn(2);
+    const wallet = await bitgo.coin('hteth').wallets().get({ id: ethWalletId });
+    assert.equal(wallet.id(), ethWalletId);
+    await wallet.addWebhook({ url: `http://127.0.0.1:${receiver.address().port}/hook`, type: 'transfer' });
+    const txid = await rpc('eth_sendTransaction', [{ from: RICH, to: WATCHED, value: '0xde0b6b3a7640000' }]);
+    // Two more blocks: the transfer reaches `confirmations` (2).
+    await rpc('anvil_mine', ['0x2']);
+    const states = await until('unconfirmed and confirmed notifications', 30, () => {
+      const mine = received.filter((n) => n.hash === txid).map((n) => n.state);
+      return mine.includes('confirmed') && mine;
+    });
+    assert.deepEqual(states.sort(), ['confirmed', 'unconfirmed']);
+    assert.ok(received.every((n) => n.wallet === ethWalletId && n.coin === 'hteth'), JSON.stringify(received));
+
+    const { transfers } = await wallet.transfers();
+    const listed = transfers.find((t) => t.txid === txid);
+    assert.ok(listed, JSON.stringify(transfers));
+    assert.equal(listed.state, 'confirmed');
+    assert.equal(listed.type, 'receive');
+    assert.equal(listed.valueString, '1000000000000000000');
+    const one = await wallet.getTransfer({ id: listed.id });
+    assert.equal(one.id, listed.id);
+    assert.equal(one.valueString, '1000000000000000000');
+    assert.deepEqual(one.entries.map((e) => [e.address, e.valueString]), [[WATCHED, '1000000000000000000']]);
+    const { addresses } = await wallet.addresses();
+    assert.deepEqual(addresses.map((a) => a.address), [WATCHED]);
+    await bitgo.logout();
+  } finally {
+    receiver.close();
+  }
 });
