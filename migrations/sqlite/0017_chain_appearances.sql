@@ -14,3 +14,14 @@ CREATE INDEX chain_appearances_height ON chain_appearances(chain, height);
 -- while catching up, so the time a transfer was stored does not order them).
 DROP INDEX transfers_wallet;
 CREATE INDEX transfers_wallet_height ON transfers(wallet_id, height, id);
+-- A wallet's fee alerts (`custodian wallet fee-alerts`): thresholds in base units (wei), NULL
+-- when off. `lowFee` compares the average base fee of the last 10 blocks, `lowFeeAddressBalance`
+-- the balance of the record's `coinSpecific.feeAddress`.
+CREATE TABLE wallet_fee_alerts (
+    wallet_id TEXT PRIMARY KEY NOT NULL,
+    low_fee TEXT,
+    low_fee_address_balance TEXT,
+    updated_at INTEGER NOT NULL
+);
+-- From here on wallets.updated_at is written in milliseconds (it was seconds): the chain
+-- watcher's address book notices a record changed twice within one second.

@@ -183,6 +183,14 @@ pub async fn appearances(
     Ok(())
 }
 
+/// Fee alerts (`chain::alerts`), each a complete event.
+pub async fn alerts(svc: &Chains, raised: Vec<super::alerts::Alert>) -> Result<(), Error> {
+    let sends =
+        raised.into_iter().map(|e| crate::webhooks::events::ingest_routed(&svc.webhooks, e, |_| true));
+    futures_util::future::try_join_all(sends).await?;
+    Ok(())
+}
+
 /// The transfer events of a block, at once: the outbox's group commit writes them in few
 /// transactions. `counts` pairs live transfers with the confirmations they have now.
 pub async fn block_transfers(

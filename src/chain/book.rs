@@ -17,6 +17,8 @@ pub struct AddressBook {
     by_wallet: HashMap<WalletId, Vec<Address>>,
     /// The wallets' base addresses (`coinSpecific.baseAddress`).
     bases: HashSet<Address>,
+    /// The wallets' fee addresses (`coinSpecific.feeAddress`), which pay their gas.
+    fee_addresses: HashMap<WalletId, Address>,
     fingerprint: Option<(i64, i64, i64)>,
 }
 
@@ -34,6 +36,11 @@ impl AddressBook {
     /// Whether `a` is a wallet's base address.
     pub fn is_base(&self, a: &Address) -> bool {
         self.bases.contains(a)
+    }
+
+    /// The fee address of `wallet`.
+    pub fn fee_address(&self, wallet: &WalletId) -> Option<&Address> {
+        self.fee_addresses.get(wallet)
     }
 
     pub fn len(&self) -> usize {
@@ -58,8 +65,14 @@ impl AddressBook {
         }
         let mut owners = HashMap::new();
         let mut bases = HashSet::new();
+        let mut fee_addresses = HashMap::new();
         for (wallet, record) in store.chain_wallet_records(chain).await? {
-            bases.extend(super::base_address(&record));
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&record) {
+                bases.extend(super::record_address(&v, "/coinSpecific/baseAddress"));
+                if let Some(fee) = super::record_address(&v, "/coinSpecific/feeAddress") {
+                    fee_addresses.insert(wallet.clone(), fee);
+                }
+            }
             for a in super::record_addresses(&record) {
                 if let Ok(a) = crate::types::parse_eth_address(&a) {
                     owners.insert(a, wallet.clone());
@@ -78,6 +91,7 @@ impl AddressBook {
         self.owners = Arc::new(owners);
         self.by_wallet = by_wallet;
         self.bases = bases;
+        self.fee_addresses = fee_addresses;
         self.fingerprint = Some(fingerprint);
         Ok(true)
     }

@@ -5,6 +5,7 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+pub mod alerts;
 pub mod announce;
 pub mod book;
 pub mod fetch;
@@ -23,7 +24,7 @@ use crate::{
     identity::{bearer::Principal, scopes::Action},
     model::{
         audit::AuditType,
-        chain::{ChainStatus, Transfer, WalletAddress},
+        chain::{ChainStatus, FeeAlerts, Transfer, WalletAddress},
         wallet::WalletRow,
     },
     store::{DynStore, TransferFilter},
@@ -127,10 +128,50 @@ pub fn record_addresses(record: &str) -> Vec<String> {
     out
 }
 
-/// A wallet record's `coinSpecific.baseAddress`, when it is an address.
-pub fn base_address(record: &str) -> Option<alloy_primitives::Address> {
-    let v = serde_json::from_str::<Value>(record).ok()?;
-    crate::types::parse_eth_address(v.pointer("/coinSpecific/baseAddress")?.as_str()?).ok()
+/// Sets a wallet's fee alerts (`lowFee`, `lowFeeAddressBalance` thresholds, wei; `None` is
+/// off), audited as `wallet.fee_alerts_set`. Errors: `Forbidden` (not a service admin),
+/// `WalletNotFound`, `InvalidField` (`walletId`: a coin the watcher does not read).
+pub async fn set_fee_alerts(
+    svc: &Chains,
+    auth: Option<&Principal>,
+    wallet_id: &WalletId,
+    alerts: FeeAlerts,
+) -> Result<FeeAlerts> {
+    if let Some(auth) = auth {
+        auth.require(svc.wallets.policy, Action::ServiceAdmin)?;
+    }
+    let wallet = svc
+        .store
+        .wallets_by_ids(std::slice::from_ref(wallet_id), false)
+        .await?
+        .pop()
+        .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
+    if !crate::config::WATCHABLE_COINS.contains(&wallet.coin.as_str()) {
+        let why =
+            format!("wallet coin {} is not an Ethereum coin this version watches", wallet.coin.as_str());
+        return Err(Error::invalid_field("walletId", why));
+    }
+    let text = |b: &Option<crate::types::BaseUnits>| b.as_ref().map(|b| b.as_str().to_string());
+    let entry = match auth {
+        Some(auth) => auth.audit(AuditType::WalletFeeAlertsSet),
+        None => crate::audit::EntryExt::data(
+            crate::audit::entry(AuditType::WalletFeeAlertsSet),
+            json!({ "by": "operator" }),
+        ),
+    };
+    let entry = crate::audit::EntryExt::wallet(entry, Some(wallet_id));
+    let entry = crate::audit::EntryExt::data(
+        entry,
+        json!({ "lowFee": text(&alerts.low_fee), "lowFeeAddressBalance": text(&alerts.low_fee_address_balance) }),
+    );
+    svc.store.set_fee_alerts(wallet_id, &alerts, &[entry]).await?;
+    Ok(alerts)
+}
+
+/// A wallet record's address at `pointer` (`/coinSpecific/baseAddress`,
+/// `/coinSpecific/feeAddress`), when it is one.
+pub fn record_address(record: &Value, pointer: &str) -> Option<alloy_primitives::Address> {
+    crate::types::parse_eth_address(record.pointer(pointer)?.as_str()?).ok()
 }
 
 /// A wallet the principal may see, of the chain coin of `coin`.

@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::{
+    alerts::{self, BaseFees},
     book::AddressBook,
     fetch::{Fetched, Reader},
     found::{parse_u, Finder},
@@ -25,7 +26,7 @@ use crate::{
     error::Error,
     model::{
         audit::AuditType,
-        chain::{Appearance, BlockHead, Transfer, TransferState},
+        chain::{Appearance, BlockHead, FeeAlerts, Transfer, TransferState},
     },
     store::BlockWrite,
     types::{Coin, WalletId},
@@ -62,6 +63,10 @@ pub struct Watcher {
     /// Wallets whose balances changed while the watcher was too far behind the head to read
     /// them: refreshed at the first block within [`STATE_WINDOW`] of the head.
     stale: std::collections::BTreeSet<WalletId>,
+    /// Base fees of the latest blocks, for `lowFee`.
+    fees: BaseFees,
+    /// The chain's wallets' fee alerts, read each round.
+    alerts: Vec<(WalletId, FeeAlerts)>,
 }
 
 /// Balances are read at blocks within this many of the node's head: a full (non-archive) node
@@ -84,6 +89,8 @@ impl Watcher {
             book: AddressBook::default(),
             tokens,
             stale: Default::default(),
+            fees: BaseFees::default(),
+            alerts: Vec::new(),
         }
     }
 
@@ -162,6 +169,7 @@ impl Watcher {
             return Ok(false);
         }
         self.book.refresh(&store, chain).await?;
+        self.alerts = store.fee_alerts(chain).await?;
         let next = match status.height {
             Some(h) => h + 1,
             None => self.config.start_block.unwrap_or(head),
@@ -282,6 +290,10 @@ impl Watcher {
             t.state = if confirmed_at <= 1 { TransferState::Confirmed } else { TransferState::Unconfirmed };
         }
         let (changed, counts) = window.advance(&fetched.block, &found, confirmed_at);
+        if let Some(averages) = self.fees.push(height, fetched.block.base_fee) {
+            run.alerts.extend(alerts::low_fee(&self.chain, &self.alerts, &fetched.block.head, averages));
+        }
+        alerts::fee_address_touched(&self.alerts, &self.book, &fetched.block, &mut run.fee_touched);
         for a in finder.appearances(fetched, &found) {
             if !run.appeared.iter().any(|b| b.address == a.address) {
                 run.appeared.push(a);
@@ -305,6 +317,15 @@ impl Watcher {
         let Some(last) = run.heads.last() else { return Ok(()) };
         super::announce::block_transfers(&self.svc, &run.found, &run.changed, &run.counts).await?;
         let appeared = self.first_appearances(run.appeared).await?;
+        let mut raised = run.alerts;
+        if head.saturating_sub(last.height) < STATE_WINDOW && !run.fee_touched.is_empty() {
+            let first = run.heads.first().map_or(last.height, |h| h.height);
+            let (chain, book) = (&self.chain, &self.book);
+            let low =
+                alerts::low_balances(&*self.node, chain, &self.alerts, book, &run.fee_touched, first, last);
+            raised.extend(low.await?);
+        }
+        super::announce::alerts(&self.svc, raised).await?;
         super::announce::appearances(&self.svc, &self.chain, &appeared, |a| self.book.is_base(a)).await?;
         for (i, block) in run.heads.iter().enumerate() {
             super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, block, &run.heads[..i])
@@ -404,6 +425,10 @@ struct Run {
     written: Vec<Transfer>,
     /// Watched addresses the blocks show on chain, each once, perhaps for the first time.
     appeared: Vec<Appearance>,
+    /// `lowFee` events the blocks raised.
+    alerts: Vec<alerts::Alert>,
+    /// Wallets with a balance alert whose fee address the blocks touched.
+    fee_touched: std::collections::BTreeSet<WalletId>,
 }
 
 /// One watcher per configured chain, each with its own node client.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::types::{EnterpriseId, TokenId, WalletId};
+use crate::types::{BaseUnits, EnterpriseId, TokenId, WalletId};
 
 #[derive(Debug, Parser)]
 #[command(name = "custodian", version, about = "Wallet-custody service API")]
@@ -201,6 +201,19 @@ pub enum WalletCommand {
         address: String,
         #[arg(long)]
         label: Option<String>,
+    },
+    /// Set a wallet's fee alerts (docs/chains.md): an alert left out is turned off.
+    FeeAlerts {
+        /// Wallet id.
+        #[arg(long)]
+        wallet: WalletId,
+        /// `lowFee` when the average base fee of the last 10 blocks falls below this, wei.
+        #[arg(long, value_name = "WEI")]
+        low_fee: Option<BaseUnits>,
+        /// `lowFeeAddressBalance` when the balance of the record's `coinSpecific.feeAddress`
+        /// falls below this, wei.
+        #[arg(long, value_name = "WEI")]
+        low_fee_address_balance: Option<BaseUnits>,
     },
 }
 

@@ -206,6 +206,20 @@ async fn add_address(
     Ok(())
 }
 
+/// `wallet fee-alerts`: sets both thresholds (one left out is off).
+async fn fee_alerts(
+    config: Config,
+    wallet: crate::types::WalletId,
+    alerts: crate::model::chain::FeeAlerts,
+) -> anyhow::Result<()> {
+    let state = AppState::new(config).await?;
+    let set = crate::chain::set_fee_alerts(&state.chains, None, &wallet, alerts).await?;
+    let show = |b: Option<crate::types::BaseUnits>| b.map_or("off".to_string(), |b| format!("below {b} wei"));
+    let (fee, balance) = (show(set.low_fee), show(set.low_fee_address_balance));
+    println!("{wallet}: lowFee {fee}, lowFeeAddressBalance {balance}");
+    Ok(())
+}
+
 async fn chain(config: Config, cmd: ChainCommand) -> anyhow::Result<()> {
     let state = AppState::new(config).await?;
     match cmd {
@@ -304,6 +318,10 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
         Command::Wallet(cmd @ WalletCommand::SetBalance { .. }) => set_balance(config, cmd).await,
         Command::Wallet(WalletCommand::AddAddress { wallet, address, label }) => {
             add_address(config, wallet, address, label).await
+        }
+        Command::Wallet(WalletCommand::FeeAlerts { wallet, low_fee, low_fee_address_balance }) => {
+            let alerts = crate::model::chain::FeeAlerts { low_fee, low_fee_address_balance };
+            fee_alerts(config, wallet, alerts).await
         }
         Command::Chain(cmd) => chain(config, cmd).await,
         Command::Event(EventCommand::Emit { json_file }) => emit_event(config, &json_file).await,

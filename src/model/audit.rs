@@ -39,6 +39,7 @@ crate::types::text_enum!(
         WalletIdentityChanged = "wallet.identity_changed",
         WalletBalanceSet = "wallet.balance_set",
         WalletAddressAdded = "wallet.address_added",
+        WalletFeeAlertsSet = "wallet.fee_alerts_set",
         ChainReorgTooDeep = "chain.reorg_too_deep",
         ChainResync = "chain.resync",
     }

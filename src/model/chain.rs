@@ -1,7 +1,7 @@
 //! What the chain watcher keeps (docs/chains.md): a wallet's watched addresses, the block
 //! headers kept for reorg detection, a chain's checkpoint, and transfers with BitGo's states.
 
-use crate::types::{Coin, WalletId};
+use crate::types::{BaseUnits, Coin, WalletId};
 
 /// A watched address of a wallet: EIP-55 checksummed, `0x` and 40 hex digits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,15 @@ pub struct Appearance {
     pub height: u64,
     pub block_hash: String,
     pub txid: String,
+}
+
+/// A wallet's fee alerts (docs/chains.md, "Events"); `None` is off.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FeeAlerts {
+    /// `lowFee` when the average base fee of the last 10 blocks falls below this, wei.
+    pub low_fee: Option<BaseUnits>,
+    /// `lowFeeAddressBalance` when the fee address's balance falls below this, wei.
+    pub low_fee_address_balance: Option<BaseUnits>,
 }
 
 /// A block header kept for reorg detection; hashes are `0x` and 64 hex digits.

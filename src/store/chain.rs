@@ -8,8 +8,8 @@ use super::chain_rows::{h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS};
 pub use super::chain_write::BlockWrite;
 use super::{sql::parse_stored, sql::Dialect, sql_store::SqlStore, StoreResult};
 use crate::model::audit::AuditEntry;
-use crate::model::chain::{BlockHead, ChainStatus, Transfer, TransferState, WalletAddress};
-use crate::types::{Coin, WalletId};
+use crate::model::chain::{BlockHead, ChainStatus, FeeAlerts, Transfer, TransferState, WalletAddress};
+use crate::types::{BaseUnits, Coin, WalletId};
 
 /// Which of a wallet's transfers a list shows.
 #[derive(Debug, Default, Clone)]
@@ -57,6 +57,15 @@ pub trait ChainStore: Send + Sync {
     async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>>;
     /// Writes consecutive blocks' effects and moves the checkpoint to the last, in one transaction.
     async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<()>;
+    /// Sets a wallet's fee alerts, with `audit`.
+    async fn set_fee_alerts(
+        &self,
+        wallet: &WalletId,
+        alerts: &FeeAlerts,
+        audit: &[AuditEntry],
+    ) -> StoreResult<()>;
+    /// The fee alerts of the chain's wallets that have one on.
+    async fn fee_alerts(&self, chain: &str) -> StoreResult<Vec<(WalletId, FeeAlerts)>>;
     /// Those of `addresses` (EIP-55) that have appeared on chain already.
     async fn appeared(&self, chain: &str, addresses: &[String]) -> StoreResult<Vec<String>>;
     /// A reorg back to `ancestor` (`depth` blocks below the old tip): live transfers above it
@@ -111,6 +120,7 @@ where
     for<'r> (i64, i64, i64): FromRow<'r, DB::Row>,
     for<'r> ChainStateRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, Option<String>, Option<String>): FromRow<'r, DB::Row>,
 {
     async fn add_address(
         &self,
@@ -270,6 +280,44 @@ where
         super::chain_write::blocks::<DB>(&mut tx, &w).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn set_fee_alerts(
+        &self,
+        wallet: &WalletId,
+        alerts: &FeeAlerts,
+        audit: &[AuditEntry],
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO wallet_fee_alerts (wallet_id, low_fee, low_fee_address_balance, updated_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (wallet_id) DO UPDATE SET low_fee = excluded.low_fee, \
+             low_fee_address_balance = excluded.low_fee_address_balance, updated_at = excluded.updated_at",
+        )
+        .bind(wallet.as_str())
+        .bind(alerts.low_fee.as_ref().map(BaseUnits::as_str))
+        .bind(alerts.low_fee_address_balance.as_ref().map(BaseUnits::as_str))
+        .bind(crate::ids::now())
+        .execute(&mut *tx)
+        .await?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn fee_alerts(&self, chain: &str) -> StoreResult<Vec<(WalletId, FeeAlerts)>> {
+        let found: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT a.wallet_id, a.low_fee, a.low_fee_address_balance FROM wallet_fee_alerts a \
+             JOIN wallets w ON w.id = a.wallet_id WHERE w.coin = $1 AND w.deleted = $2 \
+             AND (a.low_fee IS NOT NULL OR a.low_fee_address_balance IS NOT NULL)",
+        )
+        .bind(chain)
+        .bind(false)
+        .fetch_all(&self.pool)
+        .await?;
+        let units = |v: Option<String>| v.and_then(|v| BaseUnits::parse(&v));
+        let alerts = |f, b| FeeAlerts { low_fee: units(f), low_fee_address_balance: units(b) };
+        found.into_iter().map(|(w, f, b)| Ok((parse_stored(&w, "wallet id")?, alerts(f, b)))).collect()
     }
 
     async fn appeared(&self, chain: &str, addresses: &[String]) -> StoreResult<Vec<String>> {

@@ -193,7 +193,7 @@ impl Chain {
         body["transfers"].as_array().unwrap().clone()
     }
 
-    async fn wallet(&self) -> Value {
+    pub async fn wallet(&self) -> Value {
         let path = format!("/api/v2/hteth/wallet/{WALLET}?expandBalance=true");
         expect_json(self.app.get_auth(&path, &self.token).await, 200).await
     }

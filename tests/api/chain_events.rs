@@ -89,3 +89,62 @@ async fn a_wallet_whose_contract_is_created_is_confirmed() {
         (Some(other_wallet), Some(created.as_str()))
     );
 }
+
+#[tokio::test]
+async fn fee_alerts_fire_once_when_the_fee_or_the_fee_address_balance_falls_below() {
+    let c = chain_fixture().await;
+    // The wallet's gas is paid from anvil's third dev account (10,000 ETH).
+    let mut record = c.wallet().await;
+    record["coinSpecific"]["feeAddress"] = json!(OTHER);
+    let s = custodian::wallets::import::import(&c.app.state.store, &json!([record]).to_string(), |_, _| {})
+        .await
+        .expect("import");
+    assert_eq!(s.updated, 1, "{s:?}");
+    let alerts = TestReceiver::start().await;
+    let path = format!("/api/v2/hteth/wallet/{WALLET}/webhooks");
+    for kind in ["lowFee", "lowFeeAddressBalance"] {
+        let hook = json!({ "type": kind, "url": alerts.url });
+        expect_json(c.app.post_auth(&path, &c.token, &hook).await, 200).await;
+    }
+    // Anvil's base fee starts at 1 gwei and falls by an eighth with each empty block.
+    let threshold = 9_999 * ONE_ETH;
+    let (code, out) = crate::operator::run(
+        &c.app,
+        &[
+            "wallet",
+            "fee-alerts",
+            "--wallet",
+            WALLET,
+            "--low-fee",
+            "500000000",
+            "--low-fee-address-balance",
+            &threshold.to_string(),
+        ],
+        "",
+    );
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            format!("{WALLET}: lowFee below 500000000 wei, lowFeeAddressBalance below {threshold} wei")
+                .as_str()
+        )
+    );
+    c.anvil.mine(30).await;
+    // 10,000 ETH, then 9,998.x after a 2 ETH payment: below the threshold once, not again.
+    c.anvil.send(OTHER, RICH, 2 * ONE_ETH).await;
+    c.anvil.send(OTHER, RICH, 2 * ONE_ETH).await;
+    c.caught_up().await;
+    wait_until_idle(&c.app.state.store).await;
+    let mut kinds: Vec<String> =
+        got(&alerts).into_iter().map(|(kind, _, wallet)| format!("{kind} {wallet}")).collect();
+    kinds.sort();
+    assert_eq!(kinds, vec![format!("lowFee {WALLET}"), format!("lowFeeAddressBalance {WALLET}")]);
+    let bodies: Vec<Value> =
+        alerts.received().iter().map(|r| serde_json::from_str(&r.body).unwrap()).collect();
+    let fee = bodies.iter().find(|b| b["type"] == "lowFee").unwrap();
+    assert!(fee["averageBaseFee"].as_str().unwrap().parse::<u128>().unwrap() < 500_000_000, "{fee}");
+    let balance = bodies.iter().find(|b| b["type"] == "lowFeeAddressBalance").unwrap();
+    assert_eq!(balance["address"], OTHER);
+    assert!(balance["balance"].as_str().unwrap().parse::<u128>().unwrap() < threshold, "{balance}");
+}

@@ -13,13 +13,14 @@ async fn prod_app() -> TestApp {
 }
 
 /// Runs `custodian <args>` on `app`'s database and key, feeding `stdin`; returns (code, stdout).
-fn run(app: &TestApp, args: &[&str], stdin: &str) -> (i32, String) {
-    let key = app.state.config.secret_key_file.clone().expect("key file");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_custodian"))
-        .args(args)
-        .env("CUSTODIAN_DATABASE_URL", &app._db.url)
-        .env("CUSTODIAN_ENVIRONMENT", "production")
-        .env("CUSTODIAN_SECRET_KEY_FILE", key)
+pub fn run(app: &TestApp, args: &[&str], stdin: &str) -> (i32, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_custodian"));
+    command.args(args).env("CUSTODIAN_DATABASE_URL", &app._db.url);
+    match &app.state.config.secret_key_file {
+        Some(key) => command.env("CUSTODIAN_ENVIRONMENT", "production").env("CUSTODIAN_SECRET_KEY_FILE", key),
+        None => command.env("CUSTODIAN_ENVIRONMENT", "test"),
+    };
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
