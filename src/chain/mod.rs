@@ -74,18 +74,7 @@ pub async fn add_address(
     if label.as_ref().is_some_and(|l| l.chars().count() > 250) {
         return Err(Error::invalid_field("label", "at most 250 characters"));
     }
-    let wallet = svc
-        .store
-        .wallets_by_ids(std::slice::from_ref(wallet_id), false)
-        .await?
-        .pop()
-        .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
-    if !crate::config::WATCHABLE_COINS.contains(&wallet.coin.as_str()) {
-        return Err(Error::invalid_field(
-            "address",
-            format!("wallet coin {} is not an Ethereum coin this version watches", wallet.coin.as_str()),
-        ));
-    }
+    let wallet = watched_wallet(svc, wallet_id, "address").await?;
     let added = WalletAddress {
         chain: wallet.coin.clone(),
         address: crate::types::checksummed_eth_address(&address),
@@ -93,15 +82,7 @@ pub async fn add_address(
         label,
         created_at: crate::ids::now(),
     };
-    let entry = match auth {
-        Some(auth) => auth.audit(AuditType::WalletAddressAdded),
-        None => crate::audit::EntryExt::data(
-            crate::audit::entry(AuditType::WalletAddressAdded),
-            json!({ "by": "operator" }),
-        ),
-    };
-    let entry = crate::audit::EntryExt::wallet(entry, Some(wallet_id));
-    let entry = crate::audit::EntryExt::data(entry, json!({ "address": added.address }));
+    let entry = audited(auth, AuditType::WalletAddressAdded, wallet_id, json!({ "address": added.address }));
     match svc.store.add_address(&added, &[entry]).await? {
         Ok(()) => Ok(added),
         Err(owner) if &owner == wallet_id => Ok(added),
@@ -140,6 +121,17 @@ pub async fn set_fee_alerts(
     if let Some(auth) = auth {
         auth.require(svc.wallets.policy, Action::ServiceAdmin)?;
     }
+    watched_wallet(svc, wallet_id, "walletId").await?;
+    let text = |b: &Option<crate::types::BaseUnits>| b.as_ref().map(|b| b.as_str().to_string());
+    let data = json!({ "lowFee": text(&alerts.low_fee), "lowFeeAddressBalance": text(&alerts.low_fee_address_balance) });
+    let entry = audited(auth, AuditType::WalletFeeAlertsSet, wallet_id, data);
+    svc.store.set_fee_alerts(wallet_id, &alerts, &[entry]).await?;
+    Ok(alerts)
+}
+
+/// The wallet `wallet_id`, of a coin the watcher reads. Errors: `WalletNotFound`,
+/// `InvalidField` naming `field` for another coin.
+async fn watched_wallet(svc: &Chains, wallet_id: &WalletId, field: &str) -> Result<WalletRow> {
     let wallet = svc
         .store
         .wallets_by_ids(std::slice::from_ref(wallet_id), false)
@@ -149,23 +141,24 @@ pub async fn set_fee_alerts(
     if !crate::config::WATCHABLE_COINS.contains(&wallet.coin.as_str()) {
         let why =
             format!("wallet coin {} is not an Ethereum coin this version watches", wallet.coin.as_str());
-        return Err(Error::invalid_field("walletId", why));
+        return Err(Error::invalid_field(field, why));
     }
-    let text = |b: &Option<crate::types::BaseUnits>| b.as_ref().map(|b| b.as_str().to_string());
+    Ok(wallet)
+}
+
+/// The audit entry of a change to `wallet` by `auth`, or by the operator (the CLI).
+fn audited(
+    auth: Option<&Principal>,
+    ty: AuditType,
+    wallet: &WalletId,
+    data: Value,
+) -> crate::model::audit::AuditEntry {
     let entry = match auth {
-        Some(auth) => auth.audit(AuditType::WalletFeeAlertsSet),
-        None => crate::audit::EntryExt::data(
-            crate::audit::entry(AuditType::WalletFeeAlertsSet),
-            json!({ "by": "operator" }),
-        ),
+        Some(auth) => auth.audit(ty),
+        None => crate::audit::EntryExt::data(crate::audit::entry(ty), json!({ "by": "operator" })),
     };
-    let entry = crate::audit::EntryExt::wallet(entry, Some(wallet_id));
-    let entry = crate::audit::EntryExt::data(
-        entry,
-        json!({ "lowFee": text(&alerts.low_fee), "lowFeeAddressBalance": text(&alerts.low_fee_address_balance) }),
-    );
-    svc.store.set_fee_alerts(wallet_id, &alerts, &[entry]).await?;
-    Ok(alerts)
+    let entry = crate::audit::EntryExt::wallet(entry, Some(wallet));
+    crate::audit::EntryExt::data(entry, data)
 }
 
 /// A wallet record's address at `pointer` (`/coinSpecific/baseAddress`,
