@@ -20,6 +20,8 @@ pub struct AddressBook {
     /// The wallets' fee addresses (`coinSpecific.feeAddress`), which pay their gas.
     fee_addresses: HashMap<WalletId, Address>,
     fingerprint: Option<(i64, i64, i64)>,
+    /// When the fingerprint was last read.
+    checked: Option<std::time::Instant>,
 }
 
 impl AddressBook {
@@ -57,8 +59,19 @@ impl AddressBook {
     }
 
     /// Reloads from the store when the address set changed: the wallets' record addresses,
-    /// then the added ones (an added address wins a tie).
-    pub async fn refresh(&mut self, store: &DynStore, chain: &str) -> crate::store::StoreResult<bool> {
+    /// then the added ones (an added address wins a tie). The set is asked about at most once
+    /// per `every`: its fingerprint counts the chain's wallets, a cost that grows with them,
+    /// and a backfill runs several rounds a second.
+    pub async fn refresh(
+        &mut self,
+        store: &DynStore,
+        chain: &str,
+        every: std::time::Duration,
+    ) -> crate::store::StoreResult<bool> {
+        if self.checked.is_some_and(|at| at.elapsed() < every) {
+            return Ok(false);
+        }
+        self.checked = Some(std::time::Instant::now());
         let fingerprint = store.address_fingerprint(chain).await?;
         if self.fingerprint == Some(fingerprint) {
             return Ok(false);

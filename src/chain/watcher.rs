@@ -36,6 +36,10 @@ use crate::{
 /// chain over this long after the holder died.
 pub const LEASE_MS: i64 = 15_000;
 
+/// While catching up, the least time between two checks of whether the watched address set
+/// changed (at the head it is checked every round).
+pub const BOOK_CHECK: Duration = Duration::from_secs(1);
+
 /// What can stop a round: the node, the store, or the domain.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -67,6 +71,8 @@ pub struct Watcher {
     fees: BaseFees,
     /// The chain's wallets' fee alerts, read each round.
     alerts: Vec<(WalletId, FeeAlerts)>,
+    /// Whether the last round left blocks waiting.
+    catching_up: bool,
 }
 
 /// Balances are read at blocks within this many of the node's head: a full (non-archive) node
@@ -91,6 +97,7 @@ impl Watcher {
             stale: Default::default(),
             fees: BaseFees::default(),
             alerts: Vec::new(),
+            catching_up: false,
         }
     }
 
@@ -112,6 +119,7 @@ impl Watcher {
                 self.round().await
             }
             .await;
+            self.catching_up = matches!(outcome, Ok(true));
             let wait = match outcome {
                 Ok(true) => Duration::ZERO,
                 Ok(false) => {
@@ -168,7 +176,8 @@ impl Watcher {
         if status.halted.is_some() {
             return Ok(false);
         }
-        self.book.refresh(&store, chain).await?;
+        let every = if self.catching_up { BOOK_CHECK } else { Duration::ZERO };
+        self.book.refresh(&store, chain, every).await?;
         self.alerts = store.fee_alerts(chain).await?;
         let next = match status.height {
             Some(h) => h + 1,

@@ -308,8 +308,8 @@ where
     async fn fee_alerts(&self, chain: &str) -> StoreResult<Vec<(WalletId, FeeAlerts)>> {
         let found: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
             "SELECT a.wallet_id, a.low_fee, a.low_fee_address_balance FROM wallet_fee_alerts a \
-             JOIN wallets w ON w.id = a.wallet_id WHERE w.coin = $1 AND w.deleted = $2 \
-             AND (a.low_fee IS NOT NULL OR a.low_fee_address_balance IS NOT NULL)",
+             WHERE (a.low_fee IS NOT NULL OR a.low_fee_address_balance IS NOT NULL) AND EXISTS \
+             (SELECT 1 FROM wallets w WHERE w.id = a.wallet_id AND w.coin = $1 AND w.deleted = $2)",
         )
         .bind(chain)
         .bind(false)
