@@ -25,3 +25,13 @@ CREATE TABLE wallet_fee_alerts (
 );
 -- From here on wallets.updated_at is written in milliseconds (it was seconds): the chain
 -- watcher's address book notices a record changed twice within one second.
+-- A chain wallet's ERC-20 balances, one row per token coin, from `balanceOf` summed over its
+-- addresses (base units as decimal digits).
+CREATE TABLE wallet_token_balances (
+    wallet_id TEXT NOT NULL,
+    coin TEXT NOT NULL,
+    balance TEXT NOT NULL,
+    confirmed_balance TEXT NOT NULL,
+    spendable_balance TEXT NOT NULL,
+    PRIMARY KEY (wallet_id, coin)
+);

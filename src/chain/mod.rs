@@ -129,6 +129,29 @@ pub async fn set_fee_alerts(
     Ok(alerts)
 }
 
+/// The `tokens` object of a wallet of a watched chain: for each token coin read so far, its
+/// `balanceString`, `confirmedBalanceString` and `spendableBalanceString` (base units, from
+/// `balanceOf`). `None` when the wallet's chain has no tokens configured, none was read, or
+/// the imported record has a `tokens` field of its own (it is served as imported).
+pub async fn token_balances(svc: &Chains, wallet: &WalletRow) -> Result<Option<Value>> {
+    if svc.config.chains.get(wallet.coin.as_str()).is_none_or(|c| c.tokens.is_empty()) {
+        return Ok(None);
+    }
+    let record = serde_json::from_str::<serde_json::Map<String, Value>>(wallet.record.as_str());
+    if record.is_ok_and(|r| r.contains_key("tokens")) {
+        return Ok(None);
+    }
+    let rows = svc.store.token_balances(&wallet.id).await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let tokens = rows.into_iter().map(|(coin, balance, confirmed, spendable)| {
+        let b = json!({ "balanceString": balance, "confirmedBalanceString": confirmed, "spendableBalanceString": spendable });
+        (coin, b)
+    });
+    Ok(Some(Value::Object(tokens.collect())))
+}
+
 /// The wallet `wallet_id`, of a coin the watcher reads. Errors: `WalletNotFound`,
 /// `InvalidField` naming `field` for another coin.
 async fn watched_wallet(svc: &Chains, wallet_id: &WalletId, field: &str) -> Result<WalletRow> {

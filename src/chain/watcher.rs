@@ -66,7 +66,7 @@ pub struct Watcher {
     tokens: BTreeMap<Address, Coin>,
     /// Wallets whose balances changed while the watcher was too far behind the head to read
     /// them: refreshed at the first block within [`STATE_WINDOW`] of the head.
-    stale: std::collections::BTreeSet<WalletId>,
+    stale: std::collections::BTreeSet<(WalletId, Coin)>,
     /// Base fees of the latest blocks, for `lowFee`.
     fees: BaseFees,
     /// The chain's wallets' fee alerts, read each round.
@@ -283,7 +283,7 @@ impl Watcher {
         for t in &removed {
             super::announce::transfer(&self.svc, t).await?;
             // Read again with the next block of the new branch.
-            self.stale.insert(t.wallet_id.clone());
+            self.stale.insert((t.wallet_id.clone(), t.coin.clone()));
         }
         Ok(())
     }
@@ -311,7 +311,7 @@ impl Watcher {
         let written: Vec<Transfer> = found.iter().chain(&changed).cloned().collect();
         let (live_from, removed_from) = self.window_from(height);
         window.apply(&written, live_from, removed_from);
-        self.stale.extend(written.iter().map(|t| t.wallet_id.clone()));
+        self.stale.extend(written.iter().map(|t| (t.wallet_id.clone(), t.coin.clone())));
         run.found.extend(found);
         run.changed.extend(changed);
         run.counts.extend(counts);
@@ -347,11 +347,14 @@ impl Watcher {
                 newest.insert(&t.id, t);
             }
             let newest: Vec<Transfer> = newest.into_values().cloned().collect();
-            let touched: Vec<WalletId> = std::mem::take(&mut self.stale).into_iter().collect();
+            let touched: Vec<(WalletId, Coin)> = std::mem::take(&mut self.stale).into_iter().collect();
             self.balances(&touched, last.height, &newest).await?
         } else {
             Vec::new()
         };
+        let (balances, token_balances): (Vec<_>, Vec<_>) =
+            balances.into_iter().partition(|(_, c, _)| c == &self.chain);
+        let balances: Vec<_> = balances.into_iter().map(|(w, _, b)| (w, b)).collect();
         self.svc
             .store
             .record_blocks(BlockWrite {
@@ -361,6 +364,7 @@ impl Watcher {
                 appeared: &appeared,
                 keep_from: last.height.saturating_sub(self.config.reorg_depth),
                 balances: &balances,
+                token_balances: &token_balances,
             })
             .await?;
         let blocks = u64::try_from(run.heads.len()).unwrap_or(0);
@@ -378,26 +382,36 @@ impl Watcher {
         Ok(candidates.into_iter().filter(|a| !known.contains(&a.address)).collect())
     }
 
-    /// Balances of the chain coin from the node, summed over each wallet's addresses:
-    /// `balanceString` at `height`, `confirmedBalanceString` at `confirmations` depth,
-    /// `spendableBalanceString` the confirmed one less unconfirmed sends (the stored ones, as
-    /// `changes` leave them).
+    /// Balances from the node, summed over each wallet's addresses, for each (wallet, coin):
+    /// `eth_getBalance` for the chain coin, `balanceOf` for a token. `balanceString` at `height`,
+    /// `confirmedBalanceString` at `confirmations` depth, `spendableBalanceString` the confirmed
+    /// one less unconfirmed sends (the stored ones, as `changes` leave them).
     async fn balances(
         &self,
-        wallets: &[WalletId],
+        pairs: &[(WalletId, Coin)],
         height: u64,
         changes: &[Transfer],
-    ) -> Result<Vec<(WalletId, crate::model::wallet::Balances)>, WatchError> {
+    ) -> Result<Vec<(WalletId, Coin, crate::model::wallet::Balances)>, WatchError> {
         let confirmed_height = (height + 1).saturating_sub(self.config.confirmations);
-        let mut out = Vec::with_capacity(wallets.len());
-        for w in wallets {
+        let mut out = Vec::with_capacity(pairs.len());
+        for (w, coin) in pairs {
+            let contract = self.tokens.iter().find(|(_, c)| *c == coin).map(|(a, _)| *a);
+            if coin != &self.chain && contract.is_none() {
+                continue;
+            }
+            let read = |a: Address, at: u64| async move {
+                match contract {
+                    Some(token) => self.node.token_balance(token, a, Some(at)).await,
+                    None => self.node.balance(a, Some(at)).await,
+                }
+            };
             let (mut latest, mut confirmed) = (U256::ZERO, U256::ZERO);
             for a in self.book.of_wallet(w) {
-                latest += self.node.balance(*a, Some(height)).await?;
-                confirmed += self.node.balance(*a, Some(confirmed_height)).await?;
+                latest += read(*a, height).await?;
+                confirmed += read(*a, confirmed_height).await?;
             }
-            let stored = self.svc.store.unconfirmed_sends(w, self.chain.as_str()).await?;
-            let now = changes.iter().filter(|t| &t.wallet_id == w && t.coin == self.chain);
+            let stored = self.svc.store.unconfirmed_sends(w, coin.as_str()).await?;
+            let now = changes.iter().filter(|t| &t.wallet_id == w && &t.coin == coin);
             let sends = stored
                 .iter()
                 .filter(|t| !changes.iter().any(|c| c.id == t.id))
@@ -410,7 +424,7 @@ impl Watcher {
                 spendable: Some(units(spendable)?),
                 ..Default::default()
             };
-            out.push((w.clone(), balances));
+            out.push((w.clone(), coin.clone(), balances));
         }
         Ok(out)
     }

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
+pub use super::chain_reads::TokenBalanceRow;
 use super::chain_rows::{h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS};
 pub use super::chain_write::BlockWrite;
 use super::{sql::parse_stored, sql::Dialect, sql_store::SqlStore, StoreResult};
@@ -68,6 +69,8 @@ pub trait ChainStore: Send + Sync {
     async fn fee_alerts(&self, chain: &str) -> StoreResult<Vec<(WalletId, FeeAlerts)>>;
     /// Those of `addresses` (EIP-55) that have appeared on chain already.
     async fn appeared(&self, chain: &str, addresses: &[String]) -> StoreResult<Vec<String>>;
+    /// A wallet's token balances, by token coin.
+    async fn token_balances(&self, wallet: &WalletId) -> StoreResult<Vec<TokenBalanceRow>>;
     /// A reorg back to `ancestor` (`depth` blocks below the old tip): live transfers above it
     /// become `removed`, with the confirmations they had reached, and are returned; headers
     /// above it are dropped, the checkpoint moves to it.
@@ -121,6 +124,7 @@ where
     for<'r> ChainStateRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, Option<String>, Option<String>): FromRow<'r, DB::Row>,
+    for<'r> TokenBalanceRow: FromRow<'r, DB::Row>,
 {
     async fn add_address(
         &self,
@@ -321,17 +325,11 @@ where
     }
 
     async fn appeared(&self, chain: &str, addresses: &[String]) -> StoreResult<Vec<String>> {
-        let mut seen = Vec::new();
-        for part in addresses.chunks(500) {
-            let marks: Vec<String> = (2..part.len() + 2).map(|i| format!("${i}")).collect();
-            let sql = format!(
-                "SELECT address FROM chain_appearances WHERE chain = $1 AND address IN ({})",
-                marks.join(", ")
-            );
-            let q = part.iter().fold(sqlx::query_scalar(&sql).bind(chain), |q, a| q.bind(a.as_str()));
-            seen.extend(q.fetch_all(&self.pool).await?);
-        }
-        Ok(seen)
+        super::chain_reads::appeared::<DB>(&mut *self.pool.acquire().await?, chain, addresses).await
+    }
+
+    async fn token_balances(&self, wallet: &WalletId) -> StoreResult<Vec<TokenBalanceRow>> {
+        super::chain_reads::token_balances::<DB>(&mut *self.pool.acquire().await?, wallet).await
     }
 
     async fn rewind_chain(

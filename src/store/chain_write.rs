@@ -7,7 +7,7 @@ use super::chain_rows::{h, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD, UPSERT_TRAN
 use super::{sql::to_json, sql::Dialect, StoreResult};
 use crate::model::chain::{Appearance, BlockHead, Transfer};
 use crate::model::wallet::Balances;
-use crate::types::WalletId;
+use crate::types::{Coin, WalletId};
 
 /// The effects of a run of processed blocks, written in one transaction.
 #[derive(Debug)]
@@ -23,6 +23,8 @@ pub struct BlockWrite<'a> {
     pub keep_from: u64,
     /// Balances of the wallets the blocks touched, as of the last.
     pub balances: &'a [(WalletId, Balances)],
+    /// Token balances (`balance`, `confirmed`, `spendable`) of the wallets the blocks touched.
+    pub token_balances: &'a [(WalletId, Coin, Balances)],
 }
 
 pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()>
@@ -101,6 +103,31 @@ where
             .bind(wallet.as_str())
             .execute(&mut *tx)
             .await?;
+    }
+    token_balances::<DB>(tx, w.token_balances).await
+}
+
+async fn token_balances<DB>(tx: &mut DB::Connection, rows: &[(WalletId, Coin, Balances)]) -> StoreResult<()>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+{
+    for (wallet, coin, b) in rows {
+        let [balance, confirmed, spendable, ..] = b.texts();
+        sqlx::query(
+            "INSERT INTO wallet_token_balances (wallet_id, coin, balance, confirmed_balance, spendable_balance) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (wallet_id, coin) DO UPDATE SET balance = excluded.balance, \
+             confirmed_balance = excluded.confirmed_balance, spendable_balance = excluded.spendable_balance",
+        )
+        .bind(wallet.as_str())
+        .bind(coin.as_str())
+        .bind(balance.unwrap_or("0"))
+        .bind(confirmed.unwrap_or("0"))
+        .bind(spendable.unwrap_or("0"))
+        .execute(&mut *tx)
+        .await?;
     }
     Ok(())
 }

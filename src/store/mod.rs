@@ -24,6 +24,7 @@ use sqlx::Executor;
 
 mod audit;
 mod chain;
+mod chain_reads;
 mod chain_rows;
 mod chain_write;
 mod enterprises;

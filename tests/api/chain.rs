@@ -452,6 +452,18 @@ async fn erc20_transfers_are_the_tokens_coin_with_their_own_list() {
             .count()
     };
     until("both token transfers confirmed", 20, || async { (confirmed() == 2).then_some(()) }).await;
+    // The wallet's token balances are the node's `balanceOf`, confirmed once both confirmed.
+    let call = json!({ "to": contract, "data": format!("0x70a08231{}", word_address(WATCHED)) });
+    let held = hex_u128(&c.anvil.rpc("eth_call", json!([call, "latest"])).await);
+    assert_eq!(held, 3 * ONE_ETH);
+    let tokens = until("the wallet's confirmed token balance", 20, || async {
+        let w = c.wallet().await;
+        (w["tokens"]["hteth:tst"]["confirmedBalanceString"] == held.to_string())
+            .then_some(w["tokens"].clone())
+    })
+    .await;
+    assert_eq!(tokens["hteth:tst"]["balanceString"], held.to_string(), "{tokens}");
+    assert_eq!(tokens["hteth:tst"]["spendableBalanceString"], held.to_string(), "{tokens}");
 }
 
 #[tokio::test]

@@ -180,6 +180,13 @@ pub async fn get_wallet(
     let row = wallets::get_wallet(&state.wallets, &auth, &coin, &wallet_id).await?;
     let mut body = String::new();
     model::render(&row, expand, &mut body);
+    // A watched chain's wallet also carries its token balances (docs/chains.md, "Balances").
+    if let Some(tokens) = crate::chain::token_balances(&state.chains, &row).await? {
+        if body.ends_with('}') {
+            body.pop();
+            body.push_str(&format!(",\"tokens\":{tokens}}}"));
+        }
+    }
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
