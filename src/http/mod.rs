@@ -108,10 +108,30 @@ impl Modify for BearerAuth {
     }
 }
 
-/// `{"status": "ok"}` when the database answers.
+/// `{"status": "ok"}` when the database answers, with `chains` when the service watches any
+/// (docs/chains.md): a halted chain is named there, and the service stays in rotation.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     pub status: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chains: Vec<ChainHealth>,
+}
+
+/// One watched chain in `/health`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChainHealth {
+    /// The chain coin (`hteth`).
+    pub coin: String,
+    /// The last block processed.
+    pub height: Option<u64>,
+    /// The node's head when last asked.
+    pub node_head: Option<u64>,
+    /// Blocks the checkpoint is behind the node's head.
+    pub lag: u64,
+    /// Why the chain's watcher stopped (a reorg deeper than `reorg_depth`); absent while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub halted: Option<String>,
 }
 
 /// Longest `/health` waits for the database before answering 503 (docs/decisions.md#connections-and-database-outages).
@@ -133,7 +153,21 @@ async fn health(State(state): State<AppState>) -> error::ApiResult<Json<Health>>
         tracing::error!(error = %cause, "health check: the database does not answer");
         Error::Unavailable("database unavailable".into())
     })?;
-    Ok(Json(Health { status: "ok".into() }))
+    // The chains section is best effort within the same bound: the database just answered.
+    let chains = match tokio::time::timeout(HEALTH_TIMEOUT, crate::chain::status(&state.chains)).await {
+        Ok(Ok(all)) => all
+            .into_iter()
+            .map(|s| ChainHealth {
+                lag: s.lag(),
+                coin: s.chain,
+                height: s.height,
+                node_head: s.node_head,
+                halted: s.halted,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(Json(Health { status: "ok".into(), chains }))
 }
 
 /// The routes and the OpenAPI document describing them, built together so they cannot drift.

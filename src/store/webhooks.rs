@@ -331,12 +331,23 @@ where
             binds.push(u);
             where_sql.push_str(&format!(" AND type = ${} AND url = ${}", binds.len() - 1, binds.len()));
         }
+        // Notifications first, then the webhooks: a delivery's completion locks a notification
+        // and then its webhook, and the cascade from the webhook would take them the other way
+        // round (a deadlock on PostgreSQL, found by the BitGoJS suite).
+        let children = format!(
+            "DELETE FROM notifications WHERE webhook_id IN (SELECT id FROM webhooks WHERE {where_sql})"
+        );
         let sql = format!("DELETE FROM webhooks WHERE {where_sql}");
+        let mut tx = self.begin_write().await?;
+        let mut q = sqlx::query(&children);
+        for b in &binds {
+            q = q.bind(*b);
+        }
+        q.execute(&mut *tx).await?;
         let mut q = sqlx::query(&sql);
         for b in binds {
             q = q.bind(b);
         }
-        let mut tx = self.begin_write().await?;
         let removed = DB::rows_affected(&q.execute(&mut *tx).await?);
         if removed > 0 {
             append_tx::<DB>(&mut tx, audit).await?;

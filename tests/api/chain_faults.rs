@@ -186,6 +186,12 @@ async fn a_reorg_deeper_than_reorg_depth_halts_the_chain_until_resynced() {
     anvil.mine(1).await;
     let halted = until("the chain halts", 20, || async { height().await.halted }).await;
     assert!(halted.contains("reorg_depth"), "{halted}");
+    // /health names the halted chain and stays 200: the API keeps serving.
+    let health = app.client.get(app.url("/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let health: serde_json::Value = health.json().await.unwrap();
+    assert_eq!(health["chains"][0]["coin"], "hteth", "{health}");
+    assert!(health["chains"][0]["halted"].as_str().is_some_and(|h| h.contains("reorg_depth")), "{health}");
     let audit = app.raw_sql("SELECT type FROM audit_log WHERE type = 'chain.reorg_too_deep'").await;
     assert_eq!(audit.len(), 1);
     let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
@@ -202,4 +208,8 @@ async fn a_reorg_deeper_than_reorg_depth_halts_the_chain_until_resynced() {
         (s.halted.is_none() && s.height == Some(now)).then_some(())
     })
     .await;
+    let health: serde_json::Value =
+        app.client.get(app.url("/health")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(health["chains"][0]["halted"], serde_json::Value::Null, "{health}");
+    assert_eq!(health["chains"][0]["height"], now, "{health}");
 }
