@@ -9,16 +9,23 @@
 //! `BENCH_WATCHED=100000` adds that many wallets watched at addresses no block touches: the
 //! address book is matched in memory, so the backfill's speed must not move.
 //!
+//! `BENCH_PHASE=latency`: instead, one block a second for BENCH_LATENCY_BLOCKS (60) blocks, each
+//! with one payment to the watched wallet, and the time from the block being mined to the
+//! receiver getting its `unconfirmed` notification, at the default poll interval (1,000 ms,
+//! BENCH_POLL_MS). Beside it, the floor of any poller: a loop asking the node for its head at
+//! the same interval, and when it first sees each block.
+//!
 //! Run: `cargo bench --bench chain` (needs `npm install` in chain-tests/).
 
 #[allow(dead_code)] // each bench is its own crate and uses part of common
 mod common;
 
 use std::{
+    collections::HashMap,
     process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
@@ -112,16 +119,31 @@ async fn fill(node: &Node, blocks: u64, per_block: usize) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A receiver that counts what it gets; its URL and the count.
-async fn receiver() -> anyhow::Result<(String, Arc<AtomicU64>)> {
-    let received = Arc::new(AtomicU64::new(0));
+/// What a receiver got: how many notifications, and when each `unconfirmed` transfer's arrived,
+/// by transaction hash.
+#[derive(Default)]
+struct Received {
+    count: AtomicU64,
+    unconfirmed: Mutex<HashMap<String, Instant>>,
+}
+
+/// A receiver that records what it gets; its URL and the record.
+async fn receiver() -> anyhow::Result<(String, Arc<Received>)> {
+    let received = Arc::new(Received::default());
     let sink = received.clone();
     let app = axum::Router::new().route(
         "/hook",
-        axum::routing::post(move || {
+        axum::routing::post(move |body: String| {
             let sink = sink.clone();
             async move {
-                sink.fetch_add(1, Ordering::Relaxed);
+                let at = Instant::now();
+                sink.count.fetch_add(1, Ordering::Relaxed);
+                let v: Value = serde_json::from_str(&body).unwrap_or_default();
+                if let (Some("unconfirmed"), Some(hash)) = (v["state"].as_str(), v["hash"].as_str()) {
+                    if let Ok(mut seen) = sink.unconfirmed.lock() {
+                        seen.entry(hash.to_string()).or_insert(at);
+                    }
+                }
                 "ok"
             }
         }),
@@ -132,17 +154,19 @@ async fn receiver() -> anyhow::Result<(String, Arc<AtomicU64>)> {
     Ok((url, received))
 }
 
-// Long: the benchmark's one story (fill, ceiling, service, wait, report), read top to bottom.
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let blocks = env_usize("BENCH_BLOCKS", 5_000) as u64;
-    let per_block = env_usize("BENCH_PER_BLOCK", 4);
-    let node = start_node().await?;
-    fill(&node, blocks, per_block).await?;
-    let head = blocks;
-    let transfers = blocks as usize * per_block;
-    let ceiling_time = ceiling(&node, head, 12).await?;
+/// The service (SQLite, in this process) watching `node` as hteth from block 0, polling every
+/// `poll_ms`, with the bench wallet (and `extra` more, at addresses no block touches) and a
+/// transfer webhook to a receiver.
+struct Service {
+    state: AppState,
+    received: Arc<Received>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _dir: tempfile::TempDir,
+}
 
+// Long: the service's setup, one step after another (config, user, wallets, webhook, serve).
+async fn service(node: &Node, poll_ms: u64, extra: usize) -> anyhow::Result<Service> {
     let dir = tempfile::tempdir()?;
     let mut config = Config {
         database_url: format!("sqlite://{}/bench.db", dir.path().display()),
@@ -152,16 +176,14 @@ async fn main() -> anyhow::Result<()> {
     std::fs::write(dir.path().join("key"), "22".repeat(32))?;
     config.delivery.allowed_cidrs = vec!["127.0.0.1/32".parse()?];
     config.rate_limit.requests = 1_000_000;
-    config.chains.insert(
-        "hteth".into(),
-        ChainConfig {
-            rpc_url: node.url.clone(),
-            chain_id: 31337,
-            start_block: Some(0),
-            poll_interval_ms: 20,
-            ..ChainConfig::default()
-        },
-    );
+    let chain = ChainConfig {
+        rpc_url: node.url.clone(),
+        chain_id: 31337,
+        start_block: Some(0),
+        poll_interval_ms: poll_ms,
+        ..ChainConfig::default()
+    };
+    config.chains.insert("hteth".into(), chain);
     let (hook_url, received) = receiver().await?;
     let state = AppState::new(config).await?;
     let user = custodian::identity::users::create_user(
@@ -182,9 +204,6 @@ async fn main() -> anyhow::Result<()> {
         "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [{ "user": user.id, "permissions": ["admin"] }],
     }]);
     custodian::wallets::import::import(&state.store, &record.to_string(), |_, _| {}).await?;
-    // BENCH_WATCHED more wallets, each watched at an address no block touches: the address
-    // book's size must not change a block's cost.
-    let extra = env_usize("BENCH_WATCHED", 0);
     if extra > 0 {
         let others: Vec<Value> = (0..extra)
             .map(|i| {
@@ -201,16 +220,116 @@ async fn main() -> anyhow::Result<()> {
     }
     common::add_wallet_webhook(&state, &user.id, wallet, Some(enterprise.id.clone()), hook_url).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(custodian::serve(listener, state.clone(), async {
         let _ = stop_rx.await;
     }));
+    Ok(Service { state, received, stop, server, _dir: dir })
+}
+
+impl Service {
+    async fn checkpoint(&self) -> anyhow::Result<Option<u64>> {
+        Ok(custodian::chain::status(&self.state.chains).await?[0].height)
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.server.await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match std::env::var("BENCH_PHASE").as_deref() {
+        Ok("latency") => latency().await,
+        _ => backfill().await,
+    }
+}
+
+/// p50, p99 and the largest of `ms`, sorted here.
+fn percentiles(mut ms: Vec<f64>) -> (f64, f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms.get(((ms.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN);
+    (at(0.5), at(0.99), ms.last().copied().unwrap_or(f64::NAN))
+}
+
+// Long: the latency phase's one story (service, blocks a second, the poller beside it, report).
+async fn latency() -> anyhow::Result<()> {
+    let blocks = env_usize("BENCH_LATENCY_BLOCKS", 60) as u64;
+    let poll_ms = env_usize("BENCH_POLL_MS", 1000) as u64;
+    let node = Arc::new(start_node().await?);
+    let svc = service(&node, poll_ms, 0).await?;
+    while svc.checkpoint().await? != Some(0) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The floor: a loop asking for the head every `poll_ms`, noting when it first sees each.
+    let seen: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+    let poller = {
+        let (node, seen) = (node.clone(), seen.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(v) = node.rpc("eth_blockNumber", json!([])).await {
+                    let head = u64::from_str_radix(v.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16);
+                    if let (Ok(head), Ok(mut seen)) = (head, seen.lock()) {
+                        seen.entry(head).or_insert_with(Instant::now);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(poll_ms)).await;
+            }
+        })
+    };
+    let mut mined: Vec<(u64, String, Instant)> = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    for height in 1..=blocks {
+        tick.tick().await;
+        let tx = json!({ "from": RICH, "to": WATCHED, "value": "0x1" });
+        let hash = node.rpc("eth_sendTransaction", json!([tx])).await?;
+        node.rpc("evm_mine", json!([])).await?;
+        mined.push((height, hash.as_str().unwrap_or_default().to_string(), Instant::now()));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while svc.received.unconfirmed.lock().map(|s| s.len()).unwrap_or(0) < mined.len()
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    poller.abort();
+    let ms = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64() * 1000.0;
+    let (mut ours, mut floor) = (Vec::new(), Vec::new());
+    if let (Ok(got), Ok(seen)) = (svc.received.unconfirmed.lock(), seen.lock()) {
+        for (height, hash, at) in &mined {
+            ours.extend(got.get(hash).map(|t| ms(*at, *t)));
+            floor.extend(seen.get(height).map(|t| ms(*at, *t)));
+        }
+    }
+    let got = ours.len();
+    let ((p50, p99, max), (f50, f99, fmax)) = (percentiles(ours), percentiles(floor));
+    println!("latency, a mined block to its unconfirmed notification at the receiver: {blocks} blocks, one a second, poll {poll_ms} ms (anvil, SQLite):");
+    println!("  Custodian: p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms ({got} of {blocks} notified within 30 s)");
+    println!("  a bare poller of the head at the same interval: p50 {f50:.0} ms, p99 {f99:.0} ms, max {fmax:.0} ms");
+    svc.stop().await;
+    Ok(())
+}
+
+// Long: the backfill's one story (fill, ceiling, service, wait, report), read top to bottom.
+async fn backfill() -> anyhow::Result<()> {
+    let blocks = env_usize("BENCH_BLOCKS", 5_000) as u64;
+    let per_block = env_usize("BENCH_PER_BLOCK", 4);
+    let node = start_node().await?;
+    fill(&node, blocks, per_block).await?;
+    let head = blocks;
+    let transfers = blocks as usize * per_block;
+    let ceiling_time = ceiling(&node, head, 12).await?;
+    // BENCH_WATCHED more wallets, each watched at an address no block touches: the address
+    // book's size must not change a block's cost.
+    let extra = env_usize("BENCH_WATCHED", 0);
+    let svc = service(&node, 20, extra).await?;
     let started = Instant::now();
     // The second half of the backfill, timed apart: a block's cost without the start (loading
     // the address book, the first round).
     let mut halfway = None;
     loop {
-        let s = custodian::chain::status(&state.chains).await?;
+        let s = custodian::chain::status(&svc.state.chains).await?;
         if halfway.is_none() && s[0].height.is_some_and(|h| h >= head / 2) {
             halfway = Some((Instant::now(), s[0].height.unwrap_or(0)));
         }
@@ -248,9 +367,8 @@ async fn main() -> anyhow::Result<()> {
     }
     println!(
         "  notifications received when the checkpoint reached the head: {}",
-        received.load(Ordering::Relaxed)
+        svc.received.count.load(Ordering::Relaxed)
     );
-    let _ = stop_tx.send(());
-    let _ = server.await;
+    svc.stop().await;
     Ok(())
 }
