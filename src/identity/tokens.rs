@@ -65,8 +65,10 @@ pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> R
     let mut parsed: CreateAccessTokenRequest = parse_value(&fields)?;
     // Addresses, a duration and a label the template gives must be ones a token may have.
     if let Some(d) = parsed.duration.as_ref().filter(|d| !d.is_null()) {
-        if crate::types::whole_number(d).is_none() {
-            return Err(Error::invalid_field("duration", "a whole number of seconds"));
+        let max = super::token_request::MAX_DURATION;
+        if !crate::types::whole_number(d).is_some_and(|d| (1..=max).contains(&d)) {
+            let why = format!("must be a whole number of seconds from 1 to {max}");
+            return Err(Error::invalid_field("duration", why));
         }
     }
     if let Some(Some(list)) = &parsed.ip_restrict {

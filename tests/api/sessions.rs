@@ -137,6 +137,10 @@ async fn a_template_with_a_bad_spending_limit_is_refused_when_made() {
     let fields = json!({ "spendingLimits": [{ "coin": "btc", "txValueLimit": {} }] });
     let body = assert_error(app.post_auth(path, &admin, &fields).await, 400, "InvalidField").await;
     assert!(body["context"]["field"].as_str().unwrap_or("").contains("txValueLimit"), "{body}");
+    // A duration no token may have (0 s) is refused as a token request refuses it.
+    let body =
+        assert_error(app.post_auth(path, &admin, &json!({ "duration": 0 })).await, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "duration", "{body}");
     assert_eq!(expect_json(app.get_auth(path, &admin).await, 200).await["templates"], json!([]));
 }
 
