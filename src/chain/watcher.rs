@@ -170,7 +170,7 @@ impl Watcher {
         }
         let status = store.chain_status(chain).await?.unwrap_or_default();
         let head = self.node.head().await?;
-        store.set_chain_node(chain, head, status.halted.as_deref()).await?;
+        store.set_chain_node(chain, head, None).await?;
         let lag = head.saturating_sub(status.height.unwrap_or(head));
         self.svc.metrics.chain.lag.get_or_create(&self.labels()).set(i64::try_from(lag).unwrap_or(i64::MAX));
         if status.halted.is_some() {

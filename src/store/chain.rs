@@ -52,7 +52,8 @@ pub trait ChainStore: Send + Sync {
         now_ms: i64,
         until_ms: i64,
     ) -> StoreResult<bool>;
-    /// Records the node's head, and the halt reason (`None` clears it).
+    /// Records the node's head, and halts the chain with `halted` when given (only a resync
+    /// clears a halt: a round that read the halt before it must not write it back).
     async fn set_chain_node(&self, chain: &str, node_head: u64, halted: Option<&str>) -> StoreResult<()>;
     /// The kept headers at `from` and above, by height.
     async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>>;
@@ -252,7 +253,7 @@ where
     }
 
     async fn set_chain_node(&self, chain: &str, node_head: u64, halted: Option<&str>) -> StoreResult<()> {
-        sqlx::query("UPDATE chain_state SET node_head = $2, halted = $3 WHERE chain = $1")
+        sqlx::query("UPDATE chain_state SET node_head = $2, halted = COALESCE($3, halted) WHERE chain = $1")
             .bind(chain)
             .bind(h(node_head))
             .bind(halted)
