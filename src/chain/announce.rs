@@ -149,15 +149,10 @@ pub async fn blocks(
 }
 
 /// For each address that appeared on chain for the first time: `address_confirmation` to its
-/// wallet's webhooks, and, when it is the wallet's base address (`is_base`), `wallet_confirmation`
-/// to the coin's block webhooks of that type. The ids carry the block hash: a reorg that takes
-/// the block away forgets the appearance, and the new branch announces it again.
-pub async fn appearances(
-    svc: &Chains,
-    chain: &Coin,
-    appeared: &[Appearance],
-    is_base: impl Fn(&alloy_primitives::Address) -> bool,
-) -> Result<(), Error> {
+/// wallet's webhooks, and, when it is the wallet's base address, `wallet_confirmation` to the
+/// coin's block webhooks of that type. The ids carry the block hash: a reorg that takes the
+/// block away forgets the appearance, and the new branch announces it again.
+pub fn appearances(chain: &Coin, appeared: &[Appearance]) -> Vec<Map<String, serde_json::Value>> {
     let mut events = Vec::new();
     for a in appeared {
         let mut body = Map::new();
@@ -171,32 +166,31 @@ pub async fn appearances(
         address.insert("eventId".into(), json!(id("address")));
         address.insert("type".into(), json!("address_confirmation"));
         events.push(address);
-        if crate::types::parse_eth_address(&a.address).is_ok_and(|x| is_base(&x)) {
+        if a.base {
             body.insert("eventId".into(), json!(id("wallet")));
             body.insert("type".into(), json!("wallet_confirmation"));
             events.push(body);
         }
     }
+    events
+}
+
+/// Complete events (appearances, fee alerts) at once: the outbox's group commit writes them in
+/// few transactions.
+pub async fn all(svc: &Chains, events: Vec<Map<String, serde_json::Value>>) -> Result<(), Error> {
     let sends =
         events.into_iter().map(|e| crate::webhooks::events::ingest_routed(&svc.webhooks, e, |_| true));
     futures_util::future::try_join_all(sends).await?;
     Ok(())
 }
 
-/// Fee alerts (`chain::alerts`), each a complete event.
-pub async fn alerts(svc: &Chains, raised: Vec<super::alerts::Alert>) -> Result<(), Error> {
-    let sends =
-        raised.into_iter().map(|e| crate::webhooks::events::ingest_routed(&svc.webhooks, e, |_| true));
-    futures_util::future::try_join_all(sends).await?;
-    Ok(())
-}
-
-/// The transfer events of a block, at once: the outbox's group commit writes them in few
-/// transactions. `counts` pairs live transfers with the confirmations they have now.
+/// The transfer events of blocks, at once: the outbox's group commit writes them in few
+/// transactions. `entered` are transfers that entered a state (found or changed), `found` the
+/// blocks' own, `counts` live transfers with the confirmations they have now.
 pub async fn block_transfers(
     svc: &Chains,
+    entered: &[Transfer],
     found: &[Transfer],
-    changed: &[Transfer],
     counts: &[(Transfer, u64)],
 ) -> Result<(), Error> {
     let mut waiting: BTreeMap<WalletId, Vec<u64>> = BTreeMap::new();
@@ -206,7 +200,7 @@ pub async fn block_transfers(
             waiting.insert(t.wallet_id.clone(), wanted);
         }
     }
-    let states = found.iter().chain(changed).map(|t| transfer(svc, t).boxed());
+    let states = entered.iter().map(|t| transfer(svc, t).boxed());
     let reached = counts
         .iter()
         .filter(|(t, c)| waiting.get(&t.wallet_id).is_some_and(|w| w.contains(c)))

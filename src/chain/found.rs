@@ -97,8 +97,10 @@ impl Finder<'_> {
         let mut out: Vec<Appearance> = Vec::new();
         let mut add = |address: String, wallet: &WalletId, txid: String| {
             if !out.iter().any(|a| a.address == address) {
+                let base = crate::types::parse_eth_address(&address).is_ok_and(|a| self.book.is_base(&a));
                 out.push(Appearance {
                     address,
+                    base,
                     wallet_id: wallet.clone(),
                     height: block.head.height,
                     block_hash: block.head.hash.clone(),

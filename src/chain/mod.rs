@@ -94,16 +94,11 @@ pub async fn add_address(
 }
 
 /// The addresses a wallet's record names: `coinSpecific.baseAddress` and
-/// `receiveAddress.address`, checksummed; malformed ones are left out.
-pub fn record_addresses(record: &str) -> Vec<String> {
-    let Ok(v) = serde_json::from_str::<Value>(record) else { return Vec::new() };
-    let named = [v.pointer("/coinSpecific/baseAddress"), v.pointer("/receiveAddress/address")];
-    let mut out: Vec<String> = named
+/// `receiveAddress.address`; malformed ones are left out.
+pub fn record_addresses(record: &Value) -> Vec<alloy_primitives::Address> {
+    let mut out: Vec<_> = ["/coinSpecific/baseAddress", "/receiveAddress/address"]
         .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .filter_map(|a| crate::types::parse_eth_address(a).ok())
-        .map(|a| crate::types::checksummed_eth_address(&a))
+        .filter_map(|p| record_address(record, p))
         .collect();
     out.dedup();
     out
@@ -213,7 +208,8 @@ pub async fn list_addresses(
 ) -> Result<Vec<WalletAddress>> {
     let wallet = visible_wallet(svc, auth, coin, wallet_id).await?;
     let mut found = svc.store.wallet_addresses(wallet_id, after, limit).await?;
-    for a in record_addresses(wallet.record.as_str()) {
+    let record = serde_json::from_str::<Value>(wallet.record.as_str()).unwrap_or_default();
+    for a in record_addresses(&record).iter().map(crate::types::checksummed_eth_address) {
         if after.is_none_or(|after| a.as_str() > after) && !found.iter().any(|f| f.address == a) {
             found.push(WalletAddress {
                 chain: wallet.coin.clone(),

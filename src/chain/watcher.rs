@@ -313,7 +313,6 @@ impl Watcher {
         window.apply(&written, live_from, removed_from);
         self.stale.extend(written.iter().map(|t| (t.wallet_id.clone(), t.coin.clone())));
         run.found.extend(found);
-        run.changed.extend(changed);
         run.counts.extend(counts);
         run.written.extend(written);
         run.heads.push(fetched.block.head.clone());
@@ -324,7 +323,7 @@ impl Watcher {
     /// then have the same ids.
     async fn write(&mut self, run: Run, head: u64) -> Result<(), WatchError> {
         let Some(last) = run.heads.last() else { return Ok(()) };
-        super::announce::block_transfers(&self.svc, &run.found, &run.changed, &run.counts).await?;
+        super::announce::block_transfers(&self.svc, &run.written, &run.found, &run.counts).await?;
         let appeared = self.first_appearances(run.appeared).await?;
         let mut raised = run.alerts;
         if head.saturating_sub(last.height) < STATE_WINDOW && !run.fee_touched.is_empty() {
@@ -334,8 +333,8 @@ impl Watcher {
                 alerts::low_balances(&*self.node, chain, &self.alerts, book, &run.fee_touched, first, last);
             raised.extend(low.await?);
         }
-        super::announce::alerts(&self.svc, raised).await?;
-        super::announce::appearances(&self.svc, &self.chain, &appeared, |a| self.book.is_base(a)).await?;
+        raised.extend(super::announce::appearances(&self.chain, &appeared));
+        super::announce::all(&self.svc, raised).await?;
         for (i, block) in run.heads.iter().enumerate() {
             super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, block, &run.heads[..i])
                 .await?;
@@ -440,11 +439,10 @@ struct Run {
     heads: Vec<BlockHead>,
     /// The blocks' own transfers.
     found: Vec<Transfer>,
-    /// Older transfers whose state changed.
-    changed: Vec<Transfer>,
     /// Live transfers with the confirmations each block gave them.
     counts: Vec<(Transfer, u64)>,
-    /// `found` and `changed`, block by block: a transfer may be in it twice, the later wins.
+    /// Transfers found or whose state changed, block by block: a transfer may be in it twice,
+    /// the later wins.
     written: Vec<Transfer>,
     /// Watched addresses the blocks show on chain, each once, perhaps for the first time.
     appeared: Vec<Appearance>,

@@ -21,6 +21,9 @@ pub struct WalletAddress {
 pub struct Appearance {
     /// EIP-55 checksummed.
     pub address: String,
+    /// Whether it is the wallet's base address (`coinSpecific.baseAddress`): the wallet itself
+    /// appears with it.
+    pub base: bool,
     pub wallet_id: WalletId,
     pub height: u64,
     pub block_hash: String,

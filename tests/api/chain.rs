@@ -458,8 +458,11 @@ async fn erc20_transfers_are_the_tokens_coin_with_their_own_list() {
     let call = json!({ "to": contract, "data": format!("0x70a08231{}", word_address(WATCHED)) });
     let held = hex_u128(&c.anvil.rpc("eth_call", json!([call, "latest"])).await);
     assert_eq!(held, 3 * ONE_ETH);
+    // Without BitGo's allTokens=true the wallet carries no token balances.
+    assert_eq!(c.wallet().await.get("tokens"), None);
     let tokens = until("the wallet's confirmed token balance", 20, || async {
-        let w = c.wallet().await;
+        let path = format!("/api/v2/hteth/wallet/{WALLET}?allTokens=true");
+        let w = expect_json(c.app.get_auth(&path, &c.token).await, 200).await;
         (w["tokens"]["hteth:tst"]["confirmedBalanceString"] == held.to_string())
             .then_some(w["tokens"].clone())
     })

@@ -45,7 +45,8 @@ pub struct LookupQuery {
     /// Adds stakingBalanceString and rewardBalanceString.
     #[param(value_type = Option<bool>)]
     pub include_staking_balances: Option<String>,
-    /// Adds withdrawHoldAmountUsdString to ofc wallets.
+    /// Adds withdrawHoldAmountUsdString to ofc wallets and, on a single wallet of a watched
+    /// chain, its token balances (`tokens`).
     #[param(value_type = Option<bool>)]
     pub all_tokens: Option<String>,
 }
@@ -180,8 +181,13 @@ pub async fn get_wallet(
     let row = wallets::get_wallet(&state.wallets, &auth, &coin, &wallet_id).await?;
     let mut body = String::new();
     model::render(&row, expand, &mut body);
-    // A watched chain's wallet also carries its token balances (docs/chains.md, "Balances").
-    if let Some(tokens) = crate::chain::token_balances(&state.chains, &row).await? {
+    // With BitGo's `allTokens=true`, a watched chain's wallet also carries its token balances
+    // (docs/chains.md, "Balances").
+    let tokens = match expand.all_tokens {
+        true => crate::chain::token_balances(&state.chains, &row).await?,
+        false => None,
+    };
+    if let Some(tokens) = tokens {
         if body.ends_with('}') {
             body.pop();
             body.push_str(&format!(",\"tokens\":{tokens}}}"));
