@@ -15,7 +15,9 @@ async fn prod_app() -> TestApp {
 /// Runs `custodian <args>` on `app`'s database and key, feeding `stdin`; returns (code, stdout).
 pub fn run(app: &TestApp, args: &[&str], stdin: &str) -> (i32, String) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_custodian"));
-    command.args(args).env("CUSTODIAN_DATABASE_URL", &app._db.url);
+    // The server under test writes to the same SQLite file; a loaded machine may hold its
+    // write lock for longer than the default 5 s.
+    command.args(args).env("CUSTODIAN_DATABASE_URL", &app._db.url).env("CUSTODIAN_SQLITE_BUSY_TIMEOUT", "30");
     match &app.state.config.secret_key_file {
         Some(key) => command.env("CUSTODIAN_ENVIRONMENT", "production").env("CUSTODIAN_SECRET_KEY_FILE", key),
         None => command.env("CUSTODIAN_ENVIRONMENT", "test"),
@@ -30,6 +32,9 @@ pub fn run(app: &TestApp, args: &[&str], stdin: &str) -> (i32, String) {
     let out = child.wait_with_output().expect("wait");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() || !stderr.is_empty(), "a failure says why");
+    if !out.status.success() {
+        eprintln!("custodian {args:?} failed: {stderr}");
+    }
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
