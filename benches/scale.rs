@@ -9,6 +9,7 @@
 //! - `growth`: `SCALE_CHUNKS` (12) chunks of `SCALE_CHUNK` (20,000) events by 32 clients into the
 //!   same server; per chunk: deliveries/s, API p99, bytes stored per delivered event (the
 //!   database's files, or PostgreSQL's `pg_database_size`) and the server's RSS.
+//!   `SCALE_TRANSFER_IDS=1` gives every event a transfer id (as a chain transfer has).
 //!   `SCALE_KEEP=FILE` keeps a copy of the SQLite database for a look inside.
 //! - `soak`: `SOAK_RATE` (1,000) events/s for `SOAK_SECS` (1,200) with pruning on and a short
 //!   retention (`SOAK_RETENTION_SECS`, 120; pruning every 10 s); per minute: event-to-receipt
@@ -43,6 +44,7 @@ use axum::{
 };
 use custodian::{config::Config, identity::users, AppState};
 use serde_json::{json, Value};
+use sha2::Digest;
 use sqlx::Connection;
 
 const CLIENTS: usize = 32;
@@ -281,7 +283,12 @@ impl Server {
 
     /// POSTs one event for `wallet`, stamped with the time it is sent.
     async fn event(&self, wallet: &str, id: &str) -> anyhow::Result<f64> {
-        let ev = json!({ "eventId": id, "type": "transfer", "walletId": wallet, "sentAtUs": now_us().to_string() });
+        let mut ev = json!({ "eventId": id, "type": "transfer", "walletId": wallet, "sentAtUs": now_us().to_string() });
+        if setting("SCALE_TRANSFER_IDS", 0) == 1 {
+            // A transfer id, as a chain transfer always has: its event body is kept to answer
+            // `GET .../transfer/{id}`.
+            ev["transferId"] = json!(hex::encode(&sha2::Sha256::digest(id.as_bytes())[..16]));
+        }
         let t0 = Instant::now();
         let res = self
             .client

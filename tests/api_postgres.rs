@@ -20,6 +20,8 @@ mod chain;
 mod chain_events;
 #[path = "api/chain_faults.rs"]
 mod chain_faults;
+#[path = "api/chain_pool.rs"]
+mod chain_pool;
 #[path = "api/cli.rs"]
 mod cli;
 #[path = "api/common.rs"]

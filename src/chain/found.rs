@@ -6,9 +6,13 @@ use std::collections::BTreeMap;
 
 use alloy_primitives::{Address, I256, U256};
 
-use super::{book::AddressBook, fetch::Fetched, node::NodeBlock};
+use super::{
+    book::AddressBook,
+    fetch::Fetched,
+    node::{NodeBlock, NodeTx},
+};
 use crate::{
-    model::chain::{Appearance, Transfer, TransferEntry, TransferState},
+    model::chain::{Appearance, BlockHead, Transfer, TransferEntry, TransferState, PENDING_HEIGHT},
     types::{checksummed_eth_address, Coin, WalletId},
 };
 
@@ -25,6 +29,32 @@ impl Finder<'_> {
     pub fn transfers(&self, fetched: &Fetched) -> Vec<Transfer> {
         let mut out = self.native(fetched);
         out.extend(self.tokens(fetched));
+        out
+    }
+
+    /// Native ETH that the pool's transactions (`txs`) would move from or to a watched address,
+    /// seen at `seen` (Unix seconds): at [`PENDING_HEIGHT`], with no block, no confirmation and
+    /// no fee yet (known once mined). Token transfers are found at inclusion, from their logs.
+    pub fn pending(&self, txs: Vec<NodeTx>, seen: i64) -> Vec<Transfer> {
+        let watched = |tx: &NodeTx| {
+            self.book.owner(&tx.from).is_some()
+                || tx.to.as_ref().is_some_and(|a| self.book.owner(a).is_some())
+        };
+        let txs: Vec<NodeTx> = txs.into_iter().filter(watched).collect();
+        let fetched = Fetched {
+            outcomes: txs.iter().map(|t| (t.hash, Some((true, U256::ZERO)))).collect(),
+            block: NodeBlock {
+                head: BlockHead { height: PENDING_HEIGHT, hash: String::new(), parent_hash: String::new() },
+                time: seen,
+                base_fee: None,
+                txs,
+            },
+            logs: Vec::new(),
+        };
+        let mut out = self.native(&fetched);
+        for t in &mut out {
+            t.confirmations = 0;
+        }
         out
     }
 

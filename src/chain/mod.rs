@@ -7,10 +7,12 @@
 
 pub mod alerts;
 pub mod announce;
+mod balances;
 pub mod book;
 pub mod fetch;
 pub mod found;
 pub mod node;
+pub mod pool;
 pub mod watcher;
 pub mod window;
 

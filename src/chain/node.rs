@@ -88,6 +88,9 @@ pub trait ChainNode: Send + Sync {
         address: Address,
         height: Option<u64>,
     ) -> Result<U256, NodeError>;
+    /// The executable transactions of the node's pending pool (`txpool_content`'s `pending`);
+    /// `None` when the node does not expose its pool (the method is refused).
+    async fn pending(&self) -> Result<Option<Vec<NodeTx>>, NodeError>;
 }
 
 /// An Ethereum JSON-RPC node.
@@ -145,16 +148,7 @@ impl ChainNode for EthNode {
         let Some(block) = block else { return Ok(None) };
         let h = &block.header;
         let txs = match &block.transactions {
-            BlockTransactions::Full(txs) => txs
-                .iter()
-                .map(|t| NodeTx {
-                    hash: *t.inner.tx_hash(),
-                    from: t.inner.signer(),
-                    to: t.to(),
-                    value: t.value(),
-                    nonce: t.nonce(),
-                })
-                .collect(),
+            BlockTransactions::Full(txs) => txs.iter().map(node_tx).collect(),
             _ => return Err(NodeError("eth_getBlockByNumber: the node left out the transactions".into())),
         };
         if h.number != height {
@@ -216,6 +210,34 @@ impl ChainNode for EthNode {
         let call = serde_json::json!({ "to": contract, "data": alloy_primitives::Bytes::from(data) });
         let answer: alloy_primitives::Bytes = self.call("eth_call", (call, tag(height))).await?;
         balanceOfCall::abi_decode_returns(&answer).map_err(|e| NodeError(format!("balanceOf: {e}")))
+    }
+
+    async fn pending(&self) -> Result<Option<Vec<NodeTx>>, NodeError> {
+        match self.client.request::<_, Pool>("txpool_content", ()).await {
+            Ok(pool) => {
+                Ok(Some(pool.pending.values().flat_map(|by_nonce| by_nonce.values()).map(node_tx).collect()))
+            }
+            // The node answered, refusing the method: it does not expose its pool.
+            Err(alloy_json_rpc::RpcError::ErrorResp(_)) => Ok(None),
+            Err(e) => Err(NodeError(format!("txpool_content: {e}"))),
+        }
+    }
+}
+
+/// `txpool_content`'s answer: by sender, by nonce.
+#[derive(Debug, serde::Deserialize)]
+struct Pool {
+    #[serde(default)]
+    pending: std::collections::BTreeMap<Address, std::collections::BTreeMap<String, Transaction>>,
+}
+
+fn node_tx(t: &Transaction) -> NodeTx {
+    NodeTx {
+        hash: *t.inner.tx_hash(),
+        from: t.inner.signer(),
+        to: t.to(),
+        value: t.value(),
+        nonce: t.nonce(),
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::Address;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -16,8 +16,9 @@ use super::{
     alerts::{self, BaseFees},
     book::AddressBook,
     fetch::{Fetched, Reader},
-    found::{parse_u, Finder},
+    found::Finder,
     node::{ChainNode, NodeError},
+    pool::Pool,
     window::Window,
     Chains,
 };
@@ -56,14 +57,14 @@ impl From<crate::store::StoreError> for WatchError {
 }
 
 pub struct Watcher {
-    chain: Coin,
-    config: ChainConfig,
-    node: Arc<dyn ChainNode>,
-    svc: Chains,
+    pub(super) chain: Coin,
+    pub(super) config: ChainConfig,
+    pub(super) node: Arc<dyn ChainNode>,
+    pub(super) svc: Chains,
     holder: String,
-    book: AddressBook,
+    pub(super) book: AddressBook,
     /// Token contracts and their coins.
-    tokens: BTreeMap<Address, Coin>,
+    pub(super) tokens: BTreeMap<Address, Coin>,
     /// Wallets whose balances changed while the watcher was too far behind the head to read
     /// them: refreshed at the first block within [`STATE_WINDOW`] of the head.
     stale: std::collections::BTreeSet<(WalletId, Coin)>,
@@ -73,6 +74,8 @@ pub struct Watcher {
     alerts: Vec<(WalletId, FeeAlerts)>,
     /// Whether the last round left blocks waiting.
     catching_up: bool,
+    /// The node's pending pool as last read.
+    pool: Pool,
 }
 
 /// Balances are read at blocks within this many of the node's head: a full (non-archive) node
@@ -98,6 +101,7 @@ impl Watcher {
             fees: BaseFees::default(),
             alerts: Vec::new(),
             catching_up: false,
+            pool: Pool::default(),
         }
     }
 
@@ -225,7 +229,38 @@ impl Watcher {
                 None => {}
             }
         }
+        if end >= head && self.config.pending_pool {
+            self.pending(&window, head).await?;
+        }
         Ok(end < head)
+    }
+
+    /// Takes in what the node's pending pool changes at the head (new pending transfers, dropped
+    /// ones): their events, then the transfers and the wallets' balances, with no checkpoint.
+    async fn pending(&mut self, window: &Window, head: u64) -> Result<(), WatchError> {
+        let finder = Finder { chain: &self.chain, book: &self.book, tokens: &self.tokens };
+        let changes = self.pool.changes(&*self.node, &finder, window, head, self.config.reorg_depth).await?;
+        if changes.is_empty() {
+            return Ok(());
+        }
+        for t in &changes {
+            super::announce::transfer(&self.svc, t).await?;
+        }
+        let touched: std::collections::BTreeSet<(WalletId, Coin)> =
+            changes.iter().map(|t| (t.wallet_id.clone(), t.coin.clone())).collect();
+        let touched: Vec<(WalletId, Coin)> = touched.into_iter().collect();
+        let (balances, token_balances) = self.split_balances(&touched, head, &changes).await?;
+        let write = BlockWrite {
+            chain: self.chain.as_str(),
+            heads: &[],
+            transfers: &changes,
+            appeared: &[],
+            keep_from: 0,
+            balances: &balances,
+            token_balances: &token_balances,
+        };
+        self.svc.store.record_blocks(write).await?;
+        Ok(())
     }
 
     /// Where the transfers a block at `height` can still change begin: live ones, removed ones
@@ -298,6 +333,10 @@ impl Watcher {
         for t in &mut found {
             t.state = if confirmed_at <= 1 { TransferState::Confirmed } else { TransferState::Unconfirmed };
         }
+        // Already told as unconfirmed when the pool showed them.
+        run.quiet.extend(
+            found.iter().filter(|t| window.pending().iter().any(|p| p.id == t.id)).map(|t| t.id.clone()),
+        );
         let (changed, counts) = window.advance(&fetched.block, &found, confirmed_at);
         if let Some(averages) = self.fees.push(height, fetched.block.base_fee) {
             run.alerts.extend(alerts::low_fee(&self.chain, &self.alerts, &fetched.block.head, averages));
@@ -323,7 +362,13 @@ impl Watcher {
     /// then have the same ids.
     async fn write(&mut self, run: Run, head: u64) -> Result<(), WatchError> {
         let Some(last) = run.heads.last() else { return Ok(()) };
-        super::announce::block_transfers(&self.svc, &run.written, &run.found, &run.counts).await?;
+        let entered: Vec<Transfer> = run
+            .written
+            .iter()
+            .filter(|t| t.state != TransferState::Unconfirmed || !run.quiet.contains(&t.id))
+            .cloned()
+            .collect();
+        super::announce::block_transfers(&self.svc, &entered, &run.found, &run.counts).await?;
         let appeared = self.first_appearances(run.appeared).await?;
         let mut raised = run.alerts;
         if head.saturating_sub(last.height) < STATE_WINDOW && !run.fee_touched.is_empty() {
@@ -339,7 +384,7 @@ impl Watcher {
             super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, block, &run.heads[..i])
                 .await?;
         }
-        let balances = if head.saturating_sub(last.height) < STATE_WINDOW {
+        let (balances, token_balances) = if head.saturating_sub(last.height) < STATE_WINDOW {
             // The newest state of each transfer the run wrote.
             let mut newest: BTreeMap<&str, &Transfer> = BTreeMap::new();
             for t in &run.written {
@@ -347,13 +392,10 @@ impl Watcher {
             }
             let newest: Vec<Transfer> = newest.into_values().cloned().collect();
             let touched: Vec<(WalletId, Coin)> = std::mem::take(&mut self.stale).into_iter().collect();
-            self.balances(&touched, last.height, &newest).await?
+            self.split_balances(&touched, last.height, &newest).await?
         } else {
-            Vec::new()
+            Default::default()
         };
-        let (balances, token_balances): (Vec<_>, Vec<_>) =
-            balances.into_iter().partition(|(_, c, _)| c == &self.chain);
-        let balances: Vec<_> = balances.into_iter().map(|(w, _, b)| (w, b)).collect();
         self.svc
             .store
             .record_blocks(BlockWrite {
@@ -380,57 +422,6 @@ impl Watcher {
         let known = self.svc.store.appeared(self.chain.as_str(), &addresses).await?;
         Ok(candidates.into_iter().filter(|a| !known.contains(&a.address)).collect())
     }
-
-    /// Balances from the node, summed over each wallet's addresses, for each (wallet, coin):
-    /// `eth_getBalance` for the chain coin, `balanceOf` for a token. `balanceString` at `height`,
-    /// `confirmedBalanceString` at `confirmations` depth, `spendableBalanceString` the confirmed
-    /// one less unconfirmed sends (the stored ones, as `changes` leave them).
-    async fn balances(
-        &self,
-        pairs: &[(WalletId, Coin)],
-        height: u64,
-        changes: &[Transfer],
-    ) -> Result<Vec<(WalletId, Coin, crate::model::wallet::Balances)>, WatchError> {
-        let confirmed_height = (height + 1).saturating_sub(self.config.confirmations);
-        let mut out = Vec::with_capacity(pairs.len());
-        for (w, coin) in pairs {
-            let contract = self.tokens.iter().find(|(_, c)| *c == coin).map(|(a, _)| *a);
-            if coin != &self.chain && contract.is_none() {
-                continue;
-            }
-            let read = |a: Address, at: u64| async move {
-                match contract {
-                    Some(token) => self.node.token_balance(token, a, Some(at)).await,
-                    None => self.node.balance(a, Some(at)).await,
-                }
-            };
-            let (mut latest, mut confirmed) = (U256::ZERO, U256::ZERO);
-            for a in self.book.of_wallet(w) {
-                latest += read(*a, height).await?;
-                confirmed += read(*a, confirmed_height).await?;
-            }
-            let stored = self.svc.store.unconfirmed_sends(w, coin.as_str()).await?;
-            let now = changes.iter().filter(|t| &t.wallet_id == w && &t.coin == coin);
-            let sends = stored
-                .iter()
-                .filter(|t| !changes.iter().any(|c| c.id == t.id))
-                .chain(now.filter(|t| t.state == TransferState::Unconfirmed && t.value.starts_with('-')));
-            let pending = sends.fold(U256::ZERO, |sum, t| sum + parse_u(t.value.trim_start_matches('-')));
-            let spendable = confirmed.saturating_sub(pending);
-            let balances = crate::model::wallet::Balances {
-                balance: Some(units(latest)?),
-                confirmed: Some(units(confirmed)?),
-                spendable: Some(units(spendable)?),
-                ..Default::default()
-            };
-            out.push((w.clone(), coin.clone(), balances));
-        }
-        Ok(out)
-    }
-}
-
-fn units(n: U256) -> Result<crate::types::BaseUnits, WatchError> {
-    n.to_string().parse().map_err(|e| Error::Internal(anyhow::anyhow!("a balance: {e:?}")).into())
 }
 
 /// What a run of blocks read together changes, in block order.
@@ -450,6 +441,8 @@ struct Run {
     alerts: Vec<alerts::Alert>,
     /// Wallets with a balance alert whose fee address the blocks touched.
     fee_touched: std::collections::BTreeSet<WalletId>,
+    /// Transfers the blocks include that were pending: their `unconfirmed` was already told.
+    quiet: std::collections::BTreeSet<String>,
 }
 
 /// One watcher per configured chain, each with its own node client.

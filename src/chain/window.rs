@@ -1,6 +1,7 @@
 //! The transfers a new block can still change: live ones (unconfirmed, confirmed) within
 //! `max(confirmations, reorg_depth)` blocks, whose confirmations move on, and removed ones within
-//! `reorg_depth`, which a later block may replace. Loaded from the store at each round's start,
+//! `reorg_depth`, which a later block may replace, and pending ones (seen in the node's pool),
+//! which a block includes or replaces. Loaded from the store at each round's start,
 //! then kept in memory by the watcher, the chain's one writer while it holds the lease: a block
 //! then costs no read of them.
 
@@ -17,16 +18,33 @@ use crate::{
 pub struct Window {
     live: BTreeMap<u64, Vec<Transfer>>,
     removed: Vec<Transfer>,
+    /// In the node's pending pool when last seen (no block yet).
+    pending: Vec<Transfer>,
 }
 
 impl Window {
     /// Live transfers at `live_from` and above, removed ones at `removed_from` and above.
     pub async fn load(store: &DynStore, chain: &str, live_from: u64, removed_from: u64) -> StoreResult<Self> {
         let mut live: BTreeMap<u64, Vec<Transfer>> = BTreeMap::new();
+        let mut pending = Vec::new();
         for t in store.live_transfers(chain, live_from).await? {
-            live.entry(t.height).or_default().push(t);
+            if t.block_hash.is_empty() {
+                pending.push(t);
+            } else {
+                live.entry(t.height).or_default().push(t);
+            }
         }
-        Ok(Self { live, removed: store.removed_transfers(chain, removed_from).await? })
+        Ok(Self { live, removed: store.removed_transfers(chain, removed_from).await?, pending })
+    }
+
+    /// The transfers waiting in the node's pool.
+    pub fn pending(&self) -> &[Transfer] {
+        &self.pending
+    }
+
+    /// Whether a transfer with this id is pending or live in a block.
+    pub fn holds(&self, id: &str) -> bool {
+        self.pending.iter().any(|t| t.id == id) || self.live.values().flatten().any(|t| t.id == id)
     }
 
     /// Live transfers below `height`, lowest first.
@@ -34,8 +52,9 @@ impl Window {
         self.live.range(..height).flat_map(|(_, ts)| ts)
     }
 
-    /// What `block` changes: the live transfers below it that reach `confirmed_at` with it
-    /// (and removed ones that a transaction of the same sender and nonce in it replaces), and
+    /// What `block` changes: the live transfers below it that reach `confirmed_at` with it,
+    /// removed and pending ones that a transaction of the same sender and nonce in it replaces
+    /// (a pending one whose own transaction failed is removed), and
     /// every live transfer with the confirmations it has now (`found` at 1), for the counts
     /// wallet webhooks wait for. `found` are the block's own transfers, already in their state.
     pub fn advance(
@@ -60,16 +79,24 @@ impl Window {
             }
             counts.push((t, c));
         }
-        for orphan in &self.removed {
-            let replaced = block.txs.iter().any(|tx| {
-                tx.nonce == orphan.nonce
-                    && checksummed_eth_address(&tx.from) == orphan.sender
-                    && tx.hash.to_string() != orphan.txid
-            });
-            if replaced {
-                let mut orphan = orphan.clone();
-                orphan.state = TransferState::Replaced;
-                changed.push(orphan);
+        for waiting in self.removed.iter().chain(&self.pending) {
+            let Some(tx) = block
+                .txs
+                .iter()
+                .find(|tx| tx.nonce == waiting.nonce && checksummed_eth_address(&tx.from) == waiting.sender)
+            else {
+                continue;
+            };
+            let mined = tx.hash.to_string() == waiting.txid;
+            if mined && found.iter().any(|f| f.id == waiting.id) {
+                continue;
+            }
+            // A removed transfer mined again would be among `found`; its own transaction failing
+            // moves nothing.
+            let mut t = waiting.clone();
+            t.state = if mined { TransferState::Removed } else { TransferState::Replaced };
+            if t.state != waiting.state {
+                changed.push(t);
             }
         }
         (changed, counts)
@@ -82,11 +109,14 @@ impl Window {
                 ts.retain(|o| o.id != t.id);
             }
             self.removed.retain(|o| o.id != t.id);
+            self.pending.retain(|o| o.id != t.id);
             match t.state {
+                TransferState::Unconfirmed if t.block_hash.is_empty() => self.pending.push(t.clone()),
                 TransferState::Unconfirmed | TransferState::Confirmed => {
                     self.live.entry(t.height).or_default().push(t.clone())
                 }
-                TransferState::Removed => self.removed.push(t.clone()),
+                TransferState::Removed if !t.block_hash.is_empty() => self.removed.push(t.clone()),
+                TransferState::Removed => {}
                 TransferState::Replaced => {}
             }
         }

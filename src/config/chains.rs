@@ -29,6 +29,10 @@ pub struct ChainConfig {
     pub read_ahead: u64,
     /// Longest time one node request may take, seconds.
     pub rpc_timeout: u64,
+    /// Whether to read the node's pending pool (`txpool_content`) at the head, so a transfer is
+    /// `unconfirmed` before its block. A node that does not expose it is skipped (asked again
+    /// each [`crate::chain::watcher::POOL_RETRY`]).
+    pub pending_pool: bool,
     /// ERC-20 tokens whose `Transfer` logs are read.
     pub tokens: Vec<TokenConfig>,
 }
@@ -45,6 +49,7 @@ impl Default for ChainConfig {
             batch_blocks: 100,
             read_ahead: 16,
             rpc_timeout: 10,
+            pending_pool: true,
             tokens: Vec::new(),
         }
     }

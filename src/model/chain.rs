@@ -77,14 +77,20 @@ impl ChainStatus {
     }
 }
 
+/// The `height` of a transfer seen in the node's pending pool, not yet in a block (BitGo's
+/// convention for an unconfirmed transaction); its `block_hash` is empty.
+pub const PENDING_HEIGHT: u64 = 999_999_999;
+
 /// BitGo's transfer states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TransferState {
-    /// Seen in a block with fewer than the chain's `confirmations`.
+    /// Seen in the node's pending pool, or in a block with fewer than the chain's
+    /// `confirmations`.
     Unconfirmed,
     /// In a block with at least `confirmations`.
     Confirmed,
-    /// Its block was orphaned by a reorg and the new branch does not hold it.
+    /// Its block was orphaned by a reorg and the new branch does not hold it, or it left the
+    /// pending pool unmined.
     Removed,
     /// Another transaction of the same sender and nonce was mined instead.
     Replaced,

@@ -85,9 +85,11 @@ pub trait ChainStore: Send + Sync {
     /// Restarts a chain at `height` (the next block read is `height`): clears its headers,
     /// checkpoint and halt. `audit` is written with it.
     async fn resync_chain(&self, chain: &str, height: u64, audit: &[AuditEntry]) -> StoreResult<()>;
-    /// Live (unconfirmed or confirmed) transfers of a chain at `min_height` and above.
+    /// Live (unconfirmed or confirmed) transfers of a chain at `min_height` and above, and those
+    /// in the pending pool (at `PENDING_HEIGHT`, no block hash).
     async fn live_transfers(&self, chain: &str, min_height: u64) -> StoreResult<Vec<Transfer>>;
-    /// Removed transfers of a chain at `min_height` and above: a later block may replace them.
+    /// Removed transfers of a chain's blocks at `min_height` and above: a later block may
+    /// replace them.
     async fn removed_transfers(&self, chain: &str, min_height: u64) -> StoreResult<Vec<Transfer>>;
     /// Unconfirmed sends of a wallet in coin `coin`, for its spendable balance.
     async fn unconfirmed_sends(&self, wallet: &WalletId, coin: &str) -> StoreResult<Vec<Transfer>>;
@@ -343,7 +345,7 @@ where
         let mut tx = self.begin_write().await?;
         let removed: Vec<TransferRow> = sqlx::query_as(&format!(
             "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height > $2 \
-             AND state IN ('unconfirmed', 'confirmed')"
+             AND state IN ('unconfirmed', 'confirmed') AND block_hash <> ''"
         ))
         .bind(chain)
         .bind(h(ancestor.height))
@@ -352,7 +354,7 @@ where
         let tip = ancestor.height + depth;
         sqlx::query(
             "UPDATE transfers SET state = 'removed', confirmations = $3 - height + 1 WHERE chain = $1 \
-             AND height > $2 AND state IN ('unconfirmed', 'confirmed')",
+             AND height > $2 AND state IN ('unconfirmed', 'confirmed') AND block_hash <> ''",
         )
         .bind(chain)
         .bind(h(ancestor.height))
@@ -417,7 +419,8 @@ where
 
     async fn removed_transfers(&self, chain: &str, min_height: u64) -> StoreResult<Vec<Transfer>> {
         let found: Vec<TransferRow> = sqlx::query_as(&format!(
-            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height >= $2 AND state = 'removed'"
+            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height >= $2 AND state = 'removed' \
+             AND block_hash <> ''"
         ))
         .bind(chain)
         .bind(h(min_height))

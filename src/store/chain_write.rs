@@ -13,7 +13,8 @@ use crate::types::{Coin, WalletId};
 #[derive(Debug)]
 pub struct BlockWrite<'a> {
     pub chain: &'a str,
-    /// Consecutive blocks, lowest first; the checkpoint moves to the last.
+    /// Consecutive blocks, lowest first; the checkpoint moves to the last. Empty for what the
+    /// node's pending pool showed.
     pub heads: &'a [BlockHead],
     /// Transfers found in the blocks or whose state changed, in block order (a later one wins).
     pub transfers: &'a [Transfer],
@@ -37,7 +38,6 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
 {
-    let Some(last) = w.heads.last() else { return Ok(()) };
     let now_ms = crate::ids::now_ms();
     for t in w.transfers {
         sqlx::query(UPSERT_TRANSFER)
@@ -60,15 +60,6 @@ where
             .execute(&mut *tx)
             .await?;
     }
-    for head in w.heads {
-        sqlx::query(UPSERT_CHAIN_HEAD)
-            .bind(w.chain)
-            .bind(h(head.height))
-            .bind(head.hash.as_str())
-            .bind(head.parent_hash.as_str())
-            .execute(&mut *tx)
-            .await?;
-    }
     for a in w.appeared {
         sqlx::query(
             "INSERT INTO chain_appearances (chain, address, wallet_id, height, txid) VALUES ($1, $2, $3, $4, $5) \
@@ -82,17 +73,7 @@ where
         .execute(&mut *tx)
         .await?;
     }
-    sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height < $2")
-        .bind(w.chain)
-        .bind(h(w.keep_from))
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("UPDATE chain_state SET height = $2, hash = $3 WHERE chain = $1")
-        .bind(w.chain)
-        .bind(h(last.height))
-        .bind(last.hash.as_str())
-        .execute(&mut *tx)
-        .await?;
+    checkpoint::<DB>(tx, w).await?;
     // Without touching `updated_at`: it tells the watcher's address book that records changed.
     for (wallet, b) in w.balances {
         let [balance, confirmed, spendable, ..] = b.texts();
@@ -105,6 +86,40 @@ where
             .await?;
     }
     token_balances::<DB>(tx, w.token_balances).await
+}
+
+/// The run's block headers, those beyond `reorg_depth` dropped, and the checkpoint at the last.
+/// No blocks (what the node's pending pool showed): the checkpoint stays.
+async fn checkpoint<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    let Some(last) = w.heads.last() else { return Ok(()) };
+    for head in w.heads {
+        sqlx::query(UPSERT_CHAIN_HEAD)
+            .bind(w.chain)
+            .bind(h(head.height))
+            .bind(head.hash.as_str())
+            .bind(head.parent_hash.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query("DELETE FROM chain_heads WHERE chain = $1 AND height < $2")
+        .bind(w.chain)
+        .bind(h(w.keep_from))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE chain_state SET height = $2, hash = $3 WHERE chain = $1")
+        .bind(w.chain)
+        .bind(h(last.height))
+        .bind(last.hash.as_str())
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
 }
 
 async fn token_balances<DB>(tx: &mut DB::Connection, rows: &[(WalletId, Coin, Balances)]) -> StoreResult<()>

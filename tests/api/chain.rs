@@ -187,7 +187,7 @@ pub async fn chain_fixture_on(anvil: Anvil, tweak: impl FnOnce(&mut Config)) -> 
 }
 
 impl Chain {
-    async fn transfers(&self, query: &str) -> Vec<Value> {
+    pub async fn transfers(&self, query: &str) -> Vec<Value> {
         let path = format!("/api/v2/hteth/wallet/{WALLET}/transfer{query}");
         let body = expect_json(self.app.get_auth(&path, &self.token).await, 200).await;
         body["transfers"].as_array().unwrap().clone()
@@ -199,7 +199,7 @@ impl Chain {
     }
 
     /// (state, valueString, hash) of every transfer notification received so far.
-    fn notified(&self) -> Vec<(String, String, String)> {
+    pub fn notified(&self) -> Vec<(String, String, String)> {
         self.receiver
             .received()
             .iter()

@@ -11,6 +11,7 @@ mod bitgo;
 mod chain;
 mod chain_events;
 mod chain_faults;
+mod chain_pool;
 mod cli;
 mod common;
 mod connections;

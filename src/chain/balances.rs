@@ -1,0 +1,84 @@
+//! A watched wallet's balances, read from the node (docs/chains.md, "Balances").
+
+use alloy_primitives::{Address, U256};
+
+use super::{
+    found::parse_u,
+    watcher::{WatchError, Watcher},
+};
+use crate::{
+    error::Error,
+    model::{
+        chain::{Transfer, TransferState},
+        wallet::Balances,
+    },
+    types::{Coin, WalletId},
+};
+
+/// Balances of the chain coin by wallet, and token balances by wallet and token.
+pub type Split = (Vec<(WalletId, Balances)>, Vec<(WalletId, Coin, Balances)>);
+
+impl Watcher {
+    /// Balances from the node, summed over each wallet's addresses, for each (wallet, coin):
+    /// `eth_getBalance` for the chain coin, `balanceOf` for a token. `balanceString` at `height`,
+    /// `confirmedBalanceString` at `confirmations` depth, `spendableBalanceString` the confirmed
+    /// one less unconfirmed sends (the stored ones, as `changes` leave them).
+    pub(super) async fn balances(
+        &self,
+        pairs: &[(WalletId, Coin)],
+        height: u64,
+        changes: &[Transfer],
+    ) -> Result<Vec<(WalletId, Coin, Balances)>, WatchError> {
+        let confirmed_height = (height + 1).saturating_sub(self.config.confirmations);
+        let mut out = Vec::with_capacity(pairs.len());
+        for (w, coin) in pairs {
+            let contract = self.tokens.iter().find(|(_, c)| *c == coin).map(|(a, _)| *a);
+            if coin != &self.chain && contract.is_none() {
+                continue;
+            }
+            let read = |a: Address, at: u64| async move {
+                match contract {
+                    Some(token) => self.node.token_balance(token, a, Some(at)).await,
+                    None => self.node.balance(a, Some(at)).await,
+                }
+            };
+            let (mut latest, mut confirmed) = (U256::ZERO, U256::ZERO);
+            for a in self.book.of_wallet(w) {
+                latest += read(*a, height).await?;
+                confirmed += read(*a, confirmed_height).await?;
+            }
+            let stored = self.svc.store.unconfirmed_sends(w, coin.as_str()).await?;
+            let now = changes.iter().filter(|t| &t.wallet_id == w && &t.coin == coin);
+            let sends = stored
+                .iter()
+                .filter(|t| !changes.iter().any(|c| c.id == t.id))
+                .chain(now.filter(|t| t.state == TransferState::Unconfirmed && t.value.starts_with('-')));
+            let pending = sends.fold(U256::ZERO, |sum, t| sum + parse_u(t.value.trim_start_matches('-')));
+            let spendable = confirmed.saturating_sub(pending);
+            let balances = Balances {
+                balance: Some(units(latest)?),
+                confirmed: Some(units(confirmed)?),
+                spendable: Some(units(spendable)?),
+                ..Default::default()
+            };
+            out.push((w.clone(), coin.clone(), balances));
+        }
+        Ok(out)
+    }
+
+    /// [`Self::balances`], the chain coin's apart from the tokens'.
+    pub(super) async fn split_balances(
+        &self,
+        pairs: &[(WalletId, Coin)],
+        height: u64,
+        changes: &[Transfer],
+    ) -> Result<Split, WatchError> {
+        let all = self.balances(pairs, height, changes).await?;
+        let (coin, tokens): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, c, _)| c == &self.chain);
+        Ok((coin.into_iter().map(|(w, _, b)| (w, b)).collect(), tokens))
+    }
+}
+
+fn units(n: U256) -> Result<crate::types::BaseUnits, WatchError> {
+    n.to_string().parse().map_err(|e| Error::Internal(anyhow::anyhow!("a balance: {e:?}")).into())
+}

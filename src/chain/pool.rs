@@ -1,0 +1,89 @@
+//! The node's pending pool (`txpool_content`), read once per round at the head: a transfer is
+//! `unconfirmed` from the moment the pool shows it, before its block, and a pending transfer
+//! that another transaction of the same sender and nonce displaces is `replaced` when that one
+//! is mined ([`super::window::Window::advance`]).
+//!
+//! A pending transfer that the pool no longer shows and no block holds for `reorg_depth` blocks
+//! was dropped: it becomes `removed`.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, Instant},
+};
+
+use super::{
+    found::Finder,
+    node::{ChainNode, NodeError},
+    window::Window,
+};
+use crate::model::chain::{Transfer, TransferState};
+
+/// How long a node that refused `txpool_content` is left alone before being asked again.
+pub const POOL_RETRY: Duration = Duration::from_secs(600);
+
+/// Most pending transfers tracked per chain: beyond it, new ones are found at inclusion.
+pub const MAX_PENDING: usize = 10_000;
+
+/// What the watcher remembers of the pool between rounds.
+#[derive(Default)]
+pub struct Pool {
+    /// Each pending transfer's id and the head at which the pool last showed it.
+    seen: HashMap<String, u64>,
+    /// While set, the node is not asked (it does not expose its pool).
+    retry_at: Option<Instant>,
+}
+
+impl Pool {
+    /// What the pool changes at `head`: transfers new to it (`unconfirmed`, at
+    /// `PENDING_HEIGHT`), and pending ones gone from it for more than `dropped_after` blocks
+    /// (`removed`). Empty when the node does not expose its pool.
+    pub async fn changes(
+        &mut self,
+        node: &dyn ChainNode,
+        finder: &Finder<'_>,
+        window: &Window,
+        head: u64,
+        dropped_after: u64,
+    ) -> Result<Vec<Transfer>, NodeError> {
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return Ok(Vec::new());
+        }
+        let Some(txs) = node.pending().await? else {
+            if self.retry_at.is_none() {
+                tracing::info!(
+                    chain = finder.chain.as_str(),
+                    "the node does not expose its pending pool (txpool_content): transfers are unconfirmed from their block"
+                );
+            }
+            self.retry_at = Some(Instant::now() + POOL_RETRY);
+            return Ok(Vec::new());
+        };
+        self.retry_at = None;
+        let shown = finder.pending(txs, crate::ids::now());
+        for t in &shown {
+            self.seen.insert(t.id.clone(), head);
+        }
+        let room = MAX_PENDING.saturating_sub(window.pending().len());
+        let mut out: Vec<Transfer> = shown.into_iter().filter(|t| !window.holds(&t.id)).take(room).collect();
+        for t in window.pending() {
+            let last = *self.seen.entry(t.id.clone()).or_insert(head);
+            if head.saturating_sub(last) > dropped_after {
+                let mut t = t.clone();
+                t.state = TransferState::Removed;
+                out.push(t);
+            }
+        }
+        // Only what stays pending is remembered.
+        let dropped: HashSet<&str> =
+            out.iter().filter(|t| t.state == TransferState::Removed).map(|t| t.id.as_str()).collect();
+        let pending: HashSet<&str> = window
+            .pending()
+            .iter()
+            .chain(&out)
+            .map(|t| t.id.as_str())
+            .filter(|id| !dropped.contains(id))
+            .collect();
+        self.seen.retain(|id, _| pending.contains(id.as_str()));
+        Ok(out)
+    }
+}
