@@ -526,3 +526,43 @@ def test_the_chains_page_shows_the_node_and_a_transfer_it_saw(context):
     expect(alice.locator("nav a", has_text="Chains")).to_have_count(0)
     alice.goto(BASE + "/console/chains")
     expect(alice.locator("body")).not_to_contain_text("Latest transfers")
+
+
+def test_a_wallet_page_shows_its_addresses_balances_and_transfers(context):
+    # A 3 ETH payment to the Acme ETH wallet, confirmed by three blocks.
+    watched = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+    sent = rpc("eth_sendTransaction", [{"from": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+                                         "to": watched, "value": hex(3 * 10**18)}])
+    rpc("anvil_mine", ["0x3"])
+    eth = FIXTURE["wallets"]["eth"]
+    alice = sign_in(context, "alice")
+    alice.goto(f"{BASE}/console/wallets/{eth}")
+    row = alice.locator("#transfers tr", has_text=sent[:20])
+    for _ in range(50):
+        text = row.first.inner_text() if row.count() else ""
+        if "confirmed" in text and "unconfirmed" not in text:
+            break
+        time.sleep(0.2)
+        alice.reload()
+    expect(row.first).to_contain_text(str(3 * 10**18))
+    expect(row.first).to_contain_text("receive")
+    expect(alice.locator("#addresses")).to_contain_text(watched)
+    # The balance is the node's, read at the block the watcher reached.
+    node = int(rpc("eth_getBalance", [watched, "latest"]), 16)
+    expect(alice.locator("#wallet-balance .value")).to_have_text(str(node))
+    # The state filter: no transfer of this wallet was removed.
+    alice.select_option("#state", "removed")
+    alice.click("form.filters button")
+    expect(alice.locator("#transfers")).to_have_count(0)
+    assert "state=removed" in alice.url
+    # Bob, of another enterprise, may not see it: the same answer as a wallet that does not exist.
+    bob = sign_in(context.browser.new_context(), "bob")
+    res = bob.goto(f"{BASE}/console/wallets/{eth}")
+    assert res.status == 404
+    expect(bob.locator(".alert.error")).to_contain_text("WalletNotFound")
+    # Service admins reach it from the Chains page.
+    root = sign_in(context.browser.new_context(viewport={"width": 1280, "height": 800}), "root")
+    root.goto(BASE + "/console/chains")
+    root.locator("#chain-hteth table.transfers a", has_text=eth).first.click()
+    expect(root.locator("#wallet h2")).to_contain_text("Acme ETH")
+    shot(root, "wallet")

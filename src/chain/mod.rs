@@ -13,8 +13,12 @@ pub mod fetch;
 pub mod found;
 pub mod node;
 pub mod pool;
+pub mod speed;
+pub mod views;
 pub mod watcher;
 pub mod window;
+
+pub use views::{views, wallet_view, ChainView, WalletView};
 
 use std::sync::Arc;
 
@@ -294,43 +298,6 @@ pub fn transfer_json(t: &Transfer, confirmations_now: Option<u64>) -> Value {
             "wallet": t.wallet_id.as_str(),
         })).collect::<Vec<_>>(),
     })
-}
-
-/// What the console's Chains page shows of one chain.
-#[derive(Debug)]
-pub struct ChainView {
-    pub status: ChainStatus,
-    /// Addresses added to wallets (`add-address`), and the chain coin's wallets.
-    pub added_addresses: i64,
-    pub wallets: i64,
-    pub confirmations: u64,
-    pub reorg_depth: u64,
-    /// The latest transfers, newest first (at most [`RECENT`]).
-    pub recent: Vec<Transfer>,
-}
-
-/// Transfers the console shows per chain.
-pub const RECENT: u32 = 20;
-
-/// Every configured chain as the console shows it (service admins: chains span tenants).
-/// Errors: `Forbidden`.
-pub async fn views(svc: &Chains, auth: &Principal) -> Result<Vec<ChainView>> {
-    auth.require(svc.wallets.policy, Action::ServiceAdmin)?;
-    let mut out = Vec::new();
-    for s in status(svc).await? {
-        let (added_addresses, wallets, _) = svc.store.address_fingerprint(&s.chain).await?;
-        let recent = svc.store.recent_transfers(&s.chain, RECENT).await?;
-        let c = svc.config.chains.get(&s.chain).cloned().unwrap_or_default();
-        out.push(ChainView {
-            status: s,
-            added_addresses,
-            wallets,
-            confirmations: c.confirmations,
-            reorg_depth: c.reorg_depth,
-            recent,
-        });
-    }
-    Ok(out)
 }
 
 /// Every configured chain's status, with its settings' coin order.

@@ -19,6 +19,7 @@ use super::{
     found::Finder,
     node::{ChainNode, NodeError},
     pool::Pool,
+    speed::Speed,
     window::Window,
     Chains,
 };
@@ -29,7 +30,7 @@ use crate::{
         audit::AuditType,
         chain::{Appearance, BlockHead, FeeAlerts, Transfer, TransferState},
     },
-    store::BlockWrite,
+    store::{BlockWrite, NodeReport},
     types::{Coin, WalletId},
 };
 
@@ -76,6 +77,8 @@ pub struct Watcher {
     catching_up: bool,
     /// The node's pending pool as last read.
     pool: Pool,
+    /// Blocks processed per second, measured every [`Speed::EVERY`].
+    speed: Speed,
 }
 
 /// Balances are read at blocks within this many of the node's head: a full (non-archive) node
@@ -102,6 +105,7 @@ impl Watcher {
             alerts: Vec::new(),
             catching_up: false,
             pool: Pool::default(),
+            speed: Speed::default(),
         }
     }
 
@@ -133,6 +137,10 @@ impl Watcher {
                 Err(e) => {
                     tracing::warn!(chain = self.chain.as_str(), error = %e, "chain watcher round failed; retrying");
                     self.svc.metrics.chain.errors.get_or_create(&self.labels()).inc();
+                    // Best effort: the database may be what failed.
+                    let why = e.to_string();
+                    let report = NodeReport { error: Some(Some(&why)), ..Default::default() };
+                    let _ = self.svc.store.set_chain_node(self.chain.as_str(), &report).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
                     backoff
                 }
@@ -167,14 +175,22 @@ impl Watcher {
     /// blocks are waiting (go again at once).
     async fn round(&mut self) -> Result<bool, WatchError> {
         let store = self.svc.store.clone();
-        let chain = self.chain.as_str();
+        let chain_coin = self.chain.clone();
+        let chain = chain_coin.as_str();
         let now = crate::ids::now_ms();
         if !store.take_chain_lease(chain, &self.holder, now, now + LEASE_MS).await? {
             return Ok(false);
         }
         let status = store.chain_status(chain).await?.unwrap_or_default();
         let head = self.node.head().await?;
-        store.set_chain_node(chain, head, None).await?;
+        let speed = self.speed.measure(status.height);
+        let report = NodeReport {
+            head: Some(head),
+            blocks_per_second: speed,
+            error: Some(None),
+            ..Default::default()
+        };
+        store.set_chain_node(chain, &report).await?;
         let lag = head.saturating_sub(status.height.unwrap_or(head));
         self.svc.metrics.chain.lag.get_or_create(&self.labels()).set(i64::try_from(lag).unwrap_or(i64::MAX));
         if status.halted.is_some() {
@@ -303,7 +319,12 @@ impl Watcher {
                 self.config.reorg_depth
             );
             tracing::error!(chain, "{why}");
-            store.set_chain_node(chain, head, Some(&why)).await?;
+            store
+                .set_chain_node(
+                    chain,
+                    &NodeReport { head: Some(head), halted: Some(&why), ..Default::default() },
+                )
+                .await?;
             self.svc.metrics.chain.deep_reorgs.get_or_create(&self.labels()).inc();
             let entry = crate::audit::EntryExt::data(
                 crate::audit::entry(AuditType::ChainReorgTooDeep),

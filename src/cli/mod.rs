@@ -234,17 +234,20 @@ async fn chain(config: Config, cmd: ChainCommand) -> anyhow::Result<()> {
                     println!(
                         "{}",
                         serde_json::json!({ "coin": s.chain, "height": s.height, "nodeHead": s.node_head,
-                            "lag": s.lag(), "halted": s.halted, "lastReorgDepth": s.last_reorg_depth })
+                            "lag": s.lag(), "halted": s.halted, "lastReorgDepth": s.last_reorg_depth,
+                            "blocksPerSecond": s.blocks_per_second, "error": s.error })
                     );
                 } else {
                     println!(
-                        "{}: block {} of {} (lag {}), last reorg depth {}{}",
+                        "{}: block {} of {} (lag {}), {} blocks/s, last reorg depth {}{}{}",
                         s.chain,
                         at(s.height),
                         at(s.node_head),
                         s.lag(),
+                        s.blocks_per_second.map(|r| format!("{r:.1}")).unwrap_or_else(|| "-".into()),
                         at(s.last_reorg_depth),
-                        s.halted.map(|h| format!(", HALTED: {h}")).unwrap_or_default()
+                        s.halted.map(|h| format!(", HALTED: {h}")).unwrap_or_default(),
+                        s.error.map(|e| format!(", last error: {e}")).unwrap_or_default()
                     );
                 }
             }

@@ -132,6 +132,13 @@ pub struct ChainHealth {
     /// Why the chain's watcher stopped (a reorg deeper than `reorg_depth`); absent while it runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub halted: Option<String>,
+    /// Blocks processed per second over the watcher's last 5 seconds or so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks_per_second: Option<f64>,
+    /// Why the watcher's last round failed (the node away, a `chain_id` that is not the
+    /// node's); absent once a round succeeds. Never names the node's URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Longest `/health` waits for the database before answering 503 (docs/decisions.md#connections-and-database-outages).
@@ -163,6 +170,8 @@ async fn health(State(state): State<AppState>) -> error::ApiResult<Json<Health>>
                 height: s.height,
                 node_head: s.node_head,
                 halted: s.halted,
+                blocks_per_second: s.blocks_per_second,
+                error: s.error,
             })
             .collect(),
         _ => Vec::new(),

@@ -48,7 +48,7 @@ pub struct BlockHead {
 }
 
 /// A chain's progress as stored.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChainStatus {
     pub chain: String,
     /// The last block processed (the checkpoint) and its hash.
@@ -64,6 +64,11 @@ pub struct ChainStatus {
     /// Who holds the watch (a process id) and until when, Unix milliseconds.
     pub lease_holder: Option<String>,
     pub lease_until: Option<i64>,
+    /// Blocks processed per second over the watcher's last few seconds.
+    pub blocks_per_second: Option<f64>,
+    /// Why the watcher's last round failed (the node away, a `chain_id` that is not the
+    /// node's); `None` once a round succeeds.
+    pub error: Option<String>,
 }
 
 impl ChainStatus {

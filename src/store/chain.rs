@@ -21,6 +21,18 @@ pub struct TransferFilter {
     pub txid: Option<String>,
 }
 
+/// What a watcher reports of its chain: each `None` leaves the stored value as it is.
+#[derive(Debug, Default)]
+pub struct NodeReport<'a> {
+    /// The node's head.
+    pub head: Option<u64>,
+    /// Why the watcher stops; only `custodian chain resync` clears a halt.
+    pub halted: Option<&'a str>,
+    pub blocks_per_second: Option<f64>,
+    /// `Some(None)` clears the last error (a round succeeded).
+    pub error: Option<Option<&'a str>>,
+}
+
 /// Addresses, headers, checkpoints and transfers.
 #[async_trait]
 pub trait ChainStore: Send + Sync {
@@ -52,9 +64,9 @@ pub trait ChainStore: Send + Sync {
         now_ms: i64,
         until_ms: i64,
     ) -> StoreResult<bool>;
-    /// Records the node's head, and halts the chain with `halted` when given (only a resync
-    /// clears a halt: a round that read the halt before it must not write it back).
-    async fn set_chain_node(&self, chain: &str, node_head: u64, halted: Option<&str>) -> StoreResult<()>;
+    /// Records what a watcher saw of the node; halts the chain with `halted` when given (only a
+    /// resync clears a halt: a round that read the halt before it must not write it back).
+    async fn set_chain_node(&self, chain: &str, report: &NodeReport<'_>) -> StoreResult<()>;
     /// The kept headers at `from` and above, by height.
     async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>>;
     /// Writes consecutive blocks' effects and moves the checkpoint to the last, in one transaction.
@@ -220,7 +232,7 @@ where
     async fn chain_status(&self, chain: &str) -> StoreResult<Option<ChainStatus>> {
         let row: Option<ChainStateRow> = sqlx::query_as(
             "SELECT chain, height, hash, node_head, halted, last_reorg_depth, last_reorg_at, lease_holder, \
-             lease_until_ms FROM chain_state WHERE chain = $1",
+             lease_until_ms, blocks_per_s_milli, last_error FROM chain_state WHERE chain = $1",
         )
         .bind(chain)
         .fetch_optional(&self.pool)
@@ -254,13 +266,23 @@ where
         Ok(DB::rows_affected(&taken) == 1)
     }
 
-    async fn set_chain_node(&self, chain: &str, node_head: u64, halted: Option<&str>) -> StoreResult<()> {
-        sqlx::query("UPDATE chain_state SET node_head = $2, halted = COALESCE($3, halted) WHERE chain = $1")
-            .bind(chain)
-            .bind(h(node_head))
-            .bind(halted)
-            .execute(&self.pool)
-            .await?;
+    async fn set_chain_node(&self, chain: &str, report: &NodeReport<'_>) -> StoreResult<()> {
+        // An upsert: a watcher may fail (and say why) before its first lease made the row.
+        sqlx::query(
+            "INSERT INTO chain_state (chain, node_head, halted, blocks_per_s_milli, last_error) \
+             VALUES ($1, $2, $3, $4, $6) ON CONFLICT (chain) DO UPDATE SET \
+             node_head = COALESCE($2, chain_state.node_head), halted = COALESCE($3, chain_state.halted), \
+             blocks_per_s_milli = COALESCE($4, chain_state.blocks_per_s_milli), \
+             last_error = CASE WHEN $5 THEN $6 ELSE chain_state.last_error END",
+        )
+        .bind(chain)
+        .bind(report.head.map(h))
+        .bind(report.halted)
+        .bind(report.blocks_per_second.map(|r| (r * 1000.0).round() as i64))
+        .bind(report.error.is_some())
+        .bind(report.error.flatten())
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
@@ -343,42 +365,9 @@ where
         now: i64,
     ) -> StoreResult<Vec<Transfer>> {
         let mut tx = self.begin_write().await?;
-        let removed: Vec<TransferRow> = sqlx::query_as(&format!(
-            "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height > $2 \
-             AND state IN ('unconfirmed', 'confirmed') AND block_hash <> ''"
-        ))
-        .bind(chain)
-        .bind(h(ancestor.height))
-        .fetch_all(&mut *tx)
-        .await?;
-        let tip = ancestor.height + depth;
-        sqlx::query(
-            "UPDATE transfers SET state = 'removed', confirmations = $3 - height + 1 WHERE chain = $1 \
-             AND height > $2 AND state IN ('unconfirmed', 'confirmed') AND block_hash <> ''",
-        )
-        .bind(chain)
-        .bind(h(ancestor.height))
-        .bind(h(tip))
-        .execute(&mut *tx)
-        .await?;
-        for table in ["chain_heads", "chain_appearances"] {
-            sqlx::query(&format!("DELETE FROM {table} WHERE chain = $1 AND height > $2"))
-                .bind(chain)
-                .bind(h(ancestor.height))
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query(
-            "UPDATE chain_state SET height = $2, hash = $3, last_reorg_depth = $4, last_reorg_at = $5 WHERE chain = $1",
-        )
-        .bind(chain)
-        .bind(h(ancestor.height))
-        .bind(ancestor.hash.as_str())
-        .bind(h(depth))
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        let removed = super::chain_write::rewind::<DB>(&mut tx, chain, ancestor, depth, now).await?;
         tx.commit().await?;
+        let tip = ancestor.height + depth;
         let mut removed = rows(removed)?;
         for t in &mut removed {
             t.state = TransferState::Removed;

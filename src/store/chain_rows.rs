@@ -80,6 +80,8 @@ pub(super) struct ChainStateRow {
     last_reorg_at: Option<i64>,
     lease_holder: Option<String>,
     lease_until_ms: Option<i64>,
+    blocks_per_s_milli: Option<i64>,
+    last_error: Option<String>,
 }
 
 impl ChainStateRow {
@@ -95,6 +97,8 @@ impl ChainStateRow {
             last_reorg_at: self.last_reorg_at,
             lease_holder: self.lease_holder,
             lease_until: self.lease_until_ms,
+            blocks_per_second: self.blocks_per_s_milli.map(|m| m as f64 / 1000.0),
+            error: self.last_error,
         }
     }
 }

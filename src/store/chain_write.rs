@@ -1,9 +1,11 @@
 //! Writing a run of processed blocks (`ChainStore::record_blocks`): their transfers, headers,
 //! first appearances and balances, and the checkpoint, inside the caller's transaction.
 
-use sqlx::{Encode, Executor, IntoArguments, Type};
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::chain_rows::{h, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD, UPSERT_TRANSFER};
+use super::chain_rows::{
+    h, TransferRow, TRANSFER_COLUMNS, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD, UPSERT_TRANSFER,
+};
 use super::{sql::to_json, sql::Dialect, StoreResult};
 use crate::model::chain::{Appearance, BlockHead, Transfer};
 use crate::model::wallet::Balances;
@@ -145,4 +147,60 @@ where
         .await?;
     }
     Ok(())
+}
+
+/// Undoes the blocks above `ancestor` (a reorg `depth` blocks deep, seen at `now`, Unix
+/// seconds): their transfers are `removed`, their headers and first appearances dropped, and
+/// the checkpoint moves to the ancestor. Returns the transfers removed, as they were.
+pub(super) async fn rewind<DB>(
+    tx: &mut DB::Connection,
+    chain: &str,
+    ancestor: &BlockHead,
+    depth: u64,
+    now: i64,
+) -> StoreResult<Vec<TransferRow>>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> TransferRow: FromRow<'r, DB::Row>,
+{
+    let removed: Vec<TransferRow> = sqlx::query_as(&format!(
+        "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height > $2 \
+         AND state IN ('unconfirmed', 'confirmed') AND block_hash <> ''"
+    ))
+    .bind(chain)
+    .bind(h(ancestor.height))
+    .fetch_all(&mut *tx)
+    .await?;
+    let tip = ancestor.height + depth;
+    sqlx::query(
+        "UPDATE transfers SET state = 'removed', confirmations = $3 - height + 1 WHERE chain = $1 \
+         AND height > $2 AND state IN ('unconfirmed', 'confirmed') AND block_hash <> ''",
+    )
+    .bind(chain)
+    .bind(h(ancestor.height))
+    .bind(h(tip))
+    .execute(&mut *tx)
+    .await?;
+    for table in ["chain_heads", "chain_appearances"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE chain = $1 AND height > $2"))
+            .bind(chain)
+            .bind(h(ancestor.height))
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query(
+        "UPDATE chain_state SET height = $2, hash = $3, last_reorg_depth = $4, last_reorg_at = $5 WHERE chain = $1",
+    )
+    .bind(chain)
+    .bind(h(ancestor.height))
+    .bind(ancestor.hash.as_str())
+    .bind(h(depth))
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    Ok(removed)
 }

@@ -44,7 +44,7 @@ mod wallets;
 mod webhooks;
 
 pub use audit::{AuditFilter, AuditStore};
-pub use chain::{BlockWrite, ChainStore, TransferFilter};
+pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};

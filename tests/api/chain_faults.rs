@@ -212,4 +212,34 @@ async fn a_reorg_deeper_than_reorg_depth_halts_the_chain_until_resynced() {
         app.client.get(app.url("/health")).send().await.unwrap().json().await.unwrap();
     assert_eq!(health["chains"][0]["halted"], serde_json::Value::Null, "{health}");
     assert_eq!(health["chains"][0]["height"], now, "{health}");
+    // The watcher's speed is measured every 5 seconds and shown with the rest.
+    until("blocks per second in /health", 20, || async {
+        let health: serde_json::Value =
+            app.client.get(app.url("/health")).send().await.unwrap().json().await.unwrap();
+        health["chains"][0]["blocksPerSecond"].as_f64()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_of_another_chain_is_named_in_health_and_not_read() {
+    let anvil = Anvil::start().await;
+    anvil.mine(3).await;
+    let app = spawn_app_with(|c| {
+        crate::chain::watch(c, &anvil);
+        if let Some(chain) = c.chains.get_mut("hteth") {
+            chain.chain_id = 1;
+        }
+    })
+    .await;
+    let error = until("the chain's error in /health", 20, || async {
+        let health: serde_json::Value =
+            app.client.get(app.url("/health")).send().await.unwrap().json().await.unwrap();
+        health["chains"][0]["error"].as_str().map(str::to_string)
+    })
+    .await;
+    assert!(error.contains("chain_id is 1 but the node answers 31337"), "{error}");
+    assert!(!error.contains(&anvil.url), "the node's URL is never shown: {error}");
+    let status = custodian::chain::status(&app.state.chains).await.unwrap();
+    assert_eq!(status[0].height, None, "no block is read from another chain's node");
 }

@@ -23,10 +23,12 @@ pub async fn page(State(state): State<AppState>, session: Session) -> Response {
             section.panel id={ "chain-" (v.status.chain) } {
                 h2 { (v.status.chain) " " @if v.status.halted.is_some() { (layout::badge("halted")) } @else { (layout::badge("active")) } }
                 @if let Some(why) = &v.status.halted { p.error { "Stopped: " (why) } }
+                @if let Some(why) = &v.status.error { p.error id="chain-error" { "The last round failed, retrying: " (why) } }
                 div.cards {
                     div.card id="chain-height" { div.value { (at(v.status.height)) } div.label { "Block read" } }
                     div.card id="chain-head" { div.value { (at(v.status.node_head)) } div.label { "Node's head" } }
                     div.card id="chain-lag" { div.value { (v.status.lag()) } div.label { "Lag, blocks" } }
+                    div.card id="chain-speed" { div.value { (v.status.blocks_per_second.map(|r| format!("{r:.1}")).unwrap_or_else(|| "–".into())) } div.label { "Blocks/s" } }
                     div.card { div.value { (at(v.status.last_reorg_depth)) } div.label { "Last reorg depth" } }
                     div.card { div.value { (v.wallets) } div.label { "Wallets" } }
                     div.card { div.value { (v.added_addresses) } div.label { "Added addresses" } }
@@ -42,9 +44,9 @@ pub async fn page(State(state): State<AppState>, session: Session) -> Response {
                         thead { tr { th { "Height" } th { "Coin" } th { "Wallet" } th { "Transaction" } th { "Value (base units)" } th { "State" } } }
                         tbody { @for t in &v.recent {
                             tr {
-                                td.num { (t.height) }
+                                td.num { @if t.height == crate::model::chain::PENDING_HEIGHT { span.muted { "pending" } } @else { (t.height) } }
                                 td { (t.coin.as_str()) }
-                                td.mono { (t.wallet_id.as_str()) }
+                                td.mono { a href={ "/console/wallets/" (t.wallet_id.as_str()) } { (t.wallet_id.as_str()) } }
                                 td.mono { (layout::truncated(&t.txid, 20)) }
                                 td.num { (t.value) }
                                 td { (layout::badge(t.state.as_str())) }

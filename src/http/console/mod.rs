@@ -42,6 +42,7 @@ mod notifications;
 mod overview;
 mod signin;
 mod tokens;
+mod wallets;
 mod webhooks;
 
 /// The session cookie's name.
@@ -83,6 +84,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/admin/users/{action}", post(admin::user_action))
         .route("/console/admin/enterprises", get(admin::enterprises))
         .route("/console/chains", get(chains::page))
+        .route("/console/wallets/{id}", get(wallets::page))
         .layer(middleware::from_fn(guard))
 }
 

@@ -173,7 +173,7 @@ pub async fn webhook_page(state: &AppState, session: &Session, id: &WebhookId, s
                 dt { "Id" } dd.mono { (w.id) }
                 dt { "Label" } dd { (w.label.as_deref().unwrap_or("(no label)")) }
                 dt { "Level" } dd { (level_text(&w)) }
-                @if let Some(wallet) = w.level.wallet_id() { dt { "Wallet" } dd.mono { (wallet) } }
+                @if let Some(wallet) = w.level.wallet_id() { dt { "Wallet" } dd.mono { a href={ "/console/wallets/" (wallet) } { (wallet) } } }
                 @if let Some(e) = w.level.enterprise_id() { dt { "Enterprise" } dd.mono { (e) } }
                 dt { "Type" } dd { (w.webhook_type) }
                 dt { "URL" } dd.mono #webhook-url { (w.url) }
