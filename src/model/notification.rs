@@ -1,9 +1,28 @@
 //! What a notification is (spec §2.6): its delivery state, the exact payload text that is
 //! POSTed, and the rules for its `hash` and its `Idempotency-Key`; and one delivery attempt.
 
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
 use crate::types::{NotificationId, WebhookId};
+
+/// The payload of an event's notification (spec §6): the event without its `eventId`, with
+/// `wallet` set to its `walletId` when it has one.
+pub fn event_payload(event: &Map<String, Value>) -> Map<String, Value> {
+    let mut payload = event.clone();
+    payload.remove("eventId");
+    if let Some(w) = event.get("walletId") {
+        payload.insert("wallet".into(), w.clone());
+    }
+    payload
+}
+
+/// The `meta` of a wallet webhook's notification of an event: the transfer it names.
+pub fn event_meta(payload: &Map<String, Value>) -> Value {
+    match payload.get("transferId").and_then(Value::as_str) {
+        Some(t) => json!({ "transfer": t }),
+        None => json!({}),
+    }
+}
 
 /// Where a notification is in its delivery (spec §2.6 `state`; docs/webhooks.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -232,12 +232,7 @@ pub fn simulate_enterprise(
 /// `eventId`) plus `wallet` for wallet events. Block events are keyed per block so that a
 /// block notifies each webhook once however many confirmation events arrive.
 pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>) -> Notification {
-    let mut payload = event.clone();
-    payload.remove("eventId");
-    if let Some(w) = event.get("walletId") {
-        payload.insert("wallet".into(), w.clone());
-    }
-    let payload = Value::Object(payload);
+    let payload = Value::Object(crate::model::notification::event_payload(event));
     // The hash (the event's `hash` or `blockId`, else the payload's SHA-256) and the key of an
     // event notification are derived when read (docs/decisions.md#performance-as-the-data-grows: lean storage); a block key is not.
     let key = match (&webhook.level, event.get("blockId").and_then(Value::as_str)) {

@@ -18,8 +18,9 @@ pub trait EventStore: Send + Sync {
     async fn record_event(&self, event: EventWrite) -> StoreResult<Recorded>;
     /// The most recent ingested event body naming this transfer.
     async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>>;
-    /// Deletes at most `limit` events ingested before `before_secs` (Unix seconds); how many.
-    /// An event id seen again after that is ingested anew.
+    /// Deletes at most `limit` events ingested before `before_secs` (Unix seconds) and before
+    /// the oldest notification left, which may read its payload from its event; how many. An
+    /// event id seen again after that is ingested anew.
     async fn prune_events(&self, before_secs: i64, limit: u32) -> StoreResult<u64>;
 }
 
@@ -38,6 +39,7 @@ where
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
 {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn record_event(&self, event: EventWrite) -> StoreResult<Recorded> {
@@ -61,8 +63,16 @@ where
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_events(&self, before_secs: i64, limit: u32) -> StoreResult<u64> {
+        // No event goes before a notification that may read its payload from it
+        // (`outbox::rows::with_event_payloads`): the oldest notification left (ids sort by
+        // creation) bounds the cut, one index probe.
+        let oldest: Option<(i64,)> =
+            sqlx::query_as("SELECT created_at FROM notifications ORDER BY id LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await?;
+        let before = oldest.map_or(before_secs, |(ms,)| before_secs.min(ms.div_euclid(1000)));
         let sql = "DELETE FROM events WHERE event_id IN (SELECT event_id FROM events \
              WHERE created_at < $1 LIMIT $2)";
-        self.delete_batch(sql, before_secs, limit).await
+        self.delete_batch(sql, before, limit).await
     }
 }

@@ -10,6 +10,7 @@
 //! One writer means ingestion never contends with itself for SQLite's write lock (no
 //! `BEGIN IMMEDIATE` queue), and on PostgreSQL it turns N round-trip sequences into one.
 
+use std::borrow::Cow;
 use std::{
     collections::{HashMap, HashSet},
     time::Duration,
@@ -146,8 +147,9 @@ where
         );
         let mut q = sqlx::query_as::<DB, (String,)>(&sql);
         for e in chunk {
-            // The body is read back only to replay a transfer (`event_by_transfer`): kept only
-            // for events that name one (docs/decisions.md#performance-as-the-data-grows).
+            // The body is read back to replay a transfer (`event_by_transfer`) and as the payload
+            // of its notifications: kept only for events that name one
+            // (docs/decisions.md#performance-as-the-data-grows).
             let body = if e.transfer_id.is_some() { e.body.as_str() } else { "" };
             q = q.bind(e.event_id.as_str()).bind(stored_webhooks(&e.webhooks)).bind(body);
             q = q.bind(e.transfer_id.as_deref()).bind(now);
@@ -168,11 +170,8 @@ where
         }
         stored.extend(q.fetch_all(&mut *tx).await?);
     }
-    let notifications: Vec<&Notification> = unique
-        .iter()
-        .filter(|e| inserted.contains(&e.event_id))
-        .flat_map(|e| e.notifications.iter())
-        .collect();
+    let notifications: Vec<Cow<'_, Notification>> =
+        unique.iter().filter(|e| inserted.contains(&e.event_id)).flat_map(|e| lean(e)).collect();
     let written = insert_notifications_tx::<DB, _>(&mut tx, &notifications).await?;
     tx.commit().await?;
     let skipped: HashSet<&str> = if written.len() == notifications.len() {
@@ -182,6 +181,39 @@ where
         notifications.iter().map(|n| n.id.as_str()).filter(|id| !written.contains(id)).collect()
     };
     outcomes(events, &first, &inserted, &stored, &skipped)
+}
+
+/// An event's notifications as stored. When the event keeps its body (it names a transfer), a
+/// notification whose payload is the one the event gives is stored without it (payload '',
+/// and meta '' when it is just the transfer): the event is its one copy, read back by
+/// `outbox::rows::with_event_payloads` (docs/decisions.md#performance-as-the-data-grows).
+fn lean(e: &EventWrite) -> Vec<Cow<'_, Notification>> {
+    let derived = e
+        .transfer_id
+        .as_ref()
+        .and_then(|_| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&e.body).ok())
+        .map(|event| {
+            let payload = crate::model::notification::event_payload(&event);
+            (
+                serde_json::Value::Object(payload.clone()).to_string(),
+                crate::model::notification::event_meta(&payload),
+            )
+        });
+    let Some((payload, meta)) = derived else { return e.notifications.iter().map(Cow::Borrowed).collect() };
+    e.notifications
+        .iter()
+        .map(|n| {
+            if n.payload != payload || n.event_id.as_deref() != Some(e.event_id.as_str()) {
+                return Cow::Borrowed(n);
+            }
+            let mut stored = n.clone();
+            stored.payload = String::new();
+            if stored.meta == meta {
+                stored.meta = serde_json::Value::Null;
+            }
+            Cow::Owned(stored)
+        })
+        .collect()
 }
 
 /// What each event of a committed batch got: stored now (the first of its id that was

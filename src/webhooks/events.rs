@@ -65,6 +65,17 @@ pub struct EventResult {
     pub webhooks: Vec<WebhookId>,
 }
 
+/// The event's text as stored: kept only when it names a transfer (read back to answer
+/// `GET .../transfer/{id}`, and as the payload of its notifications), without the `eventId`
+/// its row holds already (docs/decisions.md#performance-as-the-data-grows).
+fn stored_body(mut event: serde_json::Map<String, Value>, kept: bool) -> String {
+    if !kept {
+        return String::new();
+    }
+    event.remove("eventId");
+    Value::Object(event).to_string()
+}
+
 /// Checks an event and records it with its notifications in one transaction (the outbox).
 /// Errors name the field; an unknown `type` is `InvalidWebhookType`.
 pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
@@ -143,7 +154,7 @@ async fn fan_out(
     };
     let event = EventWrite {
         event_id: ev.event_id,
-        body: Value::Object(map).to_string(),
+        body: stored_body(map, ev.transfer_id.is_some()),
         transfer_id: ev.transfer_id,
         webhooks: result.webhooks.clone(),
         notifications,

@@ -196,17 +196,70 @@ async fn event_notifications_derive_what_they_do_not_store() {
         }
         assert_eq!(n.get("transfer").is_some(), event == "ev-h", "{n}");
     }
+    // A transfer's event keeps its body (without the eventId its row holds): it is the one copy
+    // of its notification's payload and meta. An event naming no transfer keeps none, and its
+    // notification keeps the payload.
     let stored = f
         .app
-        .raw_sql("SELECT hash || '|' || idempotency_key || '|' || meta FROM notifications ORDER BY id")
+        .raw_sql(
+            "SELECT hash || '|' || idempotency_key || '|' || meta || '|' || \
+             CASE WHEN payload = '' THEN 'derived' ELSE 'kept' END FROM notifications ORDER BY id",
+        )
         .await;
-    assert_eq!(stored, vec!["||{\"transfer\":\"tr-h\"}".to_string(), "||{}".to_string()]);
+    assert_eq!(stored, vec!["|||derived".to_string(), "||{}|kept".to_string()]);
     let bodies = f.app.raw_sql("SELECT event_id || ':' || body FROM events ORDER BY event_id").await;
     assert_eq!(bodies.len(), 2);
     assert!(
-        bodies[0].starts_with("ev-h:{") && bodies[1] == "ev-n:",
+        bodies[0].starts_with("ev-h:{") && !bodies[0].contains("eventId") && bodies[1] == "ev-n:",
         "only a transfer's body is kept: {bodies:?}"
     );
+    // The console's search by transfer finds the derived one.
+    let search = custodian::store::NotificationSearch {
+        transfer_id: Some("tr-h".into()),
+        from_ms: 0,
+        to_ms: custodian::ids::now_ms() + 60_000,
+        ..Default::default()
+    };
+    let found = f
+        .app
+        .state
+        .store
+        .search_notifications(&custodian::store::Tenancy::All, &search, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].payload.contains("0xfeed") && found[0].meta["transfer"] == "tr-h", "{found:?}");
+}
+
+#[tokio::test]
+async fn a_derived_payload_outlives_the_retention_of_its_event() {
+    // Events are pruned no earlier than the oldest notification left: one still waiting for
+    // its receiver (a retry in a minute) keeps its event, and with it its payload.
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.retry_schedule = vec![60];
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    rx.always(503);
+    let hook = f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(
+        &admin,
+        json!({ "eventId": "ev-kept", "type": "transfer", "walletId": WALLET, "transferId": "tr-kept" }),
+    )
+    .await;
+    rx.wait_for(1, 10).await;
+    let days = f.app.state.config.delivery.retention_days;
+    let later = custodian::ids::now_ms() + ((days + 1.0) * 86_400_000.0) as i64;
+    let pruned =
+        custodian::delivery::prune::prune_once(&f.app.state.store, &f.app.state.config, later).await.unwrap();
+    assert_eq!(pruned.events, 0, "{pruned:?}");
+    assert_eq!(f.app.raw_sql("SELECT event_id FROM events").await, vec!["ev-kept".to_string()]);
+    let list = f.get(&format!("/api/v2/webhook/{hook}/notifications")).await;
+    let payload = list["notifications"][0]["payload"].as_str().unwrap_or_default().to_string();
+    assert!(payload.contains("\"transferId\":\"tr-kept\"") && !payload.contains("eventId"), "{list}");
+    assert_eq!(list["notifications"][0]["transfer"], "tr-kept", "{list}");
 }
 
 #[tokio::test]

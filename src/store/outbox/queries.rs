@@ -14,8 +14,8 @@ use super::{
 };
 
 use super::rows::{
-    insert_notifications_tx, AttemptRow, NotificationRow, ATTEMPT_COLUMNS, DELIVERED_ATTEMPT,
-    NOTIFICATION_COLUMNS,
+    insert_notifications_tx, with_event_payloads, AttemptRow, NotificationRow, ATTEMPT_COLUMNS,
+    DELIVERED_ATTEMPT, NOTIFICATION_COLUMNS,
 };
 use crate::model::notification::{Attempt, Notification, NotificationState};
 use crate::types::{AnyId, NotificationId, WebhookId};
@@ -53,6 +53,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> NotificationRow: FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> AttemptRow: FromRow<'r, DB::Row>,
     for<'r> StatsRow: FromRow<'r, DB::Row>,
@@ -104,6 +105,8 @@ where
         }
         let notifications: Vec<Notification> =
             rows.into_iter().map(NotificationRow::into_notification).collect::<StoreResult<_>>()?;
+        let notifications =
+            with_event_payloads::<DB>(&mut *self.pool.acquire().await?, notifications).await?;
         let mut ids: Vec<&str> = notifications.iter().map(|n| n.webhook_id.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -208,7 +211,9 @@ where
             format!("SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE webhook_id = $1 AND id = $2");
         let row: Option<NotificationRow> =
             sqlx::query_as(&sql).bind(webhook_id).bind(id).fetch_optional(&self.pool).await?;
-        row.map(NotificationRow::into_notification).transpose()
+        let found: Vec<Notification> =
+            row.map(NotificationRow::into_notification).transpose()?.into_iter().collect();
+        Ok(with_event_payloads::<DB>(&mut *self.pool.acquire().await?, found).await?.pop())
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -231,7 +236,8 @@ where
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await?;
-        rows.into_iter().map(NotificationRow::into_notification).collect()
+        let found = rows.into_iter().map(NotificationRow::into_notification).collect::<StoreResult<_>>()?;
+        with_event_payloads::<DB>(&mut *self.pool.acquire().await?, found).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

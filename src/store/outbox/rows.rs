@@ -50,7 +50,8 @@ impl NotificationRow {
             // '' stands for "derived", as written by `insert_notifications_tx`.
             hash: Some(self.hash).filter(|h| !h.is_empty()),
             idempotency_key: Some(self.idempotency_key).filter(|k| !k.is_empty()),
-            meta: json_value(&self.meta)?,
+            // '' stands for "derived from the event" (`with_event_payloads`).
+            meta: if self.meta.is_empty() { serde_json::Value::Null } else { json_value(&self.meta)? },
             next_attempt_at_ms: self.next_attempt_at,
             lease_until_ms: self.lease_until,
             created_at_ms: self.created_at,
@@ -139,11 +140,63 @@ where
             q = q.bind(x.retries).bind(x.payload.as_str()).bind(x.hash.as_deref().unwrap_or(""));
             q = q
                 .bind(x.idempotency_key.as_deref().unwrap_or(""))
-                .bind(x.meta.to_string())
+                // Null: derived from the event when read (`with_event_payloads`).
+                .bind(if x.meta.is_null() { String::new() } else { x.meta.to_string() })
                 .bind(x.next_attempt_at_ms);
             q = q.bind(x.lease_until_ms).bind(x.created_at_ms).bind(x.updated_at_ms);
         }
         written.extend(q.fetch_all(&mut *conn).await?.into_iter().map(|(id,)| id));
     }
     Ok(written)
+}
+
+/// Fills in what notifications of an event that keeps its body were stored without: the
+/// payload (and the meta when it was just the transfer), derived from the event as
+/// `notifications::from_event` made them (docs/decisions.md#performance-as-the-data-grows).
+/// Events are pruned no earlier than their notifications, so the event is there; were it not,
+/// the payload would be `{}` and the fault logged.
+pub(in crate::store) async fn with_event_payloads<DB>(
+    conn: &mut DB::Connection,
+    mut notifications: Vec<Notification>,
+) -> StoreResult<Vec<Notification>>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+{
+    let mut wanted: Vec<&str> =
+        notifications.iter().filter(|n| n.payload.is_empty()).filter_map(|n| n.event_id.as_deref()).collect();
+    if wanted.is_empty() {
+        return Ok(notifications);
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut bodies: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for part in wanted.chunks(500) {
+        let sql =
+            format!("SELECT event_id, body FROM events WHERE event_id IN ({})", placeholders(1, part.len()));
+        let q = part.iter().fold(sqlx::query_as::<DB, (String, String)>(&sql), |q, id| q.bind(*id));
+        bodies.extend(q.fetch_all(&mut *conn).await?);
+    }
+    for n in notifications.iter_mut().filter(|n| n.payload.is_empty()) {
+        let event = n
+            .event_id
+            .as_ref()
+            .and_then(|id| bodies.get(id))
+            .and_then(|b| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(b).ok());
+        let Some(event) = event else {
+            tracing::error!(notification = %n.id, "a notification's event is missing: its payload is empty");
+            n.payload = "{}".into();
+            n.meta = serde_json::json!({});
+            continue;
+        };
+        let payload = crate::model::notification::event_payload(&event);
+        if n.meta.is_null() {
+            n.meta = crate::model::notification::event_meta(&payload);
+        }
+        n.payload = serde_json::Value::Object(payload).to_string();
+    }
+    Ok(notifications)
 }

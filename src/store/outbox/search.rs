@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::rows::{AttemptRow, NotificationRow, ATTEMPT_COLUMNS, NOTIFICATION_COLUMNS};
+use super::rows::{with_event_payloads, AttemptRow, NotificationRow, ATTEMPT_COLUMNS, NOTIFICATION_COLUMNS};
 use crate::ids::sequential_id_floor;
 use crate::model::notification::{Attempt, Notification, NotificationState};
 use crate::types::{AnyId, Coin, EnterpriseId, UserId, WalletId, WebhookId};
@@ -234,6 +234,7 @@ where
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> NotificationRow: FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> FailureRow: FromRow<'r, DB::Row>,
     for<'r> HourCount: FromRow<'r, DB::Row>,
@@ -298,15 +299,23 @@ where
             ("n.type", search.notification_type.clone()),
             ("n.webhook_id", search.webhook_id.as_ref().map(|w| w.to_string())),
             ("w.wallet_id", search.wallet_id.as_ref().map(|w| w.to_string())),
-            (transfer.as_str(), search.transfer_id.clone()),
         ] {
             if let Some(v) = v {
                 sql.push_str(&format!(" AND {col} = {}", b.text(v)));
             }
         }
+        if let Some(t) = &search.transfer_id {
+            // Meta '' is derived from the event, which is found by its transfer.
+            let t = b.text(t.clone());
+            sql.push_str(&format!(
+                " AND CASE WHEN n.meta = '' THEN n.event_id IN (SELECT event_id FROM events \
+                 WHERE transfer_id = {t}) ELSE {transfer} = {t} END"
+            ));
+        }
         sql.push_str(&format!(" ORDER BY n.id DESC LIMIT {}", b.int(i64::from(limit))));
         let rows: Vec<NotificationRow> = bind_all!(sqlx::query_as(&sql), b).fetch_all(&self.pool).await?;
-        rows.into_iter().map(NotificationRow::into_notification).collect()
+        let found = rows.into_iter().map(NotificationRow::into_notification).collect::<StoreResult<_>>()?;
+        with_event_payloads::<DB>(&mut *self.pool.acquire().await?, found).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
