@@ -141,7 +141,7 @@ where
         let values: Vec<String> =
             (0..chunk.len()).map(|i| format!("({})", placeholders(i * 5 + 1, 5))).collect();
         let sql = format!(
-            "INSERT INTO events (event_id, result, body, transfer_id, created_at) VALUES {} \
+            "INSERT INTO events (event_id, result, body, transfer_key, created_at) VALUES {} \
              ON CONFLICT DO NOTHING RETURNING event_id",
             values.join(", ")
         );
@@ -152,7 +152,7 @@ where
             // (docs/decisions.md#performance-as-the-data-grows).
             let body = if e.transfer_id.is_some() { e.body.as_str() } else { "" };
             q = q.bind(e.event_id.as_str()).bind(stored_webhooks(&e.webhooks)).bind(body);
-            q = q.bind(e.transfer_id.as_deref()).bind(now);
+            q = q.bind(e.transfer_id.as_deref().map(super::events::transfer_key)).bind(now);
         }
         inserted.extend(q.fetch_all(&mut *tx).await?.into_iter().map(|(id,)| id));
     }

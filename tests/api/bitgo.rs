@@ -247,3 +247,24 @@ async fn a_top_level_tx_value_limit_becomes_unlock_tx_value_limit() {
     let bad = app.create_token(&session, json!({ "scope": ["wallet_view_all"], "txValueLimit": 1.5 })).await;
     assert_eq!(assert_error(bad, 400, "InvalidField").await["context"]["field"], "txValueLimit");
 }
+
+#[tokio::test]
+async fn a_transfer_stored_before_transfer_keys_is_found() {
+    use crate::webhooks::{fixture, WALLET};
+    let f = fixture(|_| {}).await;
+    // A transfer's event stored before events were keyed by a hash of the transfer id (its id
+    // in `transfer_id`, its body with its eventId) is found as before.
+    f.app
+        .raw_sql(&format!(
+            "INSERT INTO events (event_id, result, body, transfer_id, created_at) VALUES ('t-old', '', \
+             '{{\"eventId\":\"t-old\",\"type\":\"transfer\",\"walletId\":\"{WALLET}\",\"transferId\":\"tr-old\",\"hash\":\"0xbeef\"}}', \
+             'tr-old', 1)"
+        ))
+        .await;
+    let old = expect_json(
+        f.app.get_auth(&format!("/api/v2/tbtc/wallet/{WALLET}/transfer/tr-old"), &f.token).await,
+        200,
+    )
+    .await;
+    assert_eq!(old["txid"], "0xbeef", "{old}");
+}

@@ -306,10 +306,12 @@ where
         }
         if let Some(t) = &search.transfer_id {
             // Meta '' is derived from the event, which is found by its transfer.
+            let key = b.int(crate::store::events::transfer_key(t));
             let t = b.text(t.clone());
+            let of_transfer = crate::store::events::transfer_match::<DB>(&key, &t);
             sql.push_str(&format!(
                 " AND CASE WHEN n.meta = '' THEN n.event_id IN (SELECT event_id FROM events \
-                 WHERE transfer_id = {t}) ELSE {transfer} = {t} END"
+                 WHERE {of_transfer}) ELSE {transfer} = {t} END"
             ));
         }
         sql.push_str(&format!(" ORDER BY n.id DESC LIMIT {}", b.int(i64::from(limit))));
