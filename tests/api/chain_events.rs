@@ -148,3 +148,41 @@ async fn fee_alerts_fire_once_when_the_fee_or_the_fee_address_balance_falls_belo
     assert_eq!(balance["address"], OTHER);
     assert!(balance["balance"].as_str().unwrap().parse::<u128>().unwrap() < threshold, "{balance}");
 }
+
+#[tokio::test]
+async fn a_reorg_that_takes_an_appearance_away_lets_the_new_branch_announce_it() {
+    let c = chain_fixture().await;
+    let addresses = TestReceiver::start().await;
+    let hook = json!({ "type": "address_confirmation", "url": addresses.url });
+    let path = format!("/api/v2/hteth/wallet/{WALLET}/webhooks");
+    expect_json(c.app.post_auth(&path, &c.token, &hook).await, 200).await;
+    c.anvil.mine(1).await;
+    c.caught_up().await;
+    c.anvil.send(RICH, WATCHED, ONE_ETH).await;
+    addresses.wait_for(1, 20).await;
+    c.caught_up().await;
+    let first_block = |r: &TestReceiver, i: usize| {
+        let b: Value = serde_json::from_str(&r.received()[i].body).unwrap();
+        (b["hash"].as_str().unwrap_or_default().to_string(), b["height"].clone())
+    };
+    let (first_tx, height) = first_block(&addresses, 0);
+    // The block of that first appearance is replaced by an empty one: the address has not
+    // appeared on the new branch yet, so its next transaction there announces it again.
+    c.anvil.rpc("anvil_reorg", json!([1, []])).await;
+    c.anvil.mine(1).await;
+    c.caught_up().await;
+    let again = c.anvil.send(RICH, WATCHED, 2 * ONE_ETH).await;
+    addresses.wait_for(2, 20).await;
+    c.caught_up().await;
+    wait_until_idle(&c.app.state.store).await;
+    let (second_tx, _) = first_block(&addresses, 1);
+    assert_eq!(addresses.received().len(), 2, "{:?}", got(&addresses));
+    assert_ne!(first_tx, second_tx);
+    assert_eq!(second_tx, again);
+    assert!(height.as_u64().is_some(), "{height}");
+    assert_eq!(
+        c.app.raw_sql("SELECT txid FROM chain_appearances").await,
+        vec![again.clone()],
+        "one appearance, on the new branch"
+    );
+}
