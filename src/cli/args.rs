@@ -43,6 +43,11 @@ pub enum Command {
         /// [env: CUSTODIAN_ROLE] [default: all].
         #[arg(long, value_name = "ROLE")]
         role: Option<String>,
+        /// A chain setting, repeatable: `--chain hteth.rpc_url=http://127.0.0.1:8545 --chain
+        /// hteth.chain_id=31337` is `[chains.hteth]` with those keys (docs/chains.md)
+        /// [env: CUSTODIAN_CHAINS_<COIN>_<KEY>].
+        #[arg(long = "chain", value_name = "COIN.KEY=VALUE")]
+        chain: Vec<String>,
     },
     /// Apply database migrations and exit.
     Migrate,

@@ -21,7 +21,7 @@ use crate::{
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let overrides = Overrides {
+    let mut overrides = Overrides {
         listen: match &cli.command {
             Command::Serve { listen, .. } => listen.clone(),
             _ => None,
@@ -33,7 +33,14 @@ pub fn main() -> ExitCode {
         database_url: cli.global.database.clone(),
         environment: cli.global.environment.clone(),
         secret_key_file: cli.global.secret_key_file.clone(),
+        chains: Default::default(),
     };
+    if let Command::Serve { chain, .. } = &cli.command {
+        if let Err(e) = chain.iter().try_for_each(|flag| overrides.chain(flag)) {
+            eprintln!("custodian: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let config = match Config::load(cli.global.config.as_deref(), &overrides) {
         Ok(c) => c,
         Err(e) => {

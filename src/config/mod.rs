@@ -154,6 +154,27 @@ pub struct Overrides {
     pub secret_key_file: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// `serve --chain COIN.KEY=VALUE`: chain settings by coin and key, each value read as the
+    /// environment's are (a number, a boolean, an array or a string).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub chains: std::collections::BTreeMap<String, std::collections::BTreeMap<String, figment::value::Value>>,
+}
+
+impl Overrides {
+    /// Takes one `--chain COIN.KEY=VALUE`. Errors: one line naming the flag.
+    pub fn chain(&mut self, flag: &str) -> Result<(), String> {
+        let bad = || {
+            format!("invalid configuration: the flag --chain {flag}: expected COIN.KEY=VALUE (hteth.chain_id=31337)")
+        };
+        let (key, value) = flag.split_once('=').ok_or_else(bad)?;
+        let (coin, key) = key.split_once('.').ok_or_else(bad)?;
+        if coin.is_empty() || key.is_empty() {
+            return Err(bad());
+        }
+        let value = value.parse().unwrap_or_else(|never: std::convert::Infallible| match never {});
+        self.chains.entry(coin.to_string()).or_default().insert(key.to_string(), value);
+        Ok(())
+    }
 }
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
@@ -184,7 +205,10 @@ fn describe(e: &figment::Error) -> String {
     let key = path.join(".");
     let name = e.metadata.as_ref().map(|m| m.name.as_ref()).unwrap_or("");
     let origin = if name.contains("Overrides") {
-        format!("the flag --{}", key.replace('_', "-"))
+        match key.strip_prefix("chains.") {
+            Some(chain_key) => format!("the flag --chain {chain_key}"),
+            None => format!("the flag --{}", key.replace('_', "-")),
+        }
     } else if name.contains("nvironment") {
         format!("the environment variable CUSTODIAN_{}", key.replace('.', "_").to_ascii_uppercase())
     } else if let Some(figment::Source::File(file)) = e.metadata.as_ref().and_then(|m| m.source.as_ref()) {

@@ -449,3 +449,49 @@ fn chains_are_set_in_the_environment_and_a_bad_one_is_one_line() {
         assert!(!err.contains("secret-key"), "{err}");
     }
 }
+
+#[test]
+fn chains_are_set_with_serve_flags_and_a_bad_one_is_one_line() {
+    let scratch = Scratch::new();
+    for (flags, names) in [
+        (vec!["--chain", "nonsense"], "--chain nonsense: expected COIN.KEY=VALUE"),
+        (
+            vec!["--chain", "hteth.rpc_url=http://127.0.0.1:9", "--chain", "hteth.chain_id=abc"],
+            "the flag --chain hteth.chain_id",
+        ),
+        (vec!["--chain", "hteth.rpc_url=http://127.0.0.1:9"], "chains.hteth.chain_id"),
+    ] {
+        let out = scratch.cmd().arg("serve").args(&flags).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(names), "{flags:?}: {err}");
+    }
+    // Good flags: the chain is watched (its node is away, which /health says).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = scratch
+        .cmd()
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--chain", "hteth.rpc_url=http://127.0.0.1:9", "--chain", "hteth.chain_id=31337"])
+        .args(["--chain", "hteth.poll_interval_ms=100"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut health = String::new();
+    for _ in 0..100 {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            health.clear();
+            let _ = s.read_to_string(&mut health);
+            if health.contains("\"error\"") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(health.contains("\"coin\":\"hteth\""), "{health}");
+    assert!(health.contains("\"error\":\"node:"), "{health}");
+}
