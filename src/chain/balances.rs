@@ -1,5 +1,7 @@
 //! A watched wallet's balances, read from the node (docs/chains.md, "Balances").
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use alloy_primitives::{Address, U256};
 
 use super::{
@@ -64,6 +66,29 @@ impl Watcher {
             out.push((w.clone(), coin.clone(), balances));
         }
         Ok(out)
+    }
+
+    /// What a run writes of balances at `height`: near the head, every wallet due read, with
+    /// the newest state of each transfer the run `written`; far from it, none, and the wallets
+    /// the run touched, to keep as due.
+    pub(super) async fn run_balances(
+        &mut self,
+        written: &[Transfer],
+        height: u64,
+        near_head: bool,
+    ) -> Result<(Split, Vec<(WalletId, Coin)>), WatchError> {
+        if !near_head {
+            let due: BTreeSet<(WalletId, Coin)> =
+                written.iter().map(|t| (t.wallet_id.clone(), t.coin.clone())).collect();
+            return Ok((Split::default(), due.into_iter().collect()));
+        }
+        let mut newest: BTreeMap<&str, &Transfer> = BTreeMap::new();
+        for t in written {
+            newest.insert(&t.id, t);
+        }
+        let newest: Vec<Transfer> = newest.into_values().cloned().collect();
+        let touched: Vec<(WalletId, Coin)> = std::mem::take(&mut self.stale).into_iter().collect();
+        Ok((self.split_balances(&touched, height, &newest).await?, Vec::new()))
     }
 
     /// [`Self::balances`], the chain coin's apart from the tokens'.

@@ -6,7 +6,11 @@
 //! moment, so replaying a block after a crash computes the same states and the same event ids:
 //! the outbox's idempotency on `eventId` then sends nothing twice.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use alloy_primitives::Address;
 use serde_json::json;
@@ -67,8 +71,10 @@ pub struct Watcher {
     /// Token contracts and their coins.
     pub(super) tokens: BTreeMap<Address, Coin>,
     /// Wallets whose balances changed while the watcher was too far behind the head to read
-    /// them: refreshed at the first block within [`STATE_WINDOW`] of the head.
-    stale: std::collections::BTreeSet<(WalletId, Coin)>,
+    /// them: refreshed at the first block within [`STATE_WINDOW`] of the head. Also kept in
+    /// the store, and read back at the first round (`stale_loaded`).
+    pub(super) stale: BTreeSet<(WalletId, Coin)>,
+    stale_loaded: bool,
     /// Base fees of the latest blocks, for `lowFee`.
     fees: BaseFees,
     /// The chain's wallets' fee alerts, read each round.
@@ -101,6 +107,7 @@ impl Watcher {
             book: AddressBook::default(),
             tokens,
             stale: Default::default(),
+            stale_loaded: false,
             fees: BaseFees::default(),
             alerts: Vec::new(),
             catching_up: false,
@@ -137,6 +144,8 @@ impl Watcher {
                 Err(e) => {
                     tracing::warn!(chain = self.chain.as_str(), error = %e, "chain watcher round failed; retrying");
                     self.svc.metrics.chain.errors.get_or_create(&self.labels()).inc();
+                    // What was due may have been taken by a write that failed: read it again.
+                    self.stale_loaded = false;
                     // Best effort: the database may be what failed.
                     let why = e.to_string();
                     let report = NodeReport { error: Some(Some(&why)), ..Default::default() };
@@ -181,6 +190,7 @@ impl Watcher {
         if !store.take_chain_lease(chain, &self.holder, now, now + LEASE_MS).await? {
             return Ok(false);
         }
+        self.load_due().await?;
         let status = store.chain_status(chain).await?.unwrap_or_default();
         let head = self.node.head().await?;
         let speed = self.speed.measure(status.height);
@@ -274,8 +284,20 @@ impl Watcher {
             keep_from: 0,
             balances: &balances,
             token_balances: &token_balances,
+            stale: &[],
+            balances_read: false,
         };
         self.svc.store.record_blocks(write).await?;
+        Ok(())
+    }
+
+    /// Once (and after a failed round), the wallets whose balances a backfill left due, as kept
+    /// in the store by this or an earlier process.
+    async fn load_due(&mut self) -> Result<(), WatchError> {
+        if !self.stale_loaded {
+            self.stale.extend(self.svc.store.stale_balances(self.chain.as_str()).await?);
+            self.stale_loaded = true;
+        }
         Ok(())
     }
 
@@ -405,18 +427,9 @@ impl Watcher {
             super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, block, &run.heads[..i])
                 .await?;
         }
-        let (balances, token_balances) = if head.saturating_sub(last.height) < STATE_WINDOW {
-            // The newest state of each transfer the run wrote.
-            let mut newest: BTreeMap<&str, &Transfer> = BTreeMap::new();
-            for t in &run.written {
-                newest.insert(&t.id, t);
-            }
-            let newest: Vec<Transfer> = newest.into_values().cloned().collect();
-            let touched: Vec<(WalletId, Coin)> = std::mem::take(&mut self.stale).into_iter().collect();
-            self.split_balances(&touched, last.height, &newest).await?
-        } else {
-            Default::default()
-        };
+        let near_head = head.saturating_sub(last.height) < STATE_WINDOW;
+        let ((balances, token_balances), due) =
+            self.run_balances(&run.written, last.height, near_head).await?;
         self.svc
             .store
             .record_blocks(BlockWrite {
@@ -427,6 +440,8 @@ impl Watcher {
                 keep_from: last.height.saturating_sub(self.config.reorg_depth),
                 balances: &balances,
                 token_balances: &token_balances,
+                stale: &due,
+                balances_read: near_head,
             })
             .await?;
         let blocks = u64::try_from(run.heads.len()).unwrap_or(0);

@@ -117,6 +117,8 @@ pub trait ChainStore: Send + Sync {
     async fn transfer_by_id(&self, wallet: &WalletId, id: &str) -> StoreResult<Option<Transfer>>;
     /// A chain's latest transfers, newest first, at most `limit` (the console).
     async fn recent_transfers(&self, chain: &str, limit: u32) -> StoreResult<Vec<Transfer>>;
+    /// The wallets (and coins) whose balances a backfill left due ([`BlockWrite::stale`]).
+    async fn stale_balances(&self, chain: &str) -> StoreResult<Vec<(WalletId, Coin)>>;
 }
 
 #[async_trait]
@@ -483,5 +485,16 @@ where
         .fetch_all(&self.pool)
         .await?;
         rows(found)
+    }
+
+    async fn stale_balances(&self, chain: &str) -> StoreResult<Vec<(WalletId, Coin)>> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT wallet_id, coin FROM chain_stale_balances WHERE chain = $1")
+                .bind(chain)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter()
+            .map(|(w, c)| Ok((parse_stored(&w, "stale wallet")?, parse_stored(&c, "stale coin")?)))
+            .collect()
     }
 }

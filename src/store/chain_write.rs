@@ -28,6 +28,11 @@ pub struct BlockWrite<'a> {
     pub balances: &'a [(WalletId, Balances)],
     /// Token balances (`balance`, `confirmed`, `spendable`) of the wallets the blocks touched.
     pub token_balances: &'a [(WalletId, Coin, Balances)],
+    /// Wallets (and coins) whose balances the blocks changed but that were not read: too far
+    /// behind the head. Kept until balances are read.
+    pub stale: &'a [(WalletId, Coin)],
+    /// Whether balances were read with this write: every kept stale wallet was among them.
+    pub balances_read: bool,
 }
 
 pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()>
@@ -87,7 +92,36 @@ where
             .execute(&mut *tx)
             .await?;
     }
-    token_balances::<DB>(tx, w.token_balances).await
+    token_balances::<DB>(tx, w.token_balances).await?;
+    stale::<DB>(tx, w).await
+}
+
+/// Keeps the wallets whose balances are due, or forgets them once read.
+async fn stale<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+{
+    if w.balances_read {
+        sqlx::query("DELETE FROM chain_stale_balances WHERE chain = $1")
+            .bind(w.chain)
+            .execute(&mut *tx)
+            .await?;
+    }
+    for (wallet, coin) in w.stale {
+        sqlx::query(
+            "INSERT INTO chain_stale_balances (chain, wallet_id, coin) VALUES ($1, $2, $3) \
+             ON CONFLICT (chain, wallet_id, coin) DO NOTHING",
+        )
+        .bind(w.chain)
+        .bind(wallet.as_str())
+        .bind(coin.as_str())
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// The run's block headers, those beyond `reorg_depth` dropped, and the checkpoint at the last.

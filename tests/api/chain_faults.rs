@@ -243,3 +243,43 @@ async fn a_node_of_another_chain_is_named_in_health_and_not_read() {
     let status = custodian::chain::status(&app.state.chains).await.unwrap();
     assert_eq!(status[0].height, None, "no block is read from another chain's node");
 }
+
+#[tokio::test]
+async fn balances_a_backfill_left_due_are_read_after_a_restart() {
+    let anvil = Anvil::start().await;
+    anvil.mine(1).await;
+    anvil.send(RICH, WATCHED, ONE_ETH).await;
+    // The transfer is far behind the head: its balance can only be read near the head.
+    anvil.mine(400).await;
+    let head = anvil.head().await;
+    let cluster = chain_cluster(&anvil).await;
+    let receiver = TestReceiver::start().await;
+    let api = cluster.start_role("api").await;
+    transfer_hook(&cluster, &api, &receiver.url).await;
+    let mut first = cluster.start().await;
+    until("the transfer's two notifications", 30, || async {
+        (receiver.received().len() >= 2).then_some(())
+    })
+    .await;
+    first.kill();
+    let at_kill = status(&cluster)["height"].as_u64().unwrap_or(0);
+    assert!(at_kill + 64 < head, "killed far from the head: {at_kill} of {head}");
+    // The second process never sees the transfer, yet knows the wallet's balance is due.
+    let _second = cluster.start().await;
+    until("the backfill reaches the head", 60, || async {
+        (status(&cluster)["height"].as_u64() == Some(head)).then_some(())
+    })
+    .await;
+    let token = cluster.login(&api.base).await;
+    let wallet: Value = cluster
+        .client
+        .get(format!("{}/api/v2/hteth/wallet/{ETH_WALLET}?expandBalance=true", api.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(wallet["balanceString"], anvil.balance(WATCHED).await.to_string(), "{wallet}");
+}
