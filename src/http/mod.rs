@@ -204,6 +204,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(chain::list_transfers))
         .routes(routes!(chain::list_addresses))
         .routes(routes!(chain::add_address))
+        .routes(routes!(chain::set_fee_alerts))
         .routes(routes!(
             webhooks::create_wallet_webhook,
             webhooks::list_wallet_webhooks,

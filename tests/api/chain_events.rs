@@ -186,3 +186,21 @@ async fn a_reorg_that_takes_an_appearance_away_lets_the_new_branch_announce_it()
         "one appearance, on the new branch"
     );
 }
+
+#[tokio::test]
+async fn fee_alerts_are_set_through_the_api_by_service_admins() {
+    let c = chain_fixture().await;
+    let path = format!("/api/v2/internal/wallet/{WALLET}/feeAlerts");
+    let body = json!({ "lowFee": "2000000000", "lowFeeAddressBalance": null });
+    let set = expect_json(c.app.put_auth(&path, &c.admin, &body).await, 200).await;
+    assert_eq!(set, json!({ "walletId": WALLET, "lowFee": "2000000000", "lowFeeAddressBalance": null }));
+    let stored = c.app.raw_sql("SELECT low_fee FROM wallet_fee_alerts").await;
+    assert_eq!(stored, vec!["2000000000".to_string()]);
+    // A wallet's own user is not a service admin; a bad amount changes nothing.
+    assert_error(c.app.put_auth(&path, &c.token, &body).await, 403, "InsufficientScope").await;
+    let bad = json!({ "lowFee": "-1" });
+    assert_error(c.app.put_auth(&path, &c.admin, &bad).await, 400, "InvalidField").await;
+    assert_eq!(c.app.raw_sql("SELECT low_fee FROM wallet_fee_alerts").await, stored);
+    let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'wallet.fee_alerts_set'").await;
+    assert_eq!(audit.len(), 1);
+}

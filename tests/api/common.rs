@@ -192,6 +192,10 @@ impl TestApp {
         self.client.post(self.url(path)).bearer_auth(token).json(body).send().await.expect("request")
     }
 
+    pub async fn put_auth(&self, path: &str, token: &str, body: &Value) -> Response {
+        self.client.put(self.url(path)).bearer_auth(token).json(body).send().await.expect("request")
+    }
+
     pub async fn get_auth(&self, path: &str, token: &str) -> Response {
         self.client.get(self.url(path)).bearer_auth(token).send().await.expect("request")
     }

@@ -108,6 +108,57 @@ pub async fn add_address(
     Ok(Json(chain::address_json(&added, &coin)))
 }
 
+/// A wallet's fee alert thresholds (docs/chains.md, "Events"): wei as decimal digits (or a
+/// JSON integer); absent or null turns that alert off.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FeeAlertsRequest {
+    /// `lowFee` when the average base fee of the last 10 blocks falls below this.
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
+    pub low_fee: Option<Value>,
+    /// `lowFeeAddressBalance` when the balance of the record's `coinSpecific.feeAddress` falls
+    /// below this.
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,100}$")]
+    pub low_fee_address_balance: Option<Value>,
+}
+
+/// Sets a wallet's fee alerts (service admins), as `custodian wallet fee-alerts` does; both
+/// thresholds at once, audited as `wallet.fee_alerts_set`. The watcher reads them every round.
+#[utoipa::path(put, path = "/api/v2/internal/wallet/{walletId}/feeAlerts", tag = "wallets",
+    security(("bearer" = [])),
+    params(("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
+    request_body = FeeAlertsRequest,
+    responses(
+        (status = 200, description = "`{walletId, lowFee, lowFeeAddressBalance}` as set (null: off)", body = Object),
+        (status = 400, description = "Not an amount, or not an Ethereum wallet", body = ErrorResponse),
+        (status = 403, description = "Not a service admin", body = ErrorResponse),
+        (status = 404, description = "No such wallet", body = ErrorResponse),
+    ))]
+pub async fn set_fee_alerts(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(wallet_id): ApiPath<WalletId>,
+    ApiJson(req): ApiJson<FeeAlertsRequest>,
+) -> ApiResult<Json<Value>> {
+    let amount = |field: &str, v: Option<Value>| match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => crate::types::BaseUnits::from_json(&v)
+            .map(Some)
+            .ok_or_else(|| Error::invalid_field(field, "must be wei as decimal digits")),
+    };
+    let alerts = crate::model::chain::FeeAlerts {
+        low_fee: amount("lowFee", req.low_fee)?,
+        low_fee_address_balance: amount("lowFeeAddressBalance", req.low_fee_address_balance)?,
+    };
+    let set = chain::set_fee_alerts(&state.chains, Some(&auth), &wallet_id, alerts).await?;
+    let text = |b: &Option<crate::types::BaseUnits>| b.as_ref().map(|b| b.as_str().to_string());
+    Ok(Json(json!({
+        "walletId": wallet_id.as_str(),
+        "lowFee": text(&set.low_fee),
+        "lowFeeAddressBalance": text(&set.low_fee_address_balance),
+    })))
+}
+
 /// Filters and paging of a wallet's transfers.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
