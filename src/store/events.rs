@@ -24,28 +24,6 @@ pub trait EventStore: Send + Sync {
     async fn prune_events(&self, before_secs: i64, limit: u32) -> StoreResult<u64>;
 }
 
-/// The 64-bit key events are found by for a transfer id: the first 8 bytes of its SHA-256
-/// (migration 0019). A key's match is confirmed against the body ([`transfer_match`]).
-pub(super) fn transfer_key(transfer_id: &str) -> i64 {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(transfer_id.as_bytes());
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    i64::from_be_bytes(b)
-}
-
-/// SQL matching events of a transfer, given the placeholders of its key and its id: by the key
-/// confirmed against the body, or by the id's text in rows written before the key.
-pub(super) fn transfer_match<DB: Dialect>(key: &str, id: &str) -> String {
-    // The CASE keeps the body of another event (often '') from being read as JSON, whatever
-    // order the engine takes the conditions in; the key's equality outside it finds the index.
-    format!(
-        "((transfer_key = {key} AND CASE WHEN transfer_key = {key} THEN {} = {id} ELSE FALSE END) \
-         OR transfer_id = {id})",
-        DB::json_text_field("body", "transferId")
-    )
-}
-
 #[async_trait]
 impl<DB> EventStore for SqlStore<DB>
 where
@@ -77,10 +55,10 @@ where
     async fn event_by_transfer(&self, transfer_id: &str) -> StoreResult<Option<String>> {
         let sql = format!(
             "SELECT body FROM events WHERE {} ORDER BY created_at DESC LIMIT 1",
-            transfer_match::<DB>("$1", "$2")
+            super::event_keys::transfer_match::<DB>("$1", "$2")
         );
         Ok(sqlx::query_scalar(&sql)
-            .bind(transfer_key(transfer_id))
+            .bind(super::event_keys::transfer_key(transfer_id))
             .bind(transfer_id)
             .fetch_optional(&self.pool)
             .await?)

@@ -152,7 +152,7 @@ where
             // (docs/decisions.md#performance-as-the-data-grows).
             let body = if e.transfer_id.is_some() { e.body.as_str() } else { "" };
             q = q.bind(e.event_id.as_str()).bind(stored_webhooks(&e.webhooks)).bind(body);
-            q = q.bind(e.transfer_id.as_deref().map(super::events::transfer_key)).bind(now);
+            q = q.bind(e.transfer_id.as_deref().map(super::event_keys::transfer_key)).bind(now);
         }
         inserted.extend(q.fetch_all(&mut *tx).await?.into_iter().map(|(id,)| id));
     }

@@ -28,6 +28,7 @@ mod chain_reads;
 mod chain_rows;
 mod chain_write;
 mod enterprises;
+mod event_keys;
 mod events;
 pub mod group_commit;
 mod outbox;

@@ -314,6 +314,36 @@ async fn a_transfer_in_an_orphaned_block_is_removed_and_its_balance_restored() {
 }
 
 #[tokio::test]
+async fn a_transaction_re_included_after_a_reorg_is_confirmed_again() {
+    let c = chain_fixture().await;
+    c.anvil.mine(1).await;
+    c.caught_up().await;
+    let txid = c.anvil.send(RICH, WATCHED, ONE_ETH).await;
+    c.receiver.wait_for(1, 20).await;
+    c.caught_up().await;
+    // The block is replaced by another holding the same signed transaction: a new block hash.
+    let raw = c.anvil.rpc("eth_getRawTransactionByHash", json!([txid])).await;
+    c.anvil.rpc("anvil_reorg", json!([1, [[raw, 0]]])).await;
+    c.anvil.mine(3).await;
+    until("confirmed on the new branch", 20, || async {
+        c.notified().iter().any(|(state, _, hash)| state == "confirmed" && hash == &txid).then_some(())
+    })
+    .await;
+    c.caught_up().await;
+    wait_until_idle(&c.app.state.store).await;
+    // Events are not ordered across a run: the states told, as a multiset.
+    let mut told: Vec<String> =
+        c.notified().into_iter().filter(|(_, _, h)| h == &txid).map(|(state, _, _)| state).collect();
+    told.sort();
+    assert_eq!(told, ["confirmed", "removed", "unconfirmed", "unconfirmed"]);
+    let listed = c.transfers("").await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["state"], "confirmed", "{listed:?}");
+    let status = custodian::chain::status(&c.app.state.chains).await.unwrap();
+    assert_eq!(status[0].last_reorg_depth, Some(1));
+}
+
+#[tokio::test]
 async fn block_webhooks_hear_each_block_once_at_their_confirmations() {
     let c = chain_fixture().await;
     c.anvil.mine(3).await;

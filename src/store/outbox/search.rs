@@ -306,9 +306,9 @@ where
         }
         if let Some(t) = &search.transfer_id {
             // Meta '' is derived from the event, which is found by its transfer.
-            let key = b.int(crate::store::events::transfer_key(t));
+            let key = b.int(crate::store::event_keys::transfer_key(t));
             let t = b.text(t.clone());
-            let of_transfer = crate::store::events::transfer_match::<DB>(&key, &t);
+            let of_transfer = crate::store::event_keys::transfer_match::<DB>(&key, &t);
             sql.push_str(&format!(
                 " AND CASE WHEN n.meta = '' THEN n.event_id IN (SELECT event_id FROM events \
                  WHERE {of_transfer}) ELSE {transfer} = {t} END"
