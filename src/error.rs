@@ -45,6 +45,7 @@ crate::types::text_enum!(
         MethodNotAllowed = "MethodNotAllowed",
         AlreadyExists = "AlreadyExists",
         AddressInUse = "AddressInUse",
+        WalletNotWatched = "WalletNotWatched",
         TokenNotExtensible = "TokenNotExtensible",
         PayloadTooLarge = "PayloadTooLarge",
         UnsupportedMediaType = "UnsupportedMediaType",

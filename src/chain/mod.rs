@@ -64,8 +64,9 @@ pub fn chain_of(coin: &Coin) -> Result<Coin> {
 
 /// Adds a watched address to wallet `wallet_id` (its chain is the wallet's coin). `auth` is
 /// `None` for the operator's CLI; a token needs the service-admin permission. Errors:
-/// `Forbidden`, `WalletNotFound`, `InvalidField` (`address`: not an address, or a coin that is
-/// not Ethereum), `AddressInUse` (409) when another wallet of the chain watches it.
+/// `Forbidden`, `WalletNotFound`, `InvalidField` (`address`: not an address),
+/// `WalletNotWatched` (409: a coin that is not Ethereum), `AddressInUse` (409) when another
+/// wallet of the chain watches it.
 pub async fn add_address(
     svc: &Chains,
     auth: Option<&Principal>,
@@ -112,7 +113,7 @@ pub fn record_addresses(record: &Value) -> Vec<alloy_primitives::Address> {
 
 /// Sets a wallet's fee alerts (`lowFee`, `lowFeeAddressBalance` thresholds, wei; `None` is
 /// off), audited as `wallet.fee_alerts_set`. Errors: `Forbidden` (not a service admin),
-/// `WalletNotFound`, `InvalidField` (`walletId`: a coin the watcher does not read).
+/// `WalletNotFound`, `WalletNotWatched` (409: a coin the watcher does not read).
 pub async fn set_fee_alerts(
     svc: &Chains,
     auth: Option<&Principal>,
@@ -154,7 +155,7 @@ pub async fn token_balances(svc: &Chains, wallet: &WalletRow) -> Result<Option<V
 }
 
 /// The wallet `wallet_id`, of a coin the watcher reads. Errors: `WalletNotFound`,
-/// `InvalidField` naming `field` for another coin.
+/// `WalletNotWatched` (409, the message naming `field`) for another coin.
 async fn watched_wallet(svc: &Chains, wallet_id: &WalletId, field: &str) -> Result<WalletRow> {
     let wallet = svc
         .store
@@ -163,9 +164,12 @@ async fn watched_wallet(svc: &Chains, wallet_id: &WalletId, field: &str) -> Resu
         .pop()
         .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
     if !crate::config::WATCHABLE_COINS.contains(&wallet.coin.as_str()) {
-        let why =
-            format!("wallet coin {} is not an Ethereum coin this version watches", wallet.coin.as_str());
-        return Err(Error::invalid_field(field, why));
+        // The request is well formed; the wallet it names is of a coin no watcher reads.
+        let message = format!(
+            "{field}: wallet coin {} is not an Ethereum coin this version watches",
+            wallet.coin.as_str()
+        );
+        return Err(Error::Conflict { name: ErrorName::WalletNotWatched, message });
     }
     Ok(wallet)
 }

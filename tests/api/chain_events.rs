@@ -204,3 +204,17 @@ async fn fee_alerts_are_set_through_the_api_by_service_admins() {
     let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'wallet.fee_alerts_set'").await;
     assert_eq!(audit.len(), 1);
 }
+
+#[tokio::test]
+async fn chain_settings_of_a_wallet_no_watcher_reads_are_refused_as_conflicts() {
+    use crate::webhooks::{fixture, WALLET as TBTC_WALLET};
+    let f = fixture(|_| {}).await;
+    let admin = f.admin_token().await;
+    let path = format!("/api/v2/internal/wallet/{TBTC_WALLET}/feeAlerts");
+    let res = f.app.put_auth(&path, &admin, &json!({ "lowFee": "1" })).await;
+    assert_error(res, 409, "WalletNotWatched").await;
+    let path = format!("/api/v2/internal/wallet/{TBTC_WALLET}/addresses");
+    let res = f.app.post_auth(&path, &admin, &json!({ "address": OTHER })).await;
+    assert_error(res, 409, "WalletNotWatched").await;
+    assert!(f.app.raw_sql("SELECT wallet_id FROM wallet_fee_alerts").await.is_empty());
+}

@@ -92,10 +92,10 @@ pub struct AddAddressRequest {
     request_body = AddAddressRequest,
     responses(
         (status = 200, description = "The address, checksummed", body = Object),
-        (status = 400, description = "Not an address, or not an Ethereum wallet", body = ErrorResponse),
+        (status = 400, description = "Not an address", body = ErrorResponse),
         (status = 403, description = "Not a service admin", body = ErrorResponse),
         (status = 404, description = "No such wallet", body = ErrorResponse),
-        (status = 409, description = "Another wallet watches the address (AddressInUse)", body = ErrorResponse),
+        (status = 409, description = "Another wallet watches the address (AddressInUse), or the wallet is not of an Ethereum coin (WalletNotWatched)", body = ErrorResponse),
     ))]
 pub async fn add_address(
     State(state): State<AppState>,
@@ -130,9 +130,10 @@ pub struct FeeAlertsRequest {
     request_body = FeeAlertsRequest,
     responses(
         (status = 200, description = "`{walletId, lowFee, lowFeeAddressBalance}` as set (null: off)", body = Object),
-        (status = 400, description = "Not an amount, or not an Ethereum wallet", body = ErrorResponse),
+        (status = 400, description = "Not an amount", body = ErrorResponse),
         (status = 403, description = "Not a service admin", body = ErrorResponse),
         (status = 404, description = "No such wallet", body = ErrorResponse),
+        (status = 409, description = "The wallet is not of an Ethereum coin (WalletNotWatched)", body = ErrorResponse),
     ))]
 pub async fn set_fee_alerts(
     State(state): State<AppState>,
