@@ -8,6 +8,7 @@ use crate::{config::Config, master_key::MasterKey, notifications::dispatch::Disp
 
 pub mod audit_log;
 pub mod bearer;
+pub mod ecdh;
 pub mod extension;
 pub mod hmac_auth;
 pub mod login;
