@@ -78,6 +78,9 @@ pub enum Command {
     /// Check the audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// The service's ECDH key for BitGoJS's token issuance.
+    #[command(subcommand)]
+    Ecdh(EcdhCommand),
     /// Revoke or list access tokens (emergencies, audits).
     #[command(subcommand)]
     Token(TokenCommand),
@@ -220,6 +223,13 @@ pub enum WalletCommand {
         #[arg(long, value_name = "WEI")]
         low_fee_address_balance: Option<BaseUnits>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EcdhCommand {
+    /// Print the xpub of the service's ECDH key (made, and sealed under the master key, the
+    /// first time): BitGoJS's `serverXpub` option.
+    ShowXpub,
 }
 
 #[derive(Debug, Subcommand)]

@@ -338,6 +338,11 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
         Command::User(cmd) => user_admin::user_command(config, cmd).await,
         Command::Token(cmd) => user_admin::token_command(config, cmd).await,
         Command::Audit(AuditCommand::Verify) => user_admin::audit_verify(config).await,
+        Command::Ecdh(EcdhCommand::ShowXpub) => {
+            let state = AppState::new(config).await?;
+            println!("{}", crate::identity::ecdh::server_xpub(&state.store, &state.identity.key).await?);
+            Ok(())
+        }
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
             create_template(&config, &json_file, json).await
         }

@@ -1,5 +1,5 @@
-//! The cryptography of BitGo's ECDH token issuance (issue 34's first part; not yet wired to a
-//! route): the password envelope BitGoJS decrypts (`sdk-api/src/encrypt.ts`, version 1: the
+//! The cryptography of BitGo's ECDH token issuance (not yet wired to a route), and the
+//! service's own ECDH key: the password envelope BitGoJS decrypts (`sdk-api/src/encrypt.ts`, version 1: the
 //! SJCL JSON of PBKDF2-HMAC-SHA256 and AES-CCM), and the secret both sides derive from an ECDH
 //! keychain (`deriveTokenIssuanceEcdhSecret` in `sdk-api/src/bitgoAPI.ts`).
 //!
@@ -145,6 +145,40 @@ pub fn fresh_path() -> DerivationPath {
     let (a, c) = (step([b[0], b[1], b[2], b[3]]), step([b[4], b[5], b[6], b[7]]));
     // Each step is below 2^31, so the path always parses.
     format!("m/999999/{a}/{c}").parse().unwrap_or_default()
+}
+
+/// The name of the service's ECDH key in `server_keys`, and the associated data it is sealed
+/// with under the master key.
+const SERVER_KEY: &str = "ecdh";
+
+/// The service's ECDH key (BIP32, mainnet version bytes as BitGoJS expects of `serverXpub`),
+/// made from 32 random bytes the first time it is needed and kept sealed under the master key
+/// (`server_keys`); a process that loses the race to make it uses the one stored.
+/// Errors: the store's, or a stored key the master key does not open.
+pub async fn server_key(
+    store: &crate::store::DynStore,
+    key: &crate::master_key::MasterKey,
+) -> anyhow::Result<Xpriv> {
+    let sealed = match store.server_key(SERVER_KEY).await? {
+        Some(s) => s,
+        None => {
+            let mut seed = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut seed);
+            let made = Xpriv::new_master(bitcoin::NetworkKind::Main, &seed)?;
+            let sealed = hex::encode(key.seal(SERVER_KEY, made.to_string().as_bytes())?);
+            store.keep_server_key(SERVER_KEY, &sealed, crate::ids::now()).await?
+        }
+    };
+    let plain = key.open(SERVER_KEY, &hex::decode(&sealed)?)?;
+    Ok(std::str::from_utf8(&plain)?.parse()?)
+}
+
+/// The xpub of [`server_key`]: BitGoJS's `serverXpub` option.
+pub async fn server_xpub(
+    store: &crate::store::DynStore,
+    key: &crate::master_key::MasterKey,
+) -> anyhow::Result<Xpub> {
+    Ok(Xpub::from_priv(&Secp256k1::new(), &server_key(store, key).await?))
 }
 
 /// A path as BitGo writes it in `derivationPath`: `m/999999/a/b`.

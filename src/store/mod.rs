@@ -31,6 +31,7 @@ mod enterprises;
 mod event_keys;
 mod events;
 pub mod group_commit;
+mod keys;
 mod outbox;
 pub mod postgres;
 pub mod read_cache;
@@ -49,6 +50,7 @@ pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFil
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
+pub use keys::KeyStore;
 pub use outbox::{
     Claimed, Completion, DeliveryStats, FailureFacts, HourCount, LastAttempts, NotificationSearch,
     OutboxStore, Outcome, QueueCounts, RecentFailure, Saturated, SearchStore, SuspendPolicy, Tenancy,
@@ -133,6 +135,7 @@ pub trait Store:
     + LoginThrottleStore
     + AuditStore
     + ChainStore
+    + KeyStore
     + Send
     + Sync
     + 'static
@@ -156,7 +159,8 @@ where
         + EventStore
         + LoginThrottleStore
         + AuditStore
-        + ChainStore,
+        + ChainStore
+        + KeyStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

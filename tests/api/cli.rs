@@ -495,3 +495,36 @@ fn chains_are_set_with_serve_flags_and_a_bad_one_is_one_line() {
     assert!(health.contains("\"coin\":\"hteth\""), "{health}");
     assert!(health.contains("\"error\":\"node:"), "{health}");
 }
+
+#[test]
+fn the_ecdh_key_is_made_once_sealed_and_shown_as_an_xpub() {
+    let scratch = Scratch::new();
+    let show = |cmd: &mut Command| {
+        let out = cmd.args(["ecdh", "show-xpub"]).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, first, err) = show(&mut scratch.cmd());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(first.starts_with("xpub") && first.len() == 111, "{first}");
+    let (_, second, _) = show(&mut scratch.cmd());
+    assert_eq!(first, second, "made once");
+    // Sealed at rest: on SQLite, no private key text in the database's files.
+    if scratch.db.is_none() {
+        for entry in std::fs::read_dir(scratch.dir.path().join("data")).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            assert!(!bytes.windows(4).any(|w| w == b"xprv"), "an xprv in the clear");
+        }
+    }
+    // Another master key cannot open it, and does not make a second one.
+    let other = scratch.dir.path().join("other.key");
+    std::fs::write(&other, "11".repeat(32)).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (code, out, err) = show(scratch.cmd().env("CUSTODIAN_SECRET_KEY_FILE", &other));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(err.contains("cannot decrypt a stored secret"), "{err}");
+    assert_eq!(show(&mut scratch.cmd()).1, first);
+}
