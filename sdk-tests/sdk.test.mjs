@@ -127,6 +127,21 @@ for (const authVersion of [2, 3]) {
   });
 }
 
+test('ensureEcdhKeychain: a keychain is made at the first login, kept as ecdhKeychain, and found at the next', async () => {
+  const first = sdk(2);
+  const login = await first.authenticate({ username: email, password, otp: OTP, ensureEcdhKeychain: true });
+  const xpub = login.user.ecdhKeychain;
+  assert.match(xpub, /^xpub[1-9A-HJ-NP-Za-km-z]{107}$/);
+  const settings = await first.get(first.url('/user/settings')).result();
+  assert.equal(settings.settings.ecdhKeychain, xpub);
+  // A second SDK (auth v3) finds the keychain in the settings and makes none.
+  const second = sdk(3);
+  const again = await second.authenticate({ username: email, password, otp: OTP, ensureEcdhKeychain: true });
+  assert.equal(again.user.ecdhKeychain, xpub);
+  await first.logout();
+  await second.logout();
+});
+
 test('a wrong OTP sets needsOTP', async () => {
   await assert.rejects(
     sdk(2).authenticate({ username: email, password, otp: '123456' }),

@@ -36,6 +36,8 @@ mod errors;
 mod events;
 #[path = "api/identity.rs"]
 mod identity;
+#[path = "api/keychains.rs"]
+mod keychains;
 #[path = "api/operator.rs"]
 mod operator;
 #[path = "api/outage.rs"]

@@ -4,5 +4,5 @@
 CREATE TABLE server_keys (
     name TEXT PRIMARY KEY NOT NULL,
     sealed TEXT NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at BIGINT NOT NULL
 );

@@ -19,7 +19,7 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use self::handlers::{audit, chain, events, identity, sessions, wallets, webhook_admin, webhooks};
+use self::handlers::{audit, chain, events, identity, keychains, sessions, wallets, webhook_admin, webhooks};
 use crate::{error::Error, AppState};
 
 pub mod auth;
@@ -190,6 +190,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(identity::create_access_token, sessions::list_tokens))
         .routes(routes!(sessions::revoke_token))
         .routes(routes!(sessions::session))
+        .routes(routes!(keychains::user_settings, keychains::update_settings))
+        .routes(routes!(keychains::add_keychain))
         .routes(routes!(sessions::unlock))
         .routes(routes!(sessions::lock))
         .routes(routes!(sessions::extend_token))

@@ -11,6 +11,7 @@ pub mod bearer;
 pub mod ecdh;
 pub mod extension;
 pub mod hmac_auth;
+pub mod keychains;
 pub mod login;
 pub mod otp;
 pub mod password;

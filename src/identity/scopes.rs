@@ -54,7 +54,8 @@ pub enum Action<'a> {
     ViewProfile,
     /// Create another access token.
     CreateAccessToken,
-    /// List or revoke the user's own tokens: `user_manage` (`all` in test), never a 2FA-reset
+    /// List or revoke the user's own tokens, or change their settings and keychains:
+    /// `user_manage` (`all` in test), never a 2FA-reset
     /// token (docs/decisions.md#token-and-session-lifecycle).
     ManageOwnTokens,
     /// Create, list, remove or simulate the user's own block webhooks: `wallet_manage_all` or

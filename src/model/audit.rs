@@ -40,6 +40,8 @@ crate::types::text_enum!(
         WalletBalanceSet = "wallet.balance_set",
         WalletAddressAdded = "wallet.address_added",
         WalletFeeAlertsSet = "wallet.fee_alerts_set",
+        UserEcdhKeychainAdded = "user.ecdh_keychain_added",
+        UserEcdhKeychainSet = "user.ecdh_keychain_set",
         ChainReorgTooDeep = "chain.reorg_too_deep",
         ChainResync = "chain.resync",
     }

@@ -19,6 +19,7 @@ mod delivery;
 mod errors;
 mod events;
 mod identity;
+mod keychains;
 mod operator;
 mod procs;
 mod receiver;

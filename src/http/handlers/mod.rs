@@ -5,6 +5,7 @@ pub mod audit;
 pub mod chain;
 pub mod events;
 pub mod identity;
+pub mod keychains;
 pub mod sessions;
 pub mod wallets;
 pub mod webhook_admin;

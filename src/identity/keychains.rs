@@ -1,0 +1,79 @@
+//! Users' ECDH keychains and the `ecdhKeychain` setting, as BitGoJS's
+//! `authenticate({ensureEcdhKeychain: true})` makes them: it reads the settings, adds a keychain
+//! (`source: "ecdh"`, an xpub and the xprv it encrypted under the user's password) and sets
+//! its xpub as the user's `ecdhKeychain`. The server never sees the xprv in the clear.
+
+use bitcoin::bip32::Xpub;
+use serde_json::{json, Value};
+
+use super::{bearer::Principal, scopes::Action, Identity};
+use crate::{
+    error::{Error, Result},
+    model::{audit::AuditType, keychain::EcdhKeychain},
+};
+
+/// Longest encrypted xprv kept, characters (BitGo's envelopes of an xprv are under 1 KB).
+pub const MAX_ENCRYPTED_XPRV: usize = 8192;
+
+/// The settings BitGo's `/user/settings` serves that Custodian keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// The xpub of the user's ECDH keychain, once set.
+    pub ecdh_keychain: Option<String>,
+}
+
+/// The caller's settings. Errors: `InsufficientScope` (`profile`).
+pub async fn settings(svc: &Identity, auth: &Principal) -> Result<Settings> {
+    auth.require(svc.policy, Action::ViewProfile)?;
+    Ok(Settings { ecdh_keychain: svc.store.ecdh_keychain(&auth.user.id).await?.map(|k| k.xpub) })
+}
+
+/// Keeps a keychain of the caller's (`POST /api/v1/keychain`): only `source: "ecdh"`, a BIP32
+/// xpub, and the xprv as the client encrypted it (a JSON envelope of BitGo's `encrypt`, at most
+/// [`MAX_ENCRYPTED_XPRV`] characters). Audited as `user.ecdh_keychain_added`. Errors:
+/// `InsufficientScope` (`user_manage`), `InvalidField` (`source`, `xpub`, `encryptedXprv`).
+pub async fn add_keychain(
+    svc: &Identity,
+    auth: &Principal,
+    source: &str,
+    xpub: &str,
+    encrypted_xprv: &str,
+) -> Result<EcdhKeychain> {
+    auth.require(svc.policy, Action::ManageOwnTokens)?;
+    if source != "ecdh" {
+        return Err(Error::invalid_field("source", "only ecdh keychains are kept (wallet keys are not)"));
+    }
+    let parsed: Xpub = xpub.parse().map_err(|_| Error::invalid_field("xpub", "must be a BIP32 xpub"))?;
+    let envelope = serde_json::from_str::<serde_json::Map<String, Value>>(encrypted_xprv).ok();
+    if encrypted_xprv.len() > MAX_ENCRYPTED_XPRV || !envelope.is_some_and(|e| e.contains_key("ct")) {
+        return Err(Error::invalid_field("encryptedXprv", "must be the JSON envelope BitGo's encrypt makes"));
+    }
+    let keychain = EcdhKeychain {
+        user_id: auth.user.id.clone(),
+        xpub: parsed.to_string(),
+        encrypted_xprv: encrypted_xprv.to_string(),
+        created_at: crate::ids::now(),
+    };
+    let entry = crate::audit::EntryExt::data(
+        auth.audit(AuditType::UserEcdhKeychainAdded),
+        json!({ "xpub": keychain.xpub }),
+    );
+    svc.store.add_ecdh_keychain(&keychain, &[entry]).await?;
+    Ok(keychain)
+}
+
+/// Sets the caller's `ecdhKeychain` to one of their keychains (`PUT /api/v2/user/settings`).
+/// Audited as `user.ecdh_keychain_set`. Errors: `InsufficientScope` (`user_manage`),
+/// `InvalidField` (`settings.ecdhKeychain`: not the xpub of a keychain the caller added).
+pub async fn set_ecdh_keychain(svc: &Identity, auth: &Principal, xpub: &str) -> Result<Settings> {
+    auth.require(svc.policy, Action::ManageOwnTokens)?;
+    let entry =
+        crate::audit::EntryExt::data(auth.audit(AuditType::UserEcdhKeychainSet), json!({ "xpub": xpub }));
+    if !svc.store.choose_ecdh_keychain(&auth.user.id, xpub, &[entry]).await? {
+        return Err(Error::invalid_field(
+            "settings.ecdhKeychain",
+            "must be the xpub of a keychain added with POST /api/v1/keychain",
+        ));
+    }
+    Ok(Settings { ecdh_keychain: Some(xpub.to_string()) })
+}

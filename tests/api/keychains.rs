@@ -1,0 +1,46 @@
+//! ECDH keychains and the `ecdhKeychain` setting on BitGo's paths (BitGoJS's
+//! `ensureEcdhKeychain`, driven for real in sdk-tests/): what is refused, and what is kept.
+
+use serde_json::json;
+
+use crate::common::*;
+
+const XPUB: &str = "xpub661MyMwAqRbcErFqVXGiUFv9YeoPbhN72UiNCUdj9nj3T6M8h7iKNmbCYpMVWVZP7LA2ma3HWcPngz1gRTm4FPdtm9mHfrNvU93MCoszsGL";
+const ENVELOPE: &str = r#"{"iv":"QKHEF2GNcwOJwy6+pwANRA==","v":1,"iter":10000,"ks":256,"ts":64,"mode":"ccm","adata":"","cipher":"aes","salt":"W2sVFvXDlOw=","ct":"8BTC"}"#;
+
+#[tokio::test]
+async fn an_ecdh_keychain_is_kept_and_chosen_and_bad_ones_are_refused() {
+    let app = spawn_app().await;
+    let user = app.create_user("keys@example.com").await;
+    let token = app.login(&user).await;
+    for (body, field) in [
+        (json!({ "xpub": "xprv-or-anything", "encryptedXprv": ENVELOPE }), "xpub"),
+        (json!({ "source": "user", "xpub": XPUB, "encryptedXprv": ENVELOPE }), "source"),
+        (json!({ "xpub": XPUB, "encryptedXprv": "xprv in the clear" }), "encryptedXprv"),
+        (json!({ "xpub": XPUB, "encryptedXprv": ENVELOPE, "isLedger": true }), "isLedger"),
+    ] {
+        let res = app.post_auth("/api/v1/keychain", &token, &body).await;
+        let got = assert_error(res, 400, "InvalidField").await;
+        assert_eq!(got["context"]["field"], field, "{got}");
+    }
+    // Only a keychain the user added can be their ecdhKeychain.
+    let set = json!({ "settings": { "ecdhKeychain": XPUB } });
+    assert_error(app.put_auth("/api/v2/user/settings", &token, &set).await, 400, "InvalidField").await;
+    let added = json!({ "xpub": XPUB, "encryptedXprv": ENVELOPE });
+    let k = expect_json(app.post_auth("/api/v1/keychain", &token, &added).await, 200).await;
+    assert_eq!((k["xpub"].as_str(), k["source"].as_str()), (Some(XPUB), Some("ecdh")), "{k}");
+    let empty = expect_json(app.get_auth("/api/v1/user/settings", &token).await, 200).await;
+    assert_eq!(empty, json!({ "settings": {} }));
+    expect_json(app.put_auth("/api/v2/user/settings", &token, &set).await, 200).await;
+    let settings = expect_json(app.get_auth("/api/v1/user/settings", &token).await, 200).await;
+    assert_eq!(settings["settings"]["ecdhKeychain"], XPUB);
+    // Another user's settings are their own.
+    let other = app.create_user("other-keys@example.com").await;
+    let other = app.login(&other).await;
+    let theirs = expect_json(app.get_auth("/api/v2/user/settings", &other).await, 200).await;
+    assert_eq!(theirs, json!({ "settings": {} }));
+    assert_error(app.put_auth("/api/v2/user/settings", &other, &set).await, 400, "InvalidField").await;
+    let audit =
+        app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'user.ecdh_keychain%' ORDER BY seq").await;
+    assert_eq!(audit, ["user.ecdh_keychain_added", "user.ecdh_keychain_set"]);
+}
