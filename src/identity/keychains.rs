@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{bearer::Principal, scopes::Action, Identity};
 use crate::{
-    error::{Error, Result},
+    error::{Error, ErrorName, Result},
     model::{audit::AuditType, keychain::EcdhKeychain},
 };
 
@@ -64,16 +64,18 @@ pub async fn add_keychain(
 
 /// Sets the caller's `ecdhKeychain` to one of their keychains (`PUT /api/v2/user/settings`).
 /// Audited as `user.ecdh_keychain_set`. Errors: `InsufficientScope` (`user_manage`),
-/// `InvalidField` (`settings.ecdhKeychain`: not the xpub of a keychain the caller added).
+/// `NotFound` (404: not the xpub of a keychain the caller added).
 pub async fn set_ecdh_keychain(svc: &Identity, auth: &Principal, xpub: &str) -> Result<Settings> {
     auth.require(svc.policy, Action::ManageOwnTokens)?;
     let entry =
         crate::audit::EntryExt::data(auth.audit(AuditType::UserEcdhKeychainSet), json!({ "xpub": xpub }));
     if !svc.store.choose_ecdh_keychain(&auth.user.id, xpub, &[entry]).await? {
-        return Err(Error::invalid_field(
-            "settings.ecdhKeychain",
-            "must be the xpub of a keychain added with POST /api/v1/keychain",
-        ));
+        // A well-formed reference to a keychain that does not exist, as any unknown id is.
+        return Err(Error::NotFound {
+            name: ErrorName::NotFound,
+            message: "settings.ecdhKeychain: no keychain of this user has that xpub (POST /api/v1/keychain adds one)"
+                .into(),
+        });
     }
     Ok(Settings { ecdh_keychain: Some(xpub.to_string()) })
 }

@@ -25,7 +25,7 @@ async fn an_ecdh_keychain_is_kept_and_chosen_and_bad_ones_are_refused() {
     }
     // Only a keychain the user added can be their ecdhKeychain.
     let set = json!({ "settings": { "ecdhKeychain": XPUB } });
-    assert_error(app.put_auth("/api/v2/user/settings", &token, &set).await, 400, "InvalidField").await;
+    assert_error(app.put_auth("/api/v2/user/settings", &token, &set).await, 404, "NotFound").await;
     let added = json!({ "xpub": XPUB, "encryptedXprv": ENVELOPE });
     let k = expect_json(app.post_auth("/api/v1/keychain", &token, &added).await, 200).await;
     assert_eq!((k["xpub"].as_str(), k["source"].as_str()), (Some(XPUB), Some("ecdh")), "{k}");
@@ -39,7 +39,7 @@ async fn an_ecdh_keychain_is_kept_and_chosen_and_bad_ones_are_refused() {
     let other = app.login(&other).await;
     let theirs = expect_json(app.get_auth("/api/v2/user/settings", &other).await, 200).await;
     assert_eq!(theirs, json!({ "settings": {} }));
-    assert_error(app.put_auth("/api/v2/user/settings", &other, &set).await, 400, "InvalidField").await;
+    assert_error(app.put_auth("/api/v2/user/settings", &other, &set).await, 404, "NotFound").await;
     let audit =
         app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'user.ecdh_keychain%' ORDER BY seq").await;
     assert_eq!(audit, ["user.ecdh_keychain_added", "user.ecdh_keychain_set"]);

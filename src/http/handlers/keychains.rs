@@ -56,9 +56,10 @@ pub struct SettingsRequest {
     request_body = SettingsRequest,
     responses(
         (status = 200, description = "`{settings: {ecdhKeychain}}`", body = Object),
-        (status = 400, description = "Not the xpub of one of the caller's keychains", body = ErrorResponse),
+        (status = 400, description = "Not a settings object", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "The token lacks `user_manage`", body = ErrorResponse),
+        (status = 404, description = "No keychain of the caller's has that xpub (NotFound)", body = ErrorResponse),
     ))]
 pub async fn update_settings(
     State(state): State<AppState>,
