@@ -134,6 +134,7 @@ test('ensureEcdhKeychain: a keychain is made at the first login, kept as ecdhKey
   assert.match(xpub, /^xpub[1-9A-HJ-NP-Za-km-z]{107}$/);
   const settings = await first.get(first.url('/user/settings')).result();
   assert.equal(settings.settings.ecdhKeychain, xpub);
+  assert.equal((await first.me()).ecdhKeychain, xpub);
   // A second SDK (auth v3) finds the keychain in the settings and makes none.
   const second = sdk(3);
   const again = await second.authenticate({ username: email, password, otp: OTP, ensureEcdhKeychain: true });

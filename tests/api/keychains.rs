@@ -34,6 +34,8 @@ async fn an_ecdh_keychain_is_kept_and_chosen_and_bad_ones_are_refused() {
     expect_json(app.put_auth("/api/v2/user/settings", &token, &set).await, 200).await;
     let settings = expect_json(app.get_auth("/api/v1/user/settings", &token).await, 200).await;
     assert_eq!(settings["settings"]["ecdhKeychain"], XPUB);
+    let me = expect_json(app.get_auth("/api/v2/user/me", &token).await, 200).await;
+    assert_eq!(me["user"]["ecdhKeychain"], XPUB, "{me}");
     // Another user's settings are their own.
     let other = app.create_user("other-keys@example.com").await;
     let other = app.login(&other).await;

@@ -391,7 +391,7 @@ pub struct MeResponse {
     pub user: UserResponse,
 }
 
-/// The token's own user. Needs the `profile` scope (docs/scopes.md).
+/// The token's own user, with its `ecdhKeychain` once set. Needs the `profile` scope (docs/scopes.md).
 #[utoipa::path(get, path = "/api/v2/user/me", tag = "identity",
     security(("bearer" = [])),
     responses(
@@ -400,5 +400,7 @@ pub struct MeResponse {
     ))]
 pub async fn me(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<MeResponse>> {
     let (user, memberships) = identity::users::profile(&state.identity, &auth).await?;
-    Ok(Json(MeResponse { user: user_response(&user, &memberships) }))
+    let mut user = user_response(&user, &memberships);
+    user.ecdh_keychain = crate::identity::keychains::settings(&state.identity, &auth).await?.ecdh_keychain;
+    Ok(Json(MeResponse { user }))
 }
