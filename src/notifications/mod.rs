@@ -232,7 +232,7 @@ pub fn simulate_enterprise(
 /// `eventId`) plus `wallet` for wallet events. Block events are keyed per block so that a
 /// block notifies each webhook once however many confirmation events arrive.
 pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>) -> Notification {
-    let payload = Value::Object(crate::model::notification::event_payload(event));
+    let payload = crate::model::notification::event_payload(event);
     // The hash (the event's `hash` or `blockId`, else the payload's SHA-256) and the key of an
     // event notification are derived when read (docs/decisions.md#performance-as-the-data-grows: lean storage); a block key is not.
     let key = match (&webhook.level, event.get("blockId").and_then(Value::as_str)) {
@@ -242,9 +242,11 @@ pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>)
         _ => None,
     };
     let meta = match &webhook.level {
-        WebhookLevel::Wallet { .. } => wallet_meta(None, event.get("transferId").and_then(Value::as_str)),
+        // The rule the store derives a lean row's meta with.
+        WebhookLevel::Wallet { .. } => crate::model::notification::event_meta(&payload),
         WebhookLevel::Enterprise { .. } | WebhookLevel::Block { .. } => json!({}),
     };
+    let payload = Value::Object(payload);
     new_notification(webhook, &payload, None, key, Some(event_id.to_string()), false, meta)
 }
 

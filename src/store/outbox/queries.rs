@@ -105,8 +105,7 @@ where
         }
         let notifications: Vec<Notification> =
             rows.into_iter().map(NotificationRow::into_notification).collect::<StoreResult<_>>()?;
-        let notifications =
-            with_event_payloads::<DB>(&mut *self.pool.acquire().await?, notifications).await?;
+        let notifications = with_event_payloads::<DB>(&self.pool, notifications).await?;
         let mut ids: Vec<&str> = notifications.iter().map(|n| n.webhook_id.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -213,7 +212,7 @@ where
             sqlx::query_as(&sql).bind(webhook_id).bind(id).fetch_optional(&self.pool).await?;
         let found: Vec<Notification> =
             row.map(NotificationRow::into_notification).transpose()?.into_iter().collect();
-        Ok(with_event_payloads::<DB>(&mut *self.pool.acquire().await?, found).await?.pop())
+        Ok(with_event_payloads::<DB>(&self.pool, found).await?.pop())
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -237,7 +236,7 @@ where
             .fetch_all(&self.pool)
             .await?;
         let found = rows.into_iter().map(NotificationRow::into_notification).collect::<StoreResult<_>>()?;
-        with_event_payloads::<DB>(&mut *self.pool.acquire().await?, found).await
+        with_event_payloads::<DB>(&self.pool, found).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

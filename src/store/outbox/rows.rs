@@ -154,9 +154,10 @@ where
 /// payload (and the meta when it was just the transfer), derived from the event as
 /// `notifications::from_event` made them (docs/decisions.md#performance-as-the-data-grows).
 /// Events are pruned no earlier than their notifications, so the event is there; were it not,
-/// the payload would be `{}` and the fault logged.
+/// the payload would be `{}` and the fault logged. Takes the pool, not a connection: most reads
+/// have nothing to fill and then touch no connection.
 pub(in crate::store) async fn with_event_payloads<DB>(
-    conn: &mut DB::Connection,
+    pool: &sqlx::Pool<DB>,
     mut notifications: Vec<Notification>,
 ) -> StoreResult<Vec<Notification>>
 where
@@ -178,7 +179,7 @@ where
         let sql =
             format!("SELECT event_id, body FROM events WHERE event_id IN ({})", placeholders(1, part.len()));
         let q = part.iter().fold(sqlx::query_as::<DB, (String, String)>(&sql), |q, id| q.bind(*id));
-        bodies.extend(q.fetch_all(&mut *conn).await?);
+        bodies.extend(q.fetch_all(pool).await?);
     }
     for n in notifications.iter_mut().filter(|n| n.payload.is_empty()) {
         let event = n

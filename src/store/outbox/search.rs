@@ -317,7 +317,7 @@ where
         sql.push_str(&format!(" ORDER BY n.id DESC LIMIT {}", b.int(i64::from(limit))));
         let rows: Vec<NotificationRow> = bind_all!(sqlx::query_as(&sql), b).fetch_all(&self.pool).await?;
         let found = rows.into_iter().map(NotificationRow::into_notification).collect::<StoreResult<_>>()?;
-        with_event_payloads::<DB>(&mut *self.pool.acquire().await?, found).await
+        with_event_payloads::<DB>(&self.pool, found).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
