@@ -9,7 +9,7 @@ import { createServer } from 'node:http';
 
 const require = createRequire(import.meta.url);
 const { BitGoAPI } = require('@bitgo/sdk-api');
-const { calculateRequestHeaders, calculateRequestHMAC, calculateV4RequestHeaders, verifyV4Response } = require('@bitgo/sdk-hmac');
+const { calculateRequestHeaders, calculateRequestHMAC, calculateV4RequestHeaders, verifyResponse, verifyV4Response } = require('@bitgo/sdk-hmac');
 const { Tbtc } = require('@bitgo/sdk-coin-btc');
 const { Hteth } = require('@bitgo/sdk-coin-eth');
 
@@ -19,10 +19,14 @@ const password = process.env.CUSTODIAN_PASSWORD;
 const walletId = process.env.CUSTODIAN_WALLET;
 const ethWalletId = process.env.CUSTODIAN_ETH_WALLET;
 const anvilUrl = process.env.CUSTODIAN_ANVIL_URL;
+// A second user, who gets an ECDH keychain; the service's xpub, from `custodian ecdh show-xpub`.
+const ecdhEmail = process.env.CUSTODIAN_ECDH_EMAIL;
+const serverXpub = process.env.CUSTODIAN_SERVER_XPUB;
 const OTP = '000000'; // accepted in the test environment
 
 function sdk(authVersion) {
-  const bitgo = new BitGoAPI({ env: 'custom', customRootURI: url, authVersion });
+  // BitGoJS keeps serverXpub in its shared 'custom' environment, so every instance has it.
+  const bitgo = new BitGoAPI({ env: 'custom', customRootURI: url, authVersion, serverXpub });
   bitgo.register('tbtc', Tbtc.createInstance);
   bitgo.register('hteth', Hteth.createInstance);
   return bitgo;
@@ -127,20 +131,62 @@ for (const authVersion of [2, 3]) {
   });
 }
 
-test('ensureEcdhKeychain: a keychain is made at the first login, kept as ecdhKeychain, and found at the next', async () => {
+test('ensureEcdhKeychain, then ECDH logins: the token comes encrypted, is opened with serverXpub, and works', async () => {
   const first = sdk(2);
-  const login = await first.authenticate({ username: email, password, otp: OTP, ensureEcdhKeychain: true });
+  const login = await first.authenticate({ username: ecdhEmail, password, otp: OTP, ensureEcdhKeychain: true });
+  assert.equal(login.noECDHKeychain, true, 'a user without a keychain is told so, with the token in the clear');
   const xpub = login.user.ecdhKeychain;
   assert.match(xpub, /^xpub[1-9A-HJ-NP-Za-km-z]{107}$/);
   const settings = await first.get(first.url('/user/settings')).result();
   assert.equal(settings.settings.ecdhKeychain, xpub);
   assert.equal((await first.me()).ecdhKeychain, xpub);
-  // A second SDK (auth v3) finds the keychain in the settings and makes none.
-  const second = sdk(3);
-  const again = await second.authenticate({ username: email, password, otp: OTP, ensureEcdhKeychain: true });
-  assert.equal(again.user.ecdhKeychain, xpub);
   await first.logout();
-  await second.logout();
+  for (const authVersion of [2, 3]) {
+    // The user now has a keychain: the SDK gets encryptedToken, opens it with its password
+    // and serverXpub, and keeps the xprv to open the tokens it adds.
+    const bitgo = sdk(authVersion);
+    const again = await bitgo.authenticate({ username: ecdhEmail, password, otp: OTP, ensureEcdhKeychain: true });
+    assert.match(again.derivationPath, /^m\/999999\/\d+\/\d+$/);
+    assert.ok(again.encryptedToken && again.encryptedECDHXprv, 'handed over ECDH-encrypted');
+    assert.match(again.access_token, /^v2x[0-9a-f]{64}$/, 'opened by the SDK');
+    assert.equal(again.user.ecdhKeychain, xpub, 'the keychain is found, no second one made');
+    assert.equal((await bitgo.me()).username, ecdhEmail);
+    const made = await bitgo.addAccessToken({ label: `ecdh-v${authVersion}`, scope: ['profile'], otp: OTP, duration: 600 });
+    assert.ok(made.encryptedToken && made.derivationPath !== again.derivationPath, 'the new token comes encrypted too');
+    assert.match(made.token, /^v2x[0-9a-f]{64}$/);
+    const user = sdk(authVersion);
+    user.authenticateWithAccessToken({ accessToken: made.token });
+    assert.equal((await user.me()).username, ecdhEmail, 'the added token works');
+    // forceV1Auth: in the clear.
+    const v1 = sdk(authVersion);
+    const plain = await v1.authenticate({ username: ecdhEmail, password, otp: OTP, forceV1Auth: true });
+    assert.match(plain.access_token, /^v2x/);
+    assert.equal(plain.encryptedToken, undefined);
+    await v1.logout();
+    await bitgo.logout();
+  }
+});
+
+test("BitGo's example scripts' login: POST /api/v2/user/login, then access_token or handleTokenIssuance", async () => {
+  for (const [who, encrypted] of [[email, false], [ecdhEmail, true]]) {
+    const bitgo = sdk(2);
+    const req = bitgo.post(bitgo.url('/user/login', 2));
+    const res = await req.send({ email: who, password, otp: OTP });
+    const body = res.body;
+    let token = body.access_token;
+    if (encrypted) {
+      assert.equal(token, undefined);
+      token = (await bitgo.handleTokenIssuance(body, password)).token;
+      // The answer is signed with the token it carries (as the SDK checks its own login).
+      const check = verifyResponse({ url: req.url, hmac: res.header.hmac, statusCode: res.status, text: res.text,
+        timestamp: res.header.timestamp, token, method: 'post', authVersion: 2 });
+      assert.equal(check.isValid, true);
+    }
+    assert.match(token, /^v2x[0-9a-f]{64}$/);
+    bitgo.authenticateWithAccessToken({ accessToken: token });
+    assert.equal((await bitgo.me()).username, who);
+    await bitgo.logout();
+  }
 });
 
 test('a wrong OTP sets needsOTP', async () => {

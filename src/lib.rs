@@ -107,6 +107,7 @@ impl AppState {
                     config.tokens.hmac_read_replay_capacity,
                 )),
                 dispatch: dispatch.clone(),
+                server_ecdh: Arc::default(),
             },
             webhooks,
             chains,

@@ -30,6 +30,8 @@ mod common;
 mod connections;
 #[path = "api/delivery.rs"]
 mod delivery;
+#[path = "api/ecdh_login.rs"]
+mod ecdh_login;
 #[path = "api/errors.rs"]
 mod errors;
 #[path = "api/events.rs"]

@@ -7,7 +7,7 @@
 use axum::{
     body::{to_bytes, Body},
     extract::{FromRequestParts, Request},
-    http::{HeaderName, HeaderValue, Method},
+    http::{request::Parts, HeaderName, HeaderValue, Method},
     response::{IntoResponse, Response},
 };
 
@@ -15,7 +15,7 @@ use super::{error::ApiError, extract::ClientIp, MAX_BODY_BYTES};
 use crate::{
     identity::{
         bearer::Principal,
-        hmac_auth::{authenticate_signed, ResponseSigner, SignedRequest},
+        hmac_auth::{authenticate_signed, AuthVersion, ResponseSigner, SignedRequest},
     },
     AppState,
 };
@@ -31,6 +31,34 @@ static V4_REQUEST_ID: HeaderName = HeaderName::from_static("x-auth-request-id");
 /// The caller of a verified signed request, for [`super::auth::Auth`].
 #[derive(Clone)]
 pub struct Verified(pub Principal);
+
+/// How a client can take a new token: `version` is its `BitGo-Auth-Version` (BitGoJS sends it on
+/// every request, signed or not), which says it can open an ECDH-encrypted token
+/// (`identity::issuance`) and check an answer signed with that token.
+#[derive(Debug, Clone)]
+pub struct Handover {
+    pub version: Option<AuthVersion>,
+    method: String,
+    path: String,
+}
+
+impl Handover {
+    /// The signer of the answer that hands `token` over to this client.
+    pub fn signer(&self, token: &str) -> Option<ResponseSigner> {
+        ResponseSigner::for_new_token(token, self.version?, &self.method, &self.path)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Handover {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let version =
+            parts.headers.get(&AUTH_VERSION).and_then(|v| v.to_str().ok()).and_then(AuthVersion::parse);
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+        Ok(Handover { version, method: parts.method.as_str().to_string(), path })
+    }
+}
 
 /// Whether `req` claims to be signed: it carries an `HMAC` (v2, v3) or `X-Signature` (v4)
 /// header. (BitGoJS sends `BitGo-Auth-Version` on every request, signed or not.)

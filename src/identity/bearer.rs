@@ -59,6 +59,8 @@ pub struct Principal {
     pub client_ip: IpAddr,
     /// The request's id (`request-id`), for the audit log.
     pub request_id: Option<String>,
+    /// The request was signed with the token (HMAC, auth v2 to v4), not sent as a Bearer.
+    pub signed: bool,
 }
 
 impl Principal {
@@ -154,5 +156,5 @@ pub(super) async fn principal_of_token(
             tracing::warn!(error = %e, "recording a token's last use failed");
         }
     }
-    Ok(Principal { token, user, client_ip, request_id: None })
+    Ok(Principal { token, user, client_ip, request_id: None, signed: false })
 }

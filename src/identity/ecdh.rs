@@ -1,4 +1,4 @@
-//! The cryptography of BitGo's ECDH token issuance (not yet wired to a route), and the
+//! The cryptography of BitGo's ECDH token issuance (`super::issuance` hands tokens over with it), and the
 //! service's own ECDH key: the password envelope BitGoJS decrypts (`sdk-api/src/encrypt.ts`, version 1: the
 //! SJCL JSON of PBKDF2-HMAC-SHA256 and AES-CCM), and the secret both sides derive from an ECDH
 //! keychain (`deriveTokenIssuanceEcdhSecret` in `sdk-api/src/bitgoAPI.ts`).
@@ -67,20 +67,29 @@ fn key(password: &str, salt: &[u8], iter: u32, bytes: usize) -> Vec<u8> {
     key
 }
 
+/// PBKDF2 rounds of a token sealed under an ECDH secret: BitGo's own (its fixture's 1,000). The
+/// secret is a random curve point, so stretching it adds nothing.
+pub const TOKEN_ITERATIONS: u32 = 1_000;
+
 /// Seals `plaintext` under `password` as BitGoJS's `encrypt` does (version 1: 256-bit key,
 /// 10,000 rounds, random 8-byte salt and 16-byte iv, 64-bit tag): the JSON text.
 pub fn seal(password: &str, plaintext: &str) -> String {
+    seal_with(password, plaintext, ITERATIONS)
+}
+
+/// [`seal`] with `iterations` PBKDF2 rounds.
+pub fn seal_with(password: &str, plaintext: &str, iterations: u32) -> String {
     let (mut salt, mut iv) = ([0u8; 8], [0u8; 16]);
     rand::rngs::OsRng.fill_bytes(&mut salt);
     rand::rngs::OsRng.fill_bytes(&mut iv);
-    let cipher = Ccm256::new(GenericArray::from_slice(&key(password, &salt, ITERATIONS, 32)));
+    let cipher = Ccm256::new(GenericArray::from_slice(&key(password, &salt, iterations, 32)));
     let payload = Payload { msg: plaintext.as_bytes(), aad: b"" };
     // Encryption fails only for a message too long for the nonce's length field (64 KiB).
     let ct = cipher.encrypt(GenericArray::from_slice(&iv[..13]), payload).unwrap_or_default();
     let envelope = Envelope {
         iv: B64.encode(iv),
         v: 1,
-        iter: ITERATIONS,
+        iter: iterations,
         ks: 256,
         ts: 64,
         mode: "ccm".into(),

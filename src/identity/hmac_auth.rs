@@ -95,6 +95,19 @@ impl std::fmt::Debug for ResponseSigner {
 }
 
 impl ResponseSigner {
+    /// The signer of an answer that hands over the new token `token` ECDH-encrypted to a
+    /// client that sent `version` (v2 or v3; `None` for v4, whose signature needs a request
+    /// id the client has not sent): the client checks it with the token it opened.
+    pub fn for_new_token(token: &str, version: AuthVersion, method: &str, path: &str) -> Option<Self> {
+        (version != AuthVersion::V4).then(|| ResponseSigner {
+            key: token.as_bytes().to_vec(),
+            version,
+            method: method.to_string(),
+            path: path.to_string(),
+            auth_request_id: String::new(),
+        })
+    }
+
     /// The headers that sign a response with `status` and `body`: `timestamp` (Unix ms, now)
     /// and `hmac` for v2 and v3; `X-Request-Timestamp` (Unix s), `X-Content-SHA256`,
     /// `X-Auth-Request-Id` and `X-Signature` for v4.
@@ -311,7 +324,7 @@ pub async fn authenticate_signed(
     if !first {
         return Err(refused(ErrorName::RequestReplayed, "this signed request was already received"));
     }
-    let principal = principal_of_token(svc, token, client_ip).await?;
+    let principal = Principal { signed: true, ..principal_of_token(svc, token, client_ip).await? };
     let signer =
         ResponseSigner { key, version, method: method.to_string(), path: path.to_string(), auth_request_id };
     Ok((principal, signer))

@@ -24,7 +24,7 @@ use crate::{
     ids,
     model::{
         audit::AuditEntry,
-        token::{TokenKind, TokenRecord},
+        token::{GrantType, TokenKind, TokenRecord},
     },
     store::{Membership, User},
     types::{Email, OtpCode},
@@ -45,6 +45,9 @@ pub struct Credentials {
     /// BitGoJS's `extensionAddress`: the P2PKH address whose key must sign an extension of an
     /// extensible session ([`super::extension`]).
     pub extension_address: Option<String>,
+    /// The client can take the token ECDH-encrypted ([`super::issuance`]): BitGoJS, which sends
+    /// `BitGo-Auth-Version` and no `forceV1Auth`. Used when the user has an ECDH keychain.
+    pub ecdh: bool,
 }
 
 /// A successful login: the new session token (its secret value shown once) and its user.
@@ -59,6 +62,24 @@ pub struct Session {
     pub ttl_secs: i64,
     /// True for a 2FA-reset session.
     pub reset_2fa: bool,
+    /// The token as it is handed over when the client takes it ECDH-encrypted: then `value`
+    /// is not sent (it only signs the answer).
+    pub encrypted: Option<super::issuance::EncryptedToken>,
+    /// The user has no ECDH keychain (§2.2 `noECDHKeychain`).
+    pub no_ecdh_keychain: bool,
+}
+
+/// What a session is issued with, once every check passed.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    pub extensible: bool,
+    /// The address of the key that must sign its extensions ([`super::extension`]).
+    pub extension_address: Option<String>,
+    /// Limited to the 2FA reset.
+    pub reset: bool,
+    /// Handed over ECDH-encrypted when the user has a keychain ([`Credentials::ecdh`]).
+    pub ecdh: bool,
+    pub grant_type: GrantType,
 }
 
 /// The longest password, bytes; checked before any lookup or hashing (docs/decisions.md#brute-force-limits), with the
@@ -136,8 +157,13 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
     let user = svc.store.user_by_email(&address).await?.filter(|u| u.is_active);
     let stored = user.as_ref().map(|u| u.password_hash.as_str());
     let (offered, phc, upgrade) = super::password::candidate(email, &req.password, req.password_form, stored);
-    let (extensible, reset) = (req.extensible, req.for_reset_2fa);
-    let extension_address = req.extension_address.clone().filter(|_| extensible);
+    let options = SessionOptions {
+        extensible: req.extensible,
+        extension_address: req.extension_address.clone().filter(|_| req.extensible),
+        reset: req.for_reset_2fa,
+        ecdh: req.ecdh,
+        grant_type: GrantType::Password,
+    };
     let password_ok = match admission.verify(offered, phc).await {
         Ok(ok) => ok,
         Err(e) => {
@@ -168,7 +194,7 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
     }
     throttle::login_succeeded(svc, email, &client, now).await?;
     svc.store.set_last_login(&user.id, now, &[]).await?;
-    issue_session(svc, user, ip, now, (extensible, extension_address), reset).await
+    issue_session(svc, user, ip, now, options).await
 }
 
 /// Stores the BitGo form of a user's plain password in place of the hash of the plain password
@@ -189,17 +215,16 @@ async fn upgrade_password(svc: &Identity, user: &User, plain: &str) {
     }
 }
 
-/// The session token of a login that passed every check (`extensible`, with the address of
-/// the key that must sign its extensions when given, or limited to the 2FA reset when
-/// `reset`), stored with its audit entry.
-async fn issue_session(
+/// The session token of a login that passed every check, stored with its audit entry, and
+/// sealed for the user's ECDH keychain when `options.ecdh` and they have one.
+pub(super) async fn issue_session(
     svc: &Identity,
     mut user: User,
     ip: IpAddr,
     now: i64,
-    (extensible, extension_address): (bool, Option<String>),
-    reset: bool,
+    options: SessionOptions,
 ) -> Result<Session> {
+    let SessionOptions { extensible, extension_address, reset, ecdh, grant_type } = options;
     let ttl = i64::try_from(svc.config.login.session_ttl).unwrap_or(3600);
     let scopes = if reset {
         RESET_2FA_SCOPES.iter().map(|s| Grant::plain(*s)).collect()
@@ -222,12 +247,35 @@ async fn issue_session(
     token.is_extensible = extensible && !reset;
     token.extension_address = extension_address.filter(|_| token.is_extensible);
     token.admin = user.service_admin && !reset;
-    let mut entry = audit::entry(AuditType::LoginSucceeded).data(json!({ "forReset2FA": reset }));
+    token.grant_type = grant_type;
+    let keychain = svc.store.ecdh_keychain(&user.id).await?;
+    let no_ecdh_keychain = keychain.is_none();
+    let handover = keychain.filter(|_| ecdh && !reset).map(|k| (k, super::issuance::fresh_path()));
+    token.derivation_path = handover.as_ref().map(|(_, (_, text))| text.clone());
+    // Sealed before the token is stored, so that a failure leaves no token nobody holds.
+    let encrypted = match handover {
+        Some((keychain, path)) => Some(super::issuance::encrypt(svc, &keychain, path, &value).await?),
+        None => None,
+    };
+    let mut entry = audit::entry(AuditType::LoginSucceeded).data(json!({
+        "forReset2FA": reset,
+        "grantType": grant_type.as_str(),
+        "derivationPath": token.derivation_path,
+    }));
     entry.user_id = Some(user.id.clone());
     entry.ip = Some(ip.to_string());
     entry.token_id = Some(token.id.clone());
     svc.store.insert_token(&token, &[], &[entry]).await?;
     user.last_login = Some(now);
     let memberships = svc.store.memberships(&user.id).await?;
-    Ok(Session { value, token, user, memberships, ttl_secs: ttl, reset_2fa: reset })
+    Ok(Session {
+        value,
+        token,
+        user,
+        memberships,
+        ttl_secs: ttl,
+        reset_2fa: reset,
+        encrypted,
+        no_ecdh_keychain,
+    })
 }

@@ -11,6 +11,7 @@ pub mod bearer;
 pub mod ecdh;
 pub mod extension;
 pub mod hmac_auth;
+pub mod issuance;
 pub mod keychains;
 pub mod login;
 pub mod otp;
@@ -44,4 +45,6 @@ pub struct Identity {
     pub dispatch: Arc<dyn Dispatch>,
     /// Signed reads this process has seen (the replay guard of reads, docs/decisions.md#signed-requests).
     pub replay: Arc<hmac_auth::ReplayMemory>,
+    /// The service's ECDH key ([`ecdh::server_key`]), once read.
+    pub server_ecdh: Arc<tokio::sync::OnceCell<bitcoin::bip32::Xpriv>>,
 }

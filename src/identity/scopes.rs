@@ -325,6 +325,8 @@ mod tests {
             sealed_value: None,
             extension_address: None,
             tx_value_limit: None,
+            grant_type: Default::default(),
+            derivation_path: None,
         }
     }
 

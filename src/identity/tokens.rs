@@ -126,6 +126,9 @@ async fn apply_template(svc: &Identity, body: &mut Value) -> Result<()> {
 pub struct CreatedToken {
     pub value: String,
     pub record: TokenRecord,
+    /// The token as it is handed over when it goes ECDH-encrypted
+    /// ([`super::issuance::for_created_token`]); then `value` is not sent.
+    pub encrypted: Option<super::issuance::EncryptedToken>,
 }
 
 /// Builds the record of the token `value` with the fields every token has: its hash (the
@@ -170,6 +173,8 @@ pub fn new_token_record(
         sealed_value: Some(sealed),
         extension_address: None,
         tx_value_limit: None,
+        grant_type: Default::default(),
+        derivation_path: None,
     })
 }
 
@@ -404,6 +409,8 @@ pub async fn create_access_token(svc: &Identity, auth: &Principal, mut body: Val
     record.permitted_wallets = v.permitted_wallets;
     record.permitted_enterprises = v.permitted_enterprises;
     record.parent_id = Some(parent.id.clone());
+    record.grant_type = parent.grant_type;
+    let encrypted = super::issuance::for_created_token(svc, auth, &mut record, &value).await?;
     let notifications =
         crate::notifications::access_token_notifications(&svc.store, &record, svc.config.webhooks.max_held)
             .await?;
@@ -419,5 +426,5 @@ pub async fn create_access_token(svc: &Identity, auth: &Principal, mut body: Val
     if !notifications.is_empty() {
         svc.dispatch.wake();
     }
-    Ok(CreatedToken { value, record })
+    Ok(CreatedToken { value, record, encrypted })
 }

@@ -39,6 +39,35 @@ impl TokenKind {
     }
 }
 
+/// How the session a token belongs to was granted: the login result's `grant_type` (spec §2.2).
+/// An access token carries its creating session's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GrantType {
+    /// Password and one-time password.
+    #[default]
+    Password,
+    /// A WebAuthn assertion (a passkey), in place of password and one-time password.
+    Passkey,
+}
+
+impl GrantType {
+    /// The §2.2 value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantType::Password => "password",
+            GrantType::Passkey => "passkey",
+        }
+    }
+
+    /// Unknown values (none are written) read as `password`.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "passkey" => GrantType::Passkey,
+            _ => GrantType::Password,
+        }
+    }
+}
+
 /// An access token (spec §2.4). The secret itself is never stored: only its SHA-256.
 #[derive(Debug, Clone)]
 pub struct TokenRecord {
@@ -83,6 +112,12 @@ pub struct TokenRecord {
     pub extension_address: Option<String>,
     /// `unlock.txValueLimit` (§2.4), base units: from a top-level `txValueLimit` at creation.
     pub tx_value_limit: Option<BaseUnits>,
+    /// How its session was granted (§2.2 `grant_type`).
+    pub grant_type: GrantType,
+    /// The BIP32 path (`m/999999/a/b`) its value was handed over under, ECDH-encrypted
+    /// (`identity::issuance`); `None` when it was handed over in the clear. A session handed
+    /// over this way gets the tokens it creates the same way.
+    pub derivation_path: Option<String>,
 }
 
 /// How stale `lastUsedAt` may get before a request writes it again, seconds: the hot path

@@ -16,7 +16,9 @@ use super::sql_store::SqlStore;
 use super::{StoreError, StoreResult};
 use crate::model::audit::AuditEntry;
 use crate::model::notification::Notification;
-use crate::model::token::{SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock, TOUCH_EVERY_SECS};
+use crate::model::token::{
+    GrantType, SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock, TOUCH_EVERY_SECS,
+};
 use crate::types::AnyId;
 use crate::{grant::Grant, types::Cidr};
 
@@ -104,6 +106,8 @@ struct TokenRow {
     sealed_value: Option<Vec<u8>>,
     extension_address: Option<String>,
     tx_value_limit: Option<String>,
+    grant_type: String,
+    derivation_path: Option<String>,
 }
 
 impl TokenRow {
@@ -155,6 +159,8 @@ impl TokenRow {
                 .as_deref()
                 .map(|v| parse_stored(v, "txValueLimit"))
                 .transpose()?,
+            grant_type: GrantType::parse(&self.grant_type),
+            derivation_path: self.derivation_path,
         })
     }
 }
@@ -169,11 +175,11 @@ struct TemplateRow {
 /// The columns a token is inserted with.
 const TOKEN_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, sealed_value, extension_address, tx_value_limit";
+    permitted_enterprises, origin, parent_id, sealed_value, extension_address, tx_value_limit, grant_type, derivation_path";
 /// The columns a token is read with: those it is inserted with and those written later.
 const TOKEN_READ_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value, extension_address, tx_value_limit";
+    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value, extension_address, tx_value_limit, grant_type, derivation_path";
 
 #[async_trait]
 impl<DB> TokenStore for SqlStore<DB>
@@ -204,7 +210,7 @@ where
         let mut tx = self.begin_write().await?;
         let sql = format!(
             "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
         );
         sqlx::query(&sql)
             .bind(t.id.as_str())
@@ -229,6 +235,8 @@ where
             .bind(t.sealed_value.clone())
             .bind(t.extension_address.as_deref())
             .bind(t.tx_value_limit.as_ref().map(|v| v.as_str()))
+            .bind(t.grant_type.as_str())
+            .bind(t.derivation_path.as_deref())
             .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "a token with this id"))?;

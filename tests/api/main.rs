@@ -16,6 +16,7 @@ mod cli;
 mod common;
 mod connections;
 mod delivery;
+mod ecdh_login;
 mod errors;
 mod events;
 mod identity;

@@ -14,7 +14,7 @@ fn hmac_hex(token: &str, subject: &[u8]) -> String {
 }
 
 /// What a signed request is made of; a test changes one part to break it.
-struct Signed {
+pub(crate) struct Signed {
     version: &'static str,
     method: Method,
     path: String,
@@ -23,7 +23,7 @@ struct Signed {
 }
 
 impl Signed {
-    fn new(version: &'static str, method: Method, path: &str, body: &str) -> Self {
+    pub(crate) fn new(version: &'static str, method: Method, path: &str, body: &str) -> Self {
         Signed { version, method, path: path.into(), body: body.into(), ts: custodian::ids::now_ms() }
     }
 
@@ -36,7 +36,7 @@ impl Signed {
     }
 
     /// Sends it with `token`'s hash as the bearer and `mac` as the HMAC (None: the right one).
-    async fn send(&self, app: &TestApp, token: &str, mac: Option<&str>) -> Response {
+    pub(crate) async fn send(&self, app: &TestApp, token: &str, mac: Option<&str>) -> Response {
         let right = hmac_hex(token, self.subject().as_bytes());
         let mut req = app
             .client
@@ -54,7 +54,7 @@ impl Signed {
 
 /// Checks the response's `hmac` and `timestamp` as the SDK's `verifyResponse` does, and
 /// returns its body.
-async fn verified_body(res: Response, signed: &Signed, token: &str) -> Value {
+pub(crate) async fn verified_body(res: Response, signed: &Signed, token: &str) -> Value {
     let status = res.status().as_u16();
     let header = |n: &str| res.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
     let (ts, mac) = (header("timestamp").expect("timestamp header"), header("hmac").expect("hmac header"));

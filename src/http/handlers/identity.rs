@@ -4,6 +4,7 @@
 
 use axum::{
     extract::{Request, State},
+    response::{IntoResponse, Response},
     Json,
 };
 use serde::{Deserialize, Serialize};
@@ -15,6 +16,7 @@ use crate::{
         auth::Auth,
         error::ApiResult,
         extract::{json_value, ApiJson, ClientIp},
+        hmac_edge::Handover,
         ErrorResponse,
     },
     identity::{
@@ -54,13 +56,32 @@ pub struct LoginRequest {
     /// Gives a token limited to the 2FA-reset flow (docs/scopes.md).
     #[serde(default, rename = "forReset2FA")]
     pub for_reset_2fa: Option<bool>,
+    /// The token in the clear even to a client that could take it ECDH-encrypted.
+    #[serde(default, rename = "forceV1Auth")]
+    pub force_v1_auth: Option<bool>,
 }
 
 /// Login result of §2.2.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LoginResponse {
-    /// The secret bearer token; shown only here.
-    pub access_token: String,
+    /// The secret bearer token; shown only here. Absent when the token is handed over
+    /// ECDH-encrypted (`encryptedToken`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_token: Option<String>,
+    /// The token in BitGo's version 1 envelope (SJCL JSON) under the secret the user's ECDH
+    /// keychain and the service's key share at `derivationPath`; the answer is then signed
+    /// (`hmac`, `timestamp`) with the token itself.
+    #[serde(rename = "encryptedToken", skip_serializing_if = "Option::is_none")]
+    pub encrypted_token: Option<String>,
+    /// `m/999999/a/b`, fresh for each token.
+    #[serde(rename = "derivationPath", skip_serializing_if = "Option::is_none")]
+    pub derivation_path: Option<String>,
+    /// The keychain's xprv as the client encrypted it under its password.
+    #[serde(rename = "encryptedECDHXprv", skip_serializing_if = "Option::is_none")]
+    pub encrypted_ecdh_xprv: Option<String>,
+    /// True when the user has no ECDH keychain.
+    #[serde(rename = "noECDHKeychain", skip_serializing_if = "Option::is_none")]
+    pub no_ecdh_keychain: Option<bool>,
     /// Unix seconds.
     pub expires_at: i64,
     /// Seconds.
@@ -70,7 +91,7 @@ pub struct LoginResponse {
     pub token_id: TokenId,
     /// Always "bearer".
     pub token_type: String,
-    /// Always "password" here.
+    /// How the session was granted: `password` or `passkey`.
     pub grant_type: String,
     pub user: UserResponse,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,6 +108,7 @@ impl From<LoginRequest> for Credentials {
             for_reset_2fa: r.for_reset_2fa.unwrap_or(false),
             password_form: identity::password::PasswordForm::Plain,
             extension_address: None,
+            ecdh: !r.force_v1_auth.unwrap_or(false),
         }
     }
 }
@@ -126,7 +148,7 @@ pub struct SessionLoginRequest {
     pub initial_hash: Option<String>,
     #[serde(default)]
     pub fingerprint_hash: Option<String>,
-    /// Accepted and ignored: every answer of Custodian is the same for v1 and HMAC clients.
+    /// The token in the clear (`access_token`) even for a user with an ECDH keychain.
     #[serde(default, rename = "forceV1Auth")]
     pub force_v1_auth: Option<bool>,
 }
@@ -146,8 +168,9 @@ pub struct SessionLoginRequest {
 pub async fn session_login(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
+    handover: Handover,
     ApiJson(req): ApiJson<SessionLoginRequest>,
-) -> ApiResult<Json<LoginResponse>> {
+) -> ApiResult<Response> {
     let credentials = Credentials {
         email: req.email,
         otp: req.otp,
@@ -156,9 +179,9 @@ pub async fn session_login(
         for_reset_2fa: req.for_reset_2fa.unwrap_or(false),
         password_form: identity::password::PasswordForm::BitGo,
         extension_address: req.extension_address,
+        ecdh: !req.force_v1_auth.unwrap_or(false),
     };
-    let s = identity::login::login(&state.identity, credentials, ip).await?;
-    Ok(Json(login_response(s)))
+    login_answer(&state, credentials, ip, handover).await
 }
 
 /// Logs a user in with email, password and a one-time password (TOTP, RFC 6238).
@@ -173,21 +196,44 @@ pub async fn session_login(
 pub async fn login(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
+    handover: Handover,
     ApiJson(req): ApiJson<LoginRequest>,
-) -> ApiResult<Json<LoginResponse>> {
-    let s = identity::login::login(&state.identity, req.into(), ip).await?;
-    Ok(Json(login_response(s)))
+) -> ApiResult<Response> {
+    login_answer(&state, req.into(), ip, handover).await
+}
+
+/// Logs in and answers §2.2: the token in the clear, or ECDH-encrypted when the client sent
+/// `BitGo-Auth-Version` and the user has a keychain, then signed with the token it carries.
+async fn login_answer(
+    state: &AppState,
+    mut credentials: Credentials,
+    ip: std::net::IpAddr,
+    handover: Handover,
+) -> ApiResult<Response> {
+    credentials.ecdh &= handover.version.is_some();
+    let s = identity::login::login(&state.identity, credentials, ip).await?;
+    let signer = s.encrypted.as_ref().and_then(|_| handover.signer(&s.value));
+    let answer = Json(login_response(s)).into_response();
+    Ok(match signer {
+        Some(signer) => crate::http::hmac_edge::sign(answer, &signer).await,
+        None => answer,
+    })
 }
 
 fn login_response(s: identity::login::Session) -> LoginResponse {
+    let encrypted = s.encrypted;
     LoginResponse {
-        access_token: s.value,
+        access_token: encrypted.is_none().then_some(s.value),
+        no_ecdh_keychain: s.no_ecdh_keychain.then_some(true),
+        encrypted_token: encrypted.as_ref().map(|e| e.encrypted_token.clone()),
+        derivation_path: encrypted.as_ref().map(|e| e.derivation_path.clone()),
+        encrypted_ecdh_xprv: encrypted.map(|e| e.encrypted_ecdh_xprv),
         expires_at: s.token.expires_at,
         expires_in: s.ttl_secs,
         scope: s.token.scopes.iter().map(|g| g.to_scope_string()).collect(),
         token_id: s.token.id,
         token_type: "bearer".into(),
-        grant_type: "password".into(),
+        grant_type: s.token.grant_type.as_str().into(),
         user: user_response(&s.user, &s.memberships),
         warning: s.reset_2fa.then(|| "this session is limited to the 2FA reset process".to_string()),
     }
@@ -198,9 +244,17 @@ fn login_response(s: identity::login::Session) -> LoginResponse {
 #[serde(rename_all = "camelCase")]
 pub struct AccessTokenResponse {
     pub id: TokenId,
-    /// The secret token value; only in the response that creates the token.
+    /// The secret token value; only in the response that creates the token, unless it is
+    /// handed over ECDH-encrypted (`encryptedToken`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The new token in BitGo's version 1 envelope, when the creating session was itself handed
+    /// over ECDH-encrypted and the request was signed: opened as the login's `encryptedToken`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encrypted_token: Option<String>,
+    /// `m/999999/a/b`, with `encryptedToken`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub derivation_path: Option<String>,
     pub label: String,
     pub scope: Vec<String>,
     /// Address of the client that requested the token.
@@ -255,6 +309,8 @@ impl AccessTokenResponse {
             unlock: unlock_view(&t, ids::now()),
             last_used_at: t.last_used_at.map(ids::iso),
             token: value,
+            encrypted_token: None,
+            derivation_path: None,
             label: t.label.unwrap_or_default(),
             scope: t.scopes.iter().map(|g| g.to_scope_string()).collect(),
             ip: t.ip.unwrap_or_default(),
@@ -292,7 +348,14 @@ pub async fn create_access_token(
 ) -> ApiResult<Json<AccessTokenResponse>> {
     let body = json_value(req, &state).await?;
     let created = identity::tokens::create_access_token(&state.identity, &auth, body).await?;
-    Ok(Json(AccessTokenResponse::new(Some(created.value), created.record)))
+    let Some(encrypted) = created.encrypted else {
+        return Ok(Json(AccessTokenResponse::new(Some(created.value), created.record)));
+    };
+    Ok(Json(AccessTokenResponse {
+        encrypted_token: Some(encrypted.encrypted_token),
+        derivation_path: Some(encrypted.derivation_path),
+        ..AccessTokenResponse::new(None, created.record)
+    }))
 }
 
 /// The user record of spec §2.3 (required fields and the optional ones the service knows).
