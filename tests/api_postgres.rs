@@ -44,6 +44,8 @@ mod keychains;
 mod operator;
 #[path = "api/outage.rs"]
 mod outage;
+#[path = "api/passkeys.rs"]
+mod passkeys;
 #[path = "api/procs.rs"]
 mod procs;
 #[path = "api/receiver.rs"]
@@ -56,6 +58,8 @@ mod scaleout;
 mod sessions;
 #[path = "api/signed.rs"]
 mod signed;
+#[path = "api/soft_passkey.rs"]
+mod soft_passkey;
 #[path = "api/tokens.rs"]
 mod tokens;
 #[path = "api/wallets.rs"]

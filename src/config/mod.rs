@@ -18,6 +18,7 @@ mod connections;
 mod delivery;
 mod hot_path;
 mod login;
+mod passkeys;
 mod postgres;
 mod rate_limit;
 mod tokens;
@@ -28,6 +29,7 @@ pub use connections::ConnectionsConfig;
 pub use delivery::DeliveryConfig;
 pub use hot_path::{CacheConfig, IngestConfig};
 pub use login::LoginConfig;
+pub use passkeys::PasskeysConfig;
 pub use postgres::PostgresConfig;
 pub use rate_limit::RateLimitConfig;
 pub use tokens::TokensConfig;
@@ -96,6 +98,7 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     pub postgres: PostgresConfig,
     pub tokens: TokensConfig,
+    pub passkeys: PasskeysConfig,
     pub webhooks: WebhooksConfig,
     pub rate_limit: RateLimitConfig,
     pub ingest: IngestConfig,
@@ -129,6 +132,7 @@ impl Default for Config {
             delivery: DeliveryConfig::default(),
             postgres: PostgresConfig::default(),
             tokens: TokensConfig::default(),
+            passkeys: PasskeysConfig::default(),
             webhooks: WebhooksConfig::default(),
             rate_limit: RateLimitConfig::default(),
             ingest: IngestConfig::default(),
@@ -323,6 +327,7 @@ impl Config {
         }
         chains::validate(&self.chains)?;
         self.ingest.validate()?;
+        self.passkeys.validate()?;
         self.connections.validate()?;
         self.cache.validate()
     }

@@ -13,7 +13,7 @@ use utoipa::{
     ToSchema,
 };
 
-use super::handlers::{identity, keychains, sessions};
+use super::handlers::{identity, keychains, passkeys, sessions};
 use crate::AppState;
 
 /// `(BitGo's path, its /api/v2 twin, method, handler)`.
@@ -29,6 +29,7 @@ fn twins() -> Vec<(&'static str, &'static str, HttpMethod, MethodRouter<AppState
         ("/api/v1/user/logout", "/api/v2/user/logout", Get, get(sessions::logout)),
         ("/api/v1/user/me", "/api/v2/user/me", Get, get(identity::me)),
         ("/api/v1/user/settings", "/api/v2/user/settings", Get, get(keychains::user_settings)),
+        ("/api/v1/user/otp/{id}", "/api/v2/user/otp/{id}", Delete, delete(passkeys::remove_device)),
         ("/api/v1/user/accesstoken", "/api/v2/user/accesstoken", Get, get(sessions::list_tokens)),
         (
             "/api/v1/user/accesstoken/{id}",

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use axum::{
     body::Bytes,
-    extract::{ConnectInfo, FromRequest, FromRequestParts, Request},
+    extract::{ConnectInfo, FromRequest, FromRequestParts, OptionalFromRequest, Request},
     http::{header, request::Parts, StatusCode},
 };
 use serde::{de::DeserializeOwned, Serialize};
@@ -32,6 +32,21 @@ impl<T: DeserializeOwned + Serialize, S: Send + Sync> FromRequest<S> for ApiJson
         // A check that builds nothing (syntax, repeated keys), then one typed pass (docs/decisions.md#performance).
         check(&bytes)?;
         Ok(ApiJson(parse_json(&bytes)?))
+    }
+}
+
+/// An optional JSON body: `None` when the request has no body (no `Content-Type` and no
+/// bytes), else [`ApiJson`]'s checks.
+impl<T: DeserializeOwned + Serialize, S: Send + Sync> OptionalFromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Option<Self>, ApiError> {
+        let empty = !req.headers().contains_key(header::CONTENT_TYPE)
+            && req.headers().get(header::CONTENT_LENGTH).is_none_or(|l| l.as_bytes() == b"0");
+        if empty {
+            return Ok(None);
+        }
+        <ApiJson<T> as FromRequest<S>>::from_request(req, state).await.map(Some)
     }
 }
 

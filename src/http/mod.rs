@@ -19,7 +19,9 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use self::handlers::{audit, chain, events, identity, keychains, sessions, wallets, webhook_admin, webhooks};
+use self::handlers::{
+    audit, chain, events, identity, keychains, passkeys, sessions, wallets, webhook_admin, webhooks,
+};
 use crate::{error::Error, AppState};
 
 pub mod auth;
@@ -192,6 +194,11 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(sessions::session))
         .routes(routes!(keychains::user_settings, keychains::update_settings))
         .routes(routes!(keychains::add_keychain))
+        .routes(routes!(passkeys::register_options))
+        .routes(routes!(passkeys::add_device))
+        .routes(routes!(passkeys::remove_device))
+        .routes(routes!(passkeys::assertion_options))
+        .routes(routes!(passkeys::sign_in_challenge))
         .routes(routes!(sessions::unlock))
         .routes(routes!(sessions::lock))
         .routes(routes!(sessions::extend_token))

@@ -27,7 +27,7 @@ use crate::{
         token::{GrantType, TokenKind, TokenRecord},
     },
     store::{Membership, User},
-    types::{Email, OtpCode},
+    types::{Email, OtpCode, SecondFactor},
 };
 
 /// What a login presents (§4.2).
@@ -91,7 +91,7 @@ pub const LOGIN_SESSION_LABEL: &str = "login session";
 
 /// Parses the credentials' email and OTP; refuses oversized or malformed ones with a 400 naming
 /// the field. An absent or blank OTP is `None` (the first step of a two-step client).
-fn parse_credentials(req: &Credentials) -> Result<(Email, Option<OtpCode>)> {
+fn parse_credentials(req: &Credentials) -> Result<(Email, Option<SecondFactor>)> {
     let email = Email::parse(&req.email).map_err(|e| Error::invalid_field("email", e))?;
     if let Some(address) = &req.extension_address {
         super::extension::parse_address(address)?;
@@ -101,10 +101,9 @@ fn parse_credentials(req: &Credentials) -> Result<(Email, Option<OtpCode>)> {
     }
     let otp = match req.otp.as_deref().map(str::trim).filter(|o| !o.is_empty()) {
         None => None,
-        Some(o) => Some(
-            OtpCode::parse(o)
-                .ok_or_else(|| Error::invalid_field("otp", format!("exactly {OTP_DIGITS} digits")))?,
-        ),
+        Some(o) => Some(SecondFactor::parse(o).ok_or_else(|| {
+            Error::invalid_field("otp", format!("exactly {OTP_DIGITS} digits, or a passkey assertion"))
+        })?),
     };
     Ok((email, otp))
 }

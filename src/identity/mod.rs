@@ -15,6 +15,8 @@ pub mod issuance;
 pub mod keychains;
 pub mod login;
 pub mod otp;
+pub mod passkey_login;
+pub mod passkeys;
 pub mod password;
 pub mod rate_limit;
 pub mod scopes;
@@ -45,6 +47,8 @@ pub struct Identity {
     pub dispatch: Arc<dyn Dispatch>,
     /// Signed reads this process has seen (the replay guard of reads, docs/decisions.md#signed-requests).
     pub replay: Arc<hmac_auth::ReplayMemory>,
+    /// The WebAuthn relying party (`passkeys.*`).
+    pub webauthn: Arc<webauthn_rs::Webauthn>,
     /// The service's ECDH key ([`ecdh::server_key`]), once read.
     pub server_ecdh: Arc<tokio::sync::OnceCell<bitcoin::bip32::Xpriv>>,
 }

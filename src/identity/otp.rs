@@ -19,14 +19,15 @@ use crate::{
     error::Result,
     ids,
     store::User,
-    types::OtpCode,
+    types::SecondFactor,
 };
 
-/// Checks a one-time password for `user`, presented from `ip`, and claims its time step
+/// Checks a one-time password for `user` (a TOTP code, or a passkey assertion standing for
+/// one: `super::passkeys`), presented from `ip`, and claims its time step (or challenge)
 /// against replay. Used wherever an OTP is checked (login, access token creation). Each check
 /// counts as a failure until it passes (`identity::throttle`). `Ok(false)` means wrong or
 /// replayed; `Throttled` (`TooManyOtpAttempts`) after too many wrong codes.
-pub async fn verify_otp(svc: &Identity, user: &User, code: &OtpCode, ip: IpAddr) -> Result<bool> {
+pub async fn verify_otp(svc: &Identity, user: &User, code: &SecondFactor, ip: IpAddr) -> Result<bool> {
     let now = ids::now();
     let attempt = match throttle::begin_otp(svc, &user.id, &throttle::client_key(ip), now).await {
         Ok(a) => a,
@@ -38,10 +39,13 @@ pub async fn verify_otp(svc: &Identity, user: &User, code: &OtpCode, ip: IpAddr)
             return Err(e);
         }
     };
-    let ok = match totp::check(&svc.key, svc.config.environment, user, code, now)? {
-        OtpCheck::Invalid => false,
-        OtpCheck::Valid(None) => true,
-        OtpCheck::Valid(Some(step)) => svc.store.advance_totp_step(&user.id, step).await?,
+    let ok = match code {
+        SecondFactor::Totp(code) => match totp::check(&svc.key, svc.config.environment, user, code, now)? {
+            OtpCheck::Invalid => false,
+            OtpCheck::Valid(None) => true,
+            OtpCheck::Valid(Some(step)) => svc.store.advance_totp_step(&user.id, step).await?,
+        },
+        SecondFactor::Passkey(assertion) => super::passkeys::verify_assertion(svc, user, assertion).await?,
     };
     if ok {
         attempt.forget(svc).await?;

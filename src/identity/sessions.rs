@@ -16,7 +16,7 @@ use crate::{
     ids,
     model::token::{SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock},
     paging::{Page, PageRequest},
-    types::{AnyId, OtpCode, TokenId},
+    types::{AnyId, OtpCode, SecondFactor, TokenId},
 };
 
 /// `limit` of a token list when none is given, and its largest value.
@@ -85,8 +85,9 @@ pub async fn unlock(
     if !(1..=MAX_UNLOCK_SECS).contains(&duration) {
         return Err(Error::invalid_field("duration", format!("seconds, from 1 to {MAX_UNLOCK_SECS}")));
     }
-    let code = OtpCode::parse(otp.trim())
-        .ok_or_else(|| Error::invalid_field("otp", format!("exactly {} digits", OtpCode::DIGITS)))?;
+    let code = SecondFactor::parse(otp).ok_or_else(|| {
+        Error::invalid_field("otp", format!("exactly {} digits, or a passkey assertion", OtpCode::DIGITS))
+    })?;
     if !verify_otp(svc, &auth.user, &code, auth.client_ip).await? {
         return Err(Error::LoginFailed {
             name: ErrorName::InvalidOtp,

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use super::scopes::{parse_scopes, Grant};
 use crate::{
     error::{Error, Result},
-    types::{AnyId, BaseUnits, Cidr, Coin, EnterpriseId, OtpCode, WalletId},
+    types::{AnyId, BaseUnits, Cidr, Coin, EnterpriseId, SecondFactor, WalletId},
 };
 
 /// Longest token lifetime and the default `duration`: 10 years, in seconds.
@@ -97,7 +97,7 @@ pub(super) fn scope_values(s: &ScopeInput) -> Vec<String> {
 /// A validated request, ready to become a token.
 pub(super) struct Validated {
     pub(super) label: String,
-    pub(super) otp: OtpCode,
+    pub(super) otp: SecondFactor,
     pub(super) grants: Vec<Grant>,
     pub(super) duration: Option<u64>,
     pub(super) admin: bool,
@@ -173,7 +173,8 @@ pub(super) fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
     }
     let otp = req.otp.as_deref().map(str::trim).filter(|o| !o.is_empty());
     let Some(otp) = otp else { return Err(Error::missing_field("otp")) };
-    let otp = OtpCode::parse(otp).ok_or_else(|| Error::invalid_field("otp", "exactly 6 digits"))?;
+    let otp = SecondFactor::parse(otp)
+        .ok_or_else(|| Error::invalid_field("otp", "exactly 6 digits, or a passkey assertion"))?;
     if let Some(ScopeInput::Many(list)) = &req.scope {
         cap("scope", list.len(), MAX_SCOPES)?;
     }

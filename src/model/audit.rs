@@ -42,6 +42,10 @@ crate::types::text_enum!(
         WalletFeeAlertsSet = "wallet.fee_alerts_set",
         UserEcdhKeychainAdded = "user.ecdh_keychain_added",
         UserEcdhKeychainSet = "user.ecdh_keychain_set",
+        UserPasskeyAdded = "user.passkey_added",
+        UserPasskeyRemoved = "user.passkey_removed",
+        UserPasskeysRemovedByAdmin = "user.passkeys_removed_by_admin",
+        PasskeyCounterRegressed = "passkey.counter_regressed",
         ChainReorgTooDeep = "chain.reorg_too_deep",
         ChainResync = "chain.resync",
     }

@@ -33,6 +33,7 @@ mod events;
 pub mod group_commit;
 mod keys;
 mod outbox;
+mod passkeys;
 pub mod postgres;
 pub mod read_cache;
 mod replay;
@@ -56,6 +57,7 @@ pub use outbox::{
     OutboxStore, Outcome, QueueCounts, RecentFailure, Saturated, SearchStore, SuspendPolicy, Tenancy,
     WebhookSearch,
 };
+pub use passkeys::{PasskeyAdded, PasskeyStore};
 pub use sql::Dialect;
 pub use sql_store::SqlStore;
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
@@ -136,6 +138,7 @@ pub trait Store:
     + AuditStore
     + ChainStore
     + KeyStore
+    + PasskeyStore
     + Send
     + Sync
     + 'static
@@ -160,7 +163,8 @@ where
         + LoginThrottleStore
         + AuditStore
         + ChainStore
-        + KeyStore,
+        + KeyStore
+        + PasskeyStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

@@ -19,6 +19,29 @@ impl OtpCode {
     }
 }
 
+/// What stands for a one-time password wherever one is required: a TOTP code, or a passkey
+/// assertion (the JSON of `navigator.credentials.get()`'s credential, answering a challenge of
+/// `GET /api/v2/user/otp/webauthn/auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecondFactor {
+    Totp(OtpCode),
+    Passkey(String),
+}
+
+impl SecondFactor {
+    /// The longest passkey assertion taken, bytes (a real one is under 2 KB).
+    pub const MAX_ASSERTION_BYTES: usize = 16 * 1024;
+
+    /// Six digits, or a JSON object of at most [`Self::MAX_ASSERTION_BYTES`]; `None` otherwise.
+    pub fn parse(text: &str) -> Option<Self> {
+        let t = text.trim();
+        if t.starts_with('{') && t.len() <= Self::MAX_ASSERTION_BYTES {
+            return Some(SecondFactor::Passkey(t.to_string()));
+        }
+        OtpCode::parse(t).map(SecondFactor::Totp)
+    }
+}
+
 /// An email address as users are keyed by: trimmed and lower-cased, 1 to 254 characters
 /// (RFC 5321's path limit), no white space or control characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

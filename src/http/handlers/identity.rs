@@ -153,12 +153,37 @@ pub struct SessionLoginRequest {
     pub force_v1_auth: Option<bool>,
 }
 
-/// BitGo's login path for BitGoJS's `authenticate()`: the same login as
+/// BitGoJS's `authenticateWithPasskey`: a passkey assertion and the user it names.
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PasskeyLoginRequest {
+    /// The JSON of `navigator.credentials.get()`'s credential, answering a challenge of
+    /// `POST /api/auth/v1/passkey/challenge`.
+    #[schema(max_length = 16384)]
+    pub passkey: String,
+    /// The credential's `response.userHandle` (base64url of the user's 16-byte id).
+    #[schema(max_length = 64)]
+    pub user_id: String,
+    #[serde(default)]
+    pub initial_hash: Option<String>,
+    #[serde(default)]
+    pub fingerprint_hash: Option<String>,
+}
+
+/// `POST /api/auth/v1/session`: a passkey, or email, password and OTP.
+#[derive(Debug, Deserialize, ToSchema, Serialize)]
+#[serde(untagged)]
+pub enum SessionLogin {
+    Passkey(PasskeyLoginRequest),
+    Password(SessionLoginRequest),
+}
+
+/// BitGo's login path for BitGoJS's `authenticate()` and `authenticateWithPasskey()`: the same login as
 /// `/api/v2/internal/user/login` (throttles, hashing bounds, audit), with the password in
 /// BitGo's HMAC form (docs/decisions.md#bitgos-paths-and-password-form). Users made before that form was stored log in once with
 /// the plain password first (docs/decisions.md).
 #[utoipa::path(post, path = "/api/auth/v1/session", tag = "identity",
-    request_body = SessionLoginRequest,
+    request_body = SessionLogin,
     responses(
         (status = 200, description = "Login result (§2.2)", body = LoginResponse),
         (status = 400, description = "Malformed request", body = ErrorResponse),
@@ -169,8 +194,15 @@ pub async fn session_login(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     handover: Handover,
-    ApiJson(req): ApiJson<SessionLoginRequest>,
+    ApiJson(req): ApiJson<SessionLogin>,
 ) -> ApiResult<Response> {
+    let req = match req {
+        SessionLogin::Password(req) => req,
+        SessionLogin::Passkey(p) => {
+            let s = identity::passkey_login::login(&state.identity, &p.passkey, &p.user_id, ip).await?;
+            return Ok(Json(login_response(s)).into_response());
+        }
+    };
     let credentials = Credentials {
         email: req.email,
         otp: req.otp,
@@ -465,5 +497,7 @@ pub async fn me(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Js
     let (user, memberships) = identity::users::profile(&state.identity, &auth).await?;
     let mut user = user_response(&user, &memberships);
     user.ecdh_keychain = crate::identity::keychains::settings(&state.identity, &auth).await?.ecdh_keychain;
+    let passkeys = crate::identity::passkeys::list(&state.identity, &auth).await?;
+    user.otp_devices.extend(passkeys.iter().map(super::passkeys::device_json));
     Ok(Json(MeResponse { user }))
 }
