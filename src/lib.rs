@@ -108,7 +108,7 @@ impl AppState {
                 )),
                 dispatch: dispatch.clone(),
                 server_ecdh: Arc::default(),
-                webauthn: Arc::new(identity::passkeys::relying_party(&config.passkeys)?),
+                webauthn: Arc::new(identity::webauthn::relying_party(&config.passkeys)?),
             },
             webhooks,
             chains,

@@ -13,7 +13,7 @@ use utoipa::{
     ToSchema,
 };
 
-use super::handlers::{identity, keychains, passkeys, sessions};
+use super::handlers::{identity, keychains, login, passkeys, sessions};
 use crate::AppState;
 
 /// `(BitGo's path, its /api/v2 twin, method, handler)`.
@@ -22,7 +22,7 @@ fn twins() -> Vec<(&'static str, &'static str, HttpMethod, MethodRouter<AppState
     vec![
         ("/api/auth/v1/accesstoken", "/api/v2/user/accesstoken", Post, post(identity::create_access_token)),
         // BitGo's example scripts log in here (`bitgo.url('/user/login', 2)`) with the plain password.
-        ("/api/v2/user/login", "/api/v2/internal/user/login", Post, post(identity::login)),
+        ("/api/v2/user/login", "/api/v2/internal/user/login", Post, post(login::login)),
         ("/api/v1/user/session", "/api/v2/user/session", Get, get(sessions::session)),
         ("/api/v1/user/unlock", "/api/v2/user/unlock", Post, post(sessions::unlock)),
         ("/api/v1/user/lock", "/api/v2/user/lock", Post, post(sessions::lock)),

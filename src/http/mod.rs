@@ -20,7 +20,7 @@ use utoipa::{
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use self::handlers::{
-    audit, chain, events, identity, keychains, passkeys, sessions, wallets, webhook_admin, webhooks,
+    audit, chain, events, identity, keychains, login, passkeys, sessions, wallets, webhook_admin, webhooks,
 };
 use crate::{error::Error, AppState};
 
@@ -187,8 +187,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health))
         .routes(routes!(metrics::render))
         .routes(routes!(openapi_document))
-        .routes(routes!(identity::login))
-        .routes(routes!(identity::session_login))
+        .routes(routes!(login::login))
+        .routes(routes!(login::session_login))
         .routes(routes!(identity::create_access_token, sessions::list_tokens))
         .routes(routes!(sessions::revoke_token))
         .routes(routes!(sessions::session))

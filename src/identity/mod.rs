@@ -27,6 +27,7 @@ pub mod tokens;
 pub mod totp;
 pub mod user_admin;
 pub mod users;
+pub mod webauthn;
 
 /// The handles identity's functions use (docs/decisions.md#architecture), built once when the application starts
 /// and cheap to clone.

@@ -45,7 +45,7 @@ pub async fn verify_otp(svc: &Identity, user: &User, code: &SecondFactor, ip: Ip
             OtpCheck::Valid(None) => true,
             OtpCheck::Valid(Some(step)) => svc.store.advance_totp_step(&user.id, step).await?,
         },
-        SecondFactor::Passkey(assertion) => super::passkeys::verify_assertion(svc, user, assertion).await?,
+        SecondFactor::Passkey(assertion) => super::webauthn::verify_assertion(svc, user, assertion).await?,
     };
     if ok {
         attempt.forget(svc).await?;

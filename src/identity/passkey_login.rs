@@ -13,8 +13,9 @@ use serde_json::{json, Value};
 
 use super::{
     login::{issue_session, Session, SessionOptions},
-    passkeys::{answered_challenge, check_assertion, keep, normalized, user_of_handle, Refusal},
-    throttle, Identity,
+    throttle,
+    webauthn::{answered_challenge, check_assertion, keep, normalized, user_of_handle, Refusal},
+    Identity,
 };
 use crate::{
     audit::{self, EntryExt},

@@ -41,7 +41,7 @@ async fn a_passkey_is_added_with_a_fresh_factor_and_signs_in_in_place_of_passwor
     let session = app.login(&user).await;
     let options = expect_json(app.get_auth("/api/v2/user/otp/webauthn/register", &session).await, 200).await;
     let handle = options["publicKey"]["user"]["id"].as_str().unwrap();
-    assert_eq!(custodian::identity::passkeys::user_handle(&user.id.parse().unwrap()).as_bytes().len(), 16);
+    assert_eq!(custodian::identity::webauthn::user_handle(&user.id.parse().unwrap()).as_bytes().len(), 16);
     assert_eq!(hex::encode(base64_url(handle)), user.id, "the user handle is the id's 16 bytes");
     assert_eq!(options["publicKey"]["authenticatorSelection"]["userVerification"], "required");
     let mut key = SoftPasskey::new("localhost", ORIGIN);

@@ -6,6 +6,7 @@ pub mod chain;
 pub mod events;
 pub mod identity;
 pub mod keychains;
+pub mod login;
 pub mod passkeys;
 pub mod sessions;
 pub mod wallets;
