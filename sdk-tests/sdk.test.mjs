@@ -3,7 +3,7 @@
 // with env 'custom'.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:http';
 
@@ -22,6 +22,8 @@ const anvilUrl = process.env.CUSTODIAN_ANVIL_URL;
 // A second user, who gets an ECDH keychain; the service's xpub, from `custodian ecdh show-xpub`.
 const ecdhEmail = process.env.CUSTODIAN_ECDH_EMAIL;
 const serverXpub = process.env.CUSTODIAN_SERVER_XPUB;
+// A third user, who adds a passkey (their refused passkey attempts count toward their lockout).
+const passkeyEmail = process.env.CUSTODIAN_PASSKEY_EMAIL;
 const OTP = '000000'; // accepted in the test environment
 
 function sdk(authVersion) {
@@ -187,6 +189,79 @@ test("BitGo's example scripts' login: POST /api/v2/user/login, then access_token
     assert.equal((await bitgo.me()).username, who);
     await bitgo.logout();
   }
+});
+
+// A software passkey: ES256 with node's crypto, making what a browser returns from
+// navigator.credentials.create() (attestation "none", WebAuthn §6.5.4) and .get() (a signature
+// over authenticatorData ‖ SHA-256(clientDataJSON), §6.3.3), binary fields base64url.
+class SoftPasskey {
+  constructor(origin = 'http://localhost:3080', rpId = 'localhost') {
+    Object.assign(this, { origin, rpId, counter: 0, id: randomBytes(32) });
+    this.keys = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  }
+  static b64(b) { return Buffer.from(b).toString('base64url'); }
+  static cborBytes(b) {
+    const head = b.length < 24 ? [0x40 | b.length] : b.length < 256 ? [0x58, b.length] : [0x59, b.length >> 8, b.length & 255];
+    return Buffer.concat([Buffer.from(head), Buffer.from(b)]);
+  }
+  static cborText(t) { return Buffer.concat([Buffer.from([0x60 | t.length]), Buffer.from(t)]); }
+  authData(flags, counter) {
+    const c = Buffer.alloc(4);
+    c.writeUInt32BE(counter);
+    return Buffer.concat([createHash('sha256').update(this.rpId).digest(), Buffer.from([flags]), c]);
+  }
+  register(options) {
+    this.userHandle = options.publicKey.user.id;
+    const jwk = this.keys.publicKey.export({ format: 'jwk' });
+    const cose = Buffer.concat([Buffer.from([0xa5, 0x01, 0x02, 0x03, 0x26, 0x20, 0x01, 0x21]),
+      SoftPasskey.cborBytes(Buffer.from(jwk.x, 'base64url')), Buffer.from([0x22]), SoftPasskey.cborBytes(Buffer.from(jwk.y, 'base64url'))]);
+    const len = Buffer.alloc(2);
+    len.writeUInt16BE(this.id.length);
+    const authData = Buffer.concat([this.authData(0x45, 0), Buffer.alloc(16), len, this.id, cose]);
+    const attestation = Buffer.concat([Buffer.from([0xa3]), SoftPasskey.cborText('fmt'), SoftPasskey.cborText('none'),
+      SoftPasskey.cborText('attStmt'), Buffer.from([0xa0]), SoftPasskey.cborText('authData'), SoftPasskey.cborBytes(authData)]);
+    const clientData = JSON.stringify({ type: 'webauthn.create', challenge: options.publicKey.challenge, origin: this.origin });
+    const id = SoftPasskey.b64(this.id);
+    return { id, rawId: id, type: 'public-key', response: { attestationObject: SoftPasskey.b64(attestation), clientDataJSON: SoftPasskey.b64(clientData) } };
+  }
+  assert(options, { counter = ++this.counter, origin = this.origin } = {}) {
+    const clientData = JSON.stringify({ type: 'webauthn.get', challenge: options.publicKey.challenge, origin });
+    const authData = this.authData(0x05, counter);
+    const signature = sign('sha256', Buffer.concat([authData, createHash('sha256').update(clientData).digest()]), this.keys.privateKey);
+    const id = SoftPasskey.b64(this.id);
+    return { id, rawId: id, type: 'public-key', response: { authenticatorData: SoftPasskey.b64(authData),
+      clientDataJSON: SoftPasskey.b64(clientData), signature: SoftPasskey.b64(signature), userHandle: this.userHandle } };
+  }
+}
+
+test('authenticateWithPasskey: a passkey added through the API signs in; replayed, phished and cloned answers are refused', async () => {
+  const bitgo = sdk(2);
+  await bitgo.authenticate({ username: passkeyEmail, password, otp: OTP });
+  const key = new SoftPasskey();
+  const options = await bitgo.get(bitgo.url('/user/otp/webauthn/register', 2)).result();
+  const device = await bitgo.put(bitgo.url('/user/otp', 2))
+    .send({ type: 'webauthn', otp: JSON.stringify(key.register(options)), label: 'sdk suite', verificationOtp: OTP }).result();
+  assert.equal(device.type, 'webauthn');
+  const challenge = () => bitgo.post(bitgo.microservicesUrl('/api/auth/v1/passkey/challenge')).send({ email: passkeyEmail }).result();
+  const first = key.assert(await challenge());
+  for (const authVersion of [2, 3]) {
+    const client = sdk(authVersion);
+    const answer = authVersion === 2 ? first : key.assert(await challenge());
+    const login = await client.authenticateWithPasskey(JSON.stringify(answer));
+    assert.equal(login.grant_type, 'passkey');
+    assert.equal((await client.me()).username, passkeyEmail);
+    await client.logout();
+  }
+  const refused = (e) => e.status === 401;
+  await assert.rejects(sdk(2).authenticateWithPasskey(JSON.stringify(first)), refused, 'a replayed answer');
+  const phished = key.assert(await challenge(), { origin: 'https://custodian.example.evil' });
+  await assert.rejects(sdk(2).authenticateWithPasskey(JSON.stringify(phished)), refused, 'another origin');
+  const cloned = key.assert(await challenge(), { counter: 1 });
+  await assert.rejects(sdk(2).authenticateWithPasskey(JSON.stringify(cloned)), refused, 'a counter gone back');
+  await bitgo.del(bitgo.url(`/user/otp/${device.id}`)).send({ otp: OTP }).result();
+  const removed = key.assert(await challenge());
+  await assert.rejects(sdk(2).authenticateWithPasskey(JSON.stringify(removed)), refused, 'a removed passkey');
+  await bitgo.logout();
 });
 
 test('a wrong OTP sets needsOTP', async () => {

@@ -177,3 +177,22 @@ async fn passkeys_per_user_and_waiting_challenges_are_bounded() {
     }
     assert_error(app.post("/api/auth/v1/passkey/challenge", &json!({})).await, 503, "ServerBusy").await;
 }
+
+#[tokio::test]
+async fn refused_passkey_attempts_count_toward_the_login_lockout() {
+    let app = spawn_app_with(|c| {
+        c.login.max_failures_per_email = 3;
+        c.login.email_delay_after = 100;
+    })
+    .await;
+    let (user, _, mut key, _) = with_passkey(&app, "pk@example.com").await;
+    for _ in 0..3 {
+        let phished = key.assert_with(&challenge(&app, None).await, key.counter + 1, "https://evil.example");
+        assert_error(sign_in(&app, &phished).await, 401, "InvalidCredentials").await;
+    }
+    // Locked: a good passkey, and the password, wait like any locked login.
+    let good = key.assert(&challenge(&app, None).await);
+    let res = sign_in(&app, &good).await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(app.login_raw(&user.email, PASSWORD, "000000").await.status(), 429);
+}
