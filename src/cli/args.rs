@@ -129,6 +129,11 @@ pub enum UserCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Remove every passkey of the user (a lost authenticator); password and TOTP still work.
+    RemovePasskeys {
+        #[arg(long)]
+        email: String,
+    },
     /// Set the user's password.
     SetPassword {
         #[arg(long)]

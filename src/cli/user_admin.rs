@@ -1,5 +1,5 @@
 //! The operator's user and token commands (docs/decisions.md#token-and-session-lifecycle): `user deactivate | activate |
-//! reset-otp | set-password` and `token revoke | list`, over `identity::user_admin`.
+//! reset-otp | remove-passkeys | set-password` and `token revoke | list`, over `identity::user_admin`.
 
 use serde_json::json;
 
@@ -36,6 +36,10 @@ pub async fn user_command(config: Config, cmd: UserCommand) -> anyhow::Result<()
                 println!("{}", super::qr(&c.otpauth_uri));
                 println!("{}", c.otpauth_uri);
             }
+        }
+        UserCommand::RemovePasskeys { email } => {
+            let (u, removed) = user_admin::remove_passkeys(store, &email, user_admin::By::Operator).await?;
+            println!("{removed} passkeys of {} removed", u.email);
         }
         UserCommand::SetPassword { email, password_stdin } => {
             let password = super::read_password(password_stdin)?;

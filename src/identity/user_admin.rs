@@ -1,5 +1,5 @@
 //! An operator's commands on users and tokens (docs/decisions.md#token-and-session-lifecycle), run from the CLI: deactivate and
-//! activate a user, reset their OTP, set their password, revoke tokens in an emergency, and
+//! activate a user, reset their OTP, remove their passkeys, set their password, revoke tokens in an emergency, and
 //! list a user's tokens. Each leaves an audit entry, written with the change.
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
@@ -94,6 +94,21 @@ pub async fn reset_otp(store: &DynStore, key: &MasterKey, email: &str, by: By<'_
         id: u.id,
         email: u.email,
     })
+}
+
+/// Removes every passkey of the user (a lost or stolen authenticator); their password and
+/// TOTP still sign them in. Returns the user and how many passkeys were removed. Audited as
+/// `user.passkeys_removed_by_admin`. Errors: `UserNotFound`.
+pub async fn remove_passkeys(store: &DynStore, email: &str, by: By<'_>) -> Result<(User, u64)> {
+    let u = user(store, email).await?;
+    let count = store.passkeys(&u.id).await?.len();
+    let mut entry = about(&u, AuditType::UserPasskeysRemovedByAdmin, by);
+    if let Some(data) = entry.data.as_object_mut() {
+        data.insert("email".into(), json!(u.email));
+        data.insert("removed".into(), json!(count));
+    }
+    let removed = store.remove_passkeys(&u.id, &[entry]).await?;
+    Ok((u, removed))
 }
 
 /// Sets the user's password (at least [`password::MIN_PASSWORD_LEN`] characters). Errors:
@@ -218,6 +233,12 @@ pub mod admin {
     pub async fn activate(svc: &Identity, auth: &Principal, email: &str) -> Result<User> {
         require(svc, auth)?;
         super::activate(&svc.store, email, By::Admin(auth)).await
+    }
+
+    /// [`super::remove_passkeys`] by a service admin; returns how many were removed.
+    pub async fn remove_passkeys(svc: &Identity, auth: &Principal, email: &str) -> Result<u64> {
+        require(svc, auth)?;
+        Ok(super::remove_passkeys(&svc.store, email, By::Admin(auth)).await?.1)
     }
 
     /// [`super::reset_otp`] by a service admin: the new seed, shown once.
