@@ -79,6 +79,17 @@ pub fn refine(doc: &mut Value) {
         doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"] =
             json!({ "$ref": format!("#/components/schemas/{level}") });
     }
+    // Optional bodies: absent, or the object (a JSON `null` is not taken).
+    for (path, method, schema) in [
+        ("/api/auth/v1/passkey/challenge", "post", "ChallengeRequest"),
+        ("/api/v2/user/otp/{id}", "delete", "RemoveDeviceRequest"),
+        ("/api/v1/user/otp/{id}", "delete", "RemoveDeviceRequest"),
+    ] {
+        let body = &mut doc["paths"][path][method]["requestBody"];
+        body["content"]["application/json"]["schema"] =
+            json!({ "$ref": format!("#/components/schemas/{schema}") });
+        body["required"] = json!(false);
+    }
     if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
         schemas.remove("CreateWebhookRequest");
     }
@@ -139,7 +150,8 @@ fn access_token_request(schemas: &mut Value) {
     s["required"] = json!(["label", "otp"]);
     let p = &mut s["properties"];
     p["label"] = json!({ "type": "string", "pattern": NOT_BLANK, "maxLength": 256 });
-    p["otp"] = json!({ "type": "string", "pattern": format!("^[0-9]{{{OTP_DIGITS}}}$") });
+    // Six digits, or a passkey assertion's JSON (`types::SecondFactor`).
+    p["otp"] = json!({ "type": "string", "pattern": format!("^([0-9]{{{OTP_DIGITS}}}|\\{{.*)$"), "maxLength": 16384 });
     p["duration"]["minimum"] = json!(1);
     p["duration"]["maximum"] = json!(MAX_DURATION);
     p["enterprise"]["pattern"] = json!(ID);

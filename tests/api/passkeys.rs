@@ -206,7 +206,11 @@ async fn an_operator_removes_a_users_passkeys_and_it_is_audited() {
     assert_eq!(removed, 1);
     let assertion = key.assert(&challenge(&app, None).await);
     assert_error(sign_in(&app, &assertion).await, 401, "InvalidCredentials").await;
-    assert_eq!(app.login_raw(&user.email, PASSWORD, "000000").await.status(), 200, "password and TOTP still work");
+    assert_eq!(
+        app.login_raw(&user.email, PASSWORD, "000000").await.status(),
+        200,
+        "password and TOTP still work"
+    );
     let audit = app.raw_sql("SELECT data FROM audit_log WHERE type = 'user.passkeys_removed_by_admin'").await;
     assert_eq!(audit.len(), 1);
     assert!(audit[0].contains("\"removed\":1"), "{audit:?}");

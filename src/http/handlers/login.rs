@@ -33,10 +33,10 @@ pub struct LoginRequest {
     /// space is trimmed).
     #[schema(min_length = 1, max_length = 254, pattern = r"^\s*[^\s\x00-\x1f\x7f-\x9f]+\s*$")]
     pub email: String,
-    /// Six digits (RFC 6238). Required by §4.2; when absent the answer is 401 with
-    /// `needsOTP: true`.
+    /// Six digits (RFC 6238), or the JSON of a passkey assertion. Required by §4.2; when absent
+    /// the answer is 401 with `needsOTP: true`.
     #[serde(default)]
-    #[schema(pattern = "^[0-9]{6}$")]
+    #[schema(pattern = r"^([0-9]{6}|\{.*)$", max_length = 16384)]
     pub otp: Option<String>,
     /// At most 1,024 bytes (the schema states 256 characters, which always fit).
     #[schema(max_length = 256)]
@@ -118,9 +118,10 @@ pub struct SessionLoginRequest {
     /// lower-cased email.
     #[schema(pattern = "^[0-9a-fA-F]{64}$")]
     pub password: String,
-    /// Six digits (RFC 6238); when absent the answer is 401 with `needsOTP: true`.
+    /// Six digits (RFC 6238), or the JSON of a passkey assertion; when absent the answer is 401
+    /// with `needsOTP: true`.
     #[serde(default)]
-    #[schema(pattern = "^[0-9]{6}$")]
+    #[schema(pattern = r"^([0-9]{6}|\{.*)$", max_length = 16384)]
     pub otp: Option<String>,
     /// Accepted and ignored: no SMS is sent.
     #[serde(default, rename = "forceSMS")]

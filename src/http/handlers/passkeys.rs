@@ -3,17 +3,19 @@
 //! function of `crate::identity::passkeys` or `crate::identity::passkey_login`; sign-in itself
 //! is `POST /api/auth/v1/session` (`super::identity::session_login`).
 
-use axum::{
-    extract::{Path, State},
-    Json,
-};
+use axum::{extract::State, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use crate::{
     error::Error,
-    http::{auth::Auth, error::ApiResult, extract::ApiJson, ErrorResponse},
+    http::{
+        auth::Auth,
+        error::ApiResult,
+        extract::{ApiJson, ApiPath},
+        ErrorResponse,
+    },
     identity::{passkey_login, passkeys},
     ids,
     model::passkey::PasskeyRecord,
@@ -66,7 +68,7 @@ pub struct AddDeviceRequest {
     /// A fresh factor of the caller's: six TOTP digits, or the JSON of a passkey assertion
     /// answering `GET /api/v2/user/otp/webauthn/auth`.
     #[serde(default)]
-    #[schema(max_length = 16384)]
+    #[schema(pattern = r"^([0-9]{6}|\{.*)$", max_length = 16384)]
     pub verification_otp: Option<String>,
 }
 
@@ -109,7 +111,7 @@ pub async fn add_device(
 pub struct RemoveDeviceRequest {
     /// Six TOTP digits, or the JSON of a passkey assertion.
     #[serde(default)]
-    #[schema(max_length = 16384)]
+    #[schema(pattern = r"^([0-9]{6}|\{.*)$", max_length = 16384)]
     pub otp: Option<String>,
 }
 
@@ -118,9 +120,10 @@ pub struct RemoveDeviceRequest {
 #[utoipa::path(delete, path = "/api/v2/user/otp/{id}", tag = "identity",
     security(("bearer" = [])),
     params(("id" = String, Path, description = "The passkey's id (32 hex)", pattern = "^[0-9a-f]{32}$")),
-    request_body = RemoveDeviceRequest,
+    request_body = Option<RemoveDeviceRequest>,
     responses(
         (status = 200, description = "`{id}` of the removed passkey", body = Object),
+        (status = 400, description = "A bad path value", body = ErrorResponse),
         (status = 401, description = "Not authenticated, or no fresh factor (InvalidOtp)", body = ErrorResponse),
         (status = 403, description = "The token lacks `user_manage`", body = ErrorResponse),
         (status = 404, description = "No passkey of the caller's has this id", body = ErrorResponse),
@@ -129,7 +132,7 @@ pub struct RemoveDeviceRequest {
 pub async fn remove_device(
     State(state): State<AppState>,
     Auth(auth): Auth,
-    Path(id): Path<AnyId>,
+    ApiPath(id): ApiPath<AnyId>,
     body: Option<ApiJson<RemoveDeviceRequest>>,
 ) -> ApiResult<Json<Value>> {
     let fresh = body.and_then(|ApiJson(b)| b.otp);
@@ -156,9 +159,10 @@ pub async fn assertion_options(State(state): State<AppState>, Auth(auth): Auth) 
 /// `POST /api/auth/v1/passkey/challenge`.
 #[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 pub struct ChallengeRequest {
-    /// When given, only that user's passkeys can answer; the answer is the same either way.
+    /// When given (not blank), only that user's passkeys can answer; the answer is the same
+    /// either way.
     #[serde(default)]
-    #[schema(max_length = 254)]
+    #[schema(max_length = 254, pattern = r"^\s*[^\s\x00-\x1f\x7f-\x9f]*\s*$")]
     pub email: Option<String>,
 }
 
@@ -166,7 +170,7 @@ pub struct ChallengeRequest {
 /// through `POST /api/auth/v1/session` with `{passkey, userId}` before
 /// `passkeys.challenge_ttl` seconds pass.
 #[utoipa::path(post, path = "/api/auth/v1/passkey/challenge", tag = "identity",
-    request_body = ChallengeRequest,
+    request_body = Option<ChallengeRequest>,
     responses(
         (status = 200, description = "`{publicKey}` request options", body = Object),
         (status = 400, description = "Malformed email", body = ErrorResponse),

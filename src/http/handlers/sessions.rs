@@ -153,8 +153,9 @@ pub async fn session(Auth(auth): Auth) -> Json<SessionResponse> {
 /// Body of an unlock.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct UnlockRequest {
-    /// Six digits (RFC 6238); counts toward the OTP failure limit.
-    #[schema(pattern = "^[0-9]{6}$")]
+    /// Six digits (RFC 6238), or the JSON of a passkey assertion answering
+    /// `GET /api/v2/user/otp/webauthn/auth`; counts toward the OTP failure limit.
+    #[schema(pattern = r"^([0-9]{6}|\{.*)$", max_length = 16384)]
     pub otp: String,
     /// Seconds, 1 to 3600; 600 when absent.
     #[schema(minimum = 1, maximum = 3600)]
