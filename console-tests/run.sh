@@ -18,6 +18,9 @@ export CUSTODIAN_DELIVERY_ALLOWED_CIDRS=127.0.0.0/8
 export CUSTODIAN_DELIVERY_RETRY_SCHEDULE=1
 export CUSTODIAN_DELIVERY_SUSPEND_AFTER_FAILURES=1000
 export CUSTODIAN_DELIVERY_SUSPEND_AFTER_TOTAL_FAILURES=1000
+# Passkeys are bound to a host name (browsers refuse an address): the passkey test opens the
+# console at http://localhost:<port>.
+export CUSTODIAN_PASSKEYS_ALLOW_ANY_PORT=true
 password='correct horse battery staple'
 cli() { (cd "$dir" && "$bin" "$@"); }
 new_user() { printf '%s\n' "$password" | cli user create --email "$1" --password-stdin --json "${@:2}"; }
@@ -25,6 +28,7 @@ new_enterprise() { cli enterprise create --name "$1" --json | "$python" -c 'impo
 alice=$(new_user alice@example.com)
 bob=$(new_user bob@example.com)
 root=$(new_user root@example.com --service-admin)
+carol=$(new_user carol@example.com)
 acme=$(new_enterprise "Acme Fund")
 beta=$(new_enterprise "Beta Capital")
 cli enterprise add-user --enterprise "$acme" --email alice@example.com --admin > /dev/null
@@ -57,7 +61,7 @@ import json, sys
 json.dump({
     "url": "http://127.0.0.1:$port",
     "password": "$password",
-    "users": {"alice": $alice, "bob": $bob, "root": $root},
+    "users": {"alice": $alice, "bob": $bob, "root": $root, "carol": $carol},
     "enterprises": {"acme": "$acme", "beta": "$beta"},
     "wallets": {"acme": "$w1", "beta": "$w2", "eth": "$w3"},
     "anvil": "http://127.0.0.1:$anvil_port",

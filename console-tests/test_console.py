@@ -491,6 +491,74 @@ def test_service_admins_manage_users_and_anyone_removes_their_webhook(context):
         page.close()
 
 
+def test_a_passkey_added_on_the_security_page_signs_in_stands_for_a_code_and_is_removed(context):
+    """Chromium's virtual authenticator (CDP WebAuthn domain) with user verification."""
+    local = BASE.replace("127.0.0.1", "localhost")
+    page = context.new_page()
+    page.on("dialog", lambda d: d.accept())
+    cdp = context.new_cdp_session(page)
+    cdp.send("WebAuthn.enable")
+    cdp.send("WebAuthn.addVirtualAuthenticator", {"options": {
+        "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
+        "hasUserVerification": True, "isUserVerified": True, "automaticPresenceSimulation": True}})
+    page.goto(local + "/console/login")
+    page.fill("#email", email("carol"))
+    page.fill("#password", PASSWORD)
+    page.fill("#otp", TEST_OTP)
+    page.click("form[action='/console/login'] button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/console/overview$"))
+
+    page.goto(local + "/console/security")
+    expect(page.locator("#no-passkeys")).to_be_visible()
+    page.fill("#passkey-label", "virtual laptop")
+    page.fill("#passkey-otp", TEST_OTP)
+    page.click("#passkey-add button[type=submit]")
+    expect(page.locator(".alert.ok")).to_contain_text("Passkey added: virtual laptop")
+    expect(page.locator("#passkeys tbody tr")).to_have_count(1)
+    shot(page, "security")
+
+    # A token made with the passkey in place of the code.
+    page.goto(local + "/console/tokens")
+    page.fill("#label", "made with a passkey")
+    page.fill("#scope", "wallet_view_all")
+    page.click("button[data-passkey-otp]")
+    expect(page.locator("button[data-passkey-otp]")).to_have_text("Passkey ready")
+    page.click("form[action='/console/tokens'] button[type=submit]")
+    expect(page.locator("#new-token")).to_contain_text("v2x")
+
+    # Signed out, the passkey alone signs back in (no email: a discoverable credential).
+    page.click("text=Sign out")
+    expect(page).to_have_url(re.compile(r"/console/login$"))
+    page.click("#passkey-signin button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/console/overview$"))
+    expect(page.locator("header .email")).to_have_text(email("carol"))
+    status, audit = api("GET", "/api/v2/auditlog?type=user.passkey_added", api_login("root"))
+    assert status == 200 and len(audit["auditLogs"]) == 1, audit
+
+    # Removed with a fresh passkey assertion, it signs in no more.
+    page.goto(local + "/console/security")
+    row = page.locator("#passkeys tbody tr").first
+    row.locator("button[data-passkey-otp]").click()
+    expect(row.locator("button[data-passkey-otp]")).to_have_text("Passkey ready")
+    row.locator("button", has_text="Remove").click()
+    expect(page.locator(".alert.ok")).to_contain_text("Passkey removed")
+    expect(page.locator("#no-passkeys")).to_be_visible()
+    page.click("text=Sign out")
+    with page.expect_response(lambda r: r.url.endswith("/console/login/passkey")) as res:
+        page.click("#passkey-signin button[type=submit]")
+    assert res.value.status == 401
+    expect(page.locator(".alert.error, .field-error").first).to_contain_text("InvalidCredentials")
+
+
+def test_a_service_admin_removes_a_users_passkeys(context):
+    root = sign_in(context, "root")
+    root.goto(BASE + "/console/admin/users")
+    root.locator("#users tr", has_text=email("alice")).locator("button", has_text="Remove passkeys").click()
+    expect(root.locator(".alert.ok")).to_contain_text("passkey(s) of " + email("alice") + " removed")
+    status, audit = api("GET", "/api/v2/auditlog?type=user.passkeys_removed_by_admin", api_login("root"))
+    assert status == 200 and audit["auditLogs"][0]["data"]["by"] == "console", audit
+
+
 def rpc(method, params):
     """A JSON-RPC call to the test's Ethereum node (anvil)."""
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()

@@ -182,8 +182,18 @@ impl Overrides {
 }
 
 /// Sections whose keys are spelt `CUSTODIAN_<SECTION>_<KEY>` in the environment.
-const ENV_SECTIONS: &[&str] =
-    &["login", "delivery", "postgres", "tokens", "webhooks", "rate_limit", "ingest", "cache", "connections"];
+const ENV_SECTIONS: &[&str] = &[
+    "login",
+    "delivery",
+    "postgres",
+    "tokens",
+    "webhooks",
+    "rate_limit",
+    "ingest",
+    "cache",
+    "connections",
+    "passkeys",
+];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
 /// harness's `CUSTODIAN_TEST_POSTGRES_URL`) are not settings and are ignored.

@@ -13,7 +13,9 @@ pub struct PasskeysConfig {
     /// The name authenticators show.
     pub rp_name: String,
     /// The origins (`scheme://host[:port]`) a ceremony may come from: the console's address as
-    /// browsers reach it. Each must be `rp_id` or a subdomain of it.
+    /// browsers reach it. Each must be `rp_id` or a subdomain of it. A TOML array or one
+    /// comma-separated string.
+    #[serde(deserialize_with = "super::de_string_list")]
     pub origins: Vec<String>,
     /// Accept any port on those origins (for development and tests on random ports).
     pub allow_any_port: bool,

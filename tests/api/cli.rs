@@ -529,3 +529,27 @@ fn the_ecdh_key_is_made_once_sealed_and_shown_as_an_xpub() {
     assert!(err.contains("cannot decrypt a stored secret"), "{err}");
     assert_eq!(show(&mut scratch.cmd()).1, first);
 }
+
+#[test]
+fn passkey_settings_are_read_from_the_environment_and_bad_ones_refused_at_start() {
+    let scratch = Scratch::new();
+    let run = |vars: &[(&str, &str)]| {
+        let mut cmd = scratch.cmd();
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.args(["ecdh", "show-xpub"]).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let origins = "https://custody.example, https://console.custody.example";
+    let good =
+        run(&[("CUSTODIAN_PASSKEYS_RP_ID", "custody.example"), ("CUSTODIAN_PASSKEYS_ORIGINS", origins)]);
+    assert_eq!(good.0, Some(0), "{}", good.1);
+    let (code, err) = run(&[("CUSTODIAN_PASSKEYS_RP_ID", "127.0.0.1")]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("passkeys.rp_id"), "{err}");
+    // An origin outside the relying party's domain.
+    let (code, err) = run(&[("CUSTODIAN_PASSKEYS_ORIGINS", "https://evil.example")]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("passkeys"), "{err}");
+}

@@ -46,6 +46,7 @@ async fn users_page(state: &AppState, session: &Session, after: Option<&str>, sh
                                 if u.is_active { "danger" } else { "" },
                                 if u.is_active { Some("Deactivate this user? Every token of theirs is revoked.") } else { None }),
                             ("reset-otp", "Reset OTP", "secondary", Some("Give this user a new OTP secret? Their authenticator stops working.")),
+                            ("remove-passkeys", "Remove passkeys", "secondary", Some("Remove every passkey of this user? Password and code still sign them in.")),
                         ] {
                             form.inline method="post" action={ "/console/admin/users/" (action) } data-confirm=[confirm] {
                                 (layout::csrf(session))
@@ -77,7 +78,8 @@ pub struct EmailForm {
     pub email: String,
 }
 
-/// `POST /console/admin/users/{action}`: `deactivate`, `activate` or `reset-otp`.
+/// `POST /console/admin/users/{action}`: `deactivate`, `activate`, `reset-otp` or
+/// `remove-passkeys`.
 pub async fn user_action(
     State(state): State<AppState>,
     Path(action): Path<String>,
@@ -91,6 +93,9 @@ pub async fn user_action(
         "activate" => admin::activate(&state.identity, &session.auth, email)
             .await
             .map(|_| Shown::Notice(format!("{email} may sign in again."))),
+        "remove-passkeys" => admin::remove_passkeys(&state.identity, &session.auth, email)
+            .await
+            .map(|n| Shown::Notice(format!("{n} passkey(s) of {email} removed."))),
         "reset-otp" => admin::reset_otp(&state.identity, &session.auth, email).await.map(|c| {
             Shown::OneTime(OneTime {
                 id: "new-otp-secret",

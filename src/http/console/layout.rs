@@ -15,6 +15,7 @@ const NAV: &[(&str, &str, bool)] = &[
     ("/console/notifications", "Notifications", false),
     ("/console/tokens", "Access tokens", false),
     ("/console/audit", "Audit log", false),
+    ("/console/security", "Security", false),
     ("/console/admin/users", "Users", true),
     ("/console/admin/enterprises", "Enterprises", true),
     ("/console/chains", "Chains", true),

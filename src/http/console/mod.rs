@@ -40,6 +40,7 @@ mod chart;
 pub(super) mod layout;
 mod notifications;
 mod overview;
+mod security;
 mod signin;
 mod tokens;
 mod wallets;
@@ -49,9 +50,10 @@ mod webhooks;
 pub const COOKIE: &str = "custodian_console";
 /// Largest form body the console reads, bytes.
 pub const MAX_FORM_BYTES: usize = 64 * 1024;
-/// What the CSP allows: this origin's script and style, inline SVG, nothing framed or posted
-/// elsewhere.
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+/// What the CSP allows: this origin's script and style, inline SVG, requests to this origin
+/// (the passkey ceremonies' options), nothing framed or posted elsewhere.
+pub const CSP: &str =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The console's routes, under `/console`.
@@ -61,6 +63,12 @@ pub fn router() -> Router<AppState> {
         .route("/console/", get(|| async { Redirect::to("/console/overview") }))
         .route("/console/assets/{name}", get(assets::serve))
         .route("/console/login", get(signin::form).post(signin::submit))
+        .route("/console/login/passkey", post(signin::passkey))
+        .route("/console/security", get(security::page))
+        .route("/console/security/passkeys", post(security::add))
+        .route("/console/security/passkeys/options", post(security::register_options))
+        .route("/console/security/passkeys/assert", post(security::assertion_options))
+        .route("/console/security/passkeys/{id}/remove", post(security::remove))
         .route("/console/logout", post(signin::logout))
         .route("/console/overview", get(overview::page))
         .route("/console/webhooks", get(webhooks::list))

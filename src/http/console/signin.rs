@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use super::{html, layout, parse_form, FieldError, Form, COOKIE};
 use crate::{
     http::extract::ClientIp,
-    identity::{login, sessions},
+    identity::{login, passkey_login, sessions},
     AppState,
 };
 
@@ -33,7 +33,7 @@ fn form_page(status: StatusCode, email: &str, error: Option<&FieldError>) -> Res
     let body = html! {
         div.login.panel {
             p.muted { "Sign in with your email, password and the current code of your authenticator app." }
-            (layout::form_error(error, &["email", "password", "otp"]))
+            (layout::form_error(error, &["email", "password", "otp", "passkey"]))
             form.stack method="post" action="/console/login" {
                 label { "Email" input type="email" name="email" id="email" value=(email) autocomplete="username" required; }
                 (layout::field_error(error, "email"))
@@ -42,6 +42,13 @@ fn form_page(status: StatusCode, email: &str, error: Option<&FieldError>) -> Res
                 label { "One-time code" input type="text" name="otp" id="otp" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" maxlength="6" required; }
                 (layout::field_error(error, "otp"))
                 button type="submit" { "Sign in" }
+            }
+            // console.js asks /api/auth/v1/passkey/challenge (with the email above, if any),
+            // has the browser sign it, and posts the answer here.
+            form.stack #passkey-signin method="post" action="/console/login/passkey" data-passkey-signin="/api/auth/v1/passkey/challenge" {
+                input type="hidden" name="passkey" id="passkey-assertion";
+                input type="hidden" name="userId" id="passkey-user";
+                button.secondary type="submit" { "Sign in with a passkey" }
             }
         }
     };
@@ -72,22 +79,59 @@ pub async fn submit(
         ..Default::default()
     };
     match login::login(&state.identity, credentials, ip).await {
-        Ok(session) => {
-            // Behind a trusted proxy the browser reached us over TLS (docs/decisions.md).
-            let secure = state.config.trusted_proxies.iter().any(|p| p.contains(&peer.ip()));
-            let cookie = format!(
-                "{COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{}",
-                session.value,
-                session.ttl_secs.max(0),
-                if secure { "; Secure" } else { "" }
-            );
-            let mut res = Redirect::to("/console/overview").into_response();
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                res.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            res
-        }
+        Ok(session) => signed_in(&state, peer, &session),
         Err(e) => failed(e, &fields.email),
+    }
+}
+
+/// The session cookie set, and on to the overview.
+fn signed_in(state: &AppState, peer: SocketAddr, session: &login::Session) -> Response {
+    // Behind a trusted proxy the browser reached us over TLS (docs/decisions.md).
+    let secure = state.config.trusted_proxies.iter().any(|p| p.contains(&peer.ip()));
+    let cookie = format!(
+        "{COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        session.value,
+        session.ttl_secs.max(0),
+        if secure { "; Secure" } else { "" }
+    );
+    let mut res = Redirect::to("/console/overview").into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
+}
+
+/// The passkey sign-in form's fields, filled by console.js.
+#[derive(Debug, Default, Deserialize)]
+pub struct PasskeySignIn {
+    #[serde(default)]
+    pub passkey: String,
+    #[serde(default, rename = "userId")]
+    pub user_id: String,
+}
+
+/// `POST /console/login/passkey`: signs in with the passkey assertion console.js made
+/// (`identity::passkey_login`), or shows the form again with the error.
+pub async fn passkey(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Response {
+    let fields: PasskeySignIn = match parse_form(&body) {
+        Ok(f) => f,
+        Err(e) => return failed(e, ""),
+    };
+    if fields.passkey.is_empty() {
+        let e = crate::error::Error::invalid_field(
+            "passkey",
+            "the browser gave no passkey (is WebAuthn available here?)",
+        );
+        return failed(e, "");
+    }
+    match passkey_login::login(&state.identity, &fields.passkey, &fields.user_id, ip).await {
+        Ok(session) => signed_in(&state, peer, &session),
+        Err(e) => failed(e, ""),
     }
 }
 

@@ -80,7 +80,8 @@ async fn tokens_page(
                 (layout::field_error(error, "duration"))
                 label { "ipRestrict: addresses or CIDR blocks, comma-separated" input name="ipRestrict" id="ipRestrict" value=(form.ip_restrict); }
                 (layout::field_error(error, "ipRestrict"))
-                label { "One-time code" input name="otp" id="token-otp" inputmode="numeric" maxlength="6" autocomplete="one-time-code" required; }
+                label { "One-time code" input name="otp" id="token-otp" inputmode="numeric" autocomplete="one-time-code" required; }
+                button.secondary type="button" data-passkey-otp="token-otp" { "Use a passkey instead" }
                 (layout::field_error(error, "otp"))
                 button type="submit" { "Create token" }
             }
