@@ -65,8 +65,9 @@ pub struct Session {
     /// The token as it is handed over when the client takes it ECDH-encrypted: then `value`
     /// is not sent (it only signs the answer).
     pub encrypted: Option<super::issuance::EncryptedToken>,
-    /// The user has no ECDH keychain (§2.2 `noECDHKeychain`).
-    pub no_ecdh_keychain: bool,
+    /// The xpub of the user's ECDH keychain (§2.3 `ecdhKeychain`); `None`: they have none
+    /// (§2.2 `noECDHKeychain`).
+    pub ecdh_keychain: Option<String>,
 }
 
 /// What a session is issued with, once every check passed.
@@ -248,7 +249,7 @@ pub(super) async fn issue_session(
     token.admin = user.service_admin && !reset;
     token.grant_type = grant_type;
     let keychain = svc.store.ecdh_keychain(&user.id).await?;
-    let no_ecdh_keychain = keychain.is_none();
+    let ecdh_keychain = keychain.as_ref().map(|k| k.xpub.clone());
     let handover = keychain.filter(|_| ecdh && !reset).map(|k| (k, super::issuance::fresh_path()));
     token.derivation_path = handover.as_ref().map(|(_, (_, text))| text.clone());
     // Sealed before the token is stored, so that a failure leaves no token nobody holds.
@@ -267,14 +268,5 @@ pub(super) async fn issue_session(
     svc.store.insert_token(&token, &[], &[entry]).await?;
     user.last_login = Some(now);
     let memberships = svc.store.memberships(&user.id).await?;
-    Ok(Session {
-        value,
-        token,
-        user,
-        memberships,
-        ttl_secs: ttl,
-        reset_2fa: reset,
-        encrypted,
-        no_ecdh_keychain,
-    })
+    Ok(Session { value, token, user, memberships, ttl_secs: ttl, reset_2fa: reset, encrypted, ecdh_keychain })
 }

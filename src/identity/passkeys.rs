@@ -72,7 +72,12 @@ async fn require_fresh_factor(svc: &Identity, auth: &Principal, fresh: Option<&s
     let factor = fresh.and_then(SecondFactor::parse);
     let ok = match &factor {
         Some(f) => verify_otp(svc, &auth.user, f, auth.client_ip).await?,
-        None => false,
+        None => {
+            // A change tried with the session alone: recorded, as a wrong code is.
+            let entry = auth.audit(AuditType::OtpFailed).data(json!({ "reason": "no fresh factor" }));
+            crate::audit::record(&svc.store, &[entry]).await;
+            false
+        }
     };
     if !ok {
         return Err(Error::LoginFailed {

@@ -103,6 +103,7 @@ async fn a_bitgo_client_of_a_user_with_a_keychain_gets_its_session_ecdh_encrypte
         assert!(token.starts_with("v2x") && token.len() == 67, "{token}");
         assert!(got.signed_with(&token, version, path), "the answer is signed with the token it carries");
         assert_eq!(body["grant_type"], "password");
+        assert!(body["user"]["ecdhKeychain"].as_str().unwrap().starts_with("xpub"), "{body}");
         let me = expect_json(app.get_auth("/api/v2/user/me", &token).await, 200).await;
         assert_eq!(me["user"]["id"], user.id.as_str());
     }
@@ -138,6 +139,7 @@ async fn a_user_without_a_keychain_gets_the_token_in_the_clear_and_is_told_so() 
     let body = expect_json(res, 200).await;
     assert!(body["access_token"].is_string(), "{body}");
     assert_eq!(body["noECDHKeychain"], true, "{body}");
+    assert!(body["user"]["ecdhKeychain"].is_null(), "{body}");
     assert!(body.get("encryptedToken").is_none(), "{body}");
 }
 

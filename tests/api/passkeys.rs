@@ -49,6 +49,8 @@ async fn a_passkey_is_added_with_a_fresh_factor_and_signs_in_in_place_of_passwor
     // A session alone cannot add a passkey.
     let bare = json!({ "type": "webauthn", "otp": credential, "label": "laptop" });
     assert_error(app.put_auth("/api/v2/user/otp", &session, &bare).await, 401, "InvalidOtp").await;
+    let refused = app.raw_sql("SELECT data FROM audit_log WHERE type = 'otp.failed'").await;
+    assert!(refused.iter().any(|d| d.contains("no fresh factor")), "audited: {refused:?}");
     let add =
         json!({ "type": "webauthn", "otp": credential, "label": "laptop", "verificationOtp": "000000" });
     let device = expect_json(app.put_auth("/api/v2/user/otp", &session, &add).await, 200).await;

@@ -249,9 +249,11 @@ async fn login_answer(
 
 fn login_response(s: identity::login::Session) -> LoginResponse {
     let encrypted = s.encrypted;
+    let mut user = user_response(&s.user, &s.memberships);
+    user.ecdh_keychain = s.ecdh_keychain.clone();
     LoginResponse {
         access_token: encrypted.is_none().then_some(s.value),
-        no_ecdh_keychain: s.no_ecdh_keychain.then_some(true),
+        no_ecdh_keychain: s.ecdh_keychain.is_none().then_some(true),
         encrypted_token: encrypted.as_ref().map(|e| e.encrypted_token.clone()),
         derivation_path: encrypted.as_ref().map(|e| e.derivation_path.clone()),
         encrypted_ecdh_xprv: encrypted.map(|e| e.encrypted_ecdh_xprv),
@@ -261,7 +263,7 @@ fn login_response(s: identity::login::Session) -> LoginResponse {
         token_id: s.token.id,
         token_type: "bearer".into(),
         grant_type: s.token.grant_type.as_str().into(),
-        user: user_response(&s.user, &s.memberships),
+        user,
         warning: s.reset_2fa.then(|| "this session is limited to the 2FA reset process".to_string()),
     }
 }
