@@ -121,7 +121,7 @@ for path in $(printf '%s\n' "${SESSION_ENDERS[@]#* }" | sort -u); do exclude+=(-
 st_run "$WORK/st.log" "$TOKEN" "${exclude[@]}"
 ST_EXIT=$?
 for op in "${SESSION_ENDERS[@]}"; do
-  st_run "$WORK/st-enders.log" "$(login)" --include-method "${op%% *}" --include-path "${op#* }"
+  st_run "$WORK/st-enders.log" "$(login)" --include-name "$op"
   cat "$WORK/st-enders.log" >>"$WORK/st-enders-all.log"
 done
 set -e
@@ -155,7 +155,7 @@ for line in log.splitlines():
         inside = True
     elif inside and re.match(r"^\s+- [A-Z]+ /", line):
         only_auth.add(line.strip()[2:])
-    elif inside and not re.match(r"^40[13] ", line):
+    elif inside and line.strip() and not re.match(r"^40[13] ", line):
         inside = False
 unexpected = sorted(only_auth - enders)
 print(f"schemathesis: {len(unexpected)} operations answered only 401/403"

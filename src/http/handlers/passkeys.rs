@@ -111,7 +111,7 @@ pub async fn add_device(
 pub struct RemoveDeviceRequest {
     /// Six TOTP digits, or the JSON of a passkey assertion.
     #[serde(default)]
-    #[schema(pattern = r"^([0-9]{6}|\{.*)$", max_length = 16384)]
+    #[schema(pattern = r"^([0-9]{6}|\{.*)$", max_length = 16384, example = "000000")]
     pub otp: Option<String>,
 }
 
