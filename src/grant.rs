@@ -178,3 +178,54 @@ impl serde::Serialize for Grant {
         s.serialize_str(&self.to_scope_string())
     }
 }
+
+impl Scope {
+    /// What the scope permits, as §4.3's table says it (shown on the OAuth consent page).
+    pub fn description(self) -> &'static str {
+        use Scope::*;
+        match self {
+            All => "all actions in the test environment",
+            CryptoCompare => "calls to a market-data API",
+            EnterpriseManageAll => "manage users and settings of any enterprise you belong to",
+            EnterpriseViewAll => "view any enterprise you belong to",
+            MetamaskInstitutional => "use of wallets in a browser-extension integration (deprecated)",
+            Openid => "verify your user id (OpenID Connect)",
+            OpenidEnterprises => "verify your user id and list your enterprises (OpenID Connect)",
+            PendingApprovalUpdate => "approve or reject pending actions needing approval",
+            PortfolioView => "the portfolio API (deprecated)",
+            Profile => "view your profile",
+            UserManage => "manage your user: tokens, keychains, settings",
+            AuditlogsViewAll => "view audit logs",
+            SettlementNetworkRead => "view settlement-network data",
+            SettlementNetworkWrite => "update settlement-network data",
+            TradeTrade => "initiate trades",
+            TradeView => "view trades",
+            TradeFix => "access the trade FIX gateway",
+            WalletApprove => "approve policies and transactions of one wallet you administer",
+            WalletApproveAll => {
+                "approve transactions of any wallet you administer in any of your enterprises"
+            }
+            WalletApproveEnterprise => "approve transactions of any wallet you administer in one enterprise",
+            WalletCreate => "create wallets",
+            WalletEdit => "edit comments on the transfers of one wallet",
+            WalletEditAll => "edit comments on all transfers in your enterprises",
+            WalletEditEnterprise => "edit comments on all transfers in one enterprise (deprecated)",
+            WalletFreeze => "freeze one wallet",
+            WalletFreezeAll => "freeze any wallet in any of your enterprises",
+            WalletManage => "manage the settings of one wallet you administer",
+            WalletManageAll => "manage the settings of any wallet you administer in any of your enterprises",
+            WalletManageEnterprise => "manage the settings of any wallet you administer in one enterprise",
+            WalletSpend => "initiate transactions from one wallet",
+            WalletSpendAll => "initiate transactions from any wallet in any of your enterprises",
+            WalletSpendEnterprise => "initiate transactions from any wallet in one enterprise",
+            WalletStake => "initiate staking transactions from one wallet",
+            WalletStakeAll => "initiate staking transactions from any wallet in any of your enterprises",
+            WalletView => "view one wallet",
+            WalletViewAll => "view any wallet in any of your enterprises",
+            WalletViewEnterprise => "view any wallet in one enterprise",
+            ThirdPartyUserLookup => "look up third-party users",
+            PrivateVerifyEmail => "verify your email",
+            Scim => "user provisioning (SCIM)",
+        }
+    }
+}

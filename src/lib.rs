@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod model;
 pub mod net;
 pub mod notifications;
+pub mod oauth;
 pub mod paging;
 pub mod private_fs;
 pub mod store;

@@ -40,6 +40,8 @@ mod events;
 mod identity;
 #[path = "api/keychains.rs"]
 mod keychains;
+#[path = "api/oauth.rs"]
+mod oauth;
 #[path = "api/operator.rs"]
 mod operator;
 #[path = "api/outage.rs"]

@@ -84,6 +84,42 @@ pub enum Command {
     /// Revoke or list access tokens (emergencies, audits).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Register and manage OAuth 2.0 applications (docs/oauth.md).
+    #[command(subcommand, name = "oauth-client")]
+    OAuthClient(OAuthClientCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OAuthClientCommand {
+    /// Register an application; a confidential one's secret is printed once.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// A redirect URI, matched exactly: https, or http on a loopback address. Repeatable.
+        #[arg(long = "redirect-uri", required = true)]
+        redirect_uris: Vec<String>,
+        /// A scope value the application may ask for. Repeatable.
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        /// No secret: the application must use PKCE (native and browser applications).
+        #[arg(long)]
+        public: bool,
+        /// Print one JSON object {clientId, clientSecret?, name, redirectUris, scopes}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the registered applications.
+    List,
+    /// Disable an application: its grants are revoked and every token it holds stops.
+    Disable {
+        #[arg(long)]
+        id: String,
+    },
+    /// Enable a disabled application again (its old grants stay revoked).
+    Enable {
+        #[arg(long)]
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

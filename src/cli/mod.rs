@@ -2,6 +2,7 @@
 //! Exit codes: 0 success, 1 failure, 2 bad usage or configuration.
 
 mod args;
+mod oauth;
 mod user_admin;
 
 pub use args::*;
@@ -338,11 +339,8 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
         Command::User(cmd) => user_admin::user_command(config, cmd).await,
         Command::Token(cmd) => user_admin::token_command(config, cmd).await,
         Command::Audit(AuditCommand::Verify) => user_admin::audit_verify(config).await,
-        Command::Ecdh(EcdhCommand::ShowXpub) => {
-            let state = AppState::new(config).await?;
-            println!("{}", crate::identity::ecdh::server_xpub(&state.store, &state.identity.key).await?);
-            Ok(())
-        }
+        Command::OAuthClient(cmd) => oauth::oauth_client(config, cmd).await,
+        Command::Ecdh(EcdhCommand::ShowXpub) => show_xpub(config).await,
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
             create_template(&config, &json_file, json).await
         }
@@ -431,4 +429,11 @@ pub(crate) fn qr(uri: &str) -> String {
             .build(),
         Err(_) => String::new(),
     }
+}
+
+/// `ecdh show-xpub`.
+async fn show_xpub(config: Config) -> anyhow::Result<()> {
+    let state = AppState::new(config).await?;
+    println!("{}", crate::identity::ecdh::server_xpub(&state.store, &state.identity.key).await?);
+    Ok(())
 }

@@ -18,6 +18,7 @@ mod connections;
 mod delivery;
 mod hot_path;
 mod login;
+mod oauth;
 mod passkeys;
 mod postgres;
 mod rate_limit;
@@ -29,6 +30,7 @@ pub use connections::ConnectionsConfig;
 pub use delivery::DeliveryConfig;
 pub use hot_path::{CacheConfig, IngestConfig};
 pub use login::LoginConfig;
+pub use oauth::OAuthConfig;
 pub use passkeys::PasskeysConfig;
 pub use postgres::PostgresConfig;
 pub use rate_limit::RateLimitConfig;
@@ -99,6 +101,7 @@ pub struct Config {
     pub postgres: PostgresConfig,
     pub tokens: TokensConfig,
     pub passkeys: PasskeysConfig,
+    pub oauth: OAuthConfig,
     pub webhooks: WebhooksConfig,
     pub rate_limit: RateLimitConfig,
     pub ingest: IngestConfig,
@@ -133,6 +136,7 @@ impl Default for Config {
             postgres: PostgresConfig::default(),
             tokens: TokensConfig::default(),
             passkeys: PasskeysConfig::default(),
+            oauth: OAuthConfig::default(),
             webhooks: WebhooksConfig::default(),
             rate_limit: RateLimitConfig::default(),
             ingest: IngestConfig::default(),
@@ -338,6 +342,7 @@ impl Config {
         chains::validate(&self.chains)?;
         self.ingest.validate()?;
         self.passkeys.validate()?;
+        self.oauth.validate()?;
         self.connections.validate()?;
         self.cache.validate()
     }

@@ -34,6 +34,7 @@ pub mod extract;
 pub mod handlers;
 pub mod hmac_edge;
 pub mod metrics;
+pub mod oauth;
 mod openapi;
 mod reference;
 pub mod request_id;
@@ -241,6 +242,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(audit::list))
         .routes(routes!(bitgo::ping))
         .routes(routes!(bitgo::client_constants))
+        .routes(routes!(oauth::token))
         .split_for_parts();
     let router = bitgo::add(router, &mut doc);
     (router, doc)
@@ -280,6 +282,7 @@ pub fn app_for(state: AppState, api: bool) -> Router {
         routes()
             .0
             .merge(console::router())
+            .route("/oauth/authorize", get(oauth::authorize))
             .route("/", get(reference::front))
             .route("/docs", get(reference::page))
             .route("/favicon.svg", get(reference::favicon))

@@ -327,6 +327,7 @@ mod tests {
             tx_value_limit: None,
             grant_type: Default::default(),
             derivation_path: None,
+            oauth_grant: None,
         }
     }
 

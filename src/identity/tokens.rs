@@ -175,6 +175,7 @@ pub fn new_token_record(
         tx_value_limit: None,
         grant_type: Default::default(),
         derivation_path: None,
+        oauth_grant: None,
     })
 }
 

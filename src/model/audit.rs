@@ -46,6 +46,13 @@ crate::types::text_enum!(
         UserPasskeyRemoved = "user.passkey_removed",
         UserPasskeysRemovedByAdmin = "user.passkeys_removed_by_admin",
         PasskeyCounterRegressed = "passkey.counter_regressed",
+        OAuthClientCreated = "oauth.client_created",
+        OAuthClientDisabled = "oauth.client_disabled",
+        OAuthConsented = "oauth.consented",
+        OAuthTokenIssued = "oauth.token_issued",
+        OAuthCodeReused = "oauth.code_reused",
+        OAuthRefreshReused = "oauth.refresh_reused",
+        OAuthGrantRevoked = "oauth.grant_revoked",
         ChainReorgTooDeep = "chain.reorg_too_deep",
         ChainResync = "chain.resync",
     }

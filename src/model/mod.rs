@@ -10,6 +10,7 @@ pub mod audit;
 pub mod chain;
 pub mod keychain;
 pub mod notification;
+pub mod oauth;
 pub mod passkey;
 pub mod token;
 pub mod wallet;

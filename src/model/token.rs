@@ -48,6 +48,10 @@ pub enum GrantType {
     Password,
     /// A WebAuthn assertion (a passkey), in place of password and one-time password.
     Passkey,
+    /// An OAuth 2.0 authorization code (RFC 6749 §4.1).
+    AuthorizationCode,
+    /// An OAuth 2.0 refresh token (RFC 6749 §6).
+    RefreshToken,
 }
 
 impl GrantType {
@@ -56,6 +60,8 @@ impl GrantType {
         match self {
             GrantType::Password => "password",
             GrantType::Passkey => "passkey",
+            GrantType::AuthorizationCode => "authorization_code",
+            GrantType::RefreshToken => "refresh_token",
         }
     }
 
@@ -63,6 +69,8 @@ impl GrantType {
     pub fn parse(s: &str) -> Self {
         match s {
             "passkey" => GrantType::Passkey,
+            "authorization_code" => GrantType::AuthorizationCode,
+            "refresh_token" => GrantType::RefreshToken,
             _ => GrantType::Password,
         }
     }
@@ -118,6 +126,9 @@ pub struct TokenRecord {
     /// (`identity::issuance`); `None` when it was handed over in the clear. A session handed
     /// over this way gets the tokens it creates the same way.
     pub derivation_path: Option<String>,
+    /// The OAuth grant it was issued under (`model::oauth::OAuthGrant`); revoking the grant
+    /// revokes it.
+    pub oauth_grant: Option<AnyId>,
 }
 
 /// How stale `lastUsedAt` may get before a request writes it again, seconds: the hot path

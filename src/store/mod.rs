@@ -32,6 +32,7 @@ mod event_keys;
 mod events;
 pub mod group_commit;
 mod keys;
+mod oauth;
 mod outbox;
 mod passkeys;
 pub mod postgres;
@@ -52,6 +53,7 @@ pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
 pub use keys::KeyStore;
+pub use oauth::{OAuthStore, Redeemed};
 pub use outbox::{
     Claimed, Completion, DeliveryStats, FailureFacts, HourCount, LastAttempts, NotificationSearch,
     OutboxStore, Outcome, QueueCounts, RecentFailure, Saturated, SearchStore, SuspendPolicy, Tenancy,
@@ -139,6 +141,7 @@ pub trait Store:
     + ChainStore
     + KeyStore
     + PasskeyStore
+    + OAuthStore
     + Send
     + Sync
     + 'static
@@ -164,7 +167,8 @@ where
         + AuditStore
         + ChainStore
         + KeyStore
-        + PasskeyStore,
+        + PasskeyStore
+        + OAuthStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

@@ -108,6 +108,7 @@ struct TokenRow {
     tx_value_limit: Option<String>,
     grant_type: String,
     derivation_path: Option<String>,
+    oauth_grant_id: Option<AnyId>,
 }
 
 impl TokenRow {
@@ -161,6 +162,7 @@ impl TokenRow {
                 .transpose()?,
             grant_type: GrantType::parse(&self.grant_type),
             derivation_path: self.derivation_path,
+            oauth_grant: self.oauth_grant_id,
         })
     }
 }
@@ -175,11 +177,11 @@ struct TemplateRow {
 /// The columns a token is inserted with.
 const TOKEN_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, sealed_value, extension_address, tx_value_limit, grant_type, derivation_path";
+    permitted_enterprises, origin, parent_id, sealed_value, extension_address, tx_value_limit, grant_type, derivation_path, oauth_grant_id";
 /// The columns a token is read with: those it is inserted with and those written later.
 const TOKEN_READ_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, created_at, expires_at, \
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
-    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value, extension_address, tx_value_limit, grant_type, derivation_path";
+    permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value, extension_address, tx_value_limit, grant_type, derivation_path, oauth_grant_id";
 
 #[async_trait]
 impl<DB> TokenStore for SqlStore<DB>
@@ -210,7 +212,7 @@ where
         let mut tx = self.begin_write().await?;
         let sql = format!(
             "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
         );
         sqlx::query(&sql)
             .bind(t.id.as_str())
@@ -237,6 +239,7 @@ where
             .bind(t.tx_value_limit.as_ref().map(|v| v.as_str()))
             .bind(t.grant_type.as_str())
             .bind(t.derivation_path.as_deref())
+            .bind(t.oauth_grant.as_ref().map(|g| g.as_str()))
             .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "a token with this id"))?;

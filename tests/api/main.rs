@@ -21,6 +21,7 @@ mod errors;
 mod events;
 mod identity;
 mod keychains;
+mod oauth;
 mod operator;
 mod passkeys;
 mod procs;

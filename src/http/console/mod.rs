@@ -39,6 +39,7 @@ mod chains;
 mod chart;
 pub(super) mod layout;
 mod notifications;
+mod oauth;
 mod overview;
 mod security;
 mod signin;
@@ -64,6 +65,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/assets/{name}", get(assets::serve))
         .route("/console/login", get(signin::form).post(signin::submit))
         .route("/console/login/passkey", post(signin::passkey))
+        .route("/console/oauth/authorize", get(oauth::page).post(oauth::decide))
         .route("/console/security", get(security::page))
         .route("/console/security/passkeys", post(security::add))
         .route("/console/security/passkeys/options", post(security::register_options))
@@ -110,8 +112,17 @@ async fn guard(req: Request, next: Next) -> Response {
     } else {
         next.run(req).await
     };
+    // The OAuth consent page's form leads to the client's redirect URI (CSP form-action
+    // applies to a form's redirects too).
+    let csp = match res.extensions().get::<FormTarget>() {
+        Some(FormTarget(origin)) => {
+            HeaderValue::from_str(&CSP.replace("form-action 'self'", &format!("form-action 'self' {origin}")))
+                .unwrap_or(HeaderValue::from_static(CSP))
+        }
+        None => HeaderValue::from_static(CSP),
+    };
     let h = res.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::CONTENT_SECURITY_POLICY, csp);
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
@@ -138,6 +149,11 @@ fn same_origin(headers: &HeaderMap) -> bool {
         (Some(_), None) => false,
     }
 }
+
+/// An origin (`scheme://host[:port]`) a page's form may lead to besides this one: the OAuth
+/// client's redirect URI on the consent page.
+#[derive(Debug, Clone)]
+pub struct FormTarget(pub String);
 
 /// The signed-in user of a console request, with the CSRF token its forms carry.
 pub struct Session {

@@ -27,14 +27,35 @@ pub struct SignIn {
     pub password: String,
     #[serde(default)]
     pub otp: String,
+    /// Where to go once signed in: a console path (the OAuth consent page sends users here).
+    #[serde(default)]
+    pub next: String,
 }
 
-fn form_page(status: StatusCode, email: &str, error: Option<&FieldError>) -> Response {
+/// `next`, if it is a path of the console: never another site (no open redirect).
+fn safe_next(next: &str) -> Option<&str> {
+    let ok = next.starts_with("/console/")
+        && !next.contains("//")
+        && !next.contains('\\')
+        && next.chars().all(|c| !c.is_control());
+    ok.then_some(next)
+}
+
+/// The sign-in page's query.
+#[derive(Debug, Default, Deserialize)]
+pub struct NextQuery {
+    #[serde(default)]
+    pub next: String,
+}
+
+fn form_page(status: StatusCode, email: &str, error: Option<&FieldError>, next: &str) -> Response {
+    let next = safe_next(next).unwrap_or("");
     let body = html! {
         div.login.panel {
             p.muted { "Sign in with your email, password and the current code of your authenticator app." }
             (layout::form_error(error, &["email", "password", "otp", "passkey"]))
             form.stack method="post" action="/console/login" {
+                input type="hidden" name="next" value=(next);
                 label { "Email" input type="email" name="email" id="email" value=(email) autocomplete="username" required; }
                 (layout::field_error(error, "email"))
                 label { "Password" input type="password" name="password" id="password" autocomplete="current-password" required; }
@@ -48,6 +69,7 @@ fn form_page(status: StatusCode, email: &str, error: Option<&FieldError>) -> Res
             form.stack #passkey-signin method="post" action="/console/login/passkey" data-passkey-signin="/api/auth/v1/passkey/challenge" {
                 input type="hidden" name="passkey" id="passkey-assertion";
                 input type="hidden" name="userId" id="passkey-user";
+                input type="hidden" name="next" value=(next);
                 button.secondary type="submit" { "Sign in with a passkey" }
             }
         }
@@ -55,9 +77,9 @@ fn form_page(status: StatusCode, email: &str, error: Option<&FieldError>) -> Res
     html(status, layout::page(None, "Sign in", "", body))
 }
 
-/// `GET /console/login`.
-pub async fn form() -> Response {
-    form_page(StatusCode::OK, "", None)
+/// `GET /console/login`, with an optional `next` console path.
+pub async fn form(axum::extract::Query(q): axum::extract::Query<NextQuery>) -> Response {
+    form_page(StatusCode::OK, "", None, &q.next)
 }
 
 /// `POST /console/login`: signs in and sets the session cookie, or shows the form again with
@@ -70,7 +92,7 @@ pub async fn submit(
 ) -> Response {
     let fields: SignIn = match parse_form(&body) {
         Ok(f) => f,
-        Err(e) => return failed(e, ""),
+        Err(e) => return failed(e, "", ""),
     };
     let credentials = login::Credentials {
         email: fields.email.clone(),
@@ -79,13 +101,13 @@ pub async fn submit(
         ..Default::default()
     };
     match login::login(&state.identity, credentials, ip).await {
-        Ok(session) => signed_in(&state, peer, &session),
-        Err(e) => failed(e, &fields.email),
+        Ok(session) => signed_in(&state, peer, &session, &fields.next),
+        Err(e) => failed(e, &fields.email, &fields.next),
     }
 }
 
 /// The session cookie set, and on to the overview.
-fn signed_in(state: &AppState, peer: SocketAddr, session: &login::Session) -> Response {
+fn signed_in(state: &AppState, peer: SocketAddr, session: &login::Session, next: &str) -> Response {
     // Behind a trusted proxy the browser reached us over TLS (docs/decisions.md).
     let secure = state.config.trusted_proxies.iter().any(|p| p.contains(&peer.ip()));
     let cookie = format!(
@@ -94,7 +116,7 @@ fn signed_in(state: &AppState, peer: SocketAddr, session: &login::Session) -> Re
         session.ttl_secs.max(0),
         if secure { "; Secure" } else { "" }
     );
-    let mut res = Redirect::to("/console/overview").into_response();
+    let mut res = Redirect::to(safe_next(next).unwrap_or("/console/overview")).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         res.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -108,6 +130,8 @@ pub struct PasskeySignIn {
     pub passkey: String,
     #[serde(default, rename = "userId")]
     pub user_id: String,
+    #[serde(default)]
+    pub next: String,
 }
 
 /// `POST /console/login/passkey`: signs in with the passkey assertion console.js made
@@ -120,24 +144,24 @@ pub async fn passkey(
 ) -> Response {
     let fields: PasskeySignIn = match parse_form(&body) {
         Ok(f) => f,
-        Err(e) => return failed(e, ""),
+        Err(e) => return failed(e, "", ""),
     };
     if fields.passkey.is_empty() {
         let e = crate::error::Error::invalid_field(
             "passkey",
             "the browser gave no passkey (is WebAuthn available here?)",
         );
-        return failed(e, "");
+        return failed(e, "", &fields.next);
     }
     match passkey_login::login(&state.identity, &fields.passkey, &fields.user_id, ip).await {
-        Ok(session) => signed_in(&state, peer, &session),
-        Err(e) => failed(e, ""),
+        Ok(session) => signed_in(&state, peer, &session, &fields.next),
+        Err(e) => failed(e, "", &fields.next),
     }
 }
 
-fn failed(e: crate::error::Error, email: &str) -> Response {
+fn failed(e: crate::error::Error, email: &str, next: &str) -> Response {
     let error = FieldError::from_api(&e.into());
-    form_page(error.status, email, Some(&error))
+    form_page(error.status, email, Some(&error), next)
 }
 
 /// `POST /console/logout`: revokes the session's token and clears the cookie.

@@ -1,0 +1,56 @@
+//! `custodian oauth-client`: register and manage OAuth 2.0 applications (`crate::oauth::clients`).
+
+use super::args::OAuthClientCommand;
+use crate::config::Config;
+
+/// `oauth-client create | list | disable | enable`.
+pub async fn oauth_client(config: Config, cmd: OAuthClientCommand) -> anyhow::Result<()> {
+    use crate::oauth::clients;
+    use OAuthClientCommand as C;
+    let store = crate::store::open(&config).await?;
+    match cmd {
+        C::Create { name, redirect_uris, scopes, public, json } => {
+            let new = clients::NewClient { name, redirect_uris, scopes, public };
+            let (c, secret) = clients::create(&store, new).await?;
+            if json {
+                let out = serde_json::json!({
+                    "clientId": c.id, "clientSecret": secret, "name": c.name,
+                    "redirectUris": c.redirect_uris, "scopes": c.scopes,
+                });
+                println!("{out}");
+            } else {
+                println!("Registered {} (client_id {})", c.name, c.id);
+                match secret {
+                    Some(s) => println!("client_secret (shown once, keep it safe): {s}"),
+                    None => println!("public client: no secret; it must use PKCE (S256)"),
+                }
+            }
+        }
+        C::List => {
+            for c in clients::list(&store).await? {
+                let kind = if c.secret_hash.is_some() { "confidential" } else { "public" };
+                let state = if c.disabled { "disabled" } else { "enabled" };
+                println!(
+                    "{}  {}  {kind}  {state}  {}  {}",
+                    c.id,
+                    c.name,
+                    c.redirect_uris.join(","),
+                    c.scopes.join(" ")
+                );
+            }
+        }
+        C::Disable { id } => {
+            clients::set_disabled(&store, &parse_client_id(&id)?, true).await?;
+            println!("{id} is disabled; its grants are revoked");
+        }
+        C::Enable { id } => {
+            clients::set_disabled(&store, &parse_client_id(&id)?, false).await?;
+            println!("{id} is enabled");
+        }
+    }
+    Ok(())
+}
+
+fn parse_client_id(id: &str) -> anyhow::Result<crate::types::AnyId> {
+    id.trim().parse().map_err(|e| anyhow::anyhow!("--id: {e}"))
+}

@@ -1,0 +1,160 @@
+//! OAuth 2.0 endpoints (docs/decisions.md#oauth-20): the token endpoint, which answers in RFC 6749's
+//! shapes (§5.1, and §5.2 errors `{error, error_description}`) rather than §7's, and the
+//! authorization endpoint, which sends the browser to the console (where the user signs in and
+//! consents: `console/oauth.rs`).
+
+use axum::{
+    body::Bytes,
+    extract::{RawQuery, State},
+    http::{header, HeaderMap, HeaderValue, StatusCode},
+    response::{IntoResponse, Redirect, Response},
+    Json,
+};
+use base64::{engine::general_purpose::STANDARD as B64, Engine};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+
+use super::{error::ApiError, error::ErrorBody, extract::ClientIp};
+use crate::{
+    oauth::{
+        token::{exchange, TokenRequest},
+        Failure, OAuthError,
+    },
+    AppState,
+};
+
+/// Largest token request read, bytes.
+pub const MAX_TOKEN_BODY: usize = 16 * 1024;
+
+/// The answer of RFC 6749 §5.1, with the login result's `expires_at`, `grant_type` and
+/// `token_id` (§2.2).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenResponse {
+    /// A `v2x` token: a Bearer token, or the key of HMAC-signed requests.
+    pub access_token: String,
+    /// Always "bearer".
+    pub token_type: String,
+    /// Seconds.
+    pub expires_in: i64,
+    /// Unix seconds.
+    pub expires_at: i64,
+    /// Space-separated scope values granted.
+    pub scope: String,
+    /// Used once: each use answers with a new one.
+    pub refresh_token: String,
+    /// The access token's public id.
+    pub token_id: String,
+    /// `authorization_code` or `refresh_token`.
+    pub grant_type: String,
+}
+
+/// An error of RFC 6749 §5.2.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OAuthErrorResponse {
+    /// `invalid_request`, `invalid_client`, `invalid_grant`, `unauthorized_client`,
+    /// `unsupported_grant_type` or `invalid_scope`.
+    pub error: String,
+    pub error_description: String,
+    /// The request's id, as in every error of this service.
+    #[serde(rename = "requestId")]
+    pub request_id: String,
+}
+
+fn rfc_error(e: &OAuthError) -> Response {
+    let mut body = Map::new();
+    body.insert("error".into(), json!(e.error));
+    body.insert("error_description".into(), json!(e.description));
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut res = (status, Json(Value::Object(body.clone()))).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+    }
+    res.extensions_mut().insert(ErrorBody(body));
+    res
+}
+
+/// `Authorization: Basic` client credentials (RFC 6749 §2.3.1: each form-urlencoded).
+fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = String::from_utf8(B64.decode(encoded.trim()).ok()?).ok()?;
+    let (id, secret) = decoded.split_once(':')?;
+    let unescape = |s: &str| {
+        url::form_urlencoded::parse(format!("x={s}").as_bytes()).next().map(|(_, v)| v.into_owned())
+    };
+    Some((unescape(id)?, unescape(secret)?))
+}
+
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<TokenRequest, OAuthError> {
+    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if kind.starts_with("application/json") {
+        serde_json::from_slice(body)
+            .map_err(|e| OAuthError::invalid_request(format!("not a JSON token request: {e}")))
+    } else if kind.starts_with("application/x-www-form-urlencoded") {
+        serde_urlencoded::from_bytes(body)
+            .map_err(|e| OAuthError::invalid_request(format!("not a token request: {e}")))
+    } else {
+        Err(OAuthError::invalid_request(
+            "Content-Type must be application/x-www-form-urlencoded or application/json",
+        ))
+    }
+}
+
+/// The token endpoint (RFC 6749 §3.2): `authorization_code` (with PKCE when the authorization
+/// request had a challenge) and `refresh_token` (rotated on every use). The body is
+/// form-encoded (RFC 6749) or JSON (BitGoJS's `authenticateWithAuthCode` and `refreshToken`);
+/// the client authenticates with HTTP Basic, or `client_id` and `client_secret` in the body.
+#[utoipa::path(post, path = "/oauth/token", tag = "oauth",
+    request_body(content = TokenRequest, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "Tokens (RFC 6749 §5.1)", body = TokenResponse),
+        (status = 400, description = "RFC 6749 §5.2 error", body = OAuthErrorResponse),
+        (status = 401, description = "invalid_client", body = OAuthErrorResponse),
+        (status = 413, description = "Body over 16 KiB", body = OAuthErrorResponse),
+    ))]
+pub async fn token(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if body.len() > MAX_TOKEN_BODY {
+        return rfc_error(&OAuthError {
+            error: "invalid_request",
+            description: "body over 16 KiB".into(),
+            status: 413,
+        });
+    }
+    let req = match parse_body(&headers, &body) {
+        Ok(r) => r,
+        Err(e) => return rfc_error(&e),
+    };
+    let mut res = match exchange(&state.identity, &req, basic_credentials(&headers), ip).await {
+        Ok(issued) => Json(TokenResponse {
+            access_token: issued.access_token,
+            token_type: "bearer".into(),
+            expires_in: issued.expires_in,
+            expires_at: issued.token.expires_at,
+            scope: issued.token.scopes.iter().map(|g| g.to_scope_string()).collect::<Vec<_>>().join(" "),
+            refresh_token: issued.refresh_token,
+            token_id: issued.token.id.to_string(),
+            grant_type: issued.token.grant_type.as_str().into(),
+        })
+        .into_response(),
+        Err(Failure::OAuth(e)) => rfc_error(&e),
+        Err(Failure::Service(e)) => ApiError::from(e).into_response(),
+    };
+    res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res.headers_mut().insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    res
+}
+
+/// `GET /oauth/authorize` (RFC 6749 §4.1.1): the console's consent page, with the same query.
+pub async fn authorize(RawQuery(query): RawQuery) -> Redirect {
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    Redirect::to(&format!("/console/oauth/authorize{query}"))
+}

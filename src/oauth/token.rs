@@ -1,0 +1,219 @@
+//! The token endpoint (RFC 6749 §4.1.3, §6; PKCE RFC 7636 §4.6): an authorization code or a
+//! refresh token for an access token and a new refresh token. Codes and refresh tokens are
+//! used once; a second use revokes the grant they belong to and is audited (§4.1.2, §10.4).
+//! Access tokens are `v2x` tokens scoped to what was granted and what the user may do now.
+
+use std::net::IpAddr;
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::{clients, hash, new_secret, Failure, OAuthError};
+use crate::{
+    audit::{self, EntryExt},
+    grant::Grant,
+    identity::{bearer::new_token_value, scopes::session_scopes, tokens::new_token_record, Identity},
+    ids,
+    model::{
+        audit::{AuditEntry, AuditType},
+        oauth::{OAuthClient, OAuthGrant},
+        token::{GrantType, TokenKind, TokenRecord},
+    },
+    store::Redeemed,
+    types::AnyId,
+};
+
+/// A token request's parameters (form-encoded per RFC 6749, or JSON as BitGoJS sends them).
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
+pub struct TokenRequest {
+    #[serde(default)]
+    pub grant_type: String,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub redirect_uri: Option<String>,
+    #[serde(default)]
+    pub code_verifier: Option<String>,
+    #[serde(default)]
+    pub refresh_token: Option<String>,
+    #[serde(default)]
+    pub client_id: Option<String>,
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+/// What the endpoint answers (§5.1), with the login result's `expires_at`, `grant_type` and
+/// `token_id`.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub access_token: String,
+    pub refresh_token: String,
+    pub token: TokenRecord,
+    /// Seconds.
+    pub expires_in: i64,
+}
+
+/// Exchanges a code or a refresh token. `basic` is the client's HTTP Basic credentials, when
+/// sent (`client_secret_basic`); otherwise `client_id` and `client_secret` come in the body.
+/// Errors (RFC 6749 §5.2): `invalid_request`, `invalid_client` (401), `invalid_grant` (an
+/// unknown, expired, reused or foreign code or refresh token, a wrong `redirect_uri` or PKCE
+/// verifier, a revoked grant or an inactive user), `unsupported_grant_type`.
+pub async fn exchange(
+    svc: &Identity,
+    req: &TokenRequest,
+    basic: Option<(String, String)>,
+    ip: IpAddr,
+) -> Result<Issued, Failure> {
+    let (client_id, secret) = match (&basic, &req.client_id) {
+        (Some((id, secret)), _) => (id.clone(), Some(secret.clone())),
+        (None, Some(id)) => (id.clone(), req.client_secret.clone()),
+        (None, None) => return Err(OAuthError::invalid_client("client_id is required").into()),
+    };
+    let client = clients::authenticate(&svc.store, &client_id, secret.as_deref()).await?;
+    let now = ids::now();
+    let (grant, grant_type) = match req.grant_type.as_str() {
+        "authorization_code" => (by_code(svc, &client, req, now).await?, GrantType::AuthorizationCode),
+        "refresh_token" => (by_refresh_token(svc, &client, req, now).await?, GrantType::RefreshToken),
+        "" => return Err(OAuthError::invalid_request("grant_type is required").into()),
+        other => {
+            return Err(OAuthError::unsupported_grant_type(format!(
+                "{other}: use authorization_code or refresh_token"
+            ))
+            .into())
+        }
+    };
+    issue(svc, &client, &grant, grant_type, ip, now).await
+}
+
+/// A reused code or refresh token: the grant is revoked, and the use audited.
+async fn reused(
+    svc: &Identity,
+    client: &OAuthClient,
+    grant: &AnyId,
+    what: AuditType,
+) -> Result<OAuthError, Failure> {
+    let data = json!({ "clientId": client.id, "grantId": grant });
+    let entries =
+        [audit::entry(what).data(data.clone()), audit::entry(AuditType::OAuthGrantRevoked).data(data)];
+    if !svc.store.revoke_oauth_grant(grant, ids::now(), &entries).await? {
+        audit::record(&svc.store, &entries[..1]).await;
+    }
+    Ok(OAuthError::invalid_grant("this was used before: every token of its grant is revoked"))
+}
+
+async fn by_code(
+    svc: &Identity,
+    client: &OAuthClient,
+    req: &TokenRequest,
+    now: i64,
+) -> Result<OAuthGrant, Failure> {
+    let code = req
+        .code
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| OAuthError::invalid_request("code is required"))?;
+    let record = match svc.store.redeem_code(&hash(code), now).await? {
+        Redeemed::Fresh(c) => c,
+        Redeemed::Reused(grant) => {
+            return Err(reused(svc, client, &grant, AuditType::OAuthCodeReused).await?.into())
+        }
+        Redeemed::Invalid => return Err(OAuthError::invalid_grant("unknown or expired code").into()),
+    };
+    let grant = live_grant(svc, client, &record.grant_id).await?;
+    if record.redirect_uri.is_some() && record.redirect_uri != req.redirect_uri {
+        return Err(OAuthError::invalid_grant("redirect_uri differs from the authorization request's").into());
+    }
+    match (&record.code_challenge, req.code_verifier.as_deref()) {
+        (None, _) => {}
+        (Some(challenge), Some(verifier)) if pkce_matches(challenge, verifier) => {}
+        (Some(_), _) => {
+            return Err(OAuthError::invalid_grant("code_verifier does not match the code_challenge").into())
+        }
+    }
+    Ok(grant)
+}
+
+/// RFC 7636 §4.6: `BASE64URL(SHA256(verifier)) == challenge`, the verifier 43 to 128
+/// unreserved characters.
+pub fn pkce_matches(challenge: &str, verifier: &str) -> bool {
+    let unreserved =
+        verifier.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
+    (43..=128).contains(&verifier.len())
+        && unreserved
+        && bool::from(subtle::ConstantTimeEq::ct_eq(
+            B64URL.encode(Sha256::digest(verifier.as_bytes())).as_bytes(),
+            challenge.as_bytes(),
+        ))
+}
+
+async fn by_refresh_token(
+    svc: &Identity,
+    client: &OAuthClient,
+    req: &TokenRequest,
+    now: i64,
+) -> Result<OAuthGrant, Failure> {
+    let token = req
+        .refresh_token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| OAuthError::invalid_request("refresh_token is required"))?;
+    match svc.store.redeem_refresh_token(&hash(token), now).await? {
+        Redeemed::Fresh(grant) => live_grant(svc, client, &grant).await,
+        Redeemed::Reused(grant) => {
+            Err(reused(svc, client, &grant, AuditType::OAuthRefreshReused).await?.into())
+        }
+        Redeemed::Invalid => Err(OAuthError::invalid_grant("unknown or expired refresh token").into()),
+    }
+}
+
+/// The grant, if it is this client's and not revoked.
+async fn live_grant(svc: &Identity, client: &OAuthClient, id: &AnyId) -> Result<OAuthGrant, Failure> {
+    svc.store
+        .oauth_grant(id)
+        .await?
+        .filter(|g| g.client_id == client.id && g.revoked_at.is_none())
+        .ok_or_else(|| OAuthError::invalid_grant("the grant was revoked, or is another client's").into())
+}
+
+/// A new access token and refresh token of `grant`, scoped to what was granted and what a
+/// session of the user holds now.
+async fn issue(
+    svc: &Identity,
+    client: &OAuthClient,
+    grant: &OAuthGrant,
+    grant_type: GrantType,
+    ip: IpAddr,
+    now: i64,
+) -> Result<Issued, Failure> {
+    let user = svc.store.user_by_id(&grant.user_id).await?.filter(|u| u.is_active);
+    let Some(user) = user else { return Err(OAuthError::invalid_grant("the user is not active").into()) };
+    let session = session_scopes(svc.config.environment);
+    let scopes: Vec<Grant> = grant
+        .scopes
+        .iter()
+        .filter_map(|s| Grant::parse(s).ok())
+        .filter(|g| svc.policy.grant_covers(&session, g, false))
+        .collect();
+    let ttl = i64::try_from(svc.config.oauth.access_token_ttl).unwrap_or(3600);
+    let value = new_token_value();
+    let mut token = new_token_record(svc, &value, &user.id, TokenKind::Access, scopes, now, now + ttl, ip)?;
+    token.label = Some(format!("OAuth: {}", client.name));
+    token.grant_type = grant_type;
+    token.oauth_grant = Some(grant.id.clone());
+    let refresh = new_secret("rt_");
+    let refresh_ttl = i64::try_from(svc.config.oauth.refresh_token_ttl).unwrap_or(2_592_000);
+    svc.store.add_refresh_token(&hash(&refresh), &grant.id, now, now + refresh_ttl).await?;
+    let entry = AuditEntry {
+        user_id: Some(user.id.clone()),
+        ip: Some(ip.to_string()),
+        token_id: Some(token.id.clone()),
+        ..audit::entry(AuditType::OAuthTokenIssued).data(json!({
+            "clientId": client.id, "grantId": grant.id, "grantType": grant_type.as_str(), "tokenId": token.id,
+        }))
+    };
+    svc.store.insert_token(&token, &[], &[entry]).await?;
+    Ok(Issued { access_token: value, refresh_token: refresh, token, expires_in: ttl })
+}

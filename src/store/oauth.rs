@@ -1,0 +1,371 @@
+//! OAuth 2.0 clients, grants, authorization codes and refresh tokens (`oauth_*`). A code and a
+//! refresh token are used in one statement that only succeeds once, so across every process
+//! each is used once; a second use is reported, for the grant to be revoked (RFC 6749 §4.1.2,
+//! §10.4).
+
+use async_trait::async_trait;
+use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::{
+    audit::append_tx,
+    sql::{json_list, to_json, Dialect},
+    sql_store::SqlStore,
+    tokens::REVOKE,
+    StoreError, StoreResult,
+};
+use crate::model::{
+    audit::AuditEntry,
+    oauth::{AuthorizationCode, OAuthClient, OAuthGrant},
+};
+use crate::types::{AnyId, UserId};
+
+/// What using a code or a refresh token came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Redeemed<T> {
+    /// First use: what it was issued with.
+    Fresh(T),
+    /// Used before: the grant it belongs to, to be revoked.
+    Reused(AnyId),
+    /// Unknown or expired.
+    Invalid,
+}
+
+#[async_trait]
+pub trait OAuthStore: Send + Sync {
+    /// Keeps a new client, with `audit`.
+    async fn add_oauth_client(&self, c: &OAuthClient, audit: &[AuditEntry]) -> StoreResult<()>;
+    async fn oauth_client(&self, id: &AnyId) -> StoreResult<Option<OAuthClient>>;
+    /// Clients by creation, at most `limit`.
+    async fn oauth_clients(&self, limit: u32) -> StoreResult<Vec<OAuthClient>>;
+    /// Disables (or enables) a client, with `audit`; disabling revokes its grants at `now`.
+    /// `false` when there is no such client.
+    async fn set_oauth_client_disabled(
+        &self,
+        id: &AnyId,
+        disabled: bool,
+        now: i64,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool>;
+    /// Keeps a grant and its authorization code, with `audit`.
+    async fn add_oauth_grant(
+        &self,
+        g: &OAuthGrant,
+        code: &AuthorizationCode,
+        audit: &[AuditEntry],
+    ) -> StoreResult<()>;
+    async fn oauth_grant(&self, id: &AnyId) -> StoreResult<Option<OAuthGrant>>;
+    /// The user's grants not revoked, newest first, at most `limit`.
+    async fn oauth_grants(&self, user: &UserId, limit: u32) -> StoreResult<Vec<OAuthGrant>>;
+    /// Uses the code with SHA-256 `code_hash` at `now`.
+    async fn redeem_code(&self, code_hash: &str, now: i64) -> StoreResult<Redeemed<AuthorizationCode>>;
+    /// Keeps a refresh token of `grant` (its SHA-256), valid until `expires_at`.
+    async fn add_refresh_token(
+        &self,
+        token_hash: &str,
+        grant: &AnyId,
+        now: i64,
+        expires_at: i64,
+    ) -> StoreResult<()>;
+    /// Uses the refresh token with SHA-256 `token_hash` at `now`; `Fresh` gives its grant.
+    async fn redeem_refresh_token(&self, token_hash: &str, now: i64) -> StoreResult<Redeemed<AnyId>>;
+    /// Revokes the grant at `now`: its access tokens and refresh tokens end, with `audit`.
+    /// `false` when it was revoked already or does not exist.
+    async fn revoke_oauth_grant(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
+}
+
+type ClientRow = (String, String, Option<String>, String, String, bool, i64);
+type GrantRow = (String, String, String, String, i64, Option<i64>, Option<i64>);
+type CodeRow = (String, String, Option<String>, Option<String>, Option<String>, i64, i64, Option<i64>);
+
+fn bad(what: &str, e: &str) -> StoreError {
+    StoreError::Other(anyhow::anyhow!("stored {what}: {e}"))
+}
+
+fn client(
+    (id, name, secret_hash, redirect_uris, scopes, disabled, created_at): ClientRow,
+) -> StoreResult<OAuthClient> {
+    Ok(OAuthClient {
+        id: id.parse().map_err(|e| bad("client id", e))?,
+        name,
+        secret_hash,
+        redirect_uris: json_list(&redirect_uris)?,
+        scopes: json_list(&scopes)?,
+        disabled,
+        created_at,
+    })
+}
+
+fn grant(
+    (id, user_id, client_id, scopes, created_at, last_used_at, revoked_at): GrantRow,
+) -> StoreResult<OAuthGrant> {
+    Ok(OAuthGrant {
+        id: id.parse().map_err(|e| bad("grant id", e))?,
+        user_id: user_id.parse().map_err(|e| bad("grant user", e))?,
+        client_id: client_id.parse().map_err(|e| bad("grant client", e))?,
+        scopes: json_list(&scopes)?,
+        created_at,
+        last_used_at,
+        revoked_at,
+    })
+}
+
+fn code(r: CodeRow) -> StoreResult<AuthorizationCode> {
+    let (code_hash, grant_id, redirect_uri, code_challenge, nonce, auth_time, expires_at, used_at) = r;
+    Ok(AuthorizationCode {
+        code_hash,
+        grant_id: grant_id.parse().map_err(|e| bad("code grant", e))?,
+        redirect_uri,
+        code_challenge,
+        nonce,
+        auth_time,
+        expires_at,
+        used_at,
+    })
+}
+
+const CLIENT_COLUMNS: &str = "id, name, secret_hash, redirect_uris, scopes, disabled, created_at";
+const GRANT_COLUMNS: &str = "id, user_id, client_id, scopes, created_at, last_used_at, revoked_at";
+const CODE_COLUMNS: &str =
+    "code_hash, grant_id, redirect_uri, code_challenge, nonce, auth_time, expires_at, used_at";
+
+#[async_trait]
+impl<DB> OAuthStore for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> ClientRow: FromRow<'r, DB::Row>,
+    for<'r> GrantRow: FromRow<'r, DB::Row>,
+    for<'r> CodeRow: FromRow<'r, DB::Row>,
+    for<'r> (String, Option<i64>): FromRow<'r, DB::Row>,
+{
+    async fn add_oauth_client(&self, c: &OAuthClient, audit: &[AuditEntry]) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(&format!(
+            "INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        ))
+        .bind(c.id.as_str())
+        .bind(c.name.as_str())
+        .bind(c.secret_hash.as_deref())
+        .bind(to_json(&c.redirect_uris)?)
+        .bind(to_json(&c.scopes)?)
+        .bind(c.disabled)
+        .bind(c.created_at)
+        .execute(&mut *tx)
+        .await?;
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn oauth_client(&self, id: &AnyId) -> StoreResult<Option<OAuthClient>> {
+        let sql = format!("SELECT {CLIENT_COLUMNS} FROM oauth_clients WHERE id = $1");
+        let row: Option<ClientRow> =
+            sqlx::query_as(&sql).bind(id.as_str()).fetch_optional(&self.pool).await?;
+        row.map(client).transpose()
+    }
+
+    async fn oauth_clients(&self, limit: u32) -> StoreResult<Vec<OAuthClient>> {
+        let sql = format!("SELECT {CLIENT_COLUMNS} FROM oauth_clients ORDER BY created_at, id LIMIT $1");
+        let rows: Vec<ClientRow> = sqlx::query_as(&sql).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.into_iter().map(client).collect()
+    }
+
+    async fn set_oauth_client_disabled(
+        &self,
+        id: &AnyId,
+        disabled: bool,
+        now: i64,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("UPDATE oauth_clients SET disabled = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(disabled)
+            .execute(&mut *tx)
+            .await?;
+        if DB::rows_affected(&done) == 0 {
+            return Ok(false);
+        }
+        if disabled {
+            let grants = "SELECT id FROM oauth_grants WHERE client_id = $2 AND revoked_at IS NULL";
+            sqlx::query(&format!("{REVOKE} WHERE oauth_grant_id IN ({grants}) AND revoked_at IS NULL"))
+                .bind(now)
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE oauth_grants SET revoked_at = $1 WHERE client_id = $2 AND revoked_at IS NULL",
+            )
+            .bind(now)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        self.cache.clear();
+        Ok(true)
+    }
+
+    async fn add_oauth_grant(
+        &self,
+        g: &OAuthGrant,
+        c: &AuthorizationCode,
+        audit: &[AuditEntry],
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(&format!(
+            "INSERT INTO oauth_grants ({GRANT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        ))
+        .bind(g.id.as_str())
+        .bind(g.user_id.as_str())
+        .bind(g.client_id.as_str())
+        .bind(to_json(&g.scopes)?)
+        .bind(g.created_at)
+        .bind(g.last_used_at)
+        .bind(g.revoked_at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(&format!(
+            "INSERT INTO oauth_codes ({CODE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        ))
+        .bind(c.code_hash.as_str())
+        .bind(c.grant_id.as_str())
+        .bind(c.redirect_uri.as_deref())
+        .bind(c.code_challenge.as_deref())
+        .bind(c.nonce.as_deref())
+        .bind(c.auth_time)
+        .bind(c.expires_at)
+        .bind(c.used_at)
+        .execute(&mut *tx)
+        .await?;
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn oauth_grant(&self, id: &AnyId) -> StoreResult<Option<OAuthGrant>> {
+        let sql = format!("SELECT {GRANT_COLUMNS} FROM oauth_grants WHERE id = $1");
+        let row: Option<GrantRow> = sqlx::query_as(&sql).bind(id.as_str()).fetch_optional(&self.pool).await?;
+        row.map(grant).transpose()
+    }
+
+    async fn oauth_grants(&self, user: &UserId, limit: u32) -> StoreResult<Vec<OAuthGrant>> {
+        let sql = format!(
+            "SELECT {GRANT_COLUMNS} FROM oauth_grants WHERE user_id = $1 AND revoked_at IS NULL \
+             ORDER BY created_at DESC, id DESC LIMIT $2"
+        );
+        let rows: Vec<GrantRow> =
+            sqlx::query_as(&sql).bind(user.as_str()).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.into_iter().map(grant).collect()
+    }
+
+    async fn redeem_code(&self, code_hash: &str, now: i64) -> StoreResult<Redeemed<AuthorizationCode>> {
+        let mut tx = self.begin_write().await?;
+        let used = sqlx::query(
+            "UPDATE oauth_codes SET used_at = $2 WHERE code_hash = $1 AND used_at IS NULL AND expires_at > $2",
+        )
+        .bind(code_hash)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let row: Option<CodeRow> =
+            sqlx::query_as(&format!("SELECT {CODE_COLUMNS} FROM oauth_codes WHERE code_hash = $1"))
+                .bind(code_hash)
+                .fetch_optional(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        let Some(c) = row.map(code).transpose()? else { return Ok(Redeemed::Invalid) };
+        Ok(match (DB::rows_affected(&used), c.used_at) {
+            (1, _) => Redeemed::Fresh(c),
+            (_, Some(_)) => Redeemed::Reused(c.grant_id),
+            _ => Redeemed::Invalid,
+        })
+    }
+
+    async fn add_refresh_token(
+        &self,
+        token_hash: &str,
+        grant: &AnyId,
+        now: i64,
+        expires_at: i64,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO oauth_refresh_tokens (token_hash, grant_id, created_at, expires_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(token_hash)
+        .bind(grant.as_str())
+        .bind(now)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE oauth_grants SET last_used_at = $2 WHERE id = $1")
+            .bind(grant.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn redeem_refresh_token(&self, token_hash: &str, now: i64) -> StoreResult<Redeemed<AnyId>> {
+        let mut tx = self.begin_write().await?;
+        let used = sqlx::query(
+            "UPDATE oauth_refresh_tokens SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2",
+        )
+        .bind(token_hash)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let row: Option<(String, Option<i64>)> =
+            sqlx::query_as("SELECT grant_id, used_at FROM oauth_refresh_tokens WHERE token_hash = $1")
+                .bind(token_hash)
+                .fetch_optional(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        let Some((grant_id, used_at)) = row else { return Ok(Redeemed::Invalid) };
+        let grant_id: AnyId = grant_id.parse().map_err(|e| bad("refresh token grant", e))?;
+        Ok(match (DB::rows_affected(&used), used_at) {
+            (1, _) => Redeemed::Fresh(grant_id),
+            (_, Some(_)) => Redeemed::Reused(grant_id),
+            _ => Redeemed::Invalid,
+        })
+    }
+
+    async fn revoke_oauth_grant(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done =
+            sqlx::query("UPDATE oauth_grants SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+                .bind(now)
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await?;
+        if DB::rows_affected(&done) == 0 {
+            return Ok(false);
+        }
+        sqlx::query(&format!("{REVOKE} WHERE oauth_grant_id = $2 AND revoked_at IS NULL"))
+            .bind(now)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE oauth_refresh_tokens SET used_at = $1 WHERE grant_id = $2 AND used_at IS NULL")
+            .bind(now)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        self.cache.clear();
+        Ok(true)
+    }
+}

@@ -1,0 +1,264 @@
+//! OAuth 2.0 through the real server (RFC 6749 §4.1 with PKCE, RFC 7636): the authorization
+//! endpoint sends the browser to the console's sign-in and consent page; the token endpoint
+//! exchanges the code and rotates refresh tokens. Every negative is refused with its RFC error
+//! and issues nothing.
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
+use reqwest::{redirect::Policy, Client, Response};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::common::*;
+
+const REDIRECT: &str = "http://127.0.0.1:9/callback";
+const VERIFIER: &str = "a-long-enough-pkce-verifier-of-at-least-43-characters";
+
+fn challenge(verifier: &str) -> String {
+    B64URL.encode(Sha256::digest(verifier.as_bytes()))
+}
+
+/// A browser: no redirects followed, the console cookie carried by hand.
+struct Browser {
+    client: Client,
+    cookie: String,
+}
+
+impl Browser {
+    async fn signed_in(app: &TestApp, user: &TestUser) -> Browser {
+        let client = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+        let form = [("email", user.email.as_str()), ("password", PASSWORD), ("otp", "000000")];
+        let res = client.post(app.url("/console/login")).form(&form).send().await.unwrap();
+        assert_eq!(res.status(), 303, "console sign-in");
+        let cookie = res.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+        Browser { client, cookie }
+    }
+
+    async fn get(&self, app: &TestApp, path: &str) -> Response {
+        self.client.get(app.url(path)).header("Cookie", &self.cookie).send().await.unwrap()
+    }
+
+    async fn post_form(&self, app: &TestApp, path: &str, form: &[(&str, String)]) -> Response {
+        self.client.post(app.url(path)).header("Cookie", &self.cookie).form(form).send().await.unwrap()
+    }
+}
+
+fn location(res: &Response) -> String {
+    res.headers().get("location").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default()
+}
+
+fn query_of(url: &str, key: &str) -> Option<String> {
+    url::Url::parse(url).ok()?.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
+}
+
+/// A confidential client of the test app, and its secret.
+async fn client(app: &TestApp) -> (String, String) {
+    let new = custodian::oauth::clients::NewClient {
+        name: "Ledger Sync".into(),
+        redirect_uris: vec![REDIRECT.into()],
+        scopes: vec!["openid".into(), "profile".into(), "wallet_view_all".into()],
+        public: false,
+    };
+    let (c, secret) = custodian::oauth::clients::create(&app.state.store, new).await.unwrap();
+    (c.id.to_string(), secret.unwrap())
+}
+
+fn authorize_query(client_id: &str, extra: &str) -> String {
+    format!(
+        "response_type=code&client_id={client_id}&scope=profile%20openid&state=st-1&code_challenge={}&code_challenge_method=S256{extra}",
+        challenge(VERIFIER)
+    )
+}
+
+/// Consents on the page and returns the redirect the browser is sent to.
+async fn consent(app: &TestApp, browser: &Browser, query: &str, decision: &str) -> String {
+    let page = browser.get(app, &format!("/console/oauth/authorize?{query}")).await;
+    let status = page.status();
+    if status == 303 {
+        return location(&page);
+    }
+    let html = page.text().await.unwrap();
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Ledger Sync") && html.contains("view your profile"), "{html}");
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let mut form: Vec<(&str, String)> = url::form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| {
+            (
+                match k.as_ref() {
+                    "response_type" => "response_type",
+                    "client_id" => "client_id",
+                    "scope" => "scope",
+                    "state" => "state",
+                    "code_challenge" => "code_challenge",
+                    "code_challenge_method" => "code_challenge_method",
+                    "redirect_uri" => "redirect_uri",
+                    _ => "nonce",
+                },
+                v.into_owned(),
+            )
+        })
+        .collect();
+    form.push(("csrf", csrf));
+    form.push(("decision", decision.to_string()));
+    let res = browser.post_form(app, "/console/oauth/authorize", &form).await;
+    assert_eq!(res.status(), 303);
+    location(&res)
+}
+
+async fn token(app: &TestApp, form: &[(&str, &str)], basic: Option<(&str, &str)>) -> Response {
+    let mut req = app.client.post(app.url("/oauth/token")).form(form);
+    if let Some((id, secret)) = basic {
+        req = req.basic_auth(id, Some(secret));
+    }
+    req.send().await.unwrap()
+}
+
+async fn rfc_error(res: Response, status: u16, error: &str) {
+    assert_eq!(res.status().as_u16(), status);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"], error, "{body}");
+    assert!(body["error_description"].is_string(), "{body}");
+}
+
+#[tokio::test]
+async fn a_code_from_consent_is_exchanged_once_and_refresh_tokens_rotate() {
+    let app = spawn_app().await;
+    let user = app.create_user("owner@example.com").await;
+    let (id, secret) = client(&app).await;
+    let query = authorize_query(&id, "");
+    // /oauth/authorize sends the browser to the console, and a stranger to the sign-in page.
+    let res = Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .unwrap()
+        .get(app.url(&format!("/oauth/authorize?{query}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(location(&res), format!("/console/oauth/authorize?{query}"));
+    let stranger = Client::builder().redirect(Policy::none()).build().unwrap();
+    let res = stranger.get(app.url(&format!("/console/oauth/authorize?{query}"))).send().await.unwrap();
+    assert!(
+        location(&res).starts_with("/console/login?next=%2Fconsole%2Foauth%2Fauthorize"),
+        "{}",
+        location(&res)
+    );
+
+    let browser = Browser::signed_in(&app, &user).await;
+    let back = consent(&app, &browser, &query, "approve").await;
+    assert!(back.starts_with(REDIRECT), "{back}");
+    assert_eq!(query_of(&back, "state").as_deref(), Some("st-1"));
+    let code = query_of(&back, "code").unwrap();
+    let form = [("grant_type", "authorization_code"), ("code", code.as_str()), ("code_verifier", VERIFIER)];
+    let issued: Value = expect_json(token(&app, &form, Some((&id, &secret))).await, 200).await;
+    assert_eq!(
+        (issued["grant_type"].as_str(), issued["token_type"].as_str()),
+        (Some("authorization_code"), Some("bearer"))
+    );
+    assert_eq!(issued["scope"], "profile openid");
+    let access = issued["access_token"].as_str().unwrap().to_string();
+    assert_eq!(expect_json(app.me(&access).await, 200).await["user"]["id"], user.id.as_str());
+    // The code again: refused, and every token of its grant revoked.
+    rfc_error(token(&app, &form, Some((&id, &secret))).await, 400, "invalid_grant").await;
+    assert_eq!(app.me(&access).await.status(), 401);
+
+    // The consent is remembered; JSON client credentials (BitGoJS's way) work too.
+    let back = consent(&app, &browser, &query, "approve").await;
+    let code = query_of(&back, "code").unwrap();
+    let body = serde_json::json!({ "grant_type": "authorization_code", "code": code, "code_verifier": VERIFIER,
+        "client_id": id, "client_secret": secret });
+    let first: Value = expect_json(app.post("/oauth/token", &body).await, 200).await;
+    let refresh = |t: &str| serde_json::json!({ "grant_type": "refresh_token", "refresh_token": t, "client_id": id, "client_secret": secret });
+    let second: Value =
+        expect_json(app.post("/oauth/token", &refresh(first["refresh_token"].as_str().unwrap())).await, 200)
+            .await;
+    assert_eq!(second["grant_type"], "refresh_token");
+    assert_ne!(second["refresh_token"], first["refresh_token"], "rotated");
+    let live = second["access_token"].as_str().unwrap();
+    expect_json(app.me(live).await, 200).await;
+    // The used refresh token again: the whole grant is revoked.
+    let reused = app.post("/oauth/token", &refresh(first["refresh_token"].as_str().unwrap())).await;
+    rfc_error(reused, 400, "invalid_grant").await;
+    assert_eq!(app.me(live).await.status(), 401);
+    let after = app.post("/oauth/token", &refresh(second["refresh_token"].as_str().unwrap())).await;
+    rfc_error(after, 400, "invalid_grant").await;
+    let audit = app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'oauth.%' ORDER BY seq").await;
+    for t in [
+        "oauth.consented",
+        "oauth.token_issued",
+        "oauth.code_reused",
+        "oauth.refresh_reused",
+        "oauth.grant_revoked",
+    ] {
+        assert!(audit.iter().any(|a| a == t), "{t} in {audit:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_their_rfc_errors_and_issue_nothing() {
+    let app = spawn_app_with(|c| c.oauth.code_ttl = 1).await;
+    let user = app.create_user("owner@example.com").await;
+    let (id, secret) = client(&app).await;
+    let browser = Browser::signed_in(&app, &user).await;
+    // A redirect URI the client did not register: shown here, never redirected to.
+    let wrong = authorize_query(&id, "&redirect_uri=https%3A%2F%2Fevil.example%2Fcb");
+    let res = browser.get(&app, &format!("/console/oauth/authorize?{wrong}")).await;
+    assert_eq!(res.status(), 400);
+    assert!(location(&res).is_empty());
+    // Plain PKCE, and a scope the client may not ask for: back to the client with the error.
+    let plain = format!("response_type=code&client_id={id}&scope=profile&code_challenge={VERIFIER}&code_challenge_method=plain&state=s");
+    let back = location(&browser.get(&app, &format!("/console/oauth/authorize?{plain}")).await);
+    assert_eq!(query_of(&back, "error").as_deref(), Some("invalid_request"), "{back}");
+    let scim = format!("response_type=code&client_id={id}&scope=scim&state=s");
+    let back = location(&browser.get(&app, &format!("/console/oauth/authorize?{scim}")).await);
+    assert_eq!(query_of(&back, "error").as_deref(), Some("invalid_scope"), "{back}");
+    // Denied: access_denied with the state.
+    let back = consent(&app, &browser, &authorize_query(&id, ""), "deny").await;
+    assert_eq!(query_of(&back, "error").as_deref(), Some("access_denied"));
+    assert_eq!(query_of(&back, "state").as_deref(), Some("st-1"));
+
+    let code = || async {
+        query_of(&consent(&app, &browser, &authorize_query(&id, ""), "approve").await, "code").unwrap()
+    };
+    let c = code().await;
+    // No verifier, a wrong verifier, a wrong secret.
+    let basic = Some((id.as_str(), secret.as_str()));
+    rfc_error(
+        token(&app, &[("grant_type", "authorization_code"), ("code", &c)], basic).await,
+        400,
+        "invalid_grant",
+    )
+    .await;
+    let c = code().await;
+    let wrong_verifier = "b".repeat(43);
+    let form = [
+        ("grant_type", "authorization_code"),
+        ("code", c.as_str()),
+        ("code_verifier", wrong_verifier.as_str()),
+    ];
+    rfc_error(token(&app, &form, basic).await, 400, "invalid_grant").await;
+    let c = code().await;
+    let form = [("grant_type", "authorization_code"), ("code", c.as_str()), ("code_verifier", VERIFIER)];
+    rfc_error(token(&app, &form, Some((&id, "cs_wrong"))).await, 401, "invalid_client").await;
+    // The code expires (oauth.code_ttl, 1 s here).
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    rfc_error(token(&app, &form, basic).await, 400, "invalid_grant").await;
+    // Unknown grant types; a disabled client.
+    rfc_error(token(&app, &[("grant_type", "password")], basic).await, 400, "unsupported_grant_type").await;
+    let c = code().await;
+    custodian::oauth::clients::set_disabled(&app.state.store, &id.parse().unwrap(), true).await.unwrap();
+    let form = [("grant_type", "authorization_code"), ("code", c.as_str()), ("code_verifier", VERIFIER)];
+    rfc_error(token(&app, &form, basic).await, 401, "invalid_client").await;
+    let res = browser.get(&app, &format!("/console/oauth/authorize?{}", authorize_query(&id, ""))).await;
+    assert_eq!(res.status(), 400);
+    let issued = app.raw_sql("SELECT id FROM access_tokens WHERE oauth_grant_id IS NOT NULL").await;
+    assert!(issued.is_empty(), "nothing issued: {issued:?}");
+}
+
+#[test]
+fn a_scope_beyond_what_the_users_sessions_hold_is_not_granted() {
+    use custodian::{config::Environment, identity::scopes::session_scopes, oauth::authorize::beyond_user};
+    let policy = custodian::identity::scopes::Policy { environment: Environment::Production };
+    let production = session_scopes(Environment::Production);
+    assert_eq!(beyond_user(policy, &production, &["profile".into(), "scim".into()]).as_deref(), Some("scim"));
+    assert_eq!(beyond_user(policy, &production, &["profile".into(), "openid".into()]), None);
+}
