@@ -21,6 +21,9 @@ server_xpub=$(cd "$dir" && "$bin" ecdh show-xpub)
 # A third user for the passkey test, whose refused attempts count toward their own lockout.
 passkey_email=sdk-passkey-$(date +%s%N)@example.com
 (cd "$dir" && printf '%s\n' "$password" | "$bin" user create --email "$passkey_email" --password-stdin > /dev/null)
+# An OAuth application for authenticateWithAuthCode (docs/oauth.md).
+oauth_client=$(cd "$dir" && "$bin" oauth-client create --name "SDK suite" --redirect-uri http://127.0.0.1:9/callback \
+  --scope profile --scope wallet_view_all --scope openid --json)
 enterprise=$(cd "$dir" && "$bin" enterprise create --name "SDK Fund" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 (cd "$dir" && "$bin" enterprise add-user --enterprise "$enterprise" --email "$email" --admin > /dev/null)
 wallet=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
@@ -50,6 +53,7 @@ server_start "$bin"
 cd "$here"
 if ! CUSTODIAN_URL="http://127.0.0.1:$port" CUSTODIAN_EMAIL="$email" CUSTODIAN_PASSWORD="$password" \
   CUSTODIAN_ECDH_EMAIL="$ecdh_email" CUSTODIAN_SERVER_XPUB="$server_xpub" CUSTODIAN_PASSKEY_EMAIL="$passkey_email" \
+  CUSTODIAN_OAUTH_CLIENT="$oauth_client" \
   CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="http://127.0.0.1:$anvil_port" \
   node --test sdk.test.mjs; then
   echo "--- server log" >&2

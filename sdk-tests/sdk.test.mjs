@@ -24,6 +24,8 @@ const ecdhEmail = process.env.CUSTODIAN_ECDH_EMAIL;
 const serverXpub = process.env.CUSTODIAN_SERVER_XPUB;
 // A third user, who adds a passkey (their refused passkey attempts count toward their lockout).
 const passkeyEmail = process.env.CUSTODIAN_PASSKEY_EMAIL;
+// An OAuth application: {clientId, clientSecret, ...} from `custodian oauth-client create --json`.
+const oauthClient = JSON.parse(process.env.CUSTODIAN_OAUTH_CLIENT);
 const OTP = '000000'; // accepted in the test environment
 
 function sdk(authVersion) {
@@ -262,6 +264,54 @@ test('authenticateWithPasskey: a passkey added through the API signs in; replaye
   const removed = key.assert(await challenge());
   await assert.rejects(sdk(2).authenticateWithPasskey(JSON.stringify(removed)), refused, 'a removed passkey');
   await bitgo.logout();
+});
+
+/** The console in a "browser" (fetch, no redirects followed): sign in, consent, and the code. */
+async function authorizationCode() {
+  const signIn = await fetch(`${url}/console/login`, {
+    method: 'POST', redirect: 'manual',
+    headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ email, password, otp: OTP }),
+  });
+  assert.equal(signIn.status, 303);
+  const cookie = signIn.headers.get('set-cookie').split(';')[0];
+  const query = new URLSearchParams({ response_type: 'code', client_id: oauthClient.clientId, scope: 'profile wallet_view_all', state: 'sdk' });
+  const start = await fetch(`${url}/oauth/authorize?${query}`, { redirect: 'manual' });
+  const page = await fetch(url + start.headers.get('location'), { headers: { cookie }, redirect: 'manual' });
+  let back = page.headers.get('location');
+  if (page.status === 200) {
+    const html = await page.text();
+    assert.match(html, /SDK suite/);
+    const csrf = html.match(/name="csrf" value="([0-9a-f]+)"/)[1];
+    const decide = await fetch(`${url}/console/oauth/authorize`, {
+      method: 'POST', redirect: 'manual',
+      headers: { cookie, 'Content-Type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ ...Object.fromEntries(query), csrf, decision: 'approve' }),
+    });
+    back = decide.headers.get('location');
+  }
+  const answer = new URL(back);
+  assert.equal(answer.searchParams.get('state'), 'sdk');
+  return answer.searchParams.get('code');
+}
+
+test('authenticateWithAuthCode: a code from the consent page, me, refreshToken twice, the old refresh token refused', async () => {
+  const bitgo = new BitGoAPI({ env: 'custom', customRootURI: url, serverXpub, clientId: oauthClient.clientId, clientSecret: oauthClient.clientSecret });
+  const login = await bitgo.authenticateWithAuthCode({ authCode: await authorizationCode() });
+  assert.equal(login.grant_type, 'authorization_code');
+  assert.match(login.access_token, /^v2x[0-9a-f]{64}$/);
+  assert.equal((await bitgo.me()).username, email);
+  const first = login.refresh_token;
+  const again = await bitgo.refreshToken();
+  assert.equal(again.grant_type, 'refresh_token');
+  assert.notEqual(again.refresh_token, first, 'rotated');
+  const third = await bitgo.refreshToken();
+  assert.notEqual(third.refresh_token, again.refresh_token);
+  assert.equal((await bitgo.me()).username, email);
+  const other = new BitGoAPI({ env: 'custom', customRootURI: url, serverXpub, clientId: oauthClient.clientId, clientSecret: oauthClient.clientSecret });
+  await assert.rejects(other.refreshToken({ refreshToken: first }), (e) => e.status === 400 && /invalid_grant|used before/.test(e.message + JSON.stringify(e.result)));
+  // The reuse revoked the grant: the live token is refused.
+  await assert.rejects(bitgo.me(), (e) => e.status === 401);
 });
 
 test('a wrong OTP sets needsOTP', async () => {
