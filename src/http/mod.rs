@@ -243,6 +243,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(bitgo::ping))
         .routes(routes!(bitgo::client_constants))
         .routes(routes!(oauth::token))
+        .routes(routes!(oauth::revoke))
+        .routes(routes!(oauth::introspect))
         .split_for_parts();
     let router = bitgo::add(router, &mut doc);
     (router, doc)

@@ -153,6 +153,122 @@ pub async fn token(
     res
 }
 
+/// A revocation or introspection request (RFC 7009 §2.1, RFC 7662 §2.1).
+#[derive(Debug, Default, serde::Deserialize, serde::Serialize, ToSchema)]
+pub struct TokenQuery {
+    /// The access or refresh token.
+    #[serde(default)]
+    pub token: String,
+    #[serde(default)]
+    pub token_type_hint: Option<String>,
+    #[serde(default)]
+    pub client_id: Option<String>,
+    #[serde(default)]
+    pub client_secret: Option<String>,
+}
+
+fn parse_query(headers: &HeaderMap, body: &[u8]) -> Result<TokenQuery, OAuthError> {
+    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let q: TokenQuery = if kind.starts_with("application/json") {
+        serde_json::from_slice(body).map_err(|e| OAuthError::invalid_request(e.to_string()))?
+    } else {
+        serde_urlencoded::from_bytes(body).map_err(|e| OAuthError::invalid_request(e.to_string()))?
+    };
+    if q.token.is_empty() {
+        return Err(OAuthError::invalid_request("token is required"));
+    }
+    Ok(q)
+}
+
+/// The client's credentials: HTTP Basic, else the body's (an unknown or wrong one is
+/// `invalid_client`: 401 for Basic, 400 for the body, RFC 6749 §5.2).
+fn client_of(headers: &HeaderMap, q: &TokenQuery) -> Option<(String, Option<String>, bool)> {
+    match basic_credentials(headers) {
+        Some((id, secret)) => Some((id, Some(secret), true)),
+        None => q.client_id.clone().map(|id| (id, q.client_secret.clone(), false)),
+    }
+}
+
+fn oauth_failure(e: Failure, basic: bool) -> Response {
+    match e {
+        Failure::OAuth(e) if e.error == "invalid_client" && !basic => {
+            rfc_error(&OAuthError { status: 400, ..e })
+        }
+        Failure::OAuth(e) => rfc_error(&e),
+        Failure::Service(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// Token revocation (RFC 7009): the client ends one of its access or refresh tokens, and with
+/// it the whole grant. An unknown token is answered 200 too (§2.2).
+#[utoipa::path(post, path = "/oauth/revoke", tag = "oauth",
+    request_body(content = TokenQuery, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "Revoked, or nothing to revoke", body = Object),
+        (status = 400, description = "RFC 6749 §5.2 error", body = OAuthErrorResponse),
+        (status = 401, description = "invalid_client (HTTP Basic)", body = OAuthErrorResponse),
+    ))]
+pub async fn revoke(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let q = match parse_query(&headers, &body) {
+        Ok(q) => q,
+        Err(e) => return rfc_error(&e),
+    };
+    let Some((id, secret, basic)) = client_of(&headers, &q) else {
+        return rfc_error(&OAuthError::invalid_client("client credentials are required"));
+    };
+    match crate::oauth::revoke::revoke(&state.identity, &id, secret.as_deref(), &q.token).await {
+        Ok(()) => Json(json!({})).into_response(),
+        Err(e) => oauth_failure(e, basic),
+    }
+}
+
+/// Token introspection (RFC 7662) for confidential clients (their own tokens) and service
+/// admins (a Bearer token with the service-admin permission: any token).
+#[utoipa::path(post, path = "/oauth/introspect", tag = "oauth",
+    request_body(content = TokenQuery, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "`{active, scope, client_id, username, sub, token_type, exp, iat}`", body = Object),
+        (status = 400, description = "RFC 6749 §5.2 error", body = OAuthErrorResponse),
+        (status = 401, description = "invalid_client", body = OAuthErrorResponse),
+    ))]
+pub async fn introspect(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    use crate::oauth::revoke::Introspector;
+    let q = match parse_query(&headers, &body) {
+        Ok(q) => q,
+        Err(e) => return rfc_error(&e),
+    };
+    let client = client_of(&headers, &q);
+    let caller = match &client {
+        Some((id, Some(secret), _)) => Introspector::Client { id, secret },
+        Some((_, None, basic)) => {
+            return oauth_failure(
+                OAuthError::invalid_client("a confidential client's secret is required").into(),
+                *basic,
+            )
+        }
+        None => {
+            let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+            match crate::identity::bearer::authenticate(&state.identity, bearer, ip).await {
+                Ok(p) if p.token.admin => Introspector::ServiceAdmin,
+                _ => {
+                    return rfc_error(&OAuthError::invalid_client(
+                        "a confidential client or a service admin's token is required",
+                    ))
+                }
+            }
+        }
+    };
+    match crate::oauth::revoke::introspect(&state.identity, caller, &q.token).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => oauth_failure(e, client.is_some_and(|c| c.2)),
+    }
+}
+
 /// `GET /oauth/authorize` (RFC 6749 §4.1.1): the console's consent page, with the same query.
 pub async fn authorize(RawQuery(query): RawQuery) -> Redirect {
     let query = query.map(|q| format!("?{q}")).unwrap_or_default();

@@ -7,6 +7,7 @@
 
 pub mod authorize;
 pub mod clients;
+pub mod revoke;
 pub mod token;
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};

@@ -66,6 +66,8 @@ pub trait OAuthStore: Send + Sync {
         now: i64,
         expires_at: i64,
     ) -> StoreResult<()>;
+    /// The grant of the refresh token with SHA-256 `token_hash`, used or not.
+    async fn refresh_token_grant(&self, token_hash: &str) -> StoreResult<Option<AnyId>>;
     /// Uses the refresh token with SHA-256 `token_hash` at `now`; `Fresh` gives its grant.
     async fn redeem_refresh_token(&self, token_hash: &str, now: i64) -> StoreResult<Redeemed<AnyId>>;
     /// Revokes the grant at `now`: its access tokens and refresh tokens end, with `audit`.
@@ -316,6 +318,15 @@ where
             .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn refresh_token_grant(&self, token_hash: &str) -> StoreResult<Option<AnyId>> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT grant_id FROM oauth_refresh_tokens WHERE token_hash = $1")
+                .bind(token_hash)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|(g,)| g.parse().map_err(|e| bad("refresh token grant", e))).transpose()
     }
 
     async fn redeem_refresh_token(&self, token_hash: &str, now: i64) -> StoreResult<Redeemed<AnyId>> {

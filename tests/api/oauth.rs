@@ -262,3 +262,68 @@ fn a_scope_beyond_what_the_users_sessions_hold_is_not_granted() {
     assert_eq!(beyond_user(policy, &production, &["profile".into(), "scim".into()]).as_deref(), Some("scim"));
     assert_eq!(beyond_user(policy, &production, &["profile".into(), "openid".into()]), None);
 }
+
+/// Approves a fresh authorization and exchanges its code: the token answer.
+async fn tokens(app: &TestApp, browser: &Browser, id: &str, secret: &str) -> Value {
+    let back = consent(app, browser, &authorize_query(id, ""), "approve").await;
+    let code = query_of(&back, "code").unwrap();
+    let form = [("grant_type", "authorization_code"), ("code", code.as_str()), ("code_verifier", VERIFIER)];
+    expect_json(token(app, &form, Some((id, secret))).await, 200).await
+}
+
+#[tokio::test]
+async fn clients_introspect_and_revoke_their_tokens_and_users_revoke_applications() {
+    let app = spawn_app().await;
+    let user = app.create_user("owner@example.com").await;
+    let (id, secret) = client(&app).await;
+    let browser = Browser::signed_in(&app, &user).await;
+    let issued = tokens(&app, &browser, &id, &secret).await;
+    let access = issued["access_token"].as_str().unwrap();
+    let ask = |path: &'static str, token: String, id: String, secret: String| {
+        let app = &app;
+        async move {
+            let form = [("token", token)];
+            let res =
+                app.client.post(app.url(path)).basic_auth(id, Some(secret)).form(&form).send().await.unwrap();
+            expect_json(res, 200).await
+        }
+    };
+    let seen = ask("/oauth/introspect", access.into(), id.clone(), secret.clone()).await;
+    assert_eq!(
+        (seen["active"].as_bool(), seen["sub"].as_str()),
+        (Some(true), Some(user.id.as_str())),
+        "{seen}"
+    );
+    assert_eq!(seen["scope"], "profile openid");
+    // Another client sees nothing of it.
+    let (other, other_secret) = client(&app).await;
+    let theirs = ask("/oauth/introspect", access.into(), other.clone(), other_secret.clone()).await;
+    assert_eq!(theirs["active"], false);
+    // ...and revoking it is a 200 that changes nothing (RFC 7009 §2.2).
+    assert_eq!(ask("/oauth/revoke", access.into(), other, other_secret).await, serde_json::json!({}));
+    expect_json(app.me(access).await, 200).await;
+    // Revoking the refresh token ends the grant: the access token too.
+    ask("/oauth/revoke", issued["refresh_token"].as_str().unwrap().into(), id.clone(), secret.clone()).await;
+    assert_eq!(app.me(access).await.status(), 401);
+    let gone = ask("/oauth/introspect", access.into(), id.clone(), secret.clone()).await;
+    assert_eq!(gone["active"], false);
+
+    // The user ends an application's access from the console's Security page.
+    let issued = tokens(&app, &browser, &id, &secret).await;
+    let access = issued["access_token"].as_str().unwrap();
+    let page = browser.get(&app, "/console/security").await.text().await.unwrap();
+    assert!(page.contains("Ledger Sync"), "{page}");
+    let grant = page.split("data-grant-id=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let res = browser
+        .post_form(&app, &format!("/console/security/applications/{grant}/revoke"), &[("csrf", csrf)])
+        .await;
+    assert!(res.text().await.unwrap().contains("Application access revoked"));
+    assert_eq!(app.me(access).await.status(), 401);
+    let audit = app.raw_sql("SELECT data FROM audit_log WHERE type = 'oauth.grant_revoked'").await;
+    assert!(
+        audit.iter().any(|d| d.contains("\"by\":\"user\""))
+            && audit.iter().any(|d| d.contains("\"by\":\"client\"")),
+        "{audit:?}"
+    );
+}

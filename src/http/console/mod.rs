@@ -71,6 +71,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/security/passkeys/options", post(security::register_options))
         .route("/console/security/passkeys/assert", post(security::assertion_options))
         .route("/console/security/passkeys/{id}/remove", post(security::remove))
+        .route("/console/security/applications/{id}/revoke", post(security::revoke_application))
         .route("/console/logout", post(signin::logout))
         .route("/console/overview", get(overview::page))
         .route("/console/webhooks", get(webhooks::list))

@@ -23,9 +23,31 @@ async fn security_page(state: &AppState, session: &Session, shown: Shown) -> Res
         Ok(l) => l,
         Err(e) => return error_response(e.into(), Some(session)),
     };
+    let apps = match crate::oauth::revoke::my_grants(&state.store, &session.auth).await {
+        Ok(a) => a,
+        Err(e) => return error_response(e.into(), Some(session)),
+    };
     let error = shown.error();
     let body = html! {
         @if error.is_none() { (layout::shown(&shown)) }
+        section.panel {
+            h2 { "Applications" }
+            p.muted { "Applications you allowed to act for you (OAuth). Revoking one stops its tokens at once." }
+            @if apps.is_empty() { p #no-applications { "No application has access." } }
+            @else { div.table-wrap { table #applications {
+                thead { tr { th { "Application" } th { "Scopes" } th { "Allowed" } th { "Last used" } th {} } }
+                tbody { @for (g, c) in &apps {
+                    tr data-grant-id=(g.id) {
+                        td { (c.as_ref().map_or("(removed)", |c| c.name.as_str())) }
+                        td.mono { (g.scopes.join(" ")) }
+                        td { (layout::time_s(g.created_at)) }
+                        td { @match g.last_used_at { Some(at) => (layout::time_s(at)), None => span.muted { "never" } } }
+                        td { (layout::action_button(session, &format!("/console/security/applications/{}/revoke", g.id), "Revoke", "danger",
+                            Some("Revoke this application's access? Its tokens stop at once."))) }
+                    }
+                } }
+            } } }
+        }
         section.panel {
             h2 { "Authenticator app" }
             p { "A TOTP device (RFC 6238) gives the six-digit codes of every sign-in; an operator resets it with "
@@ -167,4 +189,19 @@ async fn finish(
         Ok(shown) => security_page(state, session, shown).await,
         Err(e) => error_response(e, Some(session)),
     }
+}
+
+/// `POST /console/security/applications/{id}/revoke`: ends an application's access.
+pub async fn revoke_application(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    form: Form<NoFields>,
+) -> Response {
+    let session = form.session;
+    let id = match id.parse::<AnyId>() {
+        Ok(id) => id,
+        Err(e) => return error_response(crate::error::Error::invalid_field("id", e).into(), Some(&session)),
+    };
+    let result = crate::oauth::revoke::revoke_mine(&state.store, &session.auth, &id).await;
+    finish(&state, &session, result.map(|()| String::new()), "Application access revoked").await
 }
