@@ -41,6 +41,9 @@ wallet() {
 }
 echo "[$(wallet "$w1" "Acme hot" "$acme" "$(id_of "$alice")"), $(wallet "$w2" "Beta hot" "$beta" "$(id_of "$bob")")]" > "$dir/wallets.json"
 cli wallet import wallets.json > /dev/null
+# An OAuth application whose redirect URI the browser test intercepts.
+oauth_client=$(cli oauth-client create --name "Ledger Sync" --redirect-uri http://127.0.0.1:9/callback \
+  --scope profile --scope wallet_view_all --json)
 # A real Ethereum node for the Chains page (anvil from chain-tests/, installed by .ci/run), watched
 # as hteth, with an Acme wallet at its second dev account.
 anvil_bin="$here/../chain-tests/node_modules/.bin/anvil"
@@ -65,6 +68,7 @@ json.dump({
     "enterprises": {"acme": "$acme", "beta": "$beta"},
     "wallets": {"acme": "$w1", "beta": "$w2", "eth": "$w3"},
     "anvil": "http://127.0.0.1:$anvil_port",
+    "oauth": $oauth_client,
 }, open(sys.argv[1], "w"))
 PY
 mkdir -p "$here/screenshots"

@@ -561,6 +561,48 @@ def test_a_service_admin_removes_a_users_passkeys(context):
     assert status == 200 and audit["auditLogs"][0]["data"]["by"] == "console", audit
 
 
+def test_an_application_is_allowed_denied_and_revoked(context):
+    """OAuth consent in Chromium: the sign-in page, then the consent page; Allow, Deny, and the
+    grant's revocation from the Security page."""
+    client = FIXTURE["oauth"]
+    answers = []
+    page = context.new_page()
+    page.on("dialog", lambda d: d.accept())
+    # The application's redirect URI: the browser's visit is recorded and answered here.
+    page.route("http://127.0.0.1:9/**", lambda route: (answers.append(route.request.url), route.fulfill(status=200, body="ok")))
+    query = f"response_type=code&client_id={client['clientId']}&scope=profile%20wallet_view_all&state=xyz"
+    page.goto(f"{BASE}/oauth/authorize?{query}")
+    expect(page).to_have_url(re.compile(r"/console/login\?next="))
+    page.fill("#email", email("alice"))
+    page.fill("#password", PASSWORD)
+    page.fill("#otp", TEST_OTP)
+    page.click("form[action='/console/login'] button[type=submit]")
+    expect(page.locator("#consent")).to_contain_text("Ledger Sync")
+    expect(page.locator("#consent-scopes")).to_contain_text("view any wallet in any of your enterprises")
+    expect(page.locator("#consent")).to_contain_text("Acme Fund")
+    shot(page, "oauth-consent")
+    page.click("button[value=deny]")
+    page.wait_for_url(re.compile(r"^http://127\.0\.0\.1:9/callback\?"))
+    assert "error=access_denied" in page.url and "state=xyz" in page.url, page.url
+    page.goto(f"{BASE}/oauth/authorize?{query}")
+    page.click("button[value=approve]")
+    page.wait_for_url(re.compile(r"^http://127\.0\.0\.1:9/callback\?code="))
+    assert len(answers) == 2, answers
+    code = re.search(r"code=([^&]+)", page.url).group(1)
+    status, issued = api("POST", "/oauth/token", body={
+        "grant_type": "authorization_code", "code": code,
+        "client_id": client["clientId"], "client_secret": client["clientSecret"]})
+    assert status == 200, issued
+    token = issued["access_token"]
+    assert api("GET", "/api/v2/user/me", token)[0] == 200
+    page.goto(BASE + "/console/security")
+    row = page.locator("#applications tr", has_text="Ledger Sync")
+    expect(row).to_contain_text("profile wallet_view_all")
+    row.locator("button", has_text="Revoke").click()
+    expect(page.locator(".alert.ok")).to_contain_text("Application access revoked")
+    assert api("GET", "/api/v2/user/me", token)[0] == 401
+
+
 def rpc(method, params):
     """A JSON-RPC call to the test's Ethereum node (anvil)."""
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
