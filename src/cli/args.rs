@@ -84,9 +84,23 @@ pub enum Command {
     /// Revoke or list access tokens (emergencies, audits).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// OpenID Connect signing keys.
+    #[command(subcommand)]
+    Oidc(OidcCommand),
     /// Register and manage OAuth 2.0 applications (docs/oauth.md).
     #[command(subcommand, name = "oauth-client")]
     OAuthClient(OAuthClientCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OidcCommand {
+    /// Add a new id_token signing key and retire the current one of its algorithm (it stays in
+    /// the JWKS until the id_tokens it signed have expired).
+    RotateKey {
+        /// ES256 (the default) or RS256.
+        #[arg(long, default_value = "ES256")]
+        alg: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -104,6 +118,9 @@ pub enum OAuthClientCommand {
         /// No secret: the application must use PKCE (native and browser applications).
         #[arg(long)]
         public: bool,
+        /// How its OpenID Connect id_tokens are signed: ES256 (the default) or RS256.
+        #[arg(long = "id-token-alg")]
+        id_token_alg: Option<String>,
         /// Print one JSON object {clientId, clientSecret?, name, redirectUris, scopes}.
         #[arg(long)]
         json: bool,

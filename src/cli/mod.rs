@@ -340,6 +340,7 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
         Command::Token(cmd) => user_admin::token_command(config, cmd).await,
         Command::Audit(AuditCommand::Verify) => user_admin::audit_verify(config).await,
         Command::OAuthClient(cmd) => oauth::oauth_client(config, cmd).await,
+        Command::Oidc(cmd) => oauth::oidc(config, cmd).await,
         Command::Ecdh(EcdhCommand::ShowXpub) => show_xpub(config).await,
         Command::TokenTemplate(TemplateCommand::Create { json_file, json }) => {
             create_template(&config, &json_file, json).await

@@ -1,6 +1,6 @@
 //! `custodian oauth-client`: register and manage OAuth 2.0 applications (`crate::oauth::clients`).
 
-use super::args::OAuthClientCommand;
+use super::args::{OAuthClientCommand, OidcCommand};
 use crate::config::Config;
 
 /// `oauth-client create | list | disable | enable`.
@@ -9,8 +9,8 @@ pub async fn oauth_client(config: Config, cmd: OAuthClientCommand) -> anyhow::Re
     use OAuthClientCommand as C;
     let store = crate::store::open(&config).await?;
     match cmd {
-        C::Create { name, redirect_uris, scopes, public, json } => {
-            let new = clients::NewClient { name, redirect_uris, scopes, public };
+        C::Create { name, redirect_uris, scopes, public, id_token_alg, json } => {
+            let new = clients::NewClient { name, redirect_uris, scopes, public, id_token_alg };
             let (c, secret) = clients::create(&store, new).await?;
             if json {
                 let out = serde_json::json!({
@@ -53,4 +53,14 @@ pub async fn oauth_client(config: Config, cmd: OAuthClientCommand) -> anyhow::Re
 
 fn parse_client_id(id: &str) -> anyhow::Result<crate::types::AnyId> {
     id.trim().parse().map_err(|e| anyhow::anyhow!("--id: {e}"))
+}
+
+/// `oidc rotate-key`.
+pub async fn oidc(config: Config, cmd: OidcCommand) -> anyhow::Result<()> {
+    let OidcCommand::RotateKey { alg } = cmd;
+    anyhow::ensure!(matches!(alg.as_str(), "ES256" | "RS256"), "--alg: ES256 or RS256");
+    let state = crate::AppState::new(config).await?;
+    let k = crate::oauth::oidc::add_key(&state.store, &state.identity.key, &alg, true).await?;
+    println!("new {} key {}; the previous one stays published until its id_tokens expire", k.alg, k.kid);
+    Ok(())
 }

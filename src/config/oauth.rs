@@ -12,11 +12,19 @@ pub struct OAuthConfig {
     pub access_token_ttl: u64,
     /// A refresh token's life; each use gives a new one.
     pub refresh_token_ttl: u64,
+    /// The issuer (`iss`, and the base of the discovery document's URLs): the service's public
+    /// URL, e.g. `https://custody.example`. Empty: `http://` and the request's `Host`.
+    pub issuer: String,
 }
 
 impl Default for OAuthConfig {
     fn default() -> Self {
-        Self { code_ttl: 60, access_token_ttl: 3600, refresh_token_ttl: 30 * 24 * 3600 }
+        Self {
+            code_ttl: 60,
+            access_token_ttl: 3600,
+            refresh_token_ttl: 30 * 24 * 3600,
+            issuer: String::new(),
+        }
     }
 }
 

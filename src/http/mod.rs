@@ -245,6 +245,9 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(oauth::token))
         .routes(routes!(oauth::revoke))
         .routes(routes!(oauth::introspect))
+        .routes(routes!(oauth::discovery))
+        .routes(routes!(oauth::jwks))
+        .routes(routes!(oauth::userinfo))
         .split_for_parts();
     let router = bitgo::add(router, &mut doc);
     (router, doc)

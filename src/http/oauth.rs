@@ -47,6 +47,9 @@ pub struct TokenResponse {
     pub token_id: String,
     /// `authorization_code` or `refresh_token`.
     pub grant_type: String,
+    /// With the `openid` scope: the OpenID Connect id_token (a JWS, ES256 or RS256).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id_token: Option<String>,
 }
 
 /// An error of RFC 6749 §5.2.
@@ -133,7 +136,8 @@ pub async fn token(
         Ok(r) => r,
         Err(e) => return rfc_error(&e),
     };
-    let mut res = match exchange(&state.identity, &req, basic_credentials(&headers), ip).await {
+    let issuer = issuer(&state, &headers);
+    let mut res = match exchange(&state.identity, &req, basic_credentials(&headers), ip, &issuer).await {
         Ok(issued) => Json(TokenResponse {
             access_token: issued.access_token,
             token_type: "bearer".into(),
@@ -143,6 +147,7 @@ pub async fn token(
             refresh_token: issued.refresh_token,
             token_id: issued.token.id.to_string(),
             grant_type: issued.token.grant_type.as_str().into(),
+            id_token: issued.id_token,
         })
         .into_response(),
         Err(Failure::OAuth(e)) => rfc_error(&e),
@@ -273,4 +278,60 @@ pub async fn introspect(
 pub async fn authorize(RawQuery(query): RawQuery) -> Redirect {
     let query = query.map(|q| format!("?{q}")).unwrap_or_default();
     Redirect::to(&format!("/console/oauth/authorize{query}"))
+}
+
+/// The OpenID Connect issuer: `oauth.issuer`, or `http://` and the request's `Host`.
+pub fn issuer(state: &AppState, headers: &HeaderMap) -> String {
+    let configured = state.config.oauth.issuer.trim_end_matches('/');
+    if !configured.is_empty() {
+        return configured.to_string();
+    }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        .collect();
+    format!("http://{host}")
+}
+
+/// OpenID Connect Discovery 1.0: the provider's configuration.
+#[utoipa::path(get, path = "/.well-known/openid-configuration", tag = "oauth",
+    responses((status = 200, description = "The discovery document (OIDC Discovery 1.0 §3)", body = Object)))]
+pub async fn discovery(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
+    Json(crate::oauth::oidc::discovery(&issuer(&state, &headers)))
+}
+
+/// The keys id_tokens are signed with (RFC 7517 JWK Set); a rotated-out key stays until what it
+/// signed has expired.
+#[utoipa::path(get, path = "/oauth/jwks", tag = "oauth",
+    responses(
+        (status = 200, description = "`{keys: [JWK]}`", body = Object),
+        (status = 503, description = "The database is unavailable", body = super::ErrorResponse),
+    ))]
+pub async fn jwks(State(state): State<AppState>) -> super::error::ApiResult<Json<Value>> {
+    Ok(Json(crate::oauth::oidc::jwks(&state.identity).await?))
+}
+
+/// OpenID Connect userinfo (OIDC Core §5.3): the claims of the token's user its scopes
+/// release. Needs a token with `openid`.
+#[utoipa::path(get, path = "/oauth/userinfo", tag = "oauth", security(("bearer" = [])),
+    responses(
+        (status = 200, description = "`{sub, email?, email_verified?, name?, enterprises?}`", body = Object),
+        (status = 401, description = "Not authenticated", body = super::ErrorResponse),
+        (status = 403, description = "The token lacks `openid`", body = super::ErrorResponse),
+    ))]
+pub async fn userinfo(
+    State(state): State<AppState>,
+    super::auth::Auth(auth): super::auth::Auth,
+) -> super::error::ApiResult<Json<Value>> {
+    let scopes: Vec<String> = auth.token.scopes.iter().map(|g| g.to_scope_string()).collect();
+    if !scopes.iter().any(|s| s == "openid" || s == "all") {
+        return Err(crate::error::Error::Forbidden {
+            name: crate::error::ErrorName::InsufficientScope,
+            message: "userinfo needs a token with the openid scope".into(),
+            context: json!({ "requiredScope": "openid" }),
+        }
+        .into());
+    }
+    Ok(Json(crate::oauth::oidc::user_claims(&state.store, &auth.user, &scopes).await?))
 }

@@ -53,6 +53,7 @@ crate::types::text_enum!(
         OAuthCodeReused = "oauth.code_reused",
         OAuthRefreshReused = "oauth.refresh_reused",
         OAuthGrantRevoked = "oauth.grant_revoked",
+        OidcKeyAdded = "oidc.key_added",
         ChainReorgTooDeep = "chain.reorg_too_deep",
         ChainResync = "chain.resync",
     }

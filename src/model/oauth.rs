@@ -19,6 +19,8 @@ pub struct OAuthClient {
     pub disabled: bool,
     /// Unix seconds.
     pub created_at: i64,
+    /// How its id_tokens are signed: `ES256` (the default) or `RS256`.
+    pub id_token_alg: String,
 }
 
 /// One authorization a user gave a client: its code, and the refresh and access tokens that
@@ -34,6 +36,11 @@ pub struct OAuthGrant {
     pub created_at: i64,
     pub last_used_at: Option<i64>,
     pub revoked_at: Option<i64>,
+    /// How the user signed in before consenting (OpenID Connect `amr`: `pwd` and `otp`, or
+    /// `hwk` and `user` for a passkey).
+    pub amr: Vec<String>,
+    /// When, Unix seconds (`auth_time`).
+    pub auth_time: i64,
 }
 
 /// An authorization code (RFC 6749 §4.1.2), by its SHA-256.
@@ -52,4 +59,22 @@ pub struct AuthorizationCode {
     pub auth_time: i64,
     pub expires_at: i64,
     pub used_at: Option<i64>,
+}
+
+/// A key id_tokens are signed with (OpenID Connect Core §10.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OidcKey {
+    /// `kid`, 32 hex.
+    pub kid: String,
+    /// `ES256` or `RS256`.
+    pub alg: String,
+    /// The private key (PKCS#8 for ES256, PKCS#1 for RS256, DER) sealed under the master key,
+    /// hex.
+    pub sealed: String,
+    /// The public key as a JWK (RFC 7517), JSON.
+    pub public_jwk: String,
+    pub created_at: i64,
+    /// When a newer key of its algorithm replaced it; it stays published until what it signed
+    /// has expired.
+    pub retired_at: Option<i64>,
 }

@@ -206,6 +206,11 @@ pub async fn approve(
         created_at: now,
         last_used_at: None,
         revoked_at: None,
+        amr: match auth.token.grant_type {
+            crate::model::token::GrantType::Passkey => vec!["hwk".into(), "user".into()],
+            _ => vec!["pwd".into(), "otp".into()],
+        },
+        auth_time: auth.token.created_at,
     };
     let code = new_secret("ac_");
     let record = AuthorizationCode {

@@ -29,6 +29,8 @@ pub struct NewClient {
     pub scopes: Vec<String>,
     /// No secret: PKCE instead (native and browser applications).
     pub public: bool,
+    /// How its id_tokens are signed: `ES256` (when `None`) or `RS256`.
+    pub id_token_alg: Option<String>,
 }
 
 /// Checks a redirect URI: absolute, no fragment, https, or http on 127.0.0.1, [::1] or
@@ -66,6 +68,10 @@ pub async fn create(store: &DynStore, new: NewClient) -> Result<(OAuthClient, Op
     for s in &new.scopes {
         Grant::parse(s).map_err(|e| Error::invalid_field("scope", format!("{s}: {e}")))?;
     }
+    let id_token_alg = new.id_token_alg.unwrap_or_else(|| "ES256".into());
+    if !matches!(id_token_alg.as_str(), "ES256" | "RS256") {
+        return Err(Error::invalid_field("idTokenAlg", "ES256 or RS256"));
+    }
     let secret = (!new.public).then(|| new_secret("cs_"));
     let client = OAuthClient {
         id: ids::new_id().parse().map_err(|e: &str| Error::Internal(anyhow::anyhow!(e)))?,
@@ -75,6 +81,7 @@ pub async fn create(store: &DynStore, new: NewClient) -> Result<(OAuthClient, Op
         scopes: new.scopes,
         disabled: false,
         created_at: ids::now(),
+        id_token_alg,
     };
     let entry = audit::entry(AuditType::OAuthClientCreated).data(json!({
         "clientId": client.id, "name": client.name, "public": new.public,

@@ -7,6 +7,7 @@
 
 pub mod authorize;
 pub mod clients;
+pub mod oidc;
 pub mod revoke;
 pub mod token;
 

@@ -51,6 +51,8 @@ pub struct TokenRequest {
 pub struct Issued {
     pub access_token: String,
     pub refresh_token: String,
+    /// With the `openid` scope (OpenID Connect Core §3.1.3.3).
+    pub id_token: Option<String>,
     pub token: TokenRecord,
     /// Seconds.
     pub expires_in: i64,
@@ -66,6 +68,7 @@ pub async fn exchange(
     req: &TokenRequest,
     basic: Option<(String, String)>,
     ip: IpAddr,
+    issuer: &str,
 ) -> Result<Issued, Failure> {
     let (client_id, secret) = match (&basic, &req.client_id) {
         (Some((id, secret)), _) => (id.clone(), Some(secret.clone())),
@@ -79,9 +82,12 @@ pub async fn exchange(
         other => other?,
     };
     let now = ids::now();
-    let (grant, grant_type) = match req.grant_type.as_str() {
-        "authorization_code" => (by_code(svc, &client, req, now).await?, GrantType::AuthorizationCode),
-        "refresh_token" => (by_refresh_token(svc, &client, req, now).await?, GrantType::RefreshToken),
+    let (grant, nonce, grant_type) = match req.grant_type.as_str() {
+        "authorization_code" => {
+            let (grant, nonce) = by_code(svc, &client, req, now).await?;
+            (grant, nonce, GrantType::AuthorizationCode)
+        }
+        "refresh_token" => (by_refresh_token(svc, &client, req, now).await?, None, GrantType::RefreshToken),
         "" => return Err(OAuthError::invalid_request("grant_type is required").into()),
         other => {
             return Err(OAuthError::unsupported_grant_type(format!(
@@ -90,7 +96,17 @@ pub async fn exchange(
             .into())
         }
     };
-    issue(svc, &client, &grant, grant_type, ip, now).await
+    let mut issued = issue(svc, &client, &grant, grant_type, ip, now).await?;
+    if grant.scopes.iter().any(|s| s == "openid") {
+        let user = svc
+            .store
+            .user_by_id(&grant.user_id)
+            .await?
+            .ok_or_else(|| OAuthError::invalid_grant("no user"))?;
+        issued.id_token =
+            Some(super::oidc::id_token(svc, issuer, &client, &grant, &user, nonce.as_deref()).await?);
+    }
+    Ok(issued)
 }
 
 /// A reused code or refresh token: the grant is revoked, and the use audited.
@@ -114,7 +130,7 @@ async fn by_code(
     client: &OAuthClient,
     req: &TokenRequest,
     now: i64,
-) -> Result<OAuthGrant, Failure> {
+) -> Result<(OAuthGrant, Option<String>), Failure> {
     let code = req
         .code
         .as_deref()
@@ -138,7 +154,7 @@ async fn by_code(
             return Err(OAuthError::invalid_grant("code_verifier does not match the code_challenge").into())
         }
     }
-    Ok(grant)
+    Ok((grant, record.nonce))
 }
 
 /// RFC 7636 §4.6: `BASE64URL(SHA256(verifier)) == challenge`, the verifier 43 to 128
@@ -220,5 +236,5 @@ async fn issue(
         }))
     };
     svc.store.insert_token(&token, &[], &[entry]).await?;
-    Ok(Issued { access_token: value, refresh_token: refresh, token, expires_in: ttl })
+    Ok(Issued { access_token: value, refresh_token: refresh, id_token: None, token, expires_in: ttl })
 }

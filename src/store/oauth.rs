@@ -15,7 +15,7 @@ use super::{
 };
 use crate::model::{
     audit::AuditEntry,
-    oauth::{AuthorizationCode, OAuthClient, OAuthGrant},
+    oauth::{AuthorizationCode, OAuthClient, OAuthGrant, OidcKey},
 };
 use crate::types::{AnyId, UserId};
 
@@ -70,13 +70,19 @@ pub trait OAuthStore: Send + Sync {
     async fn refresh_token_grant(&self, token_hash: &str) -> StoreResult<Option<AnyId>>;
     /// Uses the refresh token with SHA-256 `token_hash` at `now`; `Fresh` gives its grant.
     async fn redeem_refresh_token(&self, token_hash: &str, now: i64) -> StoreResult<Redeemed<AnyId>>;
+    /// Every id_token signing key, oldest first.
+    async fn oidc_keys(&self) -> StoreResult<Vec<OidcKey>>;
+    /// Keeps a new signing key; the keys of its algorithm not yet retired are retired at its
+    /// `created_at` when `retire` (a rotation), with `audit`.
+    async fn add_oidc_key(&self, k: &OidcKey, retire: bool, audit: &[AuditEntry]) -> StoreResult<()>;
     /// Revokes the grant at `now`: its access tokens and refresh tokens end, with `audit`.
     /// `false` when it was revoked already or does not exist.
     async fn revoke_oauth_grant(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
 }
 
-type ClientRow = (String, String, Option<String>, String, String, bool, i64);
-type GrantRow = (String, String, String, String, i64, Option<i64>, Option<i64>);
+type ClientRow = (String, String, Option<String>, String, String, bool, i64, String);
+type GrantRow = (String, String, String, String, i64, Option<i64>, Option<i64>, String, i64);
+type KeyRow = (String, String, String, String, i64, Option<i64>);
 type CodeRow = (String, String, Option<String>, Option<String>, Option<String>, i64, i64, Option<i64>);
 
 fn bad(what: &str, e: &str) -> StoreError {
@@ -84,7 +90,7 @@ fn bad(what: &str, e: &str) -> StoreError {
 }
 
 fn client(
-    (id, name, secret_hash, redirect_uris, scopes, disabled, created_at): ClientRow,
+    (id, name, secret_hash, redirect_uris, scopes, disabled, created_at, id_token_alg): ClientRow,
 ) -> StoreResult<OAuthClient> {
     Ok(OAuthClient {
         id: id.parse().map_err(|e| bad("client id", e))?,
@@ -94,11 +100,12 @@ fn client(
         scopes: json_list(&scopes)?,
         disabled,
         created_at,
+        id_token_alg,
     })
 }
 
 fn grant(
-    (id, user_id, client_id, scopes, created_at, last_used_at, revoked_at): GrantRow,
+    (id, user_id, client_id, scopes, created_at, last_used_at, revoked_at, amr, auth_time): GrantRow,
 ) -> StoreResult<OAuthGrant> {
     Ok(OAuthGrant {
         id: id.parse().map_err(|e| bad("grant id", e))?,
@@ -108,6 +115,8 @@ fn grant(
         created_at,
         last_used_at,
         revoked_at,
+        amr: json_list(&amr)?,
+        auth_time,
     })
 }
 
@@ -125,8 +134,10 @@ fn code(r: CodeRow) -> StoreResult<AuthorizationCode> {
     })
 }
 
-const CLIENT_COLUMNS: &str = "id, name, secret_hash, redirect_uris, scopes, disabled, created_at";
-const GRANT_COLUMNS: &str = "id, user_id, client_id, scopes, created_at, last_used_at, revoked_at";
+const CLIENT_COLUMNS: &str =
+    "id, name, secret_hash, redirect_uris, scopes, disabled, created_at, id_token_alg";
+const GRANT_COLUMNS: &str =
+    "id, user_id, client_id, scopes, created_at, last_used_at, revoked_at, amr, auth_time";
 const CODE_COLUMNS: &str =
     "code_hash, grant_id, redirect_uri, code_challenge, nonce, auth_time, expires_at, used_at";
 
@@ -147,12 +158,13 @@ where
     for<'r> ClientRow: FromRow<'r, DB::Row>,
     for<'r> GrantRow: FromRow<'r, DB::Row>,
     for<'r> CodeRow: FromRow<'r, DB::Row>,
+    for<'r> KeyRow: FromRow<'r, DB::Row>,
     for<'r> (String, Option<i64>): FromRow<'r, DB::Row>,
 {
     async fn add_oauth_client(&self, c: &OAuthClient, audit: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query(&format!(
-            "INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+            "INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
         ))
         .bind(c.id.as_str())
         .bind(c.name.as_str())
@@ -161,6 +173,7 @@ where
         .bind(to_json(&c.scopes)?)
         .bind(c.disabled)
         .bind(c.created_at)
+        .bind(c.id_token_alg.as_str())
         .execute(&mut *tx)
         .await?;
         append_tx::<DB>(&mut tx, audit).await?;
@@ -226,7 +239,7 @@ where
     ) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query(&format!(
-            "INSERT INTO oauth_grants ({GRANT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+            "INSERT INTO oauth_grants ({GRANT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ))
         .bind(g.id.as_str())
         .bind(g.user_id.as_str())
@@ -235,6 +248,8 @@ where
         .bind(g.created_at)
         .bind(g.last_used_at)
         .bind(g.revoked_at)
+        .bind(to_json(&g.amr)?)
+        .bind(g.auth_time)
         .execute(&mut *tx)
         .await?;
         sqlx::query(&format!(
@@ -351,6 +366,50 @@ where
             (_, Some(_)) => Redeemed::Reused(grant_id),
             _ => Redeemed::Invalid,
         })
+    }
+
+    async fn oidc_keys(&self) -> StoreResult<Vec<OidcKey>> {
+        let rows: Vec<KeyRow> = sqlx::query_as(
+            "SELECT kid, alg, sealed, public_jwk, created_at, retired_at FROM oidc_keys ORDER BY created_at, kid",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(kid, alg, sealed, public_jwk, created_at, retired_at)| OidcKey {
+                kid,
+                alg,
+                sealed,
+                public_jwk,
+                created_at,
+                retired_at,
+            })
+            .collect())
+    }
+
+    async fn add_oidc_key(&self, k: &OidcKey, retire: bool, audit: &[AuditEntry]) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        if retire {
+            sqlx::query("UPDATE oidc_keys SET retired_at = $1 WHERE alg = $2 AND retired_at IS NULL")
+                .bind(k.created_at)
+                .bind(k.alg.as_str())
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query(
+            "INSERT INTO oidc_keys (kid, alg, sealed, public_jwk, created_at, retired_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(k.kid.as_str())
+        .bind(k.alg.as_str())
+        .bind(k.sealed.as_str())
+        .bind(k.public_jwk.as_str())
+        .bind(k.created_at)
+        .bind(k.retired_at)
+        .execute(&mut *tx)
+        .await?;
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn revoke_oauth_grant(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {

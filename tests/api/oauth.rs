@@ -57,6 +57,7 @@ async fn client(app: &TestApp) -> (String, String) {
         redirect_uris: vec![REDIRECT.into()],
         scopes: vec!["openid".into(), "profile".into(), "wallet_view_all".into()],
         public: false,
+        id_token_alg: None,
     };
     let (c, secret) = custodian::oauth::clients::create(&app.state.store, new).await.unwrap();
     (c.id.to_string(), secret.unwrap())
@@ -326,4 +327,96 @@ async fn clients_introspect_and_revoke_their_tokens_and_users_revoke_application
             && audit.iter().any(|d| d.contains("\"by\":\"client\"")),
         "{audit:?}"
     );
+}
+
+/// Checks an id_token against the published JWKS as a relying party does: its `kid`'s key,
+/// its algorithm, `iss` and `aud`. Returns the claims.
+async fn verified(app: &TestApp, id_token: &str, audience: &str) -> Value {
+    use jsonwebtoken::{decode, decode_header, jwk::JwkSet, DecodingKey, Validation};
+    let header = decode_header(id_token).unwrap();
+    let jwks: JwkSet = app.client.get(app.url("/oauth/jwks")).send().await.unwrap().json().await.unwrap();
+    let jwk = jwks.find(header.kid.as_deref().unwrap()).expect("the signing key is published");
+    let mut validation = Validation::new(header.alg);
+    validation.set_audience(&[audience]);
+    validation.set_issuer(&[app.url("").trim_end_matches('/')]);
+    decode::<Value>(id_token, &DecodingKey::from_jwk(jwk).unwrap(), &validation)
+        .expect("a valid id_token")
+        .claims
+}
+
+#[tokio::test]
+async fn openid_connect_id_tokens_verify_across_a_key_rotation_and_userinfo_answers() {
+    let app = spawn_app().await;
+    let user = app.create_user("owner@example.com").await;
+    let acme = app.create_enterprise("Acme Fund", &[(&user, true)]).await;
+    let new = |alg: Option<&str>| custodian::oauth::clients::NewClient {
+        name: "Ledger Sync".into(),
+        redirect_uris: vec![REDIRECT.into()],
+        scopes: vec!["openid".into(), "profile".into(), "openid_enterprises".into()],
+        public: false,
+        id_token_alg: alg.map(str::to_string),
+    };
+    let (c, secret) = custodian::oauth::clients::create(&app.state.store, new(None)).await.unwrap();
+    let (id, secret) = (c.id.to_string(), secret.unwrap());
+    let discovery: Value =
+        expect_json(app.client.get(app.url("/.well-known/openid-configuration")).send().await.unwrap(), 200)
+            .await;
+    assert_eq!(discovery["issuer"], app.url("").trim_end_matches('/'));
+    assert_eq!(discovery["token_endpoint"], app.url("/oauth/token"));
+    let browser = Browser::signed_in(&app, &user).await;
+    let ask = |nonce: &str| {
+        format!("response_type=code&client_id={id}&scope=openid%20profile%20openid_enterprises&state=s&nonce={nonce}&code_challenge={}&code_challenge_method=S256", challenge(VERIFIER))
+    };
+    let exchange = |query: String| {
+        let (app, browser, id, secret) = (&app, &browser, id.clone(), secret.clone());
+        async move {
+            let page = browser.get(app, &format!("/console/oauth/authorize?{query}")).await;
+            let back = if page.status() == 303 {
+                location(&page)
+            } else {
+                consent(app, browser, &query, "approve").await
+            };
+            let code = query_of(&back, "code").unwrap();
+            let form =
+                [("grant_type", "authorization_code"), ("code", code.as_str()), ("code_verifier", VERIFIER)];
+            expect_json(token(app, &form, Some((&id, &secret))).await, 200).await
+        }
+    };
+    let first = exchange(ask("n-1")).await;
+    let claims = verified(&app, first["id_token"].as_str().unwrap(), &id).await;
+    assert_eq!((claims["sub"].as_str(), claims["nonce"].as_str()), (Some(user.id.as_str()), Some("n-1")));
+    assert_eq!(claims["amr"], serde_json::json!(["pwd", "otp"]));
+    assert_eq!(claims["email"], "owner@example.com");
+    assert_eq!(claims["enterprises"][0]["id"], acme.as_str());
+    // A rotation: new id_tokens carry the new key; the old one stays published, so the token
+    // signed before still verifies.
+    let before = first["id_token"].as_str().unwrap().to_string();
+    let rotated = custodian::oauth::oidc::add_key(&app.state.store, &app.state.identity.key, "ES256", true)
+        .await
+        .unwrap();
+    let second = exchange(ask("n-2")).await;
+    let header = jsonwebtoken::decode_header(second["id_token"].as_str().unwrap()).unwrap();
+    assert_eq!(header.kid.as_deref(), Some(rotated.kid.as_str()));
+    verified(&app, second["id_token"].as_str().unwrap(), &id).await;
+    verified(&app, &before, &id).await;
+    // Userinfo with the access token.
+    let info =
+        expect_json(app.get_auth("/oauth/userinfo", second["access_token"].as_str().unwrap()).await, 200)
+            .await;
+    assert_eq!(
+        (info["sub"].as_str(), info["email"].as_str()),
+        (Some(user.id.as_str()), Some("owner@example.com"))
+    );
+    // A client that asks for RS256 gets RS256.
+    let (rsa, rsa_secret) =
+        custodian::oauth::clients::create(&app.state.store, new(Some("RS256"))).await.unwrap();
+    let (rid, rsecret) = (rsa.id.to_string(), rsa_secret.unwrap());
+    let query = ask("n-3").replace(&id, &rid);
+    let back = consent(&app, &browser, &query, "approve").await;
+    let code = query_of(&back, "code").unwrap();
+    let form = [("grant_type", "authorization_code"), ("code", code.as_str()), ("code_verifier", VERIFIER)];
+    let issued = expect_json(token(&app, &form, Some((&rid, &rsecret))).await, 200).await;
+    let rs = issued["id_token"].as_str().unwrap();
+    assert_eq!(jsonwebtoken::decode_header(rs).unwrap().alg, jsonwebtoken::Algorithm::RS256);
+    verified(&app, rs, &rid).await;
 }

@@ -4,7 +4,7 @@
 //! as JSON with base64url fields.
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
-use p256::ecdsa::{signature::Signer, Signature, SigningKey};
+use p256_14::ecdsa::{signature::Signer, Signature, SigningKey};
 use rand::RngCore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
