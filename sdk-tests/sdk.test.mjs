@@ -266,31 +266,34 @@ test('authenticateWithPasskey: a passkey added through the API signs in; replaye
   await bitgo.logout();
 });
 
-/** The console in a "browser" (fetch, no redirects followed): sign in, consent, and the code. */
-async function authorizationCode() {
+/**
+ * The console in a "browser" (fetch, no redirects followed): open `authUrl` (an authorization
+ * request), sign in, allow, and return the URL the browser is sent back to.
+ */
+async function consentTo(authUrl) {
   const signIn = await fetch(`${url}/console/login`, {
     method: 'POST', redirect: 'manual',
     headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
     body: new URLSearchParams({ email, password, otp: OTP }),
   });
-  assert.equal(signIn.status, 303);
   const cookie = signIn.headers.get('set-cookie').split(';')[0];
+  const start = await fetch(authUrl, { redirect: 'manual' });
+  const consentUrl = url + start.headers.get('location');
+  const page = await fetch(consentUrl, { headers: { cookie }, redirect: 'manual' });
+  if (page.status !== 200) return page.headers.get('location');
+  const csrf = (await page.text()).match(/name="csrf" value="([0-9a-f]+)"/)[1];
+  const decide = await fetch(`${url}/console/oauth/authorize`, {
+    method: 'POST', redirect: 'manual',
+    headers: { cookie, 'Content-Type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ ...Object.fromEntries(new URL(consentUrl).searchParams), csrf, decision: 'approve' }),
+  });
+  return decide.headers.get('location');
+}
+
+/** A code for the suite's OAuth application, as the console gives it after consent. */
+async function authorizationCode() {
   const query = new URLSearchParams({ response_type: 'code', client_id: oauthClient.clientId, scope: 'profile wallet_view_all', state: 'sdk' });
-  const start = await fetch(`${url}/oauth/authorize?${query}`, { redirect: 'manual' });
-  const page = await fetch(url + start.headers.get('location'), { headers: { cookie }, redirect: 'manual' });
-  let back = page.headers.get('location');
-  if (page.status === 200) {
-    const html = await page.text();
-    assert.match(html, /SDK suite/);
-    const csrf = html.match(/name="csrf" value="([0-9a-f]+)"/)[1];
-    const decide = await fetch(`${url}/console/oauth/authorize`, {
-      method: 'POST', redirect: 'manual',
-      headers: { cookie, 'Content-Type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ ...Object.fromEntries(query), csrf, decision: 'approve' }),
-    });
-    back = decide.headers.get('location');
-  }
-  const answer = new URL(back);
+  const answer = new URL(await consentTo(`${url}/oauth/authorize?${query}`));
   assert.equal(answer.searchParams.get('state'), 'sdk');
   return answer.searchParams.get('code');
 }
@@ -312,6 +315,32 @@ test('authenticateWithAuthCode: a code from the consent page, me, refreshToken t
   await assert.rejects(other.refreshToken({ refreshToken: first }), (e) => e.status === 400 && /invalid_grant|used before/.test(e.message + JSON.stringify(e.result)));
   // The reuse revoked the grant: the live token is refused.
   await assert.rejects(bitgo.me(), (e) => e.status === 401);
+});
+
+test('openid-client (certified relying party): discovery, code + PKCE + nonce, id_token, userinfo, refresh, revocation', async () => {
+  const oidc = await import('openid-client');
+  const options = { execute: [oidc.allowInsecureRequests] };
+  const config = await oidc.discovery(new URL(url), oauthClient.clientId, oauthClient.clientSecret, undefined, options);
+  assert.equal(config.serverMetadata().issuer, url);
+  const verifier = oidc.randomPKCECodeVerifier();
+  const nonce = oidc.randomNonce();
+  const state = oidc.randomState();
+  const authUrl = oidc.buildAuthorizationUrl(config, {
+    redirect_uri: 'http://127.0.0.1:9/callback', scope: 'openid profile', state, nonce,
+    code_challenge: await oidc.calculatePKCECodeChallenge(verifier), code_challenge_method: 'S256',
+  });
+  const back = await consentTo(authUrl.href);
+  const tokens = await oidc.authorizationCodeGrant(config, new URL(back), { pkceCodeVerifier: verifier, expectedNonce: nonce, expectedState: state });
+  const claims = tokens.claims(); // the id_token, validated by the library against the JWKS
+  assert.equal(claims.email, email);
+  assert.deepEqual(claims.amr, ['pwd', 'otp']);
+  const info = await oidc.fetchUserInfo(config, tokens.access_token, claims.sub);
+  assert.equal(info.email, email);
+  const refreshed = await oidc.refreshTokenGrant(config, tokens.refresh_token);
+  assert.notEqual(refreshed.refresh_token, tokens.refresh_token);
+  assert.equal(refreshed.claims().sub, claims.sub);
+  await oidc.tokenRevocation(config, refreshed.refresh_token);
+  await assert.rejects(oidc.refreshTokenGrant(config, refreshed.refresh_token), (e) => e.error === 'invalid_grant');
 });
 
 test('a wrong OTP sets needsOTP', async () => {
