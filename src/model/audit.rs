@@ -48,6 +48,8 @@ crate::types::text_enum!(
         PasskeyCounterRegressed = "passkey.counter_regressed",
         OAuthClientCreated = "oauth.client_created",
         OAuthClientDisabled = "oauth.client_disabled",
+        OAuthClientSecretRotated = "oauth.client_secret_rotated",
+        OAuthClientDeleted = "oauth.client_deleted",
         OAuthConsented = "oauth.consented",
         OAuthTokenIssued = "oauth.token_issued",
         OAuthCodeReused = "oauth.code_reused",

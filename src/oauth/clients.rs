@@ -124,3 +124,27 @@ pub async fn authenticate(
         _ => Err(unknown().into()),
     }
 }
+
+/// Gives a confidential client a new secret (shown once); the old one stops at once. Audited
+/// as `oauth.client_secret_rotated`. Errors: `NotFound` (no such confidential client).
+pub async fn rotate_secret(store: &DynStore, id: &AnyId) -> Result<String> {
+    let secret = new_secret("cs_");
+    let entry = audit::entry(AuditType::OAuthClientSecretRotated).data(json!({ "clientId": id }));
+    if !store.set_oauth_client_secret(id, &hash(&secret), &[entry]).await? {
+        return Err(Error::NotFound {
+            name: ErrorName::NotFound,
+            message: "no confidential client has this id".into(),
+        });
+    }
+    Ok(secret)
+}
+
+/// Deletes a client; its grants are revoked first. Audited as `oauth.client_deleted`. Errors:
+/// `NotFound`.
+pub async fn delete(store: &DynStore, id: &AnyId) -> Result<()> {
+    let entry = audit::entry(AuditType::OAuthClientDeleted).data(json!({ "clientId": id }));
+    if !store.delete_oauth_client(id, ids::now(), &[entry]).await? {
+        return Err(Error::NotFound { name: ErrorName::NotFound, message: "no client has this id".into() });
+    }
+    Ok(())
+}

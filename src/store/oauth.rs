@@ -46,6 +46,16 @@ pub trait OAuthStore: Send + Sync {
         now: i64,
         audit: &[AuditEntry],
     ) -> StoreResult<bool>;
+    /// Replaces a client's secret hash, with `audit`; `false` when there is no such client.
+    async fn set_oauth_client_secret(
+        &self,
+        id: &AnyId,
+        secret_hash: &str,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool>;
+    /// Deletes a client and revokes its grants at `now`, with `audit`; `false` when there is
+    /// no such client.
+    async fn delete_oauth_client(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
     /// Keeps a grant and its authorization code, with `audit`.
     async fn add_oauth_grant(
         &self,
@@ -228,6 +238,39 @@ where
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         self.cache.clear();
+        Ok(true)
+    }
+
+    async fn set_oauth_client_secret(
+        &self,
+        id: &AnyId,
+        secret_hash: &str,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE oauth_clients SET secret_hash = $2 WHERE id = $1 AND secret_hash IS NOT NULL",
+        )
+        .bind(id.as_str())
+        .bind(secret_hash)
+        .execute(&mut *tx)
+        .await?;
+        if DB::rows_affected(&done) == 0 {
+            return Ok(false);
+        }
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn delete_oauth_client(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
+        if !self.set_oauth_client_disabled(id, true, now, &[]).await? {
+            return Ok(false);
+        }
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM oauth_clients WHERE id = $1").bind(id.as_str()).execute(&mut *tx).await?;
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
         Ok(true)
     }
 

@@ -420,3 +420,50 @@ async fn openid_connect_id_tokens_verify_across_a_key_rotation_and_userinfo_answ
     assert_eq!(jsonwebtoken::decode_header(rs).unwrap().alg, jsonwebtoken::Algorithm::RS256);
     verified(&app, rs, &rid).await;
 }
+
+#[tokio::test]
+async fn service_admins_register_rotate_and_delete_applications_in_the_console() {
+    let app = spawn_app().await;
+    let root = app.create_user_with("root@example.com", true).await;
+    let browser = Browser::signed_in(&app, &root).await;
+    let page = browser.get(&app, "/console/admin/applications").await.text().await.unwrap();
+    let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let form = [
+        ("csrf", csrf.clone()),
+        ("name", "Treasury Bot".to_string()),
+        ("redirect_uris", REDIRECT.to_string()),
+        ("scopes", "openid profile".to_string()),
+        ("id_token_alg", "ES256".to_string()),
+    ];
+    let made = browser.post_form(&app, "/console/admin/applications", &form).await.text().await.unwrap();
+    let secret =
+        made.split("id=\"new-client-secret\">").nth(1).unwrap().split('<').next().unwrap().to_string();
+    let id = made.split("data-client-id=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    assert!(secret.starts_with("cs_"), "{made}");
+    let check = |secret: String| {
+        let (app, id) = (&app, id.clone());
+        async move {
+            let form = [("grant_type", "refresh_token"), ("refresh_token", "rt_unknown")];
+            let res = token(app, &form, Some((&id, &secret))).await;
+            let body: Value = res.json().await.unwrap();
+            body["error"].as_str().unwrap_or_default().to_string()
+        }
+    };
+    assert_eq!(check(secret.clone()).await, "invalid_grant", "the secret authenticates");
+    let rotated = browser
+        .post_form(&app, &format!("/console/admin/applications/{id}/rotate"), &[("csrf", csrf.clone())])
+        .await;
+    let rotated = rotated.text().await.unwrap();
+    let fresh =
+        rotated.split("id=\"new-client-secret\">").nth(1).unwrap().split('<').next().unwrap().to_string();
+    assert_eq!(check(secret).await, "invalid_client", "the old secret stops");
+    assert_eq!(check(fresh.clone()).await, "invalid_grant");
+    let deleted =
+        browser.post_form(&app, &format!("/console/admin/applications/{id}/delete"), &[("csrf", csrf)]).await;
+    assert!(!deleted.text().await.unwrap().contains(&id));
+    assert_eq!(check(fresh).await, "invalid_client");
+    // Not for a user without the service-admin permission.
+    let user = app.create_user("someone@example.com").await;
+    let theirs = Browser::signed_in(&app, &user).await;
+    assert_eq!(theirs.get(&app, "/console/admin/applications").await.status(), 403);
+}

@@ -18,6 +18,7 @@ const NAV: &[(&str, &str, bool)] = &[
     ("/console/security", "Security", false),
     ("/console/admin/users", "Users", true),
     ("/console/admin/enterprises", "Enterprises", true),
+    ("/console/admin/applications", "Applications", true),
     ("/console/chains", "Chains", true),
 ];
 

@@ -33,6 +33,7 @@ use super::{error::ApiError, extract::ClientIp};
 use crate::{error::Error, identity::bearer::Principal, AppState};
 
 mod admin;
+mod applications;
 mod assets;
 mod audit;
 mod chains;
@@ -94,6 +95,8 @@ pub fn router() -> Router<AppState> {
         .route("/console/admin/users", get(admin::users))
         .route("/console/admin/users/{action}", post(admin::user_action))
         .route("/console/admin/enterprises", get(admin::enterprises))
+        .route("/console/admin/applications", get(applications::page).post(applications::create))
+        .route("/console/admin/applications/{id}/{action}", post(applications::action))
         .route("/console/chains", get(chains::page))
         .route("/console/wallets/{id}", get(wallets::page))
         .layer(middleware::from_fn(guard))
