@@ -158,6 +158,8 @@ async fn a_code_from_consent_is_exchanged_once_and_refresh_tokens_rotate() {
     assert_eq!(issued["scope"], "profile openid");
     let access = issued["access_token"].as_str().unwrap().to_string();
     assert_eq!(expect_json(app.me(&access).await, 200).await["user"]["id"], user.id.as_str());
+    let session = expect_json(app.get_auth("/api/v2/user/session", &access).await, 200).await;
+    assert_eq!(session["session"]["grant_type"], "authorization_code", "{session}");
     // The code again: refused, and every token of its grant revoked.
     rfc_error(token(&app, &form, Some((&id, &secret))).await, 400, "invalid_grant").await;
     assert_eq!(app.me(&access).await.status(), 401);
@@ -173,6 +175,12 @@ async fn a_code_from_consent_is_exchanged_once_and_refresh_tokens_rotate() {
         expect_json(app.post("/oauth/token", &refresh(first["refresh_token"].as_str().unwrap())).await, 200)
             .await;
     assert_eq!(second["grant_type"], "refresh_token");
+    let session = expect_json(
+        app.get_auth("/api/v2/user/session", second["access_token"].as_str().unwrap()).await,
+        200,
+    )
+    .await;
+    assert_eq!(session["session"]["grant_type"], "refresh_token");
     assert_ne!(second["refresh_token"], first["refresh_token"], "rotated");
     let live = second["access_token"].as_str().unwrap();
     expect_json(app.me(live).await, 200).await;

@@ -113,6 +113,10 @@ pub struct SessionView {
     pub expires: String,
     pub origin: String,
     pub is_extensible: bool,
+    /// How the session was granted (§2.2 `grant_type`): `password`, `passkey`,
+    /// `authorization_code` or `refresh_token`; named as in the login result.
+    #[serde(rename = "grant_type")]
+    pub grant_type: String,
     /// `{time, expires}` (ISO 8601) while unlocked, and the token's `spendingLimits`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -138,6 +142,7 @@ impl SessionResponse {
                 expires: ids::iso(t.expires_at),
                 origin: t.origin,
                 is_extensible: t.is_extensible,
+                grant_type: t.grant_type.as_str().into(),
             },
         })
     }
