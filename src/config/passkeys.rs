@@ -24,6 +24,9 @@ pub struct PasskeysConfig {
     /// Unanswered challenges kept at most, across users; past it a new one is 503 `ServerBusy`
     /// until older ones expire (the sign-in challenge needs no account).
     pub max_pending_challenges: usize,
+    /// Unanswered challenges one client (an IPv4 address or an IPv6 /64) may hold; past it,
+    /// 429 `TooManyRequests`, so one client cannot fill `max_pending_challenges` for everyone.
+    pub max_pending_per_client: usize,
     /// Passkeys a user may have.
     pub max_per_user: usize,
 }
@@ -37,6 +40,7 @@ impl Default for PasskeysConfig {
             allow_any_port: false,
             challenge_ttl: 300,
             max_pending_challenges: 10_000,
+            max_pending_per_client: 20,
             max_per_user: 10,
         }
     }
@@ -50,7 +54,11 @@ impl PasskeysConfig {
         if self.origins.is_empty() {
             return Err("invalid configuration: passkeys.origins must name at least one origin".into());
         }
-        if self.challenge_ttl == 0 || self.max_pending_challenges == 0 || self.max_per_user == 0 {
+        if self.challenge_ttl == 0
+            || self.max_pending_challenges == 0
+            || self.max_pending_per_client == 0
+            || self.max_per_user == 0
+        {
             return Err("invalid configuration: passkeys.challenge_ttl, passkeys.max_pending_challenges and passkeys.max_per_user must be positive".into());
         }
         Ok(())

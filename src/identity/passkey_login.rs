@@ -27,8 +27,9 @@ use crate::{
 
 /// Request options (`{publicKey}`) for signing in with a passkey. No credential is listed
 /// (discoverable credentials), so the answer is the same whether `email` names a user or not;
-/// when it names one, only their passkeys can answer it. Errors: `Invalid` (`email`), `Busy`.
-pub async fn challenge(svc: &Identity, email: Option<&str>) -> Result<Value> {
+/// when it names one, only their passkeys can answer it. Errors: `Invalid` (`email`),
+/// `Throttled` (this client's waiting challenges), `Busy`.
+pub async fn challenge(svc: &Identity, email: Option<&str>, ip: IpAddr) -> Result<Value> {
     let user = match email.map(str::trim).filter(|e| !e.is_empty()) {
         Some(e) => {
             let email = Email::parse(e).map_err(|why| Error::invalid_field("email", why))?;
@@ -42,7 +43,7 @@ pub async fn challenge(svc: &Identity, email: Option<&str>) -> Result<Value> {
         .map_err(|e| Error::Internal(anyhow::anyhow!("passkeys: {e}")))?;
     // Only the request options: conditional mediation (autofill) is the page's choice.
     let options = json!({ "publicKey": options.public_key });
-    keep(svc, &options, ChallengePurpose::Login, user, &state).await?;
+    keep(svc, &options, ChallengePurpose::Login, user, ip, &state).await?;
     Ok(options)
 }
 

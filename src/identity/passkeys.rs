@@ -58,7 +58,7 @@ pub async fn registration_options(svc: &Identity, auth: &Principal) -> Result<Va
         .map_err(internal)?;
     let mut options = serde_json::to_value(options).map_err(internal)?;
     options["publicKey"]["authenticatorSelection"]["residentKey"] = json!("preferred");
-    keep(svc, &options, ChallengePurpose::Register, Some(user.id.clone()), &state).await?;
+    keep(svc, &options, ChallengePurpose::Register, Some(user.id.clone()), auth.client_ip, &state).await?;
     Ok(options)
 }
 
@@ -183,6 +183,6 @@ pub async fn assertion_options(svc: &Identity, auth: &Principal) -> Result<Value
     let creds: Vec<Passkey> = passkeys.into_iter().map(|(_, p)| p).collect();
     let (options, state) = svc.webauthn.start_passkey_authentication(&creds).map_err(internal)?;
     let options = serde_json::to_value(options).map_err(internal)?;
-    keep(svc, &options, ChallengePurpose::Verify, Some(auth.user.id.clone()), &state).await?;
+    keep(svc, &options, ChallengePurpose::Verify, Some(auth.user.id.clone()), auth.client_ip, &state).await?;
     Ok(options)
 }

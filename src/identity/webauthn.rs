@@ -23,7 +23,7 @@ use crate::{
         audit::AuditType,
         passkey::{ChallengePurpose, PasskeyRecord, PendingChallenge},
     },
-    store::User,
+    store::{ChallengeKept, User},
     types::UserId,
 };
 
@@ -60,13 +60,15 @@ pub(super) fn internal(e: impl std::fmt::Display) -> Error {
     Error::Internal(anyhow::anyhow!("passkeys: {e}"))
 }
 
-/// Keeps a ceremony's state until its answer. Errors: `Busy` when `passkeys.max_pending_challenges`
-/// wait already.
+/// Keeps a ceremony's state until its answer, asked for from `ip`. Errors: `Throttled`
+/// (`TooManyRequests`) when that client holds `passkeys.max_pending_per_client` already,
+/// `Busy` when `passkeys.max_pending_challenges` wait across clients.
 pub async fn keep(
     svc: &Identity,
     options: &Value,
     purpose: ChallengePurpose,
     user_id: Option<UserId>,
+    ip: std::net::IpAddr,
     state: &impl serde::Serialize,
 ) -> Result<()> {
     let challenge = options["publicKey"]["challenge"].as_str().ok_or_else(|| internal("no challenge"))?;
@@ -77,14 +79,25 @@ pub async fn keep(
         user_id,
         state: serde_json::to_string(state).map_err(internal)?,
         expires_at: now + i64::try_from(svc.config.passkeys.challenge_ttl).unwrap_or(300),
+        client: super::throttle::client_key(ip),
     };
-    if !svc.store.keep_challenge(&pending, svc.config.passkeys.max_pending_challenges, now).await? {
-        return Err(Error::Busy {
+    let cfg = &svc.config.passkeys;
+    match svc
+        .store
+        .keep_challenge(&pending, cfg.max_pending_challenges, cfg.max_pending_per_client, now)
+        .await?
+    {
+        ChallengeKept::Kept => Ok(()),
+        ChallengeKept::ClientFull => Err(Error::Throttled {
+            name: crate::error::ErrorName::TooManyRequests,
+            message: "this client has too many passkey challenges waiting; answer one or wait".into(),
+            retry_after_secs: cfg.challenge_ttl,
+        }),
+        ChallengeKept::Full => Err(Error::Busy {
             message: "too many passkey ceremonies are waiting for an answer; try again shortly".into(),
             retry_after_secs: 5,
-        });
+        }),
     }
-    Ok(())
 }
 
 /// A client's credential JSON made as webauthn-rs reads it: base64url without padding in the

@@ -63,4 +63,6 @@ pub struct PendingChallenge {
     pub state: String,
     /// Unix seconds.
     pub expires_at: i64,
+    /// Who asked for it: an IPv4 address or an IPv6 /64 (`identity::throttle::client_key`).
+    pub client: String,
 }

@@ -59,7 +59,7 @@ pub use outbox::{
     OutboxStore, Outcome, QueueCounts, RecentFailure, Saturated, SearchStore, SuspendPolicy, Tenancy,
     WebhookSearch,
 };
-pub use passkeys::{PasskeyAdded, PasskeyStore};
+pub use passkeys::{ChallengeKept, PasskeyAdded, PasskeyStore};
 pub use sql::Dialect;
 pub use sql_store::SqlStore;
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};

@@ -12,6 +12,16 @@ use crate::model::{
 };
 use crate::types::{AnyId, UserId};
 
+/// What keeping a challenge came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChallengeKept {
+    Kept,
+    /// `max` challenges wait already, across clients.
+    Full,
+    /// This client holds `max_per_client` already.
+    ClientFull,
+}
+
 /// What adding a passkey came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PasskeyAdded {
@@ -39,9 +49,15 @@ pub trait PasskeyStore: Send + Sync {
     async fn remove_passkey(&self, user: &UserId, id: &AnyId, audit: &[AuditEntry]) -> StoreResult<bool>;
     /// Removes all the user's passkeys, with `audit`; how many there were.
     async fn remove_passkeys(&self, user: &UserId, audit: &[AuditEntry]) -> StoreResult<u64>;
-    /// Keeps a challenge, after dropping expired ones; `false` (nothing kept) when `max`
-    /// unexpired challenges wait already.
-    async fn keep_challenge(&self, c: &PendingChallenge, max: usize, now: i64) -> StoreResult<bool>;
+    /// Keeps a challenge, after dropping expired ones, unless `max` unexpired challenges wait
+    /// already or its client holds `max_per_client`.
+    async fn keep_challenge(
+        &self,
+        c: &PendingChallenge,
+        max: usize,
+        max_per_client: usize,
+        now: i64,
+    ) -> StoreResult<ChallengeKept>;
     /// Takes (removes and returns) the challenge, if it is kept and has not expired at `now`.
     async fn take_challenge(&self, challenge: &str, now: i64) -> StoreResult<Option<PendingChallenge>>;
 }
@@ -80,7 +96,7 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> PasskeyRow: FromRow<'r, DB::Row>,
-    for<'r> (String, String, Option<String>, String, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, String, Option<String>, String, i64, String): FromRow<'r, DB::Row>,
 {
     async fn passkeys(&self, user: &UserId) -> StoreResult<Vec<PasskeyRecord>> {
         let sql =
@@ -163,7 +179,13 @@ where
         Ok(DB::rows_affected(&done))
     }
 
-    async fn keep_challenge(&self, c: &PendingChallenge, max: usize, now: i64) -> StoreResult<bool> {
+    async fn keep_challenge(
+        &self,
+        c: &PendingChallenge,
+        max: usize,
+        max_per_client: usize,
+        now: i64,
+    ) -> StoreResult<ChallengeKept> {
         let mut tx = self.begin_write().await?;
         sqlx::query("DELETE FROM webauthn_challenges WHERE expires_at <= $1")
             .bind(now)
@@ -171,35 +193,49 @@ where
             .await?;
         let (waiting,): (i64,) =
             sqlx::query_as("SELECT COUNT(*) FROM webauthn_challenges").fetch_one(&mut *tx).await?;
-        if usize::try_from(waiting).unwrap_or(usize::MAX) >= max {
+        let (mine,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM webauthn_challenges WHERE client = $1")
+            .bind(c.client.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+        let at = |n: i64, cap: usize| usize::try_from(n).unwrap_or(usize::MAX) >= cap;
+        let refused = if at(mine, max_per_client) {
+            Some(ChallengeKept::ClientFull)
+        } else if at(waiting, max) {
+            Some(ChallengeKept::Full)
+        } else {
+            None
+        };
+        if let Some(r) = refused {
             tx.commit().await?;
-            return Ok(false);
+            return Ok(r);
         }
         sqlx::query(
-            "INSERT INTO webauthn_challenges (challenge, purpose, user_id, state, expires_at) VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO webauthn_challenges (challenge, purpose, user_id, state, expires_at, client) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(c.challenge.as_str())
         .bind(c.purpose.as_str())
         .bind(c.user_id.as_ref().map(|u| u.as_str()))
         .bind(c.state.as_str())
         .bind(c.expires_at)
+        .bind(c.client.as_str())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(ChallengeKept::Kept)
     }
 
     async fn take_challenge(&self, challenge: &str, now: i64) -> StoreResult<Option<PendingChallenge>> {
         let mut tx = self.begin_write().await?;
-        let row: Option<(String, String, Option<String>, String, i64)> = sqlx::query_as(
+        let row: Option<(String, String, Option<String>, String, i64, String)> = sqlx::query_as(
             "DELETE FROM webauthn_challenges WHERE challenge = $1 \
-             RETURNING challenge, purpose, user_id, state, expires_at",
+             RETURNING challenge, purpose, user_id, state, expires_at, client",
         )
         .bind(challenge)
         .fetch_optional(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(row.and_then(|(challenge, purpose, user_id, state, expires_at)| {
+        Ok(row.and_then(|(challenge, purpose, user_id, state, expires_at, client)| {
             Some(PendingChallenge {
                 challenge,
                 purpose: ChallengePurpose::parse(&purpose)?,
@@ -209,6 +245,7 @@ where
                 },
                 state,
                 expires_at,
+                client,
             })
             .filter(|c| c.expires_at > now)
         }))

@@ -178,6 +178,13 @@ async fn passkeys_per_user_and_waiting_challenges_are_bounded() {
         challenge(&app, None).await;
     }
     assert_error(app.post("/api/auth/v1/passkey/challenge", &json!({})).await, 503, "ServerBusy").await;
+    // One client cannot hold them all: past its share it waits, and others still get theirs.
+    let app = spawn_app_with(|c| c.passkeys.max_pending_per_client = 2).await;
+    challenge(&app, None).await;
+    challenge(&app, Some("pk@example.com")).await;
+    let res = app.post("/api/auth/v1/passkey/challenge", &json!({})).await;
+    assert!(res.headers().contains_key("retry-after"));
+    assert_error(res, 429, "TooManyRequests").await;
 }
 
 #[tokio::test]

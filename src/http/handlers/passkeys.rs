@@ -13,7 +13,7 @@ use crate::{
     http::{
         auth::Auth,
         error::ApiResult,
-        extract::{ApiJson, ApiPath},
+        extract::{ApiJson, ApiPath, ClientIp},
         ErrorResponse,
     },
     identity::{passkey_login, passkeys},
@@ -174,12 +174,14 @@ pub struct ChallengeRequest {
     responses(
         (status = 200, description = "`{publicKey}` request options", body = Object),
         (status = 400, description = "Malformed email", body = ErrorResponse),
+        (status = 429, description = "This client holds passkeys.max_pending_per_client challenges (TooManyRequests)", body = ErrorResponse),
         (status = 503, description = "Too many ceremonies waiting (ServerBusy)", body = ErrorResponse),
     ))]
 pub async fn sign_in_challenge(
     State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
     body: Option<ApiJson<ChallengeRequest>>,
 ) -> ApiResult<Json<Value>> {
     let email = body.and_then(|ApiJson(b)| b.email);
-    Ok(Json(passkey_login::challenge(&state.identity, email.as_deref()).await?))
+    Ok(Json(passkey_login::challenge(&state.identity, email.as_deref(), ip).await?))
 }
