@@ -18,8 +18,9 @@ use crate::{
     AppState,
 };
 
-/// A JSON request body. Missing or wrong Content-Type: 415 `UnsupportedMediaType`; over 1 MiB:
-/// 413 `PayloadTooLarge`; not JSON: 400 `MalformedJson`; a field of the wrong type: 400
+/// A JSON request body, an object. Missing or wrong Content-Type: 415 `UnsupportedMediaType`;
+/// over 1 MiB: 413 `PayloadTooLarge`; not JSON: 400 `MalformedJson`; not an object: 400
+/// `InvalidRequestBody`; a field of the wrong type: 400
 /// `InvalidField` with `context.field` the path of the field (also for a NUL character in a
 /// field `T` reads).
 pub struct ApiJson<T>(pub T);
@@ -31,6 +32,15 @@ impl<T: DeserializeOwned + Serialize, S: Send + Sync> FromRequest<S> for ApiJson
         let bytes = json_bytes(req, state).await?;
         // A check that builds nothing (syntax, repeated keys), then one typed pass (docs/decisions.md#performance).
         check(&bytes)?;
+        // Every body of this API is an object; serde would read a struct from an array too.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(Error::Invalid {
+                name: ErrorName::InvalidRequestBody,
+                message: "the request body must be a JSON object".into(),
+                context: json!({}),
+            }
+            .into());
+        }
         Ok(ApiJson(parse_json(&bytes)?))
     }
 }
