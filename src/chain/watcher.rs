@@ -261,16 +261,13 @@ impl Watcher {
         Ok(end < head)
     }
 
-    /// Takes in what the node's pending pool changes at the head (new pending transfers, dropped
-    /// ones): their events, then the transfers and the wallets' balances, with no checkpoint.
+    /// Takes in the pending pool's changes at the head: the transfers and balances (no
+    /// checkpoint), then their events, so a receiver told of a transfer finds it in the API.
     async fn pending(&mut self, window: &Window, head: u64) -> Result<(), WatchError> {
         let finder = Finder { chain: &self.chain, book: &self.book, tokens: &self.tokens };
         let changes = self.pool.changes(&*self.node, &finder, window, head, self.config.reorg_depth).await?;
         if changes.is_empty() {
             return Ok(());
-        }
-        for t in &changes {
-            super::announce::transfer(&self.svc, t).await?;
         }
         let touched: std::collections::BTreeSet<(WalletId, Coin)> =
             changes.iter().map(|t| (t.wallet_id.clone(), t.coin.clone())).collect();
@@ -288,6 +285,9 @@ impl Watcher {
             balances_read: false,
         };
         self.svc.store.record_blocks(write).await?;
+        for t in &changes {
+            super::announce::transfer(&self.svc, t).await?;
+        }
         Ok(())
     }
 
