@@ -10,11 +10,13 @@
 //!
 //! Targets (docs/decisions.md#brute-force-limits): peak RSS <= 150 MiB; legitimate success 100% with p99 <= 2 s.
 
+#[path = "spawned.rs"]
+mod spawned;
+
+use spawned::{setting, start};
 use std::{
     collections::BTreeMap,
-    io::Write,
     net::{IpAddr, Ipv4Addr},
-    process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -23,20 +25,6 @@ use serde_json::json;
 
 const EMAIL: &str = "victim@example.com";
 const PASSWORD: &str = "the victim's password";
-
-fn setting(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// The server process; killed when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `VmHWM` (peak resident set) and `Threads` of a process, from /proc.
 fn peak_rss_and_threads(pid: u32) -> (u64, u64) {
@@ -59,40 +47,6 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn start(bin: &str, dir: &std::path::Path) -> anyhow::Result<(Server, String)> {
-    let db = format!("sqlite://{}", dir.join("flood.db").display());
-    let mut create = Command::new(bin)
-        .args(["user", "create", "--email", EMAIL, "--password-stdin", "--json"])
-        .env("CUSTODIAN_DATABASE_URL", &db)
-        .env("CUSTODIAN_ENVIRONMENT", "test")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()?;
-    if let Some(stdin) = create.stdin.as_mut() {
-        writeln!(stdin, "{PASSWORD}")?;
-    }
-    anyhow::ensure!(create.wait()?.success(), "user create failed");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new(bin)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("CUSTODIAN_DATABASE_URL", &db)
-        .env("CUSTODIAN_ENVIRONMENT", "test")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let server = Server(child);
-    let base = format!("http://127.0.0.1:{port}");
-    let probe = reqwest::Client::builder().no_proxy().build()?;
-    for _ in 0..200 {
-        if probe.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
-            return Ok((server, base));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("the server did not become healthy")
-}
-
 /// One legitimate login; its latency in seconds and whether it got a token.
 async fn legit_login(client: &reqwest::Client, base: &str) -> (f64, bool) {
     let t0 = Instant::now();
@@ -109,7 +63,7 @@ async fn main() -> anyhow::Result<()> {
     let secs = setting("LOGIN_FLOOD_SECS", 30);
     let connections = setting("LOGIN_FLOOD_CONNECTIONS", 1000) as usize;
     let dir = tempfile::tempdir()?;
-    let (server, base) = start(env!("CARGO_BIN_EXE_custodian"), dir.path()).await?;
+    let (server, base) = start(env!("CARGO_BIN_EXE_custodian"), dir.path(), EMAIL, PASSWORD).await?;
     let pid = server.0.id();
 
     let legit = reqwest::Client::builder()

@@ -12,10 +12,12 @@
 //!   cargo bench --bench login_rate
 //!   LOGIN_RATE_BASELINE_BIN=/tmp/custodian-before LOGIN_RATE_SECS=20 cargo bench --bench login_rate
 
+#[path = "spawned.rs"]
+mod spawned;
+
+use spawned::{setting, start};
 use std::{
-    io::Write,
     net::{IpAddr, Ipv4Addr},
-    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -27,56 +29,6 @@ use serde_json::{json, Value};
 
 const EMAIL: &str = "rate@example.com";
 const PASSWORD: &str = "benchmark password";
-
-fn setting(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// The server process; killed when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A fresh SQLite database with the user, and `bin serve` on it.
-async fn start(bin: &str, dir: &std::path::Path) -> anyhow::Result<(Server, String)> {
-    let db = format!("sqlite://{}", dir.join("rate.db").display());
-    let mut create = Command::new(bin)
-        .args(["user", "create", "--email", EMAIL, "--password-stdin", "--json"])
-        .env("CUSTODIAN_DATABASE_URL", &db)
-        .env("CUSTODIAN_ENVIRONMENT", "test")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    if let Some(stdin) = create.stdin.as_mut() {
-        writeln!(stdin, "{PASSWORD}")?;
-    }
-    anyhow::ensure!(create.wait()?.success(), "user create failed");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new(bin)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("CUSTODIAN_DATABASE_URL", &db)
-        .env("CUSTODIAN_ENVIRONMENT", "test")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let server = Server(child);
-    let base = format!("http://127.0.0.1:{port}");
-    let probe = reqwest::Client::builder().no_proxy().build()?;
-    for _ in 0..200 {
-        if probe.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
-            return Ok((server, base));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("the server did not become healthy")
-}
 
 /// Logins per second over `secs`, `clients` at once; `bitgo` sends `BitGo-Auth-Version` (the
 /// ECDH handover for a user with a keychain). Every answer must be a 200.
@@ -164,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
     for round in 0..rounds {
         for (i, (label, bin)) in builds.iter().enumerate() {
             let dir = tempfile::tempdir()?;
-            let (_server, base) = start(bin, dir.path()).await?;
+            let (_server, base) = start(bin, dir.path(), EMAIL, PASSWORD).await?;
             rate(&base, clients, 2, false).await?; // warm-up
             let r = rate(&base, clients, secs, false).await?;
             println!("  round {round} {label}: {r:.1} password logins/s");
@@ -178,7 +130,7 @@ async fn main() -> anyhow::Result<()> {
         println!("baseline:   median {base:.1} password logins/s; ratio {:.3}", this / base);
     }
     let dir = tempfile::tempdir()?;
-    let (_server, base) = start(&current, dir.path()).await?;
+    let (_server, base) = start(&current, dir.path(), EMAIL, PASSWORD).await?;
     add_keychain(&base).await?;
     rate(&base, clients, 2, true).await?;
     let ecdh = rate(&base, clients, secs, true).await?;

@@ -92,14 +92,16 @@ fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
     Some((unescape(id)?, unescape(secret)?))
 }
 
-fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<TokenRequest, OAuthError> {
+/// A form-encoded (RFC 6749) or JSON body (BitGoJS) as `T`; anything else is
+/// `invalid_request`.
+fn parse_body<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, OAuthError> {
     let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if kind.starts_with("application/json") {
         serde_json::from_slice(body)
-            .map_err(|e| OAuthError::invalid_request(format!("not a JSON token request: {e}")))
+            .map_err(|e| OAuthError::invalid_request(format!("not a JSON request: {e}")))
     } else if kind.starts_with("application/x-www-form-urlencoded") {
         serde_urlencoded::from_bytes(body)
-            .map_err(|e| OAuthError::invalid_request(format!("not a token request: {e}")))
+            .map_err(|e| OAuthError::invalid_request(format!("not a form request: {e}")))
     } else {
         Err(OAuthError::invalid_request(
             "Content-Type must be application/x-www-form-urlencoded or application/json",
@@ -137,7 +139,9 @@ pub async fn token(
         Err(e) => return rfc_error(&e),
     };
     let issuer = issuer(&state, &headers);
-    let mut res = match exchange(&state.identity, &req, basic_credentials(&headers), ip, &issuer).await {
+    let basic = basic_credentials(&headers);
+    let by_basic = basic.is_some();
+    let mut res = match exchange(&state.identity, &req, basic, ip, &issuer).await {
         Ok(issued) => Json(TokenResponse {
             access_token: issued.access_token,
             token_type: "bearer".into(),
@@ -150,8 +154,7 @@ pub async fn token(
             id_token: issued.id_token,
         })
         .into_response(),
-        Err(Failure::OAuth(e)) => rfc_error(&e),
-        Err(Failure::Service(e)) => ApiError::from(e).into_response(),
+        Err(e) => oauth_failure(e, by_basic),
     };
     res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res.headers_mut().insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
@@ -173,20 +176,14 @@ pub struct TokenQuery {
 }
 
 fn parse_query(headers: &HeaderMap, body: &[u8]) -> Result<TokenQuery, OAuthError> {
-    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let q: TokenQuery = if kind.starts_with("application/json") {
-        serde_json::from_slice(body).map_err(|e| OAuthError::invalid_request(e.to_string()))?
-    } else {
-        serde_urlencoded::from_bytes(body).map_err(|e| OAuthError::invalid_request(e.to_string()))?
-    };
+    let q: TokenQuery = parse_body(headers, body)?;
     if q.token.is_empty() {
         return Err(OAuthError::invalid_request("token is required"));
     }
     Ok(q)
 }
 
-/// The client's credentials: HTTP Basic, else the body's (an unknown or wrong one is
-/// `invalid_client`: 401 for Basic, 400 for the body, RFC 6749 §5.2).
+/// The client's credentials: HTTP Basic, else the body's.
 fn client_of(headers: &HeaderMap, q: &TokenQuery) -> Option<(String, Option<String>, bool)> {
     match basic_credentials(headers) {
         Some((id, secret)) => Some((id, Some(secret), true)),
@@ -194,6 +191,8 @@ fn client_of(headers: &HeaderMap, q: &TokenQuery) -> Option<(String, Option<Stri
     }
 }
 
+/// A failure as answered: `invalid_client` is 401 when the client authenticated with HTTP
+/// Basic and 400 when its credentials came in the body (RFC 6749 §5.2).
 fn oauth_failure(e: Failure, basic: bool) -> Response {
     match e {
         Failure::OAuth(e) if e.error == "invalid_client" && !basic => {

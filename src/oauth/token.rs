@@ -75,12 +75,7 @@ pub async fn exchange(
         (None, Some(id)) => (id.clone(), req.client_secret.clone()),
         (None, None) => return Err(OAuthError::invalid_client("client_id is required").into()),
     };
-    let client = match clients::authenticate(&svc.store, &client_id, secret.as_deref()).await {
-        // RFC 6749 §5.2: 401 when the client authenticated with the Authorization header, 400
-        // when its credentials came in the body.
-        Err(Failure::OAuth(e)) if basic.is_none() => return Err(OAuthError { status: 400, ..e }.into()),
-        other => other?,
-    };
+    let client = clients::authenticate(&svc.store, &client_id, secret.as_deref()).await?;
     let now = ids::now();
     let (grant, nonce, grant_type) = match req.grant_type.as_str() {
         "authorization_code" => {

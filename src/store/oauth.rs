@@ -151,6 +151,35 @@ const GRANT_COLUMNS: &str =
 const CODE_COLUMNS: &str =
     "code_hash, grant_id, redirect_uri, code_challenge, nonce, auth_time, expires_at, used_at";
 
+/// Revokes at `now` the live grants whose `column` (`id` or `client_id`) is `key`: their
+/// access tokens, their refresh tokens, then the grants; how many grants.
+async fn revoke_grants<DB>(tx: &mut DB::Connection, column: &str, key: &AnyId, now: i64) -> StoreResult<u64>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    let live = format!("SELECT id FROM oauth_grants WHERE {column} = $2 AND revoked_at IS NULL");
+    for sql in [
+        format!("{REVOKE} WHERE oauth_grant_id IN ({live}) AND revoked_at IS NULL"),
+        format!(
+            "UPDATE oauth_refresh_tokens SET used_at = $1 WHERE grant_id IN ({live}) AND used_at IS NULL"
+        ),
+    ] {
+        sqlx::query(&sql).bind(now).bind(key.as_str()).execute(&mut *tx).await?;
+    }
+    let done = sqlx::query(&format!(
+        "UPDATE oauth_grants SET revoked_at = $1 WHERE {column} = $2 AND revoked_at IS NULL"
+    ))
+    .bind(now)
+    .bind(key.as_str())
+    .execute(&mut *tx)
+    .await?;
+    Ok(DB::rows_affected(&done))
+}
+
 #[async_trait]
 impl<DB> OAuthStore for SqlStore<DB>
 where
@@ -221,19 +250,7 @@ where
             return Ok(false);
         }
         if disabled {
-            let grants = "SELECT id FROM oauth_grants WHERE client_id = $2 AND revoked_at IS NULL";
-            sqlx::query(&format!("{REVOKE} WHERE oauth_grant_id IN ({grants}) AND revoked_at IS NULL"))
-                .bind(now)
-                .bind(id.as_str())
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "UPDATE oauth_grants SET revoked_at = $1 WHERE client_id = $2 AND revoked_at IS NULL",
-            )
-            .bind(now)
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await?;
+            revoke_grants::<DB>(&mut tx, "client_id", id, now).await?;
         }
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
@@ -264,13 +281,18 @@ where
     }
 
     async fn delete_oauth_client(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
-        if !self.set_oauth_client_disabled(id, true, now, &[]).await? {
+        let mut tx = self.begin_write().await?;
+        revoke_grants::<DB>(&mut tx, "client_id", id, now).await?;
+        let done = sqlx::query("DELETE FROM oauth_clients WHERE id = $1")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        if DB::rows_affected(&done) == 0 {
             return Ok(false);
         }
-        let mut tx = self.begin_write().await?;
-        sqlx::query("DELETE FROM oauth_clients WHERE id = $1").bind(id.as_str()).execute(&mut *tx).await?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
+        self.cache.clear();
         Ok(true)
     }
 
@@ -457,25 +479,9 @@ where
 
     async fn revoke_oauth_grant(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
-        let done =
-            sqlx::query("UPDATE oauth_grants SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
-                .bind(now)
-                .bind(id.as_str())
-                .execute(&mut *tx)
-                .await?;
-        if DB::rows_affected(&done) == 0 {
+        if revoke_grants::<DB>(&mut tx, "id", id, now).await? == 0 {
             return Ok(false);
         }
-        sqlx::query(&format!("{REVOKE} WHERE oauth_grant_id = $2 AND revoked_at IS NULL"))
-            .bind(now)
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("UPDATE oauth_refresh_tokens SET used_at = $1 WHERE grant_id = $2 AND used_at IS NULL")
-            .bind(now)
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         self.cache.clear();
