@@ -26,6 +26,7 @@ pub mod oauth;
 pub mod paging;
 pub mod private_fs;
 pub mod store;
+pub mod token_bucket;
 pub mod types;
 pub mod wallets;
 pub mod webhooks;
@@ -80,6 +81,8 @@ impl AppState {
             policy,
             operations: Arc::new(webhooks::limits::OperationLimiter::new(
                 config.webhooks.operations_per_minute,
+                &store,
+                metrics.clone(),
             )),
             secrets: secrets.clone(),
             wallets: wallets.clone(),
@@ -114,7 +117,11 @@ impl AppState {
             webhooks,
             chains,
             wallets,
-            rate_limit: Arc::new(identity::rate_limit::ApiRateLimiter::new(&config.rate_limit)),
+            rate_limit: Arc::new(identity::rate_limit::ApiRateLimiter::new(
+                &config.rate_limit,
+                &store,
+                metrics.clone(),
+            )),
             delivery: delivery::Deps {
                 store: store.clone(),
                 config: config.clone(),

@@ -38,6 +38,50 @@ pub struct ChainLabels {
     pub coin: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimiterLabels {
+    /// `api`, `api_admin` or `webhook_operations`.
+    pub limiter: &'static str,
+    /// `allowed`, `throttled`, `unavailable` (refused: the shared buckets could not be reached)
+    /// or `fallback` (a read counted in this process's bucket meanwhile).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimiterOnly {
+    pub limiter: &'static str,
+}
+
+/// The rate limiters' metrics (docs/decisions.md#limits-shared-across-processes).
+#[derive(Default)]
+pub struct LimiterMetrics {
+    pub checks: Family<LimiterLabels, Counter>,
+    /// Reservations from the shared buckets (one database statement each).
+    pub reservations: Family<LimiterOnly, Counter>,
+    /// Reserved tokens given back unspent.
+    pub refunded: Family<LimiterOnly, Counter>,
+}
+
+impl LimiterMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "rate_limit_checks",
+            "Requests counted by a rate limiter, by outcome",
+            self.checks.clone(),
+        );
+        registry.register(
+            "rate_limit_reservations",
+            "Token reservations from the shared buckets (one database statement each)",
+            self.reservations.clone(),
+        );
+        registry.register(
+            "rate_limit_tokens_refunded",
+            "Reserved tokens given back to the shared buckets unspent",
+            self.refunded.clone(),
+        );
+    }
+}
+
 /// The chain watcher's metrics (docs/chains.md).
 #[derive(Default)]
 pub struct ChainMetrics {
@@ -101,6 +145,7 @@ pub struct Metrics {
     pub connections_open: Gauge,
     pub connections_refused: Family<RefusalLabels, Counter>,
     pub chain: ChainMetrics,
+    pub limiters: LimiterMetrics,
 }
 
 impl Default for Metrics {
@@ -175,9 +220,12 @@ impl Default for Metrics {
         );
         let chain = ChainMetrics::default();
         chain.register(&mut registry);
+        let limiters = LimiterMetrics::default();
+        limiters.register(&mut registry);
         Self {
             registry,
             chain,
+            limiters,
             http_requests,
             http_latency,
             deliveries,

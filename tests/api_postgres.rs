@@ -58,6 +58,8 @@ mod records;
 mod scaleout;
 #[path = "api/sessions.rs"]
 mod sessions;
+#[path = "api/shared_limits.rs"]
+mod shared_limits;
 #[path = "api/signed.rs"]
 mod signed;
 #[path = "api/soft_passkey.rs"]

@@ -7,15 +7,12 @@ use std::sync::{Arc, Mutex};
 
 use axum::{
     extract::FromRequestParts,
-    http::{header::AUTHORIZATION, request::Parts, HeaderName, HeaderValue},
+    http::{header::AUTHORIZATION, request::Parts, HeaderName, HeaderValue, Method},
     response::Response,
 };
 
 use super::{error::ApiError, extract::ClientIp};
-use crate::{
-    identity::{bearer::Principal, rate_limit::RateState},
-    AppState,
-};
+use crate::{identity::bearer::Principal, token_bucket::RateState, AppState};
 
 /// An authenticated caller (spec §5); a failure is 401 with `x-auth-required: true`, a user
 /// over its rate limit 429 `TooManyRequests`.
@@ -37,7 +34,7 @@ impl FromRequestParts<AppState> for Auth {
                 crate::identity::bearer::authenticate(&state.identity, header, ip).await?
             }
         };
-        admit(parts, state, &mut principal)?;
+        admit(parts, state, &mut principal).await?;
         Ok(Auth(principal))
     }
 }
@@ -45,13 +42,14 @@ impl FromRequestParts<AppState> for Auth {
 /// What every authenticated request goes through once its principal is known, whatever carried
 /// the token (a bearer header, a signature, the console's cookie): the request id for the audit
 /// log, and the user's rate limit, whose standing the edge reports in `RateLimit-*` headers.
-pub fn admit(parts: &Parts, state: &AppState, principal: &mut Principal) -> Result<(), ApiError> {
+pub async fn admit(parts: &Parts, state: &AppState, principal: &mut Principal) -> Result<(), ApiError> {
     principal.request_id =
         parts.headers.get(&super::request_id::REQUEST_ID).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let checked = state.rate_limit.check(&principal.user.id, principal.token.admin);
+    let writes = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let checked = state.rate_limit.check(&principal.user.id, principal.token.admin, writes).await;
     let (rate, result) = match checked {
         Ok(rate) => (rate, Ok(())),
-        Err((error, rate)) => (Some(rate), Err(error.into())),
+        Err((error, rate)) => (rate, Err(error.into())),
     };
     if let (Some(slot), Some(rate)) = (parts.extensions.get::<RateSlot>(), rate) {
         if let Ok(mut s) = slot.0.lock() {

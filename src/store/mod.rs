@@ -12,6 +12,7 @@
 //! | `events.rs`     | [`EventStore`]         | ingested events (idempotency by event id)    |
 //! | `throttle.rs`   | [`LoginThrottleStore`] | failed logins and OTPs, login clients        |
 //! | `audit.rs`      | [`AuditStore`]         | the audit log, a hash chain                  |
+//! | `rate_buckets.rs` | [`RateBucketStore`]  | rate limits' token buckets (PostgreSQL only) |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
@@ -36,6 +37,7 @@ mod oauth;
 mod outbox;
 mod passkeys;
 pub mod postgres;
+mod rate_buckets;
 pub mod read_cache;
 mod replay;
 mod sql;
@@ -60,6 +62,7 @@ pub use outbox::{
     WebhookSearch,
 };
 pub use passkeys::{ChallengeKept, PasskeyAdded, PasskeyStore};
+pub use rate_buckets::{BucketShape, RateBucketStore, Reserved};
 pub use sql::Dialect;
 pub use sql_store::SqlStore;
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
@@ -142,6 +145,7 @@ pub trait Store:
     + KeyStore
     + PasskeyStore
     + OAuthStore
+    + RateBucketStore
     + Send
     + Sync
     + 'static
@@ -168,7 +172,8 @@ where
         + ChainStore
         + KeyStore
         + PasskeyStore
-        + OAuthStore,
+        + OAuthStore
+        + RateBucketStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

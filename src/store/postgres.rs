@@ -101,6 +101,8 @@ impl Dialect for Postgres {
         lease_until = 0, updated_at = $3 WHERE id IN (SELECT json_array_elements_text(CAST($4 AS json)))";
 
     /// A transaction-scoped advisory lock: concurrent inserts would otherwise all pass the counts.
+    const SHARES_RATE_BUCKETS: bool = true;
+
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(7421001)");
 
     const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1 FOR UPDATE";

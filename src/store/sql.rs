@@ -49,6 +49,10 @@ pub trait Dialect: Database {
     /// Sets notifications `$4` to state `$1`, adding `$2` retries, at `$3` (ms).
     const FINISH: &'static str;
 
+    /// Whether the rate limits' token buckets live in the database, shared by every process
+    /// (PostgreSQL), rather than in the one process's memory (SQLite).
+    const SHARES_RATE_BUCKETS: bool;
+
     /// Run first in a webhook insert so that its cap counts see every concurrent insert.
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str>;
 

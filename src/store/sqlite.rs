@@ -147,6 +147,8 @@ impl Dialect for Sqlite {
         lease_until = 0, updated_at = $3 WHERE id IN (SELECT value FROM json_each($4))";
 
     /// One writer at a time already (`BEGIN IMMEDIATE`).
+    const SHARES_RATE_BUCKETS: bool = false;
+
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str> = None;
 
     const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1";

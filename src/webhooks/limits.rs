@@ -1,29 +1,32 @@
 //! Per-webhook limits: on the operator actions that make work (simulate, resend, unblock and
-//! verify; docs/decisions.md#webhook-abuse-and-the-api-rate-limit, docs/decisions.md#faults-and-floods), and on what a suspended webhook holds (docs/decisions.md#faults-and-floods). A token bucket per webhook and process (governor), counted after the access
+//! verify; docs/decisions.md#webhook-abuse-and-the-api-rate-limit, docs/decisions.md#faults-and-floods), and on what a suspended webhook holds (docs/decisions.md#faults-and-floods). A token bucket per webhook ([`crate::token_bucket`]), counted after the access
 //! check, so only those who may manage a webhook can spend its budget.
 //!
 //! Layer rule: no web-framework types (docs/architecture.md).
 
-use std::num::NonZeroU32;
+use std::{num::NonZeroU32, sync::Arc};
 
-use crate::{error::Result, identity::rate_limit::KeyedBuckets, types::WebhookId};
+use crate::{error::Result, metrics::Metrics, store::DynStore, token_bucket::Buckets, types::WebhookId};
 
 /// Simulate, resend, unblock and verify calls per webhook and minute
-/// (`webhooks.operations_per_minute`).
-pub struct OperationLimiter(KeyedBuckets);
+/// (`webhooks.operations_per_minute`), shared by every process on PostgreSQL
+/// (docs/decisions.md#limits-shared-across-processes).
+pub struct OperationLimiter(Buckets);
 
 impl OperationLimiter {
     /// At most `per_minute` operations per webhook (at least 1), refilled evenly over the minute.
-    pub fn new(per_minute: u32) -> Self {
-        Self(KeyedBuckets::new(NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN), 60))
+    pub fn new(per_minute: u32, store: &DynStore, metrics: Arc<Metrics>) -> Self {
+        let limit = NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN);
+        Self(Buckets::new("webhook_operations", limit, 60, store, metrics))
     }
 
-    /// Counts one operation on `webhook_id`. Errors: `Throttled` (429 with `Retry-After`) when
-    /// its bucket is empty.
-    pub fn check(&self, webhook_id: &crate::types::WebhookId) -> Result<()> {
+    /// Counts one operation on `webhook_id` (each makes work: it counts as a write). Errors:
+    /// `Throttled` (429 with `Retry-After`) when its bucket is empty; `Unavailable` (503) when
+    /// the shared buckets cannot be reached.
+    pub async fn check(&self, webhook_id: &WebhookId) -> Result<()> {
         let message =
             || "too many simulate, resend or unblock calls for this webhook; try again later".to_string();
-        self.0.check(webhook_id, message).map(drop).map_err(|(e, _)| e)
+        self.0.check(webhook_id, true, message).await.map(drop).map_err(|(e, _)| e)
     }
 }
 

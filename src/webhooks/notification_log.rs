@@ -98,7 +98,7 @@ pub async fn resend(
     notification_id: &NotificationId,
 ) -> Result<(Notification, Webhook)> {
     let w = webhook_access(svc, auth, webhook_id).await?;
-    svc.operations.check(&w.id)?;
+    svc.operations.check(&w.id).await?;
     let n = svc
         .store
         .resend_notification(&w.id, notification_id, ids::now_ms())

@@ -292,7 +292,7 @@ pub async fn remove_enterprise_webhook(
 /// Makes a suspended webhook active again and clears its failure counters.
 pub async fn unblock(svc: &Webhooks, auth: &Principal, webhook_id: &WebhookId) -> Result<Webhook> {
     let w = webhook_access(svc, auth, webhook_id).await?;
-    svc.operations.check(&w.id)?;
+    svc.operations.check(&w.id).await?;
     let entry = auth
         .audit(AuditType::WebhookUnblocked)
         .enterprise(w.level.enterprise_id())

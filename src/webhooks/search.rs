@@ -213,7 +213,7 @@ pub async fn recover(
     let now = ids::now_ms();
     check_since(since_ms, now)?;
     let w = webhook_access(svc, auth, webhook_id).await?;
-    svc.operations.check(&w.id)?;
+    svc.operations.check(&w.id).await?;
     let entry = auth
         .audit(AuditType::WebhookRecovered)
         .enterprise(w.level.enterprise_id())

@@ -58,7 +58,7 @@ pub async fn verify(
 ) -> Result<bool> {
     let w = webhook_access(svc, auth, webhook_id).await?;
     // Counted like simulate, resend and unblock (docs/decisions.md#faults-and-floods): guesses are bounded per webhook.
-    svc.operations.check(&w.id)?;
+    svc.operations.check(&w.id).await?;
     let no_secret = || Error::Invalid {
         name: ErrorName::NoWebhookSecret,
         message:

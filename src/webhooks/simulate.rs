@@ -23,7 +23,7 @@ use crate::{
 /// Queues a simulated notification, counted against the webhook's operation limit; returns it
 /// with its webhook.
 async fn enqueue(svc: &Webhooks, webhook: Webhook, n: Notification) -> Result<(Notification, Webhook)> {
-    svc.operations.check(&webhook.id)?;
+    svc.operations.check(&webhook.id).await?;
     svc.store.insert_notifications(std::slice::from_ref(&n)).await?;
     svc.dispatch.wake();
     Ok((n, webhook))

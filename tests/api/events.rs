@@ -55,8 +55,8 @@ async fn creating_an_access_token_fires_the_enterprise_webhook() {
     );
 }
 
-/// An integer amount past 2^64-1 (20 ETH in wei) is accepted and delivered with every digit,
-/// as the same digits in a string are.
+/// Integer amounts of any length (20 ETH in wei, and 10^80) are accepted and delivered with
+/// every digit, as the same digits in a string are.
 #[tokio::test]
 async fn integer_amounts_beyond_64_bits_keep_every_digit() {
     let f = fixture(fast).await;
@@ -64,7 +64,7 @@ async fn integer_amounts_beyond_64_bits_keep_every_digit() {
     f.wallet_hook_id(&rx.url, "transfer").await;
     let admin = f.admin_token().await;
     let body = format!(
-        r#"{{"eventId": "ev-wei", "type": "transfer", "walletId": "{WALLET}", "coin": "tbtc", "transferId": "tr-wei", "value": 20000000000000000000, "baseValue": -20000000000000000000}}"#
+        r#"{{"eventId": "ev-wei", "type": "transfer", "walletId": "{WALLET}", "coin": "tbtc", "transferId": "tr-wei", "value": 20000000000000000000, "baseValue": -100000000000000000000000000000000000000000000000000000000000000000000000000000000}}"#
     );
     let res = f
         .app
@@ -79,7 +79,7 @@ async fn integer_amounts_beyond_64_bits_keep_every_digit() {
     assert_eq!(expect_json(res, 200).await["notifications"], 1);
     let got = rx.wait_for(1, 10).await;
     assert!(got[0].body.contains("\"value\":20000000000000000000"), "{}", got[0].body);
-    assert!(got[0].body.contains("\"baseValue\":-20000000000000000000"), "{}", got[0].body);
+    assert!(got[0].body.contains("\"baseValue\":-100000000000000000000000000000000000000000000000000000000000000000000000000000000"), "{}", got[0].body);
 }
 
 #[tokio::test]

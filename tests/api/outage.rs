@@ -26,13 +26,13 @@ use crate::{
 /// A TCP proxy to `upstream`. Cut: every open connection is closed, and new ones are closed as
 /// soon as they are accepted, as when the database server goes away. Restored: it forwards
 /// again.
-struct CutProxy {
-    addr: SocketAddr,
-    cut: watch::Sender<bool>,
+pub(crate) struct CutProxy {
+    pub addr: SocketAddr,
+    pub cut: watch::Sender<bool>,
 }
 
 impl CutProxy {
-    async fn start(upstream: SocketAddr) -> Self {
+    pub async fn start(upstream: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (cut, watch) = watch::channel(false);
@@ -56,14 +56,14 @@ impl CutProxy {
 }
 
 /// `url` (postgres://user@host:port/db) through the proxy on 127.0.0.1:`port`.
-fn through(url: &str, port: u16) -> String {
+pub(crate) fn through(url: &str, port: u16) -> String {
     let mut u = url::Url::parse(url).expect("database URL");
     u.set_host(Some("127.0.0.1")).expect("host");
     u.set_port(Some(port)).expect("port");
     u.to_string()
 }
 
-fn upstream(url: &str) -> SocketAddr {
+pub(crate) fn upstream(url: &str) -> SocketAddr {
     let u = url::Url::parse(url).expect("database URL");
     let host = u.host_str().expect("host").to_string();
     std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), u.port().unwrap_or(5432)))

@@ -220,6 +220,7 @@ impl FromRequestParts<AppState> for Session {
             Err(e) => return Err(NoSession::Refused(error_response(e.into(), None))),
         };
         super::auth::admit(parts, state, &mut auth)
+            .await
             .map_err(|e| NoSession::Refused(error_response(e, None)))?;
         Ok(Session { auth, csrf: csrf_of(&value) })
     }

@@ -1,0 +1,177 @@
+//! Token buckets in the database, shared by every process (PostgreSQL;
+//! docs/decisions.md#limits-shared-across-processes).
+//!
+//! A process reserves up to [`batch`] tokens of a key's bucket in one statement and spends them
+//! itself, so most requests cost no round trip. Tokens it did not spend within [`HOLD`] go back
+//! to the bucket. Every request let through spent a token taken from the shared bucket, so the
+//! processes together never exceed the configured rate over time; what a process holds
+//! unspent can add at most `batch` to one burst, which `batch` (at most a fiftieth of the
+//! limit) keeps within 2% of the limit per process.
+
+use std::{
+    collections::HashMap,
+    num::NonZeroU32,
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, Instant},
+};
+
+use prometheus_client::metrics::counter::Counter;
+
+use super::{Limited, RateState};
+use crate::{
+    metrics::Metrics,
+    store::{BucketShape, DynStore, StoreError},
+};
+
+/// How long a process keeps tokens it reserved but did not spend before giving them back.
+pub const HOLD: Duration = Duration::from_secs(1);
+/// How often unspent tokens are looked for.
+const TICK: Duration = Duration::from_millis(250);
+/// Every this many ticks, buckets idle for a whole period are removed (they are full).
+const FORGET_EVERY: u32 = 240;
+/// Most keys whose tokens one process holds; past it, each request reserves one token.
+const MAX_HELD_KEYS: usize = 100_000;
+
+/// Tokens reserved at a time: a fiftieth of the limit, from 1 to 100.
+pub fn batch(limit: u32) -> u32 {
+    (limit / 50).clamp(1, 100)
+}
+
+struct Held {
+    /// Reserved and not spent.
+    tokens: u32,
+    /// The shared bucket's tokens after the last reservation.
+    left: f64,
+    reserved_at: Instant,
+}
+
+struct Inner {
+    prefix: &'static str,
+    store: DynStore,
+    shape: BucketShape,
+    limit: u32,
+    batch: u32,
+    held: Mutex<HashMap<String, Held>>,
+    reservations: Counter,
+    refunded: Counter,
+}
+
+/// One limiter's shared buckets, named `<prefix>:<key>` in the database.
+pub struct SharedBuckets(Arc<Inner>);
+
+impl SharedBuckets {
+    /// `limit` per `period_secs` for each key. Starts the task that gives back unspent tokens;
+    /// it ends when this is dropped.
+    pub fn new(
+        prefix: &'static str,
+        limit: NonZeroU32,
+        period_secs: u64,
+        store: DynStore,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let capacity = f64::from(limit.get());
+        let labels = crate::metrics::LimiterOnly { limiter: prefix };
+        let inner = Arc::new(Inner {
+            prefix,
+            store,
+            shape: BucketShape { capacity, per_second: capacity / period_secs.max(1) as f64 },
+            limit: limit.get(),
+            batch: batch(limit.get()),
+            held: Mutex::default(),
+            reservations: metrics.limiters.reservations.get_or_create(&labels).clone(),
+            refunded: metrics.limiters.refunded.get_or_create(&labels).clone(),
+        });
+        tokio::spawn(give_back(Arc::downgrade(&inner), period_secs.max(1) as f64));
+        Self(inner)
+    }
+
+    /// Takes one token of `key`: one this process holds, else a reservation. Returns
+    /// `Err(Limited)` inside when the shared bucket is empty. Errors: the store's, when the
+    /// database cannot be reached.
+    pub async fn take(&self, key: &str) -> Result<Result<RateState, Limited>, StoreError> {
+        let inner = &self.0;
+        let full = {
+            let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = held.get_mut(key).filter(|h| h.tokens > 0) {
+                h.tokens -= 1;
+                return Ok(Ok(inner.state(h.left, h.tokens)));
+            }
+            held.len() >= MAX_HELD_KEYS
+        };
+        let want = if full { 1 } else { inner.batch };
+        inner.reservations.inc();
+        let got = inner.store.reserve_tokens(&format!("{}:{key}", inner.prefix), inner.shape, want).await?;
+        if got.granted == 0 {
+            let wait = ((1.0 - got.left) / inner.shape.per_second).ceil().max(1.0) as u64;
+            return Ok(Err(Limited::Empty { state: inner.state(got.left, 0), retry_after_secs: wait }));
+        }
+        let spare = got.granted - 1;
+        if spare > 0 {
+            let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
+            let h = held.entry(key.to_string()).or_insert(Held {
+                tokens: 0,
+                left: 0.0,
+                reserved_at: Instant::now(),
+            });
+            h.tokens += spare;
+            h.left = got.left;
+            h.reserved_at = Instant::now();
+        }
+        Ok(Ok(inner.state(got.left, spare)))
+    }
+}
+
+impl Inner {
+    fn state(&self, left: f64, held: u32) -> RateState {
+        let remaining = (left.floor() as u32).saturating_add(held).min(self.limit);
+        let missing = f64::from(self.limit - remaining);
+        RateState {
+            limit: self.limit,
+            remaining,
+            reset_secs: (missing / self.shape.per_second).ceil() as u64,
+        }
+    }
+
+    /// Takes out the tokens held longer than [`HOLD`], by bucket name.
+    fn due_refunds(&self) -> Vec<(String, u32)> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut due = Vec::new();
+        held.retain(|key, h| {
+            if h.reserved_at.elapsed() < HOLD {
+                return true;
+            }
+            if h.tokens > 0 {
+                due.push((format!("{}:{key}", self.prefix), h.tokens));
+            }
+            false
+        });
+        due
+    }
+}
+
+/// Gives back tokens held past [`HOLD`], and now and then removes buckets idle for a period.
+async fn give_back(inner: Weak<Inner>, period_secs: f64) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = 0u32;
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let due = inner.due_refunds();
+        if !due.is_empty() {
+            match inner.store.refund_tokens(inner.shape.capacity, &due).await {
+                Ok(()) => {
+                    inner.refunded.inc_by(due.iter().map(|(_, n)| u64::from(*n)).sum());
+                }
+                // Lost tokens only make the limit stricter for a moment.
+                Err(e) => tracing::debug!(error = %e, "giving back rate-limit tokens failed"),
+            }
+        }
+        ticks = ticks.wrapping_add(1);
+        if ticks % FORGET_EVERY == 0 {
+            if let Err(e) = inner.store.forget_idle_buckets(inner.prefix, period_secs).await {
+                tracing::debug!(error = %e, "removing idle rate-limit buckets failed");
+            }
+        }
+    }
+}
