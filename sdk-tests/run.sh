@@ -2,13 +2,22 @@
 # Runs the BitGoJS suite (sdk.test.mjs) against a fresh Custodian: `sdk-tests/run.sh <binary>`.
 # With CUSTODIAN_SDK_POSTGRES_URL (an admin URL such as postgres://postgres@127.0.0.1:5432/postgres)
 # it runs on a fresh PostgreSQL database, dropped afterwards; otherwise on a SQLite file in a
-# temporary folder.
+# temporary folder. With CUSTODIAN_SDK_URL it drives a deployment already running there instead
+# (deploy/multihost/run.sh: several hosts behind a load balancer), set up through the CLI with the
+# exported CUSTODIAN_DATABASE_URL and CUSTODIAN_SECRET_KEY_FILE; CUSTODIAN_SDK_ANVIL_URL names its
+# node and CUSTODIAN_SDK_RECEIVER_HOST the address its hosts reach this machine at.
 set -euo pipefail
 bin=$(realpath "${1:?usage: sdk-tests/run.sh path/to/custodian}")
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../scripts/client-suite-server.sh
 . "$(dirname "$0")/../scripts/client-suite-server.sh"
-server_setup sdk "${CUSTODIAN_SDK_POSTGRES_URL:-}"
+if [ -n "${CUSTODIAN_SDK_URL:-}" ]; then
+  dir=$(mktemp -d)
+  server_cleanup() { rm -rf "$dir"; }
+  trap server_cleanup EXIT
+else
+  server_setup sdk "${CUSTODIAN_SDK_POSTGRES_URL:-}"
+fi
 email=sdk-$(date +%s%N)@example.com
 password='correct horse battery staple'
 user=$(cd "$dir" && printf '%s\n' "$password" | "$bin" user create --email "$email" --password-stdin --json \
@@ -37,26 +46,38 @@ JSON
 # A real Ethereum node (anvil from chain-tests/, installed by .ci/run) watched as hteth, with a
 # wallet at its second dev account; the suite's receiver runs on this machine.
 anvil_bin="$here/../chain-tests/node_modules/.bin/anvil"
-[ -x "$anvil_bin" ] || { echo "anvil is missing: run npm install in chain-tests/" >&2; exit 1; }
-anvil_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$anvil_bin" --port "$anvil_port" --silent & anvil_pid=$!
-trap 'kill $anvil_pid 2>/dev/null; server_cleanup' EXIT
-export CUSTODIAN_CHAINS_HTETH_RPC_URL="http://127.0.0.1:$anvil_port" CUSTODIAN_CHAINS_HTETH_CHAIN_ID=31337 \
-  CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS=2 CUSTODIAN_CHAINS_HTETH_START_BLOCK=0 CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS=100 \
-  CUSTODIAN_DELIVERY_ALLOWED_CIDRS=127.0.0.0/8
+if [ -n "${CUSTODIAN_SDK_ANVIL_URL:-}" ]; then
+  anvil_url=$CUSTODIAN_SDK_ANVIL_URL
+else
+  [ -x "$anvil_bin" ] || { echo "anvil is missing: run npm install in chain-tests/" >&2; exit 1; }
+  anvil_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$anvil_bin" --port "$anvil_port" --silent & anvil_pid=$!
+  trap 'kill $anvil_pid 2>/dev/null; server_cleanup' EXIT
+  anvil_url="http://127.0.0.1:$anvil_port"
+  export CUSTODIAN_CHAINS_HTETH_RPC_URL="$anvil_url" CUSTODIAN_CHAINS_HTETH_CHAIN_ID=31337 \
+    CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS=2 CUSTODIAN_CHAINS_HTETH_START_BLOCK=0 CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS=100 \
+    CUSTODIAN_DELIVERY_ALLOWED_CIDRS=127.0.0.0/8
+fi
 eth_wallet=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 sed "s/\"id\": \"$wallet\"/\"id\": \"$eth_wallet\"/; s/\"coin\": \"tbtc\"/\"coin\": \"hteth\"/;
   s/\"coinSpecific\": {}/\"coinSpecific\": {\"baseAddress\": \"0x70997970c51812dc3a010c7d01b50e0d17dc79c8\"}/" \
   "$dir/wallet.json" > "$dir/eth.json"
 (cd "$dir" && "$bin" wallet import eth.json > /dev/null)
-server_start "$bin"
+if [ -n "${CUSTODIAN_SDK_URL:-}" ]; then
+  url=$CUSTODIAN_SDK_URL
+else
+  server_start "$bin"
+  url="http://127.0.0.1:$port"
+fi
 cd "$here"
-if ! CUSTODIAN_URL="http://127.0.0.1:$port" CUSTODIAN_EMAIL="$email" CUSTODIAN_PASSWORD="$password" \
+if ! CUSTODIAN_URL="$url" CUSTODIAN_EMAIL="$email" CUSTODIAN_PASSWORD="$password" \
   CUSTODIAN_ECDH_EMAIL="$ecdh_email" CUSTODIAN_SERVER_XPUB="$server_xpub" CUSTODIAN_PASSKEY_EMAIL="$passkey_email" \
   CUSTODIAN_OAUTH_CLIENT="$oauth_client" \
-  CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="http://127.0.0.1:$anvil_port" \
+  CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="$anvil_url" CUSTODIAN_RECEIVER_HOST="${CUSTODIAN_SDK_RECEIVER_HOST:-127.0.0.1}" \
   node --test sdk.test.mjs; then
-  echo "--- server log" >&2
-  tail -n 50 "$dir/serve.log" >&2
+  if [ -f "$dir/serve.log" ]; then
+    echo "--- server log" >&2
+    tail -n 50 "$dir/serve.log" >&2
+  fi
   exit 1
 fi

@@ -19,6 +19,8 @@ const password = process.env.CUSTODIAN_PASSWORD;
 const walletId = process.env.CUSTODIAN_WALLET;
 const ethWalletId = process.env.CUSTODIAN_ETH_WALLET;
 const anvilUrl = process.env.CUSTODIAN_ANVIL_URL;
+// Where the server's delivery workers reach this machine's receivers.
+const receiverHost = process.env.CUSTODIAN_RECEIVER_HOST ?? '127.0.0.1';
 // A second user, who gets an ECDH keychain; the service's xpub, from `custodian ecdh show-xpub`.
 const ecdhEmail = process.env.CUSTODIAN_ECDH_EMAIL;
 const serverXpub = process.env.CUSTODIAN_SERVER_XPUB;
@@ -451,12 +453,12 @@ test('chain-fed data: a transfer webhook after a real transaction, wallet.transf
     req.on('data', (c) => { body += c; });
     req.on('end', () => { received.push(JSON.parse(body)); res.end('ok'); });
   });
-  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+  await new Promise((r) => receiver.listen(0, receiverHost, r));
   try {
     const { bitgo } = await loggedIn(2);
     const wallet = await bitgo.coin('hteth').wallets().get({ id: ethWalletId });
     assert.equal(wallet.id(), ethWalletId);
-    await wallet.addWebhook({ url: `http://127.0.0.1:${receiver.address().port}/hook`, type: 'transfer' });
+    await wallet.addWebhook({ url: `http://${receiverHost}:${receiver.address().port}/hook`, type: 'transfer' });
     const txid = await rpc('eth_sendTransaction', [{ from: RICH, to: WATCHED, value: '0xde0b6b3a7640000' }]);
     // Two more blocks: the transfer reaches `confirmations` (2).
     await rpc('anvil_mine', ['0x2']);
