@@ -12,7 +12,9 @@
 //! with `BENCH_PROFILE_REFERENCE=1`); `BENCH_ROUNDS`
 //! sets the alternating rounds of the concurrent comparison (15);
 //! with `CUSTODIAN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres` it also runs
-//! on PostgreSQL.
+//! on PostgreSQL, and there compares the rate limiter shared through the database with each
+//! process's own (`rate_limit.shared`), two servers on the same database in alternating rounds
+//! (docs/decisions.md#limits-shared-across-processes).
 
 mod common;
 
@@ -101,7 +103,46 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
         Some(_) => Some(reference_route(url).await?),
         None => None,
     };
-    compare(&client, &base, &token, &ids, reference.as_deref(), label).await
+    compare(&client, &base, &token, &ids, reference.as_deref(), label).await?;
+    if reference.is_none() {
+        compare_limiters(&client, (&base, &token), url, dir.path(), &ids).await?;
+    }
+    Ok(())
+}
+
+/// Lookups of 1 id per second with the shared rate limiter (`base`, `token`) against a second
+/// server on the same database whose buckets are its own (`rate_limit.shared = false`), in
+/// alternating rounds; prints the median ratio. The limit is high (a reservation per 100
+/// requests, the batch at any limit past 5,000 per period) so that neither refuses.
+async fn compare_limiters(
+    client: &reqwest::Client,
+    (base, token): (&str, &str),
+    url: &str,
+    dir: &std::path::Path,
+    ids: &[String],
+) -> anyhow::Result<()> {
+    let mut config =
+        Config { database_url: url.to_string(), secret_key_file: Some(dir.join("key")), ..Config::default() };
+    config.rate_limit.requests = u32::MAX;
+    config.rate_limit.shared = false;
+    let local = AppState::new(config).await?;
+    let (local_base, _, local_token) = common::serve_and_login(&local, "bench@example.com").await?;
+    let path = |b: &str| format!("{b}/api/v2/internal/wallet?expandBalance=true");
+    let mut ratios = Vec::new();
+    for _ in 0..5 {
+        let shared = concurrent(client, &path(base), Some(token), ids, 1).await?;
+        let own = concurrent(client, &path(&local_base), Some(&local_token), ids, 1).await?;
+        ratios.push((shared / own, shared, own));
+    }
+    ratios.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (ratio, shared, own) = ratios[ratios.len() / 2];
+    println!(
+        "rate limiter, 1 id, 64 connections: shared {shared:.0} req/s, per process {own:.0} req/s, \
+         median ratio {ratio:.2} (range {:.2}-{:.2}, 5 alternating rounds)",
+        ratios[0].0,
+        ratios[ratios.len() - 1].0
+    );
+    Ok(())
 }
 
 /// A server state on `url` with the benchmark's user, enterprise and [`WALLETS`] wallets; the

@@ -81,7 +81,7 @@ impl AppState {
             policy,
             operations: Arc::new(webhooks::limits::OperationLimiter::new(
                 config.webhooks.operations_per_minute,
-                &store,
+                (&store, config.rate_limit.shared),
                 metrics.clone(),
             )),
             secrets: secrets.clone(),

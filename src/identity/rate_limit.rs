@@ -28,9 +28,9 @@ impl ApiRateLimiter {
     pub fn new(cfg: &RateLimitConfig, store: &DynStore, metrics: Arc<Metrics>) -> Self {
         let users = NonZeroU32::new(cfg.requests).unwrap_or(NonZeroU32::MIN);
         Self {
-            users: Buckets::new("api", users, cfg.period, store, metrics.clone()),
+            users: Buckets::new("api", users, cfg.period, (store, cfg.shared), metrics.clone()),
             admins: NonZeroU32::new(cfg.admin_requests)
-                .map(|n| Buckets::new("api_admin", n, cfg.period, store, metrics)),
+                .map(|n| Buckets::new("api_admin", n, cfg.period, (store, cfg.shared), metrics)),
         }
     }
 

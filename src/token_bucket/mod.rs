@@ -47,16 +47,16 @@ pub struct Buckets {
 }
 
 impl Buckets {
-    /// Shared through `store` when it shares buckets (PostgreSQL), else this process's own.
+    /// Shared through `store` when `share` and the store shares buckets (PostgreSQL), else
+    /// this process's own.
     pub fn new(
         name: &'static str,
         limit: NonZeroU32,
         period_secs: u64,
-        store: &DynStore,
+        (store, share): (&DynStore, bool),
         metrics: Arc<Metrics>,
     ) -> Self {
-        let shared = store
-            .shares_rate_buckets()
+        let shared = (share && store.shares_rate_buckets())
             .then(|| shared::SharedBuckets::new(name, limit, period_secs, store.clone(), metrics.clone()));
         Self { name, local: local::LocalBuckets::new(limit, period_secs), shared, metrics }
     }

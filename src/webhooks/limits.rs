@@ -14,10 +14,11 @@ use crate::{error::Result, metrics::Metrics, store::DynStore, token_bucket::Buck
 pub struct OperationLimiter(Buckets);
 
 impl OperationLimiter {
-    /// At most `per_minute` operations per webhook (at least 1), refilled evenly over the minute.
-    pub fn new(per_minute: u32, store: &DynStore, metrics: Arc<Metrics>) -> Self {
+    /// At most `per_minute` operations per webhook (at least 1), refilled evenly over the
+    /// minute; `shared` as `rate_limit.shared` says.
+    pub fn new(per_minute: u32, (store, shared): (&DynStore, bool), metrics: Arc<Metrics>) -> Self {
         let limit = NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN);
-        Self(Buckets::new("webhook_operations", limit, 60, store, metrics))
+        Self(Buckets::new("webhook_operations", limit, 60, (store, shared), metrics))
     }
 
     /// Counts one operation on `webhook_id` (each makes work: it counts as a write). Errors:

@@ -147,7 +147,7 @@ async fn unreachable_shared_buckets_refuse_writes_and_count_reads_here() {
     let store = custodian::store::open(&config).await.expect("open the database");
     let metrics = std::sync::Arc::new(Metrics::default());
     let limit = std::num::NonZeroU32::new(5).unwrap();
-    let buckets = Buckets::new("api", limit, 60, &store, metrics.clone());
+    let buckets = Buckets::new("api", limit, 60, (&store, true), metrics.clone());
     let message = || "limited".to_string();
     assert_eq!(buckets.check("u1", true, message).await.expect("allowed").remaining, 4);
 
@@ -180,4 +180,22 @@ async fn unreachable_shared_buckets_refuse_writes_and_count_reads_here() {
     }
     assert_eq!(back.expect("the shared bucket answers again").remaining, 3);
     store.close().await;
+}
+
+/// `rate_limit.shared = false`: each process keeps its own buckets, so two processes allow
+/// twice the rate (the documented trade of the setting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unshared_buckets_are_per_process() {
+    let env = [("CUSTODIAN_RATE_LIMIT_REQUESTS", "5"), ("CUSTODIAN_RATE_LIMIT_SHARED", "false")];
+    let cluster = Cluster::new(&env).await;
+    let (a, b) = (cluster.start_role("api").await, cluster.start_role("api").await);
+    let token = alice(&cluster, &a.base).await;
+    let mut ok = 0;
+    for i in 0..14 {
+        let base = if i % 2 == 0 { &a.base } else { &b.base };
+        let res =
+            cluster.client.get(format!("{base}/api/v2/user/me")).bearer_auth(&token).send().await.unwrap();
+        ok += usize::from(res.status() == 200);
+    }
+    assert_eq!(ok, 10, "five per process");
 }
