@@ -55,6 +55,10 @@ async fn a_pending_transfer_is_unconfirmed_before_its_block_then_replaced_mined_
     until_told(&c, &mined, "unconfirmed").await;
     c.anvil.mine(3).await;
     until_told(&c, &mined, "confirmed").await;
+    // Told it is confirmed, a receiver finds it so through the API at once: a block's transfers
+    // are stored before their events are sent.
+    let told_confirmed = c.transfers(&format!("?txHash={mined}")).await;
+    assert_eq!(told_confirmed[0]["state"], "confirmed", "{told_confirmed:?}");
     c.caught_up().await;
     let states: Vec<String> = told(&c, &mined).into_iter().map(|(s, _)| s).collect();
     assert_eq!(states, ["unconfirmed", "confirmed"]);
