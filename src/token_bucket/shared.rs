@@ -2,8 +2,9 @@
 //! docs/decisions.md#limits-shared-across-processes).
 //!
 //! A process reserves up to [`batch`] tokens of a key's bucket in one statement and spends them
-//! itself, so most requests cost no round trip. Tokens it did not spend within [`HOLD`] go back
-//! to the bucket. Every request let through spent a token taken from the shared bucket, so the
+//! itself, so most requests cost no round trip; one request at a time reserves for a key, the
+//! others wait for its tokens. Tokens a key has not used for [`HOLD`] go back to the bucket.
+//! A bucket found empty is not asked again until its next token is due. Every request let through spent a token taken from the shared bucket, so the
 //! processes together never exceed the configured rate over time; what a process holds
 //! unspent can add at most `batch` to one burst, which `batch` (at most a fiftieth of the
 //! limit) keeps within 2% of the limit per process.
@@ -42,7 +43,21 @@ struct Held {
     tokens: u32,
     /// The shared bucket's tokens after the last reservation.
     left: f64,
-    reserved_at: Instant,
+    /// When a token was last taken or reserved: tokens idle for [`HOLD`] go back.
+    used_at: Instant,
+    /// Until when the shared bucket was found empty: refused here without asking again.
+    empty_until: Option<Instant>,
+    /// Held while one request reserves for this key, so that concurrent requests wait for its
+    /// tokens instead of each reserving a batch.
+    refill: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// What this process's holdings say about one request.
+enum Held1 {
+    Token(RateState),
+    Empty(Limited),
+    /// None: too many keys held; reserve one token without holding any.
+    Reserve(Option<Arc<tokio::sync::Mutex<()>>>),
 }
 
 struct Inner {
@@ -85,43 +100,91 @@ impl SharedBuckets {
         Self(inner)
     }
 
-    /// Takes one token of `key`: one this process holds, else a reservation. Returns
-    /// `Err(Limited)` inside when the shared bucket is empty. Errors: the store's, when the
-    /// database cannot be reached.
+    /// Takes one token of `key`: one this process holds, else a reservation (one at a time
+    /// per key). Returns `Err(Limited)` inside when the shared bucket is empty. Errors: the
+    /// store's, when the database cannot be reached.
     pub async fn take(&self, key: &str) -> Result<Result<RateState, Limited>, StoreError> {
         let inner = &self.0;
-        let full = {
-            let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(h) = held.get_mut(key).filter(|h| h.tokens > 0) {
-                h.tokens -= 1;
-                return Ok(Ok(inner.state(h.left, h.tokens)));
-            }
-            held.len() >= MAX_HELD_KEYS
+        let refill = match inner.held(key) {
+            Held1::Token(state) => return Ok(Ok(state)),
+            Held1::Empty(limited) => return Ok(Err(limited)),
+            Held1::Reserve(refill) => refill,
         };
-        let want = if full { 1 } else { inner.batch };
+        let _turn = match &refill {
+            Some(lock) => {
+                let turn = lock.lock().await;
+                // The request before this one may have reserved enough for both.
+                match inner.held(key) {
+                    Held1::Token(state) => return Ok(Ok(state)),
+                    Held1::Empty(limited) => return Ok(Err(limited)),
+                    Held1::Reserve(_) => Some(turn),
+                }
+            }
+            None => None,
+        };
+        let want = if refill.is_some() { inner.batch } else { 1 };
         inner.reservations.inc();
         let got = inner.store.reserve_tokens(&format!("{}:{key}", inner.prefix), inner.shape, want).await?;
-        if got.granted == 0 {
-            let wait = ((1.0 - got.left) / inner.shape.per_second).ceil().max(1.0) as u64;
-            return Ok(Err(Limited::Empty { state: inner.state(got.left, 0), retry_after_secs: wait }));
-        }
-        let spare = got.granted - 1;
-        if spare > 0 {
-            let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
-            let h = held.entry(key.to_string()).or_insert(Held {
+        let now = Instant::now();
+        let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = refill.as_ref().map(|refill| {
+            held.entry(key.to_string()).or_insert(Held {
                 tokens: 0,
                 left: 0.0,
-                reserved_at: Instant::now(),
-            });
+                used_at: now,
+                empty_until: None,
+                refill: refill.clone(),
+            })
+        });
+        if got.granted == 0 {
+            let wait = Duration::from_secs_f64(((1.0 - got.left) / inner.shape.per_second).max(0.001));
+            if let Some(h) = entry {
+                h.empty_until = Some(now + wait);
+                h.left = got.left;
+            }
+            let retry_after_secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            return Ok(Err(Limited::Empty { state: inner.state(got.left, 0), retry_after_secs }));
+        }
+        let spare = got.granted - 1;
+        if let Some(h) = entry {
             h.tokens += spare;
             h.left = got.left;
-            h.reserved_at = Instant::now();
+            h.used_at = now;
+            h.empty_until = None;
         }
         Ok(Ok(inner.state(got.left, spare)))
     }
 }
 
 impl Inner {
+    /// Takes a held token of `key`, or says the bucket is known empty, or that a reservation
+    /// is needed (with the key's refill lock, made here).
+    fn held(&self, key: &str) -> Held1 {
+        let now = Instant::now();
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = held.get_mut(key) {
+            if h.tokens > 0 {
+                h.tokens -= 1;
+                h.used_at = now;
+                return Held1::Token(self.state(h.left, h.tokens));
+            }
+            if let Some(until) = h.empty_until.filter(|until| *until > now) {
+                let retry_after_secs = (until - now).as_secs_f64().ceil().max(1.0) as u64;
+                return Held1::Empty(Limited::Empty { state: self.state(h.left, 0), retry_after_secs });
+            }
+            return Held1::Reserve(Some(h.refill.clone()));
+        }
+        if held.len() >= MAX_HELD_KEYS {
+            return Held1::Reserve(None);
+        }
+        let refill = Arc::new(tokio::sync::Mutex::new(()));
+        held.insert(
+            key.to_string(),
+            Held { tokens: 0, left: 0.0, used_at: now, empty_until: None, refill: refill.clone() },
+        );
+        Held1::Reserve(Some(refill))
+    }
+
     fn state(&self, left: f64, held: u32) -> RateState {
         let remaining = (left.floor() as u32).saturating_add(held).min(self.limit);
         let missing = f64::from(self.limit - remaining);
@@ -137,7 +200,7 @@ impl Inner {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let mut due = Vec::new();
         held.retain(|key, h| {
-            if h.reserved_at.elapsed() < HOLD {
+            if h.used_at.elapsed() < HOLD || h.empty_until.is_some_and(|until| until > Instant::now()) {
                 return true;
             }
             if h.tokens > 0 {

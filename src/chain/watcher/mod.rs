@@ -47,6 +47,8 @@ pub const LEASE_MS: i64 = 15_000;
 pub const BOOK_CHECK: Duration = Duration::from_secs(1);
 
 /// What can stop a round: the node, the store, or the domain.
+mod run_write;
+
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     #[error(transparent)]
@@ -398,73 +400,6 @@ impl Watcher {
         run.counts.extend(counts);
         run.written.extend(written);
         run.heads.push(fetched.block.head.clone());
-    }
-
-    /// Writes a run's transfers and balances, then emits its events, then records its blocks
-    /// and the checkpoint: a receiver told of a transfer finds it through the API, and a crash
-    /// before the checkpoint replays the run, whose writes are the same and whose events then
-    /// have the same ids.
-    async fn write(&mut self, run: Run, head: u64) -> Result<(), WatchError> {
-        let Some(last) = run.heads.last() else { return Ok(()) };
-        let appeared = self.first_appearances(run.appeared.clone()).await?;
-        let near_head = head.saturating_sub(last.height) < STATE_WINDOW;
-        let ((balances, token_balances), due) =
-            self.run_balances(&run.written, last.height, near_head).await?;
-        let effects = BlockWrite {
-            chain: self.chain.as_str(),
-            heads: &[],
-            transfers: &run.written,
-            appeared: &[],
-            keep_from: 0,
-            balances: &balances,
-            token_balances: &token_balances,
-            stale: &due,
-            balances_read: near_head,
-        };
-        self.svc.store.record_blocks(effects).await?;
-        self.announce(&run, &appeared, head).await?;
-        let checkpoint = BlockWrite {
-            chain: self.chain.as_str(),
-            heads: &run.heads,
-            transfers: &[],
-            appeared: &appeared,
-            keep_from: last.height.saturating_sub(self.config.reorg_depth),
-            balances: &[],
-            token_balances: &[],
-            stale: &[],
-            balances_read: false,
-        };
-        self.svc.store.record_blocks(checkpoint).await?;
-        let blocks = u64::try_from(run.heads.len()).unwrap_or(0);
-        self.svc.metrics.chain.blocks.get_or_create(&self.labels()).inc_by(blocks);
-        Ok(())
-    }
-
-    /// A run's events: its transfers, alerts, first appearances and blocks.
-    async fn announce(&self, run: &Run, appeared: &[Appearance], head: u64) -> Result<(), WatchError> {
-        let Some(last) = run.heads.last() else { return Ok(()) };
-        let entered: Vec<Transfer> = run
-            .written
-            .iter()
-            .filter(|t| t.state != TransferState::Unconfirmed || !run.quiet.contains(&t.id))
-            .cloned()
-            .collect();
-        super::announce::block_transfers(&self.svc, &entered, &run.found, &run.counts).await?;
-        let mut raised = run.alerts.clone();
-        if head.saturating_sub(last.height) < STATE_WINDOW && !run.fee_touched.is_empty() {
-            let first = run.heads.first().map_or(last.height, |h| h.height);
-            let (chain, book) = (&self.chain, &self.book);
-            let low =
-                alerts::low_balances(&*self.node, chain, &self.alerts, book, &run.fee_touched, first, last);
-            raised.extend(low.await?);
-        }
-        raised.extend(super::announce::appearances(&self.chain, appeared));
-        super::announce::all(&self.svc, raised).await?;
-        for (i, block) in run.heads.iter().enumerate() {
-            super::announce::blocks(&self.svc, &self.chain, self.config.reorg_depth, block, &run.heads[..i])
-                .await?;
-        }
-        Ok(())
     }
 
     /// Those of `candidates` that had not appeared on chain before.
