@@ -14,7 +14,7 @@
 //! with `CUSTODIAN_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres` it also runs
 //! on PostgreSQL, and there compares the rate limiter shared through the database with each
 //! process's own (`rate_limit.shared`), two servers on the same database in alternating rounds
-//! (docs/decisions.md#limits-shared-across-processes).
+//! (docs/decisions.md#limits-shared-across-processes); `BENCH_LIMITER_ONLY=1` runs only that.
 
 mod common;
 
@@ -67,6 +67,13 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
 
     if std::env::var("BENCH_STORE").is_ok() {
         store_only(&state, &ids).await?;
+    }
+    if std::env::var("BENCH_LIMITER_ONLY").is_ok() {
+        // Only the limiter comparison, which runs on PostgreSQL.
+        if !url.starts_with("sqlite://") {
+            compare_limiters(&client, (&base, &token), url, dir.path(), &ids).await?;
+        }
+        return Ok(());
     }
     if let Ok(secs) = std::env::var("BENCH_SERVE") {
         // For a load generator in another process (`wrk`, scripts/lookup_wrk.sh): both

@@ -2,8 +2,9 @@
 //! docs/decisions.md#limits-shared-across-processes).
 //!
 //! A process reserves up to [`batch`] tokens of a key's bucket in one statement and spends them
-//! itself, so most requests cost no round trip; one request at a time reserves for a key, the
-//! others wait for its tokens. Tokens a key has not used for [`HOLD`] go back to the bucket.
+//! itself, so most requests cost no round trip; the next batch is reserved in the background
+//! once half of one is spent, and one reservation at a time runs for a key (requests that
+//! find no token wait for its tokens). Tokens a key has not used for [`HOLD`] go back to the bucket.
 //! A bucket found empty is not asked again until its next token is due. Every request let through spent a token taken from the shared bucket, so the
 //! processes together never exceed the configured rate over time; what a process holds
 //! unspent can add at most `batch` to one burst, which `batch` (at most a fiftieth of the
@@ -54,7 +55,9 @@ struct Held {
 
 /// What this process's holdings say about one request.
 enum Held1 {
-    Token(RateState),
+    /// A held token, and the key's refill lock when fewer than half a batch are left and no
+    /// reservation runs: the caller reserves the next batch in the background with it.
+    Token(RateState, Option<tokio::sync::OwnedMutexGuard<()>>),
     Empty(Limited),
     /// None: too many keys held; reserve one token without holding any.
     Reserve(Option<Arc<tokio::sync::Mutex<()>>>),
@@ -106,7 +109,12 @@ impl SharedBuckets {
     pub async fn take(&self, key: &str) -> Result<Result<RateState, Limited>, StoreError> {
         let inner = &self.0;
         let refill = match inner.held(key) {
-            Held1::Token(state) => return Ok(Ok(state)),
+            Held1::Token(state, prefetch) => {
+                if let Some(turn) = prefetch {
+                    tokio::spawn(prefetch_batch(inner.clone(), key.to_string(), turn));
+                }
+                return Ok(Ok(state));
+            }
             Held1::Empty(limited) => return Ok(Err(limited)),
             Held1::Reserve(refill) => refill,
         };
@@ -115,7 +123,8 @@ impl SharedBuckets {
                 let turn = lock.lock().await;
                 // The request before this one may have reserved enough for both.
                 match inner.held(key) {
-                    Held1::Token(state) => return Ok(Ok(state)),
+                    // Holding the turn already: no prefetch can be had here.
+                    Held1::Token(state, _) => return Ok(Ok(state)),
                     Held1::Empty(limited) => return Ok(Err(limited)),
                     Held1::Reserve(_) => Some(turn),
                 }
@@ -166,7 +175,9 @@ impl Inner {
             if h.tokens > 0 {
                 h.tokens -= 1;
                 h.used_at = now;
-                return Held1::Token(self.state(h.left, h.tokens));
+                let low = h.tokens < self.batch / 2;
+                let prefetch = if low { h.refill.clone().try_lock_owned().ok() } else { None };
+                return Held1::Token(self.state(h.left, h.tokens), prefetch);
             }
             if let Some(until) = h.empty_until.filter(|until| *until > now) {
                 let retry_after_secs = (until - now).as_secs_f64().ceil().max(1.0) as u64;
@@ -210,6 +221,32 @@ impl Inner {
         });
         due
     }
+}
+
+/// Reserves `key`'s next batch while its requests spend what is left, so that they rarely wait
+/// for a round trip; `turn` keeps other reservations for the key out meanwhile. A failure is
+/// left to the next request that finds no token.
+async fn prefetch_batch(inner: Arc<Inner>, key: String, turn: tokio::sync::OwnedMutexGuard<()>) {
+    inner.reservations.inc();
+    let bucket = format!("{}:{key}", inner.prefix);
+    match inner.store.reserve_tokens(&bucket, inner.shape, inner.batch).await {
+        Ok(got) => {
+            let kept = {
+                let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
+                held.get_mut(&key).map(|h| {
+                    h.tokens += got.granted;
+                    h.left = got.left;
+                    h.used_at = Instant::now();
+                })
+            };
+            if kept.is_none() {
+                // Given back meanwhile (idle): return these too.
+                let _ = inner.store.refund_tokens(inner.shape.capacity, &[(bucket, got.granted)]).await;
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "reserving rate-limit tokens ahead failed"),
+    }
+    drop(turn);
 }
 
 /// Gives back tokens held past [`HOLD`], and now and then removes buckets idle for a period.
