@@ -71,7 +71,7 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
     if std::env::var("BENCH_LIMITER_ONLY").is_ok() {
         // Only the limiter comparison, which runs on PostgreSQL.
         if !url.starts_with("sqlite://") {
-            compare_limiters(&client, (&base, &token), url, dir.path(), &ids).await?;
+            compare_limiters(&client, url, dir.path(), &ids).await?;
         }
         return Ok(());
     }
@@ -112,28 +112,36 @@ async fn run(label: &str, url: &str) -> anyhow::Result<()> {
     };
     compare(&client, &base, &token, &ids, reference.as_deref(), label).await?;
     if reference.is_none() {
-        compare_limiters(&client, (&base, &token), url, dir.path(), &ids).await?;
+        compare_limiters(&client, url, dir.path(), &ids).await?;
     }
     Ok(())
 }
 
-/// Lookups of 1 id per second with the shared rate limiter (`base`, `token`) against a second
-/// server on the same database whose buckets are its own (`rate_limit.shared = false`), in
-/// alternating rounds; prints the median ratio. The limit is high (a reservation per 100
-/// requests, the batch at any limit past 5,000 per period) so that neither refuses.
+/// Lookups of 1 id per second through two servers on the same database, built alike but for
+/// `rate_limit.shared` (the buckets in the database, or each process's own), in alternating
+/// rounds; prints the median ratio. The limit is high (a reservation per 100 requests, the
+/// batch at any limit past 5,000 per period) so that neither refuses.
 async fn compare_limiters(
     client: &reqwest::Client,
-    (base, token): (&str, &str),
     url: &str,
     dir: &std::path::Path,
     ids: &[String],
 ) -> anyhow::Result<()> {
-    let mut config =
-        Config { database_url: url.to_string(), secret_key_file: Some(dir.join("key")), ..Config::default() };
-    config.rate_limit.requests = u32::MAX;
-    config.rate_limit.shared = false;
-    let local = AppState::new(config).await?;
-    let (local_base, _, local_token) = common::serve_and_login(&local, "bench@example.com").await?;
+    let server = |shared: bool| async move {
+        let mut config = Config {
+            database_url: url.to_string(),
+            secret_key_file: Some(dir.join("key")),
+            ..Config::default()
+        };
+        config.rate_limit.requests = u32::MAX;
+        config.rate_limit.shared = shared;
+        let state = AppState::new(config).await?;
+        let (base, _, token) = common::serve_and_login(&state, "bench@example.com").await?;
+        anyhow::Ok((base, token))
+    };
+    let (base, token) = server(true).await?;
+    let (local_base, local_token) = server(false).await?;
+    let (base, token) = (base.as_str(), token.as_str());
     let path = |b: &str| format!("{b}/api/v2/internal/wallet?expandBalance=true");
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(15).max(1);
     let mut ratios = Vec::new();
