@@ -5,8 +5,9 @@
 //! stays linear with several processes.
 
 use async_trait::async_trait;
+use custodian_macros::sql_bounds;
 
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::FromRow;
 
 use super::sql::{json_value, parse_stored, to_json, Dialect};
 use super::sql_store::SqlStore;
@@ -50,15 +51,9 @@ pub trait AuditStore: Send + Sync {
 }
 
 /// Appends `entries` to the chain inside `tx`, the transaction of the change they record.
+#[sql_bounds]
 pub(super) async fn append_tx<DB>(tx: &mut DB::Connection, entries: &[AuditEntry]) -> StoreResult<()>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     if entries.is_empty() {
@@ -131,17 +126,10 @@ impl AuditRow {
 const AUDIT_COLUMNS: &str =
     "seq, id, date, type, user_id, enterprise_id, wallet_id, ip, token_id, request_id, data, hash";
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> AuditStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> AuditRow: FromRow<'r, DB::Row>,
 {

@@ -2,7 +2,8 @@
 //! leases, transfers. The rules (states, reorgs) are `chain`'s.
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 pub use super::chain_reads::TokenBalanceRow;
 use super::chain_rows::{h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS};
@@ -121,18 +122,10 @@ pub trait ChainStore: Send + Sync {
     async fn stale_balances(&self, chain: &str) -> StoreResult<Vec<(WalletId, Coin)>>;
 }
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> ChainStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> TransferRow: FromRow<'r, DB::Row>,
     for<'r> (String, String, Option<String>, i64): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,

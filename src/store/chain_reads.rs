@@ -1,7 +1,8 @@
 //! Reads of the chain tables that take a connection: which addresses have appeared on chain, a
 //! wallet's token balances.
 
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::{sql::Dialect, StoreResult};
 use crate::types::WalletId;
@@ -10,16 +11,13 @@ use crate::types::WalletId;
 pub type TokenBalanceRow = (String, String, String, String);
 
 /// Those of `addresses` that have appeared on `chain` (500 to a query).
+#[sql_bounds]
 pub(super) async fn appeared<DB>(
     conn: &mut DB::Connection,
     chain: &str,
     addresses: &[String],
 ) -> StoreResult<Vec<String>>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     let mut seen = Vec::new();
@@ -37,15 +35,12 @@ where
 }
 
 /// `wallet`'s token balances by token coin.
+#[sql_bounds]
 pub(super) async fn token_balances<DB>(
     conn: &mut DB::Connection,
     wallet: &WalletId,
 ) -> StoreResult<Vec<TokenBalanceRow>>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> TokenBalanceRow: FromRow<'r, DB::Row>,
 {
     Ok(sqlx::query_as(

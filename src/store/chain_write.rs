@@ -1,7 +1,8 @@
 //! Writing a run of processed blocks (`ChainStore::record_blocks`): their transfers, headers,
 //! first appearances and balances, and the checkpoint, inside the caller's transaction.
 
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::chain_rows::{
     h, TransferRow, TRANSFER_COLUMNS, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD, UPSERT_TRANSFER,
@@ -35,16 +36,8 @@ pub struct BlockWrite<'a> {
     pub balances_read: bool,
 }
 
-pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()>
-where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-{
+#[sql_bounds]
+pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()> {
     let now_ms = crate::ids::now_ms();
     for t in w.transfers {
         sqlx::query(UPSERT_TRANSFER)
@@ -97,13 +90,8 @@ where
 }
 
 /// Keeps the wallets whose balances are due, or forgets them once read.
-async fn stale<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()>
-where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-{
+#[sql_bounds]
+async fn stale<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()> {
     if w.balances_read {
         sqlx::query("DELETE FROM chain_stale_balances WHERE chain = $1")
             .bind(w.chain)
@@ -126,14 +114,8 @@ where
 
 /// The run's block headers, those beyond `reorg_depth` dropped, and the checkpoint at the last.
 /// No blocks (what the node's pending pool showed): the checkpoint stays.
-async fn checkpoint<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()>
-where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-{
+#[sql_bounds]
+async fn checkpoint<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()> {
     let Some(last) = w.heads.last() else { return Ok(()) };
     for head in w.heads {
         sqlx::query(UPSERT_CHAIN_HEAD)
@@ -158,13 +140,8 @@ where
     Ok(())
 }
 
-async fn token_balances<DB>(tx: &mut DB::Connection, rows: &[(WalletId, Coin, Balances)]) -> StoreResult<()>
-where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-{
+#[sql_bounds]
+async fn token_balances<DB>(tx: &mut DB::Connection, rows: &[(WalletId, Coin, Balances)]) -> StoreResult<()> {
     for (wallet, coin, b) in rows {
         let [balance, confirmed, spendable, ..] = b.texts();
         sqlx::query(
@@ -186,6 +163,7 @@ where
 /// Undoes the blocks above `ancestor` (a reorg `depth` blocks deep, seen at `now`, Unix
 /// seconds): their transfers are `removed`, their headers and first appearances dropped, and
 /// the checkpoint moves to the ancestor. Returns the transfers removed, as they were.
+#[sql_bounds]
 pub(super) async fn rewind<DB>(
     tx: &mut DB::Connection,
     chain: &str,
@@ -194,11 +172,6 @@ pub(super) async fn rewind<DB>(
     now: i64,
 ) -> StoreResult<Vec<TransferRow>>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> TransferRow: FromRow<'r, DB::Row>,
 {
     let removed: Vec<TransferRow> = sqlx::query_as(&format!(

@@ -2,7 +2,8 @@
 
 use crate::types::{EnterpriseId, UserId};
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::sql::{unique_violation, Dialect};
 use super::sql_store::SqlStore;
@@ -68,19 +69,10 @@ struct MembershipRow {
     is_admin: bool,
 }
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> EnterpriseStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> Enterprise: FromRow<'r, DB::Row>,
     for<'r> MembershipRow: FromRow<'r, DB::Row>,
     for<'r> Member: FromRow<'r, DB::Row>,

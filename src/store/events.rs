@@ -2,7 +2,8 @@
 //! last body seen per transfer (for simulations that replay a real transfer).
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::group_commit::{write_batch, EventWrite, Recorded};
 use super::sql::Dialect;
@@ -24,19 +25,10 @@ pub trait EventStore: Send + Sync {
     async fn prune_events(&self, before_secs: i64, limit: u32) -> StoreResult<u64>;
 }
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> EventStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,

@@ -10,13 +10,14 @@
 //! One writer means ingestion never contends with itself for SQLite's write lock (no
 //! `BEGIN IMMEDIATE` queue), and on PostgreSQL it turns N round-trip sequences into one.
 
+use custodian_macros::sql_bounds;
 use std::borrow::Cow;
 use std::{
     collections::{HashMap, HashSet},
     time::Duration,
 };
 
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{FromRow, Pool};
 use tokio::sync::{mpsc, oneshot};
 
 use super::outbox::rows::insert_notifications_tx;
@@ -107,22 +108,13 @@ fn closed() -> StoreError {
 
 /// Writes a batch of events in one transaction and says what each got: see [`EventOutcome`].
 /// An error means nothing of the batch was stored.
+#[sql_bounds]
 pub(super) async fn write_batch<DB>(
     pool: &Pool<DB>,
     gate: &WriteGate,
     events: &[&EventWrite],
 ) -> StoreResult<Vec<Recorded>>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
 {
@@ -252,22 +244,13 @@ fn outcomes(
 
 /// [`write_batch`] over owned events, handing them back (for a retry one by one): the writer
 /// task's step, named per backend so that the task's future has a concrete type.
+#[sql_bounds]
 pub(super) async fn write_owned<DB>(
     pool: Pool<DB>,
     gate: WriteGate,
     events: Vec<EventWrite>,
 ) -> (Vec<EventWrite>, StoreResult<Vec<Recorded>>)
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
 {

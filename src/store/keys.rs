@@ -3,7 +3,8 @@
 //! (`ecdh_keychains`: an xpub and the xprv as the client encrypted it).
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::{sql::Dialect, sql_store::SqlStore, StoreResult};
 use crate::model::{audit::AuditEntry, keychain::EcdhKeychain};
@@ -30,19 +31,10 @@ pub trait KeyStore: Send + Sync {
     async fn ecdh_keychain(&self, user: &UserId) -> StoreResult<Option<EcdhKeychain>>;
 }
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> KeyStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String, i64): FromRow<'r, DB::Row>,
 {

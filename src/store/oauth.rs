@@ -4,7 +4,8 @@
 //! §10.4).
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::{
     audit::append_tx,
@@ -153,14 +154,8 @@ const CODE_COLUMNS: &str =
 
 /// Revokes at `now` the live grants whose `column` (`id` or `client_id`) is `key`: their
 /// access tokens, their refresh tokens, then the grants; how many grants.
-async fn revoke_grants<DB>(tx: &mut DB::Connection, column: &str, key: &AnyId, now: i64) -> StoreResult<u64>
-where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-{
+#[sql_bounds]
+async fn revoke_grants<DB>(tx: &mut DB::Connection, column: &str, key: &AnyId, now: i64) -> StoreResult<u64> {
     let live = format!("SELECT id FROM oauth_grants WHERE {column} = $2 AND revoked_at IS NULL");
     for sql in [
         format!("{REVOKE} WHERE oauth_grant_id IN ({live}) AND revoked_at IS NULL"),
@@ -180,19 +175,10 @@ where
     Ok(DB::rows_affected(&done))
 }
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> OAuthStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> ClientRow: FromRow<'r, DB::Row>,
     for<'r> GrantRow: FromRow<'r, DB::Row>,

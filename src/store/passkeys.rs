@@ -3,7 +3,8 @@
 //! is answered once across every process.
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::{sql::Dialect, sql_store::SqlStore, StoreResult};
 use crate::model::{
@@ -80,19 +81,10 @@ fn passkey(row: PasskeyRow) -> StoreResult<PasskeyRecord> {
 
 const PASSKEY_COLUMNS: &str = "id, user_id, credential_id, label, credential, created_at, last_used_at";
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> PasskeyStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> PasskeyRow: FromRow<'r, DB::Row>,

@@ -5,7 +5,8 @@
 //! there [`RateBucketStore::shares_rate_buckets`] is false and nothing here is called.
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::sql::Dialect;
 use super::sql_store::SqlStore;
@@ -64,15 +65,10 @@ fn not_shared() -> StoreError {
     StoreError::Other(anyhow::anyhow!("rate buckets are shared only on PostgreSQL"))
 }
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> RateBucketStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> f64: Encode<'q, DB> + Type<DB>,
     for<'r> (f64, f64): FromRow<'r, DB::Row>,
 {
     fn shares_rate_buckets(&self) -> bool {

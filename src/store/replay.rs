@@ -5,9 +5,10 @@
 //! and one `INSERT ... ON CONFLICT DO NOTHING RETURNING` per batch, like the event writer's group
 //! commit ([`super::group_commit`]).
 
+use custodian_macros::sql_bounds;
 use std::{collections::HashSet, future::Future};
 
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{Database, FromRow, Pool};
 use tokio::sync::{mpsc, oneshot};
 
 use super::sql::{begin_gated, placeholders, Dialect, WriteGate};
@@ -97,6 +98,7 @@ impl ReplayWriter {
 /// One batch in one transaction: first removes up to `2 * BATCH` rows whose window has passed
 /// (so the table holds about one window of requests), then inserts `rows` that are not there
 /// yet. Returns the MACs inserted.
+#[sql_bounds]
 pub(super) async fn insert_batch<DB>(
     pool: Pool<DB>,
     gate: WriteGate,
@@ -104,11 +106,6 @@ pub(super) async fn insert_batch<DB>(
     now_ms: i64,
 ) -> StoreResult<Vec<String>>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     let mut tx = begin_gated(&pool, &gate).await?;

@@ -7,9 +7,11 @@
 //! how a write transaction begins) the statement is a constant of [`Dialect`], stated in full by
 //! each backend (`sqlite.rs`, `postgres.rs`); nothing rewrites statement text at run time.
 //!
-//! Every `impl<DB> ...Store for SqlStore<DB>` repeats the same where clause: Rust does not carry
-//! bounds on other types (`i64: Encode<DB>`) from a trait's where clause to its users, so each
-//! impl states what it needs; they are checked once per backend when `open` builds the store.
+//! Rust does not carry bounds on other types (`i64: Encode<DB>`) from a trait's where clause to
+//! its users, so the sqlx bounds every statement needs are added to each generic impl and
+//! function by the `#[sql_bounds]` attribute (the `custodian-macros` crate, `macros/`); an impl
+//! states only the rows it reads (`for<'r> Row: FromRow<'r, DB::Row>`). They are checked once
+//! per backend when `open` builds the store.
 
 use std::{future::Future, sync::Arc};
 

@@ -2,6 +2,7 @@
 //! ([`super::sql::Dialect`]), and its start-up: the group-commit writer and the read cache's
 //! version poller. Each aggregate's file implements its trait for it.
 
+use custodian_macros::sql_bounds;
 use std::{future::Future, sync::Arc, time::Duration};
 
 use sqlx::{pool::PoolConnection, Database, Pool};
@@ -131,11 +132,8 @@ impl<DB: Dialect> SqlStore<DB> {
     /// Begins a write transaction whose commit need not wait for a flush to disk
     /// ([`Dialect::RELAXED_COMMIT`]): for writes whose loss in a crash only means a
     /// redelivery (claims, delivery outcomes).
-    pub(super) async fn begin_relaxed(&self) -> sqlx::Result<WriteTx<DB>>
-    where
-        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
-        for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
-    {
+    #[sql_bounds]
+    pub(super) async fn begin_relaxed(&self) -> sqlx::Result<WriteTx<DB>> {
         let mut tx = self.begin_write().await?;
         if let Some(relaxed) = DB::RELAXED_COMMIT {
             sqlx::query(relaxed).execute(&mut *tx).await?;
@@ -145,12 +143,8 @@ impl<DB: Dialect> SqlStore<DB> {
 
     /// Runs `sql`, a delete of at most `$2` rows older than `$1` (retention, in the table's
     /// time unit), under the write gate; returns how many rows went.
-    pub(super) async fn delete_batch(&self, sql: &str, before: i64, limit: u32) -> StoreResult<u64>
-    where
-        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
-        for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
-        for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    {
+    #[sql_bounds]
+    pub(super) async fn delete_batch(&self, sql: &str, before: i64, limit: u32) -> StoreResult<u64> {
         let _gate = self.write_gate().await;
         let r = sqlx::query(sql).bind(before).bind(i64::from(limit)).execute(&self.pool).await?;
         Ok(DB::rows_affected(&r))

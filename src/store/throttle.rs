@@ -3,7 +3,8 @@
 //! logged in from. The rules that use them are in `identity::throttle`.
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::sql::{count_u32, Dialect};
 use super::sql_store::SqlStore;
@@ -67,14 +68,10 @@ impl From<CountRow> for FailureCount {
 
 const COUNT: &str = "SELECT COUNT(*) AS n, MIN(at) AS oldest, MAX(at) AS latest FROM auth_failures";
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> LoginThrottleStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> CountRow: FromRow<'r, DB::Row>,
 {

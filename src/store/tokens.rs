@@ -1,10 +1,11 @@
 //! Access tokens (spec §2.4) and token templates: records and storage.
 
 use crate::types::{EnterpriseId, TokenId, UserId};
+use custodian_macros::sql_bounds;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{FromRow, Type};
 
 use super::audit::append_tx;
 
@@ -183,20 +184,10 @@ const TOKEN_READ_COLUMNS: &str = "id, token_hash, user_id, kind, label, scopes, 
     revoked_at, ip, ip_restrict, enterprise, is_extensible, admin, spending_limits, permitted_wallets, \
     permitted_enterprises, origin, parent_id, last_used_at, unlock_time, unlock_expires, sealed_value, extension_address, tx_value_limit, grant_type, derivation_path, oauth_grant_id";
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> TokenStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, DB>,
     Vec<u8>: Type<DB>,
     for<'r> TokenRow: FromRow<'r, DB::Row>,
     for<'r> TemplateRow: FromRow<'r, DB::Row>,

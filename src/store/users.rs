@@ -1,10 +1,11 @@
 //! Users (spec §2.3): the record and its storage.
 
 use crate::types::{Email, UserId};
+use custodian_macros::sql_bounds;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::FromRow;
 
 use super::sql::{json_list, to_json, unique_violation, Dialect};
 use super::sql_store::SqlStore;
@@ -129,20 +130,10 @@ const USER_COLUMNS: &str = "id, email, name_first, name_last, password_hash, tot
     totp_last_step, service_admin, is_active, timezone, locale, allowed_coins, created_at, \
     password_updated_at, last_login";
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> UserStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> UserRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {

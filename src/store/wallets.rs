@@ -1,9 +1,10 @@
 //! Wallet records (spec §2.1) and their balances.
 
+use custodian_macros::sql_bounds;
 use std::collections::HashSet;
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::FromRow;
 
 use super::sql::{to_json, Dialect};
 use super::sql_store::SqlStore;
@@ -121,19 +122,10 @@ const UPDATE_BALANCES: &str = "UPDATE wallets SET balance = COALESCE($1, balance
     staking_balance = COALESCE($4, staking_balance), reward_balance = COALESCE($5, reward_balance), \
     withdraw_hold_usd = COALESCE($6, withdraw_hold_usd), updated_at = $7 WHERE id = $8";
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> WalletStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (Option<String>,): FromRow<'r, DB::Row>,
 {

@@ -1,5 +1,6 @@
 //! Webhooks (spec §2.5) and the enterprise webhook secrets that sign their notifications.
 
+use custodian_macros::sql_bounds;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -8,7 +9,7 @@ use super::audit::append_tx;
 
 use crate::model::audit::AuditEntry;
 use crate::types::AnyId;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::FromRow;
 
 use super::sql::{json_list, json_value, to_json, unique_violation, Dialect};
 use super::sql_store::SqlStore;
@@ -197,20 +198,10 @@ const INSERT_WEBHOOK: &str = "INSERT INTO webhooks (id, scope, wallet_id, enterp
     tx_request_transaction_states, custom_headers, allow_blocked_hosts, created_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)";
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> WebhookStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> WebhookSecret: FromRow<'r, DB::Row>,

@@ -7,7 +7,8 @@
 //! `delivery_attempts` holds failed attempts, and a success that found its notification
 //! delivered already (a lease that ran out mid-attempt) or that a resend moved there.
 
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::{Completion, FailureFacts, Outcome, SuspendPolicy};
 
@@ -30,18 +31,8 @@ pub(super) struct FailureRow {
 
 /// Inserts `outcomes`' attempts as `delivery_attempts` rows: multi-row inserts, skipping
 /// notifications removed meanwhile (with their webhook).
-pub(super) async fn insert_attempts<DB>(conn: &mut DB::Connection, outcomes: &[&Outcome]) -> StoreResult<()>
-where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-{
+#[sql_bounds]
+pub(super) async fn insert_attempts<DB>(conn: &mut DB::Connection, outcomes: &[&Outcome]) -> StoreResult<()> {
     for chunk in outcomes.chunks(500) {
         let values = (0..chunk.len())
             .map(|i| format!("({})", placeholders(i * 8 + 1, 8)))
@@ -74,19 +65,13 @@ where
 /// the row, one statement per 500. Returns the outcomes left for attempt rows
 /// ([`insert_attempts`]) and [`finish_notifications`]: those not delivered, and the delivered
 /// ones it did not record so (their notification holds a success already, or is gone).
+#[sql_bounds]
 pub(super) async fn record_deliveries<'o, DB>(
     conn: &mut DB::Connection,
     outcomes: &'o [Outcome],
     now_ms: i64,
 ) -> StoreResult<Vec<&'o Outcome>>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     let delivered: Vec<&Outcome> =
@@ -124,22 +109,12 @@ where
 
 /// Moves each of `outcomes`' notifications on: processed, failed (one statement per final
 /// state), or pending again at its retry time.
+#[sql_bounds]
 pub(super) async fn finish_notifications<DB>(
     conn: &mut DB::Connection,
     outcomes: &[&Outcome],
     now_ms: i64,
-) -> StoreResult<()>
-where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-{
+) -> StoreResult<()> {
     let (mut delivered, mut failed) = (Vec::new(), Vec::new());
     for o in outcomes {
         let id = o.attempt.notification_id.as_str();
@@ -219,6 +194,7 @@ pub(super) fn failure_counters(outcomes: &[Outcome]) -> Vec<Tally<'_>> {
 }
 
 /// Whether an active webhook's failures now suspend it by `rule` (the delivery domain's).
+#[sql_bounds]
 pub(super) async fn should_suspend<DB>(
     conn: &mut DB::Connection,
     id: &str,
@@ -226,14 +202,6 @@ pub(super) async fn should_suspend<DB>(
     rule: &dyn SuspendPolicy,
 ) -> StoreResult<bool>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> FailureRow: FromRow<'r, DB::Row>,
 {

@@ -1,9 +1,10 @@
 //! The SQL of [`super::OutboxStore`] for both backends.
 
+use custodian_macros::sql_bounds;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::FromRow;
 
 use super::{
     completion::{
@@ -37,19 +38,10 @@ struct StatsRow {
     held: i64,
 }
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> OutboxStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> NotificationRow: FromRow<'r, DB::Row>,

@@ -3,7 +3,8 @@
 //! `impl ... for SqlStore` blocks: the event writer (`group_commit.rs`), token creation and the
 //! outbox's own queries call it.
 
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use crate::{
     model::notification::{Attempt, Notification, NotificationState},
@@ -104,22 +105,13 @@ pub(in crate::store) const NOTIFICATION_COLUMNS: &str =
 
 /// Adds notifications inside the caller's transaction (outbox: they commit with their cause);
 /// returns the ids written (one whose (webhook, idempotency key) exists is skipped).
+#[sql_bounds]
 pub(in crate::store) async fn insert_notifications_tx<DB, N>(
     conn: &mut DB::Connection,
     notifications: &[N],
 ) -> StoreResult<Vec<String>>
 where
-    DB: Dialect,
     N: std::borrow::Borrow<Notification>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     // Multi-row statements (docs/decisions.md#performance): 15 parameters a row, under every engine's limit.
@@ -156,15 +148,12 @@ where
 /// Events are pruned no earlier than their notifications, so the event is there; were it not,
 /// the payload would be `{}` and the fault logged. Takes the pool, not a connection: most reads
 /// have nothing to fill and then touch no connection.
+#[sql_bounds]
 pub(in crate::store) async fn with_event_payloads<DB>(
     pool: &sqlx::Pool<DB>,
     mut notifications: Vec<Notification>,
 ) -> StoreResult<Vec<Notification>>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
 {
     let mut wanted: Vec<&str> =

@@ -5,7 +5,8 @@
 //! walks the primary key between two bounds rather than the whole table.
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, IntoArguments, Type};
+use custodian_macros::sql_bounds;
+use sqlx::FromRow;
 
 use super::rows::{with_event_payloads, AttemptRow, NotificationRow, ATTEMPT_COLUMNS, NOTIFICATION_COLUMNS};
 use crate::ids::sequential_id_floor;
@@ -216,19 +217,10 @@ fn prefixed(columns: &str, alias: &str) -> String {
     columns.split(',').map(|c| format!("{alias}.{}", c.trim())).collect::<Vec<_>>().join(", ")
 }
 
+#[sql_bounds]
 #[async_trait]
 impl<DB> SearchStore for SqlStore<DB>
 where
-    DB: Dialect,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
