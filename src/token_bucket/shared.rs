@@ -1,14 +1,16 @@
 //! Token buckets in the database, shared by every process (PostgreSQL;
 //! docs/decisions.md#limits-shared-across-processes).
 //!
-//! A process reserves up to [`batch`] tokens of a key's bucket in one statement and spends them
-//! itself, so most requests cost no round trip; the next batch is reserved in the background
-//! once half of one is spent, and one reservation at a time runs for a key (requests that
-//! find no token wait for its tokens). Tokens a key has not used for [`HOLD`] go back to the bucket.
-//! A bucket found empty is not asked again until its next token is due. Every request let through spent a token taken from the shared bucket, so the
-//! processes together never exceed the configured rate over time; what a process holds
-//! unspent can add at most `batch` to one burst, which `batch` (at most a fiftieth of the
-//! limit) keeps within 2% of the limit per process.
+//! A process reserves up to [`batch`] tokens of a key's bucket in one statement and spends
+//! them itself, so most requests cost no round trip. The next batch is reserved in the
+//! background once half of one is spent; one reservation at a time runs for a key, and
+//! requests that find no token wait for its tokens. Tokens of a key unused for [`HOLD`] go back
+//! to the bucket, and a bucket found empty is not asked again until its next token is due.
+//!
+//! Every request let through spent a token taken from the shared bucket, so the processes
+//! together never exceed the configured rate over time. What a process holds unspent (at most
+//! one and a half batches per key) can add to one burst; a batch is at most a fiftieth of the
+//! limit, so that is within 3% of the limit per process.
 
 use std::{
     collections::HashMap,
@@ -54,7 +56,7 @@ struct Held {
 }
 
 /// What this process's holdings say about one request.
-enum Held1 {
+enum Holding {
     /// A held token, and the key's refill lock when fewer than half a batch are left and no
     /// reservation runs: the caller reserves the next batch in the background with it.
     Token(RateState, Option<tokio::sync::OwnedMutexGuard<()>>),
@@ -109,14 +111,14 @@ impl SharedBuckets {
     pub async fn take(&self, key: &str) -> Result<Result<RateState, Limited>, StoreError> {
         let inner = &self.0;
         let refill = match inner.held(key) {
-            Held1::Token(state, prefetch) => {
+            Holding::Token(state, prefetch) => {
                 if let Some(turn) = prefetch {
                     tokio::spawn(prefetch_batch(inner.clone(), key.to_string(), turn));
                 }
                 return Ok(Ok(state));
             }
-            Held1::Empty(limited) => return Ok(Err(limited)),
-            Held1::Reserve(refill) => refill,
+            Holding::Empty(limited) => return Ok(Err(limited)),
+            Holding::Reserve(refill) => refill,
         };
         let _turn = match &refill {
             Some(lock) => {
@@ -124,9 +126,9 @@ impl SharedBuckets {
                 // The request before this one may have reserved enough for both.
                 match inner.held(key) {
                     // Holding the turn already: no prefetch can be had here.
-                    Held1::Token(state, _) => return Ok(Ok(state)),
-                    Held1::Empty(limited) => return Ok(Err(limited)),
-                    Held1::Reserve(_) => Some(turn),
+                    Holding::Token(state, _) => return Ok(Ok(state)),
+                    Holding::Empty(limited) => return Ok(Err(limited)),
+                    Holding::Reserve(_) => Some(turn),
                 }
             }
             None => None,
@@ -168,7 +170,7 @@ impl SharedBuckets {
 impl Inner {
     /// Takes a held token of `key`, or says the bucket is known empty, or that a reservation
     /// is needed (with the key's refill lock, made here).
-    fn held(&self, key: &str) -> Held1 {
+    fn held(&self, key: &str) -> Holding {
         let now = Instant::now();
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(h) = held.get_mut(key) {
@@ -177,23 +179,23 @@ impl Inner {
                 h.used_at = now;
                 let low = h.tokens < self.batch / 2;
                 let prefetch = if low { h.refill.clone().try_lock_owned().ok() } else { None };
-                return Held1::Token(self.state(h.left, h.tokens), prefetch);
+                return Holding::Token(self.state(h.left, h.tokens), prefetch);
             }
             if let Some(until) = h.empty_until.filter(|until| *until > now) {
                 let retry_after_secs = (until - now).as_secs_f64().ceil().max(1.0) as u64;
-                return Held1::Empty(Limited::Empty { state: self.state(h.left, 0), retry_after_secs });
+                return Holding::Empty(Limited::Empty { state: self.state(h.left, 0), retry_after_secs });
             }
-            return Held1::Reserve(Some(h.refill.clone()));
+            return Holding::Reserve(Some(h.refill.clone()));
         }
         if held.len() >= MAX_HELD_KEYS {
-            return Held1::Reserve(None);
+            return Holding::Reserve(None);
         }
         let refill = Arc::new(tokio::sync::Mutex::new(()));
         held.insert(
             key.to_string(),
             Held { tokens: 0, left: 0.0, used_at: now, empty_until: None, refill: refill.clone() },
         );
-        Held1::Reserve(Some(refill))
+        Holding::Reserve(Some(refill))
     }
 
     fn state(&self, left: f64, held: u32) -> RateState {
