@@ -24,7 +24,7 @@ use prometheus_client::metrics::counter::Counter;
 use super::{Limited, RateState};
 use crate::{
     metrics::Metrics,
-    store::{BucketShape, DynStore, StoreError},
+    store::{BucketShape, DynStore, Reserved, StoreError},
 };
 
 /// How long a process keeps tokens it reserved but did not spend before giving them back.
@@ -136,38 +136,44 @@ impl SharedBuckets {
         let want = if refill.is_some() { inner.batch } else { 1 };
         inner.reservations.inc();
         let got = inner.store.reserve_tokens(&format!("{}:{key}", inner.prefix), inner.shape, want).await?;
-        let now = Instant::now();
-        let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = refill.as_ref().map(|refill| {
-            held.entry(key.to_string()).or_insert(Held {
-                tokens: 0,
-                left: 0.0,
-                used_at: now,
-                empty_until: None,
-                refill: refill.clone(),
-            })
-        });
-        if got.granted == 0 {
-            let wait = Duration::from_secs_f64(((1.0 - got.left) / inner.shape.per_second).max(0.001));
-            if let Some(h) = entry {
-                h.empty_until = Some(now + wait);
-                h.left = got.left;
-            }
-            let retry_after_secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-            return Ok(Err(Limited::Empty { state: inner.state(got.left, 0), retry_after_secs }));
+        // This request spends one of what was granted; the rest is held for the key.
+        let spare = got.granted.saturating_sub(1);
+        if let Some(refill) = &refill {
+            inner.keep(key, refill, Reserved { granted: spare, left: got.left });
         }
-        let spare = got.granted - 1;
-        if let Some(h) = entry {
-            h.tokens += spare;
-            h.left = got.left;
-            h.used_at = now;
-            h.empty_until = None;
+        if got.granted == 0 {
+            let retry_after_secs = inner.until_next(got.left).as_secs_f64().ceil().max(1.0) as u64;
+            return Ok(Err(Limited::Empty { state: inner.state(got.left, 0), retry_after_secs }));
         }
         Ok(Ok(inner.state(got.left, spare)))
     }
 }
 
 impl Inner {
+    /// How long until the shared bucket, holding `left` tokens, has a whole one again.
+    fn until_next(&self, left: f64) -> Duration {
+        Duration::from_secs_f64(((1.0 - left) / self.shape.per_second).max(0.001))
+    }
+
+    /// Adds `got.granted` reserved tokens to what this process holds for `key` (its entry made
+    /// again if it was given back meanwhile), and remembers the bucket's level; a bucket found
+    /// empty (`left` under one token and nothing granted) is refused here until its next token.
+    fn keep(&self, key: &str, refill: &Arc<tokio::sync::Mutex<()>>, got: Reserved) {
+        let now = Instant::now();
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let h = held.entry(key.to_string()).or_insert_with(|| Held {
+            tokens: 0,
+            left: 0.0,
+            used_at: now,
+            empty_until: None,
+            refill: refill.clone(),
+        });
+        h.tokens += got.granted;
+        h.left = got.left;
+        h.used_at = now;
+        h.empty_until = (got.granted == 0 && got.left < 1.0).then(|| now + self.until_next(got.left));
+    }
+
     /// Takes a held token of `key`, or says the bucket is known empty, or that a reservation
     /// is needed (with the key's refill lock, made here).
     fn held(&self, key: &str) -> Holding {
@@ -232,20 +238,7 @@ async fn prefetch_batch(inner: Arc<Inner>, key: String, turn: tokio::sync::Owned
     inner.reservations.inc();
     let bucket = format!("{}:{key}", inner.prefix);
     match inner.store.reserve_tokens(&bucket, inner.shape, inner.batch).await {
-        Ok(got) => {
-            let kept = {
-                let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
-                held.get_mut(&key).map(|h| {
-                    h.tokens += got.granted;
-                    h.left = got.left;
-                    h.used_at = Instant::now();
-                })
-            };
-            if kept.is_none() {
-                // Given back meanwhile (idle): return these too.
-                let _ = inner.store.refund_tokens(inner.shape.capacity, &[(bucket, got.granted)]).await;
-            }
-        }
+        Ok(got) => inner.keep(&key, tokio::sync::OwnedMutexGuard::mutex(&turn), got),
         Err(e) => tracing::debug!(error = %e, "reserving rate-limit tokens ahead failed"),
     }
     drop(turn);

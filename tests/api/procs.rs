@@ -39,22 +39,7 @@ impl Cluster {
         let db = TestDb::new(dir.path()).await;
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let c = Cluster { dir, db, env, client: reqwest::Client::builder().no_proxy().build().unwrap() };
-        let mut create = c
-            .cmd(&[
-                "user",
-                "create",
-                "--email",
-                "ops@example.com",
-                "--service-admin",
-                "--password-stdin",
-                "--json",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        create.stdin.take().unwrap().write_all(format!("{PASSWORD}\n").as_bytes()).unwrap();
-        assert!(create.wait_with_output().unwrap().status.success());
+        c.create_user("ops@example.com", true);
         let wallet = json!([{
             "id": WALLET, "label": "w", "coin": "tbtc", "allowBackupKeySigning": false, "approvalsRequired": 1,
             "coinSpecific": {}, "deleted": false, "disableTransactionNotifications": false,
@@ -133,12 +118,29 @@ impl Cluster {
         panic!("server did not start");
     }
 
+    /// Creates the user `email` (password [`PASSWORD`]) through the CLI, a service admin when
+    /// `service_admin`.
+    pub fn create_user(&self, email: &str, service_admin: bool) {
+        let mut args = vec!["user", "create", "--email", email, "--password-stdin", "--json"];
+        if service_admin {
+            args.push("--service-admin");
+        }
+        let mut create = self.cmd(&args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        create.stdin.take().unwrap().write_all(format!("{PASSWORD}\n").as_bytes()).unwrap();
+        assert!(create.wait_with_output().unwrap().status.success());
+    }
+
     /// A session token of the service admin.
     pub async fn login(&self, base: &str) -> String {
+        self.login_as(base, "ops@example.com").await
+    }
+
+    /// A session token of `email` (password [`PASSWORD`], the test OTP).
+    pub async fn login_as(&self, base: &str, email: &str) -> String {
         let login: Value = self
             .client
             .post(format!("{base}/api/v2/internal/user/login"))
-            .json(&json!({ "email": "ops@example.com", "password": PASSWORD, "otp": "000000" }))
+            .json(&json!({ "email": email, "password": PASSWORD, "otp": "000000" }))
             .send()
             .await
             .unwrap()

@@ -5,8 +5,6 @@
 //! write is refused (fail closed) and a read is counted in the process's own bucket.
 
 use std::{
-    io::Write,
-    process::Stdio,
     sync::atomic::{AtomicUsize, Ordering},
     time::{Duration, Instant},
 };
@@ -15,7 +13,6 @@ use custodian::{metrics::Metrics, token_bucket::Buckets};
 use serde_json::{json, Value};
 
 use crate::{
-    common::PASSWORD,
     outage::{through, upstream, CutProxy},
     procs::{Cluster, WALLET},
 };
@@ -24,27 +21,10 @@ use crate::{
 const REQUESTS: u32 = 100;
 const PERIOD: u64 = 5;
 
-/// Creates `alice@example.com` (no admin permission) through the CLI and logs her in at `base`.
+/// Creates `alice@example.com` (no admin permission) and logs her in at `base`.
 async fn alice(cluster: &Cluster, base: &str) -> String {
-    let mut create = cluster
-        .cmd(&["user", "create", "--email", "alice@example.com", "--password-stdin", "--json"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    create.stdin.take().unwrap().write_all(format!("{PASSWORD}\n").as_bytes()).unwrap();
-    assert!(create.wait_with_output().unwrap().status.success());
-    let login: Value = cluster
-        .client
-        .post(format!("{base}/api/v2/internal/user/login"))
-        .json(&json!({ "email": "alice@example.com", "password": PASSWORD, "otp": "000000" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    login["access_token"].as_str().expect("alice's token").to_string()
+    cluster.create_user("alice@example.com", false);
+    cluster.login_as(base, "alice@example.com").await
 }
 
 /// Eight clients send `GET /api/v2/user/me` as `token` to `bases` in turn for `secs` seconds.
