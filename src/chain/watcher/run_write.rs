@@ -13,9 +13,10 @@ impl Watcher {
     /// and the checkpoint: a receiver told of a transfer finds it through the API, and a crash
     /// before the checkpoint replays the run, whose writes are the same and whose events then
     /// have the same ids.
-    pub(super) async fn write(&mut self, run: Run, head: u64) -> Result<(), WatchError> {
+    pub(super) async fn write(&mut self, mut run: Run, head: u64) -> Result<(), WatchError> {
+        let (candidates, alerts) = (std::mem::take(&mut run.appeared), std::mem::take(&mut run.alerts));
         let Some(last) = run.heads.last() else { return Ok(()) };
-        let appeared = self.first_appearances(run.appeared.clone()).await?;
+        let appeared = self.first_appearances(candidates).await?;
         let near_head = head.saturating_sub(last.height) < STATE_WINDOW;
         let ((balances, token_balances), due) =
             self.run_balances(&run.written, last.height, near_head).await?;
@@ -31,7 +32,7 @@ impl Watcher {
             balances_read: near_head,
         };
         self.svc.store.record_blocks(effects).await?;
-        self.announce(&run, &appeared, head).await?;
+        self.announce(&run, alerts, &appeared, head).await?;
         let checkpoint = BlockWrite {
             chain: self.chain.as_str(),
             heads: &run.heads,
@@ -49,8 +50,14 @@ impl Watcher {
         Ok(())
     }
 
-    /// A run's events: its transfers, alerts, first appearances and blocks.
-    async fn announce(&self, run: &Run, appeared: &[Appearance], head: u64) -> Result<(), WatchError> {
+    /// A run's events: its transfers, its alerts (`raised`), first appearances and blocks.
+    async fn announce(
+        &self,
+        run: &Run,
+        mut raised: Vec<alerts::Alert>,
+        appeared: &[Appearance],
+        head: u64,
+    ) -> Result<(), WatchError> {
         let Some(last) = run.heads.last() else { return Ok(()) };
         let entered: Vec<Transfer> = run
             .written
@@ -59,7 +66,6 @@ impl Watcher {
             .cloned()
             .collect();
         announce::block_transfers(&self.svc, &entered, &run.found, &run.counts).await?;
-        let mut raised = run.alerts.clone();
         if head.saturating_sub(last.height) < STATE_WINDOW && !run.fee_touched.is_empty() {
             let first = run.heads.first().map_or(last.height, |h| h.height);
             let (chain, book) = (&self.chain, &self.book);
