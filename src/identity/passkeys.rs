@@ -149,17 +149,20 @@ fn conflict(message: &str) -> Error {
 }
 
 /// Removes the caller's passkey `id` after their fresh factor. Audited as
-/// `user.passkey_removed`. Errors: `InsufficientScope`, `LoginFailed` (`InvalidOtp`),
-/// `NotFound` (no passkey of theirs has that id).
+/// `user.passkey_removed`. Errors: `InsufficientScope`, `NotFound` (no passkey of theirs has
+/// that id: said before the factor is asked for, as the caller may list their passkeys anyway),
+/// `LoginFailed` (`InvalidOtp`).
 pub async fn remove(svc: &Identity, auth: &Principal, id: &AnyId, fresh: Option<&str>) -> Result<()> {
     auth.require(svc.policy, Action::ManageOwnTokens)?;
+    let not_found =
+        || Error::NotFound { name: ErrorName::NotFound, message: "no passkey of yours has this id".into() };
+    if !svc.store.passkeys(&auth.user.id).await?.iter().any(|p| p.id == *id) {
+        return Err(not_found());
+    }
     require_fresh_factor(svc, auth, fresh).await?;
     let entry = auth.audit(AuditType::UserPasskeyRemoved).data(json!({ "id": id }));
     if !svc.store.remove_passkey(&auth.user.id, id, &[entry]).await? {
-        return Err(Error::NotFound {
-            name: ErrorName::NotFound,
-            message: "no passkey of yours has this id".into(),
-        });
+        return Err(not_found());
     }
     Ok(())
 }

@@ -149,6 +149,10 @@ async fn a_passkey_assertion_stands_for_the_otp_once() {
 async fn removing_a_passkey_needs_a_fresh_factor_and_then_it_signs_in_no_more() {
     let app = spawn_app().await;
     let (_, session, mut key, id) = with_passkey(&app, "pk@example.com").await;
+    // An id that is none of the caller's passkeys is 404 before any factor is asked for.
+    let unknown = app.url("/api/v1/user/otp/0123456789abcdef0123456789abcdef");
+    assert_error(app.client.delete(unknown).bearer_auth(&session).send().await.unwrap(), 404, "NotFound")
+        .await;
     let path = format!("/api/v1/user/otp/{id}");
     let res = app.client.delete(app.url(&path)).bearer_auth(&session).send().await.unwrap();
     assert_error(res, 401, "InvalidOtp").await;
