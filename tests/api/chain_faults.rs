@@ -55,6 +55,17 @@ fn status(cluster: &Cluster) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// Waits until the cluster's checkpoint is at `head`. A restarted process first waits out the
+/// dead one's lease (15 s); on a loaded machine the backfill after it may be slow, but it must
+/// keep moving.
+async fn backfill_reaches(cluster: &Cluster, head: u64) {
+    until_advancing("the backfill to reach the head", 45, || async {
+        let height = status(cluster)["height"].as_u64().unwrap_or(0);
+        (height, (height == head).then_some(()))
+    })
+    .await
+}
+
 /// (hash, state) of each distinct idempotency key received, and how many keys.
 fn events_by_key(receiver: &TestReceiver) -> (HashSet<(String, String)>, usize) {
     let mut keys = HashSet::new();
@@ -94,16 +105,14 @@ async fn a_watcher_killed_mid_backfill_resumes_and_notifies_every_transfer_once(
     assert!(at_kill < head, "killed before the end: {at_kill} of {head}");
     // The second process waits out the dead one's lease, then resumes from the checkpoint.
     let _second = cluster.start().await;
-    until("the backfill reaches the head", 60, || async {
-        (status(&cluster)["height"].as_u64() == Some(head)).then_some(())
-    })
-    .await;
+    backfill_reaches(&cluster, head).await;
     let want: HashSet<(String, String)> = txids
         .iter()
         .flat_map(|t| [(t.clone(), "unconfirmed".to_string()), (t.clone(), "confirmed".to_string())])
         .collect();
-    until("every transfer's two notifications", 30, || async {
-        (events_by_key(&receiver).1 >= want.len()).then_some(())
+    until_advancing("every transfer's two notifications", 30, || async {
+        let keys = events_by_key(&receiver).1;
+        (keys as u64, (keys >= want.len()).then_some(()))
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -277,10 +286,7 @@ async fn balances_a_backfill_left_due_are_read_after_a_restart() {
     assert!(at_kill + 64 < head, "killed far from the head: {at_kill} of {head}");
     // The second process never sees the transfer, yet knows the wallet's balance is due.
     let _second = cluster.start().await;
-    until("the backfill reaches the head", 60, || async {
-        (status(&cluster)["height"].as_u64() == Some(head)).then_some(())
-    })
-    .await;
+    backfill_reaches(&cluster, head).await;
     let token = cluster.login(&api.base).await;
     let wallet: Value = cluster
         .client

@@ -328,6 +328,29 @@ where
     }
 }
 
+/// Polls `check` (which reports how far the work has come, and a value once done) until it
+/// gives a value. Panics, naming `what` and the last progress, only when the progress has not
+/// moved for `stall_secs`: long work on a loaded machine is waited for, a stuck one is not.
+pub async fn until_advancing<T, F, Fut>(what: &str, stall_secs: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (u64, Option<T>)>,
+{
+    let stall = std::time::Duration::from_secs(stall_secs);
+    let (mut last, mut moved) = (None, std::time::Instant::now());
+    loop {
+        let (progress, done) = check().await;
+        if let Some(v) = done {
+            return v;
+        }
+        if last != Some(progress) {
+            (last, moved) = (Some(progress), std::time::Instant::now());
+        }
+        assert!(moved.elapsed() < stall, "stuck at {progress} for {stall_secs} s waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until `store` has no notification due or in flight: every delivery has finished, so
 /// whatever a receiver got is all it will get.
 pub async fn wait_until_idle(store: &custodian::store::DynStore) {
