@@ -73,17 +73,22 @@ impl Pool {
                 out.push(t);
             }
         }
-        // Only what stays pending is remembered.
+        Ok(out)
+    }
+
+    /// Once `changes` (what [`Pool::changes`] gave) are stored, forgets all but what stays
+    /// pending. Not called when the write failed, so a dropped transfer is dropped again in the
+    /// next round rather than after another `dropped_after` blocks.
+    pub fn settle(&mut self, window: &Window, changes: &[Transfer]) {
         let dropped: HashSet<&str> =
-            out.iter().filter(|t| t.state == TransferState::Removed).map(|t| t.id.as_str()).collect();
+            changes.iter().filter(|t| t.state == TransferState::Removed).map(|t| t.id.as_str()).collect();
         let pending: HashSet<&str> = window
             .pending()
             .iter()
-            .chain(&out)
+            .chain(changes)
             .map(|t| t.id.as_str())
             .filter(|id| !dropped.contains(id))
             .collect();
         self.seen.retain(|id, _| pending.contains(id.as_str()));
-        Ok(out)
     }
 }

@@ -269,6 +269,7 @@ impl Watcher {
         let finder = Finder { chain: &self.chain, book: &self.book, tokens: &self.tokens };
         let changes = self.pool.changes(&*self.node, &finder, window, head, self.config.reorg_depth).await?;
         if changes.is_empty() {
+            self.pool.settle(window, &changes);
             return Ok(());
         }
         let touched: std::collections::BTreeSet<(WalletId, Coin)> =
@@ -290,6 +291,7 @@ impl Watcher {
         for t in &changes {
             super::announce::transfer(&self.svc, t).await?;
         }
+        self.pool.settle(window, &changes);
         Ok(())
     }
 
