@@ -26,9 +26,6 @@ use crate::{
 const NO_NUL: &str = "^[^\\u0000]*$";
 /// Text with at least one character that is not white space (labels are trimmed).
 const NOT_BLANK: &str = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$";
-/// An absolute http(s) URL whose host is a name (`webhooks::check_url`); a name's labels start
-/// with a letter, so that no host reads as a malformed IPv4 address.
-const URL: &str = "^https?://[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[1-9][0-9]{0,3})?(/[!-~]*)?$";
 /// An IPv4 address or CIDR block (IPv6 is accepted too; see the `anyOf`).
 const IPV4_OR_CIDR: &str = "^((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(/([0-9]|[12][0-9]|3[0-2]))?$";
 
@@ -101,8 +98,28 @@ pub fn refine(doc: &mut Value) {
         }
     }
     template_request(doc);
+    query_flags(doc);
     shared_error_responses(doc);
     no_nul_strings(doc);
+}
+
+/// The wallet reads' query flags take `true`/`false` and the spellings `flag` also reads
+/// (`http::handlers::wallets::FLAG_TRUE`, `FLAG_FALSE`), so none of them is a schema violation.
+fn query_flags(doc: &mut Value) {
+    use crate::http::handlers::wallets::{FLAGS, FLAG_FALSE, FLAG_TRUE};
+    let spellings: Vec<&str> = FLAG_TRUE.iter().chain(FLAG_FALSE).copied().collect();
+    let schema = json!({ "anyOf": [{ "type": "boolean" }, { "type": "string", "enum": spellings }] });
+    let Some(paths) = doc["paths"].as_object_mut() else { return };
+    let operations = paths.values_mut().filter_map(Value::as_object_mut).flat_map(|p| p.values_mut());
+    for param in operations.filter_map(|op| op.get_mut("parameters").and_then(Value::as_array_mut)).flatten()
+    {
+        if param["in"] == "query" && FLAGS.iter().any(|f| param["name"] == *f) {
+            param["schema"] = schema.clone();
+            let said = param["description"].as_str().unwrap_or_default();
+            param["description"] =
+                json!(format!("{said} `true` or `false`; also `1`, `0`, or a bare flag for true."));
+        }
+    }
 }
 
 /// The answers an operation may give because of its class, written once here instead of on
@@ -199,7 +216,7 @@ fn template_request(doc: &mut Value) {
 fn webhook_requests(schemas: &mut Value) {
     let mut base = schemas["CreateWebhookRequest"].clone();
     let p = &mut base["properties"];
-    p["url"]["pattern"] = json!(URL);
+    p["url"]["pattern"] = json!(crate::webhooks::callback_url::URL_PATTERN);
     p["url"]["maxLength"] = json!(MAX_URL_LEN);
     p["label"]["maxLength"] = json!(250);
     let reserved: Vec<String> = RESERVED_HEADERS.iter().map(|h| any_case(h)).collect();

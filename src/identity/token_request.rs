@@ -123,6 +123,28 @@ pub(super) fn cap(field: &str, len: usize, max: usize) -> Result<()> {
     Ok(())
 }
 
+/// The list caps of a token request, checked before anything in the lists is examined; a
+/// template's fields are held to the same (`tokens::create_template`).
+pub(super) fn caps(req: &CreateAccessTokenRequest) -> Result<()> {
+    if let Some(ScopeInput::Many(list)) = &req.scope {
+        cap("scope", list.len(), MAX_SCOPES)?;
+    }
+    if let Some(Some(list)) = &req.ip_restrict {
+        cap("ipRestrict", list.len(), MAX_IP_RESTRICT)?;
+    }
+    if let Some(list) = &req.spending_limits {
+        cap("spendingLimits", list.len(), MAX_SPENDING_LIMITS)?;
+    }
+    let permitted = [
+        ("permittedWallets", req.permitted_wallets.as_ref().map(Vec::len)),
+        ("permittedEnterprises", req.permitted_enterprises.as_ref().map(Vec::len)),
+    ];
+    for (field, len) in permitted {
+        cap(field, len.unwrap_or(0), MAX_PERMITTED)?;
+    }
+    Ok(())
+}
+
 /// A list of ids (parsed by serde, so each is well formed), capped, duplicates dropped.
 pub(super) fn id_list<T: Ord + Clone>(field: &str, v: Option<Vec<T>>) -> Result<Option<Vec<T>>> {
     let Some(v) = v else { return Ok(None) };
@@ -164,6 +186,7 @@ pub(super) fn spending_limits(list: Vec<SpendingLimitRequest>) -> Result<Option<
 }
 
 pub(super) fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
+    caps(&req)?;
     let label = req.label.map(|l| l.trim().to_string()).unwrap_or_default();
     if label.is_empty() {
         return Err(Error::missing_field("label"));
@@ -175,15 +198,6 @@ pub(super) fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
     let Some(otp) = otp else { return Err(Error::missing_field("otp")) };
     let otp = SecondFactor::parse(otp)
         .ok_or_else(|| Error::invalid_field("otp", "exactly 6 digits, or a passkey assertion"))?;
-    if let Some(ScopeInput::Many(list)) = &req.scope {
-        cap("scope", list.len(), MAX_SCOPES)?;
-    }
-    if let Some(Some(list)) = &req.ip_restrict {
-        cap("ipRestrict", list.len(), MAX_IP_RESTRICT)?;
-    }
-    if let Some(list) = &req.spending_limits {
-        cap("spendingLimits", list.len(), MAX_SPENDING_LIMITS)?;
-    }
     let grants = match &req.scope {
         Some(s) => {
             parse_scopes(&scope_values(s)).map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), e))?

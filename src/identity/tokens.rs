@@ -63,6 +63,7 @@ pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> R
         ));
     }
     let mut parsed: CreateAccessTokenRequest = parse_value(&fields)?;
+    super::token_request::caps(&parsed)?;
     // Addresses, a duration and a label the template gives must be ones a token may have.
     if let Some(d) = parsed.duration.as_ref().filter(|d| !d.is_null()) {
         let max = super::token_request::MAX_DURATION;

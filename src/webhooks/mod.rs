@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::{
-    config::{Config, Environment},
+    config::Config,
     error::{Error, Result},
     identity::scopes::Policy,
     master_key::MasterKey,
@@ -22,6 +22,7 @@ use crate::{
 };
 
 pub mod access;
+pub mod callback_url;
 pub mod event_fields;
 pub mod events;
 pub mod limits;
@@ -58,6 +59,7 @@ pub struct Webhooks {
 pub use crate::notifications::headers::{
     check_headers, MAX_CUSTOM_HEADERS, MAX_HEADER_VALUE_BYTES, RESERVED_HEADERS,
 };
+pub use callback_url::{check_url, MAX_URL_LEN};
 
 /// Wallet webhook types (§6.1).
 pub const WALLET_TYPES: &[&str] = &[
@@ -81,32 +83,10 @@ pub const BLOCK_TYPES: &[&str] = &["block", "wallet_confirmation"];
 pub const ENTERPRISE_TYPES: &[&str] = &["accessToken", "bankAccount"];
 /// Webhooks of one type per wallet, per enterprise, and per user and coin (§8).
 pub const MAX_WEBHOOKS_PER_TYPE: u32 = 10;
-/// Longest callback URL, characters.
-pub const MAX_URL_LEN: usize = 2048;
 /// The most confirmations a block webhook may wait for.
 pub const MAX_NUM_CONFIRMATIONS: u64 = 1_000_000;
 /// Webhook record `version` (§2.5).
 pub const VERSION: u32 = 2;
-/// Checks a callback URL: absolute http(s) with a host, at most [`MAX_URL_LEN`] characters,
-/// https only in production.
-pub fn check_url(url: &str, env: Environment) -> Result<()> {
-    if url.len() > MAX_URL_LEN {
-        return Err(Error::invalid_field("url", format!("at most {MAX_URL_LEN} characters")));
-    }
-    let parsed =
-        url::Url::parse(url).map_err(|e| Error::invalid_field("url", format!("not an absolute URL: {e}")))?;
-    match parsed.scheme() {
-        "https" => {}
-        "http" if env == Environment::Test => {}
-        "http" => return Err(Error::invalid_field("url", "the production environment requires https")),
-        _ => return Err(Error::invalid_field("url", "must be an http or https URL")),
-    }
-    if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(Error::invalid_field("url", "must have a host"));
-    }
-    Ok(())
-}
-
 /// Most entries of `txRequestStates` / `txRequestTransactionStates`.
 pub const MAX_TX_REQUEST_STATES: usize = 20;
 /// The states a `txRequestStates` entry may name: BitGo's transaction request states
@@ -169,19 +149,5 @@ pub fn invalid_type(level: &str, allowed: &[&str]) -> Error {
         name: ErrorName::InvalidWebhookType,
         message: format!("not a {level} webhook type; allowed: {}", allowed.join(", ")),
         context: json!({ "field": "type", "allowed": allowed }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn production_requires_https_callbacks() {
-        assert!(check_url("http://example.com/h", Environment::Test).is_ok());
-        assert!(check_url("http://example.com/h", Environment::Production).is_err());
-        assert!(check_url("https://example.com/h", Environment::Production).is_ok());
-        assert!(check_url("https://", Environment::Test).is_err());
-        assert!(check_url("mailto:a@b.co", Environment::Test).is_err());
     }
 }

@@ -145,6 +145,29 @@ async fn a_template_with_a_bad_spending_limit_is_refused_when_made() {
 }
 
 #[tokio::test]
+async fn a_template_is_held_to_the_token_requests_list_caps() {
+    let app = spawn_app().await;
+    let ops = app.create_user_with("ops@example.com", true).await;
+    let admin = app.login(&ops).await;
+    let path = "/api/v2/user/accesstokentemplate";
+    let wallet = "2b2c0f09e020facd54ad7d338ad39bf6";
+    for (field, list) in [
+        ("permittedWallets", json!(vec![wallet; 1001])),
+        ("permittedEnterprises", json!(vec![wallet; 1001])),
+        ("scope", json!(vec!["profile"; 65])),
+        ("ipRestrict", json!(vec!["127.0.0.1"; 101])),
+    ] {
+        let body =
+            assert_error(app.post_auth(path, &admin, &json!({ field: list })).await, 400, "InvalidField")
+                .await;
+        assert_eq!(body["context"]["field"], field, "{body}");
+    }
+    assert_eq!(expect_json(app.get_auth(path, &admin).await, 200).await["templates"], json!([]));
+    let at_cap = json!({ "permittedWallets": vec![wallet; 1000] });
+    expect_json(app.post_auth(path, &admin, &at_cap).await, 200).await;
+}
+
+#[tokio::test]
 async fn a_session_is_unlocked_with_an_otp_and_locked_again() {
     let app = spawn_app().await;
     let user = app.create_user("unlock@example.com").await;

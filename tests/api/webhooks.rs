@@ -213,6 +213,43 @@ async fn registration_is_validated() {
     level_rules_are_validated(&f).await;
 }
 
+#[tokio::test]
+async fn the_callback_url_is_exactly_what_the_openapi_document_allows() {
+    let f = fixture(fast).await;
+    let doc = expect_json(f.app.client.get(f.app.url("/openapi.json")).send().await.unwrap(), 200).await;
+    for level in ["WalletWebhookRequest", "BlockWebhookRequest", "EnterpriseWebhookRequest"] {
+        let url = &doc["components"]["schemas"][level]["properties"]["url"];
+        assert_eq!(url["pattern"], custodian::webhooks::callback_url::URL_PATTERN, "{level}");
+    }
+    // Forms the document allows, the server takes; an IP host too (127.0.0.1 is allowed here).
+    for url in [
+        "https://1password.example:65535/hook",
+        "HTTPS://Hooks.Example.com?only=query",
+        "http://127.0.0.1:4000/deposits",
+        "https://example.com/%7Euser#part",
+    ] {
+        let res = f.wallet_hook(json!({ "type": "transfer", "url": url })).await;
+        assert_eq!(res.status(), 200, "{url}: {}", res.text().await.unwrap());
+    }
+    // What it refuses, the server refuses, naming `url`, and stores nothing.
+    for url in [
+        "http://E.wgn.Jgn.hp.w.A*",
+        "https://user:secret@example.com/",
+        "https://example.com:65536/",
+        "https://example.com./",
+        "https://example.com/caf\u{e9}",
+        "https://example.com/a b",
+        "http://01.2.3.4/",
+    ] {
+        let b =
+            assert_error(f.wallet_hook(json!({ "type": "transfer", "url": url })).await, 400, "InvalidField")
+                .await;
+        assert_eq!(b["context"]["field"], "url", "{url}");
+    }
+    let listed = f.app.get_auth(&format!("/api/v2/tbtc/wallet/{WALLET}/webhooks"), &f.token).await;
+    assert_eq!(expect_json(listed, 200).await["webhooks"].as_array().map(Vec::len), Some(4));
+}
+
 /// Hop-by-hop and framing headers and `User-Agent` are refused in
 /// `customHttpHeaders`, and values hold to printable ASCII.
 async fn custom_headers_cannot_change_framing(f: &Fixture) {

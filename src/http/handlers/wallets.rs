@@ -60,10 +60,19 @@ pub struct WalletLookupResponse {
     pub wallets: Vec<Value>,
 }
 
+/// The query flags of the wallet reads (`expandBalance`, `includeStakingBalances`,
+/// `allTokens`), as the OpenAPI document states them (`http::openapi`).
+pub const FLAGS: [&str; 3] = ["expandBalance", "includeStakingBalances", "allTokens"];
+/// What a flag may say for true: BitGo's `true`, also `1`, and a bare `?flag`.
+pub const FLAG_TRUE: &[&str] = &["true", "1", ""];
+/// What a flag may say for false.
+pub const FLAG_FALSE: &[&str] = &["false", "0"];
+
 fn flag(name: &str, v: &Option<String>) -> Result<bool> {
     match v.as_deref() {
-        None | Some("false") | Some("0") => Ok(false),
-        Some("true") | Some("1") | Some("") => Ok(true),
+        None => Ok(false),
+        Some(s) if FLAG_FALSE.contains(&s) => Ok(false),
+        Some(s) if FLAG_TRUE.contains(&s) => Ok(true),
         Some(_) => Err(Error::invalid_field(name, "must be true or false")),
     }
 }
