@@ -145,12 +145,12 @@ pub(super) fn caps(req: &CreateAccessTokenRequest) -> Result<()> {
     Ok(())
 }
 
-/// A list of ids (parsed by serde, so each is well formed), capped, duplicates dropped.
-pub(super) fn id_list<T: Ord + Clone>(field: &str, v: Option<Vec<T>>) -> Result<Option<Vec<T>>> {
-    let Some(v) = v else { return Ok(None) };
-    cap(field, v.len(), MAX_PERMITTED)?;
+/// A list of ids (parsed by serde, so each is well formed; capped by [`caps`]), duplicates
+/// dropped.
+pub(super) fn id_list<T: Ord + Clone>(v: Option<Vec<T>>) -> Option<Vec<T>> {
+    let v = v?;
     let mut seen = BTreeSet::new();
-    Ok(Some(v.into_iter().filter(|id| seen.insert(id.clone())).collect()))
+    Some(v.into_iter().filter(|id| seen.insert(id.clone())).collect())
 }
 
 pub(super) fn base_units(field: &str, v: &Value) -> Result<String> {
@@ -248,7 +248,7 @@ pub(super) fn validate(req: CreateAccessTokenRequest) -> Result<Validated> {
         ip_restrict,
         enterprise: req.enterprise,
         spending_limits,
-        permitted_wallets: id_list("permittedWallets", req.permitted_wallets)?,
-        permitted_enterprises: id_list("permittedEnterprises", req.permitted_enterprises)?,
+        permitted_wallets: id_list(req.permitted_wallets),
+        permitted_enterprises: id_list(req.permitted_enterprises),
     })
 }
