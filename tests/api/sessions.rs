@@ -156,6 +156,7 @@ async fn a_template_is_held_to_the_token_requests_list_caps() {
         ("permittedEnterprises", json!(vec![wallet; 1001])),
         ("scope", json!(vec!["profile"; 65])),
         ("ipRestrict", json!(vec!["127.0.0.1"; 101])),
+        ("spendingLimits", json!(vec![json!({ "coin": "btc", "txValueLimit": "1" }); 101])),
     ] {
         let body =
             assert_error(app.post_auth(path, &admin, &json!({ field: list })).await, 400, "InvalidField")
