@@ -26,6 +26,7 @@ pub mod oauth;
 pub mod paging;
 pub mod private_fs;
 pub mod store;
+pub mod text;
 pub mod token_bucket;
 pub mod types;
 pub mod wallets;

@@ -92,6 +92,12 @@ pub struct ChainMetrics {
     pub errors: Family<ChainLabels, Counter>,
     /// Reorgs deeper than `reorg_depth`: the watcher stopped.
     pub deep_reorgs: Family<ChainLabels, Counter>,
+    /// Pending-pool answers over `pool_max_bytes`, dropped unread.
+    pub pool_dropped: Family<ChainLabels, Counter>,
+    /// Transfers new to the pending pool left for a later round by `pool_max_new`.
+    pub pool_deferred: Family<ChainLabels, Counter>,
+    /// Times the node answered a chain id other than the configured one.
+    pub wrong_chain: Family<ChainLabels, Counter>,
 }
 
 impl ChainMetrics {
@@ -107,6 +113,21 @@ impl ChainMetrics {
             "chain_deep_reorgs",
             "Reorgs deeper than reorg_depth (the watcher stopped)",
             self.deep_reorgs.clone(),
+        );
+        registry.register(
+            "chain_pool_dropped",
+            "Pending-pool answers over pool_max_bytes, dropped unread",
+            self.pool_dropped.clone(),
+        );
+        registry.register(
+            "chain_pool_deferred",
+            "Transfers new to the pending pool left for a later round (pool_max_new)",
+            self.pool_deferred.clone(),
+        );
+        registry.register(
+            "chain_wrong_chain",
+            "Times the node answered a chain id other than the configured one",
+            self.wrong_chain.clone(),
         );
     }
 }

@@ -20,6 +20,8 @@ mod chain;
 mod chain_events;
 #[path = "api/chain_faults.rs"]
 mod chain_faults;
+#[path = "api/chain_hostile.rs"]
+mod chain_hostile;
 #[path = "api/chain_pool.rs"]
 mod chain_pool;
 #[path = "api/cli.rs"]
@@ -36,6 +38,8 @@ mod ecdh_login;
 mod errors;
 #[path = "api/events.rs"]
 mod events;
+#[path = "api/hostile_node.rs"]
+mod hostile_node;
 #[path = "api/identity.rs"]
 mod identity;
 #[path = "api/keychains.rs"]

@@ -1,6 +1,7 @@
-//! The §6 events the chain watcher emits, through the one ingestion path the API uses
-//! (`webhooks::events::ingest_routed`), with ids derived from what they say so that a replay
-//! after a crash is the same event (docs/chains.md, "Events").
+//! The §6 events the chain watcher emits, fanned out by the one ingestion path the API uses
+//! (`webhooks::events::prepare_routed`) and stored by the watcher in the transaction that
+//! stores what they tell, with ids derived from what they say so that a replay after a crash
+//! is the same event (docs/chains.md, "Events").
 
 use std::collections::BTreeMap;
 
@@ -15,6 +16,7 @@ use crate::{
         webhook::{LevelKind, WebhookFilter},
     },
     types::{Coin, WalletId},
+    webhooks::events::{prepare_routed, Prepared},
 };
 
 /// The `numConfirmations` a wallet webhook waits for (0: every state).
@@ -26,7 +28,7 @@ fn wanted(w: &crate::model::webhook::Webhook) -> u64 {
 /// wallet's webhooks without `numConfirmations`; `removed` and `replaced` also to those whose
 /// number the transfer had reached, which were told of it. The id is derived from what the
 /// event says, so a replay is the same event.
-pub async fn transfer(svc: &Chains, t: &Transfer) -> Result<(), Error> {
+pub async fn transfer(svc: &Chains, t: &Transfer) -> Result<Option<Prepared>, Error> {
     let reached = t.confirmations;
     let told = |w: &crate::model::webhook::Webhook| match t.state {
         TransferState::Removed | TransferState::Replaced => wanted(w) <= reached,
@@ -37,7 +39,7 @@ pub async fn transfer(svc: &Chains, t: &Transfer) -> Result<(), Error> {
 
 /// A `transfer` event for `t` at `n` confirmations, to the wallet's webhooks that wait for
 /// exactly `n` (BitGo's `numConfirmations`): each hears of a transfer once.
-pub async fn reached(svc: &Chains, t: &Transfer, n: u64) -> Result<(), Error> {
+pub async fn reached(svc: &Chains, t: &Transfer, n: u64) -> Result<Option<Prepared>, Error> {
     send(svc, t, &format!("c{n}"), n, |w| wanted(w) == n).await
 }
 
@@ -47,7 +49,7 @@ async fn send(
     what: &str,
     confirmations: u64,
     keep: impl Fn(&crate::model::webhook::Webhook) -> bool,
-) -> Result<(), Error> {
+) -> Result<Option<Prepared>, Error> {
     let event_id =
         format!("chain:{}:{}:{}:{what}:{}", t.coin.as_str(), t.txid, t.wallet_id.as_str(), t.block_hash);
     let mut body = Map::new();
@@ -65,14 +67,13 @@ async fn send(
     body.insert("feeString".into(), json!(t.fee));
     body.insert("height".into(), json!(t.height));
     body.insert("confirmations".into(), json!(confirmations));
-    crate::webhooks::events::ingest_routed(&svc.webhooks, body, keep).await?;
-    Ok(())
+    prepare_routed(&svc.webhooks, body, keep).await
 }
 
 /// A `transaction` event: a transaction touching the wallet was included in a block (once per
 /// transaction, wallet and block), to the wallet's `transaction` webhooks. `t` is one of the
 /// transaction's transfers for the wallet.
-pub async fn transaction(svc: &Chains, t: &Transfer) -> Result<(), Error> {
+pub async fn transaction(svc: &Chains, t: &Transfer) -> Result<Option<Prepared>, Error> {
     let mut body = Map::new();
     let id = format!(
         "chain:{}:{}:{}:transaction:{}",
@@ -88,8 +89,7 @@ pub async fn transaction(svc: &Chains, t: &Transfer) -> Result<(), Error> {
     body.insert("hash".into(), json!(t.txid));
     body.insert("transfer".into(), json!(t.id));
     body.insert("height".into(), json!(t.height));
-    crate::webhooks::events::ingest_routed(&svc.webhooks, body, |_| true).await?;
-    Ok(())
+    prepare_routed(&svc.webhooks, body, |_| true).await
 }
 
 /// `block` events: the block that reaches a block webhook's `numConfirmations` with this one
@@ -102,7 +102,7 @@ pub async fn blocks(
     reorg_depth: u64,
     block: &BlockHead,
     before: &[BlockHead],
-) -> Result<(), Error> {
+) -> Result<Vec<Prepared>, Error> {
     let filter = WebhookFilter {
         scope: LevelKind::Block,
         coin: Some(chain.clone()),
@@ -118,6 +118,7 @@ pub async fn blocks(
         .collect();
     depths.sort_unstable();
     depths.dedup();
+    let mut out = Vec::new();
     for n in depths {
         if n > reorg_depth || n > block.height + 1 {
             continue;
@@ -140,12 +141,12 @@ pub async fn blocks(
         body.insert("blockId".into(), json!(hash));
         body.insert("height".into(), json!(height));
         body.insert("confirmations".into(), json!(n));
-        crate::webhooks::events::ingest_routed(&svc.webhooks, body, move |w| {
+        let keep = move |w: &crate::model::webhook::Webhook| {
             w.level.num_confirmations().map(|c| u64::try_from(c.max(1)).unwrap_or(1)) == Some(n)
-        })
-        .await?;
+        };
+        out.extend(prepare_routed(&svc.webhooks, body, keep).await?);
     }
-    Ok(())
+    Ok(out)
 }
 
 /// For each address that appeared on chain for the first time: `address_confirmation` to its
@@ -175,24 +176,21 @@ pub fn appearances(chain: &Coin, appeared: &[Appearance]) -> Vec<Map<String, ser
     events
 }
 
-/// Complete events (appearances, fee alerts) at once: the outbox's group commit writes them in
-/// few transactions.
-pub async fn all(svc: &Chains, events: Vec<Map<String, serde_json::Value>>) -> Result<(), Error> {
-    let sends =
-        events.into_iter().map(|e| crate::webhooks::events::ingest_routed(&svc.webhooks, e, |_| true));
-    futures_util::future::try_join_all(sends).await?;
-    Ok(())
+/// Complete events (appearances, fee alerts), fanned out at once.
+pub async fn all(svc: &Chains, events: Vec<Map<String, serde_json::Value>>) -> Result<Vec<Prepared>, Error> {
+    let sends = events.into_iter().map(|e| prepare_routed(&svc.webhooks, e, |_| true));
+    Ok(futures_util::future::try_join_all(sends).await?.into_iter().flatten().collect())
 }
 
-/// The transfer events of blocks, at once: the outbox's group commit writes them in few
-/// transactions. `entered` are transfers that entered a state (found or changed), `found` the
-/// blocks' own, `counts` live transfers with the confirmations they have now.
+/// The transfer events of blocks, fanned out at once. `entered` are transfers that entered a
+/// state (found or changed), `found` the blocks' own, `counts` live transfers with the
+/// confirmations they have now.
 pub async fn block_transfers(
     svc: &Chains,
     entered: &[Transfer],
     found: &[Transfer],
     counts: &[(Transfer, u64)],
-) -> Result<(), Error> {
+) -> Result<Vec<Prepared>, Error> {
     let mut waiting: BTreeMap<WalletId, Vec<u64>> = BTreeMap::new();
     for (t, _) in counts {
         if !waiting.contains_key(&t.wallet_id) {
@@ -211,8 +209,8 @@ pub async fn block_transfers(
         .iter()
         .filter(|t| seen.insert((t.txid.clone(), t.wallet_id.clone())))
         .map(|t| transaction(svc, t).boxed());
-    futures_util::future::try_join_all(states.chain(reached).chain(included)).await?;
-    Ok(())
+    let all = futures_util::future::try_join_all(states.chain(reached).chain(included)).await?;
+    Ok(all.into_iter().flatten().collect())
 }
 
 /// The `numConfirmations` (above 0) the wallet's transfer webhooks wait for.
@@ -230,4 +228,27 @@ async fn waited_counts(svc: &Chains, wallet: &WalletId) -> Result<Vec<u64>, Erro
         .filter_map(|w| w.level.num_confirmations().and_then(|n| u64::try_from(n).ok()))
         .filter(|n| *n > 0)
         .collect())
+}
+
+/// Events fanned out for one write: the rows that write stores and what to do after its commit.
+#[derive(Default)]
+pub struct Batch {
+    pub events: Vec<crate::store::EventWrite>,
+    handoffs: Vec<crate::webhooks::events::Handoff>,
+}
+
+impl Batch {
+    pub fn extend(&mut self, prepared: impl IntoIterator<Item = Prepared>) {
+        for p in prepared {
+            self.events.push(p.event);
+            self.handoffs.push(p.handoff);
+        }
+    }
+
+    /// After the write that stored [`Batch::events`] committed, with what each got (in order).
+    pub async fn committed(self, svc: &Chains, recorded: &[crate::store::Recorded]) {
+        for (handoff, recorded) in self.handoffs.into_iter().zip(recorded) {
+            handoff.committed(&svc.webhooks, recorded).await;
+        }
+    }
 }

@@ -45,9 +45,11 @@ impl Watcher {
                 }
             };
             let (mut latest, mut confirmed) = (U256::ZERO, U256::ZERO);
+            // A node's balances could sum past 2^256-1: an error, not a wrapped amount.
+            let overflow = || Error::Internal(anyhow::anyhow!("the balances of wallet {w} sum past 2^256-1"));
             for a in self.book.of_wallet(w) {
-                latest += read(*a, height).await?;
-                confirmed += read(*a, confirmed_height).await?;
+                latest = latest.checked_add(read(*a, height).await?).ok_or_else(overflow)?;
+                confirmed = confirmed.checked_add(read(*a, confirmed_height).await?).ok_or_else(overflow)?;
             }
             let stored = self.svc.store.unconfirmed_sends(w, coin.as_str()).await?;
             let now = changes.iter().filter(|t| &t.wallet_id == w && &t.coin == coin);
@@ -55,7 +57,8 @@ impl Watcher {
                 .iter()
                 .filter(|t| !changes.iter().any(|c| c.id == t.id))
                 .chain(now.filter(|t| t.state == TransferState::Unconfirmed && t.value.starts_with('-')));
-            let pending = sends.fold(U256::ZERO, |sum, t| sum + parse_u(t.value.trim_start_matches('-')));
+            let pending =
+                sends.fold(U256::ZERO, |sum, t| sum.saturating_add(parse_u(t.value.trim_start_matches('-'))));
             let spendable = confirmed.saturating_sub(pending);
             let balances = Balances {
                 balance: Some(units(latest)?),

@@ -15,11 +15,40 @@ use tokio::sync::{mpsc, Semaphore};
 use super::node::{ChainNode, NodeBlock, NodeError, TokenLog};
 use crate::types::WalletId;
 
+/// Reads of a block's logs before an empty answer that its bloom filter contradicts is
+/// believed.
+pub const LOG_READS: u32 = 3;
+/// The pause before the second read of a block's logs (twice that before the third).
+const LOG_REREAD_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The configured contracts whose watched `Transfer` logs `bloom` allows: the contract, the
+/// event's signature and a watched address as a topic must all be in it. An empty answer
+/// proves no such log is in the block.
+fn may_hold_watched(
+    bloom: &alloy_primitives::Bloom,
+    contracts: &[Address],
+    owners: &HashMap<Address, WalletId>,
+) -> Vec<Address> {
+    use alloy_primitives::BloomInput;
+    use alloy_sol_types::SolEvent;
+    let signature = super::node::Transfer::SIGNATURE_HASH;
+    if !bloom.contains_input(BloomInput::Raw(signature.as_slice())) {
+        return Vec::new();
+    }
+    let watched_topic = owners
+        .keys()
+        .any(|a| bloom.contains_input(BloomInput::Raw(B256::left_padding_from(a.as_slice()).as_slice())));
+    if !watched_topic {
+        return Vec::new();
+    }
+    contracts.iter().copied().filter(|c| bloom.contains_input(BloomInput::Raw(c.as_slice()))).collect()
+}
+
 /// A block as read ahead.
 pub struct Fetched {
     pub block: NodeBlock,
-    /// Success and fee (wei) of each transaction touching a watched address; `None`: no receipt.
-    pub outcomes: HashMap<B256, Option<(bool, U256)>>,
+    /// Success and fee (wei) of each transaction touching a watched address.
+    pub outcomes: HashMap<B256, (bool, U256)>,
     /// The block's `Transfer` logs of the configured token contracts.
     pub logs: Vec<TokenLog>,
 }
@@ -97,30 +126,52 @@ impl Reader {
             .filter(|tx| tx.touched().iter().any(|a| self.owners.contains_key(a)))
             .map(|tx| tx.hash)
             .collect();
+        let hash: B256 =
+            block.head.hash.parse().map_err(|_| NodeError::new("a block hash is not 32 bytes"))?;
         let outcomes = futures_util::stream::iter(watched)
             .map(|tx| {
                 let reader = self.clone();
                 async move {
                     let _permit = reader.permit().await?;
-                    Ok::<_, NodeError>((tx, reader.node.outcome(tx).await?))
+                    Ok::<_, NodeError>((tx, reader.node.outcome(tx, hash).await?))
                 }
             })
             .buffer_unordered(self.read_ahead.max(1))
             .try_collect::<HashMap<_, _>>();
-        let logs = async {
-            if self.contracts.is_empty() || self.owners.is_empty() {
-                return Ok(Vec::new());
-            }
-            let hash: B256 =
-                block.head.hash.parse().map_err(|_| NodeError("a block hash is not 32 bytes".into()))?;
-            let _permit = self.permit().await?;
-            self.node.token_logs(hash, &self.contracts).await
-        };
+        let logs = self.logs(&block, hash);
         let (outcomes, logs) = futures_util::try_join!(outcomes, logs)?;
         Ok(Some(Fetched { block, outcomes, logs }))
     }
 
+    /// The block's `Transfer` logs of the configured contracts. When its bloom filter says a
+    /// watched address may be in one but the node gives none, the node is asked again (a
+    /// load-balanced node may answer before it has the block's logs); after
+    /// [`LOG_READS`] answers that agree, the bloom's false positive is believed.
+    async fn logs(&self, block: &NodeBlock, hash: B256) -> Result<Vec<TokenLog>, NodeError> {
+        if self.contracts.is_empty() || self.owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let may_hold = may_hold_watched(&block.logs_bloom, &self.contracts, &self.owners);
+        if may_hold.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut reads = 0;
+        loop {
+            let logs = {
+                let _permit = self.permit().await?;
+                self.node.token_logs(hash, &may_hold).await?
+            };
+            reads += 1;
+            let watched =
+                logs.iter().any(|l| self.owners.contains_key(&l.from) || self.owners.contains_key(&l.to));
+            if watched || reads >= LOG_READS {
+                return Ok(logs);
+            }
+            tokio::time::sleep(LOG_REREAD_PAUSE * reads).await;
+        }
+    }
+
     async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, NodeError> {
-        self.permits.acquire().await.map_err(|_| NodeError("the watcher is stopping".into()))
+        self.permits.acquire().await.map_err(|_| NodeError::new("the watcher is stopping"))
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use alloy_primitives::{Address, I256, U256};
+use alloy_primitives::{Address, U256};
 
 use super::{
     book::AddressBook,
@@ -24,12 +24,18 @@ pub struct Finder<'a> {
     pub tokens: &'a BTreeMap<Address, Coin>,
 }
 
+/// An amount a block moves that 256 bits cannot hold (a sum of a hostile token's logs): the
+/// block fails rather than record a wrong amount.
+#[derive(Debug, thiserror::Error)]
+#[error("transaction {0} moves more than 2^256-1 base units")]
+pub struct Overflow(pub String);
+
 impl Finder<'_> {
     /// Every transfer of the block, at one confirmation and `unconfirmed`.
-    pub fn transfers(&self, fetched: &Fetched) -> Vec<Transfer> {
-        let mut out = self.native(fetched);
-        out.extend(self.tokens(fetched));
-        out
+    pub fn transfers(&self, fetched: &Fetched) -> Result<Vec<Transfer>, Overflow> {
+        let mut out = self.native(fetched)?;
+        out.extend(self.tokens(fetched)?);
+        Ok(out)
     }
 
     /// Native ETH that the pool's transactions (`txs`) would move from or to a watched address,
@@ -42,16 +48,18 @@ impl Finder<'_> {
         };
         let txs: Vec<NodeTx> = txs.into_iter().filter(watched).collect();
         let fetched = Fetched {
-            outcomes: txs.iter().map(|t| (t.hash, Some((true, U256::ZERO)))).collect(),
+            outcomes: txs.iter().map(|t| (t.hash, (true, U256::ZERO))).collect(),
             block: NodeBlock {
                 head: BlockHead { height: PENDING_HEIGHT, hash: String::new(), parent_hash: String::new() },
                 time: seen,
                 base_fee: None,
+                logs_bloom: Default::default(),
                 txs,
             },
             logs: Vec::new(),
         };
-        let mut out = self.native(&fetched);
+        // A pending transaction moves one value and no fee yet: it cannot overflow.
+        let mut out = self.native(&fetched).unwrap_or_default();
         for t in &mut out {
             t.confirmations = 0;
         }
@@ -59,9 +67,9 @@ impl Finder<'_> {
     }
 
     /// Native ETH moved by the block's successful transactions from or to a watched address.
-    fn native(&self, fetched: &Fetched) -> Vec<Transfer> {
+    fn native(&self, fetched: &Fetched) -> Result<Vec<Transfer>, Overflow> {
         let block = &fetched.block;
-        let mut out: BTreeMap<String, Transfer> = BTreeMap::new();
+        let mut out: BTreeMap<String, (Transfer, Signed)> = BTreeMap::new();
         for tx in &block.txs {
             let from = self.book.owner(&tx.from);
             let to = tx.to.as_ref().and_then(|a| self.book.owner(a));
@@ -69,55 +77,63 @@ impl Finder<'_> {
                 continue;
             }
             // A failed transaction moves no value; its fee alone is not a transfer here.
-            let Some(Some((true, fee))) = fetched.outcomes.get(&tx.hash).copied() else { continue };
+            let Some((true, fee)) = fetched.outcomes.get(&tx.hash).copied() else { continue };
             if tx.value.is_zero() && from.is_none() {
                 continue;
             }
             let txid = tx.hash.to_string();
-            let mut add = |wallet: &WalletId, address: &Address, value: I256, fee: U256| {
-                let t =
+            let overflow = || Overflow(txid.clone());
+            let mut add = |wallet: &WalletId, address: &Address, value: Signed, fee: U256| {
+                let (t, sum) =
                     out.entry(Transfer::id_for(self.chain.as_str(), &txid, wallet)).or_insert_with(|| {
-                        self.new_transfer(wallet, self.chain.clone(), &txid, block, tx.from, tx.nonce)
+                        (
+                            self.new_transfer(wallet, self.chain.clone(), &txid, block, tx.from, tx.nonce),
+                            Signed::ZERO,
+                        )
                     });
                 t.entries.push(TransferEntry {
                     address: checksummed_eth_address(address),
                     value: value.to_string(),
                 });
-                t.fee = (parse_u(&t.fee) + fee).to_string();
+                *sum = sum.checked_add(value).ok_or_else(overflow)?;
+                t.fee = parse_u(&t.fee).checked_add(fee).ok_or_else(overflow)?.to_string();
+                Ok::<_, Overflow>(())
             };
-            let value = I256::try_from(tx.value).unwrap_or(I256::MAX);
             if let Some(w) = from {
-                add(w, &tx.from, -value - I256::try_from(fee).unwrap_or(I256::ZERO), fee);
+                let spent = tx.value.checked_add(fee).ok_or_else(overflow)?;
+                add(w, &tx.from, Signed::send(spent), fee)?;
             }
             if let (Some(w), Some(a)) = (to, tx.to.as_ref()) {
-                add(w, a, value, U256::ZERO);
+                add(w, a, Signed::receive(tx.value), U256::ZERO)?;
             }
         }
-        out.into_values().map(total).collect()
+        Ok(out.into_values().map(with_total).collect())
     }
 
     /// Token amounts moved by `Transfer` logs of the configured contracts.
-    fn tokens(&self, fetched: &Fetched) -> Vec<Transfer> {
+    fn tokens(&self, fetched: &Fetched) -> Result<Vec<Transfer>, Overflow> {
         let block = &fetched.block;
-        let mut out: BTreeMap<String, Transfer> = BTreeMap::new();
+        let mut out: BTreeMap<String, (Transfer, Signed)> = BTreeMap::new();
         for log in &fetched.logs {
             let Some(coin) = self.tokens.get(&log.contract) else { continue };
             let txid = log.txid.to_string();
             let sender = block.txs.iter().find(|t| t.hash == log.txid).map(|t| (t.from, t.nonce));
             let (sender, nonce) = sender.unwrap_or((log.from, 0));
-            let value = I256::try_from(log.value).unwrap_or(I256::MAX);
-            for (address, value) in [(log.from, -value), (log.to, value)] {
+            for (address, value) in
+                [(log.from, Signed::send(log.value)), (log.to, Signed::receive(log.value))]
+            {
                 let Some(w) = self.book.owner(&address) else { continue };
-                let t = out
-                    .entry(Transfer::id_for(coin.as_str(), &txid, w))
-                    .or_insert_with(|| self.new_transfer(w, coin.clone(), &txid, block, sender, nonce));
+                let (t, sum) = out.entry(Transfer::id_for(coin.as_str(), &txid, w)).or_insert_with(|| {
+                    (self.new_transfer(w, coin.clone(), &txid, block, sender, nonce), Signed::ZERO)
+                });
                 t.entries.push(TransferEntry {
                     address: checksummed_eth_address(&address),
                     value: value.to_string(),
                 });
+                *sum = sum.checked_add(value).ok_or_else(|| Overflow(txid.clone()))?;
             }
         }
-        out.into_values().map(total).collect()
+        Ok(out.into_values().map(with_total).collect())
     }
 
     /// The watched addresses the block shows on chain, each once: the contracts its successful
@@ -141,7 +157,7 @@ impl Finder<'_> {
         for tx in block.txs.iter().filter(|tx| tx.to.is_none()) {
             let created = tx.from.create(tx.nonce);
             let Some(wallet) = self.book.owner(&created) else { continue };
-            if let Some(Some((true, _))) = fetched.outcomes.get(&tx.hash) {
+            if let Some((true, _)) = fetched.outcomes.get(&tx.hash) {
                 add(checksummed_eth_address(&created), wallet, tx.hash.to_string());
             }
         }
@@ -187,9 +203,72 @@ pub fn parse_u(s: &str) -> U256 {
     s.parse().unwrap_or(U256::ZERO)
 }
 
-/// Sets a transfer's value to the sum of its entries.
-fn total(mut t: Transfer) -> Transfer {
-    let sum = t.entries.iter().fold(I256::ZERO, |acc, e| acc + e.value.parse::<I256>().unwrap_or(I256::ZERO));
+/// A transfer with its value, the sum of its entries.
+fn with_total((mut t, sum): (Transfer, Signed)) -> Transfer {
     t.value = sum.to_string();
     t
+}
+
+/// A signed amount in base units, exact for every value a transfer can carry: a 256-bit
+/// magnitude and a direction (a two's-complement 256-bit integer would clamp 2^255 and above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Signed {
+    negative: bool,
+    magnitude: U256,
+}
+
+impl Signed {
+    pub const ZERO: Signed = Signed { negative: false, magnitude: U256::ZERO };
+
+    pub fn receive(magnitude: U256) -> Self {
+        Signed { negative: false, magnitude }
+    }
+
+    pub fn send(magnitude: U256) -> Self {
+        Signed { negative: !magnitude.is_zero(), magnitude }
+    }
+
+    /// The sum; `None` when its magnitude exceeds 2^256-1.
+    pub fn checked_add(self, other: Signed) -> Option<Signed> {
+        if self.negative == other.negative {
+            let magnitude = self.magnitude.checked_add(other.magnitude)?;
+            return Some(Signed { negative: self.negative && !magnitude.is_zero(), magnitude });
+        }
+        let (big, small) = if self.magnitude >= other.magnitude { (self, other) } else { (other, self) };
+        let magnitude = big.magnitude - small.magnitude;
+        Some(Signed { negative: big.negative && !magnitude.is_zero(), magnitude })
+    }
+}
+
+impl std::fmt::Display for Signed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.negative {
+            f.write_str("-")?;
+        }
+        write!(f, "{}", self.magnitude)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signed_sums_are_exact_above_2_pow_255_and_refuse_to_wrap() {
+        let big: U256 = U256::from(1u8) << 255;
+        let five: U256 = U256::from(5u8);
+        let x = Signed::receive(big + five);
+        assert_eq!(x.to_string(), (big + five).to_string());
+        assert_eq!(Signed::send(big + five).to_string(), format!("-{}", big + five));
+        let half = Signed::receive((U256::from(1u8) << 254) + U256::from(1u8));
+        let sum = half.checked_add(half).unwrap();
+        assert_eq!(sum.to_string(), (big + U256::from(2u8)).to_string(), "no wrap to negative");
+        assert_eq!(x.checked_add(Signed::send(big + five)).unwrap(), Signed::ZERO);
+        assert_eq!(
+            Signed::send(five).checked_add(Signed::receive(U256::from(2u8))).unwrap().to_string(),
+            "-3"
+        );
+        assert!(x.checked_add(x).is_none(), "2^256+10 does not fit");
+        assert_eq!(Signed::send(U256::ZERO).to_string(), "0");
+    }
 }

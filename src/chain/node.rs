@@ -18,13 +18,44 @@ use async_trait::async_trait;
 
 use crate::model::chain::BlockHead;
 
-/// Largest node answer read, bytes (a full block of a busy chain is a few MiB).
-const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// Largest answer read for a block with its transactions, bytes (a full block of a busy chain
+/// is a few MiB).
+pub const MAX_BLOCK_BYTES: usize = 32 << 20;
+/// Largest answer read for a block's token logs, bytes.
+pub const MAX_LOGS_BYTES: usize = 16 << 20;
+/// Largest answer read for any other method (a head, a receipt, a balance), bytes.
+pub const MAX_OTHER_BYTES: usize = 4 << 20;
 
-/// A failed node request, worded without the node's URL.
+/// The cap on a method's answer, bytes; `pool` is the pending pool's
+/// (`chains.<coin>.pool_max_bytes`).
+fn answer_cap(method: &str, pool: usize) -> usize {
+    match method {
+        "eth_getBlockByNumber" => MAX_BLOCK_BYTES,
+        "eth_getLogs" => MAX_LOGS_BYTES,
+        "txpool_content" => pool,
+        _ => MAX_OTHER_BYTES,
+    }
+}
+
+/// An answer larger than its method's cap: dropped unread.
+#[derive(Debug, thiserror::Error)]
+#[error("the node's answer is over {0} bytes")]
+struct TooLarge(usize);
+
+/// A failed node request, worded without the node's URL, and at most [`NodeError::MAX_BYTES`]
+/// long: a hostile node's text reaches `/health`, the log and the console through it.
 #[derive(Debug, thiserror::Error)]
 #[error("node: {0}")]
-pub struct NodeError(pub String);
+pub struct NodeError(String);
+
+impl NodeError {
+    /// The longest text kept of a node's error, bytes.
+    pub const MAX_BYTES: usize = 256;
+
+    pub fn new(text: impl Into<String>) -> Self {
+        Self(crate::text::clip(text.into(), Self::MAX_BYTES))
+    }
+}
 
 /// A block as the watcher reads it.
 #[derive(Debug, Clone)]
@@ -34,6 +65,8 @@ pub struct NodeBlock {
     pub time: i64,
     /// Wei; `None` before London.
     pub base_fee: Option<u128>,
+    /// The bloom filter of every log in the block: says which logs cannot be there.
+    pub logs_bloom: alloy_primitives::Bloom,
     pub txs: Vec<NodeTx>,
 }
 
@@ -77,8 +110,10 @@ pub trait ChainNode: Send + Sync {
     async fn block(&self, height: u64) -> Result<Option<NodeBlock>, NodeError>;
     /// `Transfer` logs of `contracts` in the block with hash `block`.
     async fn token_logs(&self, block: B256, contracts: &[Address]) -> Result<Vec<TokenLog>, NodeError>;
-    /// Whether the transaction succeeded, and the fee it paid (wei); `None` when unknown.
-    async fn outcome(&self, tx: B256) -> Result<Option<(bool, U256)>, NodeError>;
+    /// Whether transaction `tx` of the block with hash `block` succeeded, and the fee it paid
+    /// (wei). No receipt, or one of another block, is an error: the block is incomplete and
+    /// is read again, never passed (a load-balanced node may not have it yet).
+    async fn outcome(&self, tx: B256, block: B256) -> Result<(bool, U256), NodeError>;
     /// Wei held by `address` at `height` (`None`: the latest block).
     async fn balance(&self, address: Address, height: Option<u64>) -> Result<U256, NodeError>;
     /// The token balance (`balanceOf`) of `address` at `height`.
@@ -88,9 +123,18 @@ pub trait ChainNode: Send + Sync {
         address: Address,
         height: Option<u64>,
     ) -> Result<U256, NodeError>;
-    /// The executable transactions of the node's pending pool (`txpool_content`'s `pending`);
-    /// `None` when the node does not expose its pool (the method is refused).
-    async fn pending(&self) -> Result<Option<Vec<NodeTx>>, NodeError>;
+    /// The executable transactions of the node's pending pool (`txpool_content`'s `pending`).
+    async fn pending(&self) -> Result<PoolAnswer, NodeError>;
+}
+
+/// What the node answered for its pending pool.
+#[derive(Debug)]
+pub enum PoolAnswer {
+    Txs(Vec<NodeTx>),
+    /// The node refused the method: it does not expose its pool.
+    Refused,
+    /// The answer was over `pool_max_bytes` and was dropped unread.
+    TooLarge,
 }
 
 /// An Ethereum JSON-RPC node.
@@ -100,16 +144,17 @@ pub struct EthNode {
 
 impl EthNode {
     /// A client of the node at `url` (http or https), each request bounded by `timeout`.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, NodeError> {
-        let url = url::Url::parse(url).map_err(|_| NodeError("the RPC URL is not a URL".into()))?;
+    /// `pool_max_bytes` caps the pending pool's answer (the other methods' caps are fixed).
+    pub fn new(url: &str, timeout: Duration, pool_max_bytes: usize) -> Result<Self, NodeError> {
+        let url = url::Url::parse(url).map_err(|_| NodeError::new("the RPC URL is not a URL"))?;
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| NodeError(e.without_url().to_string()))?;
+            .map_err(|e| NodeError::new(e.without_url().to_string()))?;
         let is_local = url.host_str().is_some_and(|h| h == "localhost" || h.starts_with("127."));
-        Ok(Self { client: RpcClient::new(Transport { http, url }, is_local) })
+        Ok(Self { client: RpcClient::new(Transport { http, url, pool_max_bytes }, is_local) })
     }
 
     async fn call<P, R>(&self, method: &'static str, params: P) -> Result<R, NodeError>
@@ -117,7 +162,7 @@ impl EthNode {
         P: alloy_json_rpc::RpcSend,
         R: alloy_json_rpc::RpcRecv,
     {
-        self.client.request(method, params).await.map_err(|e| NodeError(format!("{method}: {e}")))
+        self.client.request(method, params).await.map_err(|e| NodeError::new(format!("{method}: {e}")))
     }
 }
 
@@ -134,12 +179,12 @@ alloy_sol_types::sol! {
 impl ChainNode for EthNode {
     async fn chain_id(&self) -> Result<u64, NodeError> {
         let id: U256 = self.call("eth_chainId", ()).await?;
-        u64::try_from(id).map_err(|_| NodeError("eth_chainId: out of range".into()))
+        u64::try_from(id).map_err(|_| NodeError::new("eth_chainId: out of range"))
     }
 
     async fn head(&self) -> Result<u64, NodeError> {
         let n: U256 = self.call("eth_blockNumber", ()).await?;
-        u64::try_from(n).map_err(|_| NodeError("eth_blockNumber: out of range".into()))
+        u64::try_from(n).map_err(|_| NodeError::new("eth_blockNumber: out of range"))
     }
 
     async fn block(&self, height: u64) -> Result<Option<NodeBlock>, NodeError> {
@@ -149,15 +194,19 @@ impl ChainNode for EthNode {
         let h = &block.header;
         let txs = match &block.transactions {
             BlockTransactions::Full(txs) => txs.iter().map(node_tx).collect(),
-            _ => return Err(NodeError("eth_getBlockByNumber: the node left out the transactions".into())),
+            _ => return Err(NodeError::new("eth_getBlockByNumber: the node left out the transactions")),
         };
         if h.number != height {
-            return Err(NodeError(format!("eth_getBlockByNumber: asked for {height}, got {}", h.number)));
+            return Err(NodeError::new(format!(
+                "eth_getBlockByNumber: asked for {height}, got {}",
+                h.number
+            )));
         }
         Ok(Some(NodeBlock {
             head: BlockHead { height, hash: h.hash.to_string(), parent_hash: h.parent_hash.to_string() },
             time: i64::try_from(h.timestamp).unwrap_or(i64::MAX),
             base_fee: h.base_fee_per_gas.map(u128::from),
+            logs_bloom: h.logs_bloom,
             txs,
         }))
     }
@@ -177,6 +226,9 @@ impl ChainNode for EthNode {
             // A log that is not a standard Transfer (an ERC-721 one has 4 topics) is not ours.
             let Ok(t) = Transfer::decode_log_data(log.data()) else { continue };
             let (Some(txid), Some(log_index)) = (log.transaction_hash, log.log_index) else { continue };
+            if log.block_hash.is_some_and(|h| h != block) || log.removed {
+                return Err(NodeError::new("eth_getLogs: a log of another block"));
+            }
             out.push(TokenLog {
                 contract: log.address(),
                 txid,
@@ -190,9 +242,16 @@ impl ChainNode for EthNode {
         Ok(out)
     }
 
-    async fn outcome(&self, tx: B256) -> Result<Option<(bool, U256)>, NodeError> {
+    async fn outcome(&self, tx: B256, block: B256) -> Result<(bool, U256), NodeError> {
         let r: Option<TransactionReceipt> = self.call("eth_getTransactionReceipt", (tx,)).await?;
-        Ok(r.map(|r| (r.status(), U256::from(r.gas_used) * U256::from(r.effective_gas_price))))
+        let r =
+            r.ok_or_else(|| NodeError::new(format!("eth_getTransactionReceipt: no receipt yet for {tx}")))?;
+        if r.block_hash.is_some_and(|h| h != block) {
+            return Err(NodeError::new(format!(
+                "eth_getTransactionReceipt: {tx}'s receipt is of another block"
+            )));
+        }
+        Ok((r.status(), U256::from(r.gas_used) * U256::from(r.effective_gas_price)))
     }
 
     async fn balance(&self, address: Address, height: Option<u64>) -> Result<U256, NodeError> {
@@ -209,17 +268,22 @@ impl ChainNode for EthNode {
         let data = balanceOfCall { owner: address }.abi_encode();
         let call = serde_json::json!({ "to": contract, "data": alloy_primitives::Bytes::from(data) });
         let answer: alloy_primitives::Bytes = self.call("eth_call", (call, tag(height))).await?;
-        balanceOfCall::abi_decode_returns(&answer).map_err(|e| NodeError(format!("balanceOf: {e}")))
+        balanceOfCall::abi_decode_returns(&answer).map_err(|e| NodeError::new(format!("balanceOf: {e}")))
     }
 
-    async fn pending(&self) -> Result<Option<Vec<NodeTx>>, NodeError> {
+    async fn pending(&self) -> Result<PoolAnswer, NodeError> {
         match self.client.request::<_, Pool>("txpool_content", ()).await {
-            Ok(pool) => {
-                Ok(Some(pool.pending.values().flat_map(|by_nonce| by_nonce.values()).map(node_tx).collect()))
-            }
+            Ok(pool) => Ok(PoolAnswer::Txs(
+                pool.pending.values().flat_map(|by_nonce| by_nonce.values()).map(node_tx).collect(),
+            )),
             // The node answered, refusing the method: it does not expose its pool.
-            Err(alloy_json_rpc::RpcError::ErrorResp(_)) => Ok(None),
-            Err(e) => Err(NodeError(format!("txpool_content: {e}"))),
+            Err(alloy_json_rpc::RpcError::ErrorResp(_)) => Ok(PoolAnswer::Refused),
+            Err(alloy_json_rpc::RpcError::Transport(kind))
+                if kind.as_custom().is_some_and(|e| e.is::<TooLarge>()) =>
+            {
+                Ok(PoolAnswer::TooLarge)
+            }
+            Err(e) => Err(NodeError::new(format!("txpool_content: {e}"))),
         }
     }
 }
@@ -246,18 +310,22 @@ fn node_tx(t: &Transaction) -> NodeTx {
 struct Transport {
     http: reqwest::Client,
     url: url::Url,
+    pool_max_bytes: usize,
 }
 
 impl Transport {
     async fn send(self, req: RequestPacket) -> Result<ResponsePacket, TransportError> {
         // Errors without the URL: it may hold a key.
         let fail = |e: reqwest::Error| TransportErrorKind::custom_str(&e.without_url().to_string());
+        // A batch is capped at its largest method's cap (the watcher sends none).
+        let cap =
+            req.method_names().map(|m| answer_cap(m, self.pool_max_bytes)).max().unwrap_or(MAX_OTHER_BYTES);
         let mut res = self.http.post(self.url).json(&req).send().await.map_err(fail)?;
         let status = res.status();
         let mut body = Vec::new();
         while let Some(chunk) = res.chunk().await.map_err(fail)? {
-            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(TransportErrorKind::custom_str("the node's answer is too large"));
+            if body.len() + chunk.len() > cap {
+                return Err(TransportErrorKind::custom(TooLarge(cap)));
             }
             body.extend_from_slice(&chunk);
         }

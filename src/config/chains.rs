@@ -29,10 +29,21 @@ pub struct ChainConfig {
     pub read_ahead: u64,
     /// Longest time one node request may take, seconds.
     pub rpc_timeout: u64,
+    /// How long a watcher's hold on the chain lasts without renewal, milliseconds: another
+    /// process takes the chain over this long after the holder died.
+    pub lease_ms: u64,
     /// Whether to read the node's pending pool (`txpool_content`) at the head, so a transfer is
     /// `unconfirmed` before its block. A node that does not expose it is skipped (asked again
     /// each [`crate::chain::watcher::POOL_RETRY`]).
     pub pending_pool: bool,
+    /// Largest pending-pool answer read, bytes: a larger one is dropped unread for that round
+    /// (metric `custodian_chain_pool_dropped_total`), so a huge pool cannot take the process's
+    /// memory.
+    pub pool_max_bytes: u64,
+    /// Most transfers new to the pending pool announced `unconfirmed` per round; the rest wait
+    /// for a later round or their block (metric `custodian_chain_pool_deferred_total`), so a
+    /// lying pool cannot flood every receiver.
+    pub pool_max_new: u64,
     /// ERC-20 tokens whose `Transfer` logs are read.
     pub tokens: Vec<TokenConfig>,
 }
@@ -49,7 +60,10 @@ impl Default for ChainConfig {
             batch_blocks: 100,
             read_ahead: 16,
             rpc_timeout: 10,
+            lease_ms: 15_000,
             pending_pool: true,
+            pool_max_bytes: 8 << 20,
+            pool_max_new: 500,
             tokens: Vec::new(),
         }
     }
@@ -99,6 +113,15 @@ pub fn validate(chains: &BTreeMap<String, ChainConfig>) -> Result<(), String> {
                 "{}, batch_blocks (1 to 10000) and rpc_timeout must be positive",
                 at("poll_interval_ms")
             ));
+        }
+        if !(1_000..=600_000).contains(&c.lease_ms) {
+            return Err(format!("{}: must be 1000 to 600000 (milliseconds)", at("lease_ms")));
+        }
+        if c.pool_max_bytes < 1024 || c.pool_max_bytes > 1 << 30 {
+            return Err(format!("{}: must be 1024 to 1073741824 (bytes)", at("pool_max_bytes")));
+        }
+        if c.pool_max_new == 0 || c.pool_max_new > 10_000 {
+            return Err(format!("{}: must be 1 to 10000", at("pool_max_new")));
         }
         if c.read_ahead == 0 || c.read_ahead > 64 {
             return Err(format!("{}: must be 1 to 64", at("read_ahead")));

@@ -57,12 +57,8 @@ impl Engine {
         };
         let success = status_code.is_some_and(|s| (200..300).contains(&s));
         let response_body = response_body.map(|mut b| {
-            if success && b.len() > SUCCESS_BODY_LIMIT {
-                let mut end = SUCCESS_BODY_LIMIT;
-                while !b.is_char_boundary(end) {
-                    end -= 1;
-                }
-                b.truncate(end);
+            if success {
+                crate::text::truncate(&mut b, SUCCESS_BODY_LIMIT);
             }
             b
         });

@@ -2,6 +2,10 @@
 //! refresh token for an access token and a new refresh token. Codes and refresh tokens are
 //! used once; a second use revokes the grant they belong to and is audited (§4.1.2, §10.4).
 //! Access tokens are `v2x` tokens scoped to what was granted and what the user may do now.
+//!
+//! Everything is checked and built first (the id_token signed too); then one transaction uses
+//! the code or refresh token and stores the new tokens and their audit entry, so a failure
+//! leaves the old one usable and a client's retry is not taken for a reuse.
 
 use std::net::IpAddr;
 
@@ -20,7 +24,7 @@ use crate::{
         oauth::{OAuthClient, OAuthGrant},
         token::{GrantType, TokenKind, TokenRecord},
     },
-    store::Redeemed,
+    store::{Exchange, Redeem, Redeemed},
     types::AnyId,
 };
 
@@ -77,12 +81,9 @@ pub async fn exchange(
     };
     let client = clients::authenticate(&svc.store, &client_id, secret.as_deref()).await?;
     let now = ids::now();
-    let (grant, nonce, grant_type) = match req.grant_type.as_str() {
-        "authorization_code" => {
-            let (grant, nonce) = by_code(svc, &client, req, now).await?;
-            (grant, nonce, GrantType::AuthorizationCode)
-        }
-        "refresh_token" => (by_refresh_token(svc, &client, req, now).await?, None, GrantType::RefreshToken),
+    let (grant, nonce, redeem) = match req.grant_type.as_str() {
+        "authorization_code" => by_code(svc, &client, req, now).await?,
+        "refresh_token" => by_refresh_token(svc, &client, req).await?,
         "" => return Err(OAuthError::invalid_request("grant_type is required").into()),
         other => {
             return Err(OAuthError::unsupported_grant_type(format!(
@@ -91,17 +92,55 @@ pub async fn exchange(
             .into())
         }
     };
-    let mut issued = issue(svc, &client, &grant, grant_type, ip, now).await?;
+    let grant_type = match redeem {
+        Hashed::Code(_) => GrantType::AuthorizationCode,
+        Hashed::RefreshToken(_) => GrantType::RefreshToken,
+    };
+    let user = svc.store.user_by_id(&grant.user_id).await?.filter(|u| u.is_active);
+    let Some(user) = user else { return Err(OAuthError::invalid_grant("the user is not active").into()) };
+    let (mut issued, stored) = issue(svc, &client, &grant, grant_type, ip, now)?;
+    // Signed before the commit: nothing is stored that the client cannot be given.
     if grant.scopes.iter().any(|s| s == "openid") {
-        let user = svc
-            .store
-            .user_by_id(&grant.user_id)
-            .await?
-            .ok_or_else(|| OAuthError::invalid_grant("no user"))?;
         issued.id_token =
             Some(super::oidc::id_token(svc, issuer, &client, &grant, &user, nonce.as_deref()).await?);
     }
-    Ok(issued)
+    let exchange = Exchange {
+        redeem: redeem.as_redeem(),
+        grant: &grant.id,
+        now,
+        refresh_hash: &stored.refresh_hash,
+        refresh_expires_at: stored.refresh_expires_at,
+        token: &issued.token,
+        audit: std::slice::from_ref(&stored.audit),
+    };
+    match svc.store.exchange_oauth(exchange).await? {
+        Redeemed::Fresh(()) => Ok(issued),
+        Redeemed::Reused(grant) => {
+            let what = match redeem {
+                Hashed::Code(_) => AuditType::OAuthCodeReused,
+                Hashed::RefreshToken(_) => AuditType::OAuthRefreshReused,
+            };
+            Err(reused(svc, &client, &grant, what).await?.into())
+        }
+        Redeemed::Invalid => {
+            Err(OAuthError::invalid_grant("unknown or expired, or its grant was revoked").into())
+        }
+    }
+}
+
+/// The SHA-256 of what the request uses.
+enum Hashed {
+    Code(String),
+    RefreshToken(String),
+}
+
+impl Hashed {
+    fn as_redeem(&self) -> Redeem<'_> {
+        match self {
+            Hashed::Code(h) => Redeem::Code(h),
+            Hashed::RefreshToken(h) => Redeem::RefreshToken(h),
+        }
+    }
 }
 
 /// A reused code or refresh token: the grant is revoked, and the use audited.
@@ -120,36 +159,46 @@ async fn reused(
     Ok(OAuthError::invalid_grant("this was used before: every token of its grant is revoked"))
 }
 
+/// The grant and nonce of a code, checked (nothing is written: the exchange uses it). A code
+/// used before revokes its grant.
 async fn by_code(
     svc: &Identity,
     client: &OAuthClient,
     req: &TokenRequest,
     now: i64,
-) -> Result<(OAuthGrant, Option<String>), Failure> {
+) -> Result<(OAuthGrant, Option<String>, Hashed), Failure> {
     let code = req
         .code
         .as_deref()
         .filter(|c| !c.is_empty())
         .ok_or_else(|| OAuthError::invalid_request("code is required"))?;
-    let record = match svc.store.redeem_code(&hash(code), now).await? {
-        Redeemed::Fresh(c) => c,
-        Redeemed::Reused(grant) => {
-            return Err(reused(svc, client, &grant, AuditType::OAuthCodeReused).await?.into())
+    let hashed = hash(code);
+    let record = match svc.store.oauth_code(&hashed).await? {
+        Some(c) if c.used_at.is_some() => {
+            return Err(reused(svc, client, &c.grant_id, AuditType::OAuthCodeReused).await?.into())
         }
-        Redeemed::Invalid => return Err(OAuthError::invalid_grant("unknown or expired code").into()),
+        Some(c) if c.expires_at > now => c,
+        _ => return Err(OAuthError::invalid_grant("unknown or expired code").into()),
     };
     let grant = live_grant(svc, client, &record.grant_id).await?;
     if record.redirect_uri.is_some() && record.redirect_uri != req.redirect_uri {
         return Err(OAuthError::invalid_grant("redirect_uri differs from the authorization request's").into());
     }
     match (&record.code_challenge, req.code_verifier.as_deref()) {
-        (None, _) => {}
+        (None, None) => {}
+        // RFC 9700 §2.1.1: a verifier for a code issued without a challenge is a downgrade.
+        (None, Some(_)) => {
+            return Err(OAuthError::invalid_grant(
+                "code_verifier sent for a code issued without code_challenge",
+            )
+            .into())
+        }
         (Some(challenge), Some(verifier)) if pkce_matches(challenge, verifier) => {}
         (Some(_), _) => {
             return Err(OAuthError::invalid_grant("code_verifier does not match the code_challenge").into())
         }
     }
-    Ok((grant, record.nonce))
+    Ok((grant, record.nonce, Hashed::Code(hashed)))
 }
 
 /// RFC 7636 §4.6: `BASE64URL(SHA256(verifier)) == challenge`, the verifier 43 to 128
@@ -165,24 +214,23 @@ pub fn pkce_matches(challenge: &str, verifier: &str) -> bool {
         ))
 }
 
+/// The grant of a refresh token (nothing is written: the exchange uses it and finds out
+/// whether it was used before or expired).
 async fn by_refresh_token(
     svc: &Identity,
     client: &OAuthClient,
     req: &TokenRequest,
-    now: i64,
-) -> Result<OAuthGrant, Failure> {
+) -> Result<(OAuthGrant, Option<String>, Hashed), Failure> {
     let token = req
         .refresh_token
         .as_deref()
         .filter(|t| !t.is_empty())
         .ok_or_else(|| OAuthError::invalid_request("refresh_token is required"))?;
-    match svc.store.redeem_refresh_token(&hash(token), now).await? {
-        Redeemed::Fresh(grant) => live_grant(svc, client, &grant).await,
-        Redeemed::Reused(grant) => {
-            Err(reused(svc, client, &grant, AuditType::OAuthRefreshReused).await?.into())
-        }
-        Redeemed::Invalid => Err(OAuthError::invalid_grant("unknown or expired refresh token").into()),
-    }
+    let hashed = hash(token);
+    let Some(grant) = svc.store.refresh_token_grant(&hashed).await? else {
+        return Err(OAuthError::invalid_grant("unknown or expired refresh token").into());
+    };
+    Ok((live_grant(svc, client, &grant).await?, None, Hashed::RefreshToken(hashed)))
 }
 
 /// The grant, if it is this client's and not revoked.
@@ -194,18 +242,24 @@ async fn live_grant(svc: &Identity, client: &OAuthClient, id: &AnyId) -> Result<
         .ok_or_else(|| OAuthError::invalid_grant("the grant was revoked, or is another client's").into())
 }
 
-/// A new access token and refresh token of `grant`, scoped to what was granted and what a
-/// session of the user holds now.
-async fn issue(
+/// What an exchange stores besides the access token: the new refresh token's SHA-256 and
+/// expiry (Unix seconds), and the audit entry.
+struct ToStore {
+    refresh_hash: String,
+    refresh_expires_at: i64,
+    audit: AuditEntry,
+}
+
+/// A new access token and refresh token of `grant` for `user` (active), scoped to what was
+/// granted and what a session of the user holds now; built, not stored.
+fn issue(
     svc: &Identity,
     client: &OAuthClient,
     grant: &OAuthGrant,
     grant_type: GrantType,
     ip: IpAddr,
     now: i64,
-) -> Result<Issued, Failure> {
-    let user = svc.store.user_by_id(&grant.user_id).await?.filter(|u| u.is_active);
-    let Some(user) = user else { return Err(OAuthError::invalid_grant("the user is not active").into()) };
+) -> Result<(Issued, ToStore), Failure> {
     let session = session_scopes(svc.config.environment);
     let scopes: Vec<Grant> = grant
         .scopes
@@ -215,21 +269,24 @@ async fn issue(
         .collect();
     let ttl = i64::try_from(svc.config.oauth.access_token_ttl).unwrap_or(3600);
     let value = new_token_value();
-    let mut token = new_token_record(svc, &value, &user.id, TokenKind::Access, scopes, now, now + ttl, ip)?;
+    let mut token =
+        new_token_record(svc, &value, &grant.user_id, TokenKind::Access, scopes, now, now + ttl, ip)?;
     token.label = Some(format!("OAuth: {}", client.name));
     token.grant_type = grant_type;
     token.oauth_grant = Some(grant.id.clone());
     let refresh = new_secret("rt_");
     let refresh_ttl = i64::try_from(svc.config.oauth.refresh_token_ttl).unwrap_or(2_592_000);
-    svc.store.add_refresh_token(&hash(&refresh), &grant.id, now, now + refresh_ttl).await?;
-    let entry = AuditEntry {
-        user_id: Some(user.id.clone()),
+    let audit = AuditEntry {
+        user_id: Some(grant.user_id.clone()),
         ip: Some(ip.to_string()),
         token_id: Some(token.id.clone()),
         ..audit::entry(AuditType::OAuthTokenIssued).data(json!({
             "clientId": client.id, "grantId": grant.id, "grantType": grant_type.as_str(), "tokenId": token.id,
         }))
     };
-    svc.store.insert_token(&token, &[], &[entry]).await?;
-    Ok(Issued { access_token: value, refresh_token: refresh, id_token: None, token, expires_in: ttl })
+    let stored = ToStore { refresh_hash: hash(&refresh), refresh_expires_at: now + refresh_ttl, audit };
+    Ok((
+        Issued { access_token: value, refresh_token: refresh, id_token: None, token, expires_in: ttl },
+        stored,
+    ))
 }

@@ -8,7 +8,7 @@ use sqlx::FromRow;
 pub use super::chain_reads::TokenBalanceRow;
 use super::chain_rows::{h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS};
 pub use super::chain_write::BlockWrite;
-use super::{sql::parse_stored, sql::Dialect, sql_store::SqlStore, StoreResult};
+use super::{sql::parse_stored, sql::Dialect, sql_store::SqlStore, EventWrite, Recorded, StoreResult};
 use crate::model::audit::AuditEntry;
 use crate::model::chain::{BlockHead, ChainStatus, FeeAlerts, Transfer, TransferState, WalletAddress};
 use crate::types::{BaseUnits, Coin, WalletId};
@@ -70,8 +70,9 @@ pub trait ChainStore: Send + Sync {
     async fn set_chain_node(&self, chain: &str, report: &NodeReport<'_>) -> StoreResult<()>;
     /// The kept headers at `from` and above, by height.
     async fn chain_heads(&self, chain: &str, from: u64) -> StoreResult<Vec<BlockHead>>;
-    /// Writes consecutive blocks' effects and moves the checkpoint to the last, in one transaction.
-    async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<()>;
+    /// Writes consecutive blocks' effects and their events and moves the checkpoint to the
+    /// last, in one transaction; what each event got ([`Recorded`], in the order given).
+    async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<Vec<Recorded>>;
     /// Sets a wallet's fee alerts, with `audit`.
     async fn set_fee_alerts(
         &self,
@@ -86,15 +87,17 @@ pub trait ChainStore: Send + Sync {
     /// A wallet's token balances, by token coin.
     async fn token_balances(&self, wallet: &WalletId) -> StoreResult<Vec<TokenBalanceRow>>;
     /// A reorg back to `ancestor` (`depth` blocks below the old tip): live transfers above it
-    /// become `removed`, with the confirmations they had reached, and are returned; headers
-    /// above it are dropped, the checkpoint moves to it.
+    /// become `removed`, with the confirmations they had reached; headers above it are
+    /// dropped, the checkpoint moves to it; `events` (their `removed` events) are stored in
+    /// the same transaction. What each event got.
     async fn rewind_chain(
         &self,
         chain: &str,
         ancestor: &BlockHead,
         depth: u64,
         now: i64,
-    ) -> StoreResult<Vec<Transfer>>;
+        events: &[EventWrite],
+    ) -> StoreResult<Vec<Recorded>>;
     /// Restarts a chain at `height` (the next block read is `height`): clears its headers,
     /// checkpoint and halt. `audit` is written with it.
     async fn resync_chain(&self, chain: &str, height: u64, audit: &[AuditEntry]) -> StoreResult<()>;
@@ -299,11 +302,11 @@ where
             .collect())
     }
 
-    async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<()> {
+    async fn record_blocks(&self, w: BlockWrite<'_>) -> StoreResult<Vec<Recorded>> {
         let mut tx = self.begin_write().await?;
-        super::chain_write::blocks::<DB>(&mut tx, &w).await?;
+        let recorded = super::chain_write::blocks::<DB>(&mut tx, &w).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(recorded)
     }
 
     async fn set_fee_alerts(
@@ -358,17 +361,14 @@ where
         ancestor: &BlockHead,
         depth: u64,
         now: i64,
-    ) -> StoreResult<Vec<Transfer>> {
+        events: &[EventWrite],
+    ) -> StoreResult<Vec<Recorded>> {
         let mut tx = self.begin_write().await?;
-        let removed = super::chain_write::rewind::<DB>(&mut tx, chain, ancestor, depth, now).await?;
+        super::chain_write::rewind::<DB>(&mut tx, chain, ancestor, depth, now).await?;
+        let events: Vec<&EventWrite> = events.iter().collect();
+        let recorded = super::group_commit::events_tx::<DB>(&mut tx, &events).await?;
         tx.commit().await?;
-        let tip = ancestor.height + depth;
-        let mut removed = rows(removed)?;
-        for t in &mut removed {
-            t.state = TransferState::Removed;
-            t.confirmations = (tip + 1).saturating_sub(t.height);
-        }
-        Ok(removed)
+        Ok(recorded)
     }
 
     async fn resync_chain(&self, chain: &str, height: u64, audit: &[AuditEntry]) -> StoreResult<()> {

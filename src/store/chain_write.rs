@@ -4,10 +4,8 @@
 use custodian_macros::sql_bounds;
 use sqlx::FromRow;
 
-use super::chain_rows::{
-    h, TransferRow, TRANSFER_COLUMNS, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD, UPSERT_TRANSFER,
-};
-use super::{sql::to_json, sql::Dialect, StoreResult};
+use super::chain_rows::{h, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD, UPSERT_TRANSFER};
+use super::{sql::to_json, sql::Dialect, EventWrite, Recorded, StoreResult};
 use crate::model::chain::{Appearance, BlockHead, Transfer};
 use crate::model::wallet::Balances;
 use crate::types::{Coin, WalletId};
@@ -34,10 +32,18 @@ pub struct BlockWrite<'a> {
     pub stale: &'a [(WalletId, Coin)],
     /// Whether balances were read with this write: every kept stale wallet was among them.
     pub balances_read: bool,
+    /// The §6 events of these changes (the outbox): stored with them or not at all, so a crash
+    /// never leaves a state stored whose event is not, nor the reverse.
+    pub events: &'a [EventWrite],
 }
 
+/// Writes `w` and its events; what each event got ([`Recorded`]), final once committed.
 #[sql_bounds]
-pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<()> {
+pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> StoreResult<Vec<Recorded>>
+where
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+{
     let now_ms = crate::ids::now_ms();
     for t in w.transfers {
         sqlx::query(UPSERT_TRANSFER)
@@ -86,7 +92,9 @@ pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> S
             .await?;
     }
     token_balances::<DB>(tx, w.token_balances).await?;
-    stale::<DB>(tx, w).await
+    stale::<DB>(tx, w).await?;
+    let events: Vec<&EventWrite> = w.events.iter().collect();
+    super::group_commit::events_tx::<DB>(tx, &events).await
 }
 
 /// Keeps the wallets whose balances are due, or forgets them once read.
@@ -162,7 +170,7 @@ async fn token_balances<DB>(tx: &mut DB::Connection, rows: &[(WalletId, Coin, Ba
 
 /// Undoes the blocks above `ancestor` (a reorg `depth` blocks deep, seen at `now`, Unix
 /// seconds): their transfers are `removed`, their headers and first appearances dropped, and
-/// the checkpoint moves to the ancestor. Returns the transfers removed, as they were.
+/// the checkpoint moves to the ancestor.
 #[sql_bounds]
 pub(super) async fn rewind<DB>(
     tx: &mut DB::Connection,
@@ -170,18 +178,7 @@ pub(super) async fn rewind<DB>(
     ancestor: &BlockHead,
     depth: u64,
     now: i64,
-) -> StoreResult<Vec<TransferRow>>
-where
-    for<'r> TransferRow: FromRow<'r, DB::Row>,
-{
-    let removed: Vec<TransferRow> = sqlx::query_as(&format!(
-        "SELECT {TRANSFER_COLUMNS} FROM transfers WHERE chain = $1 AND height > $2 \
-         AND state IN ('unconfirmed', 'confirmed') AND block_hash <> ''"
-    ))
-    .bind(chain)
-    .bind(h(ancestor.height))
-    .fetch_all(&mut *tx)
-    .await?;
+) -> StoreResult<()> {
     let tip = ancestor.height + depth;
     sqlx::query(
         "UPDATE transfers SET state = 'removed', confirmations = $3 - height + 1 WHERE chain = $1 \
@@ -209,5 +206,5 @@ where
     .bind(now)
     .execute(&mut *tx)
     .await?;
-    Ok(removed)
+    Ok(())
 }

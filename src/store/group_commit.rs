@@ -118,6 +118,27 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
 {
+    let mut tx = begin_gated(pool, gate).await?;
+    let outcomes = events_tx::<DB>(&mut tx, events).await?;
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// [`write_batch`] inside the caller's transaction (the chain watcher's, which writes a run's
+/// transfers and checkpoint with their events, so that neither is stored without the other).
+/// What each event got is final once the caller commits.
+#[sql_bounds]
+pub(super) async fn events_tx<DB>(
+    tx: &mut DB::Connection,
+    events: &[&EventWrite],
+) -> StoreResult<Vec<Recorded>>
+where
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+{
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
     // The first of each event id in the batch is the one written; later ones are repeats.
     let mut first: HashMap<&str, usize> = HashMap::with_capacity(events.len());
     let unique: Vec<&EventWrite> = events
@@ -126,7 +147,6 @@ where
         .filter(|(i, e)| *first.entry(&e.event_id).or_insert(*i) == *i)
         .map(|(_, e)| *e)
         .collect();
-    let mut tx = begin_gated(pool, gate).await?;
     let now = crate::ids::now();
     let mut inserted: HashSet<String> = HashSet::with_capacity(unique.len());
     for chunk in unique.chunks(EVENT_ROWS_PER_STATEMENT) {
@@ -164,8 +184,7 @@ where
     }
     let notifications: Vec<Cow<'_, Notification>> =
         unique.iter().filter(|e| inserted.contains(&e.event_id)).flat_map(|e| lean(e)).collect();
-    let written = insert_notifications_tx::<DB, _>(&mut tx, &notifications).await?;
-    tx.commit().await?;
+    let written = insert_notifications_tx::<DB, _>(&mut *tx, &notifications).await?;
     let skipped: HashSet<&str> = if written.len() == notifications.len() {
         HashSet::new()
     } else {

@@ -55,7 +55,7 @@ pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
 pub use keys::KeyStore;
-pub use oauth::{OAuthStore, Redeemed};
+pub use oauth::{Exchange, OAuthStore, Redeem, Redeemed};
 pub use outbox::{
     Claimed, Completion, DeliveryStats, FailureFacts, HourCount, LastAttempts, NotificationSearch,
     OutboxStore, Outcome, QueueCounts, RecentFailure, Saturated, SearchStore, SuspendPolicy, Tenancy,

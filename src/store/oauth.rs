@@ -1,7 +1,12 @@
 //! OAuth 2.0 clients, grants, authorization codes and refresh tokens (`oauth_*`). A code and a
 //! refresh token are used in one statement that only succeeds once, so across every process
 //! each is used once; a second use is reported, for the grant to be revoked (RFC 6749 §4.1.2,
-//! §10.4).
+//! §10.4). Using one, issuing the new tokens and auditing it are one transaction
+//! ([`OAuthStore::exchange_oauth`]): a failure leaves the old one usable.
+//!
+//! Lock order: an exchange and a revocation both write the grant's row first, so a token
+//! issued in the same instant as a revocation is either refused (the grant is revoked) or
+//! revoked with the others (the revocation waits for the exchange to commit).
 
 use async_trait::async_trait;
 use custodian_macros::sql_bounds;
@@ -29,6 +34,28 @@ pub enum Redeemed<T> {
     Reused(AnyId),
     /// Unknown or expired.
     Invalid,
+}
+
+/// What an exchange uses: an authorization code or a refresh token, by its SHA-256.
+#[derive(Debug, Clone, Copy)]
+pub enum Redeem<'a> {
+    Code(&'a str),
+    RefreshToken(&'a str),
+}
+
+/// One token exchange's writes ([`OAuthStore::exchange_oauth`]).
+#[derive(Debug)]
+pub struct Exchange<'a> {
+    pub redeem: Redeem<'a>,
+    /// The grant the code or refresh token belongs to (as read before).
+    pub grant: &'a AnyId,
+    /// Unix seconds.
+    pub now: i64,
+    /// The new refresh token's SHA-256, and when it expires (Unix seconds).
+    pub refresh_hash: &'a str,
+    pub refresh_expires_at: i64,
+    pub token: &'a crate::model::token::TokenRecord,
+    pub audit: &'a [AuditEntry],
 }
 
 #[async_trait]
@@ -67,20 +94,16 @@ pub trait OAuthStore: Send + Sync {
     async fn oauth_grant(&self, id: &AnyId) -> StoreResult<Option<OAuthGrant>>;
     /// The user's grants not revoked, newest first, at most `limit`.
     async fn oauth_grants(&self, user: &UserId, limit: u32) -> StoreResult<Vec<OAuthGrant>>;
-    /// Uses the code with SHA-256 `code_hash` at `now`.
-    async fn redeem_code(&self, code_hash: &str, now: i64) -> StoreResult<Redeemed<AuthorizationCode>>;
-    /// Keeps a refresh token of `grant` (its SHA-256), valid until `expires_at`.
-    async fn add_refresh_token(
-        &self,
-        token_hash: &str,
-        grant: &AnyId,
-        now: i64,
-        expires_at: i64,
-    ) -> StoreResult<()>;
+    /// The code with SHA-256 `code_hash`, used or not (nothing is written: the exchange uses
+    /// it, [`OAuthStore::exchange_oauth`]).
+    async fn oauth_code(&self, code_hash: &str) -> StoreResult<Option<AuthorizationCode>>;
     /// The grant of the refresh token with SHA-256 `token_hash`, used or not.
     async fn refresh_token_grant(&self, token_hash: &str) -> StoreResult<Option<AnyId>>;
-    /// Uses the refresh token with SHA-256 `token_hash` at `now`; `Fresh` gives its grant.
-    async fn redeem_refresh_token(&self, token_hash: &str, now: i64) -> StoreResult<Redeemed<AnyId>>;
+    /// One token exchange (RFC 6749 §4.1.3, §6) in one transaction: the code or refresh token
+    /// used at `now`, the new refresh token kept, the access token stored with its audit
+    /// entries. `Fresh(())` when issued; `Reused` (used before: the grant to revoke) and
+    /// `Invalid` (unknown, expired, or its grant revoked) write nothing.
+    async fn exchange_oauth(&self, e: Exchange<'_>) -> StoreResult<Redeemed<()>>;
     /// Every id_token signing key, oldest first.
     async fn oidc_keys(&self) -> StoreResult<Vec<OidcKey>>;
     /// Keeps a new signing key; the keys of its algorithm not yet retired are retired at its
@@ -152,19 +175,12 @@ const GRANT_COLUMNS: &str =
 const CODE_COLUMNS: &str =
     "code_hash, grant_id, redirect_uri, code_challenge, nonce, auth_time, expires_at, used_at";
 
-/// Revokes at `now` the live grants whose `column` (`id` or `client_id`) is `key`: their
-/// access tokens, their refresh tokens, then the grants; how many grants.
+/// Revokes at `now` the live grants whose `column` (`id` or `client_id`) is `key`, then every
+/// access token and refresh token of a revoked grant of theirs; how many grants.
 #[sql_bounds]
 async fn revoke_grants<DB>(tx: &mut DB::Connection, column: &str, key: &AnyId, now: i64) -> StoreResult<u64> {
-    let live = format!("SELECT id FROM oauth_grants WHERE {column} = $2 AND revoked_at IS NULL");
-    for sql in [
-        format!("{REVOKE} WHERE oauth_grant_id IN ({live}) AND revoked_at IS NULL"),
-        format!(
-            "UPDATE oauth_refresh_tokens SET used_at = $1 WHERE grant_id IN ({live}) AND used_at IS NULL"
-        ),
-    ] {
-        sqlx::query(&sql).bind(now).bind(key.as_str()).execute(&mut *tx).await?;
-    }
+    // The grants' rows first (the module's lock order): an exchange of one of them in flight
+    // commits before the tokens below are read, so its token is among them.
     let done = sqlx::query(&format!(
         "UPDATE oauth_grants SET revoked_at = $1 WHERE {column} = $2 AND revoked_at IS NULL"
     ))
@@ -172,6 +188,15 @@ async fn revoke_grants<DB>(tx: &mut DB::Connection, column: &str, key: &AnyId, n
     .bind(key.as_str())
     .execute(&mut *tx)
     .await?;
+    let revoked = format!("SELECT id FROM oauth_grants WHERE {column} = $2 AND revoked_at IS NOT NULL");
+    for sql in [
+        format!("{REVOKE} WHERE oauth_grant_id IN ({revoked}) AND revoked_at IS NULL"),
+        format!(
+            "UPDATE oauth_refresh_tokens SET used_at = $1 WHERE grant_id IN ({revoked}) AND used_at IS NULL"
+        ),
+    ] {
+        sqlx::query(&sql).bind(now).bind(key.as_str()).execute(&mut *tx).await?;
+    }
     Ok(DB::rows_affected(&done))
 }
 
@@ -185,6 +210,7 @@ where
     for<'r> CodeRow: FromRow<'r, DB::Row>,
     for<'r> KeyRow: FromRow<'r, DB::Row>,
     for<'r> (String, Option<i64>): FromRow<'r, DB::Row>,
+    Vec<u8>: sqlx::Type<DB>,
 {
     async fn add_oauth_client(&self, c: &OAuthClient, audit: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
@@ -337,53 +363,13 @@ where
         rows.into_iter().map(grant).collect()
     }
 
-    async fn redeem_code(&self, code_hash: &str, now: i64) -> StoreResult<Redeemed<AuthorizationCode>> {
-        let mut tx = self.begin_write().await?;
-        let used = sqlx::query(
-            "UPDATE oauth_codes SET used_at = $2 WHERE code_hash = $1 AND used_at IS NULL AND expires_at > $2",
-        )
-        .bind(code_hash)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+    async fn oauth_code(&self, code_hash: &str) -> StoreResult<Option<AuthorizationCode>> {
         let row: Option<CodeRow> =
             sqlx::query_as(&format!("SELECT {CODE_COLUMNS} FROM oauth_codes WHERE code_hash = $1"))
                 .bind(code_hash)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&self.pool)
                 .await?;
-        tx.commit().await?;
-        let Some(c) = row.map(code).transpose()? else { return Ok(Redeemed::Invalid) };
-        Ok(match (DB::rows_affected(&used), c.used_at) {
-            (1, _) => Redeemed::Fresh(c),
-            (_, Some(_)) => Redeemed::Reused(c.grant_id),
-            _ => Redeemed::Invalid,
-        })
-    }
-
-    async fn add_refresh_token(
-        &self,
-        token_hash: &str,
-        grant: &AnyId,
-        now: i64,
-        expires_at: i64,
-    ) -> StoreResult<()> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO oauth_refresh_tokens (token_hash, grant_id, created_at, expires_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(token_hash)
-        .bind(grant.as_str())
-        .bind(now)
-        .bind(expires_at)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("UPDATE oauth_grants SET last_used_at = $2 WHERE id = $1")
-            .bind(grant.as_str())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        row.map(code).transpose()
     }
 
     async fn refresh_token_grant(&self, token_hash: &str) -> StoreResult<Option<AnyId>> {
@@ -395,28 +381,55 @@ where
         row.map(|(g,)| g.parse().map_err(|e| bad("refresh token grant", e))).transpose()
     }
 
-    async fn redeem_refresh_token(&self, token_hash: &str, now: i64) -> StoreResult<Redeemed<AnyId>> {
+    async fn exchange_oauth(&self, e: Exchange<'_>) -> StoreResult<Redeemed<()>> {
         let mut tx = self.begin_write().await?;
-        let used = sqlx::query(
-            "UPDATE oauth_refresh_tokens SET used_at = $2 WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2",
-        )
-        .bind(token_hash)
-        .bind(now)
+        // The grant's row first (see the module's lock order).
+        let live =
+            sqlx::query("UPDATE oauth_grants SET last_used_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(e.grant.as_str())
+                .bind(e.now)
+                .execute(&mut *tx)
+                .await?;
+        if DB::rows_affected(&live) != 1 {
+            return Ok(Redeemed::Invalid);
+        }
+        let (table, column, hash) = match e.redeem {
+            Redeem::Code(hash) => ("oauth_codes", "code_hash", hash),
+            Redeem::RefreshToken(hash) => ("oauth_refresh_tokens", "token_hash", hash),
+        };
+        let used = sqlx::query(&format!(
+            "UPDATE {table} SET used_at = $2 WHERE {column} = $1 AND grant_id = $3 AND used_at IS NULL \
+             AND expires_at > $2"
+        ))
+        .bind(hash)
+        .bind(e.now)
+        .bind(e.grant.as_str())
         .execute(&mut *tx)
         .await?;
-        let row: Option<(String, Option<i64>)> =
-            sqlx::query_as("SELECT grant_id, used_at FROM oauth_refresh_tokens WHERE token_hash = $1")
-                .bind(token_hash)
-                .fetch_optional(&mut *tx)
-                .await?;
+        if DB::rows_affected(&used) != 1 {
+            let row: Option<(String, Option<i64>)> =
+                sqlx::query_as(&format!("SELECT grant_id, used_at FROM {table} WHERE {column} = $1"))
+                    .bind(hash)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            return Ok(match row {
+                Some((grant, Some(_))) => Redeemed::Reused(grant.parse().map_err(|e| bad("grant id", e))?),
+                _ => Redeemed::Invalid,
+            });
+        }
+        sqlx::query(
+            "INSERT INTO oauth_refresh_tokens (token_hash, grant_id, created_at, expires_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(e.refresh_hash)
+        .bind(e.grant.as_str())
+        .bind(e.now)
+        .bind(e.refresh_expires_at)
+        .execute(&mut *tx)
+        .await?;
+        super::tokens::insert_token_row::<DB>(&mut tx, e.token).await?;
+        append_tx::<DB>(&mut tx, e.audit).await?;
         tx.commit().await?;
-        let Some((grant_id, used_at)) = row else { return Ok(Redeemed::Invalid) };
-        let grant_id: AnyId = grant_id.parse().map_err(|e| bad("refresh token grant", e))?;
-        Ok(match (DB::rows_affected(&used), used_at) {
-            (1, _) => Redeemed::Fresh(grant_id),
-            (_, Some(_)) => Redeemed::Reused(grant_id),
-            _ => Redeemed::Invalid,
-        })
+        Ok(Redeemed::Fresh(()))
     }
 
     async fn oidc_keys(&self) -> StoreResult<Vec<OidcKey>> {

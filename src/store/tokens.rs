@@ -28,6 +28,49 @@ use crate::{grant::Grant, types::Cidr};
 pub(super) const REVOKE: &str = "UPDATE access_tokens SET revoked_at = $1, \
     expires_at = CASE WHEN expires_at > $1 THEN $1 ELSE expires_at END";
 
+/// Inserts token `t` inside the caller's transaction (a token request, an OAuth exchange).
+/// Errors: `Conflict` when the id is taken.
+#[sql_bounds]
+pub(super) async fn insert_token_row<DB>(tx: &mut DB::Connection, t: &TokenRecord) -> StoreResult<()>
+where
+    Vec<u8>: Type<DB>,
+{
+    let sql = format!(
+        "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
+    );
+    sqlx::query(&sql)
+        .bind(t.id.as_str())
+        .bind(t.token_hash.as_str())
+        .bind(t.user_id.as_str())
+        .bind(t.kind.as_str())
+        .bind(t.label.as_deref())
+        .bind(to_json(&t.scopes.iter().map(Grant::to_scope_string).collect::<Vec<_>>())?)
+        .bind(t.created_at)
+        .bind(t.expires_at)
+        .bind(t.revoked_at)
+        .bind(t.ip.as_deref())
+        .bind(to_json_opt(&t.ip_restrict)?)
+        .bind(t.enterprise.as_deref())
+        .bind(t.is_extensible)
+        .bind(t.admin)
+        .bind(to_json_opt(&t.spending_limits)?)
+        .bind(to_json_opt(&t.permitted_wallets)?)
+        .bind(to_json_opt(&t.permitted_enterprises)?)
+        .bind(t.origin.as_str())
+        .bind(t.parent_id.as_deref())
+        .bind(t.sealed_value.clone())
+        .bind(t.extension_address.as_deref())
+        .bind(t.tx_value_limit.as_ref().map(|v| v.as_str()))
+        .bind(t.grant_type.as_str())
+        .bind(t.derivation_path.as_deref())
+        .bind(t.oauth_grant.as_ref().map(|g| g.as_str()))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| unique_violation(e, "a token with this id"))?;
+    Ok(())
+}
+
 /// Tokens by id and by hash, and templates.
 #[async_trait]
 pub trait TokenStore: Send + Sync {
@@ -201,39 +244,7 @@ where
         audit: &[AuditEntry],
     ) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
-        let sql = format!(
-            "INSERT INTO access_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
-        );
-        sqlx::query(&sql)
-            .bind(t.id.as_str())
-            .bind(t.token_hash.as_str())
-            .bind(t.user_id.as_str())
-            .bind(t.kind.as_str())
-            .bind(t.label.as_deref())
-            .bind(to_json(&t.scopes.iter().map(Grant::to_scope_string).collect::<Vec<_>>())?)
-            .bind(t.created_at)
-            .bind(t.expires_at)
-            .bind(t.revoked_at)
-            .bind(t.ip.as_deref())
-            .bind(to_json_opt(&t.ip_restrict)?)
-            .bind(t.enterprise.as_deref())
-            .bind(t.is_extensible)
-            .bind(t.admin)
-            .bind(to_json_opt(&t.spending_limits)?)
-            .bind(to_json_opt(&t.permitted_wallets)?)
-            .bind(to_json_opt(&t.permitted_enterprises)?)
-            .bind(t.origin.as_str())
-            .bind(t.parent_id.as_deref())
-            .bind(t.sealed_value.clone())
-            .bind(t.extension_address.as_deref())
-            .bind(t.tx_value_limit.as_ref().map(|v| v.as_str()))
-            .bind(t.grant_type.as_str())
-            .bind(t.derivation_path.as_deref())
-            .bind(t.oauth_grant.as_ref().map(|g| g.as_str()))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| unique_violation(e, "a token with this id"))?;
+        insert_token_row::<DB>(&mut tx, t).await?;
         insert_notifications_tx::<DB, _>(&mut tx, notifications).await?;
         append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;

@@ -83,14 +83,40 @@ pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
 }
 
 /// An event the service itself saw (the chain watcher), fanned out like [`ingest`]'s to the
-/// routed webhooks that `keep` keeps; recorded only when one is (`None` otherwise), since
-/// most blocks concern no webhook.
-pub async fn ingest_routed(
+/// routed webhooks that `keep` keeps, but not stored: the caller stores [`Prepared::event`] in
+/// the transaction that stores what the event tells (`store::BlockWrite::events`), so that a
+/// crash keeps both or neither, then calls [`Handoff::committed`]. `None` when no webhook is
+/// routed to, since most blocks concern none.
+pub async fn prepare_routed(
     svc: &Webhooks,
     body: serde_json::Map<String, Value>,
     keep: impl Fn(&Webhook) -> bool,
-) -> Result<Option<EventResult>> {
-    fan_out(svc, Value::Object(body), keep, false).await
+) -> Result<Option<Prepared>> {
+    prepare(svc, Value::Object(body), keep, false).await
+}
+
+/// An event fanned out, to be stored by the caller: its row and notifications (`event`), and
+/// what to do once they are committed (`handoff`).
+pub struct Prepared {
+    pub event: EventWrite,
+    pub handoff: Handoff,
+}
+
+/// Notifications of a [`Prepared`] event leased to this process's engine, waiting for the
+/// commit. Dropped without [`Handoff::committed`] (the write failed), the leases are freed.
+pub struct Handoff {
+    leased: Box<dyn Reserved>,
+    unleased: bool,
+}
+
+impl Handoff {
+    /// After the commit: hands the engine what the event wrote when it was stored now (a
+    /// repeat of a stored event id wrote nothing: its leases are freed).
+    pub async fn committed(self, svc: &Webhooks, recorded: &Recorded) {
+        if let Recorded::Now { skipped } = recorded {
+            hand_to_engine(svc, self.leased, skipped, self.unleased).await;
+        }
+    }
 }
 
 async fn fan_out(
@@ -99,6 +125,33 @@ async fn fan_out(
     keep: impl Fn(&Webhook) -> bool,
     record_unrouted: bool,
 ) -> Result<Option<EventResult>> {
+    let Some(Prepared { event, handoff }) = prepare(svc, body, keep, record_unrouted).await? else {
+        return Ok(None);
+    };
+    let result = EventResult {
+        event_id: event.event_id.clone(),
+        notifications: event.notifications.len() as u64,
+        webhooks: event.webhooks.clone(),
+    };
+    let recorded = svc.store.record_event(event).await?;
+    handoff.committed(svc, &recorded).await;
+    Ok(Some(match recorded {
+        // Each webhook notified got one notification.
+        Recorded::Before(webhooks) => {
+            EventResult { event_id: result.event_id, notifications: webhooks.len() as u64, webhooks }
+        }
+        Recorded::Now { .. } => result,
+    }))
+}
+
+/// Checks an event and builds its row and notifications (leasing the first to this process's
+/// engine); `None` when no webhook is routed to and `record_unrouted` is false.
+async fn prepare(
+    svc: &Webhooks,
+    body: Value,
+    keep: impl Fn(&Webhook) -> bool,
+    record_unrouted: bool,
+) -> Result<Option<Prepared>> {
     let ev: EventRequest = parse_value(&body)?;
     let Value::Object(map) = body else {
         return Err(Error::invalid_field("", "an event must be a JSON object"));
@@ -147,30 +200,15 @@ async fn fan_out(
     // written leased (docs/decisions.md#performance); only active webhooks' (they come first).
     let leased = svc.dispatch.reserve(&mut notifications[..active], &hooks[..active], ids::now_ms());
     let unleased = notifications.len() > leased.len();
-    let result = EventResult {
-        event_id: ev.event_id.clone(),
-        notifications: notifications.len() as u64,
-        webhooks: hooks.iter().map(|w| w.id.clone()).collect(),
-    };
+    let webhooks = hooks.iter().map(|w| w.id.clone()).collect();
     let event = EventWrite {
         event_id: ev.event_id,
         body: stored_body(map, ev.transfer_id.is_some()),
         transfer_id: ev.transfer_id,
-        webhooks: result.webhooks.clone(),
+        webhooks,
         notifications,
     };
-    match svc.store.record_event(event).await? {
-        // Each webhook notified got one notification.
-        Recorded::Before(webhooks) => Ok(Some(EventResult {
-            event_id: result.event_id,
-            notifications: webhooks.len() as u64,
-            webhooks,
-        })),
-        Recorded::Now { skipped } => {
-            hand_to_engine(svc, leased, &skipped, unleased).await;
-            Ok(Some(result))
-        }
-    }
+    Ok(Some(Prepared { event, handoff: Handoff { leased, unleased } }))
 }
 
 /// Whether suspended webhook `w` may hold one more notification: fewer than

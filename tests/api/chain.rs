@@ -424,7 +424,7 @@ async fn addresses_are_listed_added_checksummed_and_watched() {
 }
 
 /// 32-byte ABI words.
-fn word_address(a: &str) -> String {
+pub fn word_address(a: &str) -> String {
     format!("{:0>64}", a.trim_start_matches("0x").to_lowercase())
 }
 

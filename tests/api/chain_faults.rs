@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use crate::chain::{Anvil, ONE_ETH, RICH, WATCHED};
 use crate::common::*;
+use crate::hostile_node::HostileNode;
 use crate::procs::{Cluster, Server};
 use crate::receiver::TestReceiver;
 
@@ -15,8 +16,13 @@ const ETH_WALLET: &str = "e7e1a1b2c3d4e5f60718293a4b5c6d7e";
 /// A cluster whose processes watch `anvil` as hteth (3 confirmations, one block per round, so
 /// a backfill takes many rounds), with an hteth wallet at [`WATCHED`].
 async fn chain_cluster(anvil: &Anvil) -> Cluster {
-    let cluster = Cluster::new(&[
-        ("CUSTODIAN_CHAINS_HTETH_RPC_URL", anvil.url.as_str()),
+    chain_cluster_at(&anvil.url, &[]).await
+}
+
+/// [`chain_cluster`] reading the node at `rpc_url`, with `more` settings.
+async fn chain_cluster_at(rpc_url: &str, more: &[(&str, &str)]) -> Cluster {
+    let mut env = vec![
+        ("CUSTODIAN_CHAINS_HTETH_RPC_URL", rpc_url),
         ("CUSTODIAN_CHAINS_HTETH_CHAIN_ID", "31337"),
         ("CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS", "3"),
         ("CUSTODIAN_CHAINS_HTETH_START_BLOCK", "0"),
@@ -24,8 +30,9 @@ async fn chain_cluster(anvil: &Anvil) -> Cluster {
         ("CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS", "50"),
         ("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32"),
         ("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50"),
-    ])
-    .await;
+    ];
+    env.extend_from_slice(more);
+    let cluster = Cluster::new(&env).await;
     let wallet = json!([{
         "id": ETH_WALLET, "label": "eth", "coin": "hteth", "allowBackupKeySigning": false, "approvalsRequired": 1,
         "coinSpecific": { "baseAddress": WATCHED }, "deleted": false, "disableTransactionNotifications": false,
@@ -119,6 +126,47 @@ async fn a_watcher_killed_mid_backfill_resumes_and_notifies_every_transfer_once(
     let (events, keys) = events_by_key(&receiver);
     assert_eq!(events, want);
     assert_eq!(keys, want.len(), "one idempotency key per transfer and state");
+}
+
+/// A watcher killed (kill -9) with its checkpoint at each height from before a transfer's block
+/// to after its confirmation depth: the process that takes over tells every state once. The
+/// kill lands while the node holds back the next block, so each height is hit exactly.
+#[tokio::test]
+async fn a_watcher_killed_at_each_height_around_a_transfer_tells_every_state_once() {
+    let anvil = Anvil::start().await;
+    anvil.mine(2).await;
+    // The transfer is in block 3 and confirmed (3 confirmations) at block 5.
+    let txid = anvil.send(RICH, WATCHED, ONE_ETH).await;
+    anvil.mine(6).await;
+    let head = anvil.head().await;
+    let want: HashSet<(String, String)> =
+        ["unconfirmed", "confirmed"].iter().map(|s| (txid.clone(), s.to_string())).collect();
+    for kill_at in 1..=6u64 {
+        let node = HostileNode::start(&anvil.url).await;
+        node.lie(|l| l.hold_from = Some(kill_at + 1));
+        let cluster = chain_cluster_at(&node.url, &[("CUSTODIAN_CHAINS_HTETH_LEASE_MS", "1000")]).await;
+        let receiver = TestReceiver::start().await;
+        let api = cluster.start_role("api").await;
+        transfer_hook(&cluster, &api, &receiver.url).await;
+        let mut first = cluster.start().await;
+        until(&format!("the watcher waits for block {}", kill_at + 1), 30, || async {
+            (node.asked_for_block(kill_at + 1) && status(&cluster)["height"].as_u64() == Some(kill_at))
+                .then_some(())
+        })
+        .await;
+        first.kill();
+        node.lie(|l| l.hold_from = None);
+        let _second = cluster.start().await;
+        backfill_reaches(&cluster, head).await;
+        until_advancing(&format!("both notifications after a kill at {kill_at}"), 30, || async {
+            let keys = events_by_key(&receiver).1;
+            (keys as u64, (keys >= want.len()).then_some(()))
+        })
+        .await;
+        let (events, keys) = events_by_key(&receiver);
+        assert_eq!(events, want, "killed at {kill_at}");
+        assert_eq!(keys, want.len(), "one idempotency key per state, killed at {kill_at}");
+    }
 }
 
 #[tokio::test]
@@ -258,7 +306,7 @@ async fn a_node_of_another_chain_is_named_in_health_and_not_read() {
         health["chains"][0]["error"].as_str().map(str::to_string)
     })
     .await;
-    assert!(error.contains("chain_id is 1 but the node answers 31337"), "{error}");
+    assert!(error.contains("the node answers 31337, not chains.hteth.chain_id 1"), "{error}");
     assert!(!error.contains(&anvil.url), "the node's URL is never shown: {error}");
     let status = custodian::chain::status(&app.state.chains).await.unwrap();
     assert_eq!(status[0].height, None, "no block is read from another chain's node");

@@ -122,6 +122,7 @@ pub async fn spawn_app() -> TestApp {
 
 /// Boots the server with the default test configuration changed by `tweak`.
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    init_test_log();
     let dir = tempfile::tempdir().expect("tempdir");
     let db = TestDb::new(dir.path()).await;
     let mut config = Config { database_url: db.url.clone(), ..Config::default() };
@@ -149,6 +150,15 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         _db: db,
         _dir: dir,
     }
+}
+
+/// The in-process server's log goes through the test harness's capture (the server runs on the
+/// test's own thread), so a failing test prints it and a passing one stays quiet.
+/// `CUSTODIAN_TEST_LOG` sets the filter (default `custodian=info`).
+pub fn init_test_log() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CUSTODIAN_TEST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("custodian=info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
 
 impl TestApp {

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use super::{
     alerts::{self, BaseFees},
+    announce::Batch,
     book::AddressBook,
     fetch::{Fetched, Reader},
     found::Finder,
@@ -38,9 +39,8 @@ use crate::{
     types::{Coin, WalletId},
 };
 
-/// How long a watcher's lease lasts without renewal, milliseconds: another process takes the
-/// chain over this long after the holder died.
-pub const LEASE_MS: i64 = 15_000;
+/// The longest time between two checks of the node's chain id.
+pub const CHAIN_ID_EVERY: Duration = Duration::from_secs(60);
 
 /// While catching up, the least time between two checks of whether the watched address set
 /// changed (at the head it is checked every round).
@@ -55,6 +55,8 @@ pub enum WatchError {
     Node(#[from] NodeError),
     #[error(transparent)]
     Domain(#[from] Error),
+    #[error(transparent)]
+    Overflow(#[from] super::found::Overflow),
 }
 
 impl From<crate::store::StoreError> for WatchError {
@@ -123,19 +125,24 @@ impl Watcher {
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let poll = Duration::from_millis(self.config.poll_interval_ms);
         let mut backoff = poll;
-        let mut checked_chain_id = false;
+        // When the node's chain id was last found right: checked again after any error and at
+        // least every CHAIN_ID_EVERY, so a node switched to another chain is stopped early.
+        let mut chain_id_ok: Option<tokio::time::Instant> = None;
         loop {
             if *stop.borrow() {
                 return;
             }
             let outcome = async {
-                if !checked_chain_id {
+                if chain_id_ok.is_none_or(|at| at.elapsed() >= CHAIN_ID_EVERY) {
                     self.check_chain_id().await?;
-                    checked_chain_id = true;
+                    chain_id_ok = Some(tokio::time::Instant::now());
                 }
                 self.round().await
             }
             .await;
+            if outcome.is_err() {
+                chain_id_ok = None;
+            }
             self.catching_up = matches!(outcome, Ok(true));
             let wait = match outcome {
                 Ok(true) => Duration::ZERO,
@@ -149,7 +156,7 @@ impl Watcher {
                     // What was due may have been taken by a write that failed: read it again.
                     self.stale_loaded = false;
                     // Best effort: the database may be what failed.
-                    let why = e.to_string();
+                    let why = crate::text::clip(e.to_string(), super::node::NodeError::MAX_BYTES);
                     let report = NodeReport { error: Some(Some(&why)), ..Default::default() };
                     let _ = self.svc.store.set_chain_node(self.chain.as_str(), &report).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
@@ -169,11 +176,14 @@ impl Watcher {
         crate::metrics::ChainLabels { coin: self.chain.as_str().to_string() }
     }
 
+    /// Reading stops while the node answers another chain's id: the round fails, naming it in
+    /// `/health` and the console, and is tried again with backoff.
     async fn check_chain_id(&self) -> Result<(), WatchError> {
         let id = self.node.chain_id().await?;
         if id != self.config.chain_id {
-            return Err(Error::Internal(anyhow::anyhow!(
-                "chains.{}.chain_id is {} but the node answers {id}",
+            self.svc.metrics.chain.wrong_chain.get_or_create(&self.labels()).inc();
+            return Err(NodeError::new(format!(
+                "eth_chainId: the node answers {id}, not chains.{}.chain_id {}; not reading from it",
                 self.chain.as_str(),
                 self.config.chain_id
             ))
@@ -189,7 +199,8 @@ impl Watcher {
         let chain_coin = self.chain.clone();
         let chain = chain_coin.as_str();
         let now = crate::ids::now_ms();
-        if !store.take_chain_lease(chain, &self.holder, now, now + LEASE_MS).await? {
+        let lease_ms = i64::try_from(self.config.lease_ms).unwrap_or(15_000);
+        if !store.take_chain_lease(chain, &self.holder, now, now + lease_ms).await? {
             return Ok(false);
         }
         self.load_due().await?;
@@ -244,7 +255,7 @@ impl Watcher {
                     stop = Some(Some(n - 1));
                     break;
                 }
-                self.find(&fetched, &mut window, &mut run);
+                self.find(&fetched, &mut window, &mut run)?;
                 tip = Some(fetched.block.head);
             }
             self.write(run, head).await?;
@@ -264,10 +275,22 @@ impl Watcher {
     }
 
     /// Takes in the pending pool's changes at the head: the transfers and balances (no
-    /// checkpoint), then their events, so a receiver told of a transfer finds it in the API.
+    /// checkpoint) with their events, in one transaction.
     async fn pending(&mut self, window: &Window, head: u64) -> Result<(), WatchError> {
         let finder = Finder { chain: &self.chain, book: &self.book, tokens: &self.tokens };
-        let changes = self.pool.changes(&*self.node, &finder, window, head, self.config.reorg_depth).await?;
+        let max_new = usize::try_from(self.config.pool_max_new).unwrap_or(usize::MAX);
+        let limits = (head, self.config.reorg_depth, max_new);
+        let read = self.pool.changes(&*self.node, &finder, window, limits).await?;
+        let metrics = &self.svc.metrics.chain;
+        if read.too_large {
+            metrics.pool_dropped.get_or_create(&self.labels()).inc();
+            tracing::warn!(
+                chain = self.chain.as_str(),
+                "the node's pending pool is over pool_max_bytes; not read this round"
+            );
+        }
+        metrics.pool_deferred.get_or_create(&self.labels()).inc_by(read.deferred);
+        let changes = read.transfers;
         if changes.is_empty() {
             self.pool.settle(window, &changes);
             return Ok(());
@@ -276,6 +299,10 @@ impl Watcher {
             changes.iter().map(|t| (t.wallet_id.clone(), t.coin.clone())).collect();
         let touched: Vec<(WalletId, Coin)> = touched.into_iter().collect();
         let (balances, token_balances) = self.split_balances(&touched, head, &changes).await?;
+        let mut batch = Batch::default();
+        for t in &changes {
+            batch.extend(super::announce::transfer(&self.svc, t).await?);
+        }
         let write = BlockWrite {
             chain: self.chain.as_str(),
             heads: &[],
@@ -286,11 +313,10 @@ impl Watcher {
             token_balances: &token_balances,
             stale: &[],
             balances_read: false,
+            events: &batch.events,
         };
-        self.svc.store.record_blocks(write).await?;
-        for t in &changes {
-            super::announce::transfer(&self.svc, t).await?;
-        }
+        let recorded = self.svc.store.record_blocks(write).await?;
+        batch.committed(&self.svc, &recorded).await;
         self.pool.settle(window, &changes);
         Ok(())
     }
@@ -361,21 +387,30 @@ impl Watcher {
         };
         let depth = height - ancestor.height;
         tracing::info!(chain, depth, ancestor = ancestor.height, "reorg");
-        let removed = store.rewind_chain(chain, &ancestor, depth, crate::ids::now()).await?;
-        for t in &removed {
-            super::announce::transfer(&self.svc, t).await?;
-            // Read again with the next block of the new branch.
-            self.stale.insert((t.wallet_id.clone(), t.coin.clone()));
+        // What the rewind removes, as it will be, so that their `removed` events are stored
+        // with it: the watcher holds the chain's lease, so nothing changes them meanwhile.
+        let tip = ancestor.height + depth;
+        let mut removed = store.live_transfers(chain, ancestor.height + 1).await?;
+        removed.retain(|t| !t.block_hash.is_empty());
+        let mut batch = Batch::default();
+        for t in &mut removed {
+            t.state = TransferState::Removed;
+            t.confirmations = (tip + 1).saturating_sub(t.height);
+            batch.extend(super::announce::transfer(&self.svc, t).await?);
         }
+        let recorded = store.rewind_chain(chain, &ancestor, depth, crate::ids::now(), &batch.events).await?;
+        batch.committed(&self.svc, &recorded).await;
+        // Read again with the next block of the new branch.
+        self.stale.extend(removed.into_iter().map(|t| (t.wallet_id, t.coin)));
         Ok(())
     }
 
     /// Finds the block's transfers and moves older ones' confirmations on, in memory: `run`
     /// gathers what its blocks change, for [`Self::write`].
-    fn find(&mut self, fetched: &Fetched, window: &mut Window, run: &mut Run) {
+    fn find(&mut self, fetched: &Fetched, window: &mut Window, run: &mut Run) -> Result<(), WatchError> {
         let height = fetched.block.head.height;
         let finder = Finder { chain: &self.chain, book: &self.book, tokens: &self.tokens };
-        let mut found = finder.transfers(fetched);
+        let mut found = finder.transfers(fetched)?;
         let confirmed_at = self.config.confirmations;
         for t in &mut found {
             t.state = if confirmed_at <= 1 { TransferState::Confirmed } else { TransferState::Unconfirmed };
@@ -402,6 +437,7 @@ impl Watcher {
         run.counts.extend(counts);
         run.written.extend(written);
         run.heads.push(fetched.block.head.clone());
+        Ok(())
     }
 
     /// Those of `candidates` that had not appeared on chain before.
@@ -441,7 +477,9 @@ pub fn spawn_all(svc: &Chains, stop: watch::Receiver<bool>) -> Vec<tokio::task::
     let mut handles = Vec::new();
     for (coin, config) in &svc.config.chains {
         let Ok(chain) = coin.parse::<Coin>() else { continue };
-        let node = match super::node::EthNode::new(&config.rpc_url, Duration::from_secs(config.rpc_timeout)) {
+        let timeout = Duration::from_secs(config.rpc_timeout);
+        let pool_cap = usize::try_from(config.pool_max_bytes).unwrap_or(usize::MAX);
+        let node = match super::node::EthNode::new(&config.rpc_url, timeout, pool_cap) {
             Ok(n) => Arc::new(n) as Arc<dyn ChainNode>,
             Err(e) => {
                 tracing::error!(chain = coin.as_str(), error = %e, "chain watcher not started");

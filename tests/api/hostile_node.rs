@@ -1,0 +1,133 @@
+//! A hostile JSON-RPC node: a proxy in front of a real anvil that passes requests through
+//! unless told to lie, as a misbehaving provider or a load balancer behind it does: a `null`
+//! receipt, an empty log list, a 50 MiB answer, another chain's id, a block held back.
+
+use std::sync::{Arc, Mutex};
+
+use axum::{body::Bytes, extract::State, response::IntoResponse, routing::post, Router};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+/// What the proxy does to the next requests.
+#[derive(Default)]
+pub struct Lies {
+    /// The next this many `eth_getTransactionReceipt` answers are `null`.
+    pub null_receipts: usize,
+    /// The next this many `eth_getLogs` answers are `[]`.
+    pub empty_logs: usize,
+    /// `eth_blockNumber` answers a string of this many bytes (not a number).
+    pub huge_head: Option<usize>,
+    /// `eth_chainId` answers this instead.
+    pub chain_id: Option<u64>,
+    /// `eth_getBlockByNumber` for this height or above waits until released.
+    pub hold_from: Option<u64>,
+}
+
+#[derive(Default)]
+struct Inner {
+    lies: Lies,
+    /// Methods (and block heights asked for) seen, in order.
+    seen: Vec<(String, Option<u64>)>,
+}
+
+#[derive(Clone)]
+pub struct HostileNode {
+    pub url: String,
+    inner: Arc<Mutex<Inner>>,
+    released: Arc<Notify>,
+}
+
+struct Shared {
+    upstream: String,
+    client: reqwest::Client,
+    inner: Arc<Mutex<Inner>>,
+    released: Arc<Notify>,
+}
+
+fn height_of(req: &Value) -> Option<u64> {
+    let tag = req["params"][0].as_str()?;
+    u64::from_str_radix(tag.strip_prefix("0x")?, 16).ok()
+}
+
+async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let method = req["method"].as_str().unwrap_or_default().to_string();
+    let height = (method == "eth_getBlockByNumber").then(|| height_of(&req)).flatten();
+    let lie = {
+        let mut i = s.inner.lock().unwrap();
+        i.seen.push((method.clone(), height));
+        let l = &mut i.lies;
+        match method.as_str() {
+            "eth_getTransactionReceipt" if l.null_receipts > 0 => {
+                l.null_receipts -= 1;
+                Some(Value::Null)
+            }
+            "eth_getLogs" if l.empty_logs > 0 => {
+                l.empty_logs -= 1;
+                Some(json!([]))
+            }
+            "eth_blockNumber" => l.huge_head.map(|n| Value::String("9".repeat(n))),
+            "eth_chainId" => l.chain_id.map(|id| json!(format!("0x{id:x}"))),
+            _ => None,
+        }
+    };
+    if let Some(result) = lie {
+        return json!({ "jsonrpc": "2.0", "id": req["id"], "result": result }).to_string();
+    }
+    loop {
+        let held = {
+            let i = s.inner.lock().unwrap();
+            matches!((i.lies.hold_from, height), (Some(from), Some(h)) if h >= from)
+        };
+        if !held {
+            break;
+        }
+        let released = s.released.notified();
+        tokio::select! {
+            _ = released => {}
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+        }
+    }
+    let answer =
+        s.client.post(&s.upstream).header("content-type", "application/json").body(body).send().await;
+    match answer {
+        Ok(res) => res.text().await.unwrap_or_default(),
+        Err(_) => json!({ "jsonrpc": "2.0", "id": req["id"], "error": { "code": -32000, "message": "upstream away" } })
+            .to_string(),
+    }
+}
+
+impl HostileNode {
+    /// A proxy to the node at `upstream` that tells no lie until told to.
+    pub async fn start(upstream: &str) -> Self {
+        let inner = Arc::new(Mutex::new(Inner::default()));
+        let released = Arc::new(Notify::new());
+        let shared = Arc::new(Shared {
+            upstream: upstream.to_string(),
+            client: reqwest::Client::new(),
+            inner: inner.clone(),
+            released: released.clone(),
+        });
+        let app = Router::new().route("/", post(handle)).with_state(shared);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url: format!("http://127.0.0.1:{port}/"), inner, released }
+    }
+
+    /// Changes what the proxy lies about.
+    pub fn lie(&self, f: impl FnOnce(&mut Lies)) {
+        f(&mut self.inner.lock().unwrap().lies);
+        self.released.notify_waiters();
+    }
+
+    /// Whether a request for block `height` has arrived.
+    pub fn asked_for_block(&self, height: u64) -> bool {
+        self.inner.lock().unwrap().seen.iter().any(|(m, h)| m == "eth_getBlockByNumber" && *h == Some(height))
+    }
+
+    /// How many requests of `method` arrived.
+    pub fn count(&self, method: &str) -> usize {
+        self.inner.lock().unwrap().seen.iter().filter(|(m, _)| m == method).count()
+    }
+}
