@@ -475,3 +475,67 @@ async fn service_admins_register_rotate_and_delete_applications_in_the_console()
     let theirs = Browser::signed_in(&app, &user).await;
     assert_eq!(theirs.get(&app, "/console/admin/applications").await.status(), 403);
 }
+
+/// 8 exchanges of one code and 8 refreshes of one refresh token at once, 20 times each: one
+/// wins, the others are reuses that revoke the grant, and the winner's token, issued in the
+/// same instant, is revoked with it (RFC 6749 §4.1.2, §10.4).
+#[tokio::test]
+async fn racing_reuses_leave_no_live_token_of_the_grant() {
+    let app = spawn_app().await;
+    let user = app.create_user("racer@example.com").await;
+    let (id, secret) = client(&app).await;
+    let browser = Browser::signed_in(&app, &user).await;
+    let query = authorize_query(&id, "");
+    let exchange = |body: Value| {
+        let req = app.client.post(app.url("/oauth/token")).json(&body);
+        async move {
+            let res = req.send().await.unwrap();
+            let status = res.status().as_u16();
+            (status, res.json::<Value>().await.unwrap())
+        }
+    };
+    for round in 0..20 {
+        let code = query_of(&consent(&app, &browser, &query, "approve").await, "code").unwrap();
+        let body = serde_json::json!({ "grant_type": "authorization_code", "code": code, "code_verifier": VERIFIER,
+            "client_id": id, "client_secret": secret });
+        let answers = futures_util::future::join_all((0..8).map(|_| exchange(body.clone()))).await;
+        let won: Vec<&Value> = answers.iter().filter(|(s, _)| *s == 200).map(|(_, b)| b).collect();
+        assert_eq!(won.len(), 1, "round {round}: {answers:?}");
+        assert!(answers.iter().all(|(s, _)| *s == 200 || *s == 400), "round {round}: {answers:?}");
+        let token = won[0]["access_token"].as_str().unwrap();
+        assert_eq!(app.me(token).await.status(), 401, "round {round}: the code's winner is revoked too");
+
+        // A fresh grant (the last was revoked), then its refresh token raced.
+        let code = query_of(&consent(&app, &browser, &query, "approve").await, "code").unwrap();
+        let body = serde_json::json!({ "grant_type": "authorization_code", "code": code, "code_verifier": VERIFIER,
+            "client_id": id, "client_secret": secret });
+        let (status, first) = exchange(body).await;
+        assert_eq!(status, 200, "{first}");
+        let refresh = serde_json::json!({ "grant_type": "refresh_token", "refresh_token": first["refresh_token"],
+            "client_id": id, "client_secret": secret });
+        let answers = futures_util::future::join_all((0..8).map(|_| exchange(refresh.clone()))).await;
+        let won: Vec<&Value> = answers.iter().filter(|(s, _)| *s == 200).map(|(_, b)| b).collect();
+        assert_eq!(won.len(), 1, "round {round}: {answers:?}");
+        for t in [won[0]["access_token"].as_str().unwrap(), first["access_token"].as_str().unwrap()] {
+            assert_eq!(app.me(t).await.status(), 401, "round {round}: no token of the grant lives");
+        }
+    }
+}
+
+/// A code issued without a code_challenge is not exchanged with a code_verifier (RFC 9700
+/// §2.1.1: a PKCE downgrade), and a failed exchange uses nothing: the right request after it
+/// still works.
+#[tokio::test]
+async fn a_verifier_for_a_code_without_challenge_is_refused_and_uses_nothing() {
+    let app = spawn_app().await;
+    let user = app.create_user("downgrade@example.com").await;
+    let (id, secret) = client(&app).await;
+    let browser = Browser::signed_in(&app, &user).await;
+    let query = "response_type=code&client_id=CLIENT&scope=profile&state=s".replace("CLIENT", &id);
+    let code = query_of(&consent(&app, &browser, &query, "approve").await, "code").unwrap();
+    let with = [("grant_type", "authorization_code"), ("code", code.as_str()), ("code_verifier", VERIFIER)];
+    rfc_error(token(&app, &with, Some((&id, &secret))).await, 400, "invalid_grant").await;
+    let without = [("grant_type", "authorization_code"), ("code", code.as_str())];
+    let issued: Value = expect_json(token(&app, &without, Some((&id, &secret))).await, 200).await;
+    expect_json(app.me(issued["access_token"].as_str().unwrap()).await, 200).await;
+}
