@@ -23,6 +23,11 @@ pub struct LoginConfig {
     pub email_delay_max: u64,
     /// Days a successful login keeps its client exempt from the per-email wait.
     pub known_client_days: u64,
+    /// Seconds after a login (password and OTP, or a passkey) during which its session counts
+    /// as a fresh second factor for changing how the user's tokens are sealed (an ECDH
+    /// keychain, `ecdhKeychain`): BitGoJS's `ensureEcdhKeychain` does that right after
+    /// logging in. Later, such a change needs an `otp` in the request, or an unlocked session.
+    pub fresh_factor_secs: u64,
     /// Wrong one-time passwords allowed per user within `window`, wherever an OTP is checked,
     /// before that user's OTP checks answer 429 `TooManyOtpAttempts`.
     pub max_otp_failures: u32,
@@ -53,6 +58,7 @@ impl Default for LoginConfig {
             email_delay_step: 10,
             email_delay_max: 15 * 60,
             known_client_days: 30,
+            fresh_factor_secs: 300,
             max_otp_failures: 5,
             max_concurrent_hashes: cores,
             hash_queue: 4 * cores,

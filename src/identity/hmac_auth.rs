@@ -17,8 +17,9 @@
 //!
 //! Beyond BitGo: a timestamp outside the window is refused, and so is a request seen before
 //! (the replay guard), by every process sharing the database: each MAC is recorded there, the
-//! reads of v3 and v4 behind a bounded memory of the process that saw them. Every comparison of a MAC
-//! is constant-time (`digest::hmac_sha256_verify`).
+//! reads of v3 behind a bounded memory of the process that saw them. A v4 request's
+//! `X-Auth-Request-Id` is single-use per token within the window, on every process. Every
+//! comparison of a MAC is constant-time (`digest::hmac_sha256_verify`).
 
 use std::{collections::HashMap, net::IpAddr, sync::Mutex};
 
@@ -317,12 +318,26 @@ pub async fn authenticate_signed(
     // v2 MAC must be: v2 does not sign the method, so a read's would pass as a write's. A v3
     // or v4 read first meets this process's memory, which refuses a replay here without a
     // round trip and bounds what one process holds (`tokens.hmac_read_replay_capacity`).
+    // v4 names each request: its `X-Auth-Request-Id` is single-use per token within the window,
+    // on every process, so the id on another request is refused as the same request again is
+    // (a replay of one signature carries its id). Recorded in place of the MAC.
+    let seen: [u8; 32] = if v4 {
+        <sha2::Sha256 as sha2::Digest>::digest(format!("v4|{}|{auth_request_id}", token.id.as_str())).into()
+    } else {
+        given
+    };
     let local_first = req.changes_state
         || version == AuthVersion::V2
-        || svc.replay.first_sight(given, ids::now_ms(), expires)?;
-    let first = local_first && svc.store.record_signed_request(&hex::encode(given), expires).await?;
+        || v4
+        || svc.replay.first_sight(seen, ids::now_ms(), expires)?;
+    let first = local_first && svc.store.record_signed_request(&hex::encode(seen), expires).await?;
     if !first {
-        return Err(refused(ErrorName::RequestReplayed, "this signed request was already received"));
+        let what = if v4 {
+            "this X-Auth-Request-Id was already used with this token"
+        } else {
+            "this signed request was already received"
+        };
+        return Err(refused(ErrorName::RequestReplayed, what));
     }
     let principal = Principal { signed: true, ..principal_of_token(svc, token, client_ip).await? };
     let signer =

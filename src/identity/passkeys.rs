@@ -68,7 +68,11 @@ fn refused(message: &str) -> Error {
 
 /// The caller's `fresh` factor (a TOTP code or a passkey assertion), required to add or remove
 /// a passkey: a stolen session alone cannot. Errors: `LoginFailed` (`InvalidOtp`), `Throttled`.
-async fn require_fresh_factor(svc: &Identity, auth: &Principal, fresh: Option<&str>) -> Result<()> {
+pub(super) async fn require_fresh_factor(
+    svc: &Identity,
+    auth: &Principal,
+    fresh: Option<&str>,
+) -> Result<()> {
     let factor = fresh.and_then(SecondFactor::parse);
     let ok = match &factor {
         Some(f) => verify_otp(svc, &auth.user, f, auth.client_ip).await?,

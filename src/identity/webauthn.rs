@@ -125,11 +125,15 @@ pub fn normalized(json: &str) -> Option<Value> {
     Some(v)
 }
 
+/// A credential's `clientDataJSON`, decoded.
+fn client_data(credential: &Value) -> Option<Value> {
+    let client_data = B64URL.decode(credential["response"]["clientDataJSON"].as_str()?).ok()?;
+    serde_json::from_slice(&client_data).ok()
+}
+
 /// The challenge a credential answers, from its `clientDataJSON`.
 pub fn answered_challenge(credential: &Value) -> Option<String> {
-    let client_data = B64URL.decode(credential["response"]["clientDataJSON"].as_str()?).ok()?;
-    let parsed: Value = serde_json::from_slice(&client_data).ok()?;
-    parsed["challenge"].as_str().map(str::to_string)
+    client_data(credential)?["challenge"].as_str().map(str::to_string)
 }
 
 pub fn parsed_passkeys(records: &[PasskeyRecord]) -> Vec<(&PasskeyRecord, Passkey)> {
@@ -154,8 +158,12 @@ pub async fn check_assertion(
     value: Value,
     pending: PendingChallenge,
 ) -> Result<std::result::Result<(), Refusal>> {
+    // webauthn-rs checks `crossOrigin` at registration only: an assertion made in a frame of
+    // another origin (WebAuthn L3 §7.2 step 11) is refused here too.
+    let cross_origin = client_data(&value).is_some_and(|d| d["crossOrigin"].as_bool() == Some(true));
     if pending.user_id.as_ref().is_some_and(|u| *u != user.id)
         || pending.purpose == ChallengePurpose::Register
+        || cross_origin
     {
         return Ok(Err(Refusal::Invalid));
     }

@@ -46,3 +46,33 @@ async fn an_ecdh_keychain_is_kept_and_chosen_and_bad_ones_are_refused() {
         app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'user.ecdh_keychain%' ORDER BY seq").await;
     assert_eq!(audit, ["user.ecdh_keychain_added", "user.ecdh_keychain_set"]);
 }
+
+/// A bearer session alone, once its login is no longer fresh, cannot change what seals the
+/// user's future tokens (a thief's keychain would open every later login); with a fresh code
+/// it can. A fresh login's session can (BitGoJS's `ensureEcdhKeychain` right after logging in).
+#[tokio::test]
+async fn ecdh_keychain_changes_need_a_fresh_factor_once_the_login_is_old() {
+    let app = spawn_app_with(|c| c.login.fresh_factor_secs = 0).await;
+    let user = app.create_user("stolen@example.com").await;
+    let session = app.login(&user).await;
+    let added = json!({ "xpub": XPUB, "encryptedXprv": ENVELOPE });
+    assert_error(app.post_auth("/api/v1/keychain", &session, &added).await, 401, "InvalidOtp").await;
+    let wrong = json!({ "xpub": XPUB, "encryptedXprv": ENVELOPE, "otp": "123456" });
+    assert_error(app.post_auth("/api/v1/keychain", &session, &wrong).await, 401, "InvalidOtp").await;
+    let empty = expect_json(app.get_auth("/api/v1/user/settings", &session).await, 200).await;
+    assert_eq!(empty, json!({ "settings": {} }), "nothing was kept");
+    let with_code = json!({ "xpub": XPUB, "encryptedXprv": ENVELOPE, "otp": "000000" });
+    expect_json(app.post_auth("/api/v1/keychain", &session, &with_code).await, 200).await;
+    let set = json!({ "settings": { "ecdhKeychain": XPUB } });
+    assert_error(app.put_auth("/api/v2/user/settings", &session, &set).await, 401, "InvalidOtp").await;
+    let set_with_code = json!({ "settings": { "ecdhKeychain": XPUB }, "otp": "000000" });
+    expect_json(app.put_auth("/api/v2/user/settings", &session, &set_with_code).await, 200).await;
+    let audit = app
+        .raw_sql("SELECT type FROM audit_log WHERE type LIKE 'user.ecdh_keychain%' OR type = 'otp.failed' ORDER BY seq")
+        .await;
+    assert_eq!(
+        audit.iter().filter(|t| t.starts_with("user.ecdh")).collect::<Vec<_>>(),
+        ["user.ecdh_keychain_added", "user.ecdh_keychain_set"]
+    );
+    assert!(audit.len() >= 4, "the refused attempts are audited: {audit:?}");
+}

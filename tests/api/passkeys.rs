@@ -91,6 +91,9 @@ async fn replayed_foreign_origin_regressed_and_unknown_assertions_are_refused_an
     let options = challenge(&app, None).await;
     let phished = key.assert_with(&options, key.counter + 1, "https://custodian.example.evil");
     assert_error(sign_in(&app, &phished).await, 401, "InvalidCredentials").await;
+    // The right origin, but in a frame of another (crossOrigin), refused as registration does.
+    let framed = key.assert_in_frame(&challenge(&app, None).await, key.counter + 1);
+    assert_error(sign_in(&app, &framed).await, 401, "InvalidCredentials").await;
     // A counter that went backwards: a cloned authenticator.
     let cloned = key.assert_with(&challenge(&app, None).await, 1, ORIGIN);
     assert_error(sign_in(&app, &cloned).await, 401, "InvalidCredentials").await;

@@ -356,6 +356,23 @@ async fn a_signed_read_replayed_to_another_process_is_refused() {
     assert_eq!(send(&a.base, Method::GET).await.expect("first").status(), 200, "v4");
     assert_error(send(&b.base, Method::GET).await.expect("replay"), 401, "RequestReplayed").await;
     assert_error(send(&a.base, Method::DELETE).await.expect("swap"), 401, "InvalidSignature").await;
+    // The same X-Auth-Request-Id on another request, rightly signed, on either process: refused.
+    let other = "/api/v2/user/session";
+    for base in [&a.base, &b.base] {
+        let signature = hmac_hex(token, format!("{ts}\nGET\n{other}\n{hash}\n{request_id}\n").as_bytes());
+        let res = cluster
+            .client
+            .get(format!("{base}{other}"))
+            .header("Authorization", format!("Bearer {token_id}"))
+            .header("X-Request-Timestamp", ts.to_string())
+            .header("X-Content-SHA256", &hash)
+            .header("X-Auth-Request-Id", request_id)
+            .header("X-Signature", signature)
+            .send()
+            .await
+            .expect("reused id");
+        assert_error(res, 401, "RequestReplayed").await;
+    }
 }
 
 /// The same signed write sent twenty times at once (so several land in one batch of the replay

@@ -112,9 +112,19 @@ impl SoftPasskey {
 
     /// An assertion with the given counter and origin (for the refusals).
     pub fn assert_with(&self, options: &Value, counter: u32, origin: &str) -> Value {
+        self.assertion(options, counter, origin, false)
+    }
+
+    /// An assertion made in a frame of another origin (`crossOrigin: true`).
+    pub fn assert_in_frame(&self, options: &Value, counter: u32) -> Value {
+        self.assertion(options, counter, &self.origin, true)
+    }
+
+    fn assertion(&self, options: &Value, counter: u32, origin: &str, cross_origin: bool) -> Value {
         let challenge = options["publicKey"]["challenge"].as_str().expect("challenge");
         let client_data =
-            json!({ "type": "webauthn.get", "challenge": challenge, "origin": origin }).to_string();
+            json!({ "type": "webauthn.get", "challenge": challenge, "origin": origin, "crossOrigin": cross_origin })
+                .to_string();
         let mut auth_data = Sha256::digest(self.rp_id.as_bytes()).to_vec();
         auth_data.push(UP_UV);
         auth_data.extend(counter.to_be_bytes());

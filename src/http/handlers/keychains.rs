@@ -43,11 +43,15 @@ pub struct SettingsChange {
     pub ecdh_keychain: String,
 }
 
-/// `{settings: {...}}`.
+/// `{settings: {...}, otp?}`.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsRequest {
     pub settings: SettingsChange,
+    /// A fresh TOTP code or passkey assertion: needed unless the session's login was within
+    /// `login.fresh_factor_secs` or the session is unlocked.
+    #[schema(max_length = 8192)]
+    pub otp: Option<String>,
 }
 
 /// Sets the caller's `ecdhKeychain` (audited as `user.ecdh_keychain_set`).
@@ -57,7 +61,7 @@ pub struct SettingsRequest {
     responses(
         (status = 200, description = "`{settings: {ecdhKeychain}}`", body = Object),
         (status = 400, description = "Not a settings object", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 401, description = "Not authenticated, or no fresh second factor (InvalidOtp)", body = ErrorResponse),
         (status = 403, description = "The token lacks `user_manage`", body = ErrorResponse),
         (status = 404, description = "No keychain of the caller's has that xpub (NotFound)", body = ErrorResponse),
     ))]
@@ -66,7 +70,8 @@ pub async fn update_settings(
     Auth(auth): Auth,
     ApiJson(req): ApiJson<SettingsRequest>,
 ) -> ApiResult<Json<Value>> {
-    let set = keychains::set_ecdh_keychain(&state.identity, &auth, &req.settings.ecdh_keychain).await?;
+    let otp = req.otp.as_deref();
+    let set = keychains::set_ecdh_keychain(&state.identity, &auth, &req.settings.ecdh_keychain, otp).await?;
     Ok(Json(settings_json(&set)))
 }
 
@@ -92,6 +97,10 @@ pub struct KeychainRequest {
     /// The xprv as the client encrypted it under the user's password (BitGo's envelope).
     #[schema(max_length = 8192)]
     pub encrypted_xprv: String,
+    /// A fresh TOTP code or passkey assertion: needed unless the session's login was within
+    /// `login.fresh_factor_secs` or the session is unlocked.
+    #[schema(max_length = 8192)]
+    pub otp: Option<String>,
 }
 
 /// Keeps an ECDH keychain of the caller's (audited as `user.ecdh_keychain_added`); the xprv
@@ -102,7 +111,7 @@ pub struct KeychainRequest {
     responses(
         (status = 200, description = "`{id, source, xpub, encryptedXprv}`", body = Object),
         (status = 400, description = "Not an ecdh keychain, an xpub or an envelope", body = ErrorResponse),
-        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 401, description = "Not authenticated, or no fresh second factor (InvalidOtp)", body = ErrorResponse),
         (status = 403, description = "The token lacks `user_manage`", body = ErrorResponse),
     ))]
 pub async fn add_keychain(
@@ -114,7 +123,8 @@ pub async fn add_keychain(
         return Err(crate::error::Error::invalid_field("isLedger", "hardware keys are not kept").into());
     }
     let source = req.source.as_deref().unwrap_or("ecdh");
-    let k = keychains::add_keychain(&state.identity, &auth, source, &req.xpub, &req.encrypted_xprv).await?;
+    let (xpub, xprv, otp) = (&req.xpub, &req.encrypted_xprv, req.otp.as_deref());
+    let k = keychains::add_keychain(&state.identity, &auth, source, xpub, xprv, otp).await?;
     // BitGo's keychain id; here the xpub names it (a user keeps one keychain per xpub).
     let id = &crate::digest::sha256_hex(k.xpub.as_bytes())[..32];
     Ok(Json(json!({ "id": id, "source": "ecdh", "xpub": k.xpub, "encryptedXprv": k.encrypted_xprv })))
