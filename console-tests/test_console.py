@@ -5,6 +5,8 @@ Each test signs in through the console's form. API calls (to create webhooks, se
 check what the console did) go over HTTP with tokens from the API's own login.
 """
 
+import base64
+import hashlib
 import http.server
 import json
 import os
@@ -570,7 +572,11 @@ def test_an_application_is_allowed_denied_and_revoked(context):
     page.on("dialog", lambda d: d.accept())
     # The application's redirect URI: the browser's visit is recorded and answered here.
     page.route("http://127.0.0.1:9/**", lambda route: (answers.append(route.request.url), route.fulfill(status=200, body="ok")))
-    query = f"response_type=code&client_id={client['clientId']}&scope=profile%20wallet_view_all&state=xyz"
+    # PKCE (S256), which every application must use (RFC 9700 §2.1.1).
+    verifier = "console-suite-pkce-verifier-of-at-least-43-characters"
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    query = (f"response_type=code&client_id={client['clientId']}&scope=profile%20wallet_view_all&state=xyz"
+             f"&code_challenge={challenge}&code_challenge_method=S256")
     page.goto(f"{BASE}/oauth/authorize?{query}")
     expect(page).to_have_url(re.compile(r"/console/login\?next="))
     page.fill("#email", email("alice"))
@@ -590,7 +596,7 @@ def test_an_application_is_allowed_denied_and_revoked(context):
     assert len(answers) == 2, answers
     code = re.search(r"code=([^&]+)", page.url).group(1)
     status, issued = api("POST", "/oauth/token", body={
-        "grant_type": "authorization_code", "code": code,
+        "grant_type": "authorization_code", "code": code, "code_verifier": verifier,
         "client_id": client["clientId"], "client_secret": client["clientSecret"]})
     assert status == 200, issued
     token = issued["access_token"]

@@ -31,8 +31,9 @@ server_xpub=$(cd "$dir" && "$bin" ecdh show-xpub)
 passkey_email=sdk-passkey-$(date +%s%N)@example.com
 (cd "$dir" && printf '%s\n' "$password" | "$bin" user create --email "$passkey_email" --password-stdin > /dev/null)
 # An OAuth application for authenticateWithAuthCode (docs/oauth.md).
+# authenticateWithAuthCode sends no code_verifier: the application is registered PKCE-optional.
 oauth_client=$(cd "$dir" && "$bin" oauth-client create --name "SDK suite" --redirect-uri http://127.0.0.1:9/callback \
-  --scope profile --scope wallet_view_all --scope openid --json)
+  --scope profile --scope wallet_view_all --scope openid --pkce-optional --json)
 enterprise=$(cd "$dir" && "$bin" enterprise create --name "SDK Fund" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 (cd "$dir" && "$bin" enterprise add-user --enterprise "$enterprise" --email "$email" --admin > /dev/null)
 wallet=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')

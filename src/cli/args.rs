@@ -115,9 +115,13 @@ pub enum OAuthClientCommand {
         /// A scope value the application may ask for. Repeatable.
         #[arg(long = "scope", required = true)]
         scopes: Vec<String>,
-        /// No secret: the application must use PKCE (native and browser applications).
+        /// No secret (native and browser applications).
         #[arg(long)]
         public: bool,
+        /// Let this confidential application leave PKCE out (BitGoJS's authenticateWithAuthCode
+        /// sends no code_verifier). Every other application must use PKCE (S256).
+        #[arg(long = "pkce-optional", conflicts_with = "public")]
+        pkce_optional: bool,
         /// How its OpenID Connect id_tokens are signed: ES256 (the default) or RS256.
         #[arg(long = "id-token-alg")]
         id_token_alg: Option<String>,

@@ -9,8 +9,8 @@ pub async fn oauth_client(config: Config, cmd: OAuthClientCommand) -> anyhow::Re
     use OAuthClientCommand as C;
     let store = crate::store::open(&config).await?;
     match cmd {
-        C::Create { name, redirect_uris, scopes, public, id_token_alg, json } => {
-            let new = clients::NewClient { name, redirect_uris, scopes, public, id_token_alg };
+        C::Create { name, redirect_uris, scopes, public, pkce_optional, id_token_alg, json } => {
+            let new = clients::NewClient { name, redirect_uris, scopes, public, id_token_alg, pkce_optional };
             let (c, secret) = clients::create(&store, new).await?;
             if json {
                 let out = serde_json::json!({
@@ -22,7 +22,7 @@ pub async fn oauth_client(config: Config, cmd: OAuthClientCommand) -> anyhow::Re
                 println!("Registered {} (client_id {})", c.name, c.id);
                 match secret {
                     Some(s) => println!("client_secret (shown once, keep it safe): {s}"),
-                    None => println!("public client: no secret; it must use PKCE (S256)"),
+                    None => println!("public client: no secret"),
                 }
             }
         }

@@ -21,6 +21,9 @@ pub struct OAuthClient {
     pub created_at: i64,
     /// How its id_tokens are signed: `ES256` (the default) or `RS256`.
     pub id_token_alg: String,
+    /// A confidential client allowed to leave PKCE out (BitGoJS's `authenticateWithAuthCode`
+    /// sends no `code_verifier`); every other client must use it (RFC 9700 §2.1.1).
+    pub pkce_optional: bool,
 }
 
 /// One authorization a user gave a client: its code, and the refresh and access tokens that

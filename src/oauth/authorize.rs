@@ -115,10 +115,12 @@ pub async fn check(
         (Some(_), _) => {
             return back(OAuthError::invalid_request("code_challenge_method must be S256 (plain is refused)"))
         }
-        (None, _) if client.secret_hash.is_none() => {
-            return back(OAuthError::invalid_request("a public client must use PKCE (code_challenge, S256)"))
+        (None, _) if client.secret_hash.is_some() && client.pkce_optional => None,
+        (None, _) => {
+            return back(OAuthError::invalid_request(
+                "PKCE is required (code_challenge, S256; RFC 9700 §2.1.1)",
+            ))
         }
-        (None, _) => None,
     };
     let scopes: Vec<String> = req
         .scope

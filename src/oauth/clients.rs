@@ -1,5 +1,6 @@
 //! Registered applications (RFC 6749 §2): a confidential client has a secret, shown once and
-//! kept as its SHA-256; a public client has none and must use PKCE. Redirect URIs are matched
+//! kept as its SHA-256; a public client has none. Every client must use PKCE (RFC 9700
+//! §2.1.1) unless a confidential one was registered `pkce_optional`. Redirect URIs are matched
 //! exactly, and must be https, or http on a loopback address (RFC 8252 §7.3).
 
 use serde_json::json;
@@ -31,6 +32,9 @@ pub struct NewClient {
     pub public: bool,
     /// How its id_tokens are signed: `ES256` (when `None`) or `RS256`.
     pub id_token_alg: Option<String>,
+    /// A confidential client that may leave PKCE out (for BitGoJS's
+    /// `authenticateWithAuthCode`); refused for a public client.
+    pub pkce_optional: bool,
 }
 
 /// Checks a redirect URI: absolute, no fragment, https, or http on 127.0.0.1, [::1] or
@@ -72,6 +76,9 @@ pub async fn create(store: &DynStore, new: NewClient) -> Result<(OAuthClient, Op
     if !matches!(id_token_alg.as_str(), "ES256" | "RS256") {
         return Err(Error::invalid_field("idTokenAlg", "ES256 or RS256"));
     }
+    if new.public && new.pkce_optional {
+        return Err(Error::invalid_field("pkceOptional", "a public client must use PKCE"));
+    }
     let secret = (!new.public).then(|| new_secret("cs_"));
     let client = OAuthClient {
         id: ids::new_id().parse().map_err(|e: &str| Error::Internal(anyhow::anyhow!(e)))?,
@@ -82,9 +89,10 @@ pub async fn create(store: &DynStore, new: NewClient) -> Result<(OAuthClient, Op
         disabled: false,
         created_at: ids::now(),
         id_token_alg,
+        pkce_optional: new.pkce_optional,
     };
     let entry = audit::entry(AuditType::OAuthClientCreated).data(json!({
-        "clientId": client.id, "name": client.name, "public": new.public,
+        "clientId": client.id, "name": client.name, "public": new.public, "pkceOptional": new.pkce_optional,
         "redirectUris": client.redirect_uris, "scopes": client.scopes,
     }));
     store.add_oauth_client(&client, &[entry]).await?;

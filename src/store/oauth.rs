@@ -114,7 +114,7 @@ pub trait OAuthStore: Send + Sync {
     async fn revoke_oauth_grant(&self, id: &AnyId, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
 }
 
-type ClientRow = (String, String, Option<String>, String, String, bool, i64, String);
+type ClientRow = (String, String, Option<String>, String, String, bool, i64, String, bool);
 type GrantRow = (String, String, String, String, i64, Option<i64>, Option<i64>, String, i64);
 type KeyRow = (String, String, String, String, i64, Option<i64>);
 type CodeRow = (String, String, Option<String>, Option<String>, Option<String>, i64, i64, Option<i64>);
@@ -124,7 +124,7 @@ fn bad(what: &str, e: &str) -> StoreError {
 }
 
 fn client(
-    (id, name, secret_hash, redirect_uris, scopes, disabled, created_at, id_token_alg): ClientRow,
+    (id, name, secret_hash, redirect_uris, scopes, disabled, created_at, id_token_alg, pkce_optional): ClientRow,
 ) -> StoreResult<OAuthClient> {
     Ok(OAuthClient {
         id: id.parse().map_err(|e| bad("client id", e))?,
@@ -135,6 +135,7 @@ fn client(
         disabled,
         created_at,
         id_token_alg,
+        pkce_optional,
     })
 }
 
@@ -169,7 +170,7 @@ fn code(r: CodeRow) -> StoreResult<AuthorizationCode> {
 }
 
 const CLIENT_COLUMNS: &str =
-    "id, name, secret_hash, redirect_uris, scopes, disabled, created_at, id_token_alg";
+    "id, name, secret_hash, redirect_uris, scopes, disabled, created_at, id_token_alg, pkce_optional";
 const GRANT_COLUMNS: &str =
     "id, user_id, client_id, scopes, created_at, last_used_at, revoked_at, amr, auth_time";
 const CODE_COLUMNS: &str =
@@ -215,7 +216,7 @@ where
     async fn add_oauth_client(&self, c: &OAuthClient, audit: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query(&format!(
-            "INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+            "INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ))
         .bind(c.id.as_str())
         .bind(c.name.as_str())
@@ -225,6 +226,7 @@ where
         .bind(c.disabled)
         .bind(c.created_at)
         .bind(c.id_token_alg.as_str())
+        .bind(c.pkce_optional)
         .execute(&mut *tx)
         .await?;
         append_tx::<DB>(&mut tx, audit).await?;

@@ -52,12 +52,18 @@ fn query_of(url: &str, key: &str) -> Option<String> {
 
 /// A confidential client of the test app, and its secret.
 async fn client(app: &TestApp) -> (String, String) {
+    client_with(app, false).await
+}
+
+/// A confidential client, PKCE-optional (as BitGoJS's `authenticateWithAuthCode` needs) or not.
+async fn client_with(app: &TestApp, pkce_optional: bool) -> (String, String) {
     let new = custodian::oauth::clients::NewClient {
         name: "Ledger Sync".into(),
         redirect_uris: vec![REDIRECT.into()],
         scopes: vec!["openid".into(), "profile".into(), "wallet_view_all".into()],
         public: false,
         id_token_alg: None,
+        pkce_optional,
     };
     let (c, secret) = custodian::oauth::clients::create(&app.state.store, new).await.unwrap();
     (c.id.to_string(), secret.unwrap())
@@ -217,7 +223,10 @@ async fn bad_requests_are_refused_with_their_rfc_errors_and_issue_nothing() {
     let plain = format!("response_type=code&client_id={id}&scope=profile&code_challenge={VERIFIER}&code_challenge_method=plain&state=s");
     let back = location(&browser.get(&app, &format!("/console/oauth/authorize?{plain}")).await);
     assert_eq!(query_of(&back, "error").as_deref(), Some("invalid_request"), "{back}");
-    let scim = format!("response_type=code&client_id={id}&scope=scim&state=s");
+    let scim = format!(
+        "response_type=code&client_id={id}&scope=scim&state=s&code_challenge={}&code_challenge_method=S256",
+        challenge(VERIFIER)
+    );
     let back = location(&browser.get(&app, &format!("/console/oauth/authorize?{scim}")).await);
     assert_eq!(query_of(&back, "error").as_deref(), Some("invalid_scope"), "{back}");
     // Denied: access_denied with the state.
@@ -363,6 +372,7 @@ async fn openid_connect_id_tokens_verify_across_a_key_rotation_and_userinfo_answ
         scopes: vec!["openid".into(), "profile".into(), "openid_enterprises".into()],
         public: false,
         id_token_alg: alg.map(str::to_string),
+        pkce_optional: false,
     };
     let (c, secret) = custodian::oauth::clients::create(&app.state.store, new(None)).await.unwrap();
     let (id, secret) = (c.id.to_string(), secret.unwrap());
@@ -522,15 +532,22 @@ async fn racing_reuses_leave_no_live_token_of_the_grant() {
     }
 }
 
-/// A code issued without a code_challenge is not exchanged with a code_verifier (RFC 9700
-/// §2.1.1: a PKCE downgrade), and a failed exchange uses nothing: the right request after it
-/// still works.
+/// PKCE is required of every client (RFC 9700 §2.1.1): an authorization request without a
+/// code_challenge is refused, unless the confidential client was registered PKCE-optional
+/// (BitGoJS's authenticateWithAuthCode). A code issued without a challenge is not exchanged
+/// with a code_verifier (a PKCE downgrade), and a failed exchange uses nothing: the right
+/// request after it still works.
 #[tokio::test]
-async fn a_verifier_for_a_code_without_challenge_is_refused_and_uses_nothing() {
+async fn pkce_is_required_and_a_verifier_for_a_code_without_challenge_is_refused() {
     let app = spawn_app().await;
     let user = app.create_user("downgrade@example.com").await;
-    let (id, secret) = client(&app).await;
     let browser = Browser::signed_in(&app, &user).await;
+    let (strict, _) = client(&app).await;
+    let query = "response_type=code&client_id=CLIENT&scope=profile&state=s".replace("CLIENT", &strict);
+    let back = consent(&app, &browser, &query, "approve").await;
+    assert_eq!(query_of(&back, "error").as_deref(), Some("invalid_request"), "{back}");
+    assert!(query_of(&back, "code").is_none(), "{back}");
+    let (id, secret) = client_with(&app, true).await;
     let query = "response_type=code&client_id=CLIENT&scope=profile&state=s".replace("CLIENT", &id);
     let code = query_of(&consent(&app, &browser, &query, "approve").await, "code").unwrap();
     let with = [("grant_type", "authorization_code"), ("code", code.as_str()), ("code_verifier", VERIFIER)];

@@ -36,7 +36,7 @@ async fn applications_page(state: &AppState, session: &Session, shown: Shown) ->
                 tr data-client-id=(c.id) {
                     td { (c.name) }
                     td.mono { (c.id) }
-                    td { (if c.secret_hash.is_some() { "confidential" } else { "public (PKCE)" }) " · " (c.id_token_alg) }
+                    td { (if c.secret_hash.is_none() { "public" } else if c.pkce_optional { "confidential, PKCE optional" } else { "confidential" }) " · " (c.id_token_alg) }
                     td.mono { (c.redirect_uris.join(" ")) }
                     td.mono { (c.scopes.join(" ")) }
                     td { (layout::badge(if c.disabled { "disabled" } else { "active" })) }
@@ -65,7 +65,8 @@ async fn applications_page(state: &AppState, session: &Session, shown: Shown) ->
                 label { "Name" input name="name" id="app-name" maxlength="100" required; }
                 label { "Redirect URIs (space-separated; https, or http on loopback)" input name="redirect_uris" id="app-redirects" required; }
                 label { "Scopes it may ask for (space-separated)" input name="scopes" id="app-scopes" value="openid profile" required; }
-                label { input type="checkbox" name="public" value="true"; " Public (no secret: PKCE)" }
+                label { input type="checkbox" name="public" value="true"; " Public (no secret)" }
+                label { input type="checkbox" name="pkce_optional" value="true"; " PKCE optional (confidential only: for BitGoJS's authenticateWithAuthCode)" }
                 label { "id_token algorithm" select name="id_token_alg" { option value="ES256" { "ES256" } option value="RS256" { "RS256" } } }
                 button type="submit" { "Register" }
             }
@@ -90,6 +91,8 @@ pub struct NewForm {
     pub scopes: String,
     #[serde(default)]
     pub public: Option<String>,
+    #[serde(default)]
+    pub pkce_optional: Option<String>,
     #[serde(default)]
     pub id_token_alg: String,
 }
@@ -117,10 +120,11 @@ pub async fn create(State(state): State<AppState>, form: Form<NewForm>) -> Respo
         scopes: words(&fields.scopes),
         public: fields.public.is_some(),
         id_token_alg: Some(fields.id_token_alg).filter(|a| !a.is_empty()),
+        pkce_optional: fields.pkce_optional.is_some(),
     };
     let done = clients::create(&state.store, new).await.map(|(c, secret)| match secret {
         Some(s) => secret_shown(c.id.as_str(), s),
-        None => Shown::Notice(format!("Registered {} (client_id {}): public, PKCE only.", c.name, c.id)),
+        None => Shown::Notice(format!("Registered {} (client_id {}): public, no secret.", c.name, c.id)),
     });
     finish(&state, &session, done).await
 }
