@@ -166,6 +166,7 @@ pub async fn token(
 pub struct TokenQuery {
     /// The access or refresh token.
     #[serde(default)]
+    #[schema(required = true, min_length = 1)]
     pub token: String,
     #[serde(default)]
     pub token_type_hint: Option<String>,

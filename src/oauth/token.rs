@@ -31,7 +31,9 @@ use crate::{
 /// A token request's parameters (form-encoded per RFC 6749, or JSON as BitGoJS sends them).
 #[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
 pub struct TokenRequest {
+    /// Anything else is 400 `unsupported_grant_type`.
     #[serde(default)]
+    #[schema(pattern = "^(authorization_code|refresh_token)$")]
     pub grant_type: String,
     #[serde(default)]
     pub code: Option<String>,
@@ -41,6 +43,8 @@ pub struct TokenRequest {
     pub code_verifier: Option<String>,
     #[serde(default)]
     pub refresh_token: Option<String>,
+    /// A registered client's id with its secret (or HTTP Basic): which ones are registered no
+    /// schema can state, so others are 401 `invalid_client` (RFC 6749 §5.2).
     #[serde(default)]
     pub client_id: Option<String>,
     #[serde(default)]

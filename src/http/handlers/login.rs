@@ -133,9 +133,10 @@ pub struct SessionLoginRequest {
     #[serde(default)]
     pub extensible: Option<bool>,
     /// The Bitcoin P2PKH address of the SDK's extension key (with `extensible`): an extension
-    /// of the session must then be signed by that key.
+    /// of the session must then be signed by that key. Its Base58Check checksum must hold,
+    /// which no schema can state: a string of this shape that fails it is 400 `InvalidField`.
     #[serde(default)]
-    #[schema(max_length = 64)]
+    #[schema(max_length = 64, pattern = "^[1mn][1-9A-HJ-NP-Za-km-z]{25,33}$")]
     pub extension_address: Option<String>,
     #[serde(default, rename = "forReset2FA")]
     pub for_reset_2fa: Option<bool>,
