@@ -113,7 +113,7 @@ pub async fn add_wallet_webhook(
         tx_request_transaction_states: vec![],
         custom_headers: Default::default(),
         allow_blocked_hosts: false,
-        created_at: custodian::ids::now(),
+        created_at: custodian::clock::wall_now(),
     };
     let caps =
         custodian::store::WebhookCaps { per_type: u32::MAX, block_per_user: 100, per_enterprise: u32::MAX };

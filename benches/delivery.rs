@@ -197,7 +197,7 @@ const E2E_CLIENTS: usize = 32;
 fn signed_headers(token: &str, path: &str, body: &str) -> Vec<(&'static str, String)> {
     use hmac::Mac;
     use sha2::Digest;
-    let ts = custodian::ids::now_ms().to_string();
+    let ts = custodian::clock::wall_now_ms().to_string();
     let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).expect("any key length");
     m.update(format!("{ts}|{path}|{body}").as_bytes());
     vec![

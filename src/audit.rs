@@ -11,7 +11,6 @@ use serde_json::{json, Value};
 
 use crate::{
     error::Result,
-    ids,
     model::audit::{chain_hash, AuditEntry, AuditType, GENESIS},
     store::DynStore,
     types::{AnyId, EnterpriseId, UserId, WalletId},
@@ -21,7 +20,7 @@ use crate::{
 pub fn entry(entry_type: AuditType) -> AuditEntry {
     AuditEntry {
         id: AnyId::new_random(),
-        date_ms: ids::now_ms(),
+        date_ms: crate::clock::wall_now_ms(),
         entry_type,
         user_id: None,
         enterprise_id: None,

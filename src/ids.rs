@@ -1,4 +1,4 @@
-//! New identifiers (32 lowercase hex characters, spec §2, from a CSPRNG) and times.
+//! New identifiers (32 lowercase hex characters, spec §2, from a CSPRNG). Time is `crate::clock`.
 
 use rand::RngCore;
 
@@ -34,7 +34,7 @@ fn hex_inline(b: [u8; 16]) -> arrayvec::ArrayString<32> {
 /// indexes instead of on random pages, which cuts the pages each commit writes.
 pub fn new_sequential_id() -> arrayvec::ArrayString<32> {
     let mut b = [0u8; 16];
-    b[..6].copy_from_slice(&now_ms().to_be_bytes()[2..]);
+    b[..6].copy_from_slice(&crate::clock::wall_now_ms().to_be_bytes()[2..]);
     rand::thread_rng().fill_bytes(&mut b[6..]);
     hex_inline(b)
 }
@@ -44,30 +44,6 @@ pub fn new_sequential_id() -> arrayvec::ArrayString<32> {
 pub fn sequential_id_floor(ms: i64) -> String {
     let ms = ms.clamp(0, 0xffff_ffff_ffff);
     format!("{ms:012x}{}", "0".repeat(20))
-}
-
-/// Current time as Unix seconds.
-pub fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
-
-/// Unix seconds as an ISO 8601 / RFC 3339 UTC string (`2026-01-02T03:04:05.000Z`).
-pub fn iso(ts: i64) -> String {
-    chrono::DateTime::from_timestamp(ts, 0)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// Current time as Unix milliseconds.
-pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-/// Unix milliseconds as an ISO 8601 / RFC 3339 UTC string.
-pub fn iso_ms(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[cfg(test)]
@@ -85,7 +61,7 @@ mod tests {
         assert!(first < second, "{first} !< {second}");
         // The first 12 characters are the creation time in Unix milliseconds.
         let ms = i64::from_str_radix(&second[..12], 16).unwrap();
-        assert!((now_ms() - ms).abs() < 1_000, "{ms}");
+        assert!((crate::clock::wall_now_ms() - ms).abs() < 1_000, "{ms}");
         // The rest is random: two ids of the same millisecond differ.
         assert_ne!(new_sequential_id()[12..], new_sequential_id()[12..]);
     }

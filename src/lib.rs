@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 pub mod audit;
 pub mod chain;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod digest;

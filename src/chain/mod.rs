@@ -87,7 +87,7 @@ pub async fn add_address(
         address: crate::types::checksummed_eth_address(&address),
         wallet_id: wallet_id.clone(),
         label,
-        created_at: crate::ids::now(),
+        created_at: svc.store.clock().now(),
     };
     let entry = audited(auth, AuditType::WalletAddressAdded, wallet_id, json!({ "address": added.address }));
     match svc.store.add_address(&added, &[entry]).await? {
@@ -286,7 +286,7 @@ pub fn transfer_json(t: &Transfer, confirmations_now: Option<u64>) -> Value {
         "txid": t.txid,
         "height": t.height,
         "blockHash": t.block_hash,
-        "date": crate::ids::iso(t.date),
+        "date": crate::clock::iso(t.date),
         "confirmations": confirmations_now.unwrap_or(t.confirmations),
         "type": t.kind(),
         "value": number(&t.value),

@@ -81,7 +81,7 @@ impl Pool {
             }
         };
         self.retry_at = None;
-        let shown = finder.pending(txs, crate::ids::now());
+        let shown = finder.pending(txs, crate::clock::wall_now());
         for t in &shown {
             self.seen.insert(t.id.clone(), head);
         }

@@ -8,7 +8,6 @@ use super::args::{TokenCommand, UserCommand};
 use crate::{
     config::Config,
     identity::user_admin::{self, Revocation},
-    ids,
     types::Cidr,
     AppState,
 };
@@ -75,9 +74,9 @@ pub async fn token_command(config: Config, cmd: TokenCommand) -> anyhow::Result<
                 .iter()
                 .map(|t| {
                     json!({
-                        "id": t.id, "kind": t.kind.as_str(), "label": t.label, "created": ids::iso(t.created_at),
-                        "expires": ids::iso(t.expires_at), "ip": t.ip,
-                        "lastUsedAt": t.last_used_at.map(ids::iso),
+                        "id": t.id, "kind": t.kind.as_str(), "label": t.label, "created": crate::clock::iso(t.created_at),
+                        "expires": crate::clock::iso(t.expires_at), "ip": t.ip,
+                        "lastUsedAt": t.last_used_at.map(crate::clock::iso),
                         "scope": t.scopes.iter().map(|g| g.to_scope_string()).collect::<Vec<_>>(),
                     })
                 })

@@ -67,7 +67,7 @@ impl Engine {
             return false;
         }
         let mut full = false;
-        let now = ids::now_ms();
+        let now = self.deps.store.clock().now_ms();
         let started = Instant::now();
         let claim = self.deps.store.claim_due(now, now + self.lease_ms, free as u32, &skip).await;
         self.deps.metrics.claims.inc();
@@ -220,7 +220,7 @@ impl Engine {
                     }
                 }
             }
-            match self.deps.store.complete(&batch, ids::now_ms(), &rule).await {
+            match self.deps.store.complete(&batch, self.deps.store.clock().now_ms(), &rule).await {
                 Ok(done) => {
                     for id in done.recovered {
                         let _ = recovered.send(id);
@@ -267,7 +267,12 @@ impl Engine {
         let poll = Duration::from_millis(self.deps.config.delivery.poll_interval_ms);
         while let Some(id) = recovered.recv().await {
             while !*shutdown.borrow() {
-                match self.deps.store.release_retries(&id, ids::now_ms(), RELEASE_BATCH).await {
+                match self
+                    .deps
+                    .store
+                    .release_retries(&id, self.deps.store.clock().now_ms(), RELEASE_BATCH)
+                    .await
+                {
                     Ok(n) => {
                         if n > 0 {
                             self.deps.handoff.mark_fresh_of(&id);

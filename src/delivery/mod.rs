@@ -18,7 +18,6 @@ use tokio::{
 
 use crate::{
     config::Config,
-    ids,
     master_key::MasterKey,
     metrics::Metrics,
     model::notification::Attempt,

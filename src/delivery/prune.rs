@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::{sync::watch, task::JoinHandle};
 
-use crate::{config::Config, ids, store::DynStore};
+use crate::{config::Config, store::DynStore};
 
 /// Rows deleted per statement.
 const BATCH: u32 = 500;
@@ -93,7 +93,7 @@ pub fn spawn(store: DynStore, config: Arc<Config>, mut shutdown: watch::Receiver
         }
         let every = Duration::from_millis(config.delivery.prune_interval_ms);
         while !*shutdown.borrow() {
-            match prune_once(&store, &config, ids::now_ms()).await {
+            match prune_once(&store, &config, store.clock().now_ms()).await {
                 Ok(p) if p != Pruned::default() => tracing::info!(
                     attempts = p.attempts,
                     notifications = p.notifications,

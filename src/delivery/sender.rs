@@ -46,7 +46,7 @@ impl Engine {
     /// One attempt at one notification.
     #[tracing::instrument(level = "debug", skip_all, fields(notification = %c.notification.id, webhook = %c.webhook.id))]
     pub(super) async fn deliver(&self, c: Claimed) -> Outcome {
-        let started_at = ids::now_ms();
+        let started_at = self.deps.store.clock().now_ms();
         let t0 = Instant::now();
         let result = self.send(&c).await;
         let elapsed = t0.elapsed();
@@ -67,9 +67,9 @@ impl Engine {
         } else {
             let failed_before = usize::try_from(n.retries).unwrap_or(usize::MAX);
             match retry::next_delay(&self.deps.config.delivery.retry_schedule, failed_before, retry_after) {
-                Some(d) => {
-                    Completion::Retry(ids::now_ms() + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2))
-                }
+                Some(d) => Completion::Retry(
+                    self.deps.store.clock().now_ms() + i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2),
+                ),
                 None => Completion::Failed,
             }
         };
@@ -114,7 +114,7 @@ impl Engine {
             ssrf::check_literal(&self.guard, &url).map_err(|e| e.to_string())?;
             &self.guarded
         };
-        let timestamp = ids::now();
+        let timestamp = crate::clock::wall_now();
         let mut req = client
             .post(url)
             .timeout(Duration::from_secs(self.deps.config.delivery.timeout))

@@ -126,7 +126,7 @@ impl Engine {
         if ids.is_empty() {
             return;
         }
-        if let Err(e) = self.deps.store.defer(ids, ids::now_ms() + DEFER_MS).await {
+        if let Err(e) = self.deps.store.defer(ids, self.deps.store.clock().now_ms() + DEFER_MS).await {
             tracing::error!(error = %e, "giving back notifications failed; their leases will end");
         }
         // Due again for the next claim; not a wake-up, which would claim what was just

@@ -33,7 +33,7 @@ pub fn request_labels(req: &Request) -> (&'static str, String) {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
 pub async fn render(State(state): State<AppState>) -> Response {
-    if let Ok(stats) = state.store.delivery_stats(crate::ids::now_ms()).await {
+    if let Ok(stats) = state.store.delivery_stats(state.store.clock().now_ms()).await {
         state.metrics.due.set(stats.due);
         state.metrics.in_flight.set(stats.in_flight);
         state.metrics.suspended.set(stats.suspended_webhooks);

@@ -14,7 +14,6 @@ use crate::{
         scopes::{Action, Policy},
         Identity,
     },
-    ids,
     model::{
         audit::{AuditEntry, AuditType},
         token::TokenRecord,
@@ -131,7 +130,7 @@ pub(super) async fn principal_of_token(
     token: Arc<TokenRecord>,
     client_ip: IpAddr,
 ) -> Result<Principal> {
-    if ids::now() >= token.expires_at {
+    if svc.store.clock().now() >= token.expires_at {
         return Err(unauthenticated(ErrorName::TokenExpired, "the access token has expired"));
     }
     if let Some(allowed) = &token.ip_restrict {
@@ -149,7 +148,7 @@ pub(super) async fn principal_of_token(
         .await?
         .filter(|u| u.is_active)
         .ok_or_else(|| unauthenticated(ErrorName::InvalidToken, "the token's user is not active"))?;
-    let now = ids::now();
+    let now = svc.store.clock().now();
     if token.last_used_at.is_none_or(|t| t <= now - crate::model::token::TOUCH_EVERY_SECS) {
         // At most one write a minute per token; a failure only leaves lastUsedAt older.
         if let Err(e) = svc.store.touch_token(&token.id, &token.token_hash, now).await {

@@ -175,7 +175,7 @@ pub async fn server_key(
             rand::rngs::OsRng.fill_bytes(&mut seed);
             let made = Xpriv::new_master(bitcoin::NetworkKind::Main, &seed)?;
             let sealed = hex::encode(key.seal(SERVER_KEY, made.to_string().as_bytes())?);
-            store.keep_server_key(SERVER_KEY, &sealed, crate::ids::now()).await?
+            store.keep_server_key(SERVER_KEY, &sealed, store.clock().now()).await?
         }
     };
     let plain = key.open(SERVER_KEY, &hex::decode(&sealed)?)?;

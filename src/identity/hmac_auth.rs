@@ -30,7 +30,6 @@ use super::{
 use crate::{
     digest::{hmac_sha256_hex, hmac_sha256_verify, sha256_hex},
     error::{Error, ErrorName, Result},
-    ids,
 };
 
 /// BitGo's auth version of a signed request.
@@ -116,7 +115,7 @@ impl ResponseSigner {
         let (method, path) = (&self.method, &self.path);
         match self.version {
             AuthVersion::V2 | AuthVersion::V3 => {
-                let ts = ids::now_ms().to_string();
+                let ts = crate::clock::wall_now_ms().to_string();
                 let prefix = match self.version {
                     AuthVersion::V3 => format!("{method}|{ts}|{path}|{status}|"),
                     _ => format!("{ts}|{path}|{status}|"),
@@ -124,7 +123,7 @@ impl ResponseSigner {
                 vec![("timestamp", ts), ("hmac", hmac_sha256_hex(&self.key, &[prefix.as_bytes(), body]))]
             }
             AuthVersion::V4 => {
-                let ts = ids::now().to_string();
+                let ts = crate::clock::wall_now().to_string();
                 let body_hash = sha256_hex(body);
                 let id = &self.auth_request_id;
                 let preimage = format!("{ts}\n{method}\n{path}\n{status}\n{body_hash}\n{id}\n");
@@ -264,7 +263,7 @@ fn window_back_ms(svc: &Identity) -> i64 {
 /// Whether `ts_ms` (Unix ms) lies within `tokens.hmac_window_back` before now and
 /// `tokens.hmac_window_ahead` after: the window of signed requests and of extension proofs.
 pub(super) fn within_window(svc: &Identity, ts_ms: i64) -> bool {
-    let now = ids::now_ms();
+    let now = svc.store.clock().now_ms();
     let ahead = i64::try_from(svc.config.tokens.hmac_window_ahead).unwrap_or(60).saturating_mul(1000);
     ts_ms >= now - window_back_ms(svc) && ts_ms <= now + ahead
 }
@@ -329,7 +328,7 @@ pub async fn authenticate_signed(
     let local_first = req.changes_state
         || version == AuthVersion::V2
         || v4
-        || svc.replay.first_sight(seen, ids::now_ms(), expires)?;
+        || svc.replay.first_sight(seen, svc.store.clock().now_ms(), expires)?;
     let first = local_first && svc.store.record_signed_request(&hex::encode(seen), expires).await?;
     if !first {
         let what = if v4 {

@@ -38,7 +38,7 @@ pub async fn settings(svc: &Identity, auth: &Principal) -> Result<Settings> {
 /// `login.fresh_factor_secs`, or an unlocked session. Errors: `LoginFailed` (`InvalidOtp`,
 /// audited), `Throttled`.
 async fn require_fresh(svc: &Identity, auth: &Principal, otp: Option<&str>) -> Result<()> {
-    let (t, now) = (&auth.token, crate::ids::now());
+    let (t, now) = (&auth.token, svc.store.clock().now());
     let window = i64::try_from(svc.config.login.fresh_factor_secs).unwrap_or(i64::MAX);
     let fresh_login = t.kind == TokenKind::Session
         && matches!(t.grant_type, GrantType::Password | GrantType::Passkey)
@@ -77,7 +77,7 @@ pub async fn add_keychain(
         user_id: auth.user.id.clone(),
         xpub: parsed.to_string(),
         encrypted_xprv: encrypted_xprv.to_string(),
-        created_at: crate::ids::now(),
+        created_at: svc.store.clock().now(),
     };
     let entry = crate::audit::EntryExt::data(
         auth.audit(AuditType::UserEcdhKeychainAdded),

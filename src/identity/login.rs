@@ -21,7 +21,6 @@ use crate::{
     audit::{self, EntryExt},
     error::{Error, Result},
     identity::Identity,
-    ids,
     model::{
         audit::AuditEntry,
         token::{GrantType, TokenKind, TokenRecord},
@@ -141,7 +140,7 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
     let (address, otp) = parse_credentials(&req)?;
     let email = address.as_str();
     let client = throttle::client_key(ip);
-    let now = ids::now();
+    let now = svc.store.clock().now();
     let admission = svc.hashing.admit(&client)?;
     let attempt = match throttle::begin_login(svc, email, &client, now).await {
         Ok(a) => a,
@@ -205,7 +204,9 @@ async fn upgrade_password(svc: &Identity, user: &User, plain: &str) {
     let phc = tokio::task::spawn_blocking(move || super::password::hash_for_storage(&email, &plain)).await;
     let stored = match phc {
         Ok(Ok(phc)) => {
-            svc.store.update_user(&user.id, crate::store::UserChange::Password(phc), ids::now(), &[]).await
+            svc.store
+                .update_user(&user.id, crate::store::UserChange::Password(phc), svc.store.clock().now(), &[])
+                .await
         }
         Ok(Err(e)) => Err(e.into()),
         Err(e) => Err(anyhow::Error::from(e).into()),

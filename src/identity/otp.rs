@@ -17,7 +17,6 @@ use super::{
 use crate::{
     audit::{self, EntryExt},
     error::Result,
-    ids,
     store::User,
     types::SecondFactor,
 };
@@ -28,7 +27,7 @@ use crate::{
 /// counts as a failure until it passes (`identity::throttle`). `Ok(false)` means wrong or
 /// replayed; `Throttled` (`TooManyOtpAttempts`) after too many wrong codes.
 pub async fn verify_otp(svc: &Identity, user: &User, code: &SecondFactor, ip: IpAddr) -> Result<bool> {
-    let now = ids::now();
+    let now = svc.store.clock().now();
     let attempt = match throttle::begin_otp(svc, &user.id, &throttle::client_key(ip), now).await {
         Ok(a) => a,
         Err(e) => {

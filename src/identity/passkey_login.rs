@@ -20,7 +20,6 @@ use super::{
 use crate::{
     audit::{self, EntryExt},
     error::{Error, ErrorName, Result},
-    ids,
     model::{audit::AuditType, passkey::ChallengePurpose, token::GrantType},
     types::Email,
 };
@@ -71,7 +70,7 @@ pub async fn login(svc: &Identity, passkey: &str, user_handle: &str, ip: IpAddr)
     let user = svc.store.user_by_id(&handle).await?.filter(|u| u.is_active);
     let key = user.as_ref().map_or_else(|| format!("passkey:{handle}"), |u| u.email.to_string());
     let client = throttle::client_key(ip);
-    let now = ids::now();
+    let now = svc.store.clock().now();
     let attempt = throttle::begin_login(svc, &key, &client, now).await?;
     let value = normalized(passkey).filter(|v| same_handle(v, user_handle));
     let pending = match value.as_ref().and_then(answered_challenge) {

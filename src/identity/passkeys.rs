@@ -115,7 +115,7 @@ pub async fn add(
     let value =
         normalized(credential).ok_or_else(|| refused("must be the JSON of a new WebAuthn credential"))?;
     let challenge = answered_challenge(&value).ok_or_else(|| refused("no challenge in clientDataJSON"))?;
-    let pending = svc.store.take_challenge(&challenge, ids::now()).await?;
+    let pending = svc.store.take_challenge(&challenge, svc.store.clock().now()).await?;
     let pending = pending
         .filter(|p| p.purpose == ChallengePurpose::Register && p.user_id.as_ref() == Some(&auth.user.id))
         .ok_or_else(|| refused("answers no live registration challenge of yours"))?;
@@ -132,7 +132,7 @@ pub async fn add(
         credential_id: B64URL.encode(passkey.cred_id()),
         label: label.to_string(),
         credential: serde_json::to_string(&passkey).map_err(internal)?,
-        created_at: ids::now(),
+        created_at: svc.store.clock().now(),
         last_used_at: None,
     };
     let entry = auth

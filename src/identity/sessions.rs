@@ -13,7 +13,6 @@ use crate::{
     audit::EntryExt,
     error::{Error, Result},
     identity::{bearer::Principal, otp::verify_otp, scopes::Action, Identity},
-    ids,
     model::token::{SortOrder, TokenKind, TokenRecord, TokenTemplate, Unlock},
     paging::{Page, PageRequest},
     types::{AnyId, OtpCode, SecondFactor, TokenId},
@@ -39,8 +38,10 @@ pub async fn list_tokens(
     order: SortOrder,
 ) -> Result<Page<TokenRecord>> {
     auth.require(svc.policy, Action::ManageOwnTokens)?;
-    let rows =
-        svc.store.list_tokens(&auth.user.id, ids::now(), page.prev_id.as_ref(), order, page.fetch()).await?;
+    let rows = svc
+        .store
+        .list_tokens(&auth.user.id, svc.store.clock().now(), page.prev_id.as_ref(), order, page.fetch())
+        .await?;
     Ok(page.page(rows, |t| &t.id))
 }
 
@@ -56,7 +57,7 @@ pub async fn revoke_token(svc: &Identity, auth: &Principal, token_id: &TokenId) 
         .audit(AuditType::TokenRevoked)
         .enterprise(token.enterprise.as_ref())
         .data(json!({ "id": token.id }));
-    let now = ids::now();
+    let now = svc.store.clock().now();
     if !svc.store.revoke_token(&token.id, now, &[entry]).await? {
         return Err(token_not_found());
     }
@@ -66,7 +67,7 @@ pub async fn revoke_token(svc: &Identity, auth: &Principal, token_id: &TokenId) 
 
 /// Ends the calling token (logout). Any token may end itself.
 pub async fn logout(svc: &Identity, auth: &Principal) -> Result<()> {
-    svc.store.revoke_token(&auth.token.id, ids::now(), &[auth.audit(AuditType::Logout)]).await?;
+    svc.store.revoke_token(&auth.token.id, svc.store.clock().now(), &[auth.audit(AuditType::Logout)]).await?;
     Ok(())
 }
 
@@ -95,10 +96,10 @@ pub async fn unlock(
             needs_otp: true,
         });
     }
-    let now = ids::now();
+    let now = svc.store.clock().now();
     let expires = (now + i64::try_from(duration).unwrap_or(0)).min(auth.token.expires_at);
     let unlock = Unlock { time: now, expires };
-    let entry = auth.audit(AuditType::SessionUnlocked).data(json!({ "expires": ids::iso(expires) }));
+    let entry = auth.audit(AuditType::SessionUnlocked).data(json!({ "expires": crate::clock::iso(expires) }));
     svc.store.set_unlock(&auth.token.id, Some(unlock), &[entry]).await?;
     Ok(TokenRecord { unlock: Some(unlock), ..(*auth.token).clone() })
 }
@@ -144,9 +145,10 @@ pub async fn extend(
         check_extension_proof(svc, t, address, duration, proof)?;
     }
     let max = t.created_at.saturating_add(i64::try_from(svc.config.login.session_max_ttl).unwrap_or(0));
-    let wanted = ids::now().saturating_add(i64::try_from(duration).unwrap_or(i64::MAX));
+    let wanted = svc.store.clock().now().saturating_add(i64::try_from(duration).unwrap_or(i64::MAX));
     let expires_at = wanted.min(max).max(t.expires_at);
-    let entry = auth.audit(AuditType::TokenExtended).data(json!({ "expires": ids::iso(expires_at) }));
+    let entry =
+        auth.audit(AuditType::TokenExtended).data(json!({ "expires": crate::clock::iso(expires_at) }));
     svc.store.set_token_expiry(&t.id, expires_at, &[entry]).await?;
     Ok(TokenRecord { expires_at, ..(**t).clone() })
 }

@@ -21,7 +21,6 @@ use crate::{
     config::Environment,
     error::{parse_value, Error, Result},
     identity::Identity,
-    ids,
     model::{
         audit::AuditEntry,
         token::{TokenKind, TokenRecord, TokenTemplate},
@@ -89,7 +88,7 @@ pub async fn create_template(store: &crate::store::DynStore, fields: Value) -> R
         parse_scopes(&scope_values(scope))
             .map_err(|(i, e)| Error::invalid_field(format!("scope[{i}]"), format!("scope[{i}]: {e}")))?;
     }
-    let t = TokenTemplate { id: AnyId::new_random(), fields, created_at: ids::now() };
+    let t = TokenTemplate { id: AnyId::new_random(), fields, created_at: store.clock().now() };
     store.insert_template(&t).await?;
     Ok(t)
 }
@@ -377,7 +376,7 @@ pub async fn create_access_token(svc: &Identity, auth: &Principal, mut body: Val
     let req: CreateAccessTokenRequest = parse_value(&body)?;
     let mut v = validate(req)?;
     let parent = &auth.token;
-    let now = ids::now();
+    let now = svc.store.clock().now();
 
     bound_by_creator(svc, auth, &mut v).await?;
     let duration = lifetime(parent, v.duration, now)?;

@@ -12,7 +12,6 @@ use super::{bearer::Principal, password, totp, users::CreatedUser};
 use crate::{
     audit::{self, EntryExt},
     error::{Error, Result},
-    ids,
     master_key::MasterKey,
     model::{
         audit::AuditEntry,
@@ -61,7 +60,7 @@ fn about(user: &User, entry_type: AuditType, by: By<'_>) -> AuditEntry {
 pub async fn deactivate(store: &DynStore, email: &str, by: By<'_>) -> Result<(User, u64)> {
     let u = user(store, email).await?;
     let entry = about(&u, AuditType::UserDeactivated, by);
-    let revoked = store.update_user(&u.id, UserChange::Active(false), ids::now(), &[entry]).await?;
+    let revoked = store.update_user(&u.id, UserChange::Active(false), store.clock().now(), &[entry]).await?;
     Ok((u, revoked))
 }
 
@@ -69,7 +68,12 @@ pub async fn deactivate(store: &DynStore, email: &str, by: By<'_>) -> Result<(Us
 pub async fn activate(store: &DynStore, email: &str, by: By<'_>) -> Result<User> {
     let u = user(store, email).await?;
     store
-        .update_user(&u.id, UserChange::Active(true), ids::now(), &[about(&u, AuditType::UserActivated, by)])
+        .update_user(
+            &u.id,
+            UserChange::Active(true),
+            store.clock().now(),
+            &[about(&u, AuditType::UserActivated, by)],
+        )
         .await?;
     Ok(u)
 }
@@ -84,7 +88,7 @@ pub async fn reset_otp(store: &DynStore, key: &MasterKey, email: &str, by: By<'_
         .update_user(
             &u.id,
             UserChange::TotpSecret(sealed),
-            ids::now(),
+            store.clock().now(),
             &[about(&u, AuditType::UserOtpReset, by)],
         )
         .await?;
@@ -129,7 +133,7 @@ pub async fn set_password(store: &DynStore, email: &str, plain: &str) -> Result<
         .update_user(
             &u.id,
             UserChange::Password(phc),
-            ids::now(),
+            store.clock().now(),
             &[about(&u, AuditType::UserPasswordSet, By::Operator)],
         )
         .await?;
@@ -139,7 +143,7 @@ pub async fn set_password(store: &DynStore, email: &str, plain: &str) -> Result<
 /// The user's live tokens, oldest first (at most [`MAX_TOKENS`]). Errors: `UserNotFound`.
 pub async fn tokens(store: &DynStore, email: &str) -> Result<Vec<TokenRecord>> {
     let u = user(store, email).await?;
-    Ok(store.list_tokens(&u.id, ids::now(), None, SortOrder::Ascending, MAX_TOKENS).await?)
+    Ok(store.list_tokens(&u.id, store.clock().now(), None, SortOrder::Ascending, MAX_TOKENS).await?)
 }
 
 /// Which tokens an emergency revocation names.
@@ -154,7 +158,7 @@ pub enum Revocation {
 /// Revokes the tokens `which` names; returns how many. Errors: `UserNotFound`,
 /// `TokenNotFound` (an unknown or already revoked id).
 pub async fn revoke(store: &DynStore, which: Revocation) -> Result<u64> {
-    let now = ids::now();
+    let now = store.clock().now();
     let (owner, targets) = match which {
         Revocation::Id(id) => {
             let t = store.token_by_id(&id).await?.filter(|t| t.revoked_at.is_none());

@@ -10,7 +10,6 @@ use super::{bearer::Principal, password, scopes::Action, totp};
 use crate::{
     error::{Error, Result},
     identity::Identity,
-    ids,
     model::audit::AuditEntry,
     store::{DynStore, Enterprise, Membership, User},
     types::{Email, EnterpriseId, UserId},
@@ -60,7 +59,7 @@ pub async fn create_user(
         },
         None => (String::new(), String::new()),
     };
-    let now = ids::now();
+    let now = store.clock().now();
     let user = User {
         id: id.clone(),
         email: email.as_str().to_string(),
@@ -98,7 +97,7 @@ pub async fn create_enterprise(store: &DynStore, name: &str, id: Option<Enterpri
         return Err(Error::invalid_field("name", "the enterprise name must not be empty"));
     }
     let id = id.unwrap_or_else(EnterpriseId::new_random);
-    let e = Enterprise { id, name: name.into(), created_at: ids::now() };
+    let e = Enterprise { id, name: name.into(), created_at: store.clock().now() };
     let entry = crate::audit::EntryExt::data(
         crate::audit::entry(AuditType::EnterpriseCreated),
         serde_json::json!({ "name": e.name, "by": "operator" }),

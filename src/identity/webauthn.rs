@@ -18,7 +18,6 @@ use crate::{
     audit::{self, EntryExt},
     config::PasskeysConfig,
     error::{Error, Result},
-    ids,
     model::{
         audit::AuditType,
         passkey::{ChallengePurpose, PasskeyRecord, PendingChallenge},
@@ -72,7 +71,7 @@ pub async fn keep(
     state: &impl serde::Serialize,
 ) -> Result<()> {
     let challenge = options["publicKey"]["challenge"].as_str().ok_or_else(|| internal("no challenge"))?;
-    let now = ids::now();
+    let now = svc.store.clock().now();
     let pending = PendingChallenge {
         challenge: challenge.to_string(),
         purpose,
@@ -189,7 +188,7 @@ pub async fn check_assertion(
         Ok(done) if done.user_verified() => {
             passkey.update_credential(&done);
             let kept = serde_json::to_string(&passkey).map_err(internal)?;
-            svc.store.record_passkey_use(&record.id, &kept, ids::now()).await?;
+            svc.store.record_passkey_use(&record.id, &kept, svc.store.clock().now()).await?;
             Ok(Ok(()))
         }
         Err(WebauthnError::CredentialPossibleCompromise) => {
@@ -207,6 +206,8 @@ pub async fn check_assertion(
 pub async fn verify_assertion(svc: &Identity, user: &User, assertion: &str) -> Result<bool> {
     let Some(value) = normalized(assertion) else { return Ok(false) };
     let Some(challenge) = answered_challenge(&value) else { return Ok(false) };
-    let Some(pending) = svc.store.take_challenge(&challenge, ids::now()).await? else { return Ok(false) };
+    let Some(pending) = svc.store.take_challenge(&challenge, svc.store.clock().now()).await? else {
+        return Ok(false);
+    };
     Ok(check_assertion(svc, user, value, pending).await?.is_ok())
 }

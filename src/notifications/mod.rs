@@ -41,7 +41,7 @@ pub fn new_notification(
     simulation: bool,
     meta: Value,
 ) -> Notification {
-    let now = ids::now_ms();
+    let now = crate::clock::wall_now_ms();
     Notification {
         id: NotificationId::new_sequential(),
         webhook_id: webhook.id.clone(),
@@ -187,8 +187,8 @@ pub fn access_token_payload(
             "label": t.label,
             "user": t.user_id,
             "scope": t.scopes,
-            "created": ids::iso(t.created_at),
-            "expires": ids::iso(t.expires_at),
+            "created": crate::clock::iso(t.created_at),
+            "expires": crate::clock::iso(t.expires_at),
         }),
         None => json!({
             "type": "accessToken",
@@ -259,7 +259,7 @@ pub fn notification_json(n: &Notification, webhook: &Webhook) -> Value {
         "simulation": n.simulation,
         "retries": n.retries,
         "webhook": n.webhook_id,
-        "updatedAt": ids::iso_ms(n.updated_at_ms),
+        "updatedAt": crate::clock::iso_ms(n.updated_at_ms),
         "version": VERSION,
         "state": n.state.as_str(),
         "payload": n.payload,

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{ids, master_key::MasterKey, store::DynStore, types::EnterpriseId};
+use crate::{master_key::MasterKey, store::DynStore, types::EnterpriseId};
 
 /// How long the previous secret stays valid after a rotation, seconds (docs/decisions.md#webhooks: 24 hours).
 pub const GRACE_SECS: i64 = 24 * 3600;
@@ -40,7 +40,7 @@ pub async fn load(
     let aad = secret_aad(enterprise_id);
     let open = |b: &[u8]| -> anyhow::Result<String> { Ok(String::from_utf8(key.open(&aad, b)?)?) };
     let previous = match &s.previous_enc {
-        Some(p) if ids::now() < s.rotated_at + GRACE_SECS => Some(open(p)?),
+        Some(p) if store.clock().now() < s.rotated_at + GRACE_SECS => Some(open(p)?),
         _ => None,
     };
     Ok(Some(EnterpriseSecrets { current: open(&s.current_enc)?, previous }))

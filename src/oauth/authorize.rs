@@ -197,7 +197,7 @@ pub async fn approve(
         let e = OAuthError::invalid_scope(format!("{s} is beyond what your account may do"));
         return Ok(refusal(checked, &e));
     }
-    let now = ids::now();
+    let now = store.clock().now();
     let new_id =
         || ids::new_id().parse().map_err(|e: &str| crate::error::Error::Internal(anyhow::anyhow!(e)));
     let grant = OAuthGrant {

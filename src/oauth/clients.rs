@@ -87,7 +87,7 @@ pub async fn create(store: &DynStore, new: NewClient) -> Result<(OAuthClient, Op
         redirect_uris: new.redirect_uris,
         scopes: new.scopes,
         disabled: false,
-        created_at: ids::now(),
+        created_at: store.clock().now(),
         id_token_alg,
         pkce_optional: new.pkce_optional,
     };
@@ -109,7 +109,7 @@ pub async fn list(store: &DynStore) -> Result<Vec<OAuthClient>> {
 pub async fn set_disabled(store: &DynStore, id: &AnyId, disabled: bool) -> Result<()> {
     let entry =
         audit::entry(AuditType::OAuthClientDisabled).data(json!({ "clientId": id, "disabled": disabled }));
-    if !store.set_oauth_client_disabled(id, disabled, ids::now(), &[entry]).await? {
+    if !store.set_oauth_client_disabled(id, disabled, store.clock().now(), &[entry]).await? {
         return Err(Error::NotFound { name: ErrorName::NotFound, message: "no client has this id".into() });
     }
     Ok(())
@@ -151,7 +151,7 @@ pub async fn rotate_secret(store: &DynStore, id: &AnyId) -> Result<String> {
 /// `NotFound`.
 pub async fn delete(store: &DynStore, id: &AnyId) -> Result<()> {
     let entry = audit::entry(AuditType::OAuthClientDeleted).data(json!({ "clientId": id }));
-    if !store.delete_oauth_client(id, ids::now(), &[entry]).await? {
+    if !store.delete_oauth_client(id, store.clock().now(), &[entry]).await? {
         return Err(Error::NotFound { name: ErrorName::NotFound, message: "no client has this id".into() });
     }
     Ok(())

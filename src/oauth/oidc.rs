@@ -71,7 +71,7 @@ pub async fn add_key(store: &DynStore, key: &MasterKey, alg: &str, rotate: bool)
         kid,
         alg: alg.to_string(),
         public_jwk: jwk.to_string(),
-        created_at: ids::now(),
+        created_at: store.clock().now(),
         retired_at: None,
     };
     let entry =
@@ -93,7 +93,7 @@ async fn current_key(svc: &Identity, alg: &str) -> Result<OidcKey> {
 /// `oauth.access_token_ttl` of their retirement.
 pub async fn jwks(svc: &Identity) -> Result<Value> {
     let ttl = i64::try_from(svc.config.oauth.access_token_ttl).unwrap_or(3600);
-    let now = ids::now();
+    let now = svc.store.clock().now();
     let keys: Vec<Value> = svc
         .store
         .oidc_keys()
@@ -137,7 +137,7 @@ pub async fn id_token(
 ) -> Result<String> {
     let key = current_key(svc, &client.id_token_alg).await?;
     let der = svc.key.open(&aad(&key.kid), &hex::decode(&key.sealed).map_err(internal)?)?;
-    let now = ids::now();
+    let now = svc.store.clock().now();
     let ttl = i64::try_from(svc.config.oauth.access_token_ttl).unwrap_or(3600);
     let mut claims = user_claims(&svc.store, user, &grant.scopes).await?;
     claims["iss"] = json!(issuer);

@@ -10,7 +10,6 @@ use crate::{
     audit::{self, EntryExt},
     error::{Error, ErrorName, Result},
     identity::{bearer::hash_token, bearer::Principal, Identity},
-    ids,
     model::{
         audit::AuditType,
         oauth::{OAuthClient, OAuthGrant},
@@ -45,7 +44,7 @@ pub async fn revoke(
         return Ok(());
     };
     let entry = revocation_entry(&grant, "client");
-    svc.store.revoke_oauth_grant(&grant.id, ids::now(), &[entry]).await?;
+    svc.store.revoke_oauth_grant(&grant.id, svc.store.clock().now(), &[entry]).await?;
     Ok(())
 }
 
@@ -75,7 +74,7 @@ pub async fn introspect(
     };
     let inactive = json!({ "active": false });
     let Some(t) = svc.store.token_by_hash(&hash_token(token)).await? else { return Ok(inactive) };
-    let now = ids::now();
+    let now = svc.store.clock().now();
     if t.revoked_at.is_some() || t.expires_at <= now {
         return Ok(inactive);
     }
@@ -130,6 +129,6 @@ pub async fn revoke_mine(store: &DynStore, auth: &Principal, id: &AnyId) -> Resu
     let mut entry = revocation_entry(&grant, "user");
     entry.ip = Some(auth.client_ip.to_string());
     entry.token_id = Some(auth.token.id.clone());
-    store.revoke_oauth_grant(&grant.id, ids::now(), &[entry]).await?;
+    store.revoke_oauth_grant(&grant.id, store.clock().now(), &[entry]).await?;
     Ok(())
 }

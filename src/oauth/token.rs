@@ -18,7 +18,6 @@ use crate::{
     audit::{self, EntryExt},
     grant::Grant,
     identity::{bearer::new_token_value, scopes::session_scopes, tokens::new_token_record, Identity},
-    ids,
     model::{
         audit::{AuditEntry, AuditType},
         oauth::{OAuthClient, OAuthGrant},
@@ -84,7 +83,7 @@ pub async fn exchange(
         (None, None) => return Err(OAuthError::invalid_client("client_id is required").into()),
     };
     let client = clients::authenticate(&svc.store, &client_id, secret.as_deref()).await?;
-    let now = ids::now();
+    let now = svc.store.clock().now();
     let (grant, nonce, redeem) = match req.grant_type.as_str() {
         "authorization_code" => by_code(svc, &client, req, now).await?,
         "refresh_token" => by_refresh_token(svc, &client, req).await?,
@@ -157,7 +156,7 @@ async fn reused(
     let data = json!({ "clientId": client.id, "grantId": grant });
     let entries =
         [audit::entry(what).data(data.clone()), audit::entry(AuditType::OAuthGrantRevoked).data(data)];
-    if !svc.store.revoke_oauth_grant(grant, ids::now(), &entries).await? {
+    if !svc.store.revoke_oauth_grant(grant, svc.store.clock().now(), &entries).await? {
         audit::record(&svc.store, &entries[..1]).await;
     }
     Ok(OAuthError::invalid_grant("this was used before: every token of its grant is revoked"))

@@ -324,7 +324,7 @@ where
         .bind(wallet.as_str())
         .bind(alerts.low_fee.as_ref().map(BaseUnits::as_str))
         .bind(alerts.low_fee_address_balance.as_ref().map(BaseUnits::as_str))
-        .bind(crate::ids::now())
+        .bind(self.clock.now())
         .execute(&mut *tx)
         .await?;
         super::audit::append_tx::<DB>(&mut tx, audit).await?;

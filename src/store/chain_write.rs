@@ -44,7 +44,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
 {
-    let now_ms = crate::ids::now_ms();
+    let now_ms = crate::clock::wall_now_ms();
     for t in w.transfers {
         sqlx::query(UPSERT_TRANSFER)
             .bind(t.id.as_str())

@@ -147,7 +147,7 @@ where
         .filter(|(i, e)| *first.entry(&e.event_id).or_insert(*i) == *i)
         .map(|(_, e)| *e)
         .collect();
-    let now = crate::ids::now();
+    let now = crate::clock::wall_now();
     let mut inserted: HashSet<String> = HashSet::with_capacity(unique.len());
     for chunk in unique.chunks(EVENT_ROWS_PER_STATEMENT) {
         let values: Vec<String> =

@@ -154,6 +154,8 @@ pub trait Store:
     async fn ping(&self) -> StoreResult<()>;
     /// Closes the connections; later calls fail. Used at shutdown.
     async fn close(&self);
+    /// The process's clock, which the domain and the store read ([`crate::clock`]).
+    fn clock(&self) -> &crate::clock::Clock;
 }
 
 #[async_trait]
@@ -183,6 +185,10 @@ where
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    fn clock(&self) -> &crate::clock::Clock {
+        &self.clock
     }
 }
 

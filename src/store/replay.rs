@@ -60,7 +60,7 @@ where
                 .filter(|j| seen.insert(j.hmac.clone()))
                 .map(|j| (j.hmac.clone(), j.expires_at))
                 .collect();
-            match insert(pool.clone(), gate.clone(), rows, crate::ids::now_ms()).await {
+            match insert(pool.clone(), gate.clone(), rows, crate::clock::wall_now_ms()).await {
                 Ok(inserted) => {
                     let mut fresh: HashSet<String> = inserted.into_iter().collect();
                     for j in jobs {

@@ -29,6 +29,8 @@ pub struct SqlStore<DB: Database> {
     pub(super) replay: super::replay::ReplayWriter,
     /// Connections the wallet lookup keeps between uses.
     pub(super) lane: ReadLane<DB>,
+    /// The process's clock ([`crate::clock`]).
+    pub(super) clock: crate::clock::Clock,
 }
 
 /// Pooled connections kept aside for the hottest read, the wallet lookup (docs/decisions.md#performance-as-the-data-grows): sqlx
@@ -121,7 +123,8 @@ impl<DB: Dialect> SqlStore<DB> {
             tokio::spawn(super::read_cache::poll(weak, interval, move || read_version(p.clone())));
         }
         let replay = super::replay::spawn(pool.clone(), gate.clone(), record_replays);
-        Self { pool, event_writer, cache, gate, replay, lane: ReadLane::new(DB::READ_LANE) }
+        let clock = crate::clock::Clock::default();
+        Self { pool, event_writer, cache, gate, replay, lane: ReadLane::new(DB::READ_LANE), clock }
     }
 
     /// Begins a write transaction through the process's write gate.

@@ -140,7 +140,7 @@ where
         let existing: Vec<String> =
             sqlx::query_scalar(DB::EXISTING_WALLET_IDS).bind(to_json(&ids)?).fetch_all(&mut *tx).await?;
         let existing: HashSet<String> = existing.into_iter().collect();
-        let now = crate::ids::now_ms();
+        let now = self.clock.now_ms();
         let (mut inserted, mut updated) = (0, 0);
         let mut seen = HashSet::new();
         for w in rows {
@@ -198,7 +198,7 @@ where
         for amount in b.texts() {
             q = q.bind(amount);
         }
-        let res = q.bind(crate::ids::now_ms()).bind(id.as_str()).execute(&mut *tx).await?;
+        let res = q.bind(self.clock.now_ms()).bind(id.as_str()).execute(&mut *tx).await?;
         if DB::rows_affected(&res) == 0 {
             return Ok(None);
         }

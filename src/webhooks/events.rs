@@ -14,7 +14,6 @@ use crate::audit::EntryExt;
 use crate::{
     error::{parse_value, Error, Result},
     identity::{bearer::Principal, scopes::Action},
-    ids,
     model::{
         audit::AuditType,
         notification::Notification,
@@ -198,7 +197,8 @@ async fn prepare(
         hooks.iter().map(|w| notifications::from_event(w, &ev.event_id, &map)).collect();
     // Free slots of this process's engine take the first notifications straight from here,
     // written leased (docs/decisions.md#performance); only active webhooks' (they come first).
-    let leased = svc.dispatch.reserve(&mut notifications[..active], &hooks[..active], ids::now_ms());
+    let leased =
+        svc.dispatch.reserve(&mut notifications[..active], &hooks[..active], svc.store.clock().now_ms());
     let unleased = notifications.len() > leased.len();
     let webhooks = hooks.iter().map(|w| w.id.clone()).collect();
     let event = EventWrite {
@@ -229,7 +229,7 @@ async fn may_hold(svc: &Webhooks, w: &Webhook, event_id: &str) -> Result<bool> {
         return Ok(true);
     }
     svc.metrics.refused.inc();
-    if svc.refusal_notes.first_in_minute(&w.id, ids::now()) {
+    if svc.refusal_notes.first_in_minute(&w.id, svc.store.clock().now()) {
         let entry = crate::audit::entry(AuditType::NotificationsRefused)
             .enterprise(w.level.enterprise_id())
             .wallet(w.level.wallet_id())
@@ -251,7 +251,7 @@ async fn hand_to_engine(
     if !refused.is_empty() {
         // The engine stopped meanwhile: due again now, for whichever worker claims them. The
         // event is stored either way; if this fails, their leases end.
-        if let Err(e) = svc.store.defer(&refused, ids::now_ms()).await {
+        if let Err(e) = svc.store.defer(&refused, svc.store.clock().now_ms()).await {
             tracing::warn!(error = %e, "giving back notifications the engine did not take failed");
         }
     }

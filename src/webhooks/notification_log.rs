@@ -7,7 +7,6 @@ use crate::error::ErrorName;
 use crate::{
     error::{Error, Result},
     identity::bearer::Principal,
-    ids,
     model::{
         notification::{Attempt, Notification, NotificationState},
         webhook::{Webhook, WebhookState},
@@ -101,7 +100,7 @@ pub async fn resend(
     svc.operations.check(&w.id).await?;
     let n = svc
         .store
-        .resend_notification(&w.id, notification_id, ids::now_ms())
+        .resend_notification(&w.id, notification_id, svc.store.clock().now_ms())
         .await?
         .ok_or_else(|| Error::not_found(ErrorName::NotificationNotFound))?;
     svc.dispatch.wake();

@@ -22,7 +22,6 @@ use crate::{
         bearer::Principal,
         scopes::{Action, WalletPermission},
     },
-    ids,
     model::webhook::{LevelKind, Webhook, WebhookFilter, WebhookLevel, WebhookState},
     paging::{Page, PageRequest},
     store::{CapReached, WebhookCaps},
@@ -155,7 +154,7 @@ fn build(
         tx_request_transaction_states,
         custom_headers,
         allow_blocked_hosts,
-        created_at: ids::now(),
+        created_at: svc.store.clock().now(),
     })
 }
 
@@ -298,7 +297,7 @@ pub async fn unblock(svc: &Webhooks, auth: &Principal, webhook_id: &WebhookId) -
         .enterprise(w.level.enterprise_id())
         .wallet(w.level.wallet_id())
         .data(json!({ "id": w.id }));
-    svc.store.unblock_webhook(&w.id, ids::now_ms(), &[entry]).await?;
+    svc.store.unblock_webhook(&w.id, svc.store.clock().now_ms(), &[entry]).await?;
     svc.dispatch.wake();
     svc.store.webhook_by_id(&w.id).await?.ok_or_else(|| Error::not_found(ErrorName::WebhookNotFound))
 }

@@ -20,7 +20,6 @@ use super::{
 use crate::{
     error::{Error, Result},
     identity::{bearer::Principal, scopes::Action},
-    ids,
     model::{
         audit::AuditType,
         notification::Notification,
@@ -194,7 +193,7 @@ pub async fn recover_count(
     webhook_id: &WebhookId,
     since_ms: i64,
 ) -> Result<u64> {
-    check_since(since_ms, ids::now_ms())?;
+    check_since(since_ms, svc.store.clock().now_ms())?;
     let w = webhook_access(svc, auth, webhook_id).await?;
     Ok(svc.store.failed_since(&w.id, since_ms, svc.config.webhooks.recover_max).await?)
 }
@@ -210,14 +209,14 @@ pub async fn recover(
     webhook_id: &WebhookId,
     since_ms: i64,
 ) -> Result<(Webhook, u64)> {
-    let now = ids::now_ms();
+    let now = svc.store.clock().now_ms();
     check_since(since_ms, now)?;
     let w = webhook_access(svc, auth, webhook_id).await?;
     svc.operations.check(&w.id).await?;
     let entry = auth
         .audit(AuditType::WebhookRecovered)
         .enterprise(w.level.enterprise_id())
-        .data(json!({ "id": w.id, "since": ids::iso_ms(since_ms) }));
+        .data(json!({ "id": w.id, "since": crate::clock::iso_ms(since_ms) }));
     let n = svc.store.recover_failed(&w.id, since_ms, svc.config.webhooks.recover_max, now, entry).await?;
     if n > 0 {
         svc.dispatch.wake();

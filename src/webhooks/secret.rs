@@ -10,7 +10,6 @@ use crate::model::audit::AuditType;
 use crate::{
     error::{Error, Result},
     identity::bearer::Principal,
-    ids,
     notifications::{
         secret_cache::{load, secret_aad},
         signing,
@@ -31,7 +30,10 @@ pub async fn rotate(svc: &Webhooks, auth: &Principal, enterprise_id: &Enterprise
     let secret = signing::new_secret();
     let sealed = svc.key.seal(&secret_aad(&e.id), secret.as_bytes())?;
     let entry = crate::audit::EntryExt::enterprise(auth.audit(AuditType::WebhookSecretRotated), Some(&e.id));
-    match svc.store.rotate_webhook_secret(&e.id, &sealed, ids::now(), MIN_ROTATION_INTERVAL, &[entry]).await?
+    match svc
+        .store
+        .rotate_webhook_secret(&e.id, &sealed, svc.store.clock().now(), MIN_ROTATION_INTERVAL, &[entry])
+        .await?
     {
         Rotation::Done => {
             svc.secrets.invalidate(&e.id);

@@ -151,7 +151,7 @@ async fn old_attempts_and_finished_notifications_are_pruned() {
     refusing.wait_for(1, 10).await;
     wait_until_idle(&f.app.state.store).await;
     // 31 days ago, in milliseconds.
-    let aged = custodian::ids::now_ms() - 31 * 86_400_000;
+    let aged = custodian::clock::wall_now_ms() - 31 * 86_400_000;
     f.app
         .raw_sql(&format!(
             "UPDATE notifications SET updated_at = {aged}, created_at = {aged} WHERE id = '{due}'"

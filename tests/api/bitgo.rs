@@ -43,7 +43,7 @@ async fn a_user_made_before_the_bitgo_form_is_upgraded_at_a_plain_login() {
     let id: custodian::types::UserId = user.id.parse().expect("id");
     app.state
         .store
-        .update_user(&id, custodian::store::UserChange::Password(legacy), custodian::ids::now(), &[])
+        .update_user(&id, custodian::store::UserChange::Password(legacy), custodian::clock::wall_now(), &[])
         .await
         .expect("store the legacy hash");
     let form = bitgo_form(&user.email, PASSWORD);
@@ -195,7 +195,7 @@ async fn an_extension_needs_the_signature_of_the_sessions_extension_key() {
         }
         req.send()
     };
-    let now = custodian::ids::now_ms();
+    let now = custodian::clock::wall_now_ms();
     assert_error(extend(None, None, 3600).await.expect("bare"), 401, "InvalidSignature").await;
     assert_error(
         extend(Some(now), Some(sign(now, 3600)), 7200).await.expect("other duration"),

@@ -1,7 +1,7 @@
 //! The chain watcher against a real Ethereum node: anvil, from npm (`chain-tests/`, installed
 //! by `.ci/run`). Transactions are sent from anvil's unlocked dev accounts.
 
-use std::{process::Stdio, time::Duration};
+use std::process::Stdio;
 
 use custodian::config::{ChainConfig, Config};
 use serde_json::{json, Value};
@@ -356,9 +356,11 @@ async fn block_webhooks_hear_each_block_once_at_their_confirmations() {
     c.caught_up().await;
     // Blocks start-1 ..= start+4 reach 3 confirmations with blocks start+1 ..= start+6, after
     // the webhook was made; none twice, none early.
-    let got = blocks.wait_for(6, 20).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let got = if blocks.received().len() > got.len() { blocks.received() } else { got };
+    blocks.wait_for(6, 20).await;
+    // The checkpoint is at the head, and a block's events commit with it: once the outbox is
+    // idle, whatever was sent has arrived.
+    wait_until_idle(&c.app.state.store).await;
+    let got = blocks.received();
     let mut heights: Vec<u64> = got
         .iter()
         .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
@@ -539,7 +541,7 @@ async fn a_transaction_webhook_hears_of_each_transaction_once_at_inclusion() {
     c.anvil.mine(4).await;
     c.caught_up().await;
     txs.wait_for(2, 20).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until_idle(&c.app.state.store).await;
     let mut hashes: Vec<String> = txs
         .received()
         .iter()
@@ -572,7 +574,7 @@ async fn a_wallet_webhook_with_num_confirmations_hears_of_a_transfer_once_at_tha
     // The webhook without a number heard both states; this one once, at two confirmations.
     c.receiver.wait_for(2, 20).await;
     let got = patient.wait_for(1, 20).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until_idle(&c.app.state.store).await;
     assert_eq!(patient.received().len(), 1, "{got:?}");
     let b: Value = serde_json::from_str(&got[0].body).unwrap();
     assert_eq!((b["hash"].as_str(), b["confirmations"].as_u64()), (Some(txid.as_str()), Some(2)), "{b}");

@@ -75,8 +75,10 @@ async fn a_wallet_whose_contract_is_created_is_confirmed() {
     custodian::wallets::import::import(&c.app.state.store, &json!([record]).to_string(), |_, _| {})
         .await
         .expect("import");
-    // The watcher's address book picks the new wallet up on its next round.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The watcher's address book picks the new wallet up at a round's start: one more block
+    // read means a round began after the import.
+    c.anvil.mine(1).await;
+    c.caught_up().await;
     let code = include_str!("../../chain-tests/contracts/TestToken.bin").trim();
     let deploy =
         json!({ "from": deployer, "data": format!("0x{code}{}", word_number(1000)), "gas": "0x200000" });

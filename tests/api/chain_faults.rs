@@ -122,7 +122,7 @@ async fn a_watcher_killed_mid_backfill_resumes_and_notifies_every_transfer_once(
         (keys as u64, (keys >= want.len()).then_some(()))
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.wait_until_idle().await;
     let (events, keys) = events_by_key(&receiver);
     assert_eq!(events, want);
     assert_eq!(keys, want.len(), "one idempotency key per transfer and state");
@@ -220,6 +220,7 @@ async fn a_node_that_goes_away_is_waited_for_and_the_api_keeps_answering() {
     while std::time::Instant::now() < end {
         named |= health(&c.app).await["chains"][0]["error"].as_str().is_some_and(|e| e.starts_with("node:"));
         assert_eq!(c.app.get_auth("/api/v2/user/me", &c.token).await.status(), 200);
+        // Paces the polling over the 30 s; it waits for no outcome.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(named, "the node's absence is named in /health");
@@ -267,7 +268,12 @@ async fn a_reorg_deeper_than_reorg_depth_halts_the_chain_until_resynced() {
     // Halted: new blocks are not read.
     let stuck = height().await.height;
     anvil.mine(2).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A round ran after the blocks were made (it saw the new head), and read none of them.
+    let new_head = anvil.head().await;
+    until("a round that sees the new head", 20, || async {
+        (height().await.node_head == Some(new_head)).then_some(())
+    })
+    .await;
     assert_eq!(height().await.height, stuck);
     custodian::chain::resync(chains, "hteth", head - 10).await.unwrap();
     let now = anvil.head().await;

@@ -111,7 +111,7 @@ pub struct TestUser {
 impl TestUser {
     /// The TOTP code `offset` steps from now (RFC 6238, 30 s steps).
     pub fn code(&self, offset: i64) -> String {
-        let at = custodian::ids::now() + offset * totp::STEP as i64;
+        let at = custodian::clock::wall_now() + offset * totp::STEP as i64;
         totp::code_at(&self.seed, at as u64).expect("code")
     }
 }
@@ -365,7 +365,7 @@ where
 /// whatever a receiver got is all it will get.
 pub async fn wait_until_idle(store: &custodian::store::DynStore) {
     until("the outbox to drain", 20, || async {
-        let s = store.delivery_stats(custodian::ids::now_ms()).await.expect("stats");
+        let s = store.delivery_stats(store.clock().now_ms()).await.expect("stats");
         (s.due == 0 && s.in_flight == 0).then_some(())
     })
     .await

@@ -106,7 +106,7 @@ async fn received_signed(rx: &TestReceiver, n: &Value, secret: &str) {
         "Standard Webhooks signature"
     );
     let ts: i64 = h("webhook-timestamp").parse().unwrap();
-    assert!((ts - custodian::ids::now()).abs() <= 5);
+    assert!((ts - custodian::clock::wall_now()).abs() <= 5);
 }
 
 #[tokio::test]
@@ -248,7 +248,10 @@ async fn stored_secret_an_hour_ago(f: &Fixture) -> String {
     let aad = custodian::notifications::secret_cache::secret_aad(&enterprise);
     let sealed = f.app.state.identity.key.seal(&aad, secret.as_bytes()).unwrap();
     let store = &f.app.state.store;
-    store.rotate_webhook_secret(&enterprise, &sealed, custodian::ids::now() - 3600, 300, &[]).await.unwrap();
+    store
+        .rotate_webhook_secret(&enterprise, &sealed, custodian::clock::wall_now() - 3600, 300, &[])
+        .await
+        .unwrap();
     secret
 }
 
@@ -303,7 +306,7 @@ async fn successes_on_notifications_are_counted_beside_failed_attempts() {
     rx.plan(&[Answer { status: 500, retry_after: None, delay_ms: 0 }]);
     let hook: custodian::types::WebhookId = f.wallet_hook_id(&rx.url, "transfer").await.parse().unwrap();
     let admin = f.admin_token().await;
-    let start = custodian::ids::now_ms();
+    let start = custodian::clock::wall_now_ms();
     f.event(&admin, json!({ "eventId": "ev-count-1", "type": "transfer", "walletId": WALLET })).await;
     rx.wait_for(2, 10).await;
     f.event(&admin, json!({ "eventId": "ev-count-2", "type": "transfer", "walletId": WALLET })).await;
@@ -581,4 +584,40 @@ async fn recover_redelivers_failed_notifications_since_a_time_within_its_limits(
     let logged: Vec<u64> =
         audit["auditLogs"].as_array().unwrap().iter().filter_map(|e| e["data"]["count"].as_u64()).collect();
     assert_eq!(logged, vec![0, 1, 2], "newest first: {audit}");
+}
+
+/// A retry is due at its scheduled time on the service's clock: moving the clock past it
+/// sends it, with no hour of waiting (and without the recovered-receiver shortcut: no other
+/// notification of this webhook succeeds meanwhile).
+#[tokio::test]
+async fn a_retry_is_sent_when_the_clock_reaches_its_time() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.retry_schedule = vec![3600];
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    rx.plan(&[crate::receiver::Answer { status: 500, retry_after: None, delay_ms: 0 }]);
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(&admin, json!({ "eventId": "ev-later", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(1, 10).await;
+    // Failed and scheduled an hour on: nothing is due now.
+    until("the failure recorded", 10, || async {
+        let s = f.app.state.store.delivery_stats(f.app.state.store.clock().now_ms()).await.unwrap();
+        (s.due == 0 && s.in_flight == 0).then_some(())
+    })
+    .await;
+    assert_eq!(rx.received().len(), 1);
+    // The retry is an hour on, with +-20% jitter: not due before 48 minutes, due after 72.
+    let store = &f.app.state.store;
+    store.clock().advance(Duration::from_secs(2800));
+    assert_eq!(store.delivery_stats(store.clock().now_ms()).await.unwrap().due, 0, "not due yet");
+    store.clock().advance(Duration::from_secs(1600));
+    let got = rx.wait_for(2, 10).await;
+    assert_eq!(
+        got[0].headers.get("idempotency-key"),
+        got[1].headers.get("idempotency-key"),
+        "the same notification"
+    );
 }

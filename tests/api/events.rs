@@ -217,7 +217,7 @@ async fn event_notifications_derive_what_they_do_not_store() {
     let search = custodian::store::NotificationSearch {
         transfer_id: Some("tr-h".into()),
         from_ms: 0,
-        to_ms: custodian::ids::now_ms() + 60_000,
+        to_ms: custodian::clock::wall_now_ms() + 60_000,
         ..Default::default()
     };
     let found = f
@@ -251,7 +251,7 @@ async fn a_derived_payload_outlives_the_retention_of_its_event() {
     .await;
     rx.wait_for(1, 10).await;
     let days = f.app.state.config.delivery.retention_days;
-    let later = custodian::ids::now_ms() + ((days + 1.0) * 86_400_000.0) as i64;
+    let later = custodian::clock::wall_now_ms() + ((days + 1.0) * 86_400_000.0) as i64;
     let pruned =
         custodian::delivery::prune::prune_once(&f.app.state.store, &f.app.state.config, later).await.unwrap();
     assert_eq!(pruned.events, 0, "{pruned:?}");

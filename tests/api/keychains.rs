@@ -76,3 +76,23 @@ async fn ecdh_keychain_changes_need_a_fresh_factor_once_the_login_is_old() {
     );
     assert!(audit.len() >= 4, "the refused attempts are audited: {audit:?}");
 }
+
+/// The fresh-login window and the unlock window end on the service's clock: moved past each,
+/// the change needs a code again.
+#[tokio::test]
+async fn the_fresh_login_and_unlock_windows_end_when_the_clock_passes_them() {
+    let app = spawn_app().await;
+    let user = app.create_user("windows@example.com").await;
+    let session = app.login(&user).await;
+    let added = json!({ "xpub": XPUB, "encryptedXprv": ENVELOPE });
+    expect_json(app.post_auth("/api/v1/keychain", &session, &added).await, 200).await;
+    let clock = app.state.store.clock();
+    clock.advance(std::time::Duration::from_secs(301));
+    let set = json!({ "settings": { "ecdhKeychain": XPUB } });
+    assert_error(app.put_auth("/api/v2/user/settings", &session, &set).await, 401, "InvalidOtp").await;
+    let unlock = json!({ "otp": "000000", "duration": 120 });
+    expect_json(app.post_auth("/api/v2/user/unlock", &session, &unlock).await, 200).await;
+    expect_json(app.put_auth("/api/v2/user/settings", &session, &set).await, 200).await;
+    clock.advance(std::time::Duration::from_secs(121));
+    assert_error(app.put_auth("/api/v2/user/settings", &session, &set).await, 401, "InvalidOtp").await;
+}

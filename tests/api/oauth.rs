@@ -257,8 +257,8 @@ async fn bad_requests_are_refused_with_their_rfc_errors_and_issue_nothing() {
     let c = code().await;
     let form = [("grant_type", "authorization_code"), ("code", c.as_str()), ("code_verifier", VERIFIER)];
     rfc_error(token(&app, &form, Some((&id, "cs_wrong"))).await, 401, "invalid_client").await;
-    // The code expires (oauth.code_ttl, 1 s here).
-    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    // The code expires (oauth.code_ttl, 1 s here): the clock moves past it.
+    app.state.store.clock().advance(std::time::Duration::from_secs(2));
     rfc_error(token(&app, &form, basic).await, 400, "invalid_grant").await;
     // Unknown grant types; a disabled client.
     rfc_error(token(&app, &[("grant_type", "password")], basic).await, 400, "unsupported_grant_type").await;

@@ -43,7 +43,7 @@ pub fn run(app: &TestApp, args: &[&str], stdin: &str) -> (i32, String) {
 /// code was made in one step and checked in the next, past the window when `step` is -1) is
 /// tried once more with a fresh code.
 async fn login_at(app: &TestApp, user: &TestUser, password: &str, step: i64) -> reqwest::Response {
-    let now_step = || custodian::ids::now().div_euclid(custodian::identity::totp::STEP as i64);
+    let now_step = || custodian::clock::wall_now().div_euclid(custodian::identity::totp::STEP as i64);
     let before = now_step();
     let res = app.login_raw(&user.email, password, &user.code(step)).await;
     if res.status() == 401 && now_step() != before {

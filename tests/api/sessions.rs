@@ -21,9 +21,9 @@ async fn tokens_are_listed_by_creation_in_pages_without_secrets() {
     let mut secrets = vec![session.clone()];
     // Creation times are whole seconds: one token a second keeps the order unambiguous.
     for label in ["a", "b", "c"] {
-        let second = custodian::ids::now();
+        let second = custodian::clock::wall_now();
         crate::common::until("the next second", 3, || async {
-            (custodian::ids::now() > second).then_some(())
+            (custodian::clock::wall_now() > second).then_some(())
         })
         .await;
         secrets.push(app.token_with(&session, json!({ "scope": ["profile"], "label": label })).await);
@@ -86,7 +86,7 @@ async fn a_revoked_token_is_refused_at_once() {
     assert_eq!(revoked["id"], id);
     assert!(revoked.get("token").is_none());
     let expires = chrono::DateTime::parse_from_rfc3339(revoked["expires"].as_str().unwrap()).unwrap();
-    assert!((expires.timestamp() - custodian::ids::now()).abs() <= 2, "expires is now: {revoked}");
+    assert!((expires.timestamp() - custodian::clock::wall_now()).abs() <= 2, "expires is now: {revoked}");
     assert_error(app.me(secret).await, 401, "InvalidToken").await;
     assert!(!ids_of(&list(&app, &session, "").await).contains(&id.to_string()), "no longer listed");
     let again = app.client.delete(app.url(&path)).bearer_auth(&session).send().await.unwrap();

@@ -24,7 +24,7 @@ pub(crate) struct Signed {
 
 impl Signed {
     pub(crate) fn new(version: &'static str, method: Method, path: &str, body: &str) -> Self {
-        Signed { version, method, path: path.into(), body: body.into(), ts: custodian::ids::now_ms() }
+        Signed { version, method, path: path.into(), body: body.into(), ts: custodian::clock::wall_now_ms() }
     }
 
     /// The SDK's request subject (`calculateHMACSubject` without a status).
@@ -64,7 +64,7 @@ pub(crate) async fn verified_body(res: Response, signed: &Signed, token: &str) -
         _ => format!("{ts}|{}|{status}|{text}", signed.path),
     };
     assert_eq!(mac, hmac_hex(token, subject.as_bytes()), "response HMAC over {subject:?}");
-    let age = custodian::ids::now_ms() - ts.parse::<i64>().expect("timestamp is ms");
+    let age = custodian::clock::wall_now_ms() - ts.parse::<i64>().expect("timestamp is ms");
     assert!((-60_000..=300_000).contains(&age), "response timestamp {age} ms old");
     serde_json::from_str(&text).expect("json")
 }
@@ -147,7 +147,7 @@ async fn a_signature_is_used_once_whatever_the_method() {
 #[tokio::test]
 async fn stale_tampered_and_malformed_signatures_are_401() {
     let (app, token) = signed_setup().await;
-    let now = custodian::ids::now_ms();
+    let now = custodian::clock::wall_now_ms();
     for (offset, what) in [(-301_000, "six minutes old"), (61_000, "a minute ahead")] {
         let mut req = Signed::new("2.0", Method::GET, "/api/v2/user/me", "");
         req.ts = now + offset;
@@ -247,7 +247,7 @@ async fn v4_requests_are_accepted_once_and_their_responses_signed() {
             .body(sent_body.to_string())
             .send()
     };
-    let now = custodian::ids::now();
+    let now = custodian::clock::wall_now();
     let res = send(now, &body, &body).await.expect("request");
     assert_eq!(res.status(), 200);
     let header = |n: &str| res.headers().get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
@@ -339,7 +339,7 @@ async fn a_signed_read_replayed_to_another_process_is_refused() {
         .expect("json");
     let (token, token_id) = (login["access_token"].as_str().unwrap(), login["token_id"].as_str().unwrap());
     let (ts, path, request_id) =
-        (custodian::ids::now(), "/api/v2/user/me", "5a1c0f3e-0d7b-4a3e-9b1e-2f6c7d8e9a0b");
+        (custodian::clock::wall_now(), "/api/v2/user/me", "5a1c0f3e-0d7b-4a3e-9b1e-2f6c7d8e9a0b");
     let hash = hex::encode(sha2::Sha256::digest(b""));
     let signature = hmac_hex(token, format!("{ts}\nGET\n{path}\n{hash}\n{request_id}\n").as_bytes());
     let send = |base: &str, method: Method| {

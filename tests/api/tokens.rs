@@ -263,7 +263,7 @@ async fn a_token_cannot_create_a_larger_token() {
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["permittedWallets"], json!([W1, W2]), "{body}");
     let expires = chrono::DateTime::parse_from_rfc3339(body["expires"].as_str().unwrap()).unwrap();
-    assert!(expires.timestamp() <= custodian::ids::now() + 3000, "capped at the parent's expiry");
+    assert!(expires.timestamp() <= custodian::clock::wall_now() + 3000, "capped at the parent's expiry");
 
     let res = app.create_token(&parent, json!({ "scope": ["wallet_spend_all"] })).await;
     let b = assert_error(res, 400, "ExceedsCreatingToken").await;

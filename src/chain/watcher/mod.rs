@@ -198,7 +198,7 @@ impl Watcher {
         let store = self.svc.store.clone();
         let chain_coin = self.chain.clone();
         let chain = chain_coin.as_str();
-        let now = crate::ids::now_ms();
+        let now = store.clock().now_ms();
         let lease_ms = i64::try_from(self.config.lease_ms).unwrap_or(15_000);
         if !store.take_chain_lease(chain, &self.holder, now, now + lease_ms).await? {
             return Ok(false);
@@ -398,7 +398,8 @@ impl Watcher {
             t.confirmations = (tip + 1).saturating_sub(t.height);
             batch.extend(super::announce::transfer(&self.svc, t).await?);
         }
-        let recorded = store.rewind_chain(chain, &ancestor, depth, crate::ids::now(), &batch.events).await?;
+        let recorded =
+            store.rewind_chain(chain, &ancestor, depth, store.clock().now(), &batch.events).await?;
         batch.committed(&self.svc, &recorded).await;
         // Read again with the next block of the new branch.
         self.stale.extend(removed.into_iter().map(|t| (t.wallet_id, t.coin)));

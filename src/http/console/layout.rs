@@ -6,7 +6,6 @@ use axum::http::StatusCode;
 use maud::{html, Markup, DOCTYPE};
 
 use super::{FieldError, Session};
-use crate::ids;
 
 /// The navigation entries: path, label, service admins only.
 const NAV: &[(&str, &str, bool)] = &[
@@ -145,7 +144,7 @@ pub fn badge(state: &str) -> Markup {
 
 /// Unix milliseconds as `2026-11-23 12:34:56Z`.
 pub fn time_ms(ms: i64) -> Markup {
-    let iso = ids::iso_ms(ms);
+    let iso = crate::clock::iso_ms(ms);
     let shown = iso.get(..19).map(|s| s.replace('T', " ") + "Z").unwrap_or_else(|| iso.clone());
     html! { time datetime=(iso) { (shown) } }
 }

@@ -18,7 +18,6 @@ use super::{
 };
 use crate::{
     error::Error,
-    ids,
     model::notification::NotificationState,
     paging::PageRequest,
     store::NotificationSearch,
@@ -96,7 +95,7 @@ pub async fn search(
     session: Session,
     Query(q): Query<SearchQuery>,
 ) -> Response {
-    let now = ids::now_ms();
+    let now = state.store.clock().now_ms();
     let found = match search_of(&q, now) {
         Ok((search, page)) => {
             search::search_notifications(&state.webhooks, &session.auth, &search, &page).await

@@ -5,7 +5,7 @@ use axum::{extract::State, http::StatusCode, response::Response};
 use maud::html;
 
 use super::{chart, error_response, html, layout, Session};
-use crate::{ids, webhooks::search, AppState};
+use crate::{webhooks::search, AppState};
 
 /// Percent with one decimal, or a dash.
 fn percent(rate: Option<f64>) -> String {
@@ -18,7 +18,7 @@ fn millis(v: Option<i64>) -> String {
 
 /// The overview page.
 pub async fn page(State(state): State<AppState>, session: Session) -> Response {
-    let o = match search::overview(&state.webhooks, &session.auth, ids::now_ms()).await {
+    let o = match search::overview(&state.webhooks, &session.auth, state.store.clock().now_ms()).await {
         Ok(o) => o,
         Err(e) => return error_response(e.into(), Some(&session)),
     };

@@ -14,7 +14,6 @@ use super::layout::{OneTime, Shown};
 use super::{datetime_local, error_response, html, layout, listed, opt, FieldError, Form, NoFields, Session};
 use crate::{
     error::Error,
-    ids,
     model::webhook::{LevelKind, Webhook, WebhookLevel, WebhookState},
     paging::PageRequest,
     store::{NotificationSearch, WebhookSearch},
@@ -147,7 +146,7 @@ pub async fn webhook_page(state: &AppState, session: &Session, id: &WebhookId, s
         Ok(w) => w,
         Err(e) => return error_response(e.into(), Some(session)),
     };
-    let now = ids::now_ms();
+    let now = state.store.clock().now_ms();
     let search = NotificationSearch {
         webhook_id: Some(w.id.clone()),
         from_ms: now - search::MAX_SEARCH_DAYS * 86_400_000 + 60_000,

@@ -8,7 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::{
     error::Error,
     http::{auth::Auth, error::ApiResult, extract::ApiQuery, ErrorResponse},
-    identity, ids,
+    identity,
     model::audit::{AuditType, ChainedEntry},
     paging::PageRequest,
     store::AuditFilter,
@@ -66,7 +66,7 @@ impl From<ChainedEntry> for AuditEntryView {
         let e = c.entry;
         AuditEntryView {
             id: e.id,
-            date: ids::iso_ms(e.date_ms),
+            date: crate::clock::iso_ms(e.date_ms),
             entry_type: e.entry_type,
             user_id: e.user_id,
             enterprise_id: e.enterprise_id,

@@ -16,7 +16,6 @@ use crate::{
         self,
         tokens::{CreateAccessTokenRequest, SERVICE_ADMIN_PERMISSION},
     },
-    ids,
     model::token::TokenRecord,
     store::{Membership, User},
     types::{EnterpriseId, TokenId, UserId, WalletId},
@@ -80,8 +79,8 @@ pub(crate) fn unlock_view(t: &TokenRecord, now: i64) -> Option<Value> {
         unlock.insert("txValueLimit".into(), Value::Number(limit));
     }
     if let Some(u) = t.unlock.filter(|u| u.expires > now) {
-        unlock.insert("time".into(), json!(ids::iso(u.time)));
-        unlock.insert("expires".into(), json!(ids::iso(u.expires)));
+        unlock.insert("time".into(), json!(crate::clock::iso(u.time)));
+        unlock.insert("expires".into(), json!(crate::clock::iso(u.expires)));
     }
     (!unlock.is_empty()).then_some(Value::Object(unlock))
 }
@@ -90,8 +89,8 @@ impl AccessTokenResponse {
     /// The §2.4 view of `t`; `value` is the secret, given only when the token is created.
     pub fn new(value: Option<String>, t: TokenRecord) -> Self {
         AccessTokenResponse {
-            unlock: unlock_view(&t, ids::now()),
-            last_used_at: t.last_used_at.map(ids::iso),
+            unlock: unlock_view(&t, crate::clock::wall_now()),
+            last_used_at: t.last_used_at.map(crate::clock::iso),
             token: value,
             encrypted_token: None,
             derivation_path: None,
@@ -99,8 +98,8 @@ impl AccessTokenResponse {
             scope: t.scopes.iter().map(|g| g.to_scope_string()).collect(),
             ip: t.ip.unwrap_or_default(),
             ip_restrict: t.ip_restrict.map(|list| list.iter().map(ToString::to_string).collect()),
-            created: ids::iso(t.created_at),
-            expires: ids::iso(t.expires_at),
+            created: crate::clock::iso(t.created_at),
+            expires: crate::clock::iso(t.expires_at),
             enterprise: t.enterprise,
             user: t.user_id,
             is_extensible: t.is_extensible,
@@ -226,9 +225,9 @@ pub fn user_response(user: &User, memberships: &[Membership]) -> UserResponse {
         is_frozen: false,
         locale: user.locale.clone(),
         ecdh_keychain: None,
-        last_login: user.last_login.map(ids::iso),
-        create_time: ids::iso(user.created_at),
-        password_updated_at: ids::iso(user.password_updated_at),
+        last_login: user.last_login.map(crate::clock::iso),
+        create_time: crate::clock::iso(user.created_at),
+        password_updated_at: crate::clock::iso(user.password_updated_at),
     }
 }
 

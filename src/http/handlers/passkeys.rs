@@ -17,7 +17,6 @@ use crate::{
         ErrorResponse,
     },
     identity::{passkey_login, passkeys},
-    ids,
     model::passkey::PasskeyRecord,
     types::AnyId,
     AppState,
@@ -30,8 +29,8 @@ pub fn device_json(p: &PasskeyRecord) -> Value {
         "type": "webauthn",
         "label": p.label,
         "verified": true,
-        "created": ids::iso(p.created_at),
-        "lastUsed": p.last_used_at.map(ids::iso),
+        "created": crate::clock::iso(p.created_at),
+        "lastUsed": p.last_used_at.map(crate::clock::iso),
     })
 }
 

@@ -16,7 +16,6 @@ use crate::{
         ErrorResponse,
     },
     identity::sessions::{self, templates, DEFAULT_TOKEN_LIMIT, MAX_TOKEN_LIMIT},
-    ids,
     model::token::{SortOrder, TokenRecord, TokenTemplate},
     paging::PageRequest,
     types::{AnyId, TokenId, UserId},
@@ -133,13 +132,13 @@ impl SessionResponse {
     fn new(t: TokenRecord) -> Json<Self> {
         Json(SessionResponse {
             session: SessionView {
-                unlock: unlock_view(&t, ids::now()),
+                unlock: unlock_view(&t, crate::clock::wall_now()),
                 id: t.id,
                 ip: t.ip.unwrap_or_default(),
                 user: t.user_id,
                 scope: t.scopes.iter().map(|g| g.to_scope_string()).collect(),
-                created: ids::iso(t.created_at),
-                expires: ids::iso(t.expires_at),
+                created: crate::clock::iso(t.created_at),
+                expires: crate::clock::iso(t.expires_at),
                 origin: t.origin,
                 is_extensible: t.is_extensible,
                 grant_type: t.grant_type.as_str().into(),
@@ -255,7 +254,7 @@ pub struct TemplateResponse {
 
 impl From<TokenTemplate> for TemplateResponse {
     fn from(t: TokenTemplate) -> Self {
-        TemplateResponse { id: t.id, created: ids::iso(t.created_at), fields: t.fields }
+        TemplateResponse { id: t.id, created: crate::clock::iso(t.created_at), fields: t.fields }
     }
 }
 

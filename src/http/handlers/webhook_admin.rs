@@ -14,7 +14,7 @@ use crate::{
         extract::{ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
-    ids, notifications,
+    notifications,
     paging::PageRequest,
     types::{Coin, EnterpriseId, NotificationId, WebhookId},
     webhooks::{notification_log, registration, secret},
@@ -212,7 +212,7 @@ pub async fn list_attempts(
         attempts: attempts
             .into_iter()
             .map(|a| AttemptResponse {
-                started_at: ids::iso_ms(a.started_at_ms),
+                started_at: crate::clock::iso_ms(a.started_at_ms),
                 duration_ms: a.duration_ms,
                 status_code: a.status_code,
                 success: a.success,

@@ -15,7 +15,6 @@ use crate::{
         extract::{ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
-    ids,
     model::webhook::{Webhook, WebhookLevel},
     notifications,
     paging::{Page, PageRequest},
@@ -122,7 +121,7 @@ impl From<&Webhook> for WebhookResponse {
         WebhookResponse {
             id: w.id.clone(),
             label: w.label.clone(),
-            created: ids::iso(w.created_at),
+            created: crate::clock::iso(w.created_at),
             scope,
             wallet_id,
             enterprise_id,
