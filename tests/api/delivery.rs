@@ -621,3 +621,54 @@ async fn a_retry_is_sent_when_the_clock_reaches_its_time() {
         "the same notification"
     );
 }
+
+/// Delivered history leaves at its retention on the service's clock: two days on, with a
+/// one-day retention, the worker's next pruning round takes the notification and its attempt.
+#[tokio::test]
+async fn delivered_history_is_pruned_when_the_clock_passes_its_retention() {
+    let f = fixture(|c| {
+        fast(c);
+        c.delivery.retention_days = 1.0;
+        c.delivery.prune_interval_ms = 50;
+    })
+    .await;
+    let rx = TestReceiver::start().await;
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(&admin, json!({ "eventId": "ev-old", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(1, 10).await;
+    wait_until_idle(&f.app.state.store).await;
+    let count = "SELECT CAST(count(*) AS TEXT) FROM notifications";
+    assert_eq!(f.app.raw_sql(count).await, ["1"], "kept within its retention");
+    f.app.state.store.clock().advance(Duration::from_secs(2 * 86_400));
+    until("the notification pruned", 10, || async { (f.app.raw_sql(count).await == ["0"]).then_some(()) })
+        .await;
+    let attempts = f.app.raw_sql("SELECT CAST(count(*) AS TEXT) FROM delivery_attempts").await;
+    assert_eq!(attempts, ["0"]);
+}
+
+/// A notification leased by a process that died is claimed again when its lease runs out on
+/// the service's clock, not before.
+#[tokio::test]
+async fn a_dead_workers_lease_runs_out_on_the_services_clock() {
+    let f = fixture(fast).await;
+    let rx = TestReceiver::start().await;
+    f.wallet_hook_id(&rx.url, "transfer").await;
+    let admin = f.admin_token().await;
+    f.event(&admin, json!({ "eventId": "ev-leased", "type": "transfer", "walletId": WALLET })).await;
+    rx.wait_for(1, 10).await;
+    wait_until_idle(&f.app.state.store).await;
+    // As a worker that claimed it an hour long and died would leave it.
+    let until_ms = f.app.state.store.clock().now_ms() + 3_600_000;
+    f.app
+        .raw_sql(&format!(
+            "UPDATE notifications SET state = 'pending', next_attempt_at = 0, lease_until = {until_ms}"
+        ))
+        .await;
+    let store = &f.app.state.store;
+    let stats = store.delivery_stats(store.clock().now_ms()).await.unwrap();
+    assert_eq!((stats.due, stats.in_flight), (0, 1), "held by the dead worker's lease");
+    store.clock().advance(Duration::from_secs(3601));
+    let got = rx.wait_for(2, 10).await;
+    assert_eq!(got[0].headers.get("idempotency-key"), got[1].headers.get("idempotency-key"));
+}

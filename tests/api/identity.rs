@@ -293,3 +293,19 @@ async fn token_without_profile_scope_is_denied_the_profile() {
     let body = assert_error(res, 403, "InsufficientScope").await;
     assert_eq!(body["context"]["requiredScope"], "profile");
 }
+
+/// TOTP steps follow the service's clock: a code is used once, and once the clock has moved
+/// three steps on, the code of the wall clock's step is too old and the code of the service's
+/// new step is taken (RFC 6238 §4, §5.2).
+#[tokio::test]
+async fn totp_steps_follow_the_services_clock() {
+    let app = spawn_app_with(|c| c.environment = Environment::Production).await;
+    let user = app.create_user("steps@example.com").await;
+    let now_code = user.code(0);
+    assert_eq!(app.login_raw(&user.email, PASSWORD, &now_code).await.status(), 200);
+    assert_error(app.login_raw(&user.email, PASSWORD, &now_code).await, 401, "InvalidOtp").await;
+    let steps = 3;
+    app.state.store.clock().advance(std::time::Duration::from_secs(30 * steps));
+    assert_error(app.login_raw(&user.email, PASSWORD, &user.code(-1)).await, 401, "InvalidOtp").await;
+    assert_eq!(app.login_raw(&user.email, PASSWORD, &user.code(steps as i64)).await.status(), 200);
+}
