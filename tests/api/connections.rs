@@ -192,13 +192,17 @@ async fn inbound_sockets_never_take_the_descriptors_deliveries_need() {
         held.push(connect_from([127, 0, 0, 1], addr).await);
     }
     rx.wait_for(2, 15).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut buf = [0u8; 16];
-    let admitted = held
-        .iter()
-        .filter(|s| matches!(s.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock))
-        .count();
-    // 512 less 256 reserved, 32 for deliveries and 16 for the pool.
+    // The server closes the connections over its cap: wait until the ones still open (reading
+    // would block, not end) are within it. 512 less 256 reserved, 32 for deliveries and 16 for
+    // the pool.
+    let admitted = || {
+        let mut buf = [0u8; 16];
+        held.iter()
+            .filter(|s| matches!(s.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock))
+            .count()
+    };
+    until("the connections over the cap closed", 15, || async { (admitted() <= 208).then_some(()) }).await;
+    let admitted = admitted();
     assert!((1..=208).contains(&admitted), "{admitted} of 2,000 connections held open");
     drop(held);
     until("the server to take connections again", 10, || async {
@@ -223,8 +227,13 @@ async fn a_stop_closes_connections_that_have_no_request_in_progress() {
     let mut silent = TcpStream::connect(addr).await.expect("connect");
     let mut partial = TcpStream::connect(addr).await.expect("connect");
     partial.write_all(b"GET /health HTTP/1.1\r\nHost: a\r\n").await.expect("write");
-    // Make sure the server has accepted them before the stop.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server has accepted both before the stop (its gauge counts them, and this request).
+    until("both connections accepted", 10, || async {
+        let text = cluster.client.get(format!("{}/metrics", server.base)).send().await.ok()?.text().await.ok()?;
+        let open = text.lines().find(|l| l.starts_with("custodian_http_connections_open"))?;
+        (open.rsplit(' ').next()?.parse::<f64>().ok()? >= 3.0).then_some(())
+    })
+    .await;
     let asked = Instant::now();
     tokio::task::spawn_blocking(move || server.stop()).await.expect("stop");
     let took = asked.elapsed();

@@ -120,7 +120,8 @@ async fn a_database_outage_is_a_quick_503_and_no_event_is_lost_or_duplicated() {
     assert_error(lookup, 503, "ServiceUnavailable").await;
     let login = f.app.login_raw(&f.user.email, PASSWORD, &f.user.code(0)).await;
     assert_error(login, 503, "ServiceUnavailable").await;
-    // The in-flight deliveries finish meanwhile; their outcomes wait for the database.
+    // The outage lasts half a second more, so that in-flight deliveries finish during it and
+    // their outcomes wait for the database (the scenario's pacing; it waits for no outcome).
     tokio::time::sleep(Duration::from_millis(500)).await;
     proxy.cut.send_replace(false);
 

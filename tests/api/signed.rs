@@ -398,6 +398,7 @@ async fn expired_replay_records_are_removed_by_later_writes() {
     for _ in 0..3 {
         let req = Signed::new("2.0", Method::POST, "/api/v2/internal/wallet", &body);
         assert_eq!(req.send(&app, &token, None).await.status(), 200);
+        // Paces the requests so that each has its own millisecond timestamp (a new MAC).
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     let count = "SELECT CAST(count(*) AS TEXT) FROM signed_requests";
