@@ -283,6 +283,11 @@ impl Server {
 
     /// POSTs one event for `wallet`, stamped with the time it is sent.
     async fn event(&self, wallet: &str, id: &str) -> anyhow::Result<f64> {
+        self.event_to(&self.base, wallet, id).await
+    }
+
+    /// [`Server::event`] to the service at `base` (this server, or the relay).
+    async fn event_to(&self, base: &str, wallet: &str, id: &str) -> anyhow::Result<f64> {
         let mut ev = json!({ "eventId": id, "type": "transfer", "walletId": wallet, "sentAtUs": now_us().to_string() });
         if setting("SCALE_TRANSFER_IDS", 0) == 1 {
             // A transfer id, as a chain transfer always has: its event body is kept to answer
@@ -292,7 +297,7 @@ impl Server {
         let t0 = Instant::now();
         let res = self
             .client
-            .post(format!("{}/api/v2/internal/events", self.base))
+            .post(format!("{base}/api/v2/internal/events"))
             .bearer_auth(&self.token)
             .json(&ev)
             .send()
@@ -304,13 +309,26 @@ impl Server {
     /// `n` events for `wallet` by [`CLIENTS`] keep-alive clients, ids `{prefix}{i}`; the API's
     /// latencies, ms.
     async fn burst(self: &Arc<Self>, wallet: &str, prefix: &str, n: usize) -> anyhow::Result<Vec<f64>> {
+        let base = self.base.clone();
+        self.burst_to(&base, wallet, prefix, n).await
+    }
+
+    /// [`Server::burst`] to the service at `base` (this server, or the relay).
+    async fn burst_to(
+        self: &Arc<Self>,
+        base: &str,
+        wallet: &str,
+        prefix: &str,
+        n: usize,
+    ) -> anyhow::Result<Vec<f64>> {
         let mut tasks = Vec::new();
         for c in 0..CLIENTS {
-            let (me, wallet, prefix) = (self.clone(), wallet.to_string(), prefix.to_string());
+            let (me, wallet, prefix, base) =
+                (self.clone(), wallet.to_string(), prefix.to_string(), base.to_string());
             tasks.push(tokio::spawn(async move {
                 let mut api = Vec::with_capacity(n / CLIENTS + 1);
                 for i in (c..n).step_by(CLIENTS) {
-                    api.push(me.event(&wallet, &format!("{prefix}{i}")).await?);
+                    api.push(me.event_to(&base, &wallet, &format!("{prefix}{i}")).await?);
                 }
                 anyhow::Ok(api)
             }));
@@ -387,34 +405,83 @@ async fn single(
     dir: &std::path::Path,
     extra: &[(&str, String)],
 ) -> anyhow::Result<(Arc<Inbox>, Arc<Server>)> {
+    let (inbox, server, _) = single_at(db_url, dir, extra).await?;
+    Ok((inbox, server))
+}
+
+/// [`single`], and the URL its webhook delivers to.
+async fn single_at(
+    db_url: &str,
+    dir: &std::path::Path,
+    extra: &[(&str, String)],
+) -> anyhow::Result<(Arc<Inbox>, Arc<Server>, String)> {
     let inbox = Inbox::healthy();
     let url = receiver(Arc::new(HashMap::from([("a".to_string(), inbox.clone())]))).await?;
     let wallet = format!("{:032x}", 0xa);
-    seed(db_url, dir, &[Tenant { wallet, url: format!("{url}/a") }]).await?;
+    let hook = format!("{url}/a");
+    seed(db_url, dir, &[Tenant { wallet, url: hook.clone() }]).await?;
     let mut env = vec![("CUSTODIAN_DELIVERY_PER_TENANT_CONCURRENCY", "64".to_string())];
     env.extend_from_slice(extra);
-    Ok((inbox, Arc::new(Server::start(db_url, dir, &env).await?)))
+    Ok((inbox, Arc::new(Server::start(db_url, dir, &env).await?), hook))
+}
+
+/// The reference a delivery rate is held against: a relay that answers each event at once and
+/// forwards its body to the receiver (one keep-alive client), doing nothing else. Same clients,
+/// same receiver, same machine, same run. Its base URL.
+async fn relay(to: String) -> anyhow::Result<String> {
+    #[derive(Clone)]
+    struct Relay {
+        client: reqwest::Client,
+        to: Arc<str>,
+    }
+    async fn forward(State(r): State<Relay>, body: Bytes) -> StatusCode {
+        tokio::spawn(async move {
+            let _ = r.client.post(&*r.to).header("content-type", "application/json").body(body).send().await;
+        });
+        StatusCode::OK
+    }
+    let state = Relay { client: reqwest::Client::builder().no_proxy().build()?, to: to.into() };
+    let app = Router::new().route("/api/v2/internal/events", post(forward)).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(url)
 }
 
 async fn end_to_end(label: &str, db_url: &str) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let (inbox, server) = single(db_url, dir.path(), &[]).await?;
+    let (inbox, server, hook_url) = single_at(db_url, dir.path(), &[]).await?;
     let wallet = format!("{:032x}", 0xa);
+    let relay = relay(hook_url).await?;
+    let mut ratios = Vec::new();
     for run in 0..3 {
         let n = 10_000;
-        let before = inbox.delivered.load(Ordering::Relaxed);
-        let t0 = Instant::now();
-        let api = sorted(server.burst(&wallet, &format!("e{run}-"), n).await?);
-        until_delivered(&inbox, before + n, Duration::from_secs(300)).await?;
-        let secs = t0.elapsed().as_secs_f64();
-        println!(
-            "e2e run {}: {n} events by {CLIENTS} clients, last receipt after {secs:.2} s = {:.0} deliveries/s; API p50 {:.1} ms, p99 {:.1} ms ({label})",
-            run + 1,
-            n as f64 / secs,
-            percentile(&api, 0.5),
-            percentile(&api, 0.99),
-        );
+        let mut rates = [0.0; 2];
+        // The relay and the service take turns, so that the machine's state is alike for both.
+        for (i, (base, what)) in
+            [(relay.clone(), "relay"), (server.base.clone(), "service")].into_iter().enumerate()
+        {
+            let before = inbox.delivered.load(Ordering::Relaxed);
+            let t0 = Instant::now();
+            let api = sorted(server.burst_to(&base, &wallet, &format!("e{run}-{what}-"), n).await?);
+            until_delivered(&inbox, before + n, Duration::from_secs(300)).await?;
+            let secs = t0.elapsed().as_secs_f64();
+            rates[i] = n as f64 / secs;
+            println!(
+                "e2e run {} {what}: {n} events by {CLIENTS} clients, last receipt after {secs:.2} s = {:.0} deliveries/s; API p50 {:.1} ms, p99 {:.1} ms ({label})",
+                run + 1,
+                rates[i],
+                percentile(&api, 0.5),
+                percentile(&api, 0.99),
+            );
+        }
+        ratios.push(rates[1] / rates[0]);
     }
+    let ratios = sorted(ratios);
+    println!(
+        "e2e: service / relay = {:.2} (median of 3; {:.2} to {:.2}) ({label})",
+        ratios[1], ratios[0], ratios[2]
+    );
     Ok(())
 }
 

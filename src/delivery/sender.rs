@@ -142,7 +142,8 @@ impl Engine {
         for (k, v) in &w.custom_headers {
             req = req.header(k.as_str(), headers::open(&self.deps.key, &w.id, k, v)?);
         }
-        let mut res = req.body(n.payload.clone()).send().await.map_err(|e| error_chain(&e.without_url()))?;
+        let body = bytes::Bytes::from_owner(SharedText(n.payload.clone()));
+        let mut res = req.body(body).send().await.map_err(|e| error_chain(&e.without_url()))?;
         let status = res.status().as_u16();
         let retry_after = res
             .headers()
@@ -160,5 +161,15 @@ impl Engine {
             }
         }
         Ok(Response { status, body: String::from_utf8_lossy(&body).into_owned(), retry_after })
+    }
+}
+
+/// A payload shared with its notification (and its event's other notifications), sent as the
+/// request body without a copy.
+struct SharedText(std::sync::Arc<str>);
+
+impl AsRef<[u8]> for SharedText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
 }

@@ -16,6 +16,23 @@ pub fn event_payload(event: &Map<String, Value>) -> Map<String, Value> {
     payload
 }
 
+/// What every notification of one event POSTs, serialised once and shared
+/// ([`event_payload`]), and the `meta` a wallet webhook's
+/// notification of it carries.
+#[derive(Debug, Clone)]
+pub struct EventPayload {
+    pub text: std::sync::Arc<str>,
+    pub wallet_meta: Value,
+}
+
+impl EventPayload {
+    pub fn of(event: &Map<String, Value>) -> Self {
+        let payload = event_payload(event);
+        let wallet_meta = event_meta(&payload);
+        EventPayload { text: Value::Object(payload).to_string().into(), wallet_meta }
+    }
+}
+
 /// The `meta` of a wallet webhook's notification of an event: the transfer it names.
 pub fn event_meta(payload: &Map<String, Value>) -> Value {
     match payload.get("transferId").and_then(Value::as_str) {
@@ -73,7 +90,8 @@ pub struct Notification {
     pub simulation: bool,
     pub retries: i64,
     /// The exact JSON text that is POSTed.
-    pub payload: String,
+    /// The exact text POSTed; shared by an event's notifications and every attempt.
+    pub payload: std::sync::Arc<str>,
     /// The §2.6 `hash` when it is not the payload's own ([`Notification::hash`]); only such a
     /// hash is stored (docs/decisions.md#performance-as-the-data-grows).
     pub hash: Option<String>,

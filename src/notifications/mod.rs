@@ -24,7 +24,7 @@ use crate::{
 /// Notification `version` (§2.6, §9).
 pub const VERSION: u32 = 2;
 
-pub use crate::model::notification::idempotency_key;
+pub use crate::model::notification::{idempotency_key, EventPayload};
 
 /// A random 64-hex hash for placeholder transactions.
 fn placeholder_hash() -> String {
@@ -41,6 +41,21 @@ pub fn new_notification(
     simulation: bool,
     meta: Value,
 ) -> Notification {
+    let text = payload.to_string().into();
+    with_payload_text(webhook, text, hash, idempotency_key, event_id, simulation, meta)
+}
+
+/// [`new_notification`] with its payload's text made already (an event's, shared by every
+/// webhook it reaches).
+fn with_payload_text(
+    webhook: &Webhook,
+    payload: std::sync::Arc<str>,
+    hash: Option<String>,
+    idempotency_key: Option<String>,
+    event_id: Option<String>,
+    simulation: bool,
+    meta: Value,
+) -> Notification {
     let now = crate::clock::wall_now_ms();
     Notification {
         id: NotificationId::new_sequential(),
@@ -50,7 +65,7 @@ pub fn new_notification(
         state: NotificationState::New,
         simulation,
         retries: 0,
-        payload: payload.to_string(),
+        payload,
         hash,
         idempotency_key,
         meta,
@@ -231,8 +246,12 @@ pub fn simulate_enterprise(
 /// The notification an ingested event makes for `webhook`: the event's fields (less
 /// `eventId`) plus `wallet` for wallet events. Block events are keyed per block so that a
 /// block notifies each webhook once however many confirmation events arrive.
-pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>) -> Notification {
-    let payload = crate::model::notification::event_payload(event);
+pub fn from_event(
+    webhook: &Webhook,
+    event_id: &str,
+    event: &Map<String, Value>,
+    payload: &EventPayload,
+) -> Notification {
     // The hash (the event's `hash` or `blockId`, else the payload's SHA-256) and the key of an
     // event notification are derived when read (docs/decisions.md#performance-as-the-data-grows: lean storage); a block key is not.
     let key = match (&webhook.level, event.get("blockId").and_then(Value::as_str)) {
@@ -243,11 +262,11 @@ pub fn from_event(webhook: &Webhook, event_id: &str, event: &Map<String, Value>)
     };
     let meta = match &webhook.level {
         // The rule the store derives a lean row's meta with.
-        WebhookLevel::Wallet { .. } => crate::model::notification::event_meta(&payload),
+        WebhookLevel::Wallet { .. } => payload.wallet_meta.clone(),
         WebhookLevel::Enterprise { .. } | WebhookLevel::Block { .. } => json!({}),
     };
-    let payload = Value::Object(payload);
-    new_notification(webhook, &payload, None, key, Some(event_id.to_string()), false, meta)
+    let text = payload.text.clone();
+    with_payload_text(webhook, text, None, key, Some(event_id.to_string()), false, meta)
 }
 
 /// The §2.6 representation of a notification of `webhook`, with its `payload`.

@@ -67,6 +67,9 @@ pub struct EventWrite {
     /// their ids joined by commas, not the result's JSON: 50 bytes less per event).
     pub webhooks: Vec<WebhookId>,
     pub notifications: Vec<Notification>,
+    /// When the event keeps its body (it names a transfer): the payload its notifications
+    /// share, which they are then stored without ([`lean`]).
+    pub payload: Option<crate::model::notification::EventPayload>,
 }
 
 /// What recording an event did.
@@ -194,32 +197,24 @@ where
     outcomes(events, &first, &inserted, &stored, &skipped)
 }
 
-/// An event's notifications as stored. When the event keeps its body (it names a transfer), a
-/// notification whose payload is the one the event gives is stored without it (payload '',
+/// An event's notifications as stored. When the event keeps its body (it names a transfer),
+/// a notification that shares the payload the event gives is stored without it (payload '',
 /// and meta '' when it is just the transfer): the event is its one copy, read back by
 /// `outbox::rows::with_event_payloads` (docs/decisions.md#performance-as-the-data-grows).
+/// Nothing is parsed: sharing is the payload's own text, as the fan-out made it.
 fn lean(e: &EventWrite) -> Vec<Cow<'_, Notification>> {
-    let derived = e
-        .transfer_id
-        .as_ref()
-        .and_then(|_| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&e.body).ok())
-        .map(|event| {
-            let payload = crate::model::notification::event_payload(&event);
-            (
-                serde_json::Value::Object(payload.clone()).to_string(),
-                crate::model::notification::event_meta(&payload),
-            )
-        });
-    let Some((payload, meta)) = derived else { return e.notifications.iter().map(Cow::Borrowed).collect() };
+    let Some(shared) = &e.payload else { return e.notifications.iter().map(Cow::Borrowed).collect() };
     e.notifications
         .iter()
         .map(|n| {
-            if n.payload != payload || n.event_id.as_deref() != Some(e.event_id.as_str()) {
+            if !std::sync::Arc::ptr_eq(&n.payload, &shared.text)
+                || n.event_id.as_deref() != Some(e.event_id.as_str())
+            {
                 return Cow::Borrowed(n);
             }
             let mut stored = n.clone();
-            stored.payload = String::new();
-            if stored.meta == meta {
+            stored.payload = "".into();
+            if stored.meta == shared.wallet_meta {
                 stored.meta = serde_json::Value::Null;
             }
             Cow::Owned(stored)
@@ -368,6 +363,7 @@ mod tests {
             transfer_id: None,
             webhooks: vec![crate::types::test_id(id)],
             notifications: Vec::new(),
+            payload: None,
         }
     }
 

@@ -193,20 +193,24 @@ async fn prepare(
             hooks.push(w);
         }
     }
+    // Serialised once for every webhook and attempt.
+    let payload = notifications::EventPayload::of(&map);
     let mut notifications: Vec<Notification> =
-        hooks.iter().map(|w| notifications::from_event(w, &ev.event_id, &map)).collect();
+        hooks.iter().map(|w| notifications::from_event(w, &ev.event_id, &map, &payload)).collect();
     // Free slots of this process's engine take the first notifications straight from here,
     // written leased (docs/decisions.md#performance); only active webhooks' (they come first).
     let leased =
         svc.dispatch.reserve(&mut notifications[..active], &hooks[..active], svc.store.clock().now_ms());
     let unleased = notifications.len() > leased.len();
     let webhooks = hooks.iter().map(|w| w.id.clone()).collect();
+    let kept = ev.transfer_id.is_some();
     let event = EventWrite {
         event_id: ev.event_id,
-        body: stored_body(map, ev.transfer_id.is_some()),
+        body: stored_body(map, kept),
         transfer_id: ev.transfer_id,
         webhooks,
         notifications,
+        payload: kept.then_some(payload),
     };
     Ok(Some(Prepared { event, handoff: Handoff { leased, unleased } }))
 }

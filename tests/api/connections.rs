@@ -229,7 +229,8 @@ async fn a_stop_closes_connections_that_have_no_request_in_progress() {
     partial.write_all(b"GET /health HTTP/1.1\r\nHost: a\r\n").await.expect("write");
     // The server has accepted both before the stop (its gauge counts them, and this request).
     until("both connections accepted", 10, || async {
-        let text = cluster.client.get(format!("{}/metrics", server.base)).send().await.ok()?.text().await.ok()?;
+        let text =
+            cluster.client.get(format!("{}/metrics", server.base)).send().await.ok()?.text().await.ok()?;
         let open = text.lines().find(|l| l.starts_with("custodian_http_connections_open"))?;
         (open.rsplit(' ').next()?.parse::<f64>().ok()? >= 3.0).then_some(())
     })

@@ -47,7 +47,7 @@ impl NotificationRow {
             })?,
             simulation: self.simulation,
             retries: self.retries,
-            payload: self.payload,
+            payload: self.payload.into(),
             // '' stands for "derived", as written by `insert_notifications_tx`.
             hash: Some(self.hash).filter(|h| !h.is_empty()),
             idempotency_key: Some(self.idempotency_key).filter(|k| !k.is_empty()),
@@ -129,7 +129,7 @@ where
             let x = x.borrow();
             q = q.bind(x.id.as_str()).bind(x.webhook_id.as_str()).bind(x.event_id.as_deref());
             q = q.bind(x.notification_type.as_str()).bind(x.state.as_str()).bind(x.simulation);
-            q = q.bind(x.retries).bind(x.payload.as_str()).bind(x.hash.as_deref().unwrap_or(""));
+            q = q.bind(x.retries).bind(&*x.payload).bind(x.hash.as_deref().unwrap_or(""));
             q = q
                 .bind(x.idempotency_key.as_deref().unwrap_or(""))
                 // Null: derived from the event when read (`with_event_payloads`).
@@ -186,7 +186,7 @@ where
         if n.meta.is_null() {
             n.meta = crate::model::notification::event_meta(&payload);
         }
-        n.payload = serde_json::Value::Object(payload).to_string();
+        n.payload = serde_json::Value::Object(payload).to_string().into();
     }
     Ok(notifications)
 }
