@@ -146,7 +146,7 @@ impl Dispatch for Handoff {
             .map(|(n, w)| {
                 n.state = NotificationState::Pending;
                 n.lease_until_ms = until_ms;
-                Claimed { notification: n.clone(), webhook: (*w).clone() }
+                Claimed { notification: n.clone(), webhook: std::sync::Arc::new((*w).clone()) }
             })
             .collect();
         Box::new(leases)

@@ -434,11 +434,11 @@ pub fn word_number(n: u128) -> String {
     format!("{n:064x}")
 }
 
-#[tokio::test]
-async fn erc20_transfers_are_the_tokens_coin_with_their_own_list() {
-    let anvil = Anvil::start().await;
+/// Deploys the test ERC-20 token (chain-tests/contracts) with its whole `supply` (a 32-byte
+/// ABI word) held by [`RICH`]: its address, and the `hteth:tst` token setting for it.
+pub async fn deploy_token(anvil: &Anvil, supply: &str) -> (String, custodian::config::TokenConfig) {
     let code = include_str!("../../chain-tests/contracts/TestToken.bin").trim();
-    let deploy = json!({ "from": RICH, "data": format!("0x{code}{}", word_number(1_000_000 * ONE_ETH)), "gas": "0x200000" });
+    let deploy = json!({ "from": RICH, "data": format!("0x{code}{supply}"), "gas": "0x200000" });
     let tx = anvil.rpc("eth_sendTransaction", json!([deploy])).await;
     let receipt = until("the token is deployed", 10, || async {
         Some(anvil.rpc("eth_getTransactionReceipt", json!([tx])).await).filter(|r| !r.is_null())
@@ -447,6 +447,13 @@ async fn erc20_transfers_are_the_tokens_coin_with_their_own_list() {
     let contract = receipt["contractAddress"].as_str().unwrap_or_else(|| panic!("{receipt}")).to_string();
     let token =
         custodian::config::TokenConfig { coin: "hteth:tst".into(), contract: contract.clone(), decimals: 18 };
+    (contract, token)
+}
+
+#[tokio::test]
+async fn erc20_transfers_are_the_tokens_coin_with_their_own_list() {
+    let anvil = Anvil::start().await;
+    let (contract, token) = deploy_token(&anvil, &word_number(1_000_000 * ONE_ETH)).await;
     let c = chain_fixture_on(anvil, |c| c.chains.get_mut("hteth").unwrap().tokens.push(token)).await;
     let call = |from: &str, to: &str, amount: u128| json!({ "from": from, "to": contract, "data": format!("0xa9059cbb{}{}", word_address(to), word_number(amount)) });
     let inbound = c.anvil.rpc("eth_sendTransaction", json!([call(RICH, WATCHED, 5 * ONE_ETH)])).await;

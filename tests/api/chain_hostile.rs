@@ -4,7 +4,9 @@
 
 use serde_json::{json, Value};
 
-use crate::chain::{chain_fixture_on, word_address, Anvil, Chain, OTHER, RICH, WALLET, WATCHED};
+use crate::chain::{
+    chain_fixture_on, deploy_token, word_address, Anvil, Chain, OTHER, RICH, WALLET, WATCHED,
+};
 use crate::common::*;
 use crate::hostile_node::HostileNode;
 
@@ -101,18 +103,8 @@ fn word_2_255_plus_5() -> String {
 #[tokio::test]
 async fn token_amounts_at_and_above_2_pow_255_are_exact_in_the_api_and_the_webhook() {
     let anvil = Anvil::start().await;
-    let code = include_str!("../../chain-tests/contracts/TestToken.bin").trim();
     // The whole supply is 2^256 - 1.
-    let deploy = json!({ "from": RICH, "data": format!("0x{code}{}", "f".repeat(64)), "gas": "0x200000" });
-    let tx = anvil.rpc("eth_sendTransaction", json!([deploy])).await;
-    anvil.mine(1).await;
-    let receipt = until("the token is deployed", 10, || async {
-        Some(anvil.rpc("eth_getTransactionReceipt", json!([tx])).await).filter(|r| !r.is_null())
-    })
-    .await;
-    let contract = receipt["contractAddress"].as_str().unwrap_or_else(|| panic!("{receipt}")).to_string();
-    let token =
-        custodian::config::TokenConfig { coin: "hteth:tst".into(), contract: contract.clone(), decimals: 18 };
+    let (contract, token) = deploy_token(&anvil, &"f".repeat(64)).await;
     let (c, _node) = behind_proxy(anvil, |c| c.chains.get_mut("hteth").unwrap().tokens.push(token)).await;
     let call = |from: &str, to: &str| json!({ "from": from, "to": contract, "data": format!("0xa9059cbb{}{}", word_address(to), word_2_255_plus_5()) });
     let inbound = c.anvil.rpc("eth_sendTransaction", json!([call(RICH, WATCHED)])).await;

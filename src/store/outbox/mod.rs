@@ -64,7 +64,9 @@ pub trait SuspendPolicy: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub notification: Notification,
-    pub webhook: Webhook,
+    /// Shared by the batch's notifications of one webhook: releasing a slot or handing a
+    /// notification on copies no record.
+    pub webhook: std::sync::Arc<Webhook>,
 }
 
 /// Gauges for /metrics.

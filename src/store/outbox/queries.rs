@@ -103,9 +103,10 @@ where
         ids.dedup();
         let hooks: Vec<WebhookRow> =
             sqlx::query_as(DB::WEBHOOKS_BY_IDS).bind(to_json(&ids)?).fetch_all(&self.pool).await?;
-        let hooks: HashMap<WebhookId, Webhook> = hooks
+        // One record per webhook, shared by its notifications in the batch.
+        let hooks: HashMap<WebhookId, std::sync::Arc<Webhook>> = hooks
             .into_iter()
-            .map(|r| r.into_webhook().map(|w| (w.id.clone(), w)))
+            .map(|r| r.into_webhook().map(|w| (w.id.clone(), std::sync::Arc::new(w))))
             .collect::<StoreResult<_>>()?;
         Ok(notifications
             .into_iter()
