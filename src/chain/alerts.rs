@@ -11,7 +11,7 @@ use serde_json::{json, Map};
 
 use super::{book::AddressBook, node::ChainNode, node::NodeBlock, node::NodeError};
 use crate::{
-    model::chain::{BlockHead, FeeAlerts},
+    model::chain::{chain_event_id, BlockHead, FeeAlerts},
     types::{checksummed_eth_address, Coin, WalletId},
 };
 
@@ -62,7 +62,7 @@ fn wei(b: &crate::types::BaseUnits) -> U256 {
 
 fn alert(chain: &Coin, kind: &str, wallet: &WalletId, block: &BlockHead) -> Alert {
     let mut body = Map::new();
-    let id = format!("chain:{}:{kind}:{}:{}", chain.as_str(), wallet.as_str(), block.hash);
+    let id = chain_event_id(chain, &[kind, wallet.as_str(), &block.hash]);
     body.insert("eventId".into(), json!(id));
     body.insert("type".into(), json!(kind));
     body.insert("coin".into(), json!(chain.as_str()));

@@ -12,7 +12,7 @@ use super::Chains;
 use crate::{
     error::Error,
     model::{
-        chain::{Appearance, BlockHead, Transfer, TransferState},
+        chain::{chain_event_id, Appearance, BlockHead, Transfer, TransferState},
         webhook::{LevelKind, WebhookFilter},
     },
     types::{Coin, WalletId},
@@ -50,8 +50,7 @@ async fn send(
     confirmations: u64,
     keep: impl Fn(&crate::model::webhook::Webhook) -> bool,
 ) -> Result<Option<Prepared>, Error> {
-    let event_id =
-        format!("chain:{}:{}:{}:{what}:{}", t.coin.as_str(), t.txid, t.wallet_id.as_str(), t.block_hash);
+    let event_id = chain_event_id(&t.coin, &[&t.txid, t.wallet_id.as_str(), what, &t.block_hash]);
     let mut body = Map::new();
     body.insert("eventId".into(), json!(event_id));
     body.insert("type".into(), json!("transfer"));
@@ -75,13 +74,7 @@ async fn send(
 /// transaction's transfers for the wallet.
 pub async fn transaction(svc: &Chains, t: &Transfer) -> Result<Option<Prepared>, Error> {
     let mut body = Map::new();
-    let id = format!(
-        "chain:{}:{}:{}:transaction:{}",
-        t.chain.as_str(),
-        t.txid,
-        t.wallet_id.as_str(),
-        t.block_hash
-    );
+    let id = chain_event_id(&t.chain, &[&t.txid, t.wallet_id.as_str(), "transaction", &t.block_hash]);
     body.insert("eventId".into(), json!(id));
     body.insert("type".into(), json!("transaction"));
     body.insert("coin".into(), json!(t.chain.as_str()));
@@ -135,7 +128,7 @@ pub async fn blocks(
             }
         };
         let mut body = Map::new();
-        body.insert("eventId".into(), json!(format!("chain:{}:block:{hash}:{n}", chain.as_str())));
+        body.insert("eventId".into(), json!(chain_event_id(chain, &["block", &hash, &n.to_string()])));
         body.insert("type".into(), json!("block"));
         body.insert("coin".into(), json!(chain.as_str()));
         body.insert("blockId".into(), json!(hash));
@@ -162,7 +155,7 @@ pub fn appearances(chain: &Coin, appeared: &[Appearance]) -> Vec<Map<String, ser
         body.insert("address".into(), json!(a.address));
         body.insert("hash".into(), json!(a.txid));
         body.insert("height".into(), json!(a.height));
-        let id = |what: &str| format!("chain:{}:{what}:{}:{}", chain.as_str(), a.address, a.block_hash);
+        let id = |what: &str| chain_event_id(chain, &[what, &a.address, &a.block_hash]);
         let mut address = body.clone();
         address.insert("eventId".into(), json!(id("address")));
         address.insert("type".into(), json!("address_confirmation"));

@@ -155,6 +155,19 @@ pub struct Transfer {
     pub nonce: u64,
 }
 
+/// The id of an event the chain watcher makes, in one place: `chain:<coin>:` and the parts
+/// that say what it is about (docs/chains.md#events). Derived from what the event says, so a
+/// block read again after a crash makes the same ids and the outbox stores nothing twice.
+/// `coin` is the coin the event names: a token's for its transfers, the chain's for the rest.
+pub fn chain_event_id(coin: &Coin, parts: &[&str]) -> String {
+    let mut id = format!("chain:{}", coin.as_str());
+    for p in parts {
+        id.push(':');
+        id.push_str(p);
+    }
+    id
+}
+
 impl Transfer {
     /// `send` or `receive`, as BitGo's `type`.
     pub fn kind(&self) -> &'static str {
@@ -170,5 +183,22 @@ impl Transfer {
         let mut id = crate::digest::sha256_hex(format!("{coin}|{txid}|{}", wallet.as_str()).as_bytes());
         id.truncate(32);
         id
+    }
+}
+
+#[cfg(test)]
+mod event_id_tests {
+    use super::*;
+
+    /// The ids stay what they were before they were made in one place: a replay after an
+    /// upgrade finds the events it stored.
+    #[test]
+    fn chain_event_ids_keep_their_form() {
+        let coin: Coin = "hteth".parse().unwrap();
+        assert_eq!(
+            chain_event_id(&coin, &["0xab", "w1", "confirmed", "0xh"]),
+            "chain:hteth:0xab:w1:confirmed:0xh"
+        );
+        assert_eq!(chain_event_id(&coin, &["block", "0xh", "3"]), "chain:hteth:block:0xh:3");
     }
 }

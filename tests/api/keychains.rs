@@ -93,6 +93,10 @@ async fn the_fresh_login_and_unlock_windows_end_when_the_clock_passes_them() {
     let unlock = json!({ "otp": "000000", "duration": 120 });
     expect_json(app.post_auth("/api/v2/user/unlock", &session, &unlock).await, 200).await;
     expect_json(app.put_auth("/api/v2/user/settings", &session, &set).await, 200).await;
+    let view = expect_json(app.get_auth("/api/v2/user/session", &session).await, 200).await;
+    assert!(view["session"]["unlock"].is_object(), "unlocked: {view}");
     clock.advance(std::time::Duration::from_secs(121));
     assert_error(app.put_auth("/api/v2/user/settings", &session, &set).await, 401, "InvalidOtp").await;
+    let view = expect_json(app.get_auth("/api/v2/user/session", &session).await, 200).await;
+    assert!(view["session"].get("unlock").is_none(), "the unlock has ended on the service's clock: {view}");
 }

@@ -87,9 +87,10 @@ pub(crate) fn unlock_view(t: &TokenRecord, now: i64) -> Option<Value> {
 
 impl AccessTokenResponse {
     /// The §2.4 view of `t`; `value` is the secret, given only when the token is created.
-    pub fn new(value: Option<String>, t: TokenRecord) -> Self {
+    /// `now`: Unix seconds on the service's clock, which an unlock's end is compared with.
+    pub fn new(value: Option<String>, t: TokenRecord, now: i64) -> Self {
         AccessTokenResponse {
-            unlock: unlock_view(&t, crate::clock::wall_now()),
+            unlock: unlock_view(&t, now),
             last_used_at: t.last_used_at.map(crate::clock::iso),
             token: value,
             encrypted_token: None,
@@ -131,13 +132,14 @@ pub async fn create_access_token(
 ) -> ApiResult<Json<AccessTokenResponse>> {
     let body = json_value(req, &state).await?;
     let created = identity::tokens::create_access_token(&state.identity, &auth, body).await?;
+    let now = state.store.clock().now();
     let Some(encrypted) = created.encrypted else {
-        return Ok(Json(AccessTokenResponse::new(Some(created.value), created.record)));
+        return Ok(Json(AccessTokenResponse::new(Some(created.value), created.record, now)));
     };
     Ok(Json(AccessTokenResponse {
         encrypted_token: Some(encrypted.encrypted_token),
         derivation_path: Some(encrypted.derivation_path),
-        ..AccessTokenResponse::new(None, created.record)
+        ..AccessTokenResponse::new(None, created.record, now)
     }))
 }
 

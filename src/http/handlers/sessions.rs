@@ -73,8 +73,9 @@ pub async fn list_tokens(
         _ => SortOrder::Ascending,
     };
     let page = sessions::list_tokens(&state.identity, &auth, &page, order).await?;
+    let now = state.store.clock().now();
     Ok(Json(TokenList {
-        access_tokens: page.items.into_iter().map(|t| AccessTokenResponse::new(None, t)).collect(),
+        access_tokens: page.items.into_iter().map(|t| AccessTokenResponse::new(None, t, now)).collect(),
         next_batch_prev_id: page.next_batch_prev_id,
     }))
 }
@@ -93,7 +94,7 @@ pub async fn revoke_token(
     ApiPath(id): ApiPath<TokenId>,
 ) -> ApiResult<Json<AccessTokenResponse>> {
     let t = sessions::revoke_token(&state.identity, &auth, &id).await?;
-    Ok(Json(AccessTokenResponse::new(None, t)))
+    Ok(Json(AccessTokenResponse::new(None, t, state.store.clock().now())))
 }
 
 /// The calling token's session.
@@ -129,10 +130,11 @@ pub struct SessionResponse {
 }
 
 impl SessionResponse {
-    fn new(t: TokenRecord) -> Json<Self> {
+    /// `now`: Unix seconds on the service's clock, which an unlock's end is compared with.
+    fn new(t: TokenRecord, now: i64) -> Json<Self> {
         Json(SessionResponse {
             session: SessionView {
-                unlock: unlock_view(&t, crate::clock::wall_now()),
+                unlock: unlock_view(&t, now),
                 id: t.id,
                 ip: t.ip.unwrap_or_default(),
                 user: t.user_id,
@@ -150,8 +152,8 @@ impl SessionResponse {
 /// The calling token's session.
 #[utoipa::path(get, path = "/api/v2/user/session", tag = "identity", security(("bearer" = [])),
     responses((status = 200, body = SessionResponse)))]
-pub async fn session(Auth(auth): Auth) -> Json<SessionResponse> {
-    SessionResponse::new((*auth.token).clone())
+pub async fn session(State(state): State<AppState>, Auth(auth): Auth) -> Json<SessionResponse> {
+    SessionResponse::new((*auth.token).clone(), state.store.clock().now())
 }
 
 /// Body of an unlock.
@@ -178,14 +180,15 @@ pub async fn unlock(
     Auth(auth): Auth,
     ApiJson(req): ApiJson<UnlockRequest>,
 ) -> ApiResult<Json<SessionResponse>> {
-    Ok(SessionResponse::new(sessions::unlock(&state.identity, &auth, &req.otp, req.duration).await?))
+    let t = sessions::unlock(&state.identity, &auth, &req.otp, req.duration).await?;
+    Ok(SessionResponse::new(t, state.store.clock().now()))
 }
 
 /// Ends the calling session's unlock.
 #[utoipa::path(post, path = "/api/v2/user/lock", tag = "identity", security(("bearer" = [])),
     responses((status = 200, body = SessionResponse)))]
 pub async fn lock(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<SessionResponse>> {
-    Ok(SessionResponse::new(sessions::lock(&state.identity, &auth).await?))
+    Ok(SessionResponse::new(sessions::lock(&state.identity, &auth).await?, state.store.clock().now()))
 }
 
 /// Body of an extension.
@@ -216,10 +219,8 @@ pub async fn extend_token(
         (Some(timestamp), Some(signature)) => Some(sessions::ExtensionProof { timestamp, signature }),
         _ => None,
     };
-    Ok(Json(AccessTokenResponse::new(
-        None,
-        sessions::extend(&state.identity, &auth, req.duration, proof).await?,
-    )))
+    let t = sessions::extend(&state.identity, &auth, req.duration, proof).await?;
+    Ok(Json(AccessTokenResponse::new(None, t, state.store.clock().now())))
 }
 
 /// `{}`.
