@@ -144,3 +144,58 @@ async fn token_amounts_at_and_above_2_pow_255_are_exact_in_the_api_and_the_webho
     })
     .await;
 }
+
+/// `pool_max_new` bites: of five transfers that show in the pool in one round, at most two are
+/// announced in a round; the rest follow in later rounds (counted as deferred), each told once.
+#[tokio::test]
+async fn transfers_new_to_the_pool_are_announced_at_most_pool_max_new_a_round() {
+    let anvil = Anvil::start().await;
+    let (c, node) = behind_proxy(anvil, |c| c.chains.get_mut("hteth").unwrap().pool_max_new = 2).await;
+    c.caught_up().await;
+    c.anvil.rpc("evm_setAutomine", json!([false])).await;
+    // The pool looks empty while the five are sent, then shows them all at once.
+    node.lie(|l| l.empty_pool = true);
+    let mut sent = Vec::new();
+    for i in 1..=5u128 {
+        sent.push(c.anvil.send(RICH, WATCHED, i * crate::chain::ONE_ETH).await);
+    }
+    node.lie(|l| l.empty_pool = false);
+    let told =
+        |hash: &str| c.notified().into_iter().filter(|(s, _, h)| h == hash && s == "unconfirmed").count();
+    until("every pending transfer told unconfirmed", 20, || async {
+        sent.iter().all(|h| told(h) > 0).then_some(())
+    })
+    .await;
+    assert!(sent.iter().all(|h| told(h) == 1), "each told once");
+    let text = c.app.client.get(c.app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let deferred: f64 = text
+        .lines()
+        .find(|l| l.starts_with("custodian_chain_pool_deferred_total"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(deferred >= 3.0, "at least three left for a later round: {deferred}");
+}
+
+/// A pool answer over `pool_max_bytes` is dropped unread for the round (counted), and the
+/// blocks go on being read.
+#[tokio::test]
+async fn a_pool_over_its_byte_cap_is_dropped_unread_and_blocks_go_on() {
+    let anvil = Anvil::start().await;
+    let (c, node) =
+        behind_proxy(anvil, |c| c.chains.get_mut("hteth").unwrap().pool_max_bytes = 64 * 1024).await;
+    c.caught_up().await;
+    node.lie(|l| l.huge_pool = Some(1 << 20));
+    let dropped = || async {
+        let text = c.app.client.get(c.app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        text.lines()
+            .find(|l| l.starts_with("custodian_chain_pool_dropped_total"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    until("a pool answer dropped", 20, || async { (dropped().await >= 1.0).then_some(()) }).await;
+    let txid = c.anvil.send(RICH, WATCHED, 7).await;
+    c.anvil.mine(3).await;
+    c.caught_up().await;
+    wait_until_idle(&c.app.state.store).await;
+    assert!(c.notified().contains(&("confirmed".into(), "7".into(), txid)), "{:?}", c.notified());
+}

@@ -21,6 +21,10 @@ pub struct Lies {
     pub chain_id: Option<u64>,
     /// `eth_getBlockByNumber` for this height or above waits until released.
     pub hold_from: Option<u64>,
+    /// `txpool_content` answers an empty pool.
+    pub empty_pool: bool,
+    /// `txpool_content` answers a pool of about this many bytes (padding, no transaction).
+    pub huge_pool: Option<usize>,
 }
 
 #[derive(Default)]
@@ -68,6 +72,10 @@ async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse 
             }
             "eth_blockNumber" => l.huge_head.map(|n| Value::String("9".repeat(n))),
             "eth_chainId" => l.chain_id.map(|id| json!(format!("0x{id:x}"))),
+            "txpool_content" if l.empty_pool => Some(json!({ "pending": {}, "queued": {} })),
+            "txpool_content" if l.huge_pool.is_some() => {
+                Some(json!({ "pending": {}, "queued": {}, "padding": "x".repeat(l.huge_pool.unwrap_or(0)) }))
+            }
             _ => None,
         }
     };
