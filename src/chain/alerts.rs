@@ -7,12 +7,12 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use alloy_primitives::U256;
-use serde_json::{json, Map};
 
 use super::{book::AddressBook, node::ChainNode, node::NodeBlock, node::NodeError};
 use crate::{
-    model::chain::{chain_event_id, BlockHead, FeeAlerts},
+    model::chain::{BlockHead, FeeAlerts},
     types::{checksummed_eth_address, Coin, WalletId},
+    webhooks::event::{Event, LowFeeBalanceEvent, LowFeeEvent},
 };
 
 /// Blocks whose base fees are averaged.
@@ -54,21 +54,10 @@ impl BaseFees {
 }
 
 /// An alert a run of blocks raised: its event.
-pub type Alert = Map<String, serde_json::Value>;
+pub type Alert = Event;
 
 fn wei(b: &crate::types::BaseUnits) -> U256 {
     b.as_str().parse().unwrap_or(U256::MAX)
-}
-
-fn alert(chain: &Coin, kind: &str, wallet: &WalletId, block: &BlockHead) -> Alert {
-    let mut body = Map::new();
-    let id = chain_event_id(chain, &[kind, wallet.as_str(), &block.hash]);
-    body.insert("eventId".into(), json!(id));
-    body.insert("type".into(), json!(kind));
-    body.insert("coin".into(), json!(chain.as_str()));
-    body.insert("walletId".into(), json!(wallet.as_str()));
-    body.insert("height".into(), json!(block.height));
-    body
 }
 
 /// `lowFee` for each wallet whose threshold the average crossed downward at `block`.
@@ -84,10 +73,14 @@ pub fn low_fee(
         .filter_map(|(w, a)| Some((w, a.low_fee.as_ref()?)))
         .filter(|(_, t)| before >= wei(t) && now < wei(t))
         .map(|(w, t)| {
-            let mut body = alert(chain, "lowFee", w, block);
-            body.insert("averageBaseFee".into(), json!(now.to_string()));
-            body.insert("threshold".into(), json!(t.as_str()));
-            body
+            Event::LowFee(LowFeeEvent {
+                coin: chain.clone(),
+                wallet_id: w.clone(),
+                height: block.height,
+                average_base_fee: now.to_string(),
+                threshold: t.as_str().to_string(),
+                block_hash: block.hash.clone(),
+            })
         })
         .collect()
 }
@@ -129,11 +122,15 @@ pub async fn low_balances(
         let before = node.balance(*fee, Some(first.saturating_sub(1))).await?;
         let now = node.balance(*fee, Some(last.height)).await?;
         if before >= wei(t) && now < wei(t) {
-            let mut body = alert(chain, "lowFeeAddressBalance", w, last);
-            body.insert("address".into(), json!(checksummed_eth_address(fee)));
-            body.insert("balance".into(), json!(now.to_string()));
-            body.insert("threshold".into(), json!(t.as_str()));
-            out.push(body);
+            out.push(Event::LowFeeAddressBalance(LowFeeBalanceEvent {
+                coin: chain.clone(),
+                wallet_id: w.clone(),
+                height: last.height,
+                address: checksummed_eth_address(fee),
+                balance: now.to_string(),
+                threshold: t.as_str().to_string(),
+                block_hash: last.hash.clone(),
+            }));
         }
     }
     Ok(out)

@@ -6,17 +6,19 @@
 use std::collections::BTreeMap;
 
 use futures_util::FutureExt;
-use serde_json::{json, Map};
 
 use super::Chains;
 use crate::{
     error::Error,
     model::{
-        chain::{chain_event_id, Appearance, BlockHead, Transfer, TransferState},
+        chain::{Appearance, BlockHead, Transfer, TransferState},
         webhook::{LevelKind, WebhookFilter},
     },
     types::{Coin, WalletId},
-    webhooks::events::{prepare_routed, Prepared},
+    webhooks::{
+        event::{AppearanceEvent, BlockEvent, Event, TransactionEvent, TransferEvent},
+        events::{prepare_routed, Prepared},
+    },
 };
 
 /// The `numConfirmations` a wallet webhook waits for (0: every state).
@@ -50,39 +52,36 @@ async fn send(
     confirmations: u64,
     keep: impl Fn(&crate::model::webhook::Webhook) -> bool,
 ) -> Result<Option<Prepared>, Error> {
-    let event_id = chain_event_id(&t.coin, &[&t.txid, t.wallet_id.as_str(), what, &t.block_hash]);
-    let mut body = Map::new();
-    body.insert("eventId".into(), json!(event_id));
-    body.insert("type".into(), json!("transfer"));
-    body.insert("coin".into(), json!(t.coin.as_str()));
-    body.insert("walletId".into(), json!(t.wallet_id.as_str()));
-    body.insert("transferId".into(), json!(t.id));
-    body.insert("transfer".into(), json!(t.id));
-    body.insert("hash".into(), json!(t.txid));
-    body.insert("state".into(), json!(t.state.as_str()));
-    body.insert("transferType".into(), json!(t.kind()));
-    body.insert("valueString".into(), json!(t.value));
-    body.insert("baseValueString".into(), json!(t.value));
-    body.insert("feeString".into(), json!(t.fee));
-    body.insert("height".into(), json!(t.height));
-    body.insert("confirmations".into(), json!(confirmations));
-    prepare_routed(&svc.webhooks, body, keep).await
+    let event = Event::Transfer(TransferEvent {
+        coin: t.coin.clone(),
+        wallet_id: t.wallet_id.clone(),
+        transfer_id: t.id.clone(),
+        hash: t.txid.clone(),
+        state: t.state.as_str(),
+        transfer_type: t.kind(),
+        value_string: t.value.clone(),
+        fee_string: t.fee.clone(),
+        height: t.height,
+        confirmations,
+        told: what.to_string(),
+        block_hash: t.block_hash.clone(),
+    });
+    prepare_routed(&svc.webhooks, &event, keep).await
 }
 
 /// A `transaction` event: a transaction touching the wallet was included in a block (once per
 /// transaction, wallet and block), to the wallet's `transaction` webhooks. `t` is one of the
 /// transaction's transfers for the wallet.
 pub async fn transaction(svc: &Chains, t: &Transfer) -> Result<Option<Prepared>, Error> {
-    let mut body = Map::new();
-    let id = chain_event_id(&t.chain, &[&t.txid, t.wallet_id.as_str(), "transaction", &t.block_hash]);
-    body.insert("eventId".into(), json!(id));
-    body.insert("type".into(), json!("transaction"));
-    body.insert("coin".into(), json!(t.chain.as_str()));
-    body.insert("walletId".into(), json!(t.wallet_id.as_str()));
-    body.insert("hash".into(), json!(t.txid));
-    body.insert("transfer".into(), json!(t.id));
-    body.insert("height".into(), json!(t.height));
-    prepare_routed(&svc.webhooks, body, |_| true).await
+    let event = Event::Transaction(TransactionEvent {
+        coin: t.chain.clone(),
+        wallet_id: t.wallet_id.clone(),
+        hash: t.txid.clone(),
+        transfer: t.id.clone(),
+        height: t.height,
+        block_hash: t.block_hash.clone(),
+    });
+    prepare_routed(&svc.webhooks, &event, |_| true).await
 }
 
 /// `block` events: the block that reaches a block webhook's `numConfirmations` with this one
@@ -127,17 +126,12 @@ pub async fn blocks(
                 _ => continue,
             }
         };
-        let mut body = Map::new();
-        body.insert("eventId".into(), json!(chain_event_id(chain, &["block", &hash, &n.to_string()])));
-        body.insert("type".into(), json!("block"));
-        body.insert("coin".into(), json!(chain.as_str()));
-        body.insert("blockId".into(), json!(hash));
-        body.insert("height".into(), json!(height));
-        body.insert("confirmations".into(), json!(n));
+        let event =
+            Event::Block(BlockEvent { coin: chain.clone(), block_id: hash, height, confirmations: n });
         let keep = move |w: &crate::model::webhook::Webhook| {
             w.level.num_confirmations().map(|c| u64::try_from(c.max(1)).unwrap_or(1)) == Some(n)
         };
-        out.extend(prepare_routed(&svc.webhooks, body, keep).await?);
+        out.extend(prepare_routed(&svc.webhooks, &event, keep).await?);
     }
     Ok(out)
 }
@@ -146,32 +140,28 @@ pub async fn blocks(
 /// wallet's webhooks, and, when it is the wallet's base address, `wallet_confirmation` to the
 /// coin's block webhooks of that type. The ids carry the block hash: a reorg that takes the
 /// block away forgets the appearance, and the new branch announces it again.
-pub fn appearances(chain: &Coin, appeared: &[Appearance]) -> Vec<Map<String, serde_json::Value>> {
+pub fn appearances(chain: &Coin, appeared: &[Appearance]) -> Vec<Event> {
     let mut events = Vec::new();
     for a in appeared {
-        let mut body = Map::new();
-        body.insert("coin".into(), json!(chain.as_str()));
-        body.insert("walletId".into(), json!(a.wallet_id.as_str()));
-        body.insert("address".into(), json!(a.address));
-        body.insert("hash".into(), json!(a.txid));
-        body.insert("height".into(), json!(a.height));
-        let id = |what: &str| chain_event_id(chain, &[what, &a.address, &a.block_hash]);
-        let mut address = body.clone();
-        address.insert("eventId".into(), json!(id("address")));
-        address.insert("type".into(), json!("address_confirmation"));
-        events.push(address);
+        let appearance = AppearanceEvent {
+            coin: chain.clone(),
+            wallet_id: a.wallet_id.clone(),
+            address: a.address.clone(),
+            hash: a.txid.clone(),
+            height: a.height,
+            block_hash: a.block_hash.clone(),
+        };
+        events.push(Event::AddressConfirmation(appearance.clone()));
         if a.base {
-            body.insert("eventId".into(), json!(id("wallet")));
-            body.insert("type".into(), json!("wallet_confirmation"));
-            events.push(body);
+            events.push(Event::WalletConfirmation(appearance));
         }
     }
     events
 }
 
 /// Complete events (appearances, fee alerts), fanned out at once.
-pub async fn all(svc: &Chains, events: Vec<Map<String, serde_json::Value>>) -> Result<Vec<Prepared>, Error> {
-    let sends = events.into_iter().map(|e| prepare_routed(&svc.webhooks, e, |_| true));
+pub async fn all(svc: &Chains, events: Vec<Event>) -> Result<Vec<Prepared>, Error> {
+    let sends = events.iter().map(|e| prepare_routed(&svc.webhooks, e, |_| true));
     Ok(futures_util::future::try_join_all(sends).await?.into_iter().flatten().collect())
 }
 

@@ -116,7 +116,8 @@ pub trait ChainNode: Send + Sync {
     async fn outcome(&self, tx: B256, block: B256) -> Result<(bool, U256), NodeError>;
     /// Wei held by `address` at `height` (`None`: the latest block).
     async fn balance(&self, address: Address, height: Option<u64>) -> Result<U256, NodeError>;
-    /// The token balance (`balanceOf`) of `address` at `height`.
+    /// The token balance (`balanceOf`) of `address` at `height`; 0 where the contract has no
+    /// code yet at that height.
     async fn token_balance(
         &self,
         contract: Address,
@@ -268,6 +269,12 @@ impl ChainNode for EthNode {
         let data = balanceOfCall { owner: address }.abi_encode();
         let call = serde_json::json!({ "to": contract, "data": alloy_primitives::Bytes::from(data) });
         let answer: alloy_primitives::Bytes = self.call("eth_call", (call, tag(height))).await?;
+        // No code at that height (the token is deployed later): nobody holds any of it yet.
+        // Read as an error, the confirmed balance of a transfer made within `confirmations`
+        // blocks of the deployment could never be read, and the watcher would stop there.
+        if answer.is_empty() {
+            return Ok(U256::ZERO);
+        }
         balanceOfCall::abi_decode_returns(&answer).map_err(|e| NodeError::new(format!("balanceOf: {e}")))
     }
 

@@ -5,14 +5,14 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::{invalid_type, BLOCK_TYPES, ENTERPRISE_TYPES, WALLET_TYPES};
+use super::event::{Event, Route};
 use crate::audit::EntryExt;
 use crate::{
-    error::{parse_value, Error, Result},
+    error::Result,
     identity::{bearer::Principal, scopes::Action},
     model::{
         audit::AuditType,
@@ -21,7 +21,7 @@ use crate::{
     },
     notifications::{self, dispatch::Reserved},
     store::{EventWrite, Recorded},
-    types::{Coin, EnterpriseId, NotificationId, WalletId, WebhookId},
+    types::{NotificationId, WebhookId},
     webhooks::Webhooks,
 };
 
@@ -32,26 +32,7 @@ pub async fn ingest_as(svc: &Webhooks, auth: &Principal, body: Value) -> Result<
     ingest(svc, body).await
 }
 
-/// An event from an upstream system. Extra fields are kept and delivered in the payload.
-#[derive(Debug, Deserialize, ToSchema, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventRequest {
-    /// Unique per event; a repeat returns the first result and sends nothing.
-    #[schema(min_length = 1, max_length = 200)]
-    pub event_id: String,
-    /// A webhook type of §6.
-    #[serde(rename = "type")]
-    pub event_type: String,
-    pub coin: Option<Coin>,
-    pub wallet_id: Option<WalletId>,
-    pub enterprise_id: Option<EnterpriseId>,
-    pub transfer_id: Option<String>,
-    pub hash: Option<String>,
-    pub block_id: Option<String>,
-    #[serde(default, deserialize_with = "crate::types::de_whole_number_opt")]
-    pub confirmations: Option<u64>,
-    pub state: Option<String>,
-}
+pub use super::event::EventRequest;
 
 /// What an event fanned out to.
 #[derive(Debug, Default, Serialize, ToSchema)]
@@ -75,10 +56,12 @@ fn stored_body(mut event: serde_json::Map<String, Value>, kept: bool) -> String 
     Value::Object(event).to_string()
 }
 
-/// Checks an event and records it with its notifications in one transaction (the outbox).
-/// Errors name the field; an unknown `type` is `InvalidWebhookType`.
+/// Checks an upstream system's event ([`Event::posted`]) and records it with its
+/// notifications in one transaction (the outbox). Errors name the field; an unknown `type`
+/// is `InvalidWebhookType`.
 pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
-    Ok(fan_out(svc, body, |_| true, true).await?.unwrap_or_default())
+    let event = Event::posted(body)?;
+    Ok(fan_out(svc, &event, |_| true, true).await?.unwrap_or_default())
 }
 
 /// An event the service itself saw (the chain watcher), fanned out like [`ingest`]'s to the
@@ -88,10 +71,10 @@ pub async fn ingest(svc: &Webhooks, body: Value) -> Result<EventResult> {
 /// routed to, since most blocks concern none.
 pub async fn prepare_routed(
     svc: &Webhooks,
-    body: serde_json::Map<String, Value>,
+    event: &Event,
     keep: impl Fn(&Webhook) -> bool,
 ) -> Result<Option<Prepared>> {
-    prepare(svc, Value::Object(body), keep, false).await
+    prepare(svc, event, keep, false).await
 }
 
 /// An event fanned out, to be stored by the caller: its row and notifications (`event`), and
@@ -120,11 +103,11 @@ impl Handoff {
 
 async fn fan_out(
     svc: &Webhooks,
-    body: Value,
+    event: &Event,
     keep: impl Fn(&Webhook) -> bool,
     record_unrouted: bool,
 ) -> Result<Option<EventResult>> {
-    let Some(Prepared { event, handoff }) = prepare(svc, body, keep, record_unrouted).await? else {
+    let Some(Prepared { event, handoff }) = prepare(svc, event, keep, record_unrouted).await? else {
         return Ok(None);
     };
     let result = EventResult {
@@ -147,37 +130,24 @@ async fn fan_out(
 /// engine); `None` when no webhook is routed to and `record_unrouted` is false.
 async fn prepare(
     svc: &Webhooks,
-    body: Value,
+    event: &Event,
     keep: impl Fn(&Webhook) -> bool,
     record_unrouted: bool,
 ) -> Result<Option<Prepared>> {
-    let ev: EventRequest = parse_value(&body)?;
-    let Value::Object(map) = body else {
-        return Err(Error::invalid_field("", "an event must be a JSON object"));
+    let (event_id, t) = (event.id(), event.kind());
+    let filter = match event.route() {
+        Route::Wallet(w) => {
+            WebhookFilter { scope: LevelKind::Wallet, wallet_id: Some(w), ..Default::default() }
+        }
+        Route::Block(c) => WebhookFilter { scope: LevelKind::Block, coin: Some(c), ..Default::default() },
+        Route::Enterprise(e) => {
+            WebhookFilter { scope: LevelKind::Enterprise, enterprise_id: Some(e), ..Default::default() }
+        }
     };
-    if ev.event_id.is_empty() || ev.event_id.len() > 200 {
-        return Err(Error::invalid_field("eventId", "must be 1 to 200 characters"));
-    }
-    let t = ev.event_type.as_str();
-    let filter = if WALLET_TYPES.contains(&t) {
-        let wallet = ev.wallet_id.clone().ok_or_else(|| Error::missing_field("walletId"))?;
-        WebhookFilter { scope: LevelKind::Wallet, wallet_id: Some(wallet), ..Default::default() }
-    } else if BLOCK_TYPES.contains(&t) {
-        let coin = ev.coin.clone().ok_or_else(|| Error::missing_field("coin"))?;
-        WebhookFilter { scope: LevelKind::Block, coin: Some(coin), ..Default::default() }
-    } else if ENTERPRISE_TYPES.contains(&t) {
-        let e = ev.enterprise_id.clone().ok_or_else(|| Error::missing_field("enterpriseId"))?;
-        WebhookFilter { scope: LevelKind::Enterprise, enterprise_id: Some(e), ..Default::default() }
-    } else {
-        let all: Vec<&str> =
-            WALLET_TYPES.iter().chain(BLOCK_TYPES).chain(ENTERPRISE_TYPES).copied().collect();
-        return Err(invalid_type("known", &all));
-    };
-    super::event_fields::check(t, &map)?;
     // Suspended webhooks are routed to as well: their notifications are held until they are
     // unblocked, never dropped (docs/decisions.md#faults-and-floods).
     let filter = WebhookFilter { webhook_type: Some(t.into()), state: None, ..filter };
-    let confirmations = i64::try_from(ev.confirmations.unwrap_or(0)).unwrap_or(i64::MAX);
+    let confirmations = i64::try_from(event.confirmations().unwrap_or(0)).unwrap_or(i64::MAX);
     let routed = svc.store.routing_webhooks(&filter).await?;
     let (mut hooks, suspended): (Vec<&Webhook>, Vec<&Webhook>) = routed
         .iter()
@@ -189,25 +159,27 @@ async fn prepare(
     }
     let active = hooks.len();
     for w in suspended {
-        if may_hold(svc, w, &ev.event_id).await? {
+        if may_hold(svc, w, &event_id).await? {
             hooks.push(w);
         }
     }
     // Serialised once for every webhook and attempt.
+    let map = event.body();
     let payload = notifications::EventPayload::of(&map);
     let mut notifications: Vec<Notification> =
-        hooks.iter().map(|w| notifications::from_event(w, &ev.event_id, &map, &payload)).collect();
+        hooks.iter().map(|w| notifications::from_event(w, &event_id, &map, &payload)).collect();
     // Free slots of this process's engine take the first notifications straight from here,
     // written leased (docs/decisions.md#performance); only active webhooks' (they come first).
     let leased =
         svc.dispatch.reserve(&mut notifications[..active], &hooks[..active], svc.store.clock().now_ms());
     let unleased = notifications.len() > leased.len();
     let webhooks = hooks.iter().map(|w| w.id.clone()).collect();
-    let kept = ev.transfer_id.is_some();
+    let kept = event.transfer_id().is_some();
+    let transfer_id = event.transfer_id().map(str::to_string);
     let event = EventWrite {
-        event_id: ev.event_id,
+        event_id,
         body: stored_body(map, kept),
-        transfer_id: ev.transfer_id,
+        transfer_id,
         webhooks,
         notifications,
         payload: kept.then_some(payload),

@@ -23,6 +23,7 @@ use crate::{
 
 pub mod access;
 pub mod callback_url;
+pub mod event;
 pub mod event_fields;
 pub mod events;
 pub mod limits;

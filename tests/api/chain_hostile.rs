@@ -199,3 +199,27 @@ async fn a_pool_over_its_byte_cap_is_dropped_unread_and_blocks_go_on() {
     wait_until_idle(&c.app.state.store).await;
     assert!(c.notified().contains(&("confirmed".into(), "7".into(), txid)), "{:?}", c.notified());
 }
+
+/// A token transfer within `confirmations` blocks of the token's deployment: the confirmed
+/// balance is read at a height where the contract has no code yet, which answers nothing;
+/// that is a balance of 0, not an error that stops the watcher at that block for good.
+#[tokio::test]
+async fn a_token_transfer_right_after_its_deployment_is_read() {
+    let anvil = Anvil::start().await;
+    let (contract, token) = deploy_token(&anvil, &crate::chain::word_number(1000)).await;
+    let call = json!({ "from": RICH, "to": contract, "data": format!("0xa9059cbb{}{}", word_address(WATCHED), crate::chain::word_number(5)) });
+    anvil.rpc("eth_sendTransaction", json!([call])).await;
+    let c = chain_fixture_on(anvil, |c| c.chains.get_mut("hteth").unwrap().tokens.push(token)).await;
+    // Read again from the first block with the wallet known (it may have been imported after
+    // the first round began): one run reads every block, and the balances at the
+    // deployment's own depth.
+    c.caught_up().await;
+    custodian::chain::resync(&c.app.state.chains, "hteth", 0).await.unwrap();
+    c.caught_up().await;
+    let listed = expect_json(
+        c.app.get_auth(&format!("/api/v2/hteth:tst/wallet/{WALLET}/transfer"), &c.token).await,
+        200,
+    )
+    .await;
+    assert_eq!(listed["transfers"][0]["valueString"], "5", "{listed}");
+}
