@@ -125,7 +125,7 @@ impl Dispatch for Handoff {
     fn reserve(
         &self,
         notifications: &mut [Notification],
-        hooks: &[&Webhook],
+        hooks: &[&Arc<Webhook>],
         now_ms: i64,
     ) -> Box<dyn Reserved> {
         let mut leases = Leases { permits: Vec::new(), claimed: Vec::new(), queue: None };
@@ -146,7 +146,7 @@ impl Dispatch for Handoff {
             .map(|(n, w)| {
                 n.state = NotificationState::Pending;
                 n.lease_until_ms = until_ms;
-                Claimed { notification: n.clone(), webhook: std::sync::Arc::new((*w).clone()) }
+                Claimed { notification: n.clone(), webhook: Arc::clone(w) }
             })
             .collect();
         Box::new(leases)

@@ -18,7 +18,7 @@ pub trait Dispatch: Send + Sync {
     fn reserve(
         &self,
         notifications: &mut [Notification],
-        hooks: &[&Webhook],
+        hooks: &[&std::sync::Arc<Webhook>],
         now_ms: i64,
     ) -> Box<dyn Reserved>;
 

@@ -53,7 +53,7 @@ struct Maps {
     tokens: Cache<String, Arc<TokenRecord>>,
     users: Cache<String, Arc<User>>,
     memberships: Cache<String, Arc<Vec<Membership>>>,
-    routes: Cache<String, Arc<Vec<Webhook>>>,
+    routes: Cache<String, Arc<Vec<Arc<Webhook>>>>,
 }
 
 /// The key of a routing filter: every field that selects webhooks.
@@ -109,7 +109,7 @@ impl ReadCache {
         self.usable()?.memberships.get(user_id).map(|m| (*m).clone())
     }
 
-    pub fn routes(&self, key: &str) -> Option<Arc<Vec<Webhook>>> {
+    pub fn routes(&self, key: &str) -> Option<Arc<Vec<Arc<Webhook>>>> {
         self.usable()?.routes.get(key)
     }
 
@@ -140,7 +140,7 @@ impl ReadCache {
         self.put(at, |m| m.memberships.insert(user_id.to_string(), Arc::new(list.to_vec())));
     }
 
-    pub fn put_routes(&self, at: Generation, key: String, hooks: Arc<Vec<Webhook>>) {
+    pub fn put_routes(&self, at: Generation, key: String, hooks: Arc<Vec<Arc<Webhook>>>) {
         self.put(at, |m| m.routes.insert(key, hooks));
     }
 

@@ -115,7 +115,7 @@ pub trait WebhookStore: Send + Sync {
     /// Every webhook `filter` selects, all pages of [`WebhookStore::list_webhooks`] (an event's
     /// fan-out), from the read cache on a hit (docs/decisions.md#performance). Lists longer than
     /// [`ROUTES_CACHED_MAX`] are read each time.
-    async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Webhook>>>;
+    async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Arc<Webhook>>>>;
     /// Makes a webhook active and clears its failure counters; false when no such webhook.
     async fn unblock_webhook(&self, id: &WebhookId, now_ms: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
 
@@ -349,7 +349,7 @@ where
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
-    async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Webhook>>> {
+    async fn routing_webhooks(&self, filter: &WebhookFilter) -> StoreResult<Arc<Vec<Arc<Webhook>>>> {
         let key = super::read_cache::route_key(filter);
         if let Some(hooks) = self.cache.routes(&key) {
             return Ok(hooks);
@@ -366,7 +366,8 @@ where
                 break;
             }
         }
-        let hooks = Arc::new(hooks);
+        // Each record shared: a notification handed to the engine holds its webhook's.
+        let hooks: Arc<Vec<Arc<Webhook>>> = Arc::new(hooks.into_iter().map(Arc::new).collect());
         if hooks.len() <= ROUTES_CACHED_MAX {
             self.cache.put_routes(at, key, hooks.clone());
         }

@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use std::sync::Arc;
 use utoipa::ToSchema;
 
 use super::event::{Event, Route};
@@ -149,7 +150,7 @@ async fn prepare(
     let filter = WebhookFilter { webhook_type: Some(t.into()), state: None, ..filter };
     let confirmations = i64::try_from(event.confirmations().unwrap_or(0)).unwrap_or(i64::MAX);
     let routed = svc.store.routing_webhooks(&filter).await?;
-    let (mut hooks, suspended): (Vec<&Webhook>, Vec<&Webhook>) = routed
+    let (mut hooks, suspended): (Vec<&Arc<Webhook>>, Vec<&Arc<Webhook>>) = routed
         .iter()
         .filter(|w| t != "block" || confirmations >= w.level.num_confirmations().unwrap_or(0))
         .filter(|w| keep(w))
