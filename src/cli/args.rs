@@ -141,6 +141,16 @@ pub enum OAuthClientCommand {
         #[arg(long)]
         id: String,
     },
+    /// Let a confidential application leave PKCE out (`--optional`: BitGoJS's
+    /// authenticateWithAuthCode sends no code_verifier), or require it again (`--required`).
+    Pkce {
+        #[arg(long)]
+        id: String,
+        #[arg(long, conflicts_with = "required", required_unless_present = "required")]
+        optional: bool,
+        #[arg(long)]
+        required: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

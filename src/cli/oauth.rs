@@ -47,6 +47,10 @@ pub async fn oauth_client(config: Config, cmd: OAuthClientCommand) -> anyhow::Re
             clients::set_disabled(&store, &parse_client_id(&id)?, false).await?;
             println!("{id} is enabled");
         }
+        C::Pkce { id, optional, .. } => {
+            clients::set_pkce_optional(&store, &parse_client_id(&id)?, optional).await?;
+            println!("{id} {}", if optional { "may leave PKCE out" } else { "must use PKCE" });
+        }
     }
     Ok(())
 }

@@ -48,6 +48,7 @@ crate::types::text_enum!(
         PasskeyCounterRegressed = "passkey.counter_regressed",
         OAuthClientCreated = "oauth.client_created",
         OAuthClientDisabled = "oauth.client_disabled",
+        OAuthClientPkceSet = "oauth.client_pkce_set",
         OAuthClientSecretRotated = "oauth.client_secret_rotated",
         OAuthClientDeleted = "oauth.client_deleted",
         OAuthConsented = "oauth.consented",

@@ -115,6 +115,24 @@ pub async fn set_disabled(store: &DynStore, id: &AnyId, disabled: bool) -> Resul
     Ok(())
 }
 
+/// Lets a confidential client leave PKCE out (`optional`), or requires it again: for an
+/// application registered before PKCE was required of every client that uses BitGoJS's
+/// `authenticateWithAuthCode`. Audited as `oauth.client_pkce_set`. Errors: `NotFound`,
+/// `InvalidField` (`pkceOptional`: a public client must use PKCE).
+pub async fn set_pkce_optional(store: &DynStore, id: &AnyId, optional: bool) -> Result<()> {
+    let not_found = || Error::NotFound { name: ErrorName::NotFound, message: "no client has this id".into() };
+    let client = store.oauth_client(id).await?.ok_or_else(not_found)?;
+    if optional && client.secret_hash.is_none() {
+        return Err(Error::invalid_field("pkceOptional", "a public client must use PKCE"));
+    }
+    let entry =
+        audit::entry(AuditType::OAuthClientPkceSet).data(json!({ "clientId": id, "pkceOptional": optional }));
+    if !store.set_oauth_client_pkce(id, optional, &[entry]).await? {
+        return Err(not_found());
+    }
+    Ok(())
+}
+
 /// The client `client_id`, authenticated (RFC 6749 §2.3): a confidential client by its
 /// secret, a public one by having none. A disabled or unknown client, or a wrong or missing
 /// secret, is `invalid_client`.

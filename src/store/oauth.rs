@@ -74,6 +74,14 @@ pub trait OAuthStore: Send + Sync {
         now: i64,
         audit: &[AuditEntry],
     ) -> StoreResult<bool>;
+    /// Sets whether a client may leave PKCE out, with `audit`; `false` when there is no such
+    /// client.
+    async fn set_oauth_client_pkce(
+        &self,
+        id: &AnyId,
+        optional: bool,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool>;
     /// Replaces a client's secret hash, with `audit`; `false` when there is no such client.
     async fn set_oauth_client_secret(
         &self,
@@ -245,6 +253,26 @@ where
         let sql = format!("SELECT {CLIENT_COLUMNS} FROM oauth_clients ORDER BY created_at, id LIMIT $1");
         let rows: Vec<ClientRow> = sqlx::query_as(&sql).bind(i64::from(limit)).fetch_all(&self.pool).await?;
         rows.into_iter().map(client).collect()
+    }
+
+    async fn set_oauth_client_pkce(
+        &self,
+        id: &AnyId,
+        optional: bool,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("UPDATE oauth_clients SET pkce_optional = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(optional)
+            .execute(&mut *tx)
+            .await?;
+        if DB::rows_affected(&done) == 0 {
+            return Ok(false);
+        }
+        append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn set_oauth_client_disabled(

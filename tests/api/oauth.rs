@@ -547,6 +547,27 @@ async fn pkce_is_required_and_a_verifier_for_a_code_without_challenge_is_refused
     let back = consent(&app, &browser, &query, "approve").await;
     assert_eq!(query_of(&back, "error").as_deref(), Some("invalid_request"), "{back}");
     assert!(query_of(&back, "code").is_none(), "{back}");
+    // An application registered before may be let off (`custodian oauth-client pkce`), audited.
+    let strict_id: custodian::types::AnyId = strict.parse().unwrap();
+    custodian::oauth::clients::set_pkce_optional(&app.state.store, &strict_id, true).await.unwrap();
+    let back = consent(&app, &browser, &query, "approve").await;
+    assert!(query_of(&back, "code").is_some(), "{back}");
+    custodian::oauth::clients::set_pkce_optional(&app.state.store, &strict_id, false).await.unwrap();
+    let back = consent(&app, &browser, &query, "approve").await;
+    assert_eq!(query_of(&back, "error").as_deref(), Some("invalid_request"), "required again: {back}");
+    let set = app.raw_sql("SELECT type FROM audit_log WHERE type = 'oauth.client_pkce_set'").await;
+    assert_eq!(set.len(), 2);
+    let public = custodian::oauth::clients::NewClient {
+        name: "Desk CLI".into(),
+        redirect_uris: vec![REDIRECT.into()],
+        scopes: vec!["profile".into()],
+        public: true,
+        id_token_alg: None,
+        pkce_optional: false,
+    };
+    let (public, _) = custodian::oauth::clients::create(&app.state.store, public).await.unwrap();
+    let refused = custodian::oauth::clients::set_pkce_optional(&app.state.store, &public.id, true).await;
+    assert!(refused.is_err(), "a public client must use PKCE");
     let (id, secret) = client_with(&app, true).await;
     let query = "response_type=code&client_id=CLIENT&scope=profile&state=s".replace("CLIENT", &id);
     let code = query_of(&consent(&app, &browser, &query, "approve").await, "code").unwrap();
