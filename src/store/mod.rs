@@ -34,6 +34,7 @@ mod events;
 pub mod group_commit;
 mod keys;
 mod oauth;
+mod oauth_exchange;
 mod outbox;
 mod passkeys;
 pub mod postgres;
