@@ -178,6 +178,23 @@ async fn revoke_grants<DB>(tx: &mut DB::Connection, column: &str, key: &AnyId, n
     Ok(DB::rows_affected(&done))
 }
 
+/// Sets the boolean `column` (`disabled`, `pkce_optional`) of client `id` inside `tx`; whether
+/// there is such a client.
+#[sql_bounds]
+async fn set_client_flag<DB>(
+    tx: &mut DB::Connection,
+    column: &str,
+    id: &AnyId,
+    value: bool,
+) -> StoreResult<bool> {
+    let done = sqlx::query(&format!("UPDATE oauth_clients SET {column} = $2 WHERE id = $1"))
+        .bind(id.as_str())
+        .bind(value)
+        .execute(&mut *tx)
+        .await?;
+    Ok(DB::rows_affected(&done) > 0)
+}
+
 #[sql_bounds]
 #[async_trait]
 impl<DB> OAuthStore for SqlStore<DB>
@@ -231,12 +248,7 @@ where
         audit: &[AuditEntry],
     ) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query("UPDATE oauth_clients SET pkce_optional = $2 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(optional)
-            .execute(&mut *tx)
-            .await?;
-        if DB::rows_affected(&done) == 0 {
+        if !set_client_flag::<DB>(&mut tx, "pkce_optional", id, optional).await? {
             return Ok(false);
         }
         append_tx::<DB>(&mut tx, audit).await?;
@@ -252,12 +264,7 @@ where
         audit: &[AuditEntry],
     ) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query("UPDATE oauth_clients SET disabled = $2 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(disabled)
-            .execute(&mut *tx)
-            .await?;
-        if DB::rows_affected(&done) == 0 {
+        if !set_client_flag::<DB>(&mut tx, "disabled", id, disabled).await? {
             return Ok(false);
         }
         if disabled {
