@@ -282,8 +282,9 @@ impl Event {
 
     /// Its JSON fields, with `eventId` and `type`: what is stored and, without `eventId`,
     /// what its notifications carry. A transfer also names itself `transfer` and its value
-    /// `baseValueString`, BitGo's names beside the watcher's.
-    pub fn body(&self) -> Map<String, Value> {
+    /// `baseValueString`, BitGo's names beside the watcher's. A posted event's fields are lent,
+    /// not copied: most are never stored (only those naming a transfer are).
+    pub fn body(&self) -> std::borrow::Cow<'_, Map<String, Value>> {
         let typed = match self {
             Event::Transfer(e) => serde_json::to_value(e),
             Event::Transaction(e) => serde_json::to_value(e),
@@ -291,7 +292,7 @@ impl Event {
             Event::AddressConfirmation(e) | Event::WalletConfirmation(e) => serde_json::to_value(e),
             Event::LowFee(e) => serde_json::to_value(e),
             Event::LowFeeAddressBalance(e) => serde_json::to_value(e),
-            Event::Posted(e) => return e.fields.clone(),
+            Event::Posted(e) => return std::borrow::Cow::Borrowed(&e.fields),
         };
         // Plain structs of strings and numbers always serialise.
         let mut body = match typed {
@@ -304,7 +305,7 @@ impl Event {
         }
         body.insert("eventId".into(), json!(self.id()));
         body.insert("type".into(), json!(self.kind()));
-        body
+        std::borrow::Cow::Owned(body)
     }
 }
 
@@ -335,7 +336,7 @@ mod tests {
         let want = json!({ "eventId": e.id(), "type": "transfer", "coin": "hteth", "walletId": w,
             "transferId": "t1", "transfer": "t1", "hash": "0xab", "state": "confirmed", "transferType": "receive",
             "valueString": "5", "baseValueString": "5", "feeString": "0", "height": 7, "confirmations": 3 });
-        assert_eq!(Value::Object(e.body()), want);
+        assert_eq!(Value::Object(e.body().into_owned()), want);
     }
 
     #[test]

@@ -49,10 +49,11 @@ pub struct EventResult {
 /// The event's text as stored: kept only when it names a transfer (read back to answer
 /// `GET .../transfer/{id}`, and as the payload of its notifications), without the `eventId`
 /// its row holds already (docs/decisions.md#performance-as-the-data-grows).
-fn stored_body(mut event: serde_json::Map<String, Value>, kept: bool) -> String {
+fn stored_body(event: std::borrow::Cow<'_, serde_json::Map<String, Value>>, kept: bool) -> String {
     if !kept {
         return String::new();
     }
+    let mut event = event.into_owned();
     event.remove("eventId");
     Value::Object(event).to_string()
 }

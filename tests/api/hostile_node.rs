@@ -90,6 +90,7 @@ async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse 
         if !held {
             break;
         }
+        // Woken when the lies change; the timeout only paces the re-check of the hold.
         let released = s.released.notified();
         tokio::select! {
             _ = released => {}
