@@ -47,6 +47,11 @@ pub fn wall_now() -> i64 {
     wall_now_ms().div_euclid(1000)
 }
 
+/// Unix seconds of an RFC 3339 time (`2026-01-02T03:04:05Z`), `None` when it is not one.
+pub fn parse_iso(text: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(text).ok().map(|t| t.timestamp())
+}
+
 /// Unix seconds as an ISO 8601 / RFC 3339 UTC string (`2026-01-02T03:04:05.000Z`).
 pub fn iso(ts: i64) -> String {
     chrono::DateTime::from_timestamp(ts, 0)

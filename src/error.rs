@@ -55,6 +55,15 @@ crate::types::text_enum!(
         InternalError = "InternalError",
         ServiceUnavailable = "ServiceUnavailable",
         ServerBusy = "ServerBusy",
+        NeedsUnlock = "NeedsUnlock",
+        InsufficientBalance = "InsufficientBalance",
+        WalletFrozen = "WalletFrozen",
+        WalletNotCustodial = "WalletNotCustodial",
+        SpendingLimitExceeded = "SpendingLimitExceeded",
+        TooManyWithdrawals = "TooManyWithdrawals",
+        ApprovalNotPending = "ApprovalNotPending",
+        ApprovalNotAllowed = "ApprovalNotAllowed",
+        ApprovalNotFound = "ApprovalNotFound",
     }
 );
 
@@ -77,6 +86,10 @@ pub enum Error {
     /// (`needs_otp`).
     #[error("{message}")]
     LoginFailed { name: ErrorName, message: String, needs_otp: bool },
+    /// The session must be unlocked first (§4.3: a token without a spending limit for the
+    /// coin "must be unlocked regularly"): 401 with BitGo's `needsUnlock: true`.
+    #[error("{message}")]
+    NeedsUnlock { message: String },
     /// Authenticated, but the token's scopes or the user's role do not permit the action.
     #[error("{message}")]
     Forbidden { name: ErrorName, message: String, context: Value },

@@ -11,6 +11,7 @@ pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod custody;
 pub mod delivery;
 pub mod digest;
 pub mod error;
@@ -54,6 +55,8 @@ pub struct Shared {
     pub webhooks: webhooks::Webhooks,
     /// The chain watcher's reads and operator actions.
     pub chains: chain::Chains,
+    /// Custodial wallets, withdrawals, approvals and the signer.
+    pub custody: custody::Custody,
     pub store: store::DynStore,
     pub config: Arc<config::Config>,
     pub metrics: Arc<metrics::Metrics>,
@@ -100,22 +103,30 @@ impl AppState {
             webhooks: webhooks.clone(),
             metrics: metrics.clone(),
         };
+        let identity = identity::Identity {
+            store: store.clone(),
+            config: config.clone(),
+            key: key.clone(),
+            policy,
+            hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
+            refused_clients: Arc::default(),
+            throttle_notes: Arc::default(),
+            replay: Arc::new(identity::hmac_auth::ReplayMemory::new(config.tokens.hmac_read_replay_capacity)),
+            dispatch: dispatch.clone(),
+            server_ecdh: Arc::default(),
+            webauthn: Arc::new(identity::webauthn::relying_party(&config.passkeys)?),
+        };
+        let custody = custody::Custody {
+            store: store.clone(),
+            config: config.clone(),
+            wallets: wallets.clone(),
+            identity: identity.clone(),
+            keys: custody::Custody::key_store(&config, key.clone()),
+            metrics: metrics.clone(),
+        };
         Ok(Self(Arc::new(Shared {
-            identity: identity::Identity {
-                store: store.clone(),
-                config: config.clone(),
-                key: key.clone(),
-                policy,
-                hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
-                refused_clients: Arc::default(),
-                throttle_notes: Arc::default(),
-                replay: Arc::new(identity::hmac_auth::ReplayMemory::new(
-                    config.tokens.hmac_read_replay_capacity,
-                )),
-                dispatch: dispatch.clone(),
-                server_ecdh: Arc::default(),
-                webauthn: Arc::new(identity::webauthn::relying_party(&config.passkeys)?),
-            },
+            identity,
+            custody,
             webhooks,
             chains,
             wallets,
@@ -167,6 +178,11 @@ pub async fn serve(
         config::Role::Api => Vec::new(),
         _ => chain::watcher::spawn_all(&state.chains, stop_rx.clone()),
     };
+    // The signers run where delivery runs; a withdrawal is signed from one state once.
+    let signers = match role {
+        config::Role::Api => Vec::new(),
+        _ => custody::signer::spawn_all(&state.custody, stop_rx.clone()),
+    };
     let store = state.store.clone();
     let limits = http::connections::Limits::from_config(&state.config);
     let drain = Duration::from_secs(state.config.request_timeout + 5);
@@ -176,7 +192,7 @@ pub async fn serve(
     if let Some(engine) = engine {
         let _ = engine.await;
     }
-    for w in watchers {
+    for w in watchers.into_iter().chain(signers) {
         let _ = w.await;
     }
     store.close().await;

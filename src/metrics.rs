@@ -167,6 +167,33 @@ pub struct Metrics {
     pub connections_refused: Family<RefusalLabels, Counter>,
     pub chain: ChainMetrics,
     pub limiters: LimiterMetrics,
+    pub custody: CustodyMetrics,
+}
+
+/// The signer's counts (docs/withdrawals.md).
+#[derive(Default)]
+pub struct CustodyMetrics {
+    /// Signatures a key store gave that did not verify against the key (never used).
+    pub unverified: Counter,
+    /// Withdrawals signed, and raw transactions sent (resends included).
+    pub signed: Counter,
+    pub broadcasts: Counter,
+}
+
+impl CustodyMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "custody_signatures_unverified",
+            "Signatures from the key store that did not verify against the key's public key (made again, never sent)",
+            self.unverified.clone(),
+        );
+        registry.register("custody_withdrawals_signed", "Withdrawals signed", self.signed.clone());
+        registry.register(
+            "custody_broadcasts",
+            "Raw transactions sent to the node, resends included",
+            self.broadcasts.clone(),
+        );
+    }
 }
 
 impl Default for Metrics {
@@ -243,7 +270,10 @@ impl Default for Metrics {
         chain.register(&mut registry);
         let limiters = LimiterMetrics::default();
         limiters.register(&mut registry);
+        let custody = CustodyMetrics::default();
+        custody.register(&mut registry);
         Self {
+            custody,
             registry,
             chain,
             limiters,

@@ -30,6 +30,8 @@ mod cli;
 mod common;
 #[path = "api/connections.rs"]
 mod connections;
+#[path = "api/custody.rs"]
+mod custody;
 #[path = "api/delivery.rs"]
 mod delivery;
 #[path = "api/ecdh_login.rs"]

@@ -158,7 +158,7 @@ impl EthNode {
         Ok(Self { client: RpcClient::new(Transport { http, url, pool_max_bytes }, is_local) })
     }
 
-    async fn call<P, R>(&self, method: &'static str, params: P) -> Result<R, NodeError>
+    pub(crate) async fn call<P, R>(&self, method: &'static str, params: P) -> Result<R, NodeError>
     where
         P: alloy_json_rpc::RpcSend,
         R: alloy_json_rpc::RpcRecv,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::types::{BaseUnits, EnterpriseId, TokenId, WalletId};
+use crate::types::{BaseUnits, Coin, EnterpriseId, TokenId, WalletId};
 
 #[derive(Debug, Parser)]
 #[command(name = "custodian", version, about = "Wallet-custody service API")]
@@ -69,6 +69,12 @@ pub enum Command {
     /// The chain watcher: status and resync (docs/chains.md).
     #[command(subcommand)]
     Chain(ChainCommand),
+    /// Withdrawals from custodial wallets (docs/withdrawals.md).
+    #[command(subcommand)]
+    Withdrawal(WithdrawalCommand),
+    /// Keys this service holds for custodial wallets: their public parts.
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Ingest events from upstream systems (chain indexers, the wallet platform).
     #[command(subcommand)]
     Event(EventCommand),
@@ -282,6 +288,25 @@ pub enum WalletCommand {
         #[arg(long)]
         label: Option<String>,
     },
+    /// Make a wallet whose key this service holds (docs/withdrawals.md): only `--custodial`.
+    Create {
+        /// A custodial wallet: a key made in the key store (`keys.backend`).
+        #[arg(long)]
+        custodial: bool,
+        /// A chain this service watches (`[chains.<coin>]`), e.g. hteth.
+        #[arg(long)]
+        coin: Coin,
+        #[arg(long)]
+        enterprise: EnterpriseId,
+        #[arg(long)]
+        label: String,
+        /// Approvals each withdrawal needs from wallet admins other than its initiator.
+        #[arg(long, default_value_t = 1)]
+        approvals_required: u32,
+        /// Print the wallet record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Set a wallet's fee alerts (docs/chains.md): an alert left out is turned off.
     FeeAlerts {
         /// Wallet id.
@@ -367,5 +392,37 @@ pub enum TokenCommand {
         /// One JSON array.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WithdrawalCommand {
+    /// Withdrawals, oldest first.
+    List {
+        /// Only this wallet's.
+        #[arg(long)]
+        wallet: Option<WalletId>,
+        /// Only those in this state (pendingApproval, pendingDelivery, signed, delivered,
+        /// rejected, canceled, failed).
+        #[arg(long)]
+        state: Option<String>,
+        /// At most this many (1 to 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// One JSON txRequest per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One withdrawal as its txRequest (JSON).
+    Show { id: crate::types::TxRequestId },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Every key: id, backend, address and wallet (never the private part).
+    List {
+        /// At most this many (1 to 10000).
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
     },
 }

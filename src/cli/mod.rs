@@ -2,6 +2,7 @@
 //! Exit codes: 0 success, 1 failure, 2 bad usage or configuration.
 
 mod args;
+mod custody;
 mod oauth;
 mod user_admin;
 
@@ -269,6 +270,7 @@ async fn chain(config: Config, cmd: ChainCommand) -> anyhow::Result<()> {
     }
 }
 
+// Long: one arm per command, each a call into the domain; the table of commands reads top to bottom.
 async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
     if !matches!(command, Command::Serve { .. } | Command::Openapi { .. }) {
         wait_for_database(&mut config).await?;
@@ -335,6 +337,19 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
             fee_alerts(config, wallet, alerts).await
         }
         Command::Chain(cmd) => chain(config, cmd).await,
+        Command::Wallet(WalletCommand::Create {
+            custodial,
+            coin,
+            enterprise,
+            label,
+            approvals_required,
+            json,
+        }) => {
+            let new = custody::new_wallet(coin, enterprise, label, approvals_required);
+            custody::create_wallet(config, custodial, new, json).await
+        }
+        Command::Withdrawal(cmd) => custody::withdrawal(config, cmd).await,
+        Command::Keys(cmd) => custody::keys(config, cmd).await,
         Command::Event(EventCommand::Emit { json_file }) => emit_event(config, &json_file).await,
         Command::User(cmd) => user_admin::user_command(config, cmd).await,
         Command::Token(cmd) => user_admin::token_command(config, cmd).await,

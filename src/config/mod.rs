@@ -24,6 +24,7 @@ mod postgres;
 mod rate_limit;
 mod tokens;
 mod webhooks;
+mod withdrawals;
 
 pub use chains::{ChainConfig, TokenConfig, WATCHABLE_COINS};
 pub use connections::ConnectionsConfig;
@@ -36,6 +37,7 @@ pub use postgres::PostgresConfig;
 pub use rate_limit::RateLimitConfig;
 pub use tokens::TokensConfig;
 pub use webhooks::{WebhooksConfig, DEFAULT_BLOCK_WEBHOOK_COINS};
+pub use withdrawals::{KeysConfig, WithdrawalsConfig};
 
 /// Deployment environment (spec §4.3, §5): `production` requires `ipRestrict` on tokens, refuses the
 /// fixed test OTP and needs a configured master key.
@@ -101,6 +103,10 @@ pub struct Config {
     pub postgres: PostgresConfig,
     pub tokens: TokensConfig,
     pub passkeys: PasskeysConfig,
+    /// Where custodial wallets' keys live (docs/withdrawals.md).
+    pub keys: KeysConfig,
+    /// Approvals, fees and the signer (docs/withdrawals.md).
+    pub withdrawals: WithdrawalsConfig,
     pub oauth: OAuthConfig,
     pub webhooks: WebhooksConfig,
     pub rate_limit: RateLimitConfig,
@@ -136,6 +142,8 @@ impl Default for Config {
             postgres: PostgresConfig::default(),
             tokens: TokensConfig::default(),
             passkeys: PasskeysConfig::default(),
+            keys: KeysConfig::default(),
+            withdrawals: WithdrawalsConfig::default(),
             oauth: OAuthConfig::default(),
             webhooks: WebhooksConfig::default(),
             rate_limit: RateLimitConfig::default(),
@@ -197,6 +205,8 @@ const ENV_SECTIONS: &[&str] = &[
     "cache",
     "connections",
     "passkeys",
+    "keys",
+    "withdrawals",
 ];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
@@ -342,6 +352,8 @@ impl Config {
         chains::validate(&self.chains)?;
         self.ingest.validate()?;
         self.passkeys.validate()?;
+        self.keys.validate()?;
+        self.withdrawals.validate()?;
         self.oauth.validate()?;
         self.connections.validate()?;
         self.cache.validate()

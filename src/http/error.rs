@@ -39,7 +39,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Domain(e) => match e {
                 Error::Invalid { .. } => StatusCode::BAD_REQUEST,
-                Error::Unauthenticated { .. } | Error::LoginFailed { .. } => StatusCode::UNAUTHORIZED,
+                Error::Unauthenticated { .. } | Error::LoginFailed { .. } | Error::NeedsUnlock { .. } => {
+                    StatusCode::UNAUTHORIZED
+                }
                 Error::Forbidden { .. } => StatusCode::FORBIDDEN,
                 Error::NotFound { .. } => StatusCode::NOT_FOUND,
                 Error::Conflict { .. } => StatusCode::CONFLICT,
@@ -77,6 +79,11 @@ impl ApiError {
                 if *needs_otp {
                     b.0.insert("needsOTP".into(), json!(true));
                 }
+                b
+            }
+            Error::NeedsUnlock { message } => {
+                let mut b = ErrorBody::new(ErrorName::NeedsUnlock, message, json!({ "needsUnlock": true }));
+                b.0.insert("needsUnlock".into(), json!(true));
                 b
             }
             Error::Throttled { name, message, retry_after_secs } => {

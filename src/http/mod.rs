@@ -20,7 +20,8 @@ use utoipa::{
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use self::handlers::{
-    audit, chain, events, identity, keychains, login, passkeys, sessions, wallets, webhook_admin, webhooks,
+    approvals, audit, chain, custody, events, identity, keychains, login, passkeys, sessions, wallets,
+    webhook_admin, webhooks,
 };
 use crate::{error::Error, AppState};
 
@@ -215,6 +216,14 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(chain::list_addresses))
         .routes(routes!(chain::add_address))
         .routes(routes!(chain::set_fee_alerts))
+        .routes(routes!(custody::add_wallet))
+        .routes(routes!(custody::get_key))
+        .routes(routes!(custody::initiate))
+        .routes(routes!(custody::create_tx_request, custody::list_tx_requests))
+        .routes(routes!(approvals::list_coin_approvals))
+        .routes(routes!(approvals::list_approvals))
+        .routes(routes!(approvals::get_coin_approval, approvals::resolve_coin_approval))
+        .routes(routes!(approvals::get_approval, approvals::resolve_approval))
         .routes(routes!(
             webhooks::create_wallet_webhook,
             webhooks::list_wallet_webhooks,

@@ -68,7 +68,7 @@ fn refused(message: &str) -> Error {
 
 /// The caller's `fresh` factor (a TOTP code or a passkey assertion), required to add or remove
 /// a passkey: a stolen session alone cannot. Errors: `LoginFailed` (`InvalidOtp`), `Throttled`.
-pub(super) async fn require_fresh_factor(
+pub(crate) async fn require_fresh_factor(
     svc: &Identity,
     auth: &Principal,
     fresh: Option<&str>,

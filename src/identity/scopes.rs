@@ -70,6 +70,11 @@ pub enum Action<'a> {
     ViewEnterprise { enterprise_id: &'a EnterpriseId },
     /// Manage an enterprise (users, settings, webhooks).
     ManageEnterprise { enterprise_id: &'a EnterpriseId },
+    /// Create a wallet in an enterprise: `wallet_create` (`all` in test), within the token's
+    /// `permittedEnterprises`.
+    CreateWallet { enterprise_id: &'a EnterpriseId },
+    /// Answer a pending approval: `pending_approval_update` (`all` in test).
+    UpdatePendingApproval,
     /// An operator-only action (service-admin permission).
     ServiceAdmin,
 }
@@ -156,6 +161,16 @@ impl Policy {
             }
             Action::ViewEnterprise { enterprise_id } => {
                 self.check_enterprise(token, Scope::EnterpriseViewAll, enterprise_id)
+            }
+            Action::UpdatePendingApproval => {
+                if self.has_all(token) || self.has(token, Scope::PendingApprovalUpdate) {
+                    Ok(())
+                } else {
+                    deny("pending_approval_update")
+                }
+            }
+            Action::CreateWallet { enterprise_id } => {
+                self.check_enterprise(token, Scope::WalletCreate, enterprise_id)
             }
             Action::ManageEnterprise { enterprise_id } => {
                 self.check_enterprise(token, Scope::EnterpriseManageAll, enterprise_id)

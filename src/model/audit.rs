@@ -59,6 +59,17 @@ crate::types::text_enum!(
         OidcKeyAdded = "oidc.key_added",
         ChainReorgTooDeep = "chain.reorg_too_deep",
         ChainResync = "chain.resync",
+        CustodyKeyCreated = "custody.key_created",
+        WalletCreated = "wallet.created",
+        WithdrawalInitiated = "withdrawal.initiated",
+        WithdrawalRefused = "withdrawal.refused",
+        WithdrawalApproved = "withdrawal.approved",
+        WithdrawalRejected = "withdrawal.rejected",
+        WithdrawalCanceled = "withdrawal.canceled",
+        WithdrawalExpired = "withdrawal.expired",
+        WithdrawalSigned = "withdrawal.signed",
+        WithdrawalBroadcast = "withdrawal.broadcast",
+        WithdrawalFailed = "withdrawal.failed",
     }
 );
 

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod chain;
+pub mod custody;
 pub mod keychain;
 pub mod notification;
 pub mod oauth;

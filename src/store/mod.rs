@@ -13,6 +13,7 @@
 //! | `throttle.rs`   | [`LoginThrottleStore`] | failed logins and OTPs, login clients        |
 //! | `audit.rs`      | [`AuditStore`]         | the audit log, a hash chain                  |
 //! | `rate_buckets.rs` | [`RateBucketStore`]  | rate limits' token buckets (PostgreSQL only) |
+//! | `custody.rs`    | [`CustodyStore`]       | custody keys, withdrawals, pending approvals, nonces |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
@@ -28,6 +29,8 @@ mod chain;
 mod chain_reads;
 mod chain_rows;
 mod chain_write;
+mod custody;
+mod custody_rows;
 mod enterprises;
 mod event_keys;
 mod events;
@@ -52,6 +55,7 @@ mod webhooks;
 
 pub use audit::{AuditFilter, AuditStore};
 pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
+pub use custody::{ApprovalFilter, CustodyStore, WithdrawalFilter};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
@@ -147,6 +151,7 @@ pub trait Store:
     + PasskeyStore
     + OAuthStore
     + RateBucketStore
+    + CustodyStore
     + Send
     + Sync
     + 'static
@@ -176,7 +181,8 @@ where
         + KeyStore
         + PasskeyStore
         + OAuthStore
-        + RateBucketStore,
+        + RateBucketStore
+        + CustodyStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

@@ -32,6 +32,18 @@ checked_string!(
     TokenId, 32, is_id, ID_PATTERN, "a 32-hex access token id"
 );
 checked_string!(
+    /// A key Custodian holds for a custodial wallet (`GET /api/v2/{coin}/key/{id}`).
+    KeyId, 32, is_id, ID_PATTERN, "a 32-hex key id"
+);
+checked_string!(
+    /// A withdrawal: BitGo's `txRequestId`.
+    TxRequestId, 32, is_id, ID_PATTERN, "a 32-hex txRequestId"
+);
+checked_string!(
+    /// A pending approval (BitGo's `pendingApprovals` id).
+    ApprovalId, 32, is_id, ID_PATTERN, "a 32-hex pending approval id"
+);
+checked_string!(
     /// Any 32-hex id (templates, paging cursors).
     AnyId, 32, is_id, ID_PATTERN, "a 32-hex id"
 );
@@ -58,7 +70,18 @@ macro_rules! generated_id {
     )*};
 }
 
-generated_id!(WalletId, EnterpriseId, UserId, WebhookId, NotificationId, TokenId, AnyId);
+generated_id!(
+    WalletId,
+    EnterpriseId,
+    UserId,
+    WebhookId,
+    NotificationId,
+    TokenId,
+    AnyId,
+    KeyId,
+    TxRequestId,
+    ApprovalId
+);
 
 impl NotificationId {
     /// A new id that sorts by creation time (`ids::new_sequential_id`).

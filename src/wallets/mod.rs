@@ -103,6 +103,14 @@ pub async fn wallet_access(
     Ok(row)
 }
 
+/// The wallet `wallet_id` of whatever coin, when the principal may view it (routes without a
+/// coin in their path, such as `/api/v2/wallet/{id}/txrequests`). Errors as [`wallet_access`].
+pub async fn wallet_row(svc: &Wallets, auth: &Principal, wallet_id: &WalletId) -> Result<WalletRow> {
+    let row = svc.store.wallets_by_ids(std::slice::from_ref(wallet_id), false).await?.pop();
+    let row = row.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
+    wallet_access(svc, auth, &row.coin, wallet_id, WalletPermission::View).await
+}
+
 /// One wallet of `coin`, under the lookup's rule: `WalletNotFound` when it does not exist, is of
 /// another coin, is deleted, or may not be seen (BitGo's `GET /api/v2/{coin}/wallet/{id}`,
 /// docs/decisions.md#signed-requests).

@@ -16,6 +16,7 @@ mod chain_pool;
 mod cli;
 mod common;
 mod connections;
+mod custody;
 mod delivery;
 mod ecdh_login;
 mod errors;

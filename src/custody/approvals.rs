@@ -1,0 +1,213 @@
+//! Pending approvals (BitGo's `pendingApprovals`): listing them, and the answers of the people
+//! who approve. A withdrawal needs `approvalsRequired` approvals from wallet admins other than
+//! its initiator, each with a fresh OTP or passkey assertion; one rejection rejects it; the
+//! initiator may cancel their own.
+
+use serde_json::{json, Value};
+
+use super::{withdrawals::has_permission, Custody};
+use crate::{
+    audit::EntryExt,
+    error::{Error, ErrorName, Result},
+    identity::{
+        bearer::Principal,
+        scopes::{Action, WalletPermission},
+    },
+    model::{
+        audit::AuditType,
+        custody::{Approval, ApprovalState, Resolver, TxRequestState},
+        wallet::WalletRow,
+    },
+    store::ApprovalFilter,
+    types::{ApprovalId, Coin, EnterpriseId, WalletId},
+    wallets::Visibility,
+};
+
+/// Most approvals in one page.
+pub const MAX_PAGE: u32 = 500;
+/// Approvals scanned to answer a list without a wallet (the newest), of which those the caller
+/// may see are kept.
+pub const MAX_SCAN: u32 = 2_000;
+
+/// What a list asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// Only approvals of this coin (the `/{coin}/pendingapprovals` form).
+    pub coin: Option<Coin>,
+    pub wallet: Option<WalletId>,
+    pub enterprise: Option<EnterpriseId>,
+    pub state: Option<ApprovalState>,
+    /// 1 to [`MAX_PAGE`]; default 100.
+    pub limit: Option<u32>,
+}
+
+/// Approvals the caller may see (of wallets they see), newest first. Errors: `WalletNotFound`
+/// for a wallet they may not see, `InvalidField` (`limit`).
+pub async fn list(svc: &Custody, auth: &Principal, q: &ListQuery) -> Result<Vec<Approval>> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(Error::invalid_field("limit", format!("from 1 to {MAX_PAGE}")));
+    }
+    let mut filter = ApprovalFilter {
+        enterprise: q.enterprise.clone(),
+        state: q.state,
+        limit: MAX_SCAN,
+        ..Default::default()
+    };
+    if let Some(wallet) = &q.wallet {
+        let row = visible_wallet(svc, auth, wallet).await?;
+        if q.coin.as_ref().is_some_and(|c| c != &row.coin) {
+            return Ok(Vec::new());
+        }
+        filter.wallets = Some(vec![row.id]);
+        filter.limit = limit;
+    }
+    let found = svc.store.approvals(&filter).await?;
+    let ids: Vec<WalletId> = found
+        .iter()
+        .map(|a| a.wallet_id.clone())
+        .collect::<std::collections::HashSet<_>>()
+        .into_iter()
+        .collect();
+    let rows = svc.store.wallets_by_ids(&ids, true).await?;
+    let seen = Visibility::load(&svc.wallets, auth).await?;
+    let visible: std::collections::HashSet<WalletId> =
+        rows.iter().filter(|r| seen.can_view(&svc.wallets, auth, r)).map(|r| r.id.clone()).collect();
+    Ok(found
+        .into_iter()
+        .filter(|a| visible.contains(&a.wallet_id) && q.coin.as_ref().is_none_or(|c| c == &a.coin))
+        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        .collect())
+}
+
+async fn visible_wallet(svc: &Custody, auth: &Principal, wallet: &WalletId) -> Result<WalletRow> {
+    let row = svc.store.wallets_by_ids(std::slice::from_ref(wallet), true).await?.pop();
+    let row = row.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
+    crate::wallets::wallet_access(&svc.wallets, auth, &row.coin, &row.id, WalletPermission::View).await
+}
+
+/// One approval the caller may see (of `coin`, when given). Errors: `ApprovalNotFound`.
+pub async fn get(svc: &Custody, auth: &Principal, coin: Option<&Coin>, id: &ApprovalId) -> Result<Approval> {
+    let not_found =
+        || Error::NotFound { name: ErrorName::ApprovalNotFound, message: "no such pending approval".into() };
+    let a = svc.store.approval(id).await?.ok_or_else(not_found)?;
+    if coin.is_some_and(|c| c != &a.coin) {
+        return Err(not_found());
+    }
+    visible_wallet(svc, auth, &a.wallet_id).await.map_err(|_| not_found())?;
+    Ok(a)
+}
+
+/// An answer to a pending approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Approved,
+    Rejected,
+}
+
+/// Records the caller's `answer` to approval `id` (BitGo's `PUT .../pendingapprovals/{id}`
+/// `{state, otp}`). Approving needs a wallet admin other than the initiator, who has not
+/// answered yet, with `otp` (a fresh TOTP code or passkey assertion), and the token's
+/// `wallet_approve` form or `pending_approval_update`. Rejecting needs the same rights, or is
+/// the initiator cancelling their own (no OTP). The last approval hands the withdrawal to the
+/// signer. Errors: `ApprovalNotFound`, `ApprovalNotPending` (409), `ApprovalNotAllowed` (403),
+/// `InsufficientScope`, `InvalidOtp`, `Conflict` when another answer landed first (retry).
+pub async fn resolve(
+    svc: &Custody,
+    auth: &Principal,
+    coin: Option<&Coin>,
+    id: &ApprovalId,
+    answer: Answer,
+    otp: Option<&str>,
+) -> Result<Approval> {
+    let a = get(svc, auth, coin, id).await?;
+    if a.state != ApprovalState::Pending {
+        return Err(Error::Conflict {
+            name: ErrorName::ApprovalNotPending,
+            message: format!("the approval is {} already", a.state.as_str()),
+        });
+    }
+    let row = visible_wallet(svc, auth, &a.wallet_id).await?;
+    let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
+    let me = auth.user.id.as_str();
+    let cancel = answer == Answer::Rejected && a.creator == auth.user.id;
+    if !cancel {
+        require_approver(svc, auth, &row, &record).await?;
+        if a.creator == auth.user.id {
+            return Err(not_allowed("the initiator of a withdrawal may not approve it"));
+        }
+        if a.resolvers.iter().any(|r| r.user.as_str() == me) {
+            return Err(not_allowed("you have answered this approval already"));
+        }
+    }
+    if answer == Answer::Approved {
+        crate::identity::passkeys::require_fresh_factor(&svc.identity, auth, otp).await?;
+    }
+    let now = svc.store.clock().now();
+    let mut next = a.clone();
+    next.resolvers.push(Resolver {
+        user: auth.user.id.clone(),
+        resolution: match answer {
+            Answer::Approved => "approved",
+            Answer::Rejected => "rejected",
+        }
+        .into(),
+        date: crate::clock::iso(now),
+    });
+    let approvals = next.resolvers.iter().filter(|r| r.resolution == "approved").count();
+    let (state, withdrawal, audit_type) = match answer {
+        Answer::Rejected if cancel => {
+            (ApprovalState::Rejected, Some(TxRequestState::Canceled), AuditType::WithdrawalCanceled)
+        }
+        Answer::Rejected => {
+            (ApprovalState::Rejected, Some(TxRequestState::Rejected), AuditType::WithdrawalRejected)
+        }
+        Answer::Approved if approvals >= usize::try_from(a.approvals_required).unwrap_or(1) => {
+            (ApprovalState::Approved, Some(TxRequestState::PendingDelivery), AuditType::WithdrawalApproved)
+        }
+        Answer::Approved => (ApprovalState::Pending, None, AuditType::WithdrawalApproved),
+    };
+    next.state = state;
+    let entry = auth.audit(audit_type).wallet(Some(&a.wallet_id)).data(json!({
+        "pendingApprovalId": a.id.as_str(), "txRequestId": a.tx_request_id.as_str(),
+        "approvals": approvals, "approvalsRequired": a.approvals_required, "state": state.as_str(),
+    }));
+    if !svc.store.resolve_approval(&next, a.resolvers.len(), withdrawal, now, &[entry]).await? {
+        return Err(Error::Conflict {
+            name: ErrorName::ApprovalNotPending,
+            message: "another answer to this approval landed first; read it again".into(),
+        });
+    }
+    Ok(next)
+}
+
+fn not_allowed(message: &str) -> Error {
+    Error::Forbidden { name: ErrorName::ApprovalNotAllowed, message: message.into(), context: json!({}) }
+}
+
+/// An approver is a wallet admin (listed with `admin`, or an admin of the wallet's
+/// enterprise: docs/decisions.md#withdrawals) whose token holds a `wallet_approve` form for the
+/// wallet or `pending_approval_update`.
+async fn require_approver(svc: &Custody, auth: &Principal, row: &WalletRow, record: &Value) -> Result<()> {
+    let scoped = auth
+        .require(
+            svc.wallets.policy,
+            Action::Wallet {
+                permission: WalletPermission::Approve,
+                wallet_id: &row.id,
+                enterprise: row.enterprise.as_ref(),
+            },
+        )
+        .or_else(|_| auth.require(svc.wallets.policy, Action::UpdatePendingApproval));
+    scoped?;
+    if has_permission(record, auth.user.id.as_str(), &["admin"]) {
+        return Ok(());
+    }
+    if let Some(e) = &row.enterprise {
+        let memberships = svc.store.memberships(&auth.user.id).await?;
+        if memberships.iter().any(|m| m.is_admin && &m.enterprise.id == e) {
+            return Ok(());
+        }
+    }
+    Err(not_allowed("only an admin of the wallet may answer its approvals"))
+}

@@ -1,0 +1,66 @@
+//! Custody (docs/withdrawals.md): keys Custodian holds, custodial wallets, withdrawals that
+//! people approve, and the signer that sends them exactly once.
+//!
+//! The way of a withdrawal: [`withdrawals::initiate`] stores it with its pending approval
+//! (`pendingApproval`); [`approvals::resolve`] records each answer, and the last approval moves
+//! it to `pendingDelivery`; the [`signer`] reserves the address's nonce (stored), signs in the
+//! [`keys::KeyStore`] and checks the signature, stores the signed bytes (`signed`), then
+//! broadcasts them (`delivered`). The chain watcher sees the transfer like any other.
+//!
+//! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
+
+pub mod approvals;
+pub mod keys;
+pub mod node;
+pub mod sealed;
+pub mod signer;
+pub mod views;
+pub mod wallets;
+pub mod withdrawals;
+
+use std::sync::Arc;
+
+use crate::{
+    config::Config,
+    error::{Error, ErrorName, Result},
+    identity::Identity,
+    metrics::Metrics,
+    store::DynStore,
+    types::Coin,
+    wallets::Wallets,
+};
+
+/// The handles custody's functions use; cheap to clone.
+#[derive(Clone)]
+pub struct Custody {
+    pub store: DynStore,
+    pub config: Arc<Config>,
+    pub wallets: Wallets,
+    /// For the OTP each approval and withdrawal needs.
+    pub identity: Identity,
+    pub keys: Arc<dyn keys::KeyStore>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Custody {
+    /// The configured key backend (`keys.backend`; `KeysConfig::validate` admits only those
+    /// built here).
+    pub fn key_store(_config: &Config, master: Arc<crate::master_key::MasterKey>) -> Arc<dyn keys::KeyStore> {
+        Arc::new(sealed::SealedKeys { key: master })
+    }
+}
+
+/// Coins whose custodial wallets Custodian can hold and spend from: the Ethereum chains it
+/// watches (their tokens come next; docs/withdrawals.md).
+pub fn spendable_coin(config: &Config, coin: &Coin) -> Result<()> {
+    if coin.as_str().contains(':') || !config.chains.contains_key(coin.as_str()) {
+        return Err(Error::Invalid {
+            name: ErrorName::InvalidField,
+            message: format!(
+                "{coin} is not a chain this service watches: custodial wallets are made for a configured Ethereum chain (docs/withdrawals.md)"
+            ),
+            context: serde_json::json!({ "field": "coin" }),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,267 @@
+//! The signer (docs/withdrawals.md#signing-and-broadcast): one task per configured chain, on
+//! every process that runs the engine. Each round it expires approvals past their time, signs
+//! withdrawals whose last approval came, sends what is signed, and follows what is sent.
+//!
+//! Money moves once: the nonce is stored on the withdrawal before signing, the signed bytes
+//! before sending, and a withdrawal is signed only from `pendingDelivery` (a conditional
+//! write, so two processes signing at once keep one signature). After a crash the same bytes
+//! are sent again; a node that knows them already answers "already known", which counts as sent.
+
+use std::{sync::Arc, time::Duration};
+
+use alloy_consensus::{SignableTransaction, TxEip1559};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Bytes, TxKind, U256};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::{
+    keys,
+    node::{SendNode, SendRefusal},
+    Custody,
+};
+use crate::{
+    audit::EntryExt,
+    chain::node::{EthNode, NodeError},
+    model::{
+        audit::AuditType,
+        custody::{ApprovalState, TxRequestState, Withdrawal},
+    },
+    store::{ApprovalFilter, WithdrawalFilter},
+    types::Coin,
+};
+
+/// Withdrawals taken per state per round.
+pub const BATCH: u32 = 50;
+
+/// Starts a signer for each configured chain; each stops when `stop` turns true.
+pub fn spawn_all(svc: &Custody, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut handles = Vec::new();
+    for (coin, chain) in &svc.config.chains {
+        let Ok(coin) = coin.parse::<Coin>() else { continue };
+        let timeout = Duration::from_secs(chain.rpc_timeout);
+        let node = match EthNode::new(&chain.rpc_url, timeout, 1 << 20) {
+            Ok(n) => Arc::new(n) as Arc<dyn SendNode>,
+            Err(e) => {
+                tracing::error!(coin = %coin, error = %e, "the signer cannot reach this chain's node");
+                continue;
+            }
+        };
+        handles.push(tokio::spawn(run(svc.clone(), coin, chain.chain_id, node, stop.clone())));
+    }
+    handles
+}
+
+async fn run(
+    svc: Custody,
+    coin: Coin,
+    chain_id: u64,
+    node: Arc<dyn SendNode>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let pause = Duration::from_millis(svc.config.withdrawals.poll_interval_ms);
+    while !*stop.borrow() {
+        if let Err(e) = round(&svc, &coin, chain_id, node.as_ref()).await {
+            tracing::warn!(coin = %coin, error = %e, "signer round failed; trying again");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// What a round can fail with; the round is tried again after the pause.
+#[derive(Debug, thiserror::Error)]
+pub enum RoundError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error(transparent)]
+    Key(#[from] keys::KeyError),
+}
+
+/// One pass over the chain's withdrawals; public so tests can drive it.
+pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNode) -> Result<(), RoundError> {
+    expire(svc, coin).await?;
+    let of = |state: TxRequestState, unmined: bool| WithdrawalFilter {
+        coin: Some(coin.clone()),
+        states: Some(vec![state]),
+        unmined,
+        limit: BATCH,
+        ..Default::default()
+    };
+    for w in svc.store.withdrawals(&of(TxRequestState::PendingDelivery, false)).await? {
+        if let Some(signed) = sign(svc, coin, chain_id, node, w).await? {
+            send(svc, node, &signed).await?;
+        }
+    }
+    for w in svc.store.withdrawals(&of(TxRequestState::Signed, false)).await? {
+        send(svc, node, &w).await?;
+    }
+    for w in svc.store.withdrawals(&of(TxRequestState::Delivered, true)).await? {
+        follow(svc, node, &w).await?;
+    }
+    Ok(())
+}
+
+/// Approvals past `expires_at` are closed and their withdrawals canceled.
+async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
+    let now = svc.store.clock().now();
+    let filter = ApprovalFilter {
+        state: Some(ApprovalState::Pending),
+        expired_before: Some(now),
+        limit: BATCH,
+        ..Default::default()
+    };
+    for a in svc.store.approvals(&filter).await? {
+        if &a.coin != coin {
+            continue;
+        }
+        let mut closed = a.clone();
+        closed.state = ApprovalState::Rejected;
+        let entry = crate::audit::entry(AuditType::WithdrawalExpired)
+            .wallet(Some(&a.wallet_id))
+            .data(json!({ "pendingApprovalId": a.id.as_str(), "txRequestId": a.tx_request_id.as_str() }));
+        svc.store
+            .resolve_approval(&closed, a.resolvers.len(), Some(TxRequestState::Canceled), now, &[entry])
+            .await?;
+    }
+    Ok(())
+}
+
+/// Reserves the nonce (stored), builds with the node's fees, signs in the key store, checks
+/// the signature, and stores the signed bytes. `None` when another process stored first.
+async fn sign(
+    svc: &Custody,
+    coin: &Coin,
+    chain_id: u64,
+    node: &dyn SendNode,
+    w: Withdrawal,
+) -> Result<Option<Withdrawal>, RoundError> {
+    let Some(key) = svc.store.custody_key(&w.key_id).await? else {
+        fail(svc, &w, TxRequestState::PendingDelivery, "the wallet's key is gone from the key store").await?;
+        return Ok(None);
+    };
+    let Some(to) = w.recipients.first().map(|r| r.address) else { return Ok(None) };
+    let nonce = match w.nonce {
+        Some(n) => n,
+        None => {
+            let node_next = node.pending_nonce(w.from).await?;
+            svc.store.reserve_nonce(&w.id, coin.as_str(), &w.from, node_next).await?
+        }
+    };
+    let cfg = &svc.config.withdrawals;
+    let base = node.next_base_fee().await?;
+    let tip = u128::from(cfg.priority_fee_per_gas);
+    let max_fee = base.saturating_mul(2).saturating_add(tip).min(u128::from(cfg.max_fee_per_gas));
+    let estimated = node.estimate_gas(w.from, to, w.total(), Bytes::new()).await?;
+    // A plain transfer costs exactly its estimate; a contract recipient gets a margin.
+    let gas = if estimated == super::withdrawals::TRANSFER_GAS {
+        estimated
+    } else {
+        estimated.saturating_mul(6) / 5
+    };
+    let tx = TxEip1559 {
+        chain_id,
+        nonce,
+        gas_limit: gas,
+        max_fee_per_gas: max_fee,
+        max_priority_fee_per_gas: tip.min(max_fee),
+        to: TxKind::Call(to),
+        value: w.total(),
+        access_list: Default::default(),
+        input: Bytes::new(),
+    };
+    let digest = tx.signature_hash();
+    let metrics = svc.metrics.clone();
+    let sig = keys::sign(svc.keys.as_ref(), &key, &digest, || {
+        metrics.custody.unverified.inc();
+    })
+    .await?;
+    let signed = tx.into_signed(sig);
+    // Checked again on the whole transaction: what is sent recovers to the wallet's address.
+    if signed.recover_signer().ok() != Some(w.from) {
+        return Err(keys::KeyError::Unverified(1).into());
+    }
+    let raw = signed.encoded_2718();
+    let hash = *signed.hash();
+    let reserve = U256::from(gas) * U256::from(max_fee);
+    let entry = crate::audit::entry(AuditType::WithdrawalSigned).wallet(Some(&w.wallet_id)).data(json!({
+        "txRequestId": w.id.as_str(), "txHash": hash.to_string(), "nonce": nonce, "keyId": key.id.as_str(),
+    }));
+    let now = svc.store.clock().now();
+    if !svc.store.store_signed(&w.id, &hash, &raw, &reserve, now, &[entry]).await? {
+        return Ok(None);
+    }
+    svc.metrics.custody.signed.inc();
+    Ok(Some(Withdrawal {
+        state: TxRequestState::Signed,
+        nonce: Some(nonce),
+        tx_hash: Some(hash),
+        signed_tx: Some(raw),
+        fee_reserve: reserve,
+        ..w
+    }))
+}
+
+/// Sends the stored signed bytes; `delivered` once the node has them.
+async fn send(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<(), RoundError> {
+    let Some(raw) = &w.signed_tx else { return Ok(()) };
+    svc.metrics.custody.broadcasts.inc();
+    match node.send_raw(raw).await {
+        Ok(_) | Err(SendRefusal::Known) => {
+            let entry =
+                crate::audit::entry(AuditType::WithdrawalBroadcast).wallet(Some(&w.wallet_id)).data(json!({
+                    "txRequestId": w.id.as_str(), "txHash": w.tx_hash.map(|h| h.to_string()),
+                }));
+            let now = svc.store.clock().now();
+            svc.store
+                .move_withdrawal(
+                    &w.id,
+                    &[TxRequestState::Signed],
+                    TxRequestState::Delivered,
+                    None,
+                    now,
+                    &[entry],
+                )
+                .await?;
+            Ok(())
+        }
+        Err(SendRefusal::InsufficientFunds) => {
+            fail(svc, w, TxRequestState::Signed, "the node refused it: insufficient funds for value and gas")
+                .await
+        }
+        // Fee bumps come with the stuck-transaction handling; until then it is sent again.
+        Err(SendRefusal::Underpriced) => Ok(()),
+        Err(SendRefusal::Other(e)) => Err(e.into()),
+    }
+}
+
+/// Notes the block that mined a sent withdrawal; sends it again when the node lost it.
+async fn follow(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<(), RoundError> {
+    let Some(hash) = w.tx_hash else { return Ok(()) };
+    match node.mined(hash).await? {
+        Some(m) => svc.store.set_mined(&w.id, Some(m.block)).await?,
+        None if !node.knows(hash).await? => {
+            if let Some(raw) = &w.signed_tx {
+                svc.metrics.custody.broadcasts.inc();
+                if let Err(SendRefusal::Other(e)) = node.send_raw(raw).await {
+                    return Err(e.into());
+                }
+            }
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+async fn fail(svc: &Custody, w: &Withdrawal, from: TxRequestState, why: &str) -> Result<(), RoundError> {
+    let entry = crate::audit::entry(AuditType::WithdrawalFailed)
+        .wallet(Some(&w.wallet_id))
+        .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
+    let now = svc.store.clock().now();
+    svc.store.move_withdrawal(&w.id, &[from], TxRequestState::Failed, Some(why), now, &[entry]).await?;
+    Ok(())
+}

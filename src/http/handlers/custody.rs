@@ -1,0 +1,316 @@
+//! Custody routes (docs/withdrawals.md): custodial wallets and their keys, withdrawals
+//! (`/tx/initiate`, `/txrequests`) and pending approvals, in BitGo's paths and shapes.
+
+use axum::{
+    extract::State,
+    http::header,
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::{
+    custody::{
+        views,
+        wallets::NewCustodialWallet,
+        withdrawals::{self, RecipientRequest, WithdrawalRequest},
+    },
+    error::Error,
+    http::{
+        auth::Auth,
+        error::ApiResult,
+        extract::{ApiJson, ApiPath, ApiQuery},
+        ErrorResponse,
+    },
+    model::{
+        custody::Withdrawal,
+        wallet::{self as model, Expand},
+    },
+    store::WithdrawalFilter,
+    types::{Coin, EnterpriseId, KeyId, TxRequestId, WalletId},
+    AppState,
+};
+
+/// Body of `POST /api/v2/{coin}/wallet/add` (BitGoJS `wallets().add`). Only `type:
+/// "custodial"` is made here; other wallets are imported (docs/withdrawals.md).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AddWalletRequest {
+    /// 1 to 250 characters.
+    #[schema(min_length = 1, max_length = 250)]
+    pub label: String,
+    /// The enterprise that owns it; the caller must administer it.
+    pub enterprise: EnterpriseId,
+    /// Must be `custodial`.
+    #[schema(pattern = "^custodial$")]
+    pub r#type: String,
+    /// Approvals each withdrawal needs (1 to 10; default 1).
+    #[schema(minimum = 1, maximum = 10)]
+    pub approvals_required: Option<u32>,
+}
+
+/// Creates a custodial wallet whose key Custodian makes and holds; the chain watcher follows
+/// its address from its next round.
+#[utoipa::path(post, path = "/api/v2/{coin}/wallet/add", tag = "custody", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "A configured Ethereum chain (hteth, eth)")),
+    request_body = AddWalletRequest,
+    responses(
+        (status = 200, description = "The wallet (§2.1)", body = Object),
+        (status = 400, description = "A bad field, or a coin no chain is configured for", body = ErrorResponse),
+        (status = 403, description = "No wallet_create, or not an admin of the enterprise", body = ErrorResponse),
+        (status = 404, description = "No such enterprise", body = ErrorResponse),
+    ))]
+pub async fn add_wallet(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(coin): ApiPath<Coin>,
+    ApiJson(req): ApiJson<AddWalletRequest>,
+) -> ApiResult<Response> {
+    if req.r#type != "custodial" {
+        return Err(Error::invalid_field(
+            "type",
+            "only custodial wallets are made here; others are imported",
+        )
+        .into());
+    }
+    let new = NewCustodialWallet {
+        coin,
+        label: req.label,
+        enterprise: req.enterprise,
+        approvals_required: req.approvals_required.unwrap_or(1),
+    };
+    let row = crate::custody::wallets::create(&state.custody, Some(&auth), &new).await?;
+    let mut body = String::new();
+    model::render(&row, Expand { balance: true, staking: false, all_tokens: false }, &mut body);
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// A key's public part (BitGo's keychain read): `{id, pub, ethAddress, source, type}`.
+#[utoipa::path(get, path = "/api/v2/{coin}/key/{id}", tag = "custody", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("id" = KeyId, Path, description = "Key id, 32 hex")),
+    responses(
+        (status = 200, description = "The key's public part", body = Object),
+        (status = 400, description = "A bad path value", body = ErrorResponse),
+        (status = 404, description = "No such key, or its wallet is not visible", body = ErrorResponse),
+    ))]
+pub async fn get_key(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, id)): ApiPath<(Coin, KeyId)>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(crate::custody::wallets::key_view(&state.custody, &auth, &coin, &id).await?))
+}
+
+/// One payee of `/tx/initiate`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitiateRecipient {
+    /// `0x` and 40 hex digits; mixed case must be a valid EIP-55 checksum.
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub address: String,
+    /// Base units (wei), digits or a JSON integer, above 0.
+    #[schema(value_type = String, pattern = "^[0-9]{1,78}$")]
+    pub amount: Value,
+    /// A token (not supported yet: refused).
+    pub token_name: Option<String>,
+}
+
+/// Body of `POST /api/v2/{coin}/wallet/{walletId}/tx/initiate` (BitGoJS `sendMany` on a
+/// custodial wallet).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitiateRequest {
+    /// Exactly one (an Ethereum transaction pays one address).
+    #[schema(min_items = 1, max_items = 1)]
+    pub recipients: Vec<InitiateRecipient>,
+    /// At most 256 characters.
+    #[schema(max_length = 256)]
+    pub comment: Option<String>,
+    /// A TOTP code or passkey assertion, checked when given.
+    pub otp: Option<String>,
+    /// An idempotency key: the same one twice gives one withdrawal (1 to 128 characters).
+    #[schema(min_length = 1, max_length = 128)]
+    pub sequence_id: Option<String>,
+}
+
+/// Starts a withdrawal from a custodial wallet: answers the pending approval it made (BitGo's
+/// shape). Needs `wallet_spend`, spend rights, and a spending limit covering the amount or an
+/// unlocked session.
+#[utoipa::path(post, path = "/api/v2/{coin}/wallet/{walletId}/tx/initiate", tag = "custody", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
+    request_body = InitiateRequest,
+    responses(
+        (status = 200, description = "The pending approval", body = Object),
+        (status = 400, description = "A bad field, not custodial, frozen, or not enough funds", body = ErrorResponse),
+        (status = 401, description = "Not authenticated, a wrong OTP, or the session must be unlocked (needsUnlock)", body = ErrorResponse),
+        (status = 403, description = "No wallet_spend or spend rights", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+        (status = 409, description = "Too many withdrawals in flight", body = ErrorResponse),
+    ))]
+pub async fn initiate(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
+    ApiJson(req): ApiJson<InitiateRequest>,
+) -> ApiResult<Json<Value>> {
+    let request = WithdrawalRequest {
+        recipients: req
+            .recipients
+            .into_iter()
+            .map(|r| RecipientRequest { address: r.address, amount: r.amount, token_name: r.token_name })
+            .collect(),
+        comment: req.comment,
+        otp: req.otp,
+        idempotency_key: req.sequence_id,
+    };
+    let started = withdrawals::initiate(&state.custody, &auth, &coin, &wallet_id, &request).await?;
+    Ok(Json(views::approval(&started.approval, Some(&started.withdrawal))))
+}
+
+/// `{address: {address}}` of a txRequest recipient.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct IntentAddress {
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub address: String,
+}
+
+/// `{value, symbol}` of a txRequest recipient: base units.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct IntentAmount {
+    #[schema(value_type = String, pattern = "^[0-9]{1,78}$")]
+    pub value: Value,
+    pub symbol: Option<String>,
+}
+
+/// One payee of a payment intent.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct IntentRecipient {
+    pub address: IntentAddress,
+    pub amount: IntentAmount,
+}
+
+/// A payment intent.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Intent {
+    /// `payment`.
+    #[schema(pattern = "^payment$")]
+    pub intent_type: String,
+    #[schema(min_items = 1, max_items = 1)]
+    pub recipients: Vec<IntentRecipient>,
+    #[schema(max_length = 256)]
+    pub comment: Option<String>,
+    /// An idempotency key, as BitGo's examples put it in the intent.
+    #[schema(min_length = 1, max_length = 128)]
+    pub sequence_id: Option<String>,
+}
+
+/// Body of `POST /api/v2/wallet/{walletId}/txrequests`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TxRequestBody {
+    pub intent: Intent,
+    /// The same key twice gives one withdrawal (1 to 128 characters).
+    #[schema(min_length = 1, max_length = 128)]
+    pub idempotency_key: Option<String>,
+    /// `full` (the only one answered).
+    pub api_version: Option<String>,
+    pub otp: Option<String>,
+}
+
+/// Starts a withdrawal as a txRequest (BitGo's transaction request route); answers the
+/// txRequest. The same rules as `/tx/initiate`.
+#[utoipa::path(post, path = "/api/v2/wallet/{walletId}/txrequests", tag = "custody", security(("bearer" = [])),
+    params(("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
+    request_body = TxRequestBody,
+    responses(
+        (status = 200, description = "The txRequest", body = Object),
+        (status = 400, description = "A bad field, not custodial, frozen, or not enough funds", body = ErrorResponse),
+        (status = 401, description = "Not authenticated, or the session must be unlocked (needsUnlock)", body = ErrorResponse),
+        (status = 403, description = "No wallet_spend or spend rights", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+        (status = 409, description = "Too many withdrawals in flight", body = ErrorResponse),
+    ))]
+pub async fn create_tx_request(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(wallet_id): ApiPath<WalletId>,
+    ApiJson(req): ApiJson<TxRequestBody>,
+) -> ApiResult<Json<Value>> {
+    if req.intent.intent_type != "payment" {
+        return Err(Error::invalid_field("intent.intentType", "only payment").into());
+    }
+    let wallet = crate::wallets::wallet_row(&state.wallets, &auth, &wallet_id).await?;
+    let request = WithdrawalRequest {
+        recipients: req
+            .intent
+            .recipients
+            .into_iter()
+            .map(|r| RecipientRequest {
+                address: r.address.address,
+                amount: r.amount.value,
+                token_name: None,
+            })
+            .collect(),
+        comment: req.intent.comment,
+        otp: req.otp,
+        idempotency_key: req.idempotency_key.or(req.intent.sequence_id),
+    };
+    let started = withdrawals::initiate(&state.custody, &auth, &wallet.coin, &wallet_id, &request).await?;
+    Ok(Json(views::tx_request(&started.withdrawal)))
+}
+
+/// Query of the txRequest list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct TxRequestQuery {
+    /// Comma-separated txRequest ids (32 hex), at most 100.
+    pub tx_request_ids: Option<String>,
+    /// 1 to 500; default 100.
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+}
+
+/// A wallet's txRequests, oldest first (`?txRequestIds=` narrows them).
+#[utoipa::path(get, path = "/api/v2/wallet/{walletId}/txrequests", tag = "custody", security(("bearer" = [])),
+    params(("walletId" = WalletId, Path, description = "Wallet id, 32 hex"), TxRequestQuery),
+    responses(
+        (status = 200, description = "`{txRequests: [...]}`", body = Object),
+        (status = 400, description = "A bad query value", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+    ))]
+pub async fn list_tx_requests(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath(wallet_id): ApiPath<WalletId>,
+    ApiQuery(q): ApiQuery<TxRequestQuery>,
+) -> ApiResult<Json<Value>> {
+    crate::wallets::wallet_row(&state.wallets, &auth, &wallet_id).await?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(Error::invalid_field("limit", "from 1 to 500").into());
+    }
+    let ids = match q.tx_request_ids.as_deref() {
+        None => None,
+        Some(text) => {
+            let ids: Vec<TxRequestId> = text
+                .split(',')
+                .map(|s| {
+                    s.trim()
+                        .parse()
+                        .map_err(|_| Error::invalid_field("txRequestIds", "32-hex ids, comma-separated"))
+                })
+                .collect::<Result<_, _>>()?;
+            if ids.len() > 100 {
+                return Err(Error::invalid_field("txRequestIds", "at most 100").into());
+            }
+            Some(ids)
+        }
+    };
+    let filter = WithdrawalFilter { wallet: Some(wallet_id), ids, limit, ..Default::default() };
+    let found: Vec<Withdrawal> = state.store.withdrawals(&filter).await.map_err(Error::from)?;
+    Ok(Json(serde_json::json!({ "txRequests": found.iter().map(views::tx_request).collect::<Vec<_>>() })))
+}

@@ -1,0 +1,156 @@
+//! What custody stores: keys Custodian holds, withdrawals (BitGo's txRequests) and their
+//! pending approvals (docs/withdrawals.md). Amounts are base units; times Unix seconds.
+
+use alloy_primitives::{Address, B256, U256};
+
+use crate::types::{ApprovalId, Coin, EnterpriseId, KeyId, TxRequestId, UserId, WalletId};
+
+/// A key of a custodial wallet. The private part never leaves its backend: `handle` is what
+/// the backend needs to find it again (the sealed scalar for `sealed`, the object id in the
+/// token for `pkcs11`).
+#[derive(Clone)]
+pub struct KeyRecord {
+    pub id: KeyId,
+    /// The custodial wallet it was made for.
+    pub wallet_id: WalletId,
+    /// `sealed` or `pkcs11` (`keys.backend`).
+    pub backend: String,
+    /// SEC1 uncompressed public key, 65 bytes.
+    pub public_key: Vec<u8>,
+    pub address: Address,
+    pub handle: Vec<u8>,
+    pub created_at: i64,
+}
+
+impl std::fmt::Debug for KeyRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyRecord").field("id", &self.id).field("address", &self.address).finish()
+    }
+}
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),* }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+
+            /// The stored and wire spelling.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),* }
+            }
+
+            /// The value spelled `text`.
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some($name::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// A txRequest's state (BitGo's names): waiting for people, then for the signer, then sent.
+    /// `delivered` means broadcast; the transfer it became carries the confirmations.
+    TxRequestState {
+        PendingApproval = "pendingApproval",
+        PendingDelivery = "pendingDelivery",
+        Signed = "signed",
+        Delivered = "delivered",
+        Rejected = "rejected",
+        Canceled = "canceled",
+        Failed = "failed",
+    }
+);
+
+impl TxRequestState {
+    /// Whether nothing more happens to it.
+    pub fn is_final(self) -> bool {
+        matches!(self, TxRequestState::Rejected | TxRequestState::Canceled | TxRequestState::Failed)
+    }
+}
+
+string_enum!(
+    /// A pending approval's state (BitGo's).
+    ApprovalState { Pending = "pending", Approved = "approved", Rejected = "rejected", Canceled = "canceled" }
+);
+
+/// One payee of a withdrawal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipient {
+    pub address: Address,
+    /// Base units of the coin (wei for ETH).
+    pub amount: U256,
+}
+
+/// A withdrawal from a custodial wallet: one object behind `/tx/initiate` and `/txrequests`.
+#[derive(Debug, Clone)]
+pub struct Withdrawal {
+    pub id: TxRequestId,
+    pub wallet_id: WalletId,
+    pub coin: Coin,
+    pub enterprise: Option<EnterpriseId>,
+    pub creator: UserId,
+    /// `sequenceId` or `idempotencyKey`: one withdrawal per key and wallet.
+    pub idempotency_key: String,
+    pub state: TxRequestState,
+    /// Bumped on every change (BitGo's `version`).
+    pub version: i64,
+    pub recipients: Vec<Recipient>,
+    pub comment: Option<String>,
+    /// The custodial wallet's key and address, which signs and pays.
+    pub key_id: KeyId,
+    pub from: Address,
+    pub approval_id: ApprovalId,
+    /// The address's nonce, reserved (stored) before signing.
+    pub nonce: Option<u64>,
+    pub tx_hash: Option<B256>,
+    /// The signed transaction (EIP-2718 bytes), stored before it is broadcast.
+    pub signed_tx: Option<Vec<u8>>,
+    /// Gas limit × max fee per gas the signed transaction may spend, wei (reserved from the
+    /// balance while it is in flight).
+    pub fee_reserve: U256,
+    /// Why it failed, for people (never a node's raw text beyond 256 bytes).
+    pub error: Option<String>,
+    /// The block that mined its transaction, as the signer last saw.
+    pub mined_block: Option<u64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl Withdrawal {
+    /// The sum of the recipients' amounts (checked at initiation never to overflow).
+    pub fn total(&self) -> U256 {
+        self.recipients.iter().fold(U256::ZERO, |a, r| a.saturating_add(r.amount))
+    }
+}
+
+/// One person's answer to a pending approval.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resolver {
+    pub user: UserId,
+    /// `approved` or `rejected`.
+    #[serde(rename = "resolutionType")]
+    pub resolution: String,
+    /// ISO 8601.
+    pub date: String,
+}
+
+/// A pending approval (BitGo's shape is built by `custody::views`).
+#[derive(Debug, Clone)]
+pub struct Approval {
+    pub id: ApprovalId,
+    pub wallet_id: WalletId,
+    pub coin: Coin,
+    pub enterprise: Option<EnterpriseId>,
+    pub creator: UserId,
+    pub state: ApprovalState,
+    pub approvals_required: u32,
+    pub resolvers: Vec<Resolver>,
+    pub tx_request_id: TxRequestId,
+    pub created_at: i64,
+    /// When an approval not given expires (`withdrawals.approval_ttl`).
+    pub expires_at: i64,
+}

@@ -1,0 +1,458 @@
+//! Custody: the keys Custodian holds, withdrawals (txRequests), their pending approvals, and
+//! each signing address's next nonce. The rules (who may, states, signing) are `custody`'s.
+
+use custodian_macros::sql_bounds;
+
+use alloy_primitives::{Address, B256, U256};
+use async_trait::async_trait;
+use sqlx::FromRow;
+
+use super::{
+    custody_rows::{
+        recipients_json, ApprovalRow, KeyRow, Where, WithdrawalRow, APPROVAL_COLUMNS, KEY_COLUMNS,
+        WITHDRAWAL_COLUMNS,
+    },
+    sql::{to_json, unique_violation, Dialect},
+    sql_store::SqlStore,
+    StoreError, StoreResult,
+};
+use crate::model::{
+    audit::AuditEntry,
+    custody::{Approval, ApprovalState, KeyRecord, TxRequestState, Withdrawal},
+};
+use crate::types::{ApprovalId, Coin, EnterpriseId, KeyId, TxRequestId, WalletId};
+
+/// Which withdrawals to list, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct WithdrawalFilter {
+    pub wallet: Option<WalletId>,
+    pub coin: Option<Coin>,
+    /// The idempotency key (with `wallet`).
+    pub key: Option<String>,
+    /// Only those whose transaction the signer has not seen mined.
+    pub unmined: bool,
+    pub ids: Option<Vec<TxRequestId>>,
+    pub states: Option<Vec<TxRequestState>>,
+    pub limit: u32,
+}
+
+/// Which pending approvals to list, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct ApprovalFilter {
+    /// Only these wallets (the caller's visible ones); `None`: every wallet.
+    pub wallets: Option<Vec<WalletId>>,
+    pub enterprise: Option<EnterpriseId>,
+    pub state: Option<ApprovalState>,
+    /// Only those whose `expires_at` is before this (Unix seconds).
+    pub expired_before: Option<i64>,
+    pub limit: u32,
+}
+
+#[async_trait]
+pub trait CustodyStore: Send + Sync {
+    /// Keeps a new key, with `audit`.
+    async fn add_custody_key(&self, k: &KeyRecord, audit: &[AuditEntry]) -> StoreResult<()>;
+    async fn custody_key(&self, id: &KeyId) -> StoreResult<Option<KeyRecord>>;
+    /// Keys by id, at most `limit`, after `after`.
+    async fn custody_keys(&self, after: Option<&KeyId>, limit: u32) -> StoreResult<Vec<KeyRecord>>;
+    /// Stores a new withdrawal and its approval, with `audit`, in one transaction. When the
+    /// wallet already has a withdrawal with the same idempotency key, nothing is written and
+    /// that one is returned.
+    async fn create_withdrawal(
+        &self,
+        w: &Withdrawal,
+        a: &Approval,
+        audit: &[AuditEntry],
+    ) -> StoreResult<Option<Withdrawal>>;
+    async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>>;
+    async fn withdrawals(&self, f: &WithdrawalFilter) -> StoreResult<Vec<Withdrawal>>;
+    async fn approval(&self, id: &ApprovalId) -> StoreResult<Option<Approval>>;
+    async fn approvals(&self, f: &ApprovalFilter) -> StoreResult<Vec<Approval>>;
+    /// Writes `a`'s state and resolvers if the stored approval is still `pending` with
+    /// `resolved_before` resolvers (no one answered meanwhile), and moves its withdrawal to
+    /// `next` when given; `false` when someone else changed it first (nothing written).
+    async fn resolve_approval(
+        &self,
+        a: &Approval,
+        resolved_before: usize,
+        next: Option<TxRequestState>,
+        now: i64,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool>;
+    /// The withdrawal's nonce: the one it has, or the address's next one (at least
+    /// `node_next`, the node's pending count), stored on the withdrawal before it is signed.
+    async fn reserve_nonce(
+        &self,
+        id: &TxRequestId,
+        chain: &str,
+        from: &Address,
+        node_next: u64,
+    ) -> StoreResult<u64>;
+    /// Stores the signed transaction and its hash (state `signed`), with `audit`; `false` when
+    /// the withdrawal is no longer `pendingDelivery`.
+    async fn store_signed(
+        &self,
+        id: &TxRequestId,
+        hash: &B256,
+        raw: &[u8],
+        fee_reserve: &U256,
+        now: i64,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool>;
+    /// Moves a withdrawal from one of `from` to `to` (with `error`), with `audit`; `false` when
+    /// it was in none of them.
+    async fn move_withdrawal(
+        &self,
+        id: &TxRequestId,
+        from: &[TxRequestState],
+        to: TxRequestState,
+        error: Option<&str>,
+        now: i64,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool>;
+    /// Records the block that mined a sent withdrawal (`None`: not mined, or reorged away).
+    async fn set_mined(&self, id: &TxRequestId, block: Option<u64>) -> StoreResult<()>;
+}
+
+#[sql_bounds]
+#[async_trait]
+impl<DB> CustodyStore for SqlStore<DB>
+where
+    for<'r> KeyRow: FromRow<'r, DB::Row>,
+    for<'r> WithdrawalRow: FromRow<'r, DB::Row>,
+    for<'r> ApprovalRow: FromRow<'r, DB::Row>,
+    for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    async fn add_custody_key(&self, k: &KeyRecord, audit: &[AuditEntry]) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(&format!("INSERT INTO custody_keys ({KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"))
+            .bind(k.id.as_str())
+            .bind(k.wallet_id.as_str())
+            .bind(k.backend.as_str())
+            .bind(hex::encode(&k.public_key))
+            .bind(k.address.to_checksum(None))
+            .bind(hex::encode(&k.handle))
+            .bind(k.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| unique_violation(e, "key"))?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn custody_key(&self, id: &KeyId) -> StoreResult<Option<KeyRecord>> {
+        let row: Option<KeyRow> =
+            sqlx::query_as(&format!("SELECT {KEY_COLUMNS} FROM custody_keys WHERE id = $1"))
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(KeyRow::into_record).transpose()
+    }
+
+    async fn custody_keys(&self, after: Option<&KeyId>, limit: u32) -> StoreResult<Vec<KeyRecord>> {
+        let rows: Vec<KeyRow> = sqlx::query_as(&format!(
+            "SELECT {KEY_COLUMNS} FROM custody_keys WHERE id > $1 ORDER BY id LIMIT $2"
+        ))
+        .bind(after.map(KeyId::as_str).unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(KeyRow::into_record).collect()
+    }
+
+    async fn create_withdrawal(
+        &self,
+        w: &Withdrawal,
+        a: &Approval,
+        audit: &[AuditEntry],
+    ) -> StoreResult<Option<Withdrawal>> {
+        let mut tx = self.begin_write().await?;
+        let existing: Option<WithdrawalRow> = sqlx::query_as(&format!(
+            "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE wallet_id = $1 AND idempotency_key = $2"
+        ))
+        .bind(w.wallet_id.as_str())
+        .bind(w.idempotency_key.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = existing {
+            return Ok(Some(row.into_withdrawal()?));
+        }
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+             $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15)"
+        ))
+        .bind(w.id.as_str())
+        .bind(w.wallet_id.as_str())
+        .bind(w.coin.as_str())
+        .bind(w.enterprise.as_ref().map(EnterpriseId::as_str))
+        .bind(w.creator.as_str())
+        .bind(w.idempotency_key.as_str())
+        .bind(w.state.as_str())
+        .bind(w.version)
+        .bind(recipients_json(&w.recipients)?)
+        .bind(w.comment.as_deref())
+        .bind(w.key_id.as_str())
+        .bind(w.from.to_checksum(None))
+        .bind(w.approval_id.as_str())
+        .bind(w.fee_reserve.to_string())
+        .bind(w.created_at)
+        .execute(&mut *tx)
+        .await;
+        if let Err(e) = inserted {
+            // A concurrent request with the same key won: answer its withdrawal.
+            let e = unique_violation(e, "withdrawal");
+            if matches!(e, StoreError::Conflict(_)) {
+                drop(tx);
+                let row: Option<WithdrawalRow> = sqlx::query_as(&format!(
+                    "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE wallet_id = $1 AND idempotency_key = $2"
+                ))
+                .bind(w.wallet_id.as_str())
+                .bind(w.idempotency_key.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+                return row.map(WithdrawalRow::into_withdrawal).transpose()?.map(Some).ok_or(e);
+            }
+            return Err(e);
+        }
+        sqlx::query(&format!(
+            "INSERT INTO pending_approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        ))
+        .bind(a.id.as_str())
+        .bind(a.wallet_id.as_str())
+        .bind(a.coin.as_str())
+        .bind(a.enterprise.as_ref().map(EnterpriseId::as_str))
+        .bind(a.creator.as_str())
+        .bind(a.state.as_str())
+        .bind(i64::from(a.approvals_required))
+        .bind(to_json(&a.resolvers)?)
+        .bind(a.tx_request_id.as_str())
+        .bind(a.created_at)
+        .bind(a.expires_at)
+        .execute(&mut *tx)
+        .await?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(None)
+    }
+
+    async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>> {
+        let row: Option<WithdrawalRow> =
+            sqlx::query_as(&format!("SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE id = $1"))
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(WithdrawalRow::into_withdrawal).transpose()
+    }
+
+    async fn withdrawals(&self, f: &WithdrawalFilter) -> StoreResult<Vec<Withdrawal>> {
+        let mut w = Where::default();
+        w.eq("wallet_id", f.wallet.as_ref().map(|v| v.as_str().to_string()));
+        w.eq("coin", f.coin.as_ref().map(|v| v.as_str().to_string()));
+        w.eq("idempotency_key", f.key.clone());
+        if f.unmined {
+            w.raw("mined_block IS NULL");
+        }
+        w.any("id", f.ids.as_ref().map(|ids| ids.iter().map(|i| i.as_str().to_string()).collect()));
+        w.any("state", f.states.as_ref().map(|s| s.iter().map(|s| s.as_str().to_string()).collect()));
+        let sql = format!(
+            "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE {} ORDER BY created_at, id LIMIT {}",
+            w.sql(),
+            f.limit
+        );
+        let rows = w.bind(sqlx::query_as::<DB, WithdrawalRow>(&sql)).fetch_all(&self.pool).await?;
+        rows.into_iter().map(WithdrawalRow::into_withdrawal).collect()
+    }
+
+    async fn approval(&self, id: &ApprovalId) -> StoreResult<Option<Approval>> {
+        let row: Option<ApprovalRow> =
+            sqlx::query_as(&format!("SELECT {APPROVAL_COLUMNS} FROM pending_approvals WHERE id = $1"))
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(ApprovalRow::into_approval).transpose()
+    }
+
+    async fn approvals(&self, f: &ApprovalFilter) -> StoreResult<Vec<Approval>> {
+        let mut w = Where::default();
+        w.any("wallet_id", f.wallets.as_ref().map(|ws| ws.iter().map(|w| w.as_str().to_string()).collect()));
+        w.eq("enterprise", f.enterprise.as_ref().map(|e| e.as_str().to_string()));
+        w.eq("state", f.state.map(|s| s.as_str().to_string()));
+        if let Some(t) = f.expired_before {
+            // A number the store wrote, not a client's text.
+            w.raw(&format!("expires_at < {t}"));
+        }
+        let sql = format!(
+            "SELECT {APPROVAL_COLUMNS} FROM pending_approvals WHERE {} ORDER BY created_at DESC, id LIMIT {}",
+            w.sql(),
+            f.limit
+        );
+        let rows = w.bind(sqlx::query_as::<DB, ApprovalRow>(&sql)).fetch_all(&self.pool).await?;
+        rows.into_iter().map(ApprovalRow::into_approval).collect()
+    }
+
+    async fn resolve_approval(
+        &self,
+        a: &Approval,
+        resolved_before: usize,
+        next: Option<TxRequestState>,
+        now: i64,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let current: Option<ApprovalRow> = sqlx::query_as(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM pending_approvals WHERE id = $1 AND state = 'pending'"
+        ))
+        .bind(a.id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(current) = current else { return Ok(false) };
+        if current.into_approval()?.resolvers.len() != resolved_before {
+            return Ok(false);
+        }
+        let done = sqlx::query(
+            "UPDATE pending_approvals SET state = $2, resolvers = $3 WHERE id = $1 AND state = 'pending'",
+        )
+        .bind(a.id.as_str())
+        .bind(a.state.as_str())
+        .bind(to_json(&a.resolvers)?)
+        .execute(&mut *tx)
+        .await?;
+        if DB::rows_affected(&done) != 1 {
+            return Ok(false);
+        }
+        if let Some(next) = next {
+            sqlx::query(
+                "UPDATE withdrawals SET state = $2, version = version + 1, updated_at = $3 \
+                 WHERE id = $1 AND state = 'pendingApproval'",
+            )
+            .bind(a.tx_request_id.as_str())
+            .bind(next.as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn reserve_nonce(
+        &self,
+        id: &TxRequestId,
+        chain: &str,
+        from: &Address,
+        node_next: u64,
+    ) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let (held,): (Option<i64>,) = sqlx::query_as("SELECT nonce FROM withdrawals WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+        if let Some(n) = held {
+            return Ok(u64::try_from(n).unwrap_or_default());
+        }
+        let address = from.to_checksum(None);
+        let node_next = i64::try_from(node_next).map_err(|_| StoreError::malformed("nonce", "above i64"))?;
+        // The row is written first, so PostgreSQL holds its lock for the read that follows.
+        sqlx::query(
+            "INSERT INTO signer_nonces (chain, address, next_nonce) VALUES ($1, $2, $3) \
+             ON CONFLICT (chain, address) DO UPDATE SET next_nonce = \
+             CASE WHEN signer_nonces.next_nonce < $3 THEN $3 ELSE signer_nonces.next_nonce END",
+        )
+        .bind(chain)
+        .bind(address.as_str())
+        .bind(node_next)
+        .execute(&mut *tx)
+        .await?;
+        let (nonce,): (i64,) =
+            sqlx::query_as("SELECT next_nonce FROM signer_nonces WHERE chain = $1 AND address = $2")
+                .bind(chain)
+                .bind(address.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+        sqlx::query("UPDATE signer_nonces SET next_nonce = $3 WHERE chain = $1 AND address = $2")
+            .bind(chain)
+            .bind(address.as_str())
+            .bind(nonce + 1)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE withdrawals SET nonce = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(nonce)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(u64::try_from(nonce).unwrap_or_default())
+    }
+
+    async fn store_signed(
+        &self,
+        id: &TxRequestId,
+        hash: &B256,
+        raw: &[u8],
+        fee_reserve: &U256,
+        now: i64,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE withdrawals SET state = 'signed', tx_hash = $2, signed_tx = $3, fee_reserve = $4, \
+             version = version + 1, updated_at = $5 WHERE id = $1 AND state = 'pendingDelivery'",
+        )
+        .bind(id.as_str())
+        .bind(hash.to_string())
+        .bind(hex::encode(raw))
+        .bind(fee_reserve.to_string())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if DB::rows_affected(&done) != 1 {
+            return Ok(false);
+        }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn move_withdrawal(
+        &self,
+        id: &TxRequestId,
+        from: &[TxRequestState],
+        to: TxRequestState,
+        error: Option<&str>,
+        now: i64,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let mut w = Where::from_placeholder(5);
+        w.any("state", Some(from.iter().map(|s| s.as_str().to_string()).collect()));
+        let sql = format!(
+            "UPDATE withdrawals SET state = $2, error = COALESCE($3, error), version = version + 1, \
+             updated_at = $4 WHERE id = $1 AND {}",
+            w.sql()
+        );
+        let q = sqlx::query(&sql).bind(id.as_str()).bind(to.as_str()).bind(error).bind(now);
+        let q = w.bind_args(q);
+        let done = q.execute(&mut *tx).await?;
+        if DB::rows_affected(&done) != 1 {
+            return Ok(false);
+        }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn set_mined(&self, id: &TxRequestId, block: Option<u64>) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE withdrawals SET mined_block = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(block.and_then(|b| i64::try_from(b).ok()))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,247 @@
+//! Custody's rows as stored, and their conversion into `model::custody` records. Amounts are
+//! decimal text; keys, public keys and signed transactions hex.
+
+use sqlx::FromRow;
+
+use super::{
+    sql::{json_value, parse_stored, to_json},
+    StoreError, StoreResult,
+};
+use crate::model::custody::{
+    Approval, ApprovalState, KeyRecord, Recipient, Resolver, TxRequestState, Withdrawal,
+};
+use crate::types::{Coin, UserId};
+
+pub(super) const KEY_COLUMNS: &str = "id, wallet_id, backend, public_key, address, handle, created_at";
+
+pub(super) const WITHDRAWAL_COLUMNS: &str =
+    "id, wallet_id, coin, enterprise, creator, idempotency_key, state, version, \
+     recipients, comment, key_id, from_address, approval_id, nonce, tx_hash, signed_tx, fee_reserve, error, \
+     mined_block, created_at, updated_at";
+
+pub(super) const APPROVAL_COLUMNS: &str =
+    "id, wallet_id, coin, enterprise, creator, state, approvals_required, resolvers, tx_request_id, created_at, expires_at";
+
+#[derive(FromRow)]
+pub(super) struct KeyRow {
+    id: String,
+    wallet_id: String,
+    backend: String,
+    public_key: String,
+    address: String,
+    handle: String,
+    created_at: i64,
+}
+
+impl KeyRow {
+    pub(super) fn into_record(self) -> StoreResult<KeyRecord> {
+        let hex_of = |s: &str, what| hex::decode(s).map_err(|_| StoreError::malformed(what, s));
+        Ok(KeyRecord {
+            id: parse_stored(&self.id, "key id")?,
+            wallet_id: parse_stored(&self.wallet_id, "wallet id")?,
+            public_key: hex_of(&self.public_key, "public key")?,
+            address: parse_stored(&self.address, "key address")?,
+            handle: hex_of(&self.handle, "key handle")?,
+            backend: self.backend,
+            created_at: self.created_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct WithdrawalRow {
+    id: String,
+    wallet_id: String,
+    coin: String,
+    enterprise: Option<String>,
+    creator: String,
+    idempotency_key: String,
+    state: String,
+    version: i64,
+    recipients: String,
+    comment: Option<String>,
+    key_id: String,
+    from_address: String,
+    approval_id: String,
+    nonce: Option<i64>,
+    tx_hash: Option<String>,
+    signed_tx: Option<String>,
+    fee_reserve: String,
+    error: Option<String>,
+    mined_block: Option<i64>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+/// A recipient as stored: `{address, amount}` with the amount in decimal base units.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredRecipient {
+    address: String,
+    amount: String,
+}
+
+pub(super) fn recipients_json(rs: &[Recipient]) -> StoreResult<String> {
+    let stored: Vec<StoredRecipient> = rs
+        .iter()
+        .map(|r| StoredRecipient { address: r.address.to_checksum(None), amount: r.amount.to_string() })
+        .collect();
+    to_json(&stored)
+}
+
+impl WithdrawalRow {
+    pub(super) fn into_withdrawal(self) -> StoreResult<Withdrawal> {
+        let stored: Vec<StoredRecipient> = json_value(&self.recipients)?;
+        let recipients = stored
+            .iter()
+            .map(|r| {
+                Ok(Recipient {
+                    address: parse_stored(&r.address, "recipient address")?,
+                    amount: parse_stored(&r.amount, "recipient amount")?,
+                })
+            })
+            .collect::<StoreResult<_>>()?;
+        let state = TxRequestState::parse(&self.state)
+            .ok_or_else(|| StoreError::malformed("txRequest state", &self.state))?;
+        let signed_tx = match &self.signed_tx {
+            Some(s) => Some(hex::decode(s).map_err(|_| StoreError::malformed("signed transaction", s))?),
+            None => None,
+        };
+        Ok(Withdrawal {
+            id: parse_stored(&self.id, "txRequest id")?,
+            wallet_id: parse_stored(&self.wallet_id, "wallet id")?,
+            coin: parse_stored(&self.coin, "coin")?,
+            enterprise: self.enterprise.as_deref().map(|e| parse_stored(e, "enterprise id")).transpose()?,
+            creator: parse_stored(&self.creator, "user id")?,
+            idempotency_key: self.idempotency_key,
+            state,
+            version: self.version,
+            recipients,
+            comment: self.comment,
+            key_id: parse_stored(&self.key_id, "key id")?,
+            from: parse_stored(&self.from_address, "address")?,
+            approval_id: parse_stored(&self.approval_id, "approval id")?,
+            nonce: self.nonce.map(|n| u64::try_from(n).unwrap_or_default()),
+            tx_hash: self.tx_hash.as_deref().map(|h| parse_stored(h, "transaction hash")).transpose()?,
+            signed_tx,
+            fee_reserve: parse_stored(&self.fee_reserve, "fee reserve")?,
+            error: self.error,
+            mined_block: self.mined_block.and_then(|b| u64::try_from(b).ok()),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct ApprovalRow {
+    id: String,
+    wallet_id: String,
+    coin: String,
+    enterprise: Option<String>,
+    creator: String,
+    state: String,
+    approvals_required: i64,
+    resolvers: String,
+    tx_request_id: String,
+    created_at: i64,
+    expires_at: i64,
+}
+
+impl ApprovalRow {
+    pub(super) fn into_approval(self) -> StoreResult<Approval> {
+        let resolvers: Vec<Resolver> = json_value(&self.resolvers)?;
+        Ok(Approval {
+            id: parse_stored(&self.id, "approval id")?,
+            wallet_id: parse_stored(&self.wallet_id, "wallet id")?,
+            coin: parse_stored::<Coin>(&self.coin, "coin")?,
+            enterprise: self.enterprise.as_deref().map(|e| parse_stored(e, "enterprise id")).transpose()?,
+            creator: parse_stored::<UserId>(&self.creator, "user id")?,
+            state: ApprovalState::parse(&self.state)
+                .ok_or_else(|| StoreError::malformed("approval state", &self.state))?,
+            approvals_required: u32::try_from(self.approvals_required).unwrap_or(1),
+            resolvers,
+            tx_request_id: parse_stored(&self.tx_request_id, "txRequest id")?,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+        })
+    }
+}
+
+/// A `WHERE` clause of text parameters built from a filter: each condition numbers its own
+/// placeholders from `next`, and [`Where::bind`] binds them in the same order.
+#[derive(Default)]
+pub(super) struct Where {
+    conditions: Vec<String>,
+    params: Vec<String>,
+    /// The first placeholder's number (0 and 1 both mean `$1`).
+    next: usize,
+}
+
+impl Where {
+    /// A clause whose first placeholder is `$first` (after the statement's own).
+    pub(super) fn from_placeholder(first: usize) -> Self {
+        Where { next: first, ..Where::default() }
+    }
+
+    fn placeholder(&mut self, value: String) -> String {
+        self.params.push(value);
+        format!("${}", self.next.max(1) + self.params.len() - 1)
+    }
+
+    /// `column = value`, when there is a value.
+    pub(super) fn eq(&mut self, column: &str, value: Option<String>) {
+        if let Some(v) = value {
+            let p = self.placeholder(v);
+            self.conditions.push(format!("{column} = {p}"));
+        }
+    }
+
+    /// `column IN (values)`, when there is a list; an empty list matches nothing.
+    pub(super) fn any(&mut self, column: &str, values: Option<Vec<String>>) {
+        let Some(values) = values else { return };
+        if values.is_empty() {
+            self.conditions.push("1 = 0".into());
+            return;
+        }
+        let ps: Vec<String> = values.into_iter().map(|v| self.placeholder(v)).collect();
+        self.conditions.push(format!("{column} IN ({})", ps.join(", ")));
+    }
+
+    /// A condition of the store's own, with no client text in it.
+    pub(super) fn raw(&mut self, condition: &str) {
+        self.conditions.push(condition.to_string());
+    }
+
+    pub(super) fn sql(&self) -> String {
+        match self.conditions.is_empty() {
+            true => "1 = 1".into(),
+            false => self.conditions.join(" AND "),
+        }
+    }
+
+    pub(super) fn bind<'q, DB: sqlx::Database, O>(
+        &'q self,
+        mut q: sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments<'q>>,
+    ) -> sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments<'q>>
+    where
+        &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        for p in &self.params {
+            q = q.bind(p.as_str());
+        }
+        q
+    }
+
+    pub(super) fn bind_args<'q, DB: sqlx::Database>(
+        &'q self,
+        mut q: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+    ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+    where
+        &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        for p in &self.params {
+            q = q.bind(p.as_str());
+        }
+        q
+    }
+}

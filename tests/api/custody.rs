@@ -1,0 +1,271 @@
+//! Withdrawals from custodial wallets on a real node (anvil): a key Custodian makes, a
+//! withdrawal another admin approves, signed in the key store, sent and mined exactly once.
+
+use serde_json::{json, Value};
+
+use crate::chain::{watch, Anvil, ONE_ETH, OTHER, RICH};
+use crate::common::*;
+
+pub struct Custodial {
+    pub anvil: Anvil,
+    pub app: TestApp,
+    #[allow(dead_code)]
+    pub alice: TestUser,
+    pub bob: TestUser,
+    /// Alice's session (the wallet's creator and spender), unlocked.
+    pub alice_token: String,
+    pub bob_token: String,
+    pub enterprise: String,
+    pub wallet: Value,
+}
+
+impl Custodial {
+    pub fn wallet_id(&self) -> String {
+        self.wallet["id"].as_str().unwrap().to_string()
+    }
+
+    pub fn address(&self) -> String {
+        self.wallet["coinSpecific"]["baseAddress"].as_str().unwrap().to_string()
+    }
+
+    pub async fn initiate(&self, token: &str, body: &Value) -> reqwest::Response {
+        let path = format!("/api/v2/hteth/wallet/{}/tx/initiate", self.wallet_id());
+        self.app.post_auth(&path, token, body).await
+    }
+
+    pub async fn answer(&self, token: &str, approval: &str, body: &Value) -> reqwest::Response {
+        self.app.put_auth(&format!("/api/v2/hteth/pendingapprovals/{approval}"), token, body).await
+    }
+
+    pub async fn tx_request(&self, id: &str) -> Value {
+        let path = format!("/api/v2/wallet/{}/txrequests?txRequestIds={id}", self.wallet_id());
+        let body = expect_json(self.app.get_auth(&path, &self.alice_token).await, 200).await;
+        body["txRequests"][0].clone()
+    }
+
+    /// Waits until the watcher's balance of the wallet is `wei`.
+    pub async fn balance_is(&self, wei: u128) {
+        let path = format!("/api/v2/hteth/wallet/{}?expandBalance=true", self.wallet_id());
+        until("the wallet's balance", 30, || async {
+            let w = expect_json(self.app.get_auth(&path, &self.alice_token).await, 200).await;
+            (w["balanceString"] == json!(wei.to_string())).then_some(())
+        })
+        .await;
+    }
+}
+
+/// A custodial wallet made through the API by Alice (admin of the enterprise), funded with
+/// `fund` wei from anvil's dev account; Bob is the enterprise's other admin.
+pub async fn custodial(fund: u128, approvals_required: u32) -> Custodial {
+    let anvil = Anvil::start().await;
+    let app = spawn_app_with(|c| {
+        watch(c, &anvil);
+        c.withdrawals.poll_interval_ms = 50;
+    })
+    .await;
+    let alice = app.create_user("alice@example.com").await;
+    let bob = app.create_user("bob@example.com").await;
+    let enterprise = app.create_enterprise("Fund", &[(&alice, true), (&bob, true)]).await;
+    let alice_token = app.login(&alice).await;
+    let bob_token = app.login(&bob).await;
+    let body = json!({ "label": "cold", "enterprise": enterprise, "type": "custodial", "approvalsRequired": approvals_required });
+    let wallet = expect_json(app.post_auth("/api/v2/hteth/wallet/add", &alice_token, &body).await, 200).await;
+    let c = Custodial { anvil, app, alice, bob, alice_token, bob_token, enterprise, wallet };
+    if fund > 0 {
+        c.anvil.send(RICH, &c.address(), fund).await;
+        c.anvil.mine(3).await;
+        c.balance_is(fund).await;
+    }
+    expect_json(
+        c.app.post_auth("/api/v2/user/unlock", &c.alice_token, &json!({ "otp": "000000" })).await,
+        200,
+    )
+    .await;
+    c
+}
+
+#[tokio::test]
+async fn a_custodial_wallet_holds_its_key_and_shows_only_the_public_part() {
+    let c = custodial(0, 1).await;
+    let w = &c.wallet;
+    assert_eq!(w["type"], "custodial");
+    assert_eq!(w["coin"], "hteth");
+    assert_eq!(w["receiveAddress"]["address"], w["coinSpecific"]["baseAddress"]);
+    let key_id = w["keys"][0].as_str().unwrap();
+    let key =
+        expect_json(c.app.get_auth(&format!("/api/v2/hteth/key/{key_id}"), &c.alice_token).await, 200).await;
+    assert_eq!(key["ethAddress"].as_str().unwrap(), c.address().to_lowercase());
+    assert!(key["pub"].as_str().unwrap().starts_with("0x04"), "{key}");
+    assert!(key.get("prv").is_none() && key.get("encryptedPrv").is_none(), "{key}");
+    // At rest the key is sealed: the stored handle is not the scalar, and opens only under its
+    // own id.
+    let stored = c.app.raw_sql("SELECT handle FROM custody_keys").await;
+    assert_eq!(stored.len(), 1);
+    assert!(stored[0].len() > 64 * 2 - 1, "a sealed scalar carries a nonce and a tag");
+    // A stranger sees neither the wallet nor its key.
+    let eve = c.app.create_user("eve@example.com").await;
+    let eve_token = c.app.login(&eve).await;
+    assert_error(c.app.get_auth(&format!("/api/v2/hteth/key/{key_id}"), &eve_token).await, 404, "NotFound")
+        .await;
+    // Made only by an admin of the enterprise, and only custodial.
+    let body = json!({ "label": "x", "enterprise": c.enterprise, "type": "custodial" });
+    assert_error(
+        c.app.post_auth("/api/v2/hteth/wallet/add", &eve_token, &body).await,
+        403,
+        "InsufficientScope",
+    )
+    .await;
+    let hot = json!({ "label": "x", "enterprise": c.enterprise, "type": "hot" });
+    assert_error(
+        c.app.post_auth("/api/v2/hteth/wallet/add", &c.alice_token, &hot).await,
+        400,
+        "InvalidField",
+    )
+    .await;
+    let unwatched = json!({ "label": "x", "enterprise": c.enterprise, "type": "custodial" });
+    assert_error(
+        c.app.post_auth("/api/v2/tbtc/wallet/add", &c.alice_token, &unwatched).await,
+        400,
+        "InvalidField",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_withdrawal_approved_by_another_admin_is_signed_sent_and_mined_once() {
+    let c = custodial(2 * ONE_ETH, 1).await;
+    let before = c.anvil.balance(OTHER).await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "1234567" }], "sequenceId": "pay-1", "comment": "rent" });
+    let approval = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    assert_eq!(approval["state"], "pending");
+    assert_eq!(approval["info"]["type"], "transactionRequest");
+    assert_eq!(approval["info"]["transactionRequest"]["requestedAmount"], "1234567");
+    assert_eq!(approval["info"]["transactionRequest"]["sourceWallet"], json!(c.wallet_id()));
+    let id = approval["id"].as_str().unwrap().to_string();
+    let tx_request_id = approval["txRequestId"].as_str().unwrap().to_string();
+    // The same sequenceId again: the same withdrawal, nothing new.
+    let again = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    assert_eq!(again["id"], json!(id));
+    assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 1);
+    // Nobody approves their own; an approval needs a fresh OTP.
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    assert_error(c.answer(&c.alice_token, &id, &approve).await, 403, "ApprovalNotAllowed").await;
+    assert_error(c.answer(&c.bob_token, &id, &json!({ "state": "approved" })).await, 401, "InvalidOtp").await;
+    assert_eq!(c.tx_request(&tx_request_id).await["state"], "pendingApproval");
+    let done = expect_json(c.answer(&c.bob_token, &id, &approve).await, 200).await;
+    assert_eq!(done["state"], "approved");
+    assert_eq!(done["resolvers"][0]["user"], json!(c.bob.id));
+    // A second answer finds it resolved.
+    assert_error(c.answer(&c.bob_token, &id, &approve).await, 409, "ApprovalNotPending").await;
+    let sent = until("the withdrawal is sent", 30, || async {
+        let t = c.tx_request(&tx_request_id).await;
+        (t["state"] == "delivered").then_some(t)
+    })
+    .await;
+    let hash = sent["transactions"][0]["txHash"].as_str().unwrap().to_string();
+    c.anvil.mine(3).await;
+    let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    assert_eq!(receipt["from"].as_str().unwrap(), c.address().to_lowercase());
+    assert_eq!(c.anvil.balance(OTHER).await, before + 1_234_567);
+    // One transaction from the wallet's address: nonce 0, and the next one is 1.
+    let count = c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await;
+    assert_eq!(count, "0x1");
+    // The watcher sees the send like any transfer, and confirms it.
+    let path = format!("/api/v2/hteth/wallet/{}/transfer", c.wallet_id());
+    until("the send is confirmed", 30, || async {
+        let body = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
+        body["transfers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["txid"] == json!(hash) && t["state"] == "confirmed")
+            .then_some(())
+    })
+    .await;
+    let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'withdrawal.%' ORDER BY seq").await;
+    for t in ["withdrawal.initiated", "withdrawal.approved", "withdrawal.signed", "withdrawal.broadcast"] {
+        assert!(audit.iter().any(|a| a == t), "{t} missing from {audit:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_or_canceled_withdrawal_is_never_signed() {
+    let c = custodial(ONE_ETH, 1).await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "1000" }] });
+    let first = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let rejected = expect_json(
+        c.answer(&c.bob_token, first["id"].as_str().unwrap(), &json!({ "state": "rejected" })).await,
+        200,
+    )
+    .await;
+    assert_eq!(rejected["state"], "rejected");
+    assert_eq!(c.tx_request(first["txRequestId"].as_str().unwrap()).await["state"], "rejected");
+    let second = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    // The initiator may cancel their own, without an OTP.
+    expect_json(
+        c.answer(&c.alice_token, second["id"].as_str().unwrap(), &json!({ "state": "rejected" })).await,
+        200,
+    )
+    .await;
+    assert_eq!(c.tx_request(second["txRequestId"].as_str().unwrap()).await["state"], "canceled");
+    // Rounds of the signer pass; nothing leaves the address.
+    c.anvil.mine(2).await;
+    wait_until_idle(&c.app.state.store).await;
+    let count = c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "pending"])).await;
+    assert_eq!(count, "0x0");
+}
+
+#[tokio::test]
+async fn withdrawals_are_refused_with_the_spec_error_and_change_nothing() {
+    let c = custodial(ONE_ETH, 1).await;
+    let one =
+        |address: &str, amount: Value| json!({ "recipients": [{ "address": address, "amount": amount }] });
+    let cases = [
+        (one("0x3C44CdDdB6a900fa2b585dd299e03d12FA4293Bc", json!("1")), 400, "InvalidField"),
+        (one("0x1234", json!("1")), 400, "InvalidField"),
+        (one(OTHER, json!("0")), 400, "InvalidField"),
+        (one(OTHER, json!("-5")), 400, "InvalidField"),
+        (one(OTHER, json!("1.5")), 400, "InvalidField"),
+        (one(OTHER, json!(ONE_ETH.to_string())), 400, "InsufficientBalance"),
+        (json!({ "recipients": [] }), 400, "MissingField"),
+        (
+            json!({ "recipients": [{ "address": OTHER, "amount": "1" }, { "address": OTHER, "amount": "1" }] }),
+            400,
+            "InvalidField",
+        ),
+        (
+            json!({ "recipients": [{ "address": OTHER, "amount": "1", "tokenName": "hteth:usdc" }] }),
+            400,
+            "InvalidField",
+        ),
+    ];
+    for (body, status, name) in cases {
+        assert_error(c.initiate(&c.alice_token, &body).await, status, name).await;
+    }
+    // Bob is an enterprise admin but not a spender of the wallet.
+    expect_json(c.app.post_auth("/api/v2/user/unlock", &c.bob_token, &json!({ "otp": "000000" })).await, 200)
+        .await;
+    assert_error(c.initiate(&c.bob_token, &one(OTHER, json!("1"))).await, 403, "InsufficientScope").await;
+    // A token without wallet_spend.
+    let viewer = c.app.token_with(&c.alice_token, json!({ "scope": ["wallet_view_all"] })).await;
+    assert_error(c.initiate(&viewer, &one(OTHER, json!("1"))).await, 403, "InsufficientScope").await;
+    // A token with a spending limit may send up to it without an unlock; without one it must
+    // be unlocked (needsUnlock).
+    let limited = c
+        .app
+        .token_with(
+            &c.alice_token,
+            json!({ "scope": ["wallet_spend_all", "wallet_view_all"], "spendingLimits": [{ "coin": "hteth", "txValueLimit": "500" }] }),
+        )
+        .await;
+    assert_error(c.initiate(&limited, &one(OTHER, json!("501"))).await, 400, "SpendingLimitExceeded").await;
+    expect_json(c.initiate(&limited, &one(OTHER, json!("500"))).await, 200).await;
+    let unlimited =
+        c.app.token_with(&c.alice_token, json!({ "scope": ["wallet_spend_all", "wallet_view_all"] })).await;
+    let body = assert_error(c.initiate(&unlimited, &one(OTHER, json!("1"))).await, 401, "NeedsUnlock").await;
+    assert_eq!(body["needsUnlock"], true, "{body}");
+    assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 1);
+    let refused = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.refused'").await;
+    assert!(refused.len() >= 12, "every refusal is audited: {refused:?}");
+}
