@@ -36,6 +36,10 @@ oauth_client=$(cd "$dir" && "$bin" oauth-client create --name "SDK suite" --redi
   --scope profile --scope wallet_view_all --scope openid --pkce-optional --json)
 enterprise=$(cd "$dir" && "$bin" enterprise create --name "SDK Fund" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 (cd "$dir" && "$bin" enterprise add-user --enterprise "$enterprise" --email "$email" --admin > /dev/null)
+# A second admin of the enterprise, who approves the first user's withdrawals (docs/withdrawals.md).
+approver_email=sdk-approver-$(date +%s%N)@example.com
+(cd "$dir" && printf '%s\n' "$password" | "$bin" user create --email "$approver_email" --password-stdin > /dev/null)
+(cd "$dir" && "$bin" enterprise add-user --enterprise "$enterprise" --email "$approver_email" --admin > /dev/null)
 wallet=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 cat > "$dir/wallet.json" <<JSON
 [{"id": "$wallet", "label": "sdk hot", "coin": "tbtc", "type": "hot", "m": 2, "n": 3, "enterprise": "$enterprise",
@@ -73,7 +77,7 @@ fi
 cd "$here"
 if ! CUSTODIAN_URL="$url" CUSTODIAN_EMAIL="$email" CUSTODIAN_PASSWORD="$password" \
   CUSTODIAN_ECDH_EMAIL="$ecdh_email" CUSTODIAN_SERVER_XPUB="$server_xpub" CUSTODIAN_PASSKEY_EMAIL="$passkey_email" \
-  CUSTODIAN_OAUTH_CLIENT="$oauth_client" \
+  CUSTODIAN_OAUTH_CLIENT="$oauth_client" CUSTODIAN_ENTERPRISE="$enterprise" CUSTODIAN_APPROVER_EMAIL="$approver_email" \
   CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="$anvil_url" CUSTODIAN_RECEIVER_HOST="${CUSTODIAN_SDK_RECEIVER_HOST:-127.0.0.1}" \
   node --test sdk.test.mjs; then
   if [ -f "$dir/serve.log" ]; then

@@ -487,3 +487,61 @@ test('chain-fed data: a transfer webhook after a real transaction, wallet.transf
     receiver.close();
   }
 });
+
+test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending approval, another admin approves, the send is mined and confirmed; reject() refuses the next', async () => {
+  const RICH = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266';
+  const PAYEE = '0x90F79bf6EB2c4f870365E785982E1f101E93b906';
+  const enterprise = process.env.CUSTODIAN_ENTERPRISE;
+  const { bitgo } = await loggedIn(2);
+  const { wallet } = await bitgo.coin('hteth').wallets().add({ label: 'sdk custodial', enterprise, type: 'custodial' });
+  assert.equal(wallet.type(), 'custodial');
+  const address = wallet.receiveAddress();
+  assert.match(address, /^0x[0-9a-fA-F]{40}$/);
+  const [keyId] = wallet.keyIds();
+  const key = await bitgo.coin('hteth').keychains().get({ id: keyId });
+  assert.equal(key.ethAddress, address.toLowerCase());
+  assert.equal(key.prv, undefined);
+  await rpc('eth_sendTransaction', [{ from: RICH, to: address, value: '0xde0b6b3a7640000' }]);
+  await rpc('anvil_mine', ['0x2']);
+  await until('the wallet is funded', 30, async () => {
+    const w = await bitgo.get(bitgo.coin('hteth').url(`/wallet/${wallet.id()}`)).query({ expandBalance: true }).result();
+    return w.balanceString === '1000000000000000000';
+  });
+  // Without a spending limit the session must be unlocked first (§4.3).
+  await assert.rejects(wallet.sendMany({ recipients: [{ address: PAYEE, amount: '1234' }], otp: OTP }), (e) => e.status === 401 && e.result?.needsUnlock === true);
+  await bitgo.unlock({ otp: OTP, duration: 600 });
+  const pending = await wallet.sendMany({ recipients: [{ address: PAYEE, amount: '1234' }], otp: OTP, comment: 'sdk' });
+  assert.equal(pending.state, 'pending');
+  assert.equal(pending.info.type, 'transactionRequest');
+  assert.equal(pending.info.transactionRequest.requestedAmount, '1234');
+  const { pendingApprovals } = await bitgo.coin('hteth').pendingApprovals().list({ walletId: wallet.id() });
+  assert.deepEqual(pendingApprovals.map((p) => p.id()), [pending.id]);
+
+  const approver = sdk(2);
+  await approver.authenticate({ username: process.env.CUSTODIAN_APPROVER_EMAIL, password, otp: OTP });
+  const approval = await approver.coin('hteth').pendingApprovals().get({ id: pending.id });
+  const before = BigInt(await rpc('eth_getBalance', [PAYEE, 'latest']));
+  const approved = await approval.approve({ otp: OTP });
+  assert.equal(approved.state, 'approved');
+  const hash = await until('the withdrawal is sent', 30, async () => {
+    const res = await bitgo.get(bitgo.url(`/wallet/${wallet.id()}/txrequests`, 2)).query({ txRequestIds: pending.txRequestId }).result();
+    const t = res.txRequests[0];
+    return t.state === 'delivered' && t.transactions[0].txHash;
+  });
+  await rpc('anvil_mine', ['0x2']);
+  const sent = await until('the send is confirmed', 30, async () => {
+    const { transfers } = await wallet.transfers();
+    return transfers.find((t) => t.txid === hash && t.state === 'confirmed');
+  });
+  assert.equal(sent.type, 'send');
+  assert.equal(BigInt(await rpc('eth_getBalance', [PAYEE, 'latest'])), before + 1234n);
+  const receipt = await rpc('eth_getTransactionReceipt', [hash]);
+  assert.equal(receipt.status, '0x1');
+  assert.equal(receipt.from, address.toLowerCase());
+
+  const second = await wallet.sendMany({ recipients: [{ address: PAYEE, amount: '99' }], otp: OTP });
+  const refused = await (await approver.coin('hteth').pendingApprovals().get({ id: second.id })).reject();
+  assert.equal(refused.state, 'rejected');
+  await bitgo.logout();
+  await approver.logout();
+});

@@ -95,10 +95,18 @@ pub async fn ping(axum::extract::State(state): axum::extract::State<AppState>) -
 pub struct ClientConstants {
     /// Seconds the SDK may keep these before fetching them again.
     pub ttl: u64,
-    /// Custodian's constants: the server's name and version, and the auth versions it accepts.
-    /// BitGo's fee and coin tables are not served; the SDK falls back to its built-in values.
+    /// Custodian's constants: the server's name and version, the auth versions it accepts, and
+    /// `mpc.bitgoPublicKey` (see [`MPC_PLACEHOLDER_KEY`]). BitGo's fee and coin tables are not
+    /// served; the SDK falls back to its built-in values.
     pub constants: serde_json::Value,
 }
+
+/// An OpenPGP public key served as `constants.mpc.bitgoPublicKey`. Custodian does no MPC
+/// (TSS), but BitGoJS reads this key, without awaiting it, whenever it builds a pending approval
+/// of a TSS-capable coin (hteth), and an absent key is an unhandled rejection that ends a Node
+/// process. Its private key was discarded when it was made (docs/decisions.md#withdrawals), so
+/// nothing encrypted to it can be read by anyone.
+pub const MPC_PLACEHOLDER_KEY: &str = include_str!("mpc_placeholder.asc");
 
 /// What the SDK fetches at construction (`fetchConstants`). Needs no authentication.
 #[utoipa::path(get, path = "/api/v1/client/constants", tag = "operations",
@@ -110,6 +118,7 @@ pub async fn client_constants() -> Json<ClientConstants> {
             "server": "custodian",
             "version": env!("CARGO_PKG_VERSION"),
             "authVersions": [1, 2, 3],
+            "mpc": { "bitgoPublicKey": MPC_PLACEHOLDER_KEY },
         }),
     })
 }
