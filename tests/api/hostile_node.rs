@@ -25,6 +25,10 @@ pub struct Lies {
     pub empty_pool: bool,
     /// `txpool_content` answers a pool of about this many bytes (padding, no transaction).
     pub huge_pool: Option<usize>,
+    /// Requests of these methods wait until released, before they reach the node.
+    pub hold_methods: Vec<&'static str>,
+    /// Requests of these methods reach the node, and their answers wait until released.
+    pub hold_answers_of: Vec<&'static str>,
 }
 
 #[derive(Default)]
@@ -82,27 +86,36 @@ async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse 
     if let Some(result) = lie {
         return json!({ "jsonrpc": "2.0", "id": req["id"], "result": result }).to_string();
     }
-    loop {
-        let held = {
-            let i = s.inner.lock().unwrap();
-            matches!((i.lies.hold_from, height), (Some(from), Some(h)) if h >= from)
-        };
-        if !held {
-            break;
-        }
-        // Woken when the lies change; the timeout only paces the re-check of the hold.
-        let released = s.released.notified();
-        tokio::select! {
-            _ = released => {}
-            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
-        }
-    }
+    s.hold_while(|l| {
+        matches!((l.hold_from, height), (Some(from), Some(h)) if h >= from)
+            || l.hold_methods.contains(&method.as_str())
+    })
+    .await;
     let answer =
         s.client.post(&s.upstream).header("content-type", "application/json").body(body).send().await;
-    match answer {
+    let answer = match answer {
         Ok(res) => res.text().await.unwrap_or_default(),
         Err(_) => json!({ "jsonrpc": "2.0", "id": req["id"], "error": { "code": -32000, "message": "upstream away" } })
             .to_string(),
+    };
+    s.hold_while(|l| l.hold_answers_of.contains(&method.as_str())).await;
+    answer
+}
+
+impl Shared {
+    /// Waits while `held` says so of the lies.
+    async fn hold_while(&self, held: impl Fn(&Lies) -> bool) {
+        loop {
+            if !held(&self.inner.lock().unwrap().lies) {
+                return;
+            }
+            // Woken when the lies change; the timeout only paces the re-check of the hold.
+            let released = self.released.notified();
+            tokio::select! {
+                _ = released => {}
+                _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            }
+        }
     }
 }
 

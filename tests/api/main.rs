@@ -17,6 +17,7 @@ mod cli;
 mod common;
 mod connections;
 mod custody;
+mod custody_faults;
 mod delivery;
 mod ecdh_login;
 mod errors;
