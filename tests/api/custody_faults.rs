@@ -16,13 +16,13 @@ const PAYEE: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
 const AMOUNT: u128 = 777_000;
 
 #[derive(Debug, Clone, Copy)]
-enum KillAt {
+enum KilledWhen {
     /// Approved, its nonce reserved, not signed (the fee lookup is held).
-    AfterApproval,
+    Approved,
     /// Signed and stored, not sent (the send is held before the node).
-    AfterSigning,
+    Signed,
     /// Sent: the node has it, its answer is held.
-    AfterBroadcast,
+    Sent,
 }
 
 async fn cluster(node: &str) -> Cluster {
@@ -67,7 +67,7 @@ async fn post(c: &Cluster, server: &Server, token: &str, path: &str, body: &Valu
     v
 }
 
-async fn kill_once_at(at: KillAt) {
+async fn kill_once_at(at: KilledWhen) {
     let anvil = Anvil::start().await;
     let node = HostileNode::start(&anvil.url).await;
     let c = cluster(&node.url).await;
@@ -92,9 +92,9 @@ async fn kill_once_at(at: KillAt) {
     post(&c, &first, &alice, "/api/v2/user/unlock", &json!({ "otp": "000000" }), "POST").await;
     let before = anvil.balance(PAYEE).await;
     node.lie(|l| match at {
-        KillAt::AfterApproval => l.hold_methods = vec!["eth_feeHistory"],
-        KillAt::AfterSigning => l.hold_methods = vec!["eth_sendRawTransaction"],
-        KillAt::AfterBroadcast => l.hold_answers_of = vec!["eth_sendRawTransaction"],
+        KilledWhen::Approved => l.hold_methods = vec!["eth_feeHistory"],
+        KilledWhen::Signed => l.hold_methods = vec!["eth_sendRawTransaction"],
+        KilledWhen::Sent => l.hold_answers_of = vec!["eth_sendRawTransaction"],
     });
     let body =
         json!({ "recipients": [{ "address": PAYEE, "amount": AMOUNT.to_string() }], "sequenceId": "once" });
@@ -106,15 +106,15 @@ async fn kill_once_at(at: KillAt) {
     let approve = json!({ "state": "approved", "otp": "000000" });
     post(&c, &first, &bob, &format!("/api/v2/hteth/pendingapprovals/{approval}"), &approve, "PUT").await;
     let (method, state) = match at {
-        KillAt::AfterApproval => ("eth_feeHistory", "pendingDelivery"),
-        KillAt::AfterSigning | KillAt::AfterBroadcast => ("eth_sendRawTransaction", "signed"),
+        KilledWhen::Approved => ("eth_feeHistory", "pendingDelivery"),
+        KilledWhen::Signed | KilledWhen::Sent => ("eth_sendRawTransaction", "signed"),
     };
     let held = until(&format!("the signer waits on {method} ({at:?})"), 30, || async {
         let w = withdrawal(&c, &id);
         (node.count(method) > 0 && w["state"] == state).then_some(w)
     })
     .await;
-    if let KillAt::AfterApproval = at {
+    if let KilledWhen::Approved = at {
         assert!(held["transactions"][0]["nonce"].is_u64(), "the nonce is stored before signing: {held}");
     }
     let hash_at_kill = held["transactions"][0]["txHash"].clone();
@@ -147,15 +147,15 @@ async fn kill_once_at(at: KillAt) {
 
 #[tokio::test]
 async fn a_signer_killed_after_approval_signs_once_with_the_stored_nonce() {
-    kill_once_at(KillAt::AfterApproval).await;
+    kill_once_at(KilledWhen::Approved).await;
 }
 
 #[tokio::test]
 async fn a_signer_killed_after_signing_sends_the_stored_bytes_once() {
-    kill_once_at(KillAt::AfterSigning).await;
+    kill_once_at(KilledWhen::Signed).await;
 }
 
 #[tokio::test]
 async fn a_signer_killed_after_the_node_took_it_does_not_send_another() {
-    kill_once_at(KillAt::AfterBroadcast).await;
+    kill_once_at(KilledWhen::Sent).await;
 }
