@@ -68,6 +68,7 @@ pub struct Shared {
 
 impl AppState {
     /// Opens the database (applying migrations) and loads the master key.
+    // Long: every capability's handle, built once in the order they depend on each other.
     pub async fn new(config: config::Config) -> anyhow::Result<Self> {
         let key = Arc::new(master_key::MasterKey::load(&config)?);
         let store = store::open(&config).await?;
@@ -123,6 +124,7 @@ impl AppState {
             identity: identity.clone(),
             keys: custody::Custody::key_store(&config, key.clone()),
             metrics: metrics.clone(),
+            webhooks: webhooks.clone(),
         };
         Ok(Self(Arc::new(Shared {
             identity,

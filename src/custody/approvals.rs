@@ -172,13 +172,40 @@ pub async fn resolve(
         "pendingApprovalId": a.id.as_str(), "txRequestId": a.tx_request_id.as_str(),
         "approvals": approvals, "approvalsRequired": a.approvals_required, "state": state.as_str(),
     }));
-    if !svc.store.resolve_approval(&next, a.resolvers.len(), withdrawal, now, &[entry]).await? {
+    let events = resolution_events(svc, &next, withdrawal, now).await?;
+    let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
+    let written = svc
+        .store
+        .resolve_approval(&next, a.resolvers.len(), withdrawal, now, &[entry], &announce.writes())
+        .await?;
+    let Some(recorded) = written else {
         return Err(Error::Conflict {
             name: ErrorName::ApprovalNotPending,
             message: "another answer to this approval landed first; read it again".into(),
         });
-    }
+    };
+    announce.committed(&svc.webhooks, &recorded).await;
     Ok(next)
+}
+
+/// `pendingapproval` for the answered approval `next`, and the withdrawal's change when it
+/// moves `to` a new state.
+async fn resolution_events(
+    svc: &Custody,
+    next: &Approval,
+    to: Option<TxRequestState>,
+    now: i64,
+) -> Result<Vec<crate::webhooks::event::Event>> {
+    let mut events = vec![super::events::approval_event(next)];
+    if let Some(to) = to {
+        let w = svc.store.withdrawal(&next.tx_request_id).await?;
+        if let Some(w) = w.filter(|w| w.state == TxRequestState::PendingApproval) {
+            let moved =
+                crate::model::custody::Withdrawal { state: to, version: w.version + 1, updated_at: now, ..w };
+            events.extend(super::events::tx_request_events(&moved, Some(TxRequestState::PendingApproval)));
+        }
+    }
+    Ok(events)
 }
 
 fn not_allowed(message: &str) -> Error {

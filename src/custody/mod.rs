@@ -10,6 +10,7 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 pub mod approvals;
+pub mod events;
 pub mod keys;
 pub mod node;
 pub mod sealed;
@@ -40,6 +41,8 @@ pub struct Custody {
     pub identity: Identity,
     pub keys: Arc<dyn keys::KeyStore>,
     pub metrics: Arc<Metrics>,
+    /// The fan-out of withdrawals' events (`custody::events`).
+    pub webhooks: crate::webhooks::Webhooks,
 }
 
 impl Custody {

@@ -16,6 +16,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::{
+    events::{self, Announcement},
     keys,
     node::{SendNode, SendRefusal},
     Custody,
@@ -27,7 +28,7 @@ use crate::{
         audit::AuditType,
         custody::{ApprovalState, TxRequestState, Withdrawal},
     },
-    store::{ApprovalFilter, WithdrawalFilter},
+    store::{ApprovalFilter, Move, Signed, WithdrawalFilter},
     types::Coin,
 };
 
@@ -80,6 +81,8 @@ pub enum RoundError {
     Node(#[from] NodeError),
     #[error(transparent)]
     Key(#[from] keys::KeyError),
+    #[error(transparent)]
+    Domain(#[from] crate::error::Error),
 }
 
 /// One pass over the chain's withdrawals; public so tests can drive it.
@@ -124,9 +127,43 @@ async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
         let entry = crate::audit::entry(AuditType::WithdrawalExpired)
             .wallet(Some(&a.wallet_id))
             .data(json!({ "pendingApprovalId": a.id.as_str(), "txRequestId": a.tx_request_id.as_str() }));
-        svc.store
-            .resolve_approval(&closed, a.resolvers.len(), Some(TxRequestState::Canceled), now, &[entry])
+        let mut events = vec![events::approval_event(&closed)];
+        if let Some(w) = svc.store.withdrawal(&a.tx_request_id).await? {
+            let w =
+                Withdrawal { state: TxRequestState::Canceled, version: w.version + 1, updated_at: now, ..w };
+            events.extend(events::tx_request_events(&w, Some(TxRequestState::PendingApproval)));
+            events.push(events::expire_event(&w));
+        }
+        let announce = Announcement::prepare(&svc.webhooks, &events).await?;
+        let next = Some(TxRequestState::Canceled);
+        let written = svc
+            .store
+            .resolve_approval(&closed, a.resolvers.len(), next, now, &[entry], &announce.writes())
             .await?;
+        if let Some(recorded) = written {
+            announce.committed(&svc.webhooks, &recorded).await;
+        }
+    }
+    Ok(())
+}
+
+/// Moves `w` from `from` to `to` (with `error`), with `entry` and the change's events.
+async fn advance(
+    svc: &Custody,
+    w: &Withdrawal,
+    from: TxRequestState,
+    to: TxRequestState,
+    error: Option<&str>,
+    entry: crate::model::audit::AuditEntry,
+) -> Result<(), RoundError> {
+    let now = svc.store.clock().now();
+    let moved = Withdrawal { state: to, version: w.version + 1, updated_at: now, ..w.clone() };
+    let announce =
+        Announcement::prepare(&svc.webhooks, &events::tx_request_events(&moved, Some(from))).await?;
+    let change = Move { id: &w.id, from: &[from], to, error };
+    let written = svc.store.move_withdrawal(&change, now, &[entry], &announce.writes()).await?;
+    if let Some(recorded) = written {
+        announce.committed(&svc.webhooks, &recorded).await;
     }
     Ok(())
 }
@@ -152,28 +189,8 @@ async fn sign(
             svc.store.reserve_nonce(&w.id, coin.as_str(), &w.from, node_next).await?
         }
     };
-    let cfg = &svc.config.withdrawals;
-    let base = node.next_base_fee().await?;
-    let tip = u128::from(cfg.priority_fee_per_gas);
-    let max_fee = base.saturating_mul(2).saturating_add(tip).min(u128::from(cfg.max_fee_per_gas));
-    let estimated = node.estimate_gas(w.from, to, w.total(), Bytes::new()).await?;
-    // A plain transfer costs exactly its estimate; a contract recipient gets a margin.
-    let gas = if estimated == super::withdrawals::TRANSFER_GAS {
-        estimated
-    } else {
-        estimated.saturating_mul(6) / 5
-    };
-    let tx = TxEip1559 {
-        chain_id,
-        nonce,
-        gas_limit: gas,
-        max_fee_per_gas: max_fee,
-        max_priority_fee_per_gas: tip.min(max_fee),
-        to: TxKind::Call(to),
-        value: w.total(),
-        access_list: Default::default(),
-        input: Bytes::new(),
-    };
+    let tx = build(svc, chain_id, node, &w, nonce, to).await?;
+    let (gas, max_fee) = (tx.gas_limit, tx.max_fee_per_gas);
     let digest = tx.signature_hash();
     let metrics = svc.metrics.clone();
     let sig = keys::sign(svc.keys.as_ref(), &key, &digest, || {
@@ -192,18 +209,67 @@ async fn sign(
         "txRequestId": w.id.as_str(), "txHash": hash.to_string(), "nonce": nonce, "keyId": key.id.as_str(),
     }));
     let now = svc.store.clock().now();
-    if !svc.store.store_signed(&w.id, &hash, &raw, &reserve, now, &[entry]).await? {
-        return Ok(None);
-    }
-    svc.metrics.custody.signed.inc();
-    Ok(Some(Withdrawal {
+    let signed = Withdrawal {
         state: TxRequestState::Signed,
+        version: w.version + 1,
         nonce: Some(nonce),
         tx_hash: Some(hash),
         signed_tx: Some(raw),
         fee_reserve: reserve,
+        updated_at: now,
         ..w
-    }))
+    };
+    let announce = Announcement::prepare(
+        &svc.webhooks,
+        &events::tx_request_events(&signed, Some(TxRequestState::PendingDelivery)),
+    )
+    .await?;
+    let row = Signed {
+        id: &signed.id,
+        hash: &hash,
+        raw: signed.signed_tx.as_deref().unwrap_or_default(),
+        fee_reserve: &reserve,
+    };
+    let Some(recorded) = svc.store.store_signed(&row, now, &[entry], &announce.writes()).await? else {
+        return Ok(None);
+    };
+    announce.committed(&svc.webhooks, &recorded).await;
+    svc.metrics.custody.signed.inc();
+    Ok(Some(signed))
+}
+
+/// An EIP-1559 transfer of `w` at `nonce`, with the node's next base fee
+/// (`min(2 × base + tip, withdrawals.max_fee_per_gas)`) and its gas estimate.
+async fn build(
+    svc: &Custody,
+    chain_id: u64,
+    node: &dyn SendNode,
+    w: &Withdrawal,
+    nonce: u64,
+    to: alloy_primitives::Address,
+) -> Result<TxEip1559, RoundError> {
+    let cfg = &svc.config.withdrawals;
+    let base = node.next_base_fee().await?;
+    let tip = u128::from(cfg.priority_fee_per_gas);
+    let max_fee = base.saturating_mul(2).saturating_add(tip).min(u128::from(cfg.max_fee_per_gas));
+    let estimated = node.estimate_gas(w.from, to, w.total(), Bytes::new()).await?;
+    // A plain transfer costs exactly its estimate; a contract recipient gets a margin.
+    let gas = if estimated == super::withdrawals::TRANSFER_GAS {
+        estimated
+    } else {
+        estimated.saturating_mul(6) / 5
+    };
+    Ok(TxEip1559 {
+        chain_id,
+        nonce,
+        gas_limit: gas,
+        max_fee_per_gas: max_fee,
+        max_priority_fee_per_gas: tip.min(max_fee),
+        to: TxKind::Call(to),
+        value: w.total(),
+        access_list: Default::default(),
+        input: Bytes::new(),
+    })
 }
 
 /// Sends the stored signed bytes; `delivered` once the node has them.
@@ -216,18 +282,7 @@ async fn send(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<(), 
                 crate::audit::entry(AuditType::WithdrawalBroadcast).wallet(Some(&w.wallet_id)).data(json!({
                     "txRequestId": w.id.as_str(), "txHash": w.tx_hash.map(|h| h.to_string()),
                 }));
-            let now = svc.store.clock().now();
-            svc.store
-                .move_withdrawal(
-                    &w.id,
-                    &[TxRequestState::Signed],
-                    TxRequestState::Delivered,
-                    None,
-                    now,
-                    &[entry],
-                )
-                .await?;
-            Ok(())
+            advance(svc, w, TxRequestState::Signed, TxRequestState::Delivered, None, entry).await
         }
         Err(SendRefusal::InsufficientFunds) => {
             fail(svc, w, TxRequestState::Signed, "the node refused it: insufficient funds for value and gas")
@@ -261,7 +316,5 @@ async fn fail(svc: &Custody, w: &Withdrawal, from: TxRequestState, why: &str) ->
     let entry = crate::audit::entry(AuditType::WithdrawalFailed)
         .wallet(Some(&w.wallet_id))
         .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
-    let now = svc.store.clock().now();
-    svc.store.move_withdrawal(&w.id, &[from], TxRequestState::Failed, Some(why), now, &[entry]).await?;
-    Ok(())
+    advance(svc, w, from, TxRequestState::Failed, Some(why), entry).await
 }

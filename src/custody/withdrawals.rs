@@ -15,7 +15,7 @@ use crate::{
         custody::{Approval, ApprovalState, Recipient, TxRequestState, Withdrawal},
         wallet::WalletRow,
     },
-    store::WithdrawalFilter,
+    store::{Created, WithdrawalFilter},
     types::{parse_eth_address, ApprovalId, Coin, KeyId, SecondFactor, TxRequestId, WalletId},
 };
 
@@ -137,27 +137,20 @@ async fn start(
         return Ok(existing);
     }
     check_funds(svc, &wallet, &withdrawal).await?;
-    let approval = Approval {
-        id: approval_id,
-        wallet_id: wallet.id.clone(),
-        coin: coin.clone(),
-        enterprise: wallet.enterprise.clone(),
-        creator: auth.user.id.clone(),
-        state: ApprovalState::Pending,
-        approvals_required: approvals_required(&record),
-        resolvers: Vec::new(),
-        tx_request_id: id.clone(),
-        created_at: now,
-        expires_at: now
-            .saturating_add(i64::try_from(svc.config.withdrawals.approval_ttl).unwrap_or(i64::MAX)),
-    };
+    let approval = new_approval(approval_id, &withdrawal, approvals_required(&record), svc);
     let entry = auth.audit(AuditType::WithdrawalInitiated).wallet(Some(&wallet.id)).data(json!({
         "txRequestId": id.as_str(), "pendingApprovalId": approval.id.as_str(),
         "total": withdrawal.total().to_string(), "recipients": withdrawal.recipients.iter().map(|r| r.address.to_checksum(None)).collect::<Vec<_>>(),
     }));
-    match svc.store.create_withdrawal(&withdrawal, &approval, &[entry]).await? {
-        None => Ok(Started { withdrawal, approval, created: true }),
-        Some(first) => answer_first(svc, first).await,
+    let mut events = vec![super::events::approval_event(&approval)];
+    events.extend(super::events::tx_request_events(&withdrawal, None));
+    let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
+    match svc.store.create_withdrawal(&withdrawal, &approval, &[entry], &announce.writes()).await? {
+        Created::New(recorded) => {
+            announce.committed(&svc.webhooks, &recorded).await;
+            Ok(Started { withdrawal, approval, created: true })
+        }
+        Created::Existing(first) => answer_first(svc, *first).await,
     }
 }
 
@@ -201,6 +194,24 @@ async fn check_otp(svc: &Custody, auth: &Principal, otp: &str) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The pending approval of a new withdrawal `w`, needing `required` approvals.
+fn new_approval(id: ApprovalId, w: &Withdrawal, required: u32, svc: &Custody) -> Approval {
+    let ttl = i64::try_from(svc.config.withdrawals.approval_ttl).unwrap_or(i64::MAX);
+    Approval {
+        id,
+        wallet_id: w.wallet_id.clone(),
+        coin: w.coin.clone(),
+        enterprise: w.enterprise.clone(),
+        creator: w.creator.clone(),
+        state: ApprovalState::Pending,
+        approvals_required: required,
+        resolvers: Vec::new(),
+        tx_request_id: w.id.clone(),
+        created_at: w.created_at,
+        expires_at: w.created_at.saturating_add(ttl),
+    }
 }
 
 async fn repeat(svc: &Custody, w: &Withdrawal) -> Result<Option<Started>> {

@@ -16,6 +16,7 @@ use super::{
     sql_store::SqlStore,
     StoreError, StoreResult,
 };
+use super::{EventWrite, Recorded};
 use crate::model::{
     audit::AuditEntry,
     custody::{Approval, ApprovalState, KeyRecord, TxRequestState, Withdrawal},
@@ -48,6 +49,33 @@ pub struct ApprovalFilter {
     pub limit: u32,
 }
 
+/// What storing a new withdrawal did.
+#[derive(Debug)]
+pub enum Created {
+    /// Stored, with its events.
+    New(Vec<Recorded>),
+    /// The wallet had a withdrawal with this idempotency key: that one, nothing written.
+    Existing(Box<Withdrawal>),
+}
+
+/// A signed withdrawal to store: its hash, the EIP-2718 bytes, and the gas it may spend (wei).
+#[derive(Debug)]
+pub struct Signed<'a> {
+    pub id: &'a TxRequestId,
+    pub hash: &'a B256,
+    pub raw: &'a [u8],
+    pub fee_reserve: &'a U256,
+}
+
+/// A withdrawal's move from one of `from` to `to`, with `error` for people when it failed.
+#[derive(Debug, Clone, Copy)]
+pub struct Move<'a> {
+    pub id: &'a TxRequestId,
+    pub from: &'a [TxRequestState],
+    pub to: TxRequestState,
+    pub error: Option<&'a str>,
+}
+
 #[async_trait]
 pub trait CustodyStore: Send + Sync {
     /// Keeps a new key, with `audit`.
@@ -55,22 +83,24 @@ pub trait CustodyStore: Send + Sync {
     async fn custody_key(&self, id: &KeyId) -> StoreResult<Option<KeyRecord>>;
     /// Keys by id, at most `limit`, after `after`.
     async fn custody_keys(&self, after: Option<&KeyId>, limit: u32) -> StoreResult<Vec<KeyRecord>>;
-    /// Stores a new withdrawal and its approval, with `audit`, in one transaction. When the
-    /// wallet already has a withdrawal with the same idempotency key, nothing is written and
-    /// that one is returned.
+    /// Stores a new withdrawal and its approval, with `audit` and `events`, in one
+    /// transaction. When the wallet already has a withdrawal with the same idempotency key,
+    /// nothing is written and that one is returned.
     async fn create_withdrawal(
         &self,
         w: &Withdrawal,
         a: &Approval,
         audit: &[AuditEntry],
-    ) -> StoreResult<Option<Withdrawal>>;
+        events: &[&EventWrite],
+    ) -> StoreResult<Created>;
     async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>>;
     async fn withdrawals(&self, f: &WithdrawalFilter) -> StoreResult<Vec<Withdrawal>>;
     async fn approval(&self, id: &ApprovalId) -> StoreResult<Option<Approval>>;
     async fn approvals(&self, f: &ApprovalFilter) -> StoreResult<Vec<Approval>>;
     /// Writes `a`'s state and resolvers if the stored approval is still `pending` with
     /// `resolved_before` resolvers (no one answered meanwhile), and moves its withdrawal to
-    /// `next` when given; `false` when someone else changed it first (nothing written).
+    /// `next` when given, with `events`; `None` when someone else changed it first (nothing
+    /// written).
     async fn resolve_approval(
         &self,
         a: &Approval,
@@ -78,7 +108,8 @@ pub trait CustodyStore: Send + Sync {
         next: Option<TxRequestState>,
         now: i64,
         audit: &[AuditEntry],
-    ) -> StoreResult<bool>;
+        events: &[&EventWrite],
+    ) -> StoreResult<Option<Vec<Recorded>>>;
     /// The withdrawal's nonce: the one it has, or the address's next one (at least
     /// `node_next`, the node's pending count), stored on the withdrawal before it is signed.
     async fn reserve_nonce(
@@ -88,28 +119,24 @@ pub trait CustodyStore: Send + Sync {
         from: &Address,
         node_next: u64,
     ) -> StoreResult<u64>;
-    /// Stores the signed transaction and its hash (state `signed`), with `audit`; `false` when
-    /// the withdrawal is no longer `pendingDelivery`.
+    /// Stores the signed transaction and its hash (state `signed`), with `audit` and
+    /// `events`; `None` when the withdrawal is no longer `pendingDelivery`.
     async fn store_signed(
         &self,
-        id: &TxRequestId,
-        hash: &B256,
-        raw: &[u8],
-        fee_reserve: &U256,
+        signed: &Signed<'_>,
         now: i64,
         audit: &[AuditEntry],
-    ) -> StoreResult<bool>;
-    /// Moves a withdrawal from one of `from` to `to` (with `error`), with `audit`; `false` when
-    /// it was in none of them.
+        events: &[&EventWrite],
+    ) -> StoreResult<Option<Vec<Recorded>>>;
+    /// Moves a withdrawal from one of `change.from` to `change.to` (with its `error`), with `audit` and
+    /// `events`; `None` when it was in none of them.
     async fn move_withdrawal(
         &self,
-        id: &TxRequestId,
-        from: &[TxRequestState],
-        to: TxRequestState,
-        error: Option<&str>,
+        change: &Move<'_>,
         now: i64,
         audit: &[AuditEntry],
-    ) -> StoreResult<bool>;
+        events: &[&EventWrite],
+    ) -> StoreResult<Option<Vec<Recorded>>>;
     /// Records the block that mined a sent withdrawal (`None`: not mined, or reorged away).
     async fn set_mined(&self, id: &TxRequestId, block: Option<u64>) -> StoreResult<()>;
 }
@@ -124,6 +151,7 @@ where
     for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
 {
     async fn add_custody_key(&self, k: &KeyRecord, audit: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
@@ -168,7 +196,8 @@ where
         w: &Withdrawal,
         a: &Approval,
         audit: &[AuditEntry],
-    ) -> StoreResult<Option<Withdrawal>> {
+        events: &[&EventWrite],
+    ) -> StoreResult<Created> {
         let mut tx = self.begin_write().await?;
         let existing: Option<WithdrawalRow> = sqlx::query_as(&format!(
             "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE wallet_id = $1 AND idempotency_key = $2"
@@ -178,7 +207,7 @@ where
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(row) = existing {
-            return Ok(Some(row.into_withdrawal()?));
+            return Ok(Created::Existing(Box::new(row.into_withdrawal()?)));
         }
         let inserted = sqlx::query(&format!(
             "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
@@ -213,7 +242,11 @@ where
                 .bind(w.idempotency_key.as_str())
                 .fetch_optional(&self.pool)
                 .await?;
-                return row.map(WithdrawalRow::into_withdrawal).transpose()?.map(Some).ok_or(e);
+                return row
+                    .map(WithdrawalRow::into_withdrawal)
+                    .transpose()?
+                    .map(|w| Created::Existing(Box::new(w)))
+                    .ok_or(e);
             }
             return Err(e);
         }
@@ -234,8 +267,9 @@ where
         .execute(&mut *tx)
         .await?;
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;
-        Ok(None)
+        Ok(Created::New(recorded))
     }
 
     async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>> {
@@ -300,7 +334,8 @@ where
         next: Option<TxRequestState>,
         now: i64,
         audit: &[AuditEntry],
-    ) -> StoreResult<bool> {
+        events: &[&EventWrite],
+    ) -> StoreResult<Option<Vec<Recorded>>> {
         let mut tx = self.begin_write().await?;
         let current: Option<ApprovalRow> = sqlx::query_as(&format!(
             "SELECT {APPROVAL_COLUMNS} FROM pending_approvals WHERE id = $1 AND state = 'pending'"
@@ -308,9 +343,9 @@ where
         .bind(a.id.as_str())
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(current) = current else { return Ok(false) };
+        let Some(current) = current else { return Ok(None) };
         if current.into_approval()?.resolvers.len() != resolved_before {
-            return Ok(false);
+            return Ok(None);
         }
         let done = sqlx::query(
             "UPDATE pending_approvals SET state = $2, resolvers = $3 WHERE id = $1 AND state = 'pending'",
@@ -321,7 +356,7 @@ where
         .execute(&mut *tx)
         .await?;
         if DB::rows_affected(&done) != 1 {
-            return Ok(false);
+            return Ok(None);
         }
         if let Some(next) = next {
             sqlx::query(
@@ -335,8 +370,9 @@ where
             .await?;
         }
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Some(recorded))
     }
 
     async fn reserve_nonce(
@@ -390,13 +426,12 @@ where
 
     async fn store_signed(
         &self,
-        id: &TxRequestId,
-        hash: &B256,
-        raw: &[u8],
-        fee_reserve: &U256,
+        signed: &Signed<'_>,
         now: i64,
         audit: &[AuditEntry],
-    ) -> StoreResult<bool> {
+        events: &[&EventWrite],
+    ) -> StoreResult<Option<Vec<Recorded>>> {
+        let Signed { id, hash, raw, fee_reserve } = signed;
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE withdrawals SET state = 'signed', tx_hash = $2, signed_tx = $3, fee_reserve = $4, \
@@ -410,22 +445,22 @@ where
         .execute(&mut *tx)
         .await?;
         if DB::rows_affected(&done) != 1 {
-            return Ok(false);
+            return Ok(None);
         }
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Some(recorded))
     }
 
     async fn move_withdrawal(
         &self,
-        id: &TxRequestId,
-        from: &[TxRequestState],
-        to: TxRequestState,
-        error: Option<&str>,
+        change: &Move<'_>,
         now: i64,
         audit: &[AuditEntry],
-    ) -> StoreResult<bool> {
+        events: &[&EventWrite],
+    ) -> StoreResult<Option<Vec<Recorded>>> {
+        let Move { id, from, to, error } = *change;
         let mut tx = self.begin_write().await?;
         let mut w = Where::from_placeholder(5);
         w.any("state", Some(from.iter().map(|s| s.as_str().to_string()).collect()));
@@ -438,11 +473,12 @@ where
         let q = w.bind_args(q);
         let done = q.execute(&mut *tx).await?;
         if DB::rows_affected(&done) != 1 {
-            return Ok(false);
+            return Ok(None);
         }
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Some(recorded))
     }
 
     async fn set_mined(&self, id: &TxRequestId, block: Option<u64>) -> StoreResult<()> {

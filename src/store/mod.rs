@@ -55,7 +55,7 @@ mod webhooks;
 
 pub use audit::{AuditFilter, AuditStore};
 pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
-pub use custody::{ApprovalFilter, CustodyStore, WithdrawalFilter};
+pub use custody::{ApprovalFilter, Created, CustodyStore, Move, Signed, WithdrawalFilter};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};

@@ -34,8 +34,55 @@ pub enum Event {
     LowFee(LowFeeEvent),
     /// A wallet's fee address fell below its threshold.
     LowFeeAddressBalance(LowFeeBalanceEvent),
+    /// A pending approval was made or answered (a withdrawal's).
+    PendingApproval(PendingApprovalEvent),
+    /// A withdrawal's txRequest changed state (`txRequest`), or its transaction did
+    /// (`txRequestTransaction`).
+    TxRequest(TxRequestEvent),
+    TxRequestTransaction(TxRequestEvent),
+    /// A withdrawal's approval expired (`transactionExpire`).
+    TransactionExpire(TxRequestEvent),
     /// An upstream system's event, of any §6 type.
     Posted(PostedEvent),
+}
+
+/// `pendingapproval`: a withdrawal's pending approval was made or answered
+/// (docs/withdrawals.md#events).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingApprovalEvent {
+    pub coin: Coin,
+    pub wallet_id: WalletId,
+    pub pending_approval_id: String,
+    /// `transactionRequest`.
+    pub pending_approval_type: &'static str,
+    /// `pending`, `approved` or `rejected`.
+    pub state: &'static str,
+    pub tx_request_id: String,
+    /// Answers given so far: the approval's version, for its id.
+    #[serde(skip)]
+    pub answers: usize,
+}
+
+/// `txRequest`, `txRequestTransaction` and `transactionExpire`: a withdrawal's change, from
+/// `oldState` to `newState` (txRequest states, or its transaction's).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TxRequestEvent {
+    pub coin: Coin,
+    pub wallet_id: WalletId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enterprise_id: Option<EnterpriseId>,
+    pub tx_request_id: String,
+    /// The txRequest's version after the change.
+    pub tx_request_version: i64,
+    pub webhook_type: &'static str,
+    /// The withdrawal's idempotency key.
+    pub sequence_ids: Vec<String>,
+    pub old_state: &'static str,
+    pub new_state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_hash: Option<String>,
 }
 
 /// Whose webhooks an event goes to (§6.1 wallet, §6.2 block, §6.3 enterprise).
@@ -228,6 +275,12 @@ impl Event {
             Event::LowFeeAddressBalance(e) => {
                 chain_event_id(&e.coin, &["lowFeeAddressBalance", e.wallet_id.as_str(), &e.block_hash])
             }
+            Event::PendingApproval(e) => {
+                format!("custody:{}:{}:{}", e.pending_approval_id, e.answers, e.state)
+            }
+            Event::TxRequest(e) | Event::TxRequestTransaction(e) | Event::TransactionExpire(e) => {
+                format!("custody:{}:{}:{}", e.tx_request_id, e.tx_request_version, self.kind())
+            }
             Event::Posted(e) => e.id.clone(),
         }
     }
@@ -242,6 +295,10 @@ impl Event {
             Event::WalletConfirmation(_) => "wallet_confirmation",
             Event::LowFee(_) => "lowFee",
             Event::LowFeeAddressBalance(_) => "lowFeeAddressBalance",
+            Event::PendingApproval(_) => "pendingapproval",
+            Event::TxRequest(_) => "txRequest",
+            Event::TxRequestTransaction(_) => "txRequestTransaction",
+            Event::TransactionExpire(_) => "transactionExpire",
             Event::Posted(e) => &e.kind,
         }
     }
@@ -253,9 +310,11 @@ impl Event {
             | Event::Transaction(TransactionEvent { wallet_id, .. })
             | Event::AddressConfirmation(AppearanceEvent { wallet_id, .. })
             | Event::LowFee(LowFeeEvent { wallet_id, .. })
-            | Event::LowFeeAddressBalance(LowFeeBalanceEvent { wallet_id, .. }) => {
-                Route::Wallet(wallet_id.clone())
-            }
+            | Event::LowFeeAddressBalance(LowFeeBalanceEvent { wallet_id, .. })
+            | Event::PendingApproval(PendingApprovalEvent { wallet_id, .. })
+            | Event::TxRequest(TxRequestEvent { wallet_id, .. })
+            | Event::TxRequestTransaction(TxRequestEvent { wallet_id, .. })
+            | Event::TransactionExpire(TxRequestEvent { wallet_id, .. }) => Route::Wallet(wallet_id.clone()),
             Event::Block(BlockEvent { coin, .. })
             | Event::WalletConfirmation(AppearanceEvent { coin, .. }) => Route::Block(coin.clone()),
             Event::Posted(e) => e.route.clone(),
@@ -292,6 +351,10 @@ impl Event {
             Event::AddressConfirmation(e) | Event::WalletConfirmation(e) => serde_json::to_value(e),
             Event::LowFee(e) => serde_json::to_value(e),
             Event::LowFeeAddressBalance(e) => serde_json::to_value(e),
+            Event::PendingApproval(e) => serde_json::to_value(e),
+            Event::TxRequest(e) | Event::TxRequestTransaction(e) | Event::TransactionExpire(e) => {
+                serde_json::to_value(e)
+            }
             Event::Posted(e) => return std::borrow::Cow::Borrowed(&e.fields),
         };
         // Plain structs of strings and numbers always serialise.

@@ -269,3 +269,66 @@ async fn withdrawals_are_refused_with_the_spec_error_and_change_nothing() {
     let refused = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.refused'").await;
     assert!(refused.len() >= 12, "every refusal is audited: {refused:?}");
 }
+
+#[tokio::test]
+async fn a_withdrawal_tells_its_approval_and_each_state_change_to_the_wallets_webhooks() {
+    let c = custodial(ONE_ETH, 1).await;
+    let receiver = crate::receiver::TestReceiver::start().await;
+    let hooks = [
+        json!({ "type": "pendingapproval", "url": receiver.url }),
+        json!({ "type": "txRequest", "url": receiver.url }),
+        json!({ "type": "txRequestTransaction", "url": receiver.url, "txRequestTransactionStates": ["signed", "delivered"] }),
+    ];
+    for hook in hooks {
+        let path = format!("/api/v2/hteth/wallet/{}/webhooks", c.wallet_id());
+        expect_json(c.app.post_auth(&path, &c.alice_token, &hook).await, 200).await;
+    }
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "5" }], "sequenceId": "told" });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    // pendingapproval: pending, approved; txRequest: four changes; txRequestTransaction: only
+    // the two states the webhook lists.
+    let got = receiver.wait_for(8, 30).await;
+    let mut told: Vec<(String, String, String)> = got
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+        .map(|b| {
+            let s = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+            assert_eq!(b["walletId"], json!(c.wallet_id()), "{b}");
+            if b["type"] != "pendingapproval" {
+                assert_eq!(b["txRequestId"], pending["txRequestId"], "{b}");
+                assert_eq!(b["sequenceIds"], json!(["told"]), "{b}");
+            }
+            (
+                s("type"),
+                s("oldState"),
+                if b["type"] == "pendingapproval" { s("state") } else { s("newState") },
+            )
+        })
+        .collect();
+    told.sort();
+    let want: Vec<(String, String, String)> = [
+        ("pendingapproval", "", "approved"),
+        ("pendingapproval", "", "pending"),
+        ("txRequest", "initialized", "pendingApproval"),
+        ("txRequest", "pendingApproval", "pendingDelivery"),
+        ("txRequest", "pendingDelivery", "signed"),
+        ("txRequest", "signed", "delivered"),
+        ("txRequestTransaction", "pendingSignature", "signed"),
+        ("txRequestTransaction", "signed", "delivered"),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(told, want);
+    // Nothing more: once the signer has seen it mined, its later rounds find nothing to tell.
+    c.anvil.mine(3).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    until("the signer sees it mined", 30, || async {
+        c.tx_request(id).await["transactions"][0]["blockHeight"].as_u64().map(|_| ())
+    })
+    .await;
+    wait_until_idle(&c.app.state.store).await;
+    assert_eq!(receiver.received().len(), 8);
+}
