@@ -18,6 +18,18 @@ if [ -n "${CUSTODIAN_SDK_URL:-}" ]; then
 else
   server_setup sdk "${CUSTODIAN_SDK_POSTGRES_URL:-}"
 fi
+# With CUSTODIAN_SDK_KEYS=pkcs11 the custodial wallets' keys live in SoftHSM2 (Debian's
+# softhsm2), its token made here, and only the custodial-wallet test runs.
+only=()
+if [ "${CUSTODIAN_SDK_KEYS:-}" = pkcs11 ]; then
+  mkdir -p "$dir/softhsm/tokens"
+  printf 'directories.tokendir = %s\nobjectstore.backend = file\n' "$dir/softhsm/tokens" > "$dir/softhsm/softhsm2.conf"
+  export SOFTHSM2_CONF="$dir/softhsm/softhsm2.conf"
+  softhsm2-util --init-token --free --label sdk --pin 2468 --so-pin 1357 > /dev/null
+  export CUSTODIAN_KEYS_BACKEND=pkcs11 CUSTODIAN_KEYS_PKCS11_MODULE=/usr/lib/softhsm/libsofthsm2.so \
+    CUSTODIAN_KEYS_PKCS11_TOKEN=sdk CUSTODIAN_PKCS11_PIN=2468
+  only=(--test-name-pattern "custodial wallet")
+fi
 email=sdk-$(date +%s%N)@example.com
 password='correct horse battery staple'
 user=$(cd "$dir" && printf '%s\n' "$password" | "$bin" user create --email "$email" --password-stdin --json \
@@ -79,7 +91,7 @@ if ! CUSTODIAN_URL="$url" CUSTODIAN_EMAIL="$email" CUSTODIAN_PASSWORD="$password
   CUSTODIAN_ECDH_EMAIL="$ecdh_email" CUSTODIAN_SERVER_XPUB="$server_xpub" CUSTODIAN_PASSKEY_EMAIL="$passkey_email" \
   CUSTODIAN_OAUTH_CLIENT="$oauth_client" CUSTODIAN_ENTERPRISE="$enterprise" CUSTODIAN_APPROVER_EMAIL="$approver_email" \
   CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="$anvil_url" CUSTODIAN_RECEIVER_HOST="${CUSTODIAN_SDK_RECEIVER_HOST:-127.0.0.1}" \
-  node --test sdk.test.mjs; then
+  node --test "${only[@]}" sdk.test.mjs; then
   if [ -f "$dir/serve.log" ]; then
     echo "--- server log" >&2
     tail -n 50 "$dir/serve.log" >&2

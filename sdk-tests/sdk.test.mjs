@@ -501,6 +501,8 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
   const key = await bitgo.coin('hteth').keychains().get({ id: keyId });
   assert.equal(key.ethAddress, address.toLowerCase());
   assert.equal(key.prv, undefined);
+  // Where the key lives: the run's key store (run.sh sets pkcs11 for the SoftHSM2 run).
+  assert.equal(key.keyStore, process.env.CUSTODIAN_KEYS_BACKEND ?? 'sealed');
   await rpc('eth_sendTransaction', [{ from: RICH, to: address, value: '0xde0b6b3a7640000' }]);
   await rpc('anvil_mine', ['0x2']);
   await until('the wallet is funded', 30, async () => {

@@ -122,7 +122,7 @@ impl AppState {
             config: config.clone(),
             wallets: wallets.clone(),
             identity: identity.clone(),
-            keys: custody::Custody::key_store(&config, key.clone()),
+            keys: custody::Custody::key_store(&config, key.clone())?,
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
         };

@@ -44,6 +44,8 @@ mod errors;
 mod events;
 #[path = "api/hostile_node.rs"]
 mod hostile_node;
+#[path = "api/hsm.rs"]
+mod hsm;
 #[path = "api/identity.rs"]
 mod identity;
 #[path = "api/keychains.rs"]

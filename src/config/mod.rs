@@ -37,7 +37,7 @@ pub use postgres::PostgresConfig;
 pub use rate_limit::RateLimitConfig;
 pub use tokens::TokensConfig;
 pub use webhooks::{WebhooksConfig, DEFAULT_BLOCK_WEBHOOK_COINS};
-pub use withdrawals::{KeysConfig, WithdrawalsConfig};
+pub use withdrawals::{KeysConfig, WithdrawalsConfig, PKCS11_PIN_ENV};
 
 /// Deployment environment (spec §4.3, §5): `production` requires `ipRestrict` on tokens, refuses the
 /// fixed test OTP and needs a configured master key.

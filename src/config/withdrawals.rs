@@ -7,22 +7,54 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KeysConfig {
-    /// `sealed`: made with k256 and sealed under the master key in the database (the default).
+    /// `sealed`: made with k256 and sealed under the master key in the database (the default);
+    /// `pkcs11`: made and kept inside an HSM.
     pub backend: String,
+    /// The PKCS#11 module (`/usr/lib/softhsm/libsofthsm2.so`), for `pkcs11`.
+    pub pkcs11_module: Option<std::path::PathBuf>,
+    /// The label of the token that holds the keys, for `pkcs11`.
+    pub pkcs11_token: Option<String>,
+    /// A file holding the token's user PIN, for `pkcs11` (or the environment variable
+    /// `CUSTODIAN_PKCS11_PIN`). The PIN itself is never a setting, so it is never printed.
+    pub pkcs11_pin_file: Option<std::path::PathBuf>,
 }
 
 impl Default for KeysConfig {
     fn default() -> Self {
-        Self { backend: "sealed".into() }
+        Self { backend: "sealed".into(), pkcs11_module: None, pkcs11_token: None, pkcs11_pin_file: None }
     }
 }
 
+/// The environment variable that may hold the PKCS#11 user PIN.
+pub const PKCS11_PIN_ENV: &str = "CUSTODIAN_PKCS11_PIN";
+
 impl KeysConfig {
     pub(super) fn validate(&self) -> Result<(), String> {
+        let bad = |what: &str| Err(format!("invalid configuration: {what}"));
         match self.backend.as_str() {
             "sealed" => Ok(()),
-            other => Err(format!("invalid configuration: keys.backend: `{other}`; expected `sealed`")),
+            "pkcs11" if self.pkcs11_module.is_none() => {
+                bad("keys.pkcs11_module: required with keys.backend = \"pkcs11\"")
+            }
+            "pkcs11" if self.pkcs11_token.as_deref().is_none_or(str::is_empty) => {
+                bad("keys.pkcs11_token: required with keys.backend = \"pkcs11\"")
+            }
+            "pkcs11" if self.pkcs11_pin_file.is_none() && std::env::var_os(PKCS11_PIN_ENV).is_none() => {
+                bad("keys.pkcs11_pin_file (or CUSTODIAN_PKCS11_PIN): required with keys.backend = \"pkcs11\"")
+            }
+            "pkcs11" => Ok(()),
+            other => bad(&format!("keys.backend: `{other}`; expected `sealed` or `pkcs11`")),
         }
+    }
+
+    /// The PKCS#11 user PIN: the file's first line, else the environment variable.
+    pub fn pkcs11_pin(&self) -> Result<String, String> {
+        if let Some(path) = &self.pkcs11_pin_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("keys.pkcs11_pin_file: cannot read {}: {e}", path.display()))?;
+            return Ok(text.lines().next().unwrap_or_default().to_string());
+        }
+        std::env::var(PKCS11_PIN_ENV).map_err(|_| format!("{PKCS11_PIN_ENV} is not set"))
     }
 }
 

@@ -13,6 +13,7 @@ pub mod approvals;
 pub mod events;
 pub mod keys;
 pub mod node;
+pub mod pkcs11;
 pub mod sealed;
 pub mod signer;
 pub mod views;
@@ -46,10 +47,23 @@ pub struct Custody {
 }
 
 impl Custody {
-    /// The configured key backend (`keys.backend`; `KeysConfig::validate` admits only those
-    /// built here).
-    pub fn key_store(_config: &Config, master: Arc<crate::master_key::MasterKey>) -> Arc<dyn keys::KeyStore> {
-        Arc::new(sealed::SealedKeys { key: master })
+    /// The configured key backend (`keys.backend`). Errors: one line naming what failed (a
+    /// module that does not load, no such token, a refused PIN), never the PIN.
+    pub fn key_store(
+        config: &Config,
+        master: Arc<crate::master_key::MasterKey>,
+    ) -> anyhow::Result<Arc<dyn keys::KeyStore>> {
+        let k = &config.keys;
+        if k.backend != "pkcs11" {
+            return Ok(Arc::new(sealed::SealedKeys { key: master }));
+        }
+        let (Some(module), Some(token)) = (&k.pkcs11_module, &k.pkcs11_token) else {
+            anyhow::bail!("keys.backend = \"pkcs11\" needs keys.pkcs11_module and keys.pkcs11_token");
+        };
+        let pin = zeroize::Zeroizing::new(k.pkcs11_pin().map_err(anyhow::Error::msg)?);
+        let hsm = pkcs11::HsmKeys::open(module, token, &pin)
+            .map_err(|e| anyhow::anyhow!("keys.backend = \"pkcs11\": {e}"))?;
+        Ok(Arc::new(hsm))
     }
 }
 

@@ -57,10 +57,20 @@ impl Custodial {
 /// A custodial wallet made through the API by Alice (admin of the enterprise), funded with
 /// `fund` wei from anvil's dev account; Bob is the enterprise's other admin.
 pub async fn custodial(fund: u128, approvals_required: u32) -> Custodial {
+    custodial_with(fund, approvals_required, |_| {}).await
+}
+
+/// [`custodial`] with the configuration changed by `tweak` (the key store's backend).
+pub async fn custodial_with(
+    fund: u128,
+    approvals_required: u32,
+    tweak: impl FnOnce(&mut custodian::config::Config),
+) -> Custodial {
     let anvil = Anvil::start().await;
     let app = spawn_app_with(|c| {
         watch(c, &anvil);
         c.withdrawals.poll_interval_ms = 50;
+        tweak(c);
     })
     .await;
     let alice = app.create_user("alice@example.com").await;

@@ -23,6 +23,7 @@ mod ecdh_login;
 mod errors;
 mod events;
 mod hostile_node;
+mod hsm;
 mod identity;
 mod keychains;
 mod oauth;
