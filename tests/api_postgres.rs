@@ -34,6 +34,8 @@ mod connections;
 mod custody;
 #[path = "api/custody_faults.rs"]
 mod custody_faults;
+#[path = "api/custody_scale.rs"]
+mod custody_scale;
 #[path = "api/delivery.rs"]
 mod delivery;
 #[path = "api/ecdh_login.rs"]

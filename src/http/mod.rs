@@ -72,6 +72,9 @@ pub struct ErrorResponse {
         crate::types::TokenId,
         crate::types::NotificationId,
         crate::types::AnyId,
+        crate::types::KeyId,
+        crate::types::TxRequestId,
+        crate::types::ApprovalId,
         crate::types::Coin
     ))
 )]

@@ -383,16 +383,10 @@ where
         node_next: u64,
     ) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
-        let (held,): (Option<i64>,) = sqlx::query_as("SELECT nonce FROM withdrawals WHERE id = $1")
-            .bind(id.as_str())
-            .fetch_one(&mut *tx)
-            .await?;
-        if let Some(n) = held {
-            return Ok(u64::try_from(n).unwrap_or_default());
-        }
         let address = from.to_checksum(None);
         let node_next = i64::try_from(node_next).map_err(|_| StoreError::malformed("nonce", "above i64"))?;
-        // The row is written first, so PostgreSQL holds its lock for the read that follows.
+        // The counter's row is written first, so PostgreSQL holds its lock for what follows:
+        // reservations of one address take turns.
         sqlx::query(
             "INSERT INTO signer_nonces (chain, address, next_nonce) VALUES ($1, $2, $3) \
              ON CONFLICT (chain, address) DO UPDATE SET next_nonce = \
@@ -409,19 +403,30 @@ where
                 .bind(address.as_str())
                 .fetch_one(&mut *tx)
                 .await?;
-        sqlx::query("UPDATE signer_nonces SET next_nonce = $3 WHERE chain = $1 AND address = $2")
-            .bind(chain)
-            .bind(address.as_str())
-            .bind(nonce + 1)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("UPDATE withdrawals SET nonce = $2 WHERE id = $1")
+        // Only a withdrawal without a nonce takes this one: another process may have reserved
+        // one for it meanwhile, and then the counter does not move (no nonce is skipped).
+        let taken = sqlx::query("UPDATE withdrawals SET nonce = $2 WHERE id = $1 AND nonce IS NULL")
             .bind(id.as_str())
             .bind(nonce)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
-        Ok(u64::try_from(nonce).unwrap_or_default())
+        if DB::rows_affected(&taken) == 1 {
+            sqlx::query("UPDATE signer_nonces SET next_nonce = $3 WHERE chain = $1 AND address = $2")
+                .bind(chain)
+                .bind(address.as_str())
+                .bind(nonce + 1)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(u64::try_from(nonce).unwrap_or_default());
+        }
+        drop(tx);
+        let (held,): (Option<i64>,) = sqlx::query_as("SELECT nonce FROM withdrawals WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_one(&self.pool)
+            .await?;
+        held.and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| StoreError::malformed("withdrawal nonce", id.as_str()))
     }
 
     async fn store_signed(

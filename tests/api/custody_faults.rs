@@ -25,7 +25,9 @@ enum KilledWhen {
     Sent,
 }
 
-async fn cluster(node: &str) -> Cluster {
+/// A cluster reading the node at `node`, with Alice and Bob, admins of one enterprise (its id
+/// in the file `enterprise`).
+pub async fn cluster(node: &str) -> Cluster {
     let env = [
         ("CUSTODIAN_CHAINS_HTETH_RPC_URL", node),
         ("CUSTODIAN_CHAINS_HTETH_CHAIN_ID", "31337"),
@@ -49,12 +51,21 @@ async fn cluster(node: &str) -> Cluster {
     c
 }
 
-fn withdrawal(c: &Cluster, id: &str) -> Value {
+/// A withdrawal as `custodian withdrawal show` prints it (its txRequest).
+pub fn withdrawal(c: &Cluster, id: &str) -> Value {
     let out = c.cmd(&["withdrawal", "show", id]).output().unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
 }
 
-async fn post(c: &Cluster, server: &Server, token: &str, path: &str, body: &Value, method: &str) -> Value {
+/// `method` (POST or PUT) of `body` to `path` on `server`, asserting 200.
+pub async fn post(
+    c: &Cluster,
+    server: &Server,
+    token: &str,
+    path: &str,
+    body: &Value,
+    method: &str,
+) -> Value {
     let url = format!("{}{path}", server.base);
     let req = match method {
         "PUT" => c.client.put(url),

@@ -18,6 +18,7 @@ mod common;
 mod connections;
 mod custody;
 mod custody_faults;
+mod custody_scale;
 mod delivery;
 mod ecdh_login;
 mod errors;

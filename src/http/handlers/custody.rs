@@ -267,7 +267,8 @@ pub async fn create_tx_request(
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
 pub struct TxRequestQuery {
-    /// Comma-separated txRequest ids (32 hex), at most 100.
+    /// Comma-separated txRequest ids (32 hex), 1 to 100.
+    #[param(pattern = "^[0-9a-f]{32}(,[0-9a-f]{32}){0,99}$")]
     pub tx_request_ids: Option<String>,
     /// 1 to 500; default 100.
     #[param(minimum = 1, maximum = 500)]
