@@ -178,6 +178,9 @@ pub struct CustodyMetrics {
     /// Withdrawals signed, and raw transactions sent (resends included).
     pub signed: Counter,
     pub broadcasts: Counter,
+    /// Stuck transactions replaced with higher fees, and replacements the fee cap held back.
+    pub replacements: Counter,
+    pub at_fee_cap: Counter,
 }
 
 impl CustodyMetrics {
@@ -192,6 +195,16 @@ impl CustodyMetrics {
             "custody_broadcasts",
             "Raw transactions sent to the node, resends included",
             self.broadcasts.clone(),
+        );
+        registry.register(
+            "custody_replacements",
+            "Stuck withdrawals replaced at the same nonce with higher fees",
+            self.replacements.clone(),
+        );
+        registry.register(
+            "custody_replacements_at_fee_cap",
+            "Replacements not made because withdrawals.max_fee_per_gas holds the fees below the node's bump",
+            self.at_fee_cap.clone(),
         );
     }
 }

@@ -36,6 +36,8 @@ mod custody;
 mod custody_faults;
 #[path = "api/custody_scale.rs"]
 mod custody_scale;
+#[path = "api/custody_stuck.rs"]
+mod custody_stuck;
 #[path = "api/delivery.rs"]
 mod delivery;
 #[path = "api/ecdh_login.rs"]

@@ -68,3 +68,17 @@ CREATE TABLE signer_nonces (
     next_nonce BIGINT NOT NULL,
     PRIMARY KEY (chain, address)
 );
+
+-- Every transaction signed for a withdrawal: the first, and each replacement at the same nonce
+-- with higher fees (a stuck one). The one mined wins; the others end replaced. Fees in wei per
+-- gas, as decimal text.
+CREATE TABLE withdrawal_attempts (
+    tx_request_id TEXT NOT NULL,
+    attempt BIGINT NOT NULL,
+    tx_hash TEXT NOT NULL,
+    signed_tx TEXT NOT NULL,
+    max_fee_per_gas TEXT NOT NULL,
+    priority_fee_per_gas TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    PRIMARY KEY (tx_request_id, attempt)
+);

@@ -65,7 +65,8 @@ pub async fn withdrawal(config: Config, cmd: WithdrawalCommand) -> anyhow::Resul
             let filter = WithdrawalFilter { wallet, states, limit, ..Default::default() };
             for w in state.store.withdrawals(&filter).await? {
                 if json {
-                    println!("{}", views::tx_request(&w));
+                    let attempts = state.store.withdrawal_attempts(&w.id).await?;
+                    println!("{}", views::tx_request(&w, &attempts));
                 } else {
                     let hash = w.tx_hash.map(|h| h.to_string()).unwrap_or_else(|| "-".into());
                     println!(
@@ -84,7 +85,8 @@ pub async fn withdrawal(config: Config, cmd: WithdrawalCommand) -> anyhow::Resul
         WithdrawalCommand::Show { id } => {
             let w =
                 state.store.withdrawal(&id).await?.ok_or_else(|| anyhow::anyhow!("no withdrawal {id}"))?;
-            println!("{}", serde_json::to_string_pretty(&views::tx_request(&w))?);
+            let attempts = state.store.withdrawal_attempts(&w.id).await?;
+            println!("{}", serde_json::to_string_pretty(&views::tx_request(&w, &attempts))?);
             Ok(())
         }
     }

@@ -75,6 +75,8 @@ pub struct WithdrawalsConfig {
     pub max_in_flight_per_wallet: u32,
     /// How often the signer looks for approved withdrawals and follows sent ones, ms.
     pub poll_interval_ms: u64,
+    /// Seconds a sent withdrawal may wait unmined before it is replaced with higher fees.
+    pub stuck_after: u64,
 }
 
 impl Default for WithdrawalsConfig {
@@ -85,6 +87,7 @@ impl Default for WithdrawalsConfig {
             priority_fee_per_gas: 1_000_000_000,
             max_in_flight_per_wallet: 100,
             poll_interval_ms: 500,
+            stuck_after: 180,
         }
     }
 }
@@ -100,6 +103,9 @@ impl WithdrawalsConfig {
         }
         if self.max_in_flight_per_wallet == 0 || self.max_in_flight_per_wallet > 10_000 {
             return bad("max_in_flight_per_wallet", "from 1 to 10000");
+        }
+        if self.stuck_after == 0 {
+            return bad("stuck_after", "must be at least 1 second");
         }
         if !(10..=60_000).contains(&self.poll_interval_ms) {
             return bad("poll_interval_ms", "from 10 to 60000");

@@ -9,24 +9,23 @@
 
 use std::{sync::Arc, time::Duration};
 
-use alloy_consensus::{SignableTransaction, TxEip1559};
-use alloy_eips::eip2718::Encodable2718;
-use alloy_primitives::{Bytes, TxKind, U256};
+use alloy_primitives::U256;
 use serde_json::json;
 use tokio::sync::watch;
 
+pub use super::transaction::RoundError;
 use super::{
     events::{self, Announcement},
-    keys,
     node::{SendNode, SendRefusal},
+    transaction::{build, sign_tx},
     Custody,
 };
 use crate::{
     audit::EntryExt,
-    chain::node::{EthNode, NodeError},
+    chain::node::EthNode,
     model::{
         audit::AuditType,
-        custody::{ApprovalState, TxRequestState, Withdrawal},
+        custody::{ApprovalState, Attempt, TxRequestState, Withdrawal},
     },
     store::{ApprovalFilter, Move, Signed, WithdrawalFilter},
     types::Coin,
@@ -72,19 +71,6 @@ async fn run(
     }
 }
 
-/// What a round can fail with; the round is tried again after the pause.
-#[derive(Debug, thiserror::Error)]
-pub enum RoundError {
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    #[error(transparent)]
-    Node(#[from] NodeError),
-    #[error(transparent)]
-    Key(#[from] keys::KeyError),
-    #[error(transparent)]
-    Domain(#[from] crate::error::Error),
-}
-
 /// One pass over the chain's withdrawals; public so tests can drive it.
 pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNode) -> Result<(), RoundError> {
     expire(svc, coin).await?;
@@ -104,7 +90,7 @@ pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNod
         send(svc, node, &w).await?;
     }
     for w in svc.store.withdrawals(&of(TxRequestState::Delivered, true)).await? {
-        follow(svc, node, &w).await?;
+        super::replace::follow(svc, chain_id, node, &w).await?;
     }
     Ok(())
 }
@@ -189,21 +175,9 @@ async fn sign(
             svc.store.reserve_nonce(&w.id, coin.as_str(), &w.from, node_next).await?
         }
     };
-    let tx = build(svc, chain_id, node, &w, nonce, to).await?;
-    let (gas, max_fee) = (tx.gas_limit, tx.max_fee_per_gas);
-    let digest = tx.signature_hash();
-    let metrics = svc.metrics.clone();
-    let sig = keys::sign(svc.keys.as_ref(), &key, &digest, || {
-        metrics.custody.unverified.inc();
-    })
-    .await?;
-    let signed = tx.into_signed(sig);
-    // Checked again on the whole transaction: what is sent recovers to the wallet's address.
-    if signed.recover_signer().ok() != Some(w.from) {
-        return Err(keys::KeyError::Unverified(1).into());
-    }
-    let raw = signed.encoded_2718();
-    let hash = *signed.hash();
+    let tx = build(svc, chain_id, node, &w, nonce, to, None).await?;
+    let (gas, max_fee, tip) = (tx.gas_limit, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
+    let (raw, hash) = sign_tx(svc, &key, tx, w.from).await?;
     let reserve = U256::from(gas) * U256::from(max_fee);
     let entry = crate::audit::entry(AuditType::WithdrawalSigned).wallet(Some(&w.wallet_id)).data(json!({
         "txRequestId": w.id.as_str(), "txHash": hash.to_string(), "nonce": nonce, "keyId": key.id.as_str(),
@@ -224,52 +198,21 @@ async fn sign(
         &events::tx_request_events(&signed, Some(TxRequestState::PendingDelivery)),
     )
     .await?;
-    let row = Signed {
-        id: &signed.id,
-        hash: &hash,
-        raw: signed.signed_tx.as_deref().unwrap_or_default(),
-        fee_reserve: &reserve,
+    let attempt = Attempt {
+        attempt: 0,
+        hash,
+        signed_tx: signed.signed_tx.clone().unwrap_or_default(),
+        max_fee_per_gas: max_fee,
+        priority_fee_per_gas: tip,
+        created_at: now,
     };
+    let row = Signed { id: &signed.id, attempt: &attempt, fee_reserve: &reserve };
     let Some(recorded) = svc.store.store_signed(&row, now, &[entry], &announce.writes()).await? else {
         return Ok(None);
     };
     announce.committed(&svc.webhooks, &recorded).await;
     svc.metrics.custody.signed.inc();
     Ok(Some(signed))
-}
-
-/// An EIP-1559 transfer of `w` at `nonce`, with the node's next base fee
-/// (`min(2 × base + tip, withdrawals.max_fee_per_gas)`) and its gas estimate.
-async fn build(
-    svc: &Custody,
-    chain_id: u64,
-    node: &dyn SendNode,
-    w: &Withdrawal,
-    nonce: u64,
-    to: alloy_primitives::Address,
-) -> Result<TxEip1559, RoundError> {
-    let cfg = &svc.config.withdrawals;
-    let base = node.next_base_fee().await?;
-    let tip = u128::from(cfg.priority_fee_per_gas);
-    let max_fee = base.saturating_mul(2).saturating_add(tip).min(u128::from(cfg.max_fee_per_gas));
-    let estimated = node.estimate_gas(w.from, to, w.total(), Bytes::new()).await?;
-    // A plain transfer costs exactly its estimate; a contract recipient gets a margin.
-    let gas = if estimated == super::withdrawals::TRANSFER_GAS {
-        estimated
-    } else {
-        estimated.saturating_mul(6) / 5
-    };
-    Ok(TxEip1559 {
-        chain_id,
-        nonce,
-        gas_limit: gas,
-        max_fee_per_gas: max_fee,
-        max_priority_fee_per_gas: tip.min(max_fee),
-        to: TxKind::Call(to),
-        value: w.total(),
-        access_list: Default::default(),
-        input: Bytes::new(),
-    })
 }
 
 /// Sends the stored signed bytes; `delivered` once the node has them.
@@ -292,24 +235,6 @@ async fn send(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<(), 
         Err(SendRefusal::Underpriced) => Ok(()),
         Err(SendRefusal::Other(e)) => Err(e.into()),
     }
-}
-
-/// Notes the block that mined a sent withdrawal; sends it again when the node lost it.
-async fn follow(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<(), RoundError> {
-    let Some(hash) = w.tx_hash else { return Ok(()) };
-    match node.mined(hash).await? {
-        Some(m) => svc.store.set_mined(&w.id, Some(m.block)).await?,
-        None if !node.knows(hash).await? => {
-            if let Some(raw) = &w.signed_tx {
-                svc.metrics.custody.broadcasts.inc();
-                if let Err(SendRefusal::Other(e)) = node.send_raw(raw).await {
-                    return Err(e.into());
-                }
-            }
-        }
-        None => {}
-    }
-    Ok(())
 }
 
 async fn fail(svc: &Custody, w: &Withdrawal, from: TxRequestState, why: &str) -> Result<(), RoundError> {

@@ -60,8 +60,9 @@ fn transaction_state(s: TxRequestState) -> &'static str {
 
 /// A txRequest (`apiVersion: "full"`): `{txRequestId, version, latest, walletId, walletType,
 /// enterpriseId, state, userId, intent, pendingApprovalId, transactions, createdDate,
-/// updatedDate}`.
-pub fn tx_request(w: &Withdrawal) -> Value {
+/// updatedDate}`. `attempts` are every transaction signed for it: those other than the current
+/// one are listed as its `replacedTxHashes`.
+pub fn tx_request(w: &Withdrawal, attempts: &[crate::model::custody::Attempt]) -> Value {
     let recipients: Vec<Value> = w
         .recipients
         .iter()
@@ -85,6 +86,11 @@ pub fn tx_request(w: &Withdrawal) -> Value {
     }
     if let Some(b) = w.mined_block {
         tx["blockHeight"] = json!(b);
+    }
+    let replaced: Vec<String> =
+        attempts.iter().filter(|a| Some(a.hash) != w.tx_hash).map(|a| a.hash.to_string()).collect();
+    if !replaced.is_empty() {
+        tx["replacedTxHashes"] = json!(replaced);
     }
     let mut v = json!({
         "txRequestId": w.id.as_str(),

@@ -69,6 +69,7 @@ crate::types::text_enum!(
         WithdrawalExpired = "withdrawal.expired",
         WithdrawalSigned = "withdrawal.signed",
         WithdrawalBroadcast = "withdrawal.broadcast",
+        WithdrawalReplaced = "withdrawal.replaced",
         WithdrawalFailed = "withdrawal.failed",
     }
 );

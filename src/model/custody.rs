@@ -154,3 +154,16 @@ pub struct Approval {
     /// When an approval not given expires (`withdrawals.approval_ttl`).
     pub expires_at: i64,
 }
+
+/// One transaction signed for a withdrawal (the first, or a replacement at the same nonce).
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// 0 for the first.
+    pub attempt: i64,
+    pub hash: B256,
+    pub signed_tx: Vec<u8>,
+    /// Wei per gas.
+    pub max_fee_per_gas: u128,
+    pub priority_fee_per_gas: u128,
+    pub created_at: i64,
+}

@@ -3,7 +3,7 @@
 
 use custodian_macros::sql_bounds;
 
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::{Address, U256};
 use async_trait::async_trait;
 use sqlx::FromRow;
 
@@ -62,8 +62,8 @@ pub enum Created {
 #[derive(Debug)]
 pub struct Signed<'a> {
     pub id: &'a TxRequestId,
-    pub hash: &'a B256,
-    pub raw: &'a [u8],
+    /// The first attempt: its hash, bytes and fees.
+    pub attempt: &'a crate::model::custody::Attempt,
     pub fee_reserve: &'a U256,
 }
 
@@ -78,7 +78,6 @@ pub struct Move<'a> {
 
 #[async_trait]
 pub trait CustodyStore: Send + Sync {
-    /// Keeps a new key, with `audit`.
     async fn add_custody_key(&self, k: &KeyRecord, audit: &[AuditEntry]) -> StoreResult<()>;
     async fn custody_key(&self, id: &KeyId) -> StoreResult<Option<KeyRecord>>;
     /// Keys by id, at most `limit`, after `after`.
@@ -436,7 +435,8 @@ where
         audit: &[AuditEntry],
         events: &[&EventWrite],
     ) -> StoreResult<Option<Vec<Recorded>>> {
-        let Signed { id, hash, raw, fee_reserve } = signed;
+        let Signed { id, attempt, fee_reserve } = signed;
+        let (hash, raw) = (&attempt.hash, &attempt.signed_tx);
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE withdrawals SET state = 'signed', tx_hash = $2, signed_tx = $3, fee_reserve = $4, \
@@ -452,6 +452,7 @@ where
         if DB::rows_affected(&done) != 1 {
             return Ok(None);
         }
+        super::custody_attempts::insert_attempt::<DB>(&mut tx, id, attempt).await?;
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;

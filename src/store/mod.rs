@@ -14,6 +14,7 @@
 //! | `audit.rs`      | [`AuditStore`]         | the audit log, a hash chain                  |
 //! | `rate_buckets.rs` | [`RateBucketStore`]  | rate limits' token buckets (PostgreSQL only) |
 //! | `custody.rs`    | [`CustodyStore`]       | custody keys, withdrawals, pending approvals, nonces |
+//! | `custody_attempts.rs` | [`AttemptStore`] | every transaction signed for a withdrawal |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
@@ -30,6 +31,7 @@ mod chain_reads;
 mod chain_rows;
 mod chain_write;
 mod custody;
+mod custody_attempts;
 mod custody_rows;
 mod enterprises;
 mod event_keys;
@@ -56,6 +58,7 @@ mod webhooks;
 pub use audit::{AuditFilter, AuditStore};
 pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
 pub use custody::{ApprovalFilter, Created, CustodyStore, Move, Signed, WithdrawalFilter};
+pub use custody_attempts::{AttemptStore, Replacement};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
@@ -152,6 +155,7 @@ pub trait Store:
     + OAuthStore
     + RateBucketStore
     + CustodyStore
+    + AttemptStore
     + Send
     + Sync
     + 'static
@@ -182,7 +186,8 @@ where
         + PasskeyStore
         + OAuthStore
         + RateBucketStore
-        + CustodyStore,
+        + CustodyStore
+        + AttemptStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

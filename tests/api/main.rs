@@ -19,6 +19,7 @@ mod connections;
 mod custody;
 mod custody_faults;
 mod custody_scale;
+mod custody_stuck;
 mod delivery;
 mod ecdh_login;
 mod errors;

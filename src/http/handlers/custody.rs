@@ -259,7 +259,7 @@ pub async fn create_tx_request(
         idempotency_key: req.idempotency_key.or(req.intent.sequence_id),
     };
     let started = withdrawals::initiate(&state.custody, &auth, &wallet.coin, &wallet_id, &request).await?;
-    Ok(Json(views::tx_request(&started.withdrawal)))
+    Ok(Json(views::tx_request(&started.withdrawal, &[])))
 }
 
 /// Query of the txRequest list.
@@ -313,5 +313,10 @@ pub async fn list_tx_requests(
     };
     let filter = WithdrawalFilter { wallet: Some(wallet_id), ids, limit, ..Default::default() };
     let found: Vec<Withdrawal> = state.store.withdrawals(&filter).await.map_err(Error::from)?;
-    Ok(Json(serde_json::json!({ "txRequests": found.iter().map(views::tx_request).collect::<Vec<_>>() })))
+    let mut out = Vec::with_capacity(found.len());
+    for w in &found {
+        let attempts = state.store.withdrawal_attempts(&w.id).await.map_err(Error::from)?;
+        out.push(views::tx_request(w, &attempts));
+    }
+    Ok(Json(serde_json::json!({ "txRequests": out })))
 }

@@ -1,0 +1,118 @@
+//! Following a sent withdrawal until it is mined (docs/withdrawals.md#stuck-transactions): the
+//! block that mined it is noted; a transaction the node lost is sent again, the same bytes; one
+//! not mined within `withdrawals.stuck_after` seconds is replaced at the same nonce with both
+//! fees raised by at least the node's replacement bump (10% on geth and anvil; Custodian raises
+//! them by 12.5%), and never above `withdrawals.max_fee_per_gas`. Every transaction is kept:
+//! whichever is mined wins, and the others are `replaced` (one nonce is mined once).
+
+use alloy_primitives::U256;
+use serde_json::json;
+
+use super::{
+    node::{SendNode, SendRefusal},
+    transaction::{build, sign_tx, RoundError},
+    Custody,
+};
+use crate::{
+    audit::EntryExt,
+    model::{
+        audit::AuditType,
+        custody::{Attempt, Withdrawal},
+    },
+    store::Replacement,
+};
+
+/// A replacement's fees over the last: ×9/8 (12.5%), above the 10% nodes require.
+fn bumped(fee: u128) -> u128 {
+    fee.saturating_mul(9).div_ceil(8)
+}
+
+/// Notes the block that mined `w`'s current transaction or any it replaced; sends it again
+/// when the node lost it; replaces it when stuck (not mined `withdrawals.stuck_after` seconds
+/// after it was sent or last replaced).
+pub(super) async fn follow(
+    svc: &Custody,
+    chain_id: u64,
+    node: &dyn SendNode,
+    w: &Withdrawal,
+) -> Result<(), RoundError> {
+    let Some(current) = w.tx_hash else { return Ok(()) };
+    let attempts = svc.store.withdrawal_attempts(&w.id).await?;
+    // The newest first: a replacement is the likelier to be mined.
+    for a in attempts.iter().rev() {
+        if let Some(m) = node.mined(a.hash).await? {
+            svc.store.settle_mined(&w.id, &a.hash, m.block).await?;
+            return Ok(());
+        }
+    }
+    if !node.knows(current).await? {
+        // Lost (a restarted node, a reorg): the same bytes again. A node that drops what pays
+        // less than the base fee refuses them as underpriced: then it is stuck, below.
+        if let Some(raw) = &w.signed_tx {
+            svc.metrics.custody.broadcasts.inc();
+            match node.send_raw(raw).await {
+                Ok(_) | Err(SendRefusal::Known) => return Ok(()),
+                Err(SendRefusal::Underpriced) | Err(SendRefusal::InsufficientFunds) => {}
+                Err(SendRefusal::Other(e)) => return Err(e.into()),
+            }
+        }
+    }
+    let stuck_after = i64::try_from(svc.config.withdrawals.stuck_after).unwrap_or(i64::MAX);
+    if svc.store.clock().now().saturating_sub(w.updated_at) < stuck_after {
+        return Ok(());
+    }
+    match attempts.last() {
+        Some(last) => replace(svc, chain_id, node, w, last).await,
+        None => Ok(()),
+    }
+}
+
+/// Signs `w` again at its nonce with fees over `last`'s, stores it, then sends it.
+async fn replace(
+    svc: &Custody,
+    chain_id: u64,
+    node: &dyn SendNode,
+    w: &Withdrawal,
+    last: &Attempt,
+) -> Result<(), RoundError> {
+    let (Some(nonce), Some(to), Some(current)) =
+        (w.nonce, w.recipients.first().map(|r| r.address), w.tx_hash)
+    else {
+        return Ok(());
+    };
+    let Some(key) = svc.store.custody_key(&w.key_id).await? else { return Ok(()) };
+    let floor = (bumped(last.max_fee_per_gas), bumped(last.priority_fee_per_gas));
+    let tx = build(svc, chain_id, node, w, nonce, to, Some(floor)).await?;
+    if tx.max_fee_per_gas < floor.0 || tx.max_priority_fee_per_gas < floor.1 {
+        // At the cap: a replacement the node would refuse. It waits for the base fee to fall.
+        svc.metrics.custody.at_fee_cap.inc();
+        return Ok(());
+    }
+    let (gas, max_fee, tip) = (tx.gas_limit, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
+    let (raw, hash) = sign_tx(svc, &key, tx, w.from).await?;
+    let now = svc.store.clock().now();
+    let attempt = Attempt {
+        attempt: last.attempt + 1,
+        hash,
+        signed_tx: raw,
+        max_fee_per_gas: max_fee,
+        priority_fee_per_gas: tip,
+        created_at: now,
+    };
+    let entry = crate::audit::entry(AuditType::WithdrawalReplaced).wallet(Some(&w.wallet_id)).data(json!({
+        "txRequestId": w.id.as_str(), "replaces": current.to_string(), "txHash": hash.to_string(),
+        "nonce": nonce, "maxFeePerGas": max_fee.to_string(), "maxPriorityFeePerGas": tip.to_string(),
+    }));
+    let reserve = U256::from(gas) * U256::from(max_fee);
+    let r = Replacement { id: &w.id, replaces: &current, attempt: &attempt, fee_reserve: &reserve };
+    if !svc.store.replace_signed(&r, now, &[entry]).await? {
+        return Ok(());
+    }
+    svc.metrics.custody.replacements.inc();
+    svc.metrics.custody.broadcasts.inc();
+    match node.send_raw(&attempt.signed_tx).await {
+        Ok(_) | Err(SendRefusal::Known) | Err(SendRefusal::Underpriced) => Ok(()),
+        Err(SendRefusal::InsufficientFunds) => Ok(()),
+        Err(SendRefusal::Other(e)) => Err(e.into()),
+    }
+}

@@ -1,0 +1,81 @@
+//! Building and signing a withdrawal's transaction (docs/withdrawals.md#signing-and-broadcast),
+//! for its first signature (`signer`) and its replacements (`replace`).
+
+use alloy_consensus::{SignableTransaction, TxEip1559};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Bytes, TxKind};
+
+use super::{keys, node::SendNode, Custody};
+use crate::{chain::node::NodeError, model::custody::Withdrawal};
+
+/// What a round can fail with; the round is tried again after the pause.
+#[derive(Debug, thiserror::Error)]
+pub enum RoundError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error(transparent)]
+    Key(#[from] keys::KeyError),
+    #[error(transparent)]
+    Domain(#[from] crate::error::Error),
+}
+
+/// Signs `tx` with `key` in the key store (each signature checked: `keys::sign`), and checks
+/// the whole signed transaction recovers to `from`: its EIP-2718 bytes and hash.
+pub async fn sign_tx(
+    svc: &Custody,
+    key: &crate::model::custody::KeyRecord,
+    tx: TxEip1559,
+    from: alloy_primitives::Address,
+) -> Result<(Vec<u8>, alloy_primitives::B256), RoundError> {
+    let digest = tx.signature_hash();
+    let metrics = svc.metrics.clone();
+    let sig = keys::sign(svc.keys.as_ref(), key, &digest, || {
+        metrics.custody.unverified.inc();
+    })
+    .await?;
+    let signed = tx.into_signed(sig);
+    if signed.recover_signer().ok() != Some(from) {
+        return Err(keys::KeyError::Unverified(1).into());
+    }
+    Ok((signed.encoded_2718(), *signed.hash()))
+}
+
+/// An EIP-1559 transfer of `w` at `nonce`, with the node's next base fee
+/// (`min(2 × base + tip, withdrawals.max_fee_per_gas)`) and its gas estimate.
+pub async fn build(
+    svc: &Custody,
+    chain_id: u64,
+    node: &dyn SendNode,
+    w: &Withdrawal,
+    nonce: u64,
+    to: alloy_primitives::Address,
+    floor: Option<(u128, u128)>,
+) -> Result<TxEip1559, RoundError> {
+    let cfg = &svc.config.withdrawals;
+    let base = node.next_base_fee().await?;
+    // A replacement offers at least `floor` (max fee, tip): the node's bump over the last.
+    let (floor_max, floor_tip) = floor.unwrap_or_default();
+    let tip = u128::from(cfg.priority_fee_per_gas).max(floor_tip);
+    let max_fee =
+        base.saturating_mul(2).saturating_add(tip).max(floor_max).min(u128::from(cfg.max_fee_per_gas));
+    let estimated = node.estimate_gas(w.from, to, w.total(), Bytes::new()).await?;
+    // A plain transfer costs exactly its estimate; a contract recipient gets a margin.
+    let gas = if estimated == super::withdrawals::TRANSFER_GAS {
+        estimated
+    } else {
+        estimated.saturating_mul(6) / 5
+    };
+    Ok(TxEip1559 {
+        chain_id,
+        nonce,
+        gas_limit: gas,
+        max_fee_per_gas: max_fee,
+        max_priority_fee_per_gas: tip.min(max_fee),
+        to: TxKind::Call(to),
+        value: w.total(),
+        access_list: Default::default(),
+        input: Bytes::new(),
+    })
+}

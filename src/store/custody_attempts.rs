@@ -1,0 +1,146 @@
+//! Every transaction signed for a withdrawal (`withdrawal_attempts`): the first, stored with
+//! it (`store_signed`), and each replacement of a stuck one at the same nonce with higher fees.
+//! The rules (when to replace, by how much) are `custody::replace`'s.
+
+use custodian_macros::sql_bounds;
+
+use alloy_primitives::B256;
+use async_trait::async_trait;
+use sqlx::FromRow;
+
+use super::{
+    sql::{parse_stored, Dialect},
+    sql_store::SqlStore,
+    StoreError, StoreResult,
+};
+use crate::model::{audit::AuditEntry, custody::Attempt};
+use crate::types::TxRequestId;
+
+/// A replacement to store: the new current transaction of a withdrawal.
+#[derive(Debug)]
+pub struct Replacement<'a> {
+    pub id: &'a TxRequestId,
+    /// The transaction it replaces (still the withdrawal's current one, or nothing is written).
+    pub replaces: &'a B256,
+    pub attempt: &'a Attempt,
+    /// Gas limit × max fee per gas, wei.
+    pub fee_reserve: &'a alloy_primitives::U256,
+}
+
+#[async_trait]
+pub trait AttemptStore: Send + Sync {
+    /// A withdrawal's transactions, first to last.
+    async fn withdrawal_attempts(&self, id: &TxRequestId) -> StoreResult<Vec<Attempt>>;
+    /// Makes `r.attempt` the withdrawal's current transaction (still `delivered`, its version
+    /// bumped), keeping the one it replaces among its attempts, with `audit`; `false` when the
+    /// current transaction is no longer `r.replaces` (another process replaced it first).
+    async fn replace_signed(&self, r: &Replacement<'_>, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
+    /// The attempt `hash` was mined in `block`: it becomes the withdrawal's transaction.
+    async fn settle_mined(&self, id: &TxRequestId, hash: &B256, block: u64) -> StoreResult<()>;
+}
+
+#[derive(FromRow)]
+pub(super) struct AttemptRow {
+    attempt: i64,
+    tx_hash: String,
+    signed_tx: String,
+    max_fee_per_gas: String,
+    priority_fee_per_gas: String,
+    created_at: i64,
+}
+
+impl AttemptRow {
+    fn into_attempt(self) -> StoreResult<Attempt> {
+        Ok(Attempt {
+            attempt: self.attempt,
+            hash: parse_stored(&self.tx_hash, "attempt hash")?,
+            signed_tx: hex::decode(&self.signed_tx)
+                .map_err(|_| StoreError::malformed("attempt", &self.tx_hash))?,
+            max_fee_per_gas: parse_stored(&self.max_fee_per_gas, "max fee")?,
+            priority_fee_per_gas: parse_stored(&self.priority_fee_per_gas, "priority fee")?,
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// Inserts `a` as attempt `a.attempt` of withdrawal `id`, in the caller's transaction.
+#[sql_bounds]
+pub(super) async fn insert_attempt<DB>(
+    tx: &mut DB::Connection,
+    id: &TxRequestId,
+    a: &Attempt,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO withdrawal_attempts (tx_request_id, attempt, tx_hash, signed_tx, max_fee_per_gas, \
+         priority_fee_per_gas, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(id.as_str())
+    .bind(a.attempt)
+    .bind(a.hash.to_string())
+    .bind(hex::encode(&a.signed_tx))
+    .bind(a.max_fee_per_gas.to_string())
+    .bind(a.priority_fee_per_gas.to_string())
+    .bind(a.created_at)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+#[sql_bounds]
+#[async_trait]
+impl<DB> AttemptStore for SqlStore<DB>
+where
+    for<'r> AttemptRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    async fn withdrawal_attempts(&self, id: &TxRequestId) -> StoreResult<Vec<Attempt>> {
+        let rows: Vec<AttemptRow> = sqlx::query_as(
+            "SELECT attempt, tx_hash, signed_tx, max_fee_per_gas, priority_fee_per_gas, created_at \
+             FROM withdrawal_attempts WHERE tx_request_id = $1 ORDER BY attempt",
+        )
+        .bind(id.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(AttemptRow::into_attempt).collect()
+    }
+
+    async fn replace_signed(&self, r: &Replacement<'_>, now: i64, audit: &[AuditEntry]) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE withdrawals SET tx_hash = $3, signed_tx = $4, fee_reserve = $5, version = version + 1, \
+             updated_at = $6 WHERE id = $1 AND tx_hash = $2 AND state = 'delivered' AND mined_block IS NULL",
+        )
+        .bind(r.id.as_str())
+        .bind(r.replaces.to_string())
+        .bind(r.attempt.hash.to_string())
+        .bind(hex::encode(&r.attempt.signed_tx))
+        .bind(r.fee_reserve.to_string())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if DB::rows_affected(&done) != 1 {
+            return Ok(false);
+        }
+        insert_attempt::<DB>(&mut tx, r.id, r.attempt).await?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn settle_mined(&self, id: &TxRequestId, hash: &B256, block: u64) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        let block = i64::try_from(block).map_err(|_| StoreError::malformed("block", "above i64"))?;
+        sqlx::query(
+            "UPDATE withdrawals SET mined_block = $3, tx_hash = $2, signed_tx = \
+             (SELECT signed_tx FROM withdrawal_attempts WHERE tx_request_id = $1 AND tx_hash = $2) \
+             WHERE id = $1 AND EXISTS (SELECT 1 FROM withdrawal_attempts WHERE tx_request_id = $1 AND tx_hash = $2)",
+        )
+        .bind(id.as_str())
+        .bind(hash.to_string())
+        .bind(block)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,62 @@
+//! A withdrawal stuck below the base fee is replaced at its nonce with higher fees; the
+//! replacement is mined, the first transaction never is, and the payee is paid once.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::chain::{ONE_ETH, OTHER};
+use crate::common::*;
+use crate::custody::custodial_with;
+
+fn hex_u128(v: &Value) -> u128 {
+    u128::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+#[tokio::test]
+async fn a_stuck_withdrawal_is_replaced_with_higher_fees_and_only_the_replacement_is_mined() {
+    let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.stuck_after = 60).await;
+    c.anvil.rpc("evm_setAutomine", json!([false])).await;
+    let before = c.anvil.balance(OTHER).await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "31337" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    let sent = until("the withdrawal is sent", 30, || async {
+        let t = c.tx_request(id).await;
+        (t["state"] == "delivered").then_some(t)
+    })
+    .await;
+    let first = sent["transactions"][0]["txHash"].as_str().unwrap().to_string();
+    let offered = hex_u128(&c.anvil.rpc("eth_getTransactionByHash", json!([first])).await["maxFeePerGas"]);
+    // The next block's base fee far above what it offered: a block is mined without it.
+    c.anvil.rpc("anvil_setNextBlockBaseFeePerGas", json!([format!("0x{:x}", offered * 4)])).await;
+    c.anvil.mine(1).await;
+    assert!(c.anvil.rpc("eth_getTransactionReceipt", json!([first])).await.is_null());
+    // Before `stuck_after` nothing is replaced; after it, a replacement at the same nonce.
+    c.app.state.store.clock().advance(Duration::from_secs(61));
+    let replaced = until("a replacement with higher fees", 30, || async {
+        let t = c.tx_request(id).await;
+        (t["transactions"][0]["replacedTxHashes"] == json!([first])).then_some(t)
+    })
+    .await;
+    let second = replaced["transactions"][0]["txHash"].as_str().unwrap().to_string();
+    assert_ne!(second, first);
+    assert_eq!(replaced["transactions"][0]["nonce"], sent["transactions"][0]["nonce"]);
+    let tx = c.anvil.rpc("eth_getTransactionByHash", json!([second])).await;
+    assert!(hex_u128(&tx["maxFeePerGas"]) * 10 >= offered * 11, "a bump of at least 10%: {tx}");
+    c.anvil.mine(1).await;
+    until("the replacement is mined and seen", 30, || async {
+        c.tx_request(id).await["transactions"][0]["blockHeight"].as_u64().map(|_| ())
+    })
+    .await;
+    let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([second])).await;
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    assert!(c.anvil.rpc("eth_getTransactionReceipt", json!([first])).await.is_null());
+    assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x1");
+    assert_eq!(c.anvil.balance(OTHER).await, before + 31337);
+    assert!(metric_value(&c.app, "custodian_custody_replacements_total").await >= 1);
+    let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.replaced'").await;
+    assert_eq!(audit.len(), 1, "one replacement: {audit:?}");
+}
