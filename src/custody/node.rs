@@ -31,6 +31,8 @@ pub struct Mined {
 #[async_trait]
 pub trait SendNode: Send + Sync {
     async fn chain_id(&self) -> Result<u64, NodeError>;
+    /// The node's head block.
+    async fn head(&self) -> Result<u64, NodeError>;
     /// `eth_getTransactionCount(address, "pending")`.
     async fn pending_nonce(&self, address: Address) -> Result<u64, NodeError>;
     /// The next block's base fee, wei per gas (`eth_feeHistory`).
@@ -73,6 +75,10 @@ pub fn classify(e: NodeError) -> SendRefusal {
 impl SendNode for EthNode {
     async fn chain_id(&self) -> Result<u64, NodeError> {
         crate::chain::node::ChainNode::chain_id(self).await
+    }
+
+    async fn head(&self) -> Result<u64, NodeError> {
+        crate::chain::node::ChainNode::head(self).await
     }
 
     async fn pending_nonce(&self, address: Address) -> Result<u64, NodeError> {

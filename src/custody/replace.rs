@@ -116,3 +116,33 @@ async fn replace(
         Err(SendRefusal::Other(e)) => Err(e.into()),
     }
 }
+
+/// Withdrawals seen mined within the chain's `reorg_depth` of the head: one whose block a reorg
+/// took away is followed again (sent again when the node dropped it), one mined again elsewhere
+/// gets its new block.
+pub(super) async fn recheck_mined(
+    svc: &Custody,
+    coin: &crate::types::Coin,
+    node: &dyn SendNode,
+) -> Result<(), RoundError> {
+    let depth = svc.config.chains.get(coin.as_str()).map_or(64, |c| c.reorg_depth);
+    let head = node.head().await?;
+    let filter = crate::store::WithdrawalFilter {
+        coin: Some(coin.clone()),
+        states: Some(vec![crate::model::custody::TxRequestState::Delivered]),
+        mined_from: Some(head.saturating_sub(depth)),
+        limit: super::signer::BATCH,
+        ..Default::default()
+    };
+    for w in svc.store.withdrawals(&filter).await? {
+        let Some(hash) = w.tx_hash else { continue };
+        let now = node.mined(hash).await?.map(|m| m.block);
+        if now != w.mined_block {
+            if now.is_none() {
+                tracing::warn!(txRequestId = %w.id, %hash, "a withdrawal's block was reorged away; following it again");
+            }
+            svc.store.set_mined(&w.id, now).await?;
+        }
+    }
+    Ok(())
+}

@@ -32,6 +32,8 @@ pub struct WithdrawalFilter {
     pub key: Option<String>,
     /// Only those whose transaction the signer has not seen mined.
     pub unmined: bool,
+    /// Only those the signer saw mined at this block or later.
+    pub mined_from: Option<u64>,
     pub ids: Option<Vec<TxRequestId>>,
     pub states: Option<Vec<TxRequestState>>,
     pub limit: u32,
@@ -287,6 +289,10 @@ where
         w.eq("idempotency_key", f.key.clone());
         if f.unmined {
             w.raw("mined_block IS NULL");
+        }
+        if let Some(from) = f.mined_from {
+            // A number of the store's own, not a client's text.
+            w.raw(&format!("mined_block >= {from}"));
         }
         w.any("id", f.ids.as_ref().map(|ids| ids.iter().map(|i| i.as_str().to_string()).collect()));
         w.any("state", f.states.as_ref().map(|s| s.iter().map(|s| s.as_str().to_string()).collect()));

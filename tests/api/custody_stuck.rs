@@ -1,5 +1,6 @@
-//! A withdrawal stuck below the base fee is replaced at its nonce with higher fees; the
-//! replacement is mined, the first transaction never is, and the payee is paid once.
+//! What the chain does to a sent withdrawal: stuck below the base fee, it is replaced at its
+//! nonce with higher fees (the replacement mined, the first never); reorged away, it is sent
+//! again. Either way the payee is paid once.
 
 use std::time::Duration;
 
@@ -59,4 +60,35 @@ async fn a_stuck_withdrawal_is_replaced_with_higher_fees_and_only_the_replacemen
     assert!(metric_value(&c.app, "custodian_custody_replacements_total").await >= 1);
     let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.replaced'").await;
     assert_eq!(audit.len(), 1, "one replacement: {audit:?}");
+}
+
+#[tokio::test]
+async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once() {
+    let c = custodial_with(ONE_ETH, 1, |_| {}).await;
+    let before = c.anvil.balance(OTHER).await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "2718" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    let mined = until("the signer sees it mined", 30, || async {
+        let t = c.tx_request(id).await;
+        t["transactions"][0]["blockHeight"].as_u64().map(|b| (b, t))
+    })
+    .await;
+    let (block, hash) = (mined.0, mined.1["transactions"][0]["txHash"].as_str().unwrap().to_string());
+    assert_eq!(c.anvil.head().await, block);
+    // The block that holds it is replaced by an empty one: the transaction is gone.
+    c.anvil.rpc("anvil_reorg", json!([1, []])).await;
+    assert!(c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await.is_null());
+    let again = until("it is sent again and mined in another block", 30, || async {
+        let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
+        let t = c.tx_request(id).await;
+        let seen = t["transactions"][0]["blockHeight"].as_u64();
+        (!receipt.is_null() && seen.is_some_and(|b| b > block)).then_some(receipt)
+    })
+    .await;
+    assert_eq!(again["status"], "0x1", "{again}");
+    assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x1");
+    assert_eq!(c.anvil.balance(OTHER).await, before + 2718);
 }
