@@ -131,7 +131,7 @@ pub(super) async fn recheck_mined(
         coin: Some(coin.clone()),
         states: Some(vec![crate::model::custody::TxRequestState::Delivered]),
         mined_from: Some(head.saturating_sub(depth)),
-        limit: super::signer::BATCH,
+        limit: super::transaction::BATCH,
         ..Default::default()
     };
     for w in svc.store.withdrawals(&filter).await? {

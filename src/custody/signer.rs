@@ -31,8 +31,7 @@ use crate::{
     types::Coin,
 };
 
-/// Withdrawals taken per state per round.
-pub const BATCH: u32 = 50;
+pub use super::transaction::BATCH;
 
 /// Starts a signer for each configured chain; each stops when `stop` turns true.
 pub fn spawn_all(svc: &Custody, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {

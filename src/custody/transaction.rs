@@ -8,6 +8,9 @@ use alloy_primitives::{Bytes, TxKind};
 use super::{keys, node::SendNode, Custody};
 use crate::{chain::node::NodeError, model::custody::Withdrawal};
 
+/// Withdrawals the signer takes per state per round.
+pub const BATCH: u32 = 50;
+
 /// What a round can fail with; the round is tried again after the pause.
 #[derive(Debug, thiserror::Error)]
 pub enum RoundError {

@@ -3,10 +3,11 @@
 
 use custodian_macros::sql_bounds;
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::Address;
 use async_trait::async_trait;
 use sqlx::FromRow;
 
+pub use super::custody_rows::{Created, Move, Signed};
 use super::{
     custody_rows::{
         recipients_json, ApprovalRow, KeyRow, Where, WithdrawalRow, APPROVAL_COLUMNS, KEY_COLUMNS,
@@ -49,33 +50,6 @@ pub struct ApprovalFilter {
     /// Only those whose `expires_at` is before this (Unix seconds).
     pub expired_before: Option<i64>,
     pub limit: u32,
-}
-
-/// What storing a new withdrawal did.
-#[derive(Debug)]
-pub enum Created {
-    /// Stored, with its events.
-    New(Vec<Recorded>),
-    /// The wallet had a withdrawal with this idempotency key: that one, nothing written.
-    Existing(Box<Withdrawal>),
-}
-
-/// A signed withdrawal to store: its hash, the EIP-2718 bytes, and the gas it may spend (wei).
-#[derive(Debug)]
-pub struct Signed<'a> {
-    pub id: &'a TxRequestId,
-    /// The first attempt: its hash, bytes and fees.
-    pub attempt: &'a crate::model::custody::Attempt,
-    pub fee_reserve: &'a U256,
-}
-
-/// A withdrawal's move from one of `from` to `to`, with `error` for people when it failed.
-#[derive(Debug, Clone, Copy)]
-pub struct Move<'a> {
-    pub id: &'a TxRequestId,
-    pub from: &'a [TxRequestState],
-    pub to: TxRequestState,
-    pub error: Option<&'a str>,
 }
 
 #[async_trait]

@@ -3,6 +3,7 @@
 
 use sqlx::FromRow;
 
+use super::Recorded;
 use super::{
     sql::{json_value, parse_stored, to_json},
     StoreError, StoreResult,
@@ -10,7 +11,8 @@ use super::{
 use crate::model::custody::{
     Approval, ApprovalState, KeyRecord, Recipient, Resolver, TxRequestState, Withdrawal,
 };
-use crate::types::{Coin, UserId};
+use crate::types::{Coin, TxRequestId, UserId};
+use alloy_primitives::U256;
 
 pub(super) const KEY_COLUMNS: &str = "id, wallet_id, backend, public_key, address, handle, created_at";
 
@@ -244,4 +246,31 @@ impl Where {
         }
         q
     }
+}
+
+/// What storing a new withdrawal did.
+#[derive(Debug)]
+pub enum Created {
+    /// Stored, with its events.
+    New(Vec<Recorded>),
+    /// The wallet had a withdrawal with this idempotency key: that one, nothing written.
+    Existing(Box<Withdrawal>),
+}
+
+/// A signed withdrawal to store: its hash, the EIP-2718 bytes, and the gas it may spend (wei).
+#[derive(Debug)]
+pub struct Signed<'a> {
+    pub id: &'a TxRequestId,
+    /// The first attempt: its hash, bytes and fees.
+    pub attempt: &'a crate::model::custody::Attempt,
+    pub fee_reserve: &'a U256,
+}
+
+/// A withdrawal's move from one of `from` to `to`, with `error` for people when it failed.
+#[derive(Debug, Clone, Copy)]
+pub struct Move<'a> {
+    pub id: &'a TxRequestId,
+    pub from: &'a [TxRequestState],
+    pub to: TxRequestState,
+    pub error: Option<&'a str>,
 }
