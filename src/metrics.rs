@@ -181,6 +181,8 @@ pub struct CustodyMetrics {
     /// Stuck transactions replaced with higher fees, and replacements the fee cap held back.
     pub replacements: Counter,
     pub at_fee_cap: Counter,
+    /// The signer's rounds that ran to the end.
+    pub rounds: Counter,
 }
 
 impl CustodyMetrics {
@@ -196,6 +198,7 @@ impl CustodyMetrics {
             "Raw transactions sent to the node, resends included",
             self.broadcasts.clone(),
         );
+        registry.register("custody_signer_rounds", "Signer rounds that ran to the end", self.rounds.clone());
         registry.register(
             "custody_replacements",
             "Stuck withdrawals replaced at the same nonce with higher fees",

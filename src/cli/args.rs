@@ -307,6 +307,12 @@ pub enum WalletCommand {
         #[arg(long)]
         json: bool,
     },
+    /// End a wallet's freeze before its time (audited; its admin webhooks are told).
+    Unfreeze {
+        /// Wallet id.
+        #[arg(long)]
+        wallet: WalletId,
+    },
     /// Set a wallet's fee alerts (docs/chains.md): an alert left out is turned off.
     FeeAlerts {
         /// Wallet id.

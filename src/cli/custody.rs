@@ -103,3 +103,11 @@ pub async fn keys(config: Config, cmd: KeysCommand) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `wallet unfreeze`: ends a freeze early.
+pub async fn unfreeze(config: Config, wallet: crate::types::WalletId) -> anyhow::Result<()> {
+    let state = AppState::new(config).await?;
+    crate::custody::freeze::unfreeze(&state.custody, &wallet).await?;
+    println!("{wallet} is no longer frozen");
+    Ok(())
+}

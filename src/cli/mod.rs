@@ -348,6 +348,7 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
             let new = custody::new_wallet(coin, enterprise, label, approvals_required);
             custody::create_wallet(config, custodial, new, json).await
         }
+        Command::Wallet(WalletCommand::Unfreeze { wallet }) => custody::unfreeze(config, wallet).await,
         Command::Withdrawal(cmd) => custody::withdrawal(config, cmd).await,
         Command::Keys(cmd) => custody::keys(config, cmd).await,
         Command::Event(EventCommand::Emit { json_file }) => emit_event(config, &json_file).await,

@@ -11,6 +11,7 @@
 
 pub mod approvals;
 pub mod events;
+pub mod freeze;
 pub mod keys;
 pub mod node;
 pub mod pkcs11;

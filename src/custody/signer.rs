@@ -92,6 +92,7 @@ pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNod
         super::replace::follow(svc, chain_id, node, &w).await?;
     }
     super::replace::recheck_mined(svc, coin, node).await?;
+    svc.metrics.custody.rounds.inc();
     Ok(())
 }
 
@@ -168,6 +169,10 @@ async fn sign(
         return Ok(None);
     };
     let Some(to) = w.recipients.first().map(|r| r.address) else { return Ok(None) };
+    // A wallet frozen after the approval holds its withdrawals until the freeze ends.
+    if super::withdrawals::frozen(svc, &w.wallet_id).await? {
+        return Ok(None);
+    }
     let nonce = match w.nonce {
         Some(n) => n,
         None => {

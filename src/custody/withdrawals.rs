@@ -253,10 +253,22 @@ fn custodial_key(record: &Value) -> Result<KeyId> {
         .ok_or_else(not_custodial)
 }
 
+/// Whether a wallet's record says it is frozen at `now` (`freeze.expires` in the future).
+fn is_frozen(record: &Value, now: i64) -> bool {
+    let expires = record.pointer("/freeze/expires").and_then(Value::as_str).and_then(crate::clock::parse_iso);
+    expires.is_some_and(|e| e > now)
+}
+
+/// Whether wallet `id` is frozen now.
+pub async fn frozen(svc: &Custody, id: &WalletId) -> crate::store::StoreResult<bool> {
+    let row = svc.store.wallets_by_ids(std::slice::from_ref(id), true).await?.pop();
+    let record: Value = row.and_then(|r| serde_json::from_str(r.record.as_str()).ok()).unwrap_or_default();
+    Ok(is_frozen(&record, svc.store.clock().now()))
+}
+
 /// A wallet whose `freeze.expires` is in the future refuses withdrawals (§6.1 `admin`).
 fn refuse_frozen(record: &Value, now: i64) -> Result<()> {
-    let expires = record.pointer("/freeze/expires").and_then(Value::as_str).and_then(crate::clock::parse_iso);
-    if expires.is_some_and(|e| e > now) {
+    if is_frozen(record, now) {
         return Err(Error::Invalid {
             name: ErrorName::WalletFrozen,
             message: "the wallet is frozen".into(),

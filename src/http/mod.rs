@@ -222,6 +222,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(custody::add_wallet))
         .routes(routes!(custody::get_key))
         .routes(routes!(custody::initiate))
+        .routes(routes!(custody::freeze))
         .routes(routes!(custody::create_tx_request, custody::list_tx_requests))
         .routes(routes!(approvals::list_coin_approvals))
         .routes(routes!(approvals::list_approvals))

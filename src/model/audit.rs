@@ -61,6 +61,8 @@ crate::types::text_enum!(
         ChainResync = "chain.resync",
         CustodyKeyCreated = "custody.key_created",
         WalletCreated = "wallet.created",
+        WalletFrozen = "wallet.frozen",
+        WalletUnfrozen = "wallet.unfrozen",
         WithdrawalInitiated = "withdrawal.initiated",
         WithdrawalRefused = "withdrawal.refused",
         WithdrawalApproved = "withdrawal.approved",

@@ -52,6 +52,17 @@ pub trait WalletStore: Send + Sync {
         balances: &Balances,
         audit: &[crate::model::audit::AuditEntry],
     ) -> StoreResult<Option<WalletRow>>;
+    /// Replaces wallet `id`'s §2.1 record (JSON object text, validated by the caller) if it is
+    /// still `before` (no other change landed meanwhile), with `audit` and `events`; `None`
+    /// when it changed or does not exist.
+    async fn set_wallet_record(
+        &self,
+        id: &WalletId,
+        before: &str,
+        record: &str,
+        audit: &[crate::model::audit::AuditEntry],
+        events: &[&super::EventWrite],
+    ) -> StoreResult<Option<Vec<super::Recorded>>>;
 }
 
 /// One record of [`Dialect::WALLETS_PACKED`]'s answer, `packed[range]`. Packing the answer in
@@ -128,6 +139,7 @@ impl<DB> WalletStore for SqlStore<DB>
 where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (Option<String>,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
 {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn upsert_wallets(
@@ -184,6 +196,32 @@ where
             start += record.len() + 1;
         }
         Ok(rows)
+    }
+
+    async fn set_wallet_record(
+        &self,
+        id: &WalletId,
+        before: &str,
+        record: &str,
+        audit: &[crate::model::audit::AuditEntry],
+        events: &[&super::EventWrite],
+    ) -> StoreResult<Option<Vec<super::Recorded>>> {
+        let mut tx = self.begin_write().await?;
+        let done =
+            sqlx::query("UPDATE wallets SET record = $3, updated_at = $4 WHERE id = $1 AND record = $2")
+                .bind(id.as_str())
+                .bind(before)
+                .bind(record)
+                .bind(self.clock.now_ms())
+                .execute(&mut *tx)
+                .await?;
+        if DB::rows_affected(&done) != 1 {
+            return Ok(None);
+        }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
+        tx.commit().await?;
+        Ok(Some(recorded))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

@@ -42,6 +42,8 @@ pub enum Event {
     TxRequestTransaction(TxRequestEvent),
     /// A withdrawal's approval expired (`transactionExpire`).
     TransactionExpire(TxRequestEvent),
+    /// A wallet was frozen or unfrozen (`admin`).
+    Admin(AdminEvent),
     /// An upstream system's event, of any §6 type.
     Posted(PostedEvent),
 }
@@ -62,6 +64,22 @@ pub struct PendingApprovalEvent {
     /// Answers given so far: the approval's version, for its id.
     #[serde(skip)]
     pub answers: usize,
+}
+
+/// `admin`: a wallet was frozen (withdrawals refused until `expires`) or unfrozen.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdminEvent {
+    pub coin: Coin,
+    pub wallet_id: WalletId,
+    /// `freeze` or `unfreeze`.
+    pub action: &'static str,
+    /// `{time, expires}` (ISO 8601) of a freeze; absent for an unfreeze.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub freeze: Option<Value>,
+    /// When it happened, Unix ms, for its id.
+    #[serde(skip)]
+    pub at_ms: i64,
 }
 
 /// `txRequest`, `txRequestTransaction` and `transactionExpire`: a withdrawal's change, from
@@ -281,6 +299,7 @@ impl Event {
             Event::TxRequest(e) | Event::TxRequestTransaction(e) | Event::TransactionExpire(e) => {
                 format!("custody:{}:{}:{}", e.tx_request_id, e.tx_request_version, self.kind())
             }
+            Event::Admin(e) => format!("custody:{}:{}:{}", e.wallet_id, e.action, e.at_ms),
             Event::Posted(e) => e.id.clone(),
         }
     }
@@ -299,6 +318,7 @@ impl Event {
             Event::TxRequest(_) => "txRequest",
             Event::TxRequestTransaction(_) => "txRequestTransaction",
             Event::TransactionExpire(_) => "transactionExpire",
+            Event::Admin(_) => "admin",
             Event::Posted(e) => &e.kind,
         }
     }
@@ -314,7 +334,8 @@ impl Event {
             | Event::PendingApproval(PendingApprovalEvent { wallet_id, .. })
             | Event::TxRequest(TxRequestEvent { wallet_id, .. })
             | Event::TxRequestTransaction(TxRequestEvent { wallet_id, .. })
-            | Event::TransactionExpire(TxRequestEvent { wallet_id, .. }) => Route::Wallet(wallet_id.clone()),
+            | Event::TransactionExpire(TxRequestEvent { wallet_id, .. })
+            | Event::Admin(AdminEvent { wallet_id, .. }) => Route::Wallet(wallet_id.clone()),
             Event::Block(BlockEvent { coin, .. })
             | Event::WalletConfirmation(AppearanceEvent { coin, .. }) => Route::Block(coin.clone()),
             Event::Posted(e) => e.route.clone(),
@@ -355,6 +376,7 @@ impl Event {
             Event::TxRequest(e) | Event::TxRequestTransaction(e) | Event::TransactionExpire(e) => {
                 serde_json::to_value(e)
             }
+            Event::Admin(e) => serde_json::to_value(e),
             Event::Posted(e) => return std::borrow::Cow::Borrowed(&e.fields),
         };
         // Plain structs of strings and numbers always serialise.

@@ -219,9 +219,12 @@ async fn a_rejected_or_canceled_withdrawal_is_never_signed() {
     )
     .await;
     assert_eq!(c.tx_request(second["txRequestId"].as_str().unwrap()).await["state"], "canceled");
-    // Rounds of the signer pass; nothing leaves the address.
-    c.anvil.mine(2).await;
-    wait_until_idle(&c.app.state.store).await;
+    // Two whole rounds of the signer pass; nothing leaves the address.
+    let rounds = metric_value(&c.app, "custodian_custody_signer_rounds_total").await;
+    until("two more rounds of the signer", 30, || async {
+        (metric_value(&c.app, "custodian_custody_signer_rounds_total").await >= rounds + 2).then_some(())
+    })
+    .await;
     let count = c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "pending"])).await;
     assert_eq!(count, "0x0");
 }
@@ -341,4 +344,61 @@ async fn a_withdrawal_tells_its_approval_and_each_state_change_to_the_wallets_we
     .await;
     wait_until_idle(&c.app.state.store).await;
     assert_eq!(receiver.received().len(), 8);
+}
+
+#[tokio::test]
+async fn a_frozen_wallet_refuses_withdrawals_holds_approved_ones_and_tells_its_admin_webhooks() {
+    let c = custodial(ONE_ETH, 1).await;
+    let receiver = crate::receiver::TestReceiver::start().await;
+    let path = format!("/api/v2/hteth/wallet/{}/webhooks", c.wallet_id());
+    expect_json(
+        c.app.post_auth(&path, &c.alice_token, &json!({ "type": "admin", "url": receiver.url })).await,
+        200,
+    )
+    .await;
+    // One approved just before the freeze: held, not signed.
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "9" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let freeze = format!("/api/v2/hteth/wallet/{}/freeze", c.wallet_id());
+    let frozen =
+        expect_json(c.app.post_auth(&freeze, &c.bob_token, &json!({ "duration": 600 })).await, 200).await;
+    assert!(frozen["expires"].is_string(), "{frozen}");
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    assert_error(c.initiate(&c.alice_token, &body).await, 400, "WalletFrozen").await;
+    let told = receiver.wait_for(1, 20).await;
+    let event: Value = serde_json::from_str(&told[0].body).unwrap();
+    assert_eq!(
+        (event["type"].as_str(), event["action"].as_str()),
+        (Some("admin"), Some("freeze")),
+        "{event}"
+    );
+    assert_eq!(event["freeze"]["expires"], frozen["expires"]);
+    let w = expect_json(
+        c.app.get_auth(&format!("/api/v2/hteth/wallet/{}", c.wallet_id()), &c.alice_token).await,
+        200,
+    )
+    .await;
+    assert_eq!(w["freeze"], frozen);
+    let id = pending["txRequestId"].as_str().unwrap();
+    // Two whole rounds of the signer pass while it is frozen: the approved one waits, unsigned.
+    let rounds = metric_value(&c.app, "custodian_custody_signer_rounds_total").await;
+    until("two more rounds of the signer", 30, || async {
+        (metric_value(&c.app, "custodian_custody_signer_rounds_total").await >= rounds + 2).then_some(())
+    })
+    .await;
+    assert_eq!(c.tx_request(id).await["state"], "pendingDelivery");
+    // The operator ends it early (`custodian wallet unfreeze`): the withdrawal goes out.
+    let wallet_id: custodian::types::WalletId = c.wallet_id().parse().unwrap();
+    custodian::custody::freeze::unfreeze(&c.app.state.custody, &wallet_id).await.unwrap();
+    until("the held withdrawal is sent after the unfreeze", 30, || async {
+        (c.tx_request(id).await["state"] == "delivered").then_some(())
+    })
+    .await;
+    let told = receiver.wait_for(2, 20).await;
+    let event: Value = serde_json::from_str(&told[1].body).unwrap();
+    assert_eq!(event["action"], "unfreeze", "{event}");
+    let audit =
+        c.app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'wallet.%frozen' ORDER BY seq").await;
+    assert_eq!(audit, ["wallet.frozen", "wallet.unfrozen"]);
 }

@@ -103,6 +103,35 @@ pub async fn get_key(
     Ok(Json(crate::custody::wallets::key_view(&state.custody, &auth, &coin, &id).await?))
 }
 
+/// Body of a freeze.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct FreezeRequest {
+    /// Seconds, 1 to a year; 3600 when absent.
+    #[schema(minimum = 1, maximum = 31536000)]
+    pub duration: Option<u64>,
+}
+
+/// Freezes a wallet (BitGoJS `wallet.freeze({duration})`): withdrawals are refused until it
+/// ends, and the wallet's `admin` webhooks are told. Answers `{time, expires}`.
+#[utoipa::path(post, path = "/api/v2/{coin}/wallet/{walletId}/freeze", tag = "custody", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
+    request_body = FreezeRequest,
+    responses(
+        (status = 200, description = "`{time, expires}` (ISO 8601)", body = Object),
+        (status = 400, description = "A bad duration", body = ErrorResponse),
+        (status = 403, description = "No wallet_freeze", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+        (status = 409, description = "The wallet changed meanwhile; try again", body = ErrorResponse),
+    ))]
+pub async fn freeze(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
+    ApiJson(req): ApiJson<FreezeRequest>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(crate::custody::freeze::freeze(&state.custody, &auth, &coin, &wallet_id, req.duration).await?))
+}
+
 /// One payee of `/tx/initiate`.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
