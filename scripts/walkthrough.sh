@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the README's walkthrough exactly as written (the first ```sh block under "## Walkthrough",
-# then the one under "## Watching a chain", which needs ports 8545 and 4000 again and npm),
+# then the one under "## Watching a chain", which needs ports 8545 and 4000 again and npm, then
+# docs/withdrawals.md's "## Walkthrough: moving money", which starts them again),
 # with `bash -e -o pipefail` from the repository root, so CI fails when a newcomer's paste would.
 # The database goes to a temporary folder (CUSTODIAN_DATABASE_URL) and ./data is untouched. Needs
 # ports 3080 and 4000 free, curl, jq and python3. Started processes are stopped on any exit.
@@ -14,10 +15,11 @@ block="$tmp/walkthrough.sh"
 python3 - "$block" <<'PY'
 import re, sys
 readme = open("README.md").read()
-# The walkthrough, then "Watching a chain", which continues from it.
+withdrawals = open("docs/withdrawals.md").read()
+# The walkthrough, then "Watching a chain", which continues from it, then moving money.
 blocks = []
-for title in ("## Walkthrough", "## Watching a chain"):
-    section = readme.split(title, 1)[1]
+for text, title in ((readme, "## Walkthrough"), (readme, "## Watching a chain"), (withdrawals, "## Walkthrough: moving money")):
+    section = text.split(title, 1)[1]
     blocks.append(re.search(r"```sh\n(.*?)```", section, re.S).group(1))
 open(sys.argv[1], "w").write("\n".join(blocks))
 PY
@@ -44,4 +46,5 @@ fi
 cat "$tmp/out.txt"
 grep -q '"state": "processed"' "$tmp/out.txt" || { echo "no webhook reached the receiver" >&2; exit 1; }
 grep -q '"state": "confirmed"' "$tmp/out.txt" || { echo "no chain transfer reached the receiver" >&2; exit 1; }
+grep -q '"transferType": "send"' "$tmp/out.txt" || { echo "no withdrawal reached the receiver" >&2; exit 1; }
 echo "walkthrough ok"

@@ -38,6 +38,8 @@ mod custody_faults;
 mod custody_scale;
 #[path = "api/custody_stuck.rs"]
 mod custody_stuck;
+#[path = "api/custody_tokens.rs"]
+mod custody_tokens;
 #[path = "api/delivery.rs"]
 mod delivery;
 #[path = "api/ecdh_login.rs"]

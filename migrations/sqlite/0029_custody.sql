@@ -25,6 +25,9 @@ CREATE TABLE withdrawals (
     state TEXT NOT NULL,
     version BIGINT NOT NULL,
     recipients TEXT NOT NULL,
+    -- A token withdrawal: the token's coin (hteth:usdc) and contract; NULL for the chain's coin.
+    token_coin TEXT,
+    token_contract TEXT,
     comment TEXT,
     key_id TEXT NOT NULL,
     from_address TEXT NOT NULL,

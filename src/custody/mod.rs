@@ -18,6 +18,7 @@ pub mod pkcs11;
 pub mod replace;
 pub mod sealed;
 pub mod signer;
+pub mod tokens;
 pub mod transaction;
 pub mod views;
 pub mod wallets;

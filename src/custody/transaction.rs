@@ -3,7 +3,7 @@
 
 use alloy_consensus::{SignableTransaction, TxEip1559};
 use alloy_eips::eip2718::Encodable2718;
-use alloy_primitives::{Bytes, TxKind};
+use alloy_primitives::TxKind;
 
 use super::{keys, node::SendNode, Custody};
 use crate::{chain::node::NodeError, model::custody::Withdrawal};
@@ -63,7 +63,8 @@ pub async fn build(
     let tip = u128::from(cfg.priority_fee_per_gas).max(floor_tip);
     let max_fee =
         base.saturating_mul(2).saturating_add(tip).max(floor_max).min(u128::from(cfg.max_fee_per_gas));
-    let estimated = node.estimate_gas(w.from, to, w.total(), Bytes::new()).await?;
+    let (to, value, input) = super::tokens::call_of(w, to);
+    let estimated = node.estimate_gas(w.from, to, value, input.clone()).await?;
     // A plain transfer costs exactly its estimate; a contract recipient gets a margin.
     let gas = if estimated == super::withdrawals::TRANSFER_GAS {
         estimated
@@ -77,8 +78,8 @@ pub async fn build(
         max_fee_per_gas: max_fee,
         max_priority_fee_per_gas: tip.min(max_fee),
         to: TxKind::Call(to),
-        value: w.total(),
+        value,
         access_list: Default::default(),
-        input: Bytes::new(),
+        input,
     })
 }

@@ -69,7 +69,7 @@ pub fn tx_request(w: &Withdrawal, attempts: &[crate::model::custody::Attempt]) -
         .map(|r| {
             json!({
                 "address": { "address": r.address.to_checksum(None) },
-                "amount": { "value": r.amount.to_string(), "symbol": w.coin.as_str() },
+                "amount": { "value": r.amount.to_string(), "symbol": w.token.as_ref().map_or(&w.coin, |t| &t.coin).as_str() },
             })
         })
         .collect();

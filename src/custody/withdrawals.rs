@@ -91,19 +91,24 @@ async fn start(
     wallet_id: &WalletId,
     req: &WithdrawalRequest,
 ) -> Result<Started> {
+    // A token route (`/api/v2/hteth:usdc/...`) spends from the chain's wallet.
+    let chain = crate::chain::chain_of(coin)?;
     let wallet =
-        crate::wallets::wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::Spend).await?;
+        crate::wallets::wallet_access(&svc.wallets, auth, &chain, wallet_id, WalletPermission::Spend).await?;
     let record: Value = serde_json::from_str(wallet.record.as_str()).unwrap_or_default();
     let key_id = custodial_key(&record)?;
     let now = svc.store.clock().now();
     refuse_frozen(&record, now)?;
     require_spender(&record, auth)?;
     let Parsed { recipients, total, comment, idempotency_key } = parse_request(req)?;
-    check_limits(auth, coin, &total, now)?;
+    let names: Vec<Option<&str>> = req.recipients.iter().map(|r| r.token_name.as_deref()).collect();
+    let token = super::tokens::resolve(&svc.config, &chain, coin, &names)?;
+    check_limits(auth, token.as_ref().map_or(&chain, |t| &t.coin), &total, now)?;
     if let Some(otp) = &req.otp {
         check_otp(svc, auth, otp).await?;
     }
-    let fee_reserve = U256::from(TRANSFER_GAS) * U256::from(svc.config.withdrawals.max_fee_per_gas);
+    let gas = if token.is_some() { super::tokens::TOKEN_TRANSFER_GAS } else { TRANSFER_GAS };
+    let fee_reserve = U256::from(gas) * U256::from(svc.config.withdrawals.max_fee_per_gas);
     let from = crate::chain::record_address(&record, "/coinSpecific/baseAddress").ok_or_else(|| {
         Error::Internal(anyhow::anyhow!("custodial wallet {wallet_id} has no base address"))
     })?;
@@ -112,13 +117,14 @@ async fn start(
     let withdrawal = Withdrawal {
         id: id.clone(),
         wallet_id: wallet.id.clone(),
-        coin: coin.clone(),
+        coin: chain.clone(),
         enterprise: wallet.enterprise.clone(),
         creator: auth.user.id.clone(),
         idempotency_key,
         state: TxRequestState::PendingApproval,
         version: 1,
         recipients,
+        token,
         comment,
         key_id,
         from,
@@ -325,12 +331,6 @@ fn parse_recipients(reqs: &[RecipientRequest]) -> Result<Vec<Recipient>> {
     reqs.iter()
         .enumerate()
         .map(|(i, r)| {
-            if r.token_name.is_some() {
-                return Err(Error::invalid_field(
-                    format!("recipients[{i}].tokenName"),
-                    "token withdrawals are not supported yet",
-                ));
-            }
             let address = parse_eth_address(&r.address)
                 .map_err(|e| Error::invalid_field(format!("recipients[{i}].address"), e))?;
             let amount = parse_amount(&r.amount).ok_or_else(|| {
@@ -405,15 +405,17 @@ async fn check_funds(svc: &Custody, wallet: &WalletRow, w: &Withdrawal) -> Resul
             ),
         });
     }
+    super::tokens::check_balance(svc, &wallet.id, w, &flying).await?;
+    let spent = super::tokens::wei_spent;
     let held =
-        flying.iter().fold(U256::ZERO, |a, f| a.saturating_add(f.total()).saturating_add(f.fee_reserve));
+        flying.iter().fold(U256::ZERO, |a, f| a.saturating_add(spent(f)).saturating_add(f.fee_reserve));
     let balance = wallet
         .balances
         .balance
         .as_ref()
         .and_then(|b| U256::from_str_radix(b.as_str(), 10).ok())
         .unwrap_or(U256::ZERO);
-    let needed = w.total().saturating_add(w.fee_reserve).saturating_add(held);
+    let needed = spent(w).saturating_add(w.fee_reserve).saturating_add(held);
     if needed > balance {
         return Err(Error::Invalid {
             name: ErrorName::InsufficientBalance,

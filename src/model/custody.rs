@@ -77,6 +77,14 @@ string_enum!(
     ApprovalState { Pending = "pending", Approved = "approved", Rejected = "rejected", Canceled = "canceled" }
 );
 
+/// An ERC-20 token a withdrawal sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    /// `<chain>:<ticker>`, as configured (`chains.<coin>.tokens`).
+    pub coin: Coin,
+    pub contract: Address,
+}
+
 /// One payee of a withdrawal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recipient {
@@ -99,6 +107,8 @@ pub struct Withdrawal {
     /// Bumped on every change (BitGo's `version`).
     pub version: i64,
     pub recipients: Vec<Recipient>,
+    /// The token it sends (an ERC-20 `transfer` call), or `None` for the chain's coin.
+    pub token: Option<Token>,
     pub comment: Option<String>,
     /// The custodial wallet's key and address, which signs and pays.
     pub key_id: KeyId,

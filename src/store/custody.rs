@@ -166,6 +166,7 @@ where
         rows.into_iter().map(KeyRow::into_record).collect()
     }
 
+    // Long: one transaction: the idempotency check, both inserts, the audit and the events.
     async fn create_withdrawal(
         &self,
         w: &Withdrawal,
@@ -185,8 +186,8 @@ where
             return Ok(Created::Existing(Box::new(row.into_withdrawal()?)));
         }
         let inserted = sqlx::query(&format!(
-            "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-             $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15)"
+            "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $16, $17, \
+             $10, $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15)"
         ))
         .bind(w.id.as_str())
         .bind(w.wallet_id.as_str())
@@ -203,6 +204,8 @@ where
         .bind(w.approval_id.as_str())
         .bind(w.fee_reserve.to_string())
         .bind(w.created_at)
+        .bind(w.token.as_ref().map(|t| t.coin.as_str().to_string()))
+        .bind(w.token.as_ref().map(|t| t.contract.to_checksum(None)))
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {

@@ -9,7 +9,7 @@ use super::{
     StoreError, StoreResult,
 };
 use crate::model::custody::{
-    Approval, ApprovalState, KeyRecord, Recipient, Resolver, TxRequestState, Withdrawal,
+    Approval, ApprovalState, KeyRecord, Recipient, Resolver, Token, TxRequestState, Withdrawal,
 };
 use crate::types::{Coin, TxRequestId, UserId};
 use alloy_primitives::U256;
@@ -18,7 +18,7 @@ pub(super) const KEY_COLUMNS: &str = "id, wallet_id, backend, public_key, addres
 
 pub(super) const WITHDRAWAL_COLUMNS: &str =
     "id, wallet_id, coin, enterprise, creator, idempotency_key, state, version, \
-     recipients, comment, key_id, from_address, approval_id, nonce, tx_hash, signed_tx, fee_reserve, error, \
+     recipients, token_coin, token_contract, comment, key_id, from_address, approval_id, nonce, tx_hash, signed_tx, fee_reserve, error, \
      mined_block, created_at, updated_at";
 
 pub(super) const APPROVAL_COLUMNS: &str =
@@ -61,6 +61,8 @@ pub(super) struct WithdrawalRow {
     state: String,
     version: i64,
     recipients: String,
+    token_coin: Option<String>,
+    token_contract: Option<String>,
     comment: Option<String>,
     key_id: String,
     from_address: String,
@@ -118,6 +120,13 @@ impl WithdrawalRow {
             state,
             version: self.version,
             recipients,
+            token: match (self.token_coin.as_deref(), self.token_contract.as_deref()) {
+                (Some(coin), Some(contract)) => Some(Token {
+                    coin: parse_stored(coin, "token coin")?,
+                    contract: parse_stored(contract, "token contract")?,
+                }),
+                _ => None,
+            },
             comment: self.comment,
             key_id: parse_stored(&self.key_id, "key id")?,
             from: parse_stored(&self.from_address, "address")?,

@@ -66,7 +66,16 @@ pub async fn custodial_with(
     approvals_required: u32,
     tweak: impl FnOnce(&mut custodian::config::Config),
 ) -> Custodial {
-    let anvil = Anvil::start().await;
+    custodial_on(Anvil::start().await, fund, approvals_required, tweak).await
+}
+
+/// [`custodial_with`] on a node already running (a token deployed on it).
+pub async fn custodial_on(
+    anvil: Anvil,
+    fund: u128,
+    approvals_required: u32,
+    tweak: impl FnOnce(&mut custodian::config::Config),
+) -> Custodial {
     let app = spawn_app_with(|c| {
         watch(c, &anvil);
         c.withdrawals.poll_interval_ms = 50;

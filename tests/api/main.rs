@@ -20,6 +20,7 @@ mod custody;
 mod custody_faults;
 mod custody_scale;
 mod custody_stuck;
+mod custody_tokens;
 mod delivery;
 mod ecdh_login;
 mod errors;

@@ -142,7 +142,7 @@ pub struct InitiateRecipient {
     /// Base units (wei), digits or a JSON integer, above 0.
     #[schema(value_type = String, pattern = "^[0-9]{1,78}$")]
     pub amount: Value,
-    /// A token (not supported yet: refused).
+    /// A token configured for the chain (`hteth:usdc`): an ERC-20 withdrawal.
     pub token_name: Option<String>,
 }
 

@@ -1,0 +1,107 @@
+//! Token (ERC-20) withdrawals: which configured token a request names, and whether the wallet
+//! holds enough of it (docs/withdrawals.md#tokens). The transaction is the token contract's
+//! `transfer(to, amount)`, paid for in the chain's coin.
+
+use alloy_primitives::{Address, Bytes, U256};
+use alloy_sol_types::SolCall;
+
+use super::Custody;
+use crate::{
+    config::Config,
+    error::{Error, ErrorName, Result},
+    model::custody::{Token, Withdrawal},
+    types::{parse_eth_address, Coin, WalletId},
+};
+
+/// Gas held back for a token withdrawal at initiation (its estimate is made at signing).
+pub const TOKEN_TRANSFER_GAS: u64 = 100_000;
+
+alloy_sol_types::sol! {
+    function transfer(address to, uint256 amount) external returns (bool);
+}
+
+/// The token a withdrawal sends: the route's coin when it is a token (`/api/v2/hteth:usdc/...`)
+/// or the recipients' `tokenName`s (`names`, in their order), which must agree; `None` for the
+/// chain's coin. Errors: `InvalidField` for a token this chain does not configure
+/// (`chains.<coin>.tokens`), or recipients naming different tokens.
+pub fn resolve(config: &Config, chain: &Coin, route: &Coin, names: &[Option<&str>]) -> Result<Option<Token>> {
+    let mut named: Option<&str> = (route != chain).then_some(route.as_str());
+    for (i, name) in names.iter().enumerate() {
+        match (named, *name) {
+            (_, None) => {}
+            (None, Some(t)) => named = Some(t),
+            (Some(a), Some(b)) if a == b => {}
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid_field(
+                    format!("recipients[{i}].tokenName"),
+                    "one token per withdrawal",
+                ))
+            }
+        }
+    }
+    let Some(name) = named else { return Ok(None) };
+    let unknown =
+        || Error::invalid_field("tokenName", format!("{name} is not a token configured for {chain}"));
+    let configured = config.chains.get(chain.as_str()).and_then(|c| c.tokens.iter().find(|t| t.coin == name));
+    let t = configured.ok_or_else(unknown)?;
+    Ok(Some(Token {
+        coin: t.coin.parse().map_err(|_| unknown())?,
+        contract: parse_eth_address(&t.contract).map_err(|_| unknown())?,
+    }))
+}
+
+/// Refuses a token withdrawal above the wallet's balance of the token (the chain watcher's)
+/// less the token withdrawals in flight.
+pub async fn check_balance(
+    svc: &Custody,
+    wallet: &WalletId,
+    w: &Withdrawal,
+    flying: &[Withdrawal],
+) -> Result<()> {
+    let Some(token) = &w.token else { return Ok(()) };
+    let held = svc
+        .store
+        .token_balances(wallet)
+        .await?
+        .into_iter()
+        .find(|(coin, ..)| coin == token.coin.as_str())
+        .and_then(|(_, balance, ..)| U256::from_str_radix(&balance, 10).ok())
+        .unwrap_or(U256::ZERO);
+    let pending = flying
+        .iter()
+        .filter(|f| f.token.as_ref() == Some(token))
+        .fold(U256::ZERO, |a, f| a.saturating_add(f.total()));
+    let needed = w.total().saturating_add(pending);
+    if needed > held {
+        return Err(Error::Invalid {
+            name: ErrorName::InsufficientBalance,
+            message: format!(
+                "the wallet holds {held} {}; this withdrawal and those in flight need {needed}",
+                token.coin
+            ),
+            context: serde_json::json!({ "field": "amount", "balance": held.to_string(), "needed": needed.to_string() }),
+        });
+    }
+    Ok(())
+}
+
+/// What a withdrawal's transaction calls: (to, value, input). A token withdrawal calls the
+/// contract's `transfer` with no value; a coin withdrawal pays the recipient.
+pub fn call_of(w: &Withdrawal, recipient: Address) -> (Address, U256, Bytes) {
+    match &w.token {
+        Some(t) => {
+            let input = transferCall { to: recipient, amount: w.total() }.abi_encode();
+            (t.contract, U256::ZERO, input.into())
+        }
+        None => (recipient, w.total(), Bytes::new()),
+    }
+}
+
+/// Wei a withdrawal itself moves out of the wallet (none for a token's).
+pub fn wei_spent(w: &Withdrawal) -> U256 {
+    if w.token.is_some() {
+        U256::ZERO
+    } else {
+        w.total()
+    }
+}

@@ -1,0 +1,75 @@
+//! Token (ERC-20) withdrawals on a real token contract: a `transfer` call from the custodial
+//! wallet's address, its gas paid in ETH, refused when the token or the gas is short.
+
+use serde_json::{json, Value};
+
+use crate::chain::{deploy_token, word_address, word_number, Anvil, ONE_ETH, OTHER, RICH};
+use crate::common::*;
+use crate::custody::custodial_on;
+
+async fn token_balance(anvil: &Anvil, contract: &str, who: &str) -> u128 {
+    let call = json!({ "to": contract, "data": format!("0x70a08231{}", word_address(who)) });
+    let v = anvil.rpc("eth_call", json!([call, "latest"])).await;
+    u128::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// Sends `amount` of the token from anvil's first account to the wallet, and waits until the
+/// watcher has read the wallet's token balance.
+async fn fund_tokens(c: &crate::custody::Custodial, contract: &str, amount: u128) {
+    let fund = json!({ "from": RICH, "to": contract,
+        "data": format!("0xa9059cbb{}{}", word_address(&c.address()), word_number(amount)) });
+    c.anvil.rpc("eth_sendTransaction", json!([fund])).await;
+    c.anvil.mine(3).await;
+    let path = format!("/api/v2/hteth/wallet/{}?allTokens=true", c.wallet_id());
+    until("the watcher reads the token balance", 30, || async {
+        let w: Value = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
+        (w["tokens"]["hteth:tst"]["balanceString"] == json!(amount.to_string())).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_token_withdrawal_calls_the_contract_and_pays_the_recipient_once() {
+    let anvil = Anvil::start().await;
+    let (contract, token) = deploy_token(&anvil, &word_number(1_000_000 * ONE_ETH)).await;
+    let c =
+        custodial_on(anvil, ONE_ETH, 1, |cfg| cfg.chains.get_mut("hteth").unwrap().tokens.push(token)).await;
+    fund_tokens(&c, &contract, 50 * ONE_ETH).await;
+    // More than it holds, a token no chain configures: refused.
+    let too_much = json!({ "recipients": [{ "address": OTHER, "amount": (51 * ONE_ETH).to_string(), "tokenName": "hteth:tst" }] });
+    assert_error(c.initiate(&c.alice_token, &too_much).await, 400, "InsufficientBalance").await;
+    let unknown = json!({ "recipients": [{ "address": OTHER, "amount": "1", "tokenName": "hteth:nope" }] });
+    assert_error(c.initiate(&c.alice_token, &unknown).await, 400, "InvalidField").await;
+    // 7 TST through the token's own route, BitGo's way of naming the coin.
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": (7 * ONE_ETH).to_string() }] });
+    let path = format!("/api/v2/hteth:tst/wallet/{}/tx/initiate", c.wallet_id());
+    let pending = expect_json(c.app.post_auth(&path, &c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    let sent = until("the token withdrawal is sent", 30, || async {
+        let t = c.tx_request(id).await;
+        (t["state"] == "delivered").then_some(t)
+    })
+    .await;
+    assert_eq!(sent["intent"]["recipients"][0]["amount"]["symbol"], "hteth:tst");
+    let hash = sent["transactions"][0]["txHash"].as_str().unwrap();
+    let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    assert_eq!(receipt["to"].as_str().unwrap(), contract.to_lowercase());
+    assert_eq!(token_balance(&c.anvil, &contract, OTHER).await, 7 * ONE_ETH);
+    assert_eq!(token_balance(&c.anvil, &contract, &c.address()).await, 43 * ONE_ETH);
+    assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x1");
+}
+
+#[tokio::test]
+async fn a_token_withdrawal_without_eth_for_its_gas_is_refused() {
+    let anvil = Anvil::start().await;
+    let (contract, token) = deploy_token(&anvil, &word_number(1_000_000 * ONE_ETH)).await;
+    let c = custodial_on(anvil, 0, 1, |cfg| cfg.chains.get_mut("hteth").unwrap().tokens.push(token)).await;
+    fund_tokens(&c, &contract, 5 * ONE_ETH).await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "1", "tokenName": "hteth:tst" }] });
+    let refused = assert_error(c.initiate(&c.alice_token, &body).await, 400, "InsufficientBalance").await;
+    assert_eq!(refused["context"]["balance"], "0", "{refused}");
+    assert!(c.app.raw_sql("SELECT id FROM withdrawals").await.is_empty());
+}
