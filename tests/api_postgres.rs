@@ -32,6 +32,8 @@ mod common;
 mod connections;
 #[path = "api/custody.rs"]
 mod custody;
+#[path = "api/custody_approvals.rs"]
+mod custody_approvals;
 #[path = "api/custody_faults.rs"]
 mod custody_faults;
 #[path = "api/custody_scale.rs"]

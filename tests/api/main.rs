@@ -17,6 +17,7 @@ mod cli;
 mod common;
 mod connections;
 mod custody;
+mod custody_approvals;
 mod custody_faults;
 mod custody_scale;
 mod custody_stuck;
