@@ -103,7 +103,7 @@ async fn start(
     let Parsed { recipients, total, comment, idempotency_key } = parse_request(req)?;
     let names: Vec<Option<&str>> = req.recipients.iter().map(|r| r.token_name.as_deref()).collect();
     let token = super::tokens::resolve(&svc.config, &chain, coin, &names)?;
-    check_limits(auth, token.as_ref().map_or(&chain, |t| &t.coin), &total, now)?;
+    check_limits(&fresh_token(svc, auth).await?, token.as_ref().map_or(&chain, |t| &t.coin), &total, now)?;
     if let Some(otp) = &req.otp {
         check_otp(svc, auth, otp).await?;
     }
@@ -357,11 +357,20 @@ fn parse_amount(v: &Value) -> Option<U256> {
     U256::from_str_radix(&text, 10).ok().filter(|a| !a.is_zero())
 }
 
+/// The caller's token as stored now, not as this process's read cache last saw it (up to a
+/// second old): an unlock, a lock or a revocation made through another host counts at once.
+async fn fresh_token(svc: &Custody, auth: &Principal) -> Result<crate::model::token::TokenRecord> {
+    let fresh = svc.store.token_by_id(&auth.token.id).await?;
+    fresh.filter(|t| t.revoked_at.is_none()).ok_or_else(|| Error::Unauthenticated {
+        name: ErrorName::InvalidToken,
+        message: "the access token was revoked".into(),
+    })
+}
+
 /// §4.3: a token with a spending limit for the coin may send at most its `txValueLimit` per
 /// transaction; one without must be unlocked. An unlocked session has no limits (BitGo:
 /// "unlocking a token with spending limits removes all spending limits").
-fn check_limits(auth: &Principal, coin: &Coin, total: &U256, now: i64) -> Result<()> {
-    let t = &auth.token;
+fn check_limits(t: &crate::model::token::TokenRecord, coin: &Coin, total: &U256, now: i64) -> Result<()> {
     if t.unlock.as_ref().is_some_and(|u| u.expires > now) {
         return Ok(());
     }

@@ -84,3 +84,28 @@ async fn fifty_withdrawals_through_two_processes_take_consecutive_nonces_and_are
     let paid: u128 = (0..COUNT as u128).map(|i| 1000 + i).sum();
     assert_eq!(anvil.balance(PAYEE).await, before + paid);
 }
+
+#[tokio::test]
+async fn an_unlock_or_a_lock_through_one_process_counts_at_once_in_another() {
+    let anvil = Anvil::start().await;
+    let c = cluster(&anvil.url).await;
+    let enterprise = std::fs::read_to_string(c.dir.path().join("enterprise")).unwrap();
+    let [a, b] = [c.start().await, c.start().await];
+    let alice = c.login_as(&a.base, "alice@example.com").await;
+    let add = json!({ "label": "two hosts", "enterprise": enterprise, "type": "custodial" });
+    let wallet = post(&c, &a, &alice, "/api/v2/hteth/wallet/add", &add, "POST").await;
+    let initiate = format!("{}/api/v2/hteth/wallet/{}/tx/initiate", b.base, wallet["id"].as_str().unwrap());
+    let body = json!({ "recipients": [{ "address": PAYEE, "amount": "1" }] });
+    let name = |v: Value| v["name"].as_str().unwrap_or_default().to_string();
+    let ask = || async {
+        let res = c.client.post(&initiate).bearer_auth(&alice).json(&body).send().await.unwrap();
+        name(res.json().await.unwrap())
+    };
+    // `b` has the session in its read cache (a refusal needs it loaded).
+    assert_eq!(ask().await, "NeedsUnlock");
+    post(&c, &a, &alice, "/api/v2/user/unlock", &json!({ "otp": "000000" }), "POST").await;
+    // Unlocked through `a`: `b` sees it at once (the wallet is empty, so the next refusal).
+    assert_eq!(ask().await, "InsufficientBalance");
+    post(&c, &a, &alice, "/api/v2/user/lock", &json!({}), "POST").await;
+    assert_eq!(ask().await, "NeedsUnlock");
+}
