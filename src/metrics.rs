@@ -183,6 +183,8 @@ pub struct CustodyMetrics {
     pub at_fee_cap: Counter,
     /// The signer's rounds that ran to the end.
     pub rounds: Counter,
+    /// The widest nonce gap of a signing address at the last round (0: none).
+    pub nonce_gap: Gauge,
 }
 
 impl CustodyMetrics {
@@ -199,6 +201,11 @@ impl CustodyMetrics {
             self.broadcasts.clone(),
         );
         registry.register("custody_signer_rounds", "Signer rounds that ran to the end", self.rounds.clone());
+        registry.register(
+            "custody_nonce_gap",
+            "Nonces reserved for an address but neither with the node nor on their way (the widest, last round)",
+            self.nonce_gap.clone(),
+        );
         registry.register(
             "custody_replacements",
             "Stuck withdrawals replaced at the same nonce with higher fees",

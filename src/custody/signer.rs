@@ -92,6 +92,7 @@ pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNod
         super::replace::follow(svc, chain_id, node, &w).await?;
     }
     super::replace::recheck_mined(svc, coin, node).await?;
+    super::replace::reconcile(svc, coin, node).await?;
     svc.metrics.custody.rounds.inc();
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use custodian_macros::sql_bounds;
 
-use alloy_primitives::B256;
+use alloy_primitives::{Address, B256};
 use async_trait::async_trait;
 use sqlx::FromRow;
 
@@ -37,6 +37,9 @@ pub trait AttemptStore: Send + Sync {
     async fn replace_signed(&self, r: &Replacement<'_>, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
     /// The attempt `hash` was mined in `block`: it becomes the withdrawal's transaction.
     async fn settle_mined(&self, id: &TxRequestId, hash: &B256, block: u64) -> StoreResult<()>;
+    /// Each signing address of `chain` with its next nonce and how many of its withdrawals hold
+    /// a nonce but have not reached the node yet (`pendingDelivery` or `signed`), at most `limit`.
+    async fn nonce_counters(&self, chain: &str, limit: u32) -> StoreResult<Vec<(Address, u64, u64)>>;
 }
 
 #[derive(FromRow)]
@@ -92,6 +95,7 @@ impl<DB> AttemptStore for SqlStore<DB>
 where
     for<'r> AttemptRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, i64, i64): FromRow<'r, DB::Row>,
 {
     async fn withdrawal_attempts(&self, id: &TxRequestId) -> StoreResult<Vec<Attempt>> {
         let rows: Vec<AttemptRow> = sqlx::query_as(
@@ -142,5 +146,27 @@ where
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn nonce_counters(&self, chain: &str, limit: u32) -> StoreResult<Vec<(Address, u64, u64)>> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT n.address, n.next_nonce, (SELECT COUNT(*) FROM withdrawals w WHERE w.coin = n.chain \
+             AND w.from_address = n.address AND w.nonce IS NOT NULL AND w.state IN ('pendingDelivery', 'signed')) \
+             FROM signer_nonces n WHERE n.chain = $1 ORDER BY n.address LIMIT $2",
+        )
+        .bind(chain)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(address, next, held)| {
+                let address = parse_stored(&address, "signing address")?;
+                Ok((
+                    address,
+                    u64::try_from(next).unwrap_or_default(),
+                    u64::try_from(held).unwrap_or_default(),
+                ))
+            })
+            .collect()
     }
 }

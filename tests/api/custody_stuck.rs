@@ -92,3 +92,30 @@ async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once()
     assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x1");
     assert_eq!(c.anvil.balance(OTHER).await, before + 2718);
 }
+
+#[tokio::test]
+async fn a_nonce_reserved_but_never_with_the_node_is_reported_as_a_gap() {
+    let c = custodial_with(ONE_ETH, 1, |_| {}).await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "1" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    until("the withdrawal is sent", 30, || async {
+        (c.tx_request(id).await["state"] == "delivered").then_some(())
+    })
+    .await;
+    let rounds = metric_value(&c.app, "custodian_custody_signer_rounds_total").await;
+    until("a round after the send", 30, || async {
+        (metric_value(&c.app, "custodian_custody_signer_rounds_total").await > rounds).then_some(())
+    })
+    .await;
+    assert_eq!(metric_value(&c.app, "custodian_custody_nonce_gap").await, 0, "no gap after a clean send");
+    // A nonce the store handed out that no transaction carries (a withdrawal lost after it took
+    // its nonce): every later transaction of the address would wait behind it.
+    c.app.raw_sql("UPDATE signer_nonces SET next_nonce = next_nonce + 1").await;
+    until("the gap is reported", 30, || async {
+        (metric_value(&c.app, "custodian_custody_nonce_gap").await == 1).then_some(())
+    })
+    .await;
+}
