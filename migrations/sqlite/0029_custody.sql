@@ -85,3 +85,5 @@ CREATE TABLE withdrawal_attempts (
     created_at BIGINT NOT NULL,
     PRIMARY KEY (tx_request_id, attempt)
 );
+-- The chain watcher names the withdrawal a send it sees belongs to.
+CREATE INDEX withdrawal_attempts_by_hash ON withdrawal_attempts (tx_hash);

@@ -52,6 +52,11 @@ async fn send(
     confirmations: u64,
     keep: impl Fn(&crate::model::webhook::Webhook) -> bool,
 ) -> Result<Option<Prepared>, Error> {
+    // A send may be a withdrawal of the service's own (docs/withdrawals.md#events).
+    let tx_request_id = match t.kind() {
+        "send" => svc.store.tx_request_of(&t.txid.to_lowercase()).await?.map(|id| id.as_str().to_string()),
+        _ => None,
+    };
     let event = Event::Transfer(TransferEvent {
         coin: t.coin.clone(),
         wallet_id: t.wallet_id.clone(),
@@ -63,6 +68,7 @@ async fn send(
         fee_string: t.fee.clone(),
         height: t.height,
         confirmations,
+        tx_request_id,
         told: what.to_string(),
         block_hash: t.block_hash.clone(),
     });

@@ -40,6 +40,8 @@ pub trait AttemptStore: Send + Sync {
     /// Each signing address of `chain` with its next nonce and how many of its withdrawals hold
     /// a nonce but have not reached the node yet (`pendingDelivery` or `signed`), at most `limit`.
     async fn nonce_counters(&self, chain: &str, limit: u32) -> StoreResult<Vec<(Address, u64, u64)>>;
+    /// The withdrawal one of whose transactions has hash `hash` (`0x` and 64 lower-case hex).
+    async fn tx_request_of(&self, hash: &str) -> StoreResult<Option<TxRequestId>>;
 }
 
 #[derive(FromRow)]
@@ -168,5 +170,14 @@ where
                 ))
             })
             .collect()
+    }
+
+    async fn tx_request_of(&self, hash: &str) -> StoreResult<Option<TxRequestId>> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT tx_request_id FROM withdrawal_attempts WHERE tx_hash = $1")
+                .bind(hash)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|(id,)| parse_stored(&id, "txRequest id")).transpose()
     }
 }

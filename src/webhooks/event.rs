@@ -130,6 +130,9 @@ pub struct TransferEvent {
     pub fee_string: String,
     pub height: u64,
     pub confirmations: u64,
+    /// The withdrawal (txRequest) a send from a custodial wallet is, when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_request_id: Option<String>,
     /// What the event tells, for its id: the state, or `c<N>` for N confirmations reached.
     #[serde(skip)]
     pub told: String,
@@ -412,6 +415,7 @@ mod tests {
             fee_string: "0".into(),
             height: 7,
             confirmations: 3,
+            tx_request_id: None,
             told: "confirmed".into(),
             block_hash: "0xh".into(),
         });

@@ -119,3 +119,38 @@ async fn a_nonce_reserved_but_never_with_the_node_is_reported_as_a_gap() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_sends_transfer_notifications_name_their_withdrawal() {
+    let c = custodial_with(ONE_ETH, 1, |_| {}).await;
+    let receiver = crate::receiver::TestReceiver::start().await;
+    let path = format!("/api/v2/hteth/wallet/{}/webhooks", c.wallet_id());
+    expect_json(
+        c.app.post_auth(&path, &c.alice_token, &json!({ "type": "transfer", "url": receiver.url })).await,
+        200,
+    )
+    .await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "12" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    until("the withdrawal is sent", 30, || async {
+        (c.tx_request(id).await["state"] == "delivered").then_some(())
+    })
+    .await;
+    c.anvil.mine(3).await;
+    let sends = until("the send is told confirmed", 30, || async {
+        let sends: Vec<Value> = receiver
+            .received()
+            .iter()
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .filter(|b| b["transferType"] == "send")
+            .collect();
+        sends.iter().any(|b| b["state"] == "confirmed").then_some(sends)
+    })
+    .await;
+    for send in &sends {
+        assert_eq!(send["txRequestId"], pending["txRequestId"], "{send}");
+    }
+}
