@@ -43,6 +43,20 @@ impl Custodial {
         body["txRequests"][0].clone()
     }
 
+    /// Alice asks for `amount` wei to `to`, Bob approves, and the signer sends it: its txRequest.
+    pub async fn withdraw(&self, to: &str, amount: &str) -> Value {
+        let body = json!({ "recipients": [{ "address": to, "amount": amount }] });
+        let pending = expect_json(self.initiate(&self.alice_token, &body).await, 200).await;
+        let approve = json!({ "state": "approved", "otp": "000000" });
+        expect_json(self.answer(&self.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+        let id = pending["txRequestId"].as_str().unwrap();
+        until("the withdrawal is sent", 30, || async {
+            let t = self.tx_request(id).await;
+            (t["state"] == "delivered").then_some(t)
+        })
+        .await
+    }
+
     /// Waits until the watcher's balance of the wallet is `wei`.
     pub async fn balance_is(&self, wei: u128) {
         let path = format!("/api/v2/hteth/wallet/{}?expandBalance=true", self.wallet_id());

@@ -96,15 +96,7 @@ async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once()
 #[tokio::test]
 async fn a_nonce_reserved_but_never_with_the_node_is_reported_as_a_gap() {
     let c = custodial_with(ONE_ETH, 1, |_| {}).await;
-    let body = json!({ "recipients": [{ "address": OTHER, "amount": "1" }] });
-    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
-    let approve = json!({ "state": "approved", "otp": "000000" });
-    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
-    let id = pending["txRequestId"].as_str().unwrap();
-    until("the withdrawal is sent", 30, || async {
-        (c.tx_request(id).await["state"] == "delivered").then_some(())
-    })
-    .await;
+    c.withdraw(OTHER, "1").await;
     let rounds = metric_value(&c.app, "custodian_custody_signer_rounds_total").await;
     until("a round after the send", 30, || async {
         (metric_value(&c.app, "custodian_custody_signer_rounds_total").await > rounds).then_some(())
@@ -130,15 +122,7 @@ async fn the_sends_transfer_notifications_name_their_withdrawal() {
         200,
     )
     .await;
-    let body = json!({ "recipients": [{ "address": OTHER, "amount": "12" }] });
-    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
-    let approve = json!({ "state": "approved", "otp": "000000" });
-    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
-    let id = pending["txRequestId"].as_str().unwrap();
-    until("the withdrawal is sent", 30, || async {
-        (c.tx_request(id).await["state"] == "delivered").then_some(())
-    })
-    .await;
+    let sent = c.withdraw(OTHER, "12").await;
     c.anvil.mine(3).await;
     let sends = until("the send is told confirmed", 30, || async {
         let sends: Vec<Value> = receiver
@@ -151,6 +135,6 @@ async fn the_sends_transfer_notifications_name_their_withdrawal() {
     })
     .await;
     for send in &sends {
-        assert_eq!(send["txRequestId"], pending["txRequestId"], "{send}");
+        assert_eq!(send["txRequestId"], sent["txRequestId"], "{send}");
     }
 }
