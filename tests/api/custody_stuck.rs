@@ -19,16 +19,8 @@ async fn a_stuck_withdrawal_is_replaced_with_higher_fees_and_only_the_replacemen
     let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.stuck_after = 60).await;
     c.anvil.rpc("evm_setAutomine", json!([false])).await;
     let before = c.anvil.balance(OTHER).await;
-    let body = json!({ "recipients": [{ "address": OTHER, "amount": "31337" }] });
-    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
-    let approve = json!({ "state": "approved", "otp": "000000" });
-    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
-    let id = pending["txRequestId"].as_str().unwrap();
-    let sent = until("the withdrawal is sent", 30, || async {
-        let t = c.tx_request(id).await;
-        (t["state"] == "delivered").then_some(t)
-    })
-    .await;
+    let sent = c.withdraw(OTHER, "31337").await;
+    let id = sent["txRequestId"].as_str().unwrap();
     let first = sent["transactions"][0]["txHash"].as_str().unwrap().to_string();
     let offered = hex_u128(&c.anvil.rpc("eth_getTransactionByHash", json!([first])).await["maxFeePerGas"]);
     // The next block's base fee far above what it offered: a block is mined without it.

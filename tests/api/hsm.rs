@@ -60,16 +60,7 @@ async fn a_withdrawal_signed_inside_the_hsm_is_mined_once() {
     let key_id = c.wallet["keys"][0].as_str().unwrap();
     assert_eq!(hex::decode(handle).unwrap(), key_id.as_bytes());
     let before = c.anvil.balance(OTHER).await;
-    let body = json!({ "recipients": [{ "address": OTHER, "amount": "4242" }] });
-    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
-    let approve = json!({ "state": "approved", "otp": "000000" });
-    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
-    let id = pending["txRequestId"].as_str().unwrap();
-    let sent = until("the withdrawal is sent", 30, || async {
-        let t = c.tx_request(id).await;
-        (t["state"] == "delivered").then_some(t)
-    })
-    .await;
+    let sent = c.withdraw(OTHER, "4242").await;
     let hash = sent["transactions"][0]["txHash"].as_str().unwrap();
     let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
     assert_eq!(receipt["from"].as_str().unwrap(), c.address().to_lowercase());
