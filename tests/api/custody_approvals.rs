@@ -86,3 +86,14 @@ async fn unlocking_a_token_with_spending_limits_lifts_them() {
         .await;
     expect_json(c.initiate(&limited, &over).await, 200).await;
 }
+
+#[tokio::test]
+async fn withdrawals_in_flight_are_capped_per_wallet() {
+    let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.max_in_flight_per_wallet = 2).await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "3" }] });
+    for _ in 0..2 {
+        expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    }
+    assert_error(c.initiate(&c.alice_token, &body).await, 409, "TooManyWithdrawals").await;
+    assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 2);
+}
