@@ -147,6 +147,9 @@ pub(super) async fn recheck_mined(
     Ok(())
 }
 
+/// Signing addresses compared with the node per check (by address).
+pub const MAX_RECONCILED: u32 = 500;
+
 /// Compares each signing address's next nonce in the store with the node's pending count: the
 /// nonces reserved but neither with the node nor held by a withdrawal on its way there are a
 /// gap, which stalls every later transaction of the address. The largest is the gauge

@@ -33,6 +33,10 @@ use crate::{
 
 pub use super::transaction::BATCH;
 
+/// How often the signer compares its nonces with the node's (`replace::reconcile`), seconds of
+/// the service's clock.
+pub const RECONCILE_EVERY: i64 = 30;
+
 /// Starts a signer for each configured chain; each stops when `stop` turns true.
 pub fn spawn_all(svc: &Custody, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
     let mut handles = Vec::new();
@@ -59,9 +63,20 @@ async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let pause = Duration::from_millis(svc.config.withdrawals.poll_interval_ms);
+    let mut reconciled: Option<i64> = None;
     while !*stop.borrow() {
         if let Err(e) = round(&svc, &coin, chain_id, node.as_ref()).await {
             tracing::warn!(coin = %coin, error = %e, "signer round failed; trying again");
+        }
+        // The gap check asks the node about every signing address: once a RECONCILE_EVERY.
+        let now = svc.store.clock().now();
+        if reconciled.is_none_or(|at| now.saturating_sub(at) >= RECONCILE_EVERY) {
+            match super::replace::reconcile(&svc, &coin, node.as_ref()).await {
+                Ok(()) => reconciled = Some(now),
+                Err(e) => {
+                    tracing::warn!(coin = %coin, error = %e, "the nonce gap check failed; trying again")
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
@@ -92,7 +107,6 @@ pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNod
         super::replace::follow(svc, chain_id, node, &w).await?;
     }
     super::replace::recheck_mined(svc, coin, node).await?;
-    super::replace::reconcile(svc, coin, node).await?;
     svc.metrics.custody.rounds.inc();
     Ok(())
 }

@@ -98,6 +98,12 @@ async fn a_nonce_reserved_but_never_with_the_node_is_reported_as_a_gap() {
     // A nonce the store handed out that no transaction carries (a withdrawal lost after it took
     // its nonce): every later transaction of the address would wait behind it.
     c.app.raw_sql("UPDATE signer_nonces SET next_nonce = next_nonce + 1").await;
+    // The check runs every `RECONCILE_EVERY` seconds of the service's clock.
+    c.app
+        .state
+        .store
+        .clock()
+        .advance(Duration::from_secs(custodian::custody::signer::RECONCILE_EVERY as u64 + 1));
     until("the gap is reported", 30, || async {
         (metric_value(&c.app, "custodian_custody_nonce_gap").await == 1).then_some(())
     })
