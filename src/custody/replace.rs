@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{
     node::{SendNode, SendRefusal},
-    transaction::{build, sign_tx, RoundError},
+    transaction::{build, gas_of, sign_tx, RoundError},
     Custody,
 };
 use crate::{
@@ -82,7 +82,8 @@ async fn replace(
     };
     let Some(key) = svc.store.custody_key(&w.key_id).await? else { return Ok(()) };
     let floor = (bumped(last.max_fee_per_gas), bumped(last.priority_fee_per_gas));
-    let tx = build(svc, chain_id, node, w, nonce, to, Some(floor)).await?;
+    let gas = gas_of(node, w, to).await?;
+    let tx = build(svc, chain_id, node, w, (nonce, gas), to, Some(floor)).await?;
     if tx.max_fee_per_gas < floor.0 || tx.max_priority_fee_per_gas < floor.1 {
         // At the cap: a replacement the node would refuse. It waits for the base fee to fall.
         svc.metrics.custody.at_fee_cap.inc();

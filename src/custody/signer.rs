@@ -17,7 +17,7 @@ pub use super::transaction::RoundError;
 use super::{
     events::{self, Announcement},
     node::{SendNode, SendRefusal},
-    transaction::{build, sign_tx},
+    transaction::{build, gas_of, sign_tx},
     Custody,
 };
 use crate::{
@@ -95,20 +95,33 @@ pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNod
         limit: BATCH,
         ..Default::default()
     };
+    // One withdrawal's failure (a node error about it) does not hold the others back.
     for w in svc.store.withdrawals(&of(TxRequestState::PendingDelivery, false)).await? {
-        if let Some(signed) = sign(svc, coin, chain_id, node, w).await? {
-            send(svc, node, &signed).await?;
-        }
+        let id = w.id.clone();
+        let step = async {
+            if let Some(signed) = sign(svc, coin, chain_id, node, w).await? {
+                send(svc, node, &signed).await?;
+            }
+            Ok::<_, RoundError>(())
+        };
+        alone(coin, &id, step.await);
     }
     for w in svc.store.withdrawals(&of(TxRequestState::Signed, false)).await? {
-        send(svc, node, &w).await?;
+        alone(coin, &w.id, send(svc, node, &w).await);
     }
     for w in svc.store.withdrawals(&of(TxRequestState::Delivered, true)).await? {
-        super::replace::follow(svc, chain_id, node, &w).await?;
+        alone(coin, &w.id, super::replace::follow(svc, chain_id, node, &w).await);
     }
     super::replace::recheck_mined(svc, coin, node).await?;
     svc.metrics.custody.rounds.inc();
     Ok(())
+}
+
+/// Logs what went wrong with one withdrawal; it is tried again next round.
+fn alone(coin: &Coin, id: &crate::types::TxRequestId, done: Result<(), RoundError>) {
+    if let Err(e) = done {
+        tracing::warn!(coin = %coin, txRequestId = %id, error = %e, "a withdrawal's step failed; trying again next round");
+    }
 }
 
 /// Approvals past `expires_at` are closed and their withdrawals canceled.
@@ -188,6 +201,16 @@ async fn sign(
     if super::withdrawals::frozen(svc, &w.wallet_id).await? {
         return Ok(None);
     }
+    // Estimated before a nonce is taken: a call that would revert fails here, leaving no gap.
+    let gas = match gas_of(node, &w, to).await {
+        Ok(gas) => gas,
+        Err(e) if w.nonce.is_none() && e.to_string().to_ascii_lowercase().contains("revert") => {
+            fail(svc, &w, TxRequestState::PendingDelivery, "the node says the transaction would revert")
+                .await?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let nonce = match w.nonce {
         Some(n) => n,
         None => {
@@ -195,7 +218,7 @@ async fn sign(
             svc.store.reserve_nonce(&w.id, coin.as_str(), &w.from, node_next).await?
         }
     };
-    let tx = build(svc, chain_id, node, &w, nonce, to, None).await?;
+    let tx = build(svc, chain_id, node, &w, (nonce, gas), to, None).await?;
     let (gas, max_fee, tip) = (tx.gas_limit, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
     let (raw, hash) = sign_tx(svc, &key, tx, w.from).await?;
     let reserve = U256::from(gas) * U256::from(max_fee);

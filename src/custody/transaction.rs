@@ -45,14 +45,31 @@ pub async fn sign_tx(
     Ok((signed.encoded_2718(), *signed.hash()))
 }
 
-/// An EIP-1559 transfer of `w` at `nonce`, with the node's next base fee
-/// (`min(2 × base + tip, withdrawals.max_fee_per_gas)`) and its gas estimate.
+/// The gas `w`'s transaction to `to` needs: the node's estimate, exact for a plain transfer, plus
+/// 20% for a contract call. Errors: the node's, which says "execution reverted" for a call that
+/// would fail.
+pub async fn gas_of(
+    node: &dyn SendNode,
+    w: &Withdrawal,
+    to: alloy_primitives::Address,
+) -> Result<u64, NodeError> {
+    let (to, value, input) = super::tokens::call_of(w, to);
+    let estimated = node.estimate_gas(w.from, to, value, input).await?;
+    Ok(if estimated == super::withdrawals::TRANSFER_GAS {
+        estimated
+    } else {
+        estimated.saturating_mul(6) / 5
+    })
+}
+
+/// An EIP-1559 transfer of `w` at `(nonce, gas)`, with the node's next base fee
+/// (`min(2 × base + tip, withdrawals.max_fee_per_gas)`) (`gas` from [`gas_of`]).
 pub async fn build(
     svc: &Custody,
     chain_id: u64,
     node: &dyn SendNode,
     w: &Withdrawal,
-    nonce: u64,
+    (nonce, gas): (u64, u64),
     to: alloy_primitives::Address,
     floor: Option<(u128, u128)>,
 ) -> Result<TxEip1559, RoundError> {
@@ -64,13 +81,6 @@ pub async fn build(
     let max_fee =
         base.saturating_mul(2).saturating_add(tip).max(floor_max).min(u128::from(cfg.max_fee_per_gas));
     let (to, value, input) = super::tokens::call_of(w, to);
-    let estimated = node.estimate_gas(w.from, to, value, input.clone()).await?;
-    // A plain transfer costs exactly its estimate; a contract recipient gets a margin.
-    let gas = if estimated == super::withdrawals::TRANSFER_GAS {
-        estimated
-    } else {
-        estimated.saturating_mul(6) / 5
-    };
     Ok(TxEip1559 {
         chain_id,
         nonce,

@@ -73,3 +73,25 @@ async fn a_token_withdrawal_without_eth_for_its_gas_is_refused() {
     assert_eq!(refused["context"]["balance"], "0", "{refused}");
     assert!(c.app.raw_sql("SELECT id FROM withdrawals").await.is_empty());
 }
+
+#[tokio::test]
+async fn a_withdrawal_the_node_says_would_revert_fails_without_taking_a_nonce_or_holding_others_back() {
+    let anvil = Anvil::start().await;
+    // A contract that takes no ETH: a payment to it reverts.
+    let (contract, _) = deploy_token(&anvil, &word_number(ONE_ETH)).await;
+    let c = custodial_on(anvil, ONE_ETH, 1, |_| {}).await;
+    let body = json!({ "recipients": [{ "address": contract, "amount": "1" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    let failed = until("the withdrawal fails", 30, || async {
+        let t = c.tx_request(id).await;
+        (t["state"] == "failed").then_some(t)
+    })
+    .await;
+    assert!(failed["transactions"][0]["nonce"].is_null(), "no nonce taken: {failed}");
+    // The next one is signed at the address's first nonce: no gap behind the failed one.
+    let sent = c.withdraw(OTHER, "5").await;
+    assert_eq!(sent["transactions"][0]["nonce"], 0);
+}
