@@ -183,6 +183,8 @@ pub struct CustodyMetrics {
     pub at_fee_cap: Counter,
     /// The signer's rounds that ran to the end.
     pub rounds: Counter,
+    /// Rounds skipped because another process holds the chain's signer lease.
+    pub rounds_held_back: Counter,
     /// The widest nonce gap of a signing address at the last round (0: none).
     pub nonce_gap: Gauge,
 }
@@ -201,6 +203,11 @@ impl CustodyMetrics {
             self.broadcasts.clone(),
         );
         registry.register("custody_signer_rounds", "Signer rounds that ran to the end", self.rounds.clone());
+        registry.register(
+            "custody_signer_rounds_held_back",
+            "Signer rounds skipped because another process holds the chain's signer lease",
+            self.rounds_held_back.clone(),
+        );
         registry.register(
             "custody_nonce_gap",
             "Nonces reserved for an address but neither with the node nor on their way (the widest, last round)",

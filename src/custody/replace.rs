@@ -17,7 +17,7 @@ use crate::{
     audit::EntryExt,
     model::{
         audit::AuditType,
-        custody::{Attempt, Withdrawal},
+        custody::{Attempt, TxRequestState, Withdrawal},
     },
     store::Replacement,
 };
@@ -41,6 +41,17 @@ pub(super) async fn follow(
     // The newest first: a replacement is the likelier to be mined.
     for a in attempts.iter().rev() {
         if let Some(m) = node.mined(a.hash).await? {
+            if !m.success {
+                // Mined but reverted (receipt status 0): the nonce and the fee are spent and the
+                // payee was not paid. Final, never sent again; failed first, so a crash before
+                // the block is noted still leaves it failed.
+                let why = format!(
+                    "mined in block {} but reverted (receipt status 0): the fee was paid, the payee was not",
+                    m.block
+                );
+                let mined = Withdrawal { tx_hash: Some(a.hash), ..w.clone() };
+                super::signer::fail(svc, &mined, TxRequestState::Delivered, &why).await?;
+            }
             svc.store.settle_mined(&w.id, &a.hash, m.block).await?;
             return Ok(());
         }

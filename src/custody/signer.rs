@@ -50,21 +50,48 @@ pub fn spawn_all(svc: &Custody, stop: watch::Receiver<bool>) -> Vec<tokio::task:
                 continue;
             }
         };
-        handles.push(tokio::spawn(run(svc.clone(), coin, chain.chain_id, node, stop.clone())));
+        let lease_ms = i64::try_from(chain.lease_ms).unwrap_or(15_000);
+        handles.push(tokio::spawn(run(svc.clone(), coin, chain.chain_id, lease_ms, node, stop.clone())));
     }
     handles
+}
+
+/// The signer's lease name for `coin` (a row beside the chain watcher's in `chain_state`).
+pub fn lease_name(coin: &Coin) -> String {
+    format!("signer:{coin}")
 }
 
 async fn run(
     svc: Custody,
     coin: Coin,
     chain_id: u64,
+    lease_ms: i64,
     node: Arc<dyn SendNode>,
     mut stop: watch::Receiver<bool>,
 ) {
     let pause = Duration::from_millis(svc.config.withdrawals.poll_interval_ms);
     let mut reconciled: Option<i64> = None;
+    let holder = crate::ids::new_id();
+    let lease = lease_name(&coin);
     while !*stop.borrow() {
+        // One process signs for a chain (so for each of its addresses) at a time: the chain's
+        // `lease_ms`, renewed each round. The conditional writes keep money moving once even
+        // if two ever overlap (a round longer than the lease).
+        let now_ms = svc.store.clock().now_ms();
+        match svc.store.take_chain_lease(&lease, &holder, now_ms, now_ms.saturating_add(lease_ms)).await {
+            Ok(true) => {}
+            Ok(false) => {
+                svc.metrics.custody.rounds_held_back.inc();
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(coin = %coin, error = %e, "the signer could not renew its lease; trying again")
+            }
+        }
         if let Err(e) = round(&svc, &coin, chain_id, node.as_ref()).await {
             tracing::warn!(coin = %coin, error = %e, "signer round failed; trying again");
         }
@@ -280,7 +307,12 @@ async fn send(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<(), 
     }
 }
 
-async fn fail(svc: &Custody, w: &Withdrawal, from: TxRequestState, why: &str) -> Result<(), RoundError> {
+pub(super) async fn fail(
+    svc: &Custody,
+    w: &Withdrawal,
+    from: TxRequestState,
+    why: &str,
+) -> Result<(), RoundError> {
     let entry = crate::audit::entry(AuditType::WithdrawalFailed)
         .wallet(Some(&w.wallet_id))
         .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));

@@ -136,3 +136,34 @@ async fn the_sends_transfer_notifications_name_their_withdrawal() {
         assert_eq!(send["txRequestId"], sent["txRequestId"], "{send}");
     }
 }
+
+#[tokio::test]
+async fn while_another_process_holds_the_signer_lease_nothing_is_signed_here() {
+    let c = custodial_with(ONE_ETH, 1, |_| {}).await;
+    // Another process's lease on the chain's signer, far in the future.
+    c.app
+        .raw_sql(
+            "INSERT INTO chain_state (chain, lease_holder, lease_until_ms) VALUES ('signer:hteth', 'elsewhere', 99999999999999) \
+             ON CONFLICT (chain) DO UPDATE SET lease_holder = 'elsewhere', lease_until_ms = 99999999999999",
+        )
+        .await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "77" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let held = metric_value(&c.app, "custodian_custody_signer_rounds_held_back_total").await;
+    until("three rounds held back after the approval", 30, || async {
+        (metric_value(&c.app, "custodian_custody_signer_rounds_held_back_total").await >= held + 3)
+            .then_some(())
+    })
+    .await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    assert_eq!(c.tx_request(id).await["state"], "pendingDelivery");
+    // The other process's lease lapses: this one takes it and sends.
+    c.app.raw_sql("UPDATE chain_state SET lease_until_ms = 0 WHERE chain = 'signer:hteth'").await;
+    until("the withdrawal is sent once the lease lapsed", 30, || async {
+        let t = c.tx_request(id).await;
+        (t["state"] == "delivered").then_some(())
+    })
+    .await;
+}

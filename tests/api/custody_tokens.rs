@@ -95,3 +95,48 @@ async fn a_withdrawal_the_node_says_would_revert_fails_without_taking_a_nonce_or
     let sent = c.withdraw(OTHER, "5").await;
     assert_eq!(sent["transactions"][0]["nonce"], 0);
 }
+
+#[tokio::test]
+async fn a_withdrawal_mined_but_reverted_ends_failed_and_is_not_sent_again() {
+    let anvil = Anvil::start().await;
+    let (contract, token) = deploy_token(&anvil, &word_number(1_000_000 * ONE_ETH)).await;
+    let c =
+        custodial_on(anvil, ONE_ETH, 1, |cfg| cfg.chains.get_mut("hteth").unwrap().tokens.push(token)).await;
+    fund_tokens(&c, &contract, 5 * ONE_ETH).await;
+    c.anvil.rpc("evm_setAutomine", json!([false])).await;
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "1000", "tokenName": "hteth:tst" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    let sent = until("the token withdrawal is sent", 30, || async {
+        let t = c.tx_request(id).await;
+        (t["state"] == "delivered").then_some(t)
+    })
+    .await;
+    // While it waits in the pool, the wallet's token balance is taken away (balanceOf is the
+    // contract's slot 1): mined, the transfer reverts.
+    let mut key = [0u8; 64];
+    key[12..32].copy_from_slice(&hex::decode(c.address().trim_start_matches("0x")).unwrap());
+    key[63] = 1;
+    let slot = alloy_primitives::keccak256(key);
+    c.anvil
+        .rpc("anvil_setStorageAt", json!([contract, slot.to_string(), format!("0x{}", "0".repeat(64))]))
+        .await;
+    c.anvil.mine(1).await;
+    let hash = sent["transactions"][0]["txHash"].as_str().unwrap();
+    let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
+    assert_eq!(receipt["status"], "0x0", "{receipt}");
+    let failed = until("the withdrawal fails", 30, || async {
+        let t = c.tx_request(id).await;
+        (t["state"] == "failed").then_some(t)
+    })
+    .await;
+    assert_eq!(failed["transactions"][0]["txHash"], hash, "{failed}");
+    assert_eq!(token_balance(&c.anvil, &contract, OTHER).await, 0);
+    // Nothing more left the address: its one nonce went to the reverted transaction.
+    c.anvil.mine(1).await;
+    assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "pending"])).await, "0x1");
+    let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.failed'").await;
+    assert_eq!(audit.len(), 1);
+}
