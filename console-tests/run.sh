@@ -29,9 +29,12 @@ alice=$(new_user alice@example.com)
 bob=$(new_user bob@example.com)
 root=$(new_user root@example.com --service-admin)
 carol=$(new_user carol@example.com)
+dave=$(new_user dave@example.com)
 acme=$(new_enterprise "Acme Fund")
 beta=$(new_enterprise "Beta Capital")
 cli enterprise add-user --enterprise "$acme" --email alice@example.com --admin > /dev/null
+# Dave approves Acme's withdrawals (an enterprise admin other than the initiator).
+cli enterprise add-user --enterprise "$acme" --email dave@example.com --admin > /dev/null
 cli enterprise add-user --enterprise "$beta" --email bob@example.com --admin > /dev/null
 id_of() { printf '%s' "$1" | "$python" -c 'import json, sys; print(json.load(sys.stdin)["id"])'; }
 w1=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
@@ -64,7 +67,7 @@ import json, sys
 json.dump({
     "url": "http://127.0.0.1:$port",
     "password": "$password",
-    "users": {"alice": $alice, "bob": $bob, "root": $root, "carol": $carol},
+    "users": {"alice": $alice, "bob": $bob, "root": $root, "carol": $carol, "dave": $dave},
     "enterprises": {"acme": "$acme", "beta": "$beta"},
     "wallets": {"acme": "$w1", "beta": "$w2", "eth": "$w3"},
     "anvil": "http://127.0.0.1:$anvil_port",

@@ -146,14 +146,16 @@ def context(browser):
     ctx.close()
 
 
-def sign_in(context, who, code=TEST_OTP):
-    page = context.new_page()
-    page.on("dialog", lambda d: d.accept())
-    page.goto(BASE + "/console/login")
+def sign_in(context, who, code=TEST_OTP, base=BASE, page=None):
+    """`who` signs in with password and code at `base`, on `page` or a new one."""
+    if page is None:
+        page = context.new_page()
+        page.on("dialog", lambda d: d.accept())
+    page.goto(base + "/console/login")
     page.fill("#email", email(who))
     page.fill("#password", PASSWORD)
     page.fill("#otp", code)
-    page.click("button[type=submit]")
+    page.click("form[action='/console/login'] button[type=submit]")
     expect(page).to_have_url(re.compile(r"/console/overview$"))
     return page
 
@@ -168,6 +170,17 @@ def not_pwned(page):
 
 def csrf_of(page):
     return page.locator("input[name=csrf]").first.get_attribute("value")
+
+
+def sign_in_with_authenticator(context, page, local, who):
+    """Chromium's virtual authenticator (CDP WebAuthn domain, user verification) on `page`, then
+    `who` signs in with password and code at `local` (passkeys are bound to a host name)."""
+    cdp = context.new_cdp_session(page)
+    cdp.send("WebAuthn.enable")
+    cdp.send("WebAuthn.addVirtualAuthenticator", {"options": {
+        "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
+        "hasUserVerification": True, "isUserVerified": True, "automaticPresenceSimulation": True}})
+    sign_in(context, who, base=local, page=page)
 
 
 # ----- the cases -----
@@ -500,17 +513,7 @@ def test_a_passkey_added_on_the_security_page_signs_in_stands_for_a_code_and_is_
     local = BASE.replace("127.0.0.1", "localhost")
     page = context.new_page()
     page.on("dialog", lambda d: d.accept())
-    cdp = context.new_cdp_session(page)
-    cdp.send("WebAuthn.enable")
-    cdp.send("WebAuthn.addVirtualAuthenticator", {"options": {
-        "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
-        "hasUserVerification": True, "isUserVerified": True, "automaticPresenceSimulation": True}})
-    page.goto(local + "/console/login")
-    page.fill("#email", email("carol"))
-    page.fill("#password", PASSWORD)
-    page.fill("#otp", TEST_OTP)
-    page.click("form[action='/console/login'] button[type=submit]")
-    expect(page).to_have_url(re.compile(r"/console/overview$"))
+    sign_in_with_authenticator(context, page, local, "carol")
 
     page.goto(local + "/console/security")
     expect(page.locator("#no-passkeys")).to_be_visible()
@@ -684,3 +687,120 @@ def test_a_wallet_page_shows_its_addresses_balances_and_transfers(context):
     root.locator("#chain-hteth table.transfers a", has_text=eth).first.click()
     expect(root.locator("#wallet h2")).to_contain_text("Acme ETH")
     shot(root, "wallet")
+
+
+RICH = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+PAYEE = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
+
+
+def custodial_wallet(token, label):
+    """A custodial wallet of Acme made through the API, funded with 1 ETH and seen by the watcher."""
+    body = {"label": label, "enterprise": FIXTURE["enterprises"]["acme"], "type": "custodial", "approvalsRequired": 1}
+    status, wallet = api("POST", "/api/v2/hteth/wallet/add", token, body)
+    assert status == 200, wallet
+    rpc("eth_sendTransaction", [{"from": RICH, "to": wallet["coinSpecific"]["baseAddress"], "value": hex(10**18)}])
+    rpc("anvil_mine", ["0x3"])
+    wait_for("the watcher's balance", lambda: api("GET", f"/api/v2/hteth/wallet/{wallet['id']}?expandBalance=true", token)[1].get("balanceString") == str(10**18))
+    return wallet
+
+
+def withdraw_in_console(page, base, wallet, amount):
+    page.goto(f"{base}/console/wallets/{wallet}")
+    page.fill("#withdraw-address", PAYEE)
+    page.fill("#withdraw-amount", str(amount))
+    page.fill("#withdraw-otp", TEST_OTP)
+    page.click("#withdraw button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/console/withdrawals/[0-9a-f]{32}$"))
+    return page.url.rsplit("/", 1)[1]
+
+
+def test_a_withdrawal_is_made_approved_and_followed_to_confirmed_in_the_console(context):
+    wallet = custodial_wallet(api_login("alice"), "Acme cold")["id"]
+    alice = sign_in(context, "alice")
+    # A bad address is refused beside its field, and nothing is stored.
+    alice.goto(f"{BASE}/console/wallets/{wallet}")
+    alice.fill("#withdraw-address", "0x123")
+    alice.fill("#withdraw-amount", "5")
+    alice.fill("#withdraw-otp", TEST_OTP)
+    with alice.expect_response(lambda r: r.url.endswith("/withdraw")) as res:
+        alice.click("#withdraw button[type=submit]")
+    assert res.value.status == 400
+    expect(alice.locator(".field-error[data-field=address]")).to_be_visible()
+    expect(alice.locator("#withdrawals")).to_have_count(0)
+    first = withdraw_in_console(alice, BASE, wallet, 123456789)
+    expect(alice.locator("#withdrawal h2")).to_contain_text("pendingApproval")
+    expect(alice.locator("#withdrawal")).to_contain_text(PAYEE)
+    # The initiator sees it on the Approvals page with Cancel only.
+    alice.goto(BASE + "/console/approvals")
+    mine = alice.locator(f"section.approval:has(a[href='/console/withdrawals/{first}'])")
+    expect(mine.locator("button", has_text="Cancel withdrawal")).to_be_visible()
+    expect(mine.locator("form.approve")).to_have_count(0)
+    # Dave, the enterprise's other admin, approves it with his code.
+    dave = sign_in(context.browser.new_context(viewport={"width": 1280, "height": 800}), "dave")
+    dave.goto(BASE + "/console/approvals")
+    card = dave.locator(f"section.approval:has(a[href='/console/withdrawals/{first}'])")
+    expect(card).to_contain_text("123456789 hteth")
+    expect(card.locator(".approvals")).to_have_text("0 of 1")
+    shot(dave, "approvals")
+    card.locator("input[name=otp]").fill(TEST_OTP)
+    card.locator("form.approve button[type=submit]").click()
+    expect(dave.locator(".alert.ok")).to_contain_text("Approved: the withdrawal goes to the signer.")
+    # The timeline: signed, sent, then the watcher's confirmations.
+    dave.goto(f"{BASE}/console/withdrawals/{first}")
+    for _ in range(100):
+        if "delivered" in dave.locator("#withdrawal h2").inner_text():
+            break
+        time.sleep(0.2)
+        dave.reload()
+    expect(dave.locator("#withdrawal h2")).to_contain_text("delivered")
+    expect(dave.locator("#timeline")).to_contain_text("approved by")
+    expect(dave.locator("#timeline")).to_contain_text("signed: 0x")
+    rpc("anvil_mine", ["0x3"])
+    row = dave.locator("#attempts tbody tr").first
+    for _ in range(100):
+        if "confirmed" in row.inner_text() and "unconfirmed" not in row.inner_text():
+            break
+        time.sleep(0.2)
+        dave.reload()
+    expect(row).to_contain_text("confirmed")
+    shot(dave, "withdrawal")
+    tx = row.get_attribute("data-hash")
+    receipt = rpc("eth_getTransactionReceipt", [tx])
+    assert receipt["status"] == "0x1" and receipt["to"].lower() == PAYEE.lower(), receipt
+    # A second one, rejected by Dave: it ends there.
+    second = withdraw_in_console(alice, BASE, wallet, 7)
+    dave.goto(BASE + "/console/approvals")
+    dave.locator(f"section.approval:has(a[href='/console/withdrawals/{second}'])").locator("button", has_text="Reject").click()
+    expect(dave.locator(".alert.ok")).to_contain_text("rejected")
+    alice.goto(f"{BASE}/console/withdrawals/{second}")
+    expect(alice.locator("#withdrawal h2")).to_contain_text("rejected")
+    expect(alice.locator("#timeline")).to_contain_text("rejected by")
+    # Carol, of no enterprise, sees neither the approval nor the timeline.
+    carol = sign_in(context.browser.new_context(), "carol")
+    carol.goto(BASE + "/console/approvals")
+    expect(carol.locator("#no-approvals")).to_be_visible()
+    assert carol.goto(f"{BASE}/console/withdrawals/{first}").status == 404
+
+
+def test_an_approval_made_with_a_passkey_in_place_of_the_code(browser):
+    local = BASE.replace("127.0.0.1", "localhost")
+    wallet = custodial_wallet(api_login("alice"), "Acme passkey")["id"]
+    alice = sign_in(browser.new_context(), "alice")
+    pending = withdraw_in_console(alice, BASE, wallet, 99)
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = ctx.new_page()
+    page.on("dialog", lambda d: d.accept())
+    sign_in_with_authenticator(ctx, page, local, "dave")
+    page.goto(local + "/console/security")
+    page.fill("#passkey-label", "dave's laptop")
+    page.fill("#passkey-otp", TEST_OTP)
+    page.click("#passkey-add button[type=submit]")
+    expect(page.locator(".alert.ok")).to_contain_text("Passkey added")
+    page.goto(local + "/console/approvals")
+    card = page.locator(f"section.approval:has(a[href='/console/withdrawals/{pending}'])")
+    card.locator("button[data-passkey-otp]").click()
+    expect(card.locator("button[data-passkey-otp]")).to_have_text("Passkey ready")
+    card.locator("form.approve button[type=submit]").click()
+    expect(page.locator(".alert.ok")).to_contain_text("Approved")
+    status, audit = api("GET", "/api/v2/auditlog?type=withdrawal.approved", api_login("root"))
+    assert status == 200 and any(e.get("data", {}).get("txRequestId") == pending for e in audit["auditLogs"]), audit

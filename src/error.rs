@@ -64,6 +64,7 @@ crate::types::text_enum!(
         ApprovalNotPending = "ApprovalNotPending",
         ApprovalNotAllowed = "ApprovalNotAllowed",
         ApprovalNotFound = "ApprovalNotFound",
+        TxRequestNotFound = "TxRequestNotFound",
     }
 );
 

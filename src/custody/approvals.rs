@@ -80,6 +80,32 @@ pub async fn list(svc: &Custody, auth: &Principal, q: &ListQuery) -> Result<Vec<
         .collect())
 }
 
+/// Each of `approvals` with its withdrawal, in one read (the lists' records carry the
+/// withdrawal's recipients).
+pub async fn with_withdrawals(
+    svc: &Custody,
+    approvals: Vec<Approval>,
+) -> Result<Vec<(Approval, Option<crate::model::custody::Withdrawal>)>> {
+    if approvals.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<crate::types::TxRequestId> = approvals.iter().map(|a| a.tx_request_id.clone()).collect();
+    let filter = crate::store::WithdrawalFilter {
+        limit: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+        ids: Some(ids),
+        ..Default::default()
+    };
+    let mut found: std::collections::HashMap<_, _> =
+        svc.store.withdrawals(&filter).await?.into_iter().map(|w| (w.id.clone(), w)).collect();
+    Ok(approvals
+        .into_iter()
+        .map(|a| {
+            let w = found.remove(&a.tx_request_id);
+            (a, w)
+        })
+        .collect())
+}
+
 async fn visible_wallet(svc: &Custody, auth: &Principal, wallet: &WalletId) -> Result<WalletRow> {
     let row = svc.store.wallets_by_ids(std::slice::from_ref(wallet), true).await?.pop();
     let row = row.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;

@@ -12,9 +12,11 @@
 pub mod approvals;
 pub mod events;
 pub mod freeze;
+pub mod history;
 pub mod keys;
 pub mod node;
 pub mod pkcs11;
+mod progress;
 pub mod replace;
 pub mod sealed;
 pub mod signer;

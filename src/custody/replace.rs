@@ -50,7 +50,7 @@ pub(super) async fn follow(
                     m.block
                 );
                 let mined = Withdrawal { tx_hash: Some(a.hash), ..w.clone() };
-                super::signer::fail(svc, &mined, TxRequestState::Delivered, &why).await?;
+                super::progress::fail(svc, &mined, TxRequestState::Delivered, &why).await?;
             }
             svc.store.settle_mined(&w.id, &a.hash, m.block).await?;
             return Ok(());

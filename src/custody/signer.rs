@@ -17,6 +17,7 @@ pub use super::transaction::RoundError;
 use super::{
     events::{self, Announcement},
     node::{SendNode, SendRefusal},
+    progress::{advance, fail},
     transaction::{build, gas_of, sign_tx},
     Custody,
 };
@@ -27,7 +28,7 @@ use crate::{
         audit::AuditType,
         custody::{ApprovalState, Attempt, TxRequestState, Withdrawal},
     },
-    store::{ApprovalFilter, Move, Signed, WithdrawalFilter},
+    store::{ApprovalFilter, Signed, WithdrawalFilter},
     types::Coin,
 };
 
@@ -189,27 +190,6 @@ async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
     Ok(())
 }
 
-/// Moves `w` from `from` to `to` (with `error`), with `entry` and the change's events.
-async fn advance(
-    svc: &Custody,
-    w: &Withdrawal,
-    from: TxRequestState,
-    to: TxRequestState,
-    error: Option<&str>,
-    entry: crate::model::audit::AuditEntry,
-) -> Result<(), RoundError> {
-    let now = svc.store.clock().now();
-    let moved = Withdrawal { state: to, version: w.version + 1, updated_at: now, ..w.clone() };
-    let announce =
-        Announcement::prepare(&svc.webhooks, &events::tx_request_events(&moved, Some(from))).await?;
-    let change = Move { id: &w.id, from: &[from], to, error };
-    let written = svc.store.move_withdrawal(&change, now, &[entry], &announce.writes()).await?;
-    if let Some(recorded) = written {
-        announce.committed(&svc.webhooks, &recorded).await;
-    }
-    Ok(())
-}
-
 /// Reserves the nonce (stored), builds with the node's fees, signs in the key store, checks
 /// the signature, and stores the signed bytes. `None` when another process stored first.
 async fn sign(
@@ -305,16 +285,4 @@ async fn send(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<(), 
         Err(SendRefusal::Underpriced) => Ok(()),
         Err(SendRefusal::Other(e)) => Err(e.into()),
     }
-}
-
-pub(super) async fn fail(
-    svc: &Custody,
-    w: &Withdrawal,
-    from: TxRequestState,
-    why: &str,
-) -> Result<(), RoundError> {
-    let entry = crate::audit::entry(AuditType::WithdrawalFailed)
-        .wallet(Some(&w.wallet_id))
-        .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
-    advance(svc, w, from, TxRequestState::Failed, Some(why), entry).await
 }

@@ -12,6 +12,7 @@ const NAV: &[(&str, &str, bool)] = &[
     ("/console/overview", "Overview", false),
     ("/console/webhooks", "Webhooks", false),
     ("/console/notifications", "Notifications", false),
+    ("/console/approvals", "Approvals", false),
     ("/console/tokens", "Access tokens", false),
     ("/console/audit", "Audit log", false),
     ("/console/security", "Security", false),
@@ -134,9 +135,10 @@ pub fn notice(text: &str) -> Markup {
 /// A state as a coloured badge with its text.
 pub fn badge(state: &str) -> Markup {
     let class = match state {
-        "processed" | "active" | "delivered" | "ok" | "confirmed" => "badge good",
-        "failed" | "suspended" | "revoked" | "inactive" | "halted" | "removed" | "replaced" => "badge bad",
-        "pending" | "new" | "unconfirmed" => "badge wait",
+        "processed" | "active" | "delivered" | "ok" | "confirmed" | "approved" => "badge good",
+        "failed" | "suspended" | "revoked" | "inactive" | "halted" | "removed" | "replaced" | "rejected"
+        | "canceled" => "badge bad",
+        "pending" | "new" | "unconfirmed" | "pendingApproval" | "pendingDelivery" | "signed" => "badge wait",
         _ => "badge",
     };
     html! { span class=(class) { (state) } }

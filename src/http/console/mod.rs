@@ -47,6 +47,7 @@ mod signin;
 mod tokens;
 mod wallets;
 mod webhooks;
+mod withdrawals;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "custodian_console";
@@ -99,6 +100,11 @@ pub fn router() -> Router<AppState> {
         .route("/console/admin/applications/{id}/{action}", post(applications::action))
         .route("/console/chains", get(chains::page))
         .route("/console/wallets/{id}", get(wallets::page))
+        .route("/console/wallets/{id}/withdraw", post(withdrawals::withdraw))
+        .route("/console/approvals", get(withdrawals::page))
+        .route("/console/approvals/{id}/approve", post(withdrawals::approve))
+        .route("/console/approvals/{id}/reject", post(withdrawals::reject))
+        .route("/console/withdrawals/{id}", get(withdrawals::timeline))
         .layer(middleware::from_fn(guard))
 }
 

@@ -10,11 +10,13 @@ use axum::{
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::{error_response, html, layout, opt, Session};
+use super::{error_response, html, layout, opt, FieldError, Session};
 use crate::{
     chain::{self, WalletView},
+    custody::{history, withdrawals::has_permission},
     error::{Error, ErrorName},
     model::chain::{TransferState, PENDING_HEIGHT},
+    model::custody::Withdrawal,
     store::TransferFilter,
     types::{Coin, WalletId},
     AppState,
@@ -51,10 +53,24 @@ pub async fn page(
     Path(id): Path<String>,
     Query(q): Query<WalletQuery>,
 ) -> Response {
-    let v = match view(&state, &session, &id, &q).await {
+    render(&state, &session, &id, &q, None).await
+}
+
+/// The wallet page, with `withdraw_error` beside the Withdraw form's field when a withdrawal
+/// was refused.
+pub async fn render(
+    state: &AppState,
+    session: &Session,
+    id: &str,
+    q: &WalletQuery,
+    withdraw_error: Option<FieldError>,
+) -> Response {
+    let v = match view(state, session, id, q).await {
         Ok(v) => v,
-        Err(e) => return error_response(e.into(), Some(&session)),
+        Err(e) => return error_response(e.into(), Some(session)),
     };
+    let custody = custodial(state, session, &v).await;
+    let status = withdraw_error.as_ref().map_or(StatusCode::OK, |e| e.status);
     let b = &v.wallet.balances;
     let units =
         |u: &Option<crate::types::BaseUnits>| u.as_ref().map(|u| u.to_string()).unwrap_or_else(|| "–".into());
@@ -83,12 +99,85 @@ pub async fn page(
                 } }
             }
         }
+        @if let Some((withdrawals, spender)) = &custody {
+            @if *spender { (withdraw_form(session, &v.wallet.id, &v.coins.iter().skip(1).map(|c| c.as_str()).collect::<Vec<_>>(), withdraw_error.as_ref())) }
+            (recent_withdrawals(withdrawals))
+        }
         @if v.watched {
             (addresses(&v))
-            (transfers(&v, &q))
+            (transfers(&v, q))
         }
     };
-    html(StatusCode::OK, layout::page(Some(&session), "Wallet", "/console/wallets", body))
+    html(status, layout::page(Some(session), "Wallet", "/console/wallets", body))
+}
+
+/// A custodial wallet's latest withdrawals and whether the user may spend from it; `None` for
+/// any other wallet.
+async fn custodial(state: &AppState, session: &Session, v: &WalletView) -> Option<(Vec<Withdrawal>, bool)> {
+    let record: serde_json::Value = serde_json::from_str(v.wallet.record.as_str()).unwrap_or_default();
+    if record.get("type").and_then(|t| t.as_str()) != Some("custodial") {
+        return None;
+    }
+    let spender = has_permission(&record, session.auth.user.id.as_str(), &["spend", "admin"]);
+    let found = history::list(&state.custody, &session.auth, &v.wallet.id, None, RECENT_WITHDRAWALS).await;
+    Some((found.unwrap_or_default().into_iter().map(|r| r.withdrawal).collect(), spender))
+}
+
+/// Withdrawals a custodial wallet's page lists (the newest).
+pub const RECENT_WITHDRAWALS: u32 = 20;
+
+fn recent_withdrawals(list: &[Withdrawal]) -> Markup {
+    html! {
+        section.panel {
+            h3 { "Withdrawals" }
+            @if list.is_empty() { p.muted { "None yet." } }
+            @else {
+                div.table-wrap { table #withdrawals {
+                    thead { tr { th { "Created" } th { "Amount (base units)" } th { "To" } th { "State" } th {} } }
+                    tbody { @for w in list {
+                        tr data-tx-request-id=(w.id.as_str()) {
+                            td { (layout::time_s(w.created_at)) }
+                            td.num { (w.total().to_string()) " " (w.token.as_ref().map_or(&w.coin, |t| &t.coin).as_str()) }
+                            td.mono { @for r in &w.recipients { (r.address.to_checksum(None)) } }
+                            td { (layout::badge(w.state.as_str())) }
+                            td { a href={ "/console/withdrawals/" (w.id.as_str()) } { "Timeline" } }
+                        }
+                    } }
+                } }
+            }
+        }
+    }
+}
+
+/// The Withdraw form of a custodial wallet's page, for users with spend rights.
+pub fn withdraw_form(
+    session: &Session,
+    wallet: &WalletId,
+    tokens: &[&str],
+    error: Option<&FieldError>,
+) -> Markup {
+    let fields = ["address", "amount", "tokenName", "comment", "otp"];
+    let options: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
+    html! {
+        section.panel #withdraw {
+            h3 { "Withdraw" }
+            p.muted { "The withdrawal waits for the wallet's approvers; your code also unlocks this session for spending." }
+            (layout::form_error(error, &fields))
+            form.stack method="post" action={ "/console/wallets/" (wallet.as_str()) "/withdraw" } {
+                (layout::csrf(session))
+                label { "To address" input name="address" id="withdraw-address" required; }
+                (layout::field_error(error, "address"))
+                label { "Amount (base units)" input name="amount" id="withdraw-amount" inputmode="numeric" required; }
+                (layout::field_error(error, "amount"))
+                @if !options.is_empty() { label { "Token (blank: the chain's coin) " (layout::select("tokenName", &options, None)) } }
+                label { "Comment" input name="comment" id="withdraw-comment" maxlength="256"; }
+                label { "One-time code" input name="otp" id="withdraw-otp" inputmode="numeric" autocomplete="one-time-code" required; }
+                button.secondary type="button" data-passkey-otp="withdraw-otp" { "Use a passkey instead" }
+                (layout::field_error(error, "otp"))
+                button type="submit" { "Withdraw" }
+            }
+        }
+    }
 }
 
 /// The wallet's addresses (the first [`chain::views::WALLET_ADDRESSES`]).

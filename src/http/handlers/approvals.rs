@@ -63,11 +63,8 @@ async fn approval_list(
     q: approvals::ListQuery,
 ) -> ApiResult<Json<Value>> {
     let found = approvals::list(&state.custody, auth, &q).await?;
-    let mut out = Vec::with_capacity(found.len());
-    for a in &found {
-        let w = state.store.withdrawal(&a.tx_request_id).await.map_err(Error::from)?;
-        out.push(views::approval(a, w.as_ref()));
-    }
+    let found = approvals::with_withdrawals(&state.custody, found).await?;
+    let out: Vec<Value> = found.iter().map(|(a, w)| views::approval(a, w.as_ref())).collect();
     Ok(Json(serde_json::json!({ "pendingApprovals": out })))
 }
 
@@ -107,7 +104,8 @@ pub async fn list_approvals(
 }
 
 async fn approval_view(state: &AppState, a: &crate::model::custody::Approval) -> ApiResult<Json<Value>> {
-    let w = state.store.withdrawal(&a.tx_request_id).await.map_err(Error::from)?;
+    let mut found = approvals::with_withdrawals(&state.custody, vec![a.clone()]).await?;
+    let w = found.pop().and_then(|(_, w)| w);
     Ok(Json(views::approval(a, w.as_ref())))
 }
 

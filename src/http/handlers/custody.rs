@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::{
     custody::{
-        views,
+        history, views,
         wallets::NewCustodialWallet,
         withdrawals::{self, RecipientRequest, WithdrawalRequest},
     },
@@ -24,11 +24,7 @@ use crate::{
         extract::{ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
-    model::{
-        custody::Withdrawal,
-        wallet::{self as model, Expand},
-    },
-    store::WithdrawalFilter,
+    model::wallet::{self as model, Expand},
     types::{Coin, EnterpriseId, KeyId, TxRequestId, WalletId},
     AppState,
 };
@@ -318,34 +314,20 @@ pub async fn list_tx_requests(
     ApiPath(wallet_id): ApiPath<WalletId>,
     ApiQuery(q): ApiQuery<TxRequestQuery>,
 ) -> ApiResult<Json<Value>> {
-    crate::wallets::wallet_row(&state.wallets, &auth, &wallet_id).await?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=500).contains(&limit) {
-        return Err(Error::invalid_field("limit", "from 1 to 500").into());
-    }
     let ids = match q.tx_request_ids.as_deref() {
         None => None,
-        Some(text) => {
-            let ids: Vec<TxRequestId> = text
-                .split(',')
+        Some(text) => Some(
+            text.split(',')
                 .map(|s| {
                     s.trim()
                         .parse()
                         .map_err(|_| Error::invalid_field("txRequestIds", "32-hex ids, comma-separated"))
                 })
-                .collect::<Result<_, _>>()?;
-            if ids.len() > 100 {
-                return Err(Error::invalid_field("txRequestIds", "at most 100").into());
-            }
-            Some(ids)
-        }
+                .collect::<Result<Vec<TxRequestId>, _>>()?,
+        ),
     };
-    let filter = WithdrawalFilter { wallet: Some(wallet_id), ids, limit, ..Default::default() };
-    let found: Vec<Withdrawal> = state.store.withdrawals(&filter).await.map_err(Error::from)?;
-    let mut out = Vec::with_capacity(found.len());
-    for w in &found {
-        let attempts = state.store.withdrawal_attempts(&w.id).await.map_err(Error::from)?;
-        out.push(views::tx_request(w, &attempts));
-    }
+    let limit = q.limit.unwrap_or(100);
+    let found = history::list(&state.custody, &auth, &wallet_id, ids, limit).await?;
+    let out: Vec<Value> = found.iter().map(|r| views::tx_request(&r.withdrawal, &r.attempts)).collect();
     Ok(Json(serde_json::json!({ "txRequests": out })))
 }

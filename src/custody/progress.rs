@@ -1,0 +1,52 @@
+//! A withdrawal's state changes the signer makes: each with its audit entry and its events,
+//! written only from the state it was read in.
+
+use serde_json::json;
+
+use super::{
+    events::{self, Announcement},
+    transaction::RoundError,
+    Custody,
+};
+use crate::{
+    audit::EntryExt,
+    model::{
+        audit::AuditType,
+        custody::{TxRequestState, Withdrawal},
+    },
+    store::Move,
+};
+
+/// Moves `w` from `from` to `to` (with `error`), with `entry` and the change's events.
+pub(super) async fn advance(
+    svc: &Custody,
+    w: &Withdrawal,
+    from: TxRequestState,
+    to: TxRequestState,
+    error: Option<&str>,
+    entry: crate::model::audit::AuditEntry,
+) -> Result<(), RoundError> {
+    let now = svc.store.clock().now();
+    let moved = Withdrawal { state: to, version: w.version + 1, updated_at: now, ..w.clone() };
+    let announce =
+        Announcement::prepare(&svc.webhooks, &events::tx_request_events(&moved, Some(from))).await?;
+    let change = Move { id: &w.id, from: &[from], to, error };
+    let written = svc.store.move_withdrawal(&change, now, &[entry], &announce.writes()).await?;
+    if let Some(recorded) = written {
+        announce.committed(&svc.webhooks, &recorded).await;
+    }
+    Ok(())
+}
+
+/// Moves `w` from `from` to `failed` with `why`, audited as `withdrawal.failed`.
+pub(super) async fn fail(
+    svc: &Custody,
+    w: &Withdrawal,
+    from: TxRequestState,
+    why: &str,
+) -> Result<(), RoundError> {
+    let entry = crate::audit::entry(AuditType::WithdrawalFailed)
+        .wallet(Some(&w.wallet_id))
+        .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
+    advance(svc, w, from, TxRequestState::Failed, Some(why), entry).await
+}

@@ -1,0 +1,302 @@
+//! Moving money in the console (docs/withdrawals.md): the Approvals page (pending approvals of
+//! the wallets the user sees, approved with a code or a passkey, or rejected), a withdrawal's
+//! timeline, and the Withdraw form of a custodial wallet's page. Each calls the same domain
+//! functions as the API, as the signed-in user.
+
+use axum::{
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::{html, Markup};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::layout::Shown;
+use super::{error_response, html, layout, Form, NoFields, Session};
+use crate::{
+    custody::{
+        approvals::{self, Answer},
+        history,
+        withdrawals::{self, RecipientRequest, WithdrawalRequest},
+    },
+    error::{Error, ErrorName},
+    identity::sessions,
+    model::custody::{Approval, ApprovalState, Withdrawal},
+    types::{ApprovalId, Coin, TxRequestId, WalletId},
+    AppState,
+};
+
+/// Approvals the page lists (the newest pending ones).
+pub const PAGE: u32 = 100;
+
+/// What a withdrawal pays, as a line: amount, coin, address.
+fn pays(w: &Withdrawal) -> Markup {
+    let coin = w.token.as_ref().map_or(&w.coin, |t| &t.coin);
+    html! {
+        @for r in &w.recipients {
+            span.mono { (r.amount.to_string()) } " " (coin.as_str()) " to " span.mono { (r.address.to_checksum(None)) }
+        }
+    }
+}
+
+async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Response {
+    let q =
+        approvals::ListQuery { state: Some(ApprovalState::Pending), limit: Some(PAGE), ..Default::default() };
+    let found = match approvals::list(&state.custody, &session.auth, &q).await {
+        Ok(found) => approvals::with_withdrawals(&state.custody, found).await,
+        Err(e) => Err(e),
+    };
+    let found = match found {
+        Ok(f) => f,
+        Err(e) => return error_response(e.into(), Some(session)),
+    };
+    let me = session.auth.user.id.clone();
+    let error = shown.error();
+    let body = html! {
+        (layout::shown(&shown))
+        p.muted { "Withdrawals waiting for approval on the wallets you can see. Approving needs a fresh one-time code or passkey; the initiator cannot approve their own, and may cancel it." }
+        @if found.is_empty() { p.muted #no-approvals { "Nothing is waiting for approval." } }
+        @for (a, w) in &found {
+            section.panel.approval data-approval-id=(a.id.as_str()) {
+                h3 { "Withdrawal from " a href={ "/console/wallets/" (a.wallet_id.as_str()) } { (a.wallet_id.as_str()) } " " (layout::badge(a.state.as_str())) }
+                dl.facts {
+                    dt { "Pays" } dd { @if let Some(w) = w { (pays(w)) } }
+                    dt { "Initiator" } dd.mono { (a.creator.as_str()) @if a.creator == me { " (you)" } }
+                    dt { "Created" } dd { (layout::time_s(a.created_at)) }
+                    dt { "Expires" } dd { (layout::time_s(a.expires_at)) }
+                    dt { "Approvals" } dd.approvals { (a.resolvers.iter().filter(|r| r.resolution == "approved").count()) " of " (a.approvals_required) }
+                    dt { "Timeline" } dd { a href={ "/console/withdrawals/" (a.tx_request_id.as_str()) } { (a.tx_request_id.as_str()) } }
+                }
+                (answer_forms(session, a, error))
+            }
+        }
+    };
+    html(shown.status(), layout::page(Some(session), "Approvals", "/console/approvals", body))
+}
+
+/// Approve (code or passkey) and reject; the initiator sees only Cancel.
+fn answer_forms(session: &Session, a: &Approval, error: Option<&super::FieldError>) -> Markup {
+    let otp_id = format!("otp-{}", a.id.as_str());
+    let base = format!("/console/approvals/{}", a.id.as_str());
+    if a.creator == session.auth.user.id {
+        return layout::action_button(
+            session,
+            &format!("{base}/reject"),
+            "Cancel withdrawal",
+            "danger",
+            Some("Cancel this withdrawal?"),
+        );
+    }
+    html! {
+        form.stack.approve method="post" action={ (base) "/approve" } {
+            (layout::csrf(session))
+            label { "One-time code" input name="otp" id=(otp_id) inputmode="numeric" autocomplete="one-time-code" required; }
+            button.secondary type="button" data-passkey-otp=(otp_id) { "Use a passkey instead" }
+            (layout::field_error(error, "otp"))
+            button type="submit" { "Approve" }
+        }
+        (layout::action_button(session, &format!("{base}/reject"), "Reject", "danger", Some("Reject this withdrawal? One rejection ends it.")))
+    }
+}
+
+/// `GET /console/approvals`.
+pub async fn page(State(state): State<AppState>, session: Session) -> Response {
+    approvals_page(&state, &session, Shown::Nothing).await
+}
+
+/// The approve form's field.
+#[derive(Debug, Default, Deserialize)]
+pub struct ApproveForm {
+    #[serde(default)]
+    pub otp: String,
+}
+
+async fn answer(
+    state: &AppState,
+    session: &Session,
+    id: &str,
+    answer: Answer,
+    otp: Option<&str>,
+) -> Response {
+    let result = match id.parse::<ApprovalId>() {
+        Ok(id) => approvals::resolve(&state.custody, &session.auth, None, &id, answer, otp).await,
+        Err(_) => Err(Error::not_found(ErrorName::ApprovalNotFound)),
+    };
+    let shown = Shown::of(result, |a| {
+        Shown::Notice(match (answer, a.state) {
+            (Answer::Approved, ApprovalState::Approved) => {
+                "Approved: the withdrawal goes to the signer.".into()
+            }
+            (Answer::Approved, _) => "Approved: it waits for more approvals.".into(),
+            (Answer::Rejected, _) => "The withdrawal is rejected.".into(),
+        })
+    });
+    match shown {
+        Ok(s) => approvals_page(state, session, s).await,
+        Err(e) => error_response(e, Some(session)),
+    }
+}
+
+/// `POST /console/approvals/{id}/approve`.
+pub async fn approve(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    form: Form<ApproveForm>,
+) -> Response {
+    answer(&state, &form.session, &id, Answer::Approved, Some(form.fields.otp.trim())).await
+}
+
+/// `POST /console/approvals/{id}/reject`.
+pub async fn reject(State(state): State<AppState>, Path(id): Path<String>, form: Form<NoFields>) -> Response {
+    answer(&state, &form.session, &id, Answer::Rejected, None).await
+}
+
+/// `GET /console/withdrawals/{id}`: a withdrawal's states, transactions (replacements too), and
+/// the transfers the chain watcher recorded for them with their confirmations.
+pub async fn timeline(State(state): State<AppState>, session: Session, Path(id): Path<String>) -> Response {
+    let found = match id.parse::<TxRequestId>() {
+        Ok(id) => history::timeline(&state.custody, &session.auth, &id).await,
+        Err(_) => Err(Error::not_found(ErrorName::TxRequestNotFound)),
+    };
+    let t = match found {
+        Ok(t) => t,
+        Err(e) => return error_response(e.into(), Some(&session)),
+    };
+    let w = &t.record.withdrawal;
+    let body = html! {
+        section.panel #withdrawal {
+            h2 { "Withdrawal " (layout::badge(w.state.as_str())) }
+            dl.facts {
+                dt { "txRequestId" } dd.mono { (w.id.as_str()) }
+                dt { "Wallet" } dd { a href={ "/console/wallets/" (w.wallet_id.as_str()) } { (w.wallet_id.as_str()) } }
+                dt { "Pays" } dd { (pays(w)) }
+                dt { "From" } dd.mono { (w.from.to_checksum(None)) }
+                @if let Some(n) = w.nonce { dt { "Nonce" } dd.mono #nonce { (n) } }
+                @if let Some(b) = w.mined_block { dt { "Mined in block" } dd.mono #mined-block { (b) } }
+                @if let Some(e) = &w.error { dt { "Error" } dd #withdrawal-error { (e) } }
+            }
+        }
+        section.panel {
+            h3 { "Timeline" }
+            ol.timeline #timeline { @for (at, what) in steps(&t) { li { (layout::time_s(at)) " " (what) } } }
+        }
+        (transactions(&t))
+    };
+    html(StatusCode::OK, layout::page(Some(&session), "Withdrawal", "/console/approvals", body))
+}
+
+/// The withdrawal's steps by time: initiated, each answer, each transaction signed, updated.
+fn steps(t: &history::Timeline) -> Vec<(i64, Markup)> {
+    let w = &t.record.withdrawal;
+    let mut out = vec![(w.created_at, html! { "initiated by " span.mono { (w.creator.as_str()) } })];
+    if let Some(a) = &t.approval {
+        for r in &a.resolvers {
+            let at = crate::clock::parse_iso(&r.date).unwrap_or(a.created_at);
+            out.push((at, html! { (r.resolution) " by " span.mono { (r.user.as_str()) } }));
+        }
+    }
+    for (i, a) in t.record.attempts.iter().enumerate() {
+        let what = if i == 0 { "signed" } else { "replaced with higher fees" };
+        out.push((a.created_at, html! { (what) ": " span.mono { (a.hash.to_string()) } }));
+    }
+    out.push((w.updated_at, html! { "now " (layout::badge(w.state.as_str())) }));
+    out.sort_by_key(|(at, _)| *at);
+    out
+}
+
+fn transactions(t: &history::Timeline) -> Markup {
+    let w = &t.record.withdrawal;
+    html! {
+        section.panel {
+            h3 { "Transactions" }
+            @if t.record.attempts.is_empty() { p.muted { "None signed yet." } }
+            @else {
+                div.table-wrap { table #attempts {
+                    thead { tr { th { "Hash" } th { "maxFeePerGas (wei)" } th { "Tip (wei)" } th { "Signed" } th { "Transfer" } th { "Confirmations" } } }
+                    tbody { @for a in &t.record.attempts {
+                        @let hash = a.hash.to_string();
+                        @let transfer = t.transfers.iter().find(|x| x.txid == hash);
+                        tr data-hash=(hash) {
+                            td.mono { (hash) @if Some(a.hash) == w.tx_hash { " " span.badge.wait { "current" } } }
+                            td.num { (a.max_fee_per_gas) }
+                            td.num { (a.priority_fee_per_gas) }
+                            td { (layout::time_s(a.created_at)) }
+                            td { @match transfer { Some(x) => (layout::badge(x.state.as_str())), None => span.muted { "not seen by the watcher" } } }
+                            td.num { @if let Some(x) = transfer { (x.confirmations) } }
+                        }
+                    } }
+                } }
+            }
+        }
+    }
+}
+
+/// The Withdraw form's fields.
+#[derive(Debug, Default, Deserialize)]
+pub struct WithdrawForm {
+    #[serde(default)]
+    pub address: String,
+    #[serde(default)]
+    pub amount: String,
+    /// A token coin (`hteth:usdc`); blank for the chain's own coin.
+    #[serde(default, rename = "tokenName")]
+    pub token_name: String,
+    #[serde(default)]
+    pub comment: String,
+    #[serde(default)]
+    pub otp: String,
+}
+
+/// `POST /console/wallets/{id}/withdraw`: unlocks the session with the code unless it is
+/// unlocked, then starts the withdrawal and shows its timeline. A refusal is shown on the
+/// wallet's page beside its field.
+pub async fn withdraw(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    form: Form<WithdrawForm>,
+) -> Response {
+    let Form { session, fields } = form;
+    let result = start(&state, &session, &id, &fields).await;
+    match result {
+        Ok(w) => Redirect::to(&format!("/console/withdrawals/{}", w.id.as_str())).into_response(),
+        Err(e) => match super::FieldError::of(e) {
+            Ok(mut fe) => {
+                // The API names `recipients[0].address`; the form has one payee's fields.
+                if let Some(field) = fe.field.strip_prefix("recipients[0].") {
+                    fe.field = field.to_string();
+                }
+                super::wallets::render(&state, &session, &id, &Default::default(), Some(fe)).await
+            }
+            Err(e) => error_response(e, Some(&session)),
+        },
+    }
+}
+
+async fn start(state: &AppState, session: &Session, id: &str, f: &WithdrawForm) -> Result<Withdrawal, Error> {
+    let wallet: WalletId = id.parse().map_err(|_| Error::not_found(ErrorName::WalletNotFound))?;
+    let row = crate::wallets::wallet_row(&state.wallets, &session.auth, &wallet).await?;
+    let now = state.store.clock().now();
+    let unlocked = session.auth.token.unlock.as_ref().is_some_and(|u| u.expires > now);
+    let otp = f.otp.trim();
+    if !unlocked {
+        sessions::unlock(&state.identity, &session.auth, otp, None).await?;
+    }
+    let token = f.token_name.trim();
+    let coin: Coin = if token.is_empty() {
+        row.coin.clone()
+    } else {
+        token.parse().map_err(|_| Error::invalid_field("tokenName", "an unknown token"))?
+    };
+    let req = WithdrawalRequest {
+        recipients: vec![RecipientRequest {
+            address: f.address.trim().to_string(),
+            amount: json!(f.amount.trim()),
+            token_name: None,
+        }],
+        comment: Some(f.comment.clone()),
+        otp: unlocked.then(|| otp.to_string()),
+        idempotency_key: None,
+    };
+    Ok(withdrawals::initiate(&state.custody, &session.auth, &coin, &wallet, &req).await?.withdrawal)
+}
