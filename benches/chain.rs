@@ -22,7 +22,6 @@ mod common;
 
 use std::{
     collections::HashMap,
-    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -30,6 +29,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use common::Node;
 use custodian::{
     config::{ChainConfig, Config},
     AppState,
@@ -39,50 +39,12 @@ use serde_json::{json, Value};
 const RICH: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
 const WATCHED: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
-struct Node {
-    child: Child,
-    url: String,
-    http: reqwest::Client,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Node {
-    async fn rpc(&self, method: &str, params: Value) -> anyhow::Result<Value> {
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-        let v: Value = self.http.post(&self.url).json(&body).send().await?.json().await?;
-        if let Some(e) = v.get("error") {
-            anyhow::bail!("{method}: {e}");
-        }
-        Ok(v["result"].clone())
-    }
-}
-
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 async fn start_node() -> anyhow::Result<Node> {
-    let bin = format!("{}/chain-tests/node_modules/.bin/anvil", env!("CARGO_MANIFEST_DIR"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new(bin)
-        .args(["--port", &port.to_string(), "--silent", "--no-mining"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let node = Node { child, url: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
-    for _ in 0..100 {
-        if node.rpc("eth_blockNumber", json!([])).await.is_ok() {
-            return Ok(node);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("anvil did not start")
+    common::start_anvil(&["--no-mining"]).await
 }
 
 /// The ceiling: the watcher's node reads for blocks 1..=head, nothing else.

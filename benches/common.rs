@@ -123,3 +123,52 @@ pub async fn add_wallet_webhook(
     );
     Ok(())
 }
+
+/// A running anvil (chain-tests/node_modules, installed by `npm install` there), killed on drop.
+#[allow(dead_code)] // not every bench runs a node
+pub struct Node {
+    child: std::process::Child,
+    pub url: String,
+    http: reqwest::Client,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[allow(dead_code)]
+impl Node {
+    /// A JSON-RPC call's `result`; an `error` answer is an error.
+    pub async fn rpc(&self, method: &str, params: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+        let v: serde_json::Value = self.http.post(&self.url).json(&body).send().await?.json().await?;
+        if let Some(e) = v.get("error") {
+            anyhow::bail!("{method}: {e}");
+        }
+        Ok(v["result"].clone())
+    }
+}
+
+/// Starts anvil on a free port with `args` and waits until it answers.
+#[allow(dead_code)]
+pub async fn start_anvil(args: &[&str]) -> anyhow::Result<Node> {
+    let bin = format!("{}/chain-tests/node_modules/.bin/anvil", env!("CARGO_MANIFEST_DIR"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = std::process::Command::new(bin)
+        .args(["--port", &port.to_string(), "--silent"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let node = Node { child, url: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
+    for _ in 0..100 {
+        if node.rpc("eth_blockNumber", serde_json::json!([])).await.is_ok() {
+            return Ok(node);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("anvil did not start")
+}

@@ -71,6 +71,25 @@ else
   "$anvil_bin" --port "$anvil_port" --silent & anvil_pid=$!
   trap 'kill $anvil_pid 2>/dev/null; server_cleanup' EXIT
   anvil_url="http://127.0.0.1:$anvil_port"
+  # The test ERC-20 (chain-tests/contracts), deployed on the fresh node and watched as hteth:tst.
+  token_contract=$(python3 - "$anvil_url" "$here/../chain-tests/contracts/TestToken.bin" <<'PY'
+import json, sys, time, urllib.request
+url, code = sys.argv[1], open(sys.argv[2]).read().strip()
+def rpc(method, params):
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+    for _ in range(100):
+        try:
+            req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=5) as res:
+                return json.load(res)["result"]
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("anvil did not answer")
+deploy = {"from": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266", "data": "0x" + code + format(10**27, "064x"), "gas": "0x200000"}
+print(rpc("eth_getTransactionReceipt", [rpc("eth_sendTransaction", [deploy])])["contractAddress"])
+PY
+)
+  export CUSTODIAN_CHAINS_HTETH_TOKENS="[{coin=\"hteth:tst\",contract=\"$token_contract\",decimals=18}]"
   export CUSTODIAN_CHAINS_HTETH_RPC_URL="$anvil_url" CUSTODIAN_CHAINS_HTETH_CHAIN_ID=31337 \
     CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS=2 CUSTODIAN_CHAINS_HTETH_START_BLOCK=0 CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS=100 \
     CUSTODIAN_DELIVERY_ALLOWED_CIDRS=127.0.0.0/8
@@ -90,7 +109,7 @@ cd "$here"
 if ! CUSTODIAN_URL="$url" CUSTODIAN_EMAIL="$email" CUSTODIAN_PASSWORD="$password" \
   CUSTODIAN_ECDH_EMAIL="$ecdh_email" CUSTODIAN_SERVER_XPUB="$server_xpub" CUSTODIAN_PASSKEY_EMAIL="$passkey_email" \
   CUSTODIAN_OAUTH_CLIENT="$oauth_client" CUSTODIAN_ENTERPRISE="$enterprise" CUSTODIAN_APPROVER_EMAIL="$approver_email" \
-  CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="$anvil_url" CUSTODIAN_RECEIVER_HOST="${CUSTODIAN_SDK_RECEIVER_HOST:-127.0.0.1}" \
+  CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="$anvil_url" CUSTODIAN_TOKEN_CONTRACT="${token_contract:-}" CUSTODIAN_RECEIVER_HOST="${CUSTODIAN_SDK_RECEIVER_HOST:-127.0.0.1}" \
   node --test "${only[@]}" sdk.test.mjs; then
   if [ -f "$dir/serve.log" ]; then
     echo "--- server log" >&2

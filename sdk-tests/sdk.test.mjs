@@ -541,6 +541,42 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
   assert.equal(receipt.status, '0x1');
   assert.equal(receipt.from, address.toLowerCase());
 
+  // A token withdrawal through the same sendMany (a recipient's tokenName), when run.sh deployed
+  // the test token.
+  const token = process.env.CUSTODIAN_TOKEN_CONTRACT;
+  if (token) {
+    const word = (hex) => hex.replace(/^0x/, '').toLowerCase().padStart(64, '0');
+    const tokens = (10n ** 18n).toString(16);
+    await rpc('eth_sendTransaction', [{ from: RICH, to: token, data: '0xa9059cbb' + word(address) + word(tokens) }]);
+    await rpc('anvil_mine', ['0x2']);
+    await until('the token balance is read', 30, async () => {
+      const w = await bitgo.get(bitgo.coin('hteth').url(`/wallet/${wallet.id()}`)).query({ allTokens: true }).result();
+      return w.tokens?.['hteth:tst']?.balanceString === '1000000000000000000';
+    });
+    const tokenPending = await wallet.sendMany({ recipients: [{ address: PAYEE, amount: '5000', tokenName: 'hteth:tst' }], otp: OTP });
+    assert.equal(tokenPending.info.transactionRequest.requestedAmount, '5000');
+    await (await approver.coin('hteth').pendingApprovals().get({ id: tokenPending.id })).approve({ otp: OTP });
+    const tokenHash = await until('the token withdrawal is sent', 30, async () => {
+      const res = await bitgo.get(bitgo.url(`/wallet/${wallet.id()}/txrequests`, 2)).query({ txRequestIds: tokenPending.txRequestId }).result();
+      const t = res.txRequests[0];
+      return t.state === 'delivered' && t.transactions[0].txHash;
+    });
+    const tokenReceipt = await until('the token transfer is mined', 30, async () => rpc('eth_getTransactionReceipt', [tokenHash]));
+    assert.equal(tokenReceipt.status, '0x1');
+    assert.equal(tokenReceipt.to, token.toLowerCase());
+    const paid = await rpc('eth_call', [{ to: token, data: '0x70a08231' + word(PAYEE) }, 'latest']);
+    assert.equal(BigInt(paid), 5000n);
+  }
+  // BitGo's transaction request route, through the SDK's signed requests: one withdrawal per
+  // idempotency key.
+  const intent = { intentType: 'payment', recipients: [{ address: { address: PAYEE }, amount: { value: '77', symbol: 'hteth' } }] };
+  const body = { intent, idempotencyKey: `sdk-${wallet.id()}`, apiVersion: 'full' };
+  const made = await bitgo.post(bitgo.url(`/wallet/${wallet.id()}/txrequests`, 2)).send(body).result();
+  assert.equal(made.state, 'pendingApproval');
+  const again = await bitgo.post(bitgo.url(`/wallet/${wallet.id()}/txrequests`, 2)).send(body).result();
+  assert.equal(again.txRequestId, made.txRequestId);
+  await (await approver.coin('hteth').pendingApprovals().get({ id: made.pendingApprovalId })).reject();
+
   const second = await wallet.sendMany({ recipients: [{ address: PAYEE, amount: '99' }], otp: OTP });
   const refused = await (await approver.coin('hteth').pendingApprovals().get({ id: second.id })).reject();
   assert.equal(refused.state, 'rejected');

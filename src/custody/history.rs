@@ -46,7 +46,13 @@ pub async fn list(
     if ids.as_ref().is_some_and(|i| i.len() > MAX_IDS) {
         return Err(Error::invalid_field("txRequestIds", format!("at most {MAX_IDS}")));
     }
-    let filter = WithdrawalFilter { wallet: Some(wallet_id.clone()), ids, limit, ..Default::default() };
+    let filter = WithdrawalFilter {
+        wallet: Some(wallet_id.clone()),
+        ids,
+        limit,
+        newest_first: true,
+        ..Default::default()
+    };
     let mut out = Vec::new();
     for withdrawal in svc.store.withdrawals(&filter).await? {
         let attempts = svc.store.withdrawal_attempts(&withdrawal.id).await?;
@@ -80,4 +86,28 @@ pub async fn timeline(svc: &Custody, auth: &Principal, id: &TxRequestId) -> Resu
         transfers.extend(svc.store.wallet_transfers(&w.wallet_id, coin.as_str(), &filter, None, 2).await?);
     }
     Ok(Timeline { record: WithdrawalRecord { withdrawal: w, attempts }, approval, transfers })
+}
+
+/// Withdrawals one unlock's totals count at most.
+pub const MAX_UNLOCK_COUNTED: u32 = 10_000;
+
+/// What session `t` started under its current unlock (§2.4 `unlock.txCount`, `txValue`): its
+/// withdrawals since the unlock's `time`, in any state, at most [`MAX_UNLOCK_COUNTED`], and the
+/// sum of their amounts in base units (of whichever coins they sent). `None` when `t` is not
+/// unlocked at `now` (Unix seconds).
+pub async fn unlock_totals(
+    svc: &Custody,
+    t: &crate::model::token::TokenRecord,
+    now: i64,
+) -> Result<Option<(u64, alloy_primitives::U256)>> {
+    let Some(unlock) = t.unlock.filter(|u| u.expires > now) else { return Ok(None) };
+    let filter = WithdrawalFilter {
+        token: Some(t.id.clone()),
+        created_from: Some(unlock.time),
+        limit: MAX_UNLOCK_COUNTED,
+        ..Default::default()
+    };
+    let found = svc.store.withdrawals(&filter).await?;
+    let value = found.iter().fold(alloy_primitives::U256::ZERO, |a, w| a.saturating_add(w.total()));
+    Ok(Some((u64::try_from(found.len()).unwrap_or(u64::MAX), value)))
 }

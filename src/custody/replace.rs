@@ -94,7 +94,8 @@ async fn replace(
     let Some(key) = svc.store.custody_key(&w.key_id).await? else { return Ok(()) };
     let floor = (bumped(last.max_fee_per_gas), bumped(last.priority_fee_per_gas));
     let gas = gas_of(node, w, to).await?;
-    let tx = build(svc, chain_id, node, w, (nonce, gas), to, Some(floor)).await?;
+    let base = node.next_base_fee().await?;
+    let tx = build(svc, chain_id, base, w, (nonce, gas), to, Some(floor));
     if tx.max_fee_per_gas < floor.0 || tx.max_priority_fee_per_gas < floor.1 {
         // At the cap: a replacement the node would refuse. It waits for the base fee to fall.
         svc.metrics.custody.at_fee_cap.inc();

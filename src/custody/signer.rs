@@ -7,9 +7,9 @@
 //! write, so two processes signing at once keep one signature). After a crash the same bytes
 //! are sent again; a node that knows them already answers "already known", which counts as sent.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use alloy_primitives::U256;
+use alloy_primitives::{Address, U256};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -26,10 +26,10 @@ use crate::{
     chain::node::EthNode,
     model::{
         audit::AuditType,
-        custody::{ApprovalState, Attempt, TxRequestState, Withdrawal},
+        custody::{ApprovalState, Attempt, KeyRecord, TxRequestState, Withdrawal},
     },
     store::{ApprovalFilter, Signed, WithdrawalFilter},
-    types::Coin,
+    types::{Coin, KeyId, WalletId},
 };
 
 pub use super::transaction::BATCH;
@@ -93,9 +93,13 @@ async fn run(
                 tracing::warn!(coin = %coin, error = %e, "the signer could not renew its lease; trying again")
             }
         }
-        if let Err(e) = round(&svc, &coin, chain_id, node.as_ref()).await {
-            tracing::warn!(coin = %coin, error = %e, "signer round failed; trying again");
-        }
+        let busy = match round(&svc, &coin, chain_id, node.as_ref()).await {
+            Ok(busy) => busy,
+            Err(e) => {
+                tracing::warn!(coin = %coin, error = %e, "signer round failed; trying again");
+                false
+            }
+        };
         // The gap check asks the node about every signing address: once a RECONCILE_EVERY.
         let now = svc.store.clock().now();
         if reconciled.is_none_or(|at| now.saturating_sub(at) >= RECONCILE_EVERY) {
@@ -106,16 +110,73 @@ async fn run(
                 }
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = stop.changed() => {}
+        // A round that signed or sent something is followed at once: a backlog drains without
+        // a pause per batch.
+        if !busy {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.changed() => {}
+            }
         }
     }
 }
 
-/// One pass over the chain's withdrawals; public so tests can drive it.
-pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNode) -> Result<(), RoundError> {
+/// What one round asks the store and the node once rather than once per withdrawal.
+#[derive(Default)]
+struct Memo {
+    /// The node's next base fee, wei per gas.
+    base_fee: Option<u128>,
+    /// Each address's pending nonce with the node: the store's counter runs ahead of it once
+    /// the round reserved one, so a value read at the round's start is never too high.
+    node_next: HashMap<Address, u64>,
+    frozen: HashMap<WalletId, bool>,
+    keys: HashMap<KeyId, Option<KeyRecord>>,
+}
+
+impl Memo {
+    async fn key(&mut self, svc: &Custody, id: &KeyId) -> Result<Option<KeyRecord>, RoundError> {
+        if !self.keys.contains_key(id) {
+            let key = svc.store.custody_key(id).await?;
+            self.keys.insert(id.clone(), key);
+        }
+        Ok(self.keys.get(id).cloned().flatten())
+    }
+
+    async fn frozen(&mut self, svc: &Custody, wallet: &WalletId) -> Result<bool, RoundError> {
+        if let Some(f) = self.frozen.get(wallet) {
+            return Ok(*f);
+        }
+        let f = super::withdrawals::frozen(svc, wallet).await?;
+        Ok(*self.frozen.entry(wallet.clone()).or_insert(f))
+    }
+
+    async fn node_next(&mut self, node: &dyn SendNode, address: Address) -> Result<u64, RoundError> {
+        if let Some(n) = self.node_next.get(&address) {
+            return Ok(*n);
+        }
+        let n = node.pending_nonce(address).await?;
+        Ok(*self.node_next.entry(address).or_insert(n))
+    }
+
+    async fn base_fee(&mut self, node: &dyn SendNode) -> Result<u128, RoundError> {
+        if let Some(b) = self.base_fee {
+            return Ok(b);
+        }
+        Ok(*self.base_fee.insert(node.next_base_fee().await?))
+    }
+}
+
+/// One pass over the chain's withdrawals; public so tests can drive it. `Ok(true)` when it
+/// signed or sent something (the next round then starts at once).
+pub async fn round(
+    svc: &Custody,
+    coin: &Coin,
+    chain_id: u64,
+    node: &dyn SendNode,
+) -> Result<bool, RoundError> {
     expire(svc, coin).await?;
+    let mut memo = Memo::default();
+    let mut busy = false;
     let of = |state: TxRequestState, unmined: bool| WithdrawalFilter {
         coin: Some(coin.clone()),
         states: Some(vec![state]),
@@ -127,7 +188,8 @@ pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNod
     for w in svc.store.withdrawals(&of(TxRequestState::PendingDelivery, false)).await? {
         let id = w.id.clone();
         let step = async {
-            if let Some(signed) = sign(svc, coin, chain_id, node, w).await? {
+            if let Some(signed) = sign(svc, coin, chain_id, node, &mut memo, w).await? {
+                busy = true;
                 send(svc, node, &signed).await?;
             }
             Ok::<_, RoundError>(())
@@ -135,14 +197,16 @@ pub async fn round(svc: &Custody, coin: &Coin, chain_id: u64, node: &dyn SendNod
         alone(coin, &id, step.await);
     }
     for w in svc.store.withdrawals(&of(TxRequestState::Signed, false)).await? {
-        alone(coin, &w.id, send(svc, node, &w).await);
+        let sent = send(svc, node, &w).await;
+        busy |= sent.is_ok();
+        alone(coin, &w.id, sent);
     }
     for w in svc.store.withdrawals(&of(TxRequestState::Delivered, true)).await? {
         alone(coin, &w.id, super::replace::follow(svc, chain_id, node, &w).await);
     }
     super::replace::recheck_mined(svc, coin, node).await?;
     svc.metrics.custody.rounds.inc();
-    Ok(())
+    Ok(busy)
 }
 
 /// Logs what went wrong with one withdrawal; it is tried again next round.
@@ -197,15 +261,16 @@ async fn sign(
     coin: &Coin,
     chain_id: u64,
     node: &dyn SendNode,
+    memo: &mut Memo,
     w: Withdrawal,
 ) -> Result<Option<Withdrawal>, RoundError> {
-    let Some(key) = svc.store.custody_key(&w.key_id).await? else {
+    let Some(key) = memo.key(svc, &w.key_id).await? else {
         fail(svc, &w, TxRequestState::PendingDelivery, "the wallet's key is gone from the key store").await?;
         return Ok(None);
     };
     let Some(to) = w.recipients.first().map(|r| r.address) else { return Ok(None) };
     // A wallet frozen after the approval holds its withdrawals until the freeze ends.
-    if super::withdrawals::frozen(svc, &w.wallet_id).await? {
+    if memo.frozen(svc, &w.wallet_id).await? {
         return Ok(None);
     }
     // Estimated before a nonce is taken: a call that would revert fails here, leaving no gap.
@@ -221,11 +286,12 @@ async fn sign(
     let nonce = match w.nonce {
         Some(n) => n,
         None => {
-            let node_next = node.pending_nonce(w.from).await?;
+            let node_next = memo.node_next(node, w.from).await?;
             svc.store.reserve_nonce(&w.id, coin.as_str(), &w.from, node_next).await?
         }
     };
-    let tx = build(svc, chain_id, node, &w, (nonce, gas), to, None).await?;
+    let base = memo.base_fee(node).await?;
+    let tx = build(svc, chain_id, base, &w, (nonce, gas), to, None);
     let (gas, max_fee, tip) = (tx.gas_limit, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
     let (raw, hash) = sign_tx(svc, &key, tx, w.from).await?;
     let reserve = U256::from(gas) * U256::from(max_fee);

@@ -62,26 +62,25 @@ pub async fn gas_of(
     })
 }
 
-/// An EIP-1559 transfer of `w` at `(nonce, gas)`, with the node's next base fee
+/// An EIP-1559 transfer of `w` at `(nonce, gas)`, with `base`, the node's next base fee
 /// (`min(2 × base + tip, withdrawals.max_fee_per_gas)`) (`gas` from [`gas_of`]).
-pub async fn build(
+pub fn build(
     svc: &Custody,
     chain_id: u64,
-    node: &dyn SendNode,
+    base: u128,
     w: &Withdrawal,
     (nonce, gas): (u64, u64),
     to: alloy_primitives::Address,
     floor: Option<(u128, u128)>,
-) -> Result<TxEip1559, RoundError> {
+) -> TxEip1559 {
     let cfg = &svc.config.withdrawals;
-    let base = node.next_base_fee().await?;
     // A replacement offers at least `floor` (max fee, tip): the node's bump over the last.
     let (floor_max, floor_tip) = floor.unwrap_or_default();
     let tip = u128::from(cfg.priority_fee_per_gas).max(floor_tip);
     let max_fee =
         base.saturating_mul(2).saturating_add(tip).max(floor_max).min(u128::from(cfg.max_fee_per_gas));
     let (to, value, input) = super::tokens::call_of(w, to);
-    Ok(TxEip1559 {
+    TxEip1559 {
         chain_id,
         nonce,
         gas_limit: gas,
@@ -91,5 +90,5 @@ pub async fn build(
         value,
         access_list: Default::default(),
         input,
-    })
+    }
 }

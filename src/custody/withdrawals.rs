@@ -135,6 +135,7 @@ async fn start(
         fee_reserve,
         error: None,
         mined_block: None,
+        token_id: Some(auth.token.id.clone()),
         created_at: now,
         updated_at: now,
     };

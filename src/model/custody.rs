@@ -3,7 +3,7 @@
 
 use alloy_primitives::{Address, B256, U256};
 
-use crate::types::{ApprovalId, Coin, EnterpriseId, KeyId, TxRequestId, UserId, WalletId};
+use crate::types::{ApprovalId, Coin, EnterpriseId, KeyId, TokenId, TxRequestId, UserId, WalletId};
 
 /// A key of a custodial wallet. The private part never leaves its backend: `handle` is what
 /// the backend needs to find it again (the sealed scalar for `sealed`, the object id in the
@@ -126,6 +126,8 @@ pub struct Withdrawal {
     pub error: Option<String>,
     /// The block that mined its transaction, as the signer last saw.
     pub mined_block: Option<u64>,
+    /// The access token that started it (a session's unlock counts what it made).
+    pub token_id: Option<TokenId>,
     pub created_at: i64,
     pub updated_at: i64,
 }

@@ -22,9 +22,9 @@ use crate::model::{
     audit::AuditEntry,
     custody::{Approval, ApprovalState, KeyRecord, TxRequestState, Withdrawal},
 };
-use crate::types::{ApprovalId, Coin, EnterpriseId, KeyId, TxRequestId, WalletId};
+use crate::types::{ApprovalId, Coin, EnterpriseId, KeyId, TokenId, TxRequestId, WalletId};
 
-/// Which withdrawals to list, oldest first.
+/// Which withdrawals to list (oldest first unless `newest_first`).
 #[derive(Debug, Clone, Default)]
 pub struct WithdrawalFilter {
     pub wallet: Option<WalletId>,
@@ -37,6 +37,11 @@ pub struct WithdrawalFilter {
     pub mined_from: Option<u64>,
     pub ids: Option<Vec<TxRequestId>>,
     pub states: Option<Vec<TxRequestState>>,
+    /// Only those the token started (`token_id`), created at or after `created_from` (Unix s).
+    pub token: Option<TokenId>,
+    pub created_from: Option<i64>,
+    /// Newest first (the lists people read); otherwise oldest first (the signer's order).
+    pub newest_first: bool,
     pub limit: u32,
 }
 
@@ -187,7 +192,7 @@ where
         }
         let inserted = sqlx::query(&format!(
             "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $16, $17, \
-             $10, $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15)"
+             $10, $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15, $18)"
         ))
         .bind(w.id.as_str())
         .bind(w.wallet_id.as_str())
@@ -206,6 +211,7 @@ where
         .bind(w.created_at)
         .bind(w.token.as_ref().map(|t| t.coin.as_str().to_string()))
         .bind(w.token.as_ref().map(|t| t.contract.to_checksum(None)))
+        .bind(w.token_id.as_ref().map(|t| t.as_str().to_string()))
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {
@@ -273,8 +279,14 @@ where
         }
         w.any("id", f.ids.as_ref().map(|ids| ids.iter().map(|i| i.as_str().to_string()).collect()));
         w.any("state", f.states.as_ref().map(|s| s.iter().map(|s| s.as_str().to_string()).collect()));
+        w.eq("token_id", f.token.as_ref().map(|t| t.as_str().to_string()));
+        if let Some(from) = f.created_from {
+            // A number of the store's own, not a client's text.
+            w.raw(&format!("created_at >= {from}"));
+        }
+        let order = if f.newest_first { "created_at DESC, id DESC" } else { "created_at, id" };
         let sql = format!(
-            "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE {} ORDER BY created_at, id LIMIT {}",
+            "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE {} ORDER BY {order} LIMIT {}",
             w.sql(),
             f.limit
         );

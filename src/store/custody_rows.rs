@@ -19,7 +19,7 @@ pub(super) const KEY_COLUMNS: &str = "id, wallet_id, backend, public_key, addres
 pub(super) const WITHDRAWAL_COLUMNS: &str =
     "id, wallet_id, coin, enterprise, creator, idempotency_key, state, version, \
      recipients, token_coin, token_contract, comment, key_id, from_address, approval_id, nonce, tx_hash, signed_tx, fee_reserve, error, \
-     mined_block, created_at, updated_at";
+     mined_block, created_at, updated_at, token_id";
 
 pub(super) const APPROVAL_COLUMNS: &str =
     "id, wallet_id, coin, enterprise, creator, state, approvals_required, resolvers, tx_request_id, created_at, expires_at";
@@ -75,6 +75,7 @@ pub(super) struct WithdrawalRow {
     mined_block: Option<i64>,
     created_at: i64,
     updated_at: i64,
+    token_id: Option<String>,
 }
 
 /// A recipient as stored: `{address, amount}` with the amount in decimal base units.
@@ -137,6 +138,7 @@ impl WithdrawalRow {
             fee_reserve: parse_stored(&self.fee_reserve, "fee reserve")?,
             error: self.error,
             mined_block: self.mined_block.and_then(|b| u64::try_from(b).ok()),
+            token_id: self.token_id.as_deref().and_then(|t| t.parse().ok()),
             created_at: self.created_at,
             updated_at: self.updated_at,
         })

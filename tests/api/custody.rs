@@ -307,6 +307,38 @@ async fn withdrawals_are_refused_with_the_spec_error_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn a_sessions_unlock_counts_what_it_withdrew_and_lifts_its_spending_limits() {
+    let c = custodial(ONE_ETH, 1).await;
+    let one = |amount: &str| json!({ "recipients": [{ "address": OTHER, "amount": amount }] });
+    let session =
+        || async { expect_json(c.app.get_auth("/api/v2/user/session", &c.alice_token).await, 200).await };
+    assert_eq!(session().await["session"]["unlock"]["txCount"], 0);
+    expect_json(c.initiate(&c.alice_token, &one("5")).await, 200).await;
+    expect_json(c.initiate(&c.alice_token, &one("7")).await, 200).await;
+    let unlock = session().await["session"]["unlock"].clone();
+    assert_eq!((unlock["txCount"].clone(), unlock["txValue"].clone()), (json!(2), json!(12)), "{unlock}");
+    // Another token's withdrawal is not this session's; a new unlock starts counting again.
+    let limited = c
+        .app
+        .token_with(
+            &c.alice_token,
+            json!({ "scope": ["wallet_spend_all", "wallet_view_all", "crypto_compare"], "spendingLimits": [{ "coin": "hteth", "txValueLimit": "500" }] }),
+        )
+        .await;
+    expect_json(c.initiate(&limited, &one("500")).await, 200).await;
+    assert_eq!(session().await["session"]["unlock"]["txCount"], 2);
+    c.app.state.store.clock().advance(std::time::Duration::from_secs(1));
+    let again = c.app.post_auth("/api/v2/user/unlock", &c.alice_token, &json!({ "otp": "000000" })).await;
+    assert_eq!(expect_json(again, 200).await["session"]["unlock"]["txCount"], 0);
+    assert_eq!(session().await["session"]["unlock"]["txValue"], 0);
+    // BitGo: "unlocking a token with spending limits removes all spending limits".
+    assert_error(c.initiate(&limited, &one("501")).await, 400, "SpendingLimitExceeded").await;
+    expect_json(c.app.post_auth("/api/v2/user/unlock", &limited, &json!({ "otp": "000000" })).await, 200)
+        .await;
+    expect_json(c.initiate(&limited, &one("501")).await, 200).await;
+}
+
+#[tokio::test]
 async fn a_withdrawal_tells_its_approval_and_each_state_change_to_the_wallets_webhooks() {
     let c = custodial(ONE_ETH, 1).await;
     let receiver = crate::receiver::TestReceiver::start().await;

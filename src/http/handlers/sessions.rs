@@ -4,11 +4,12 @@
 
 use axum::{extract::State, Json};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::identity::{unlock_view, AccessTokenResponse};
 use crate::{
+    custody::history,
     http::{
         auth::Auth,
         error::ApiResult,
@@ -117,7 +118,9 @@ pub struct SessionView {
     /// `authorization_code` or `refresh_token`; named as in the login result.
     #[serde(rename = "grant_type")]
     pub grant_type: String,
-    /// `{time, expires}` (ISO 8601) while unlocked, and the token's `spendingLimits`.
+    /// `{time, expires}` (ISO 8601) while unlocked, with `txCount` and `txValue` (base units,
+    /// a string past 2^53) of the withdrawals the session started since; and the token's
+    /// `spendingLimits`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub unlock: Option<Value>,
@@ -131,10 +134,20 @@ pub struct SessionResponse {
 
 impl SessionResponse {
     /// `now`: Unix seconds on the service's clock, which an unlock's end is compared with.
-    fn new(t: TokenRecord, now: i64) -> Json<Self> {
+    /// `spent`: the withdrawals made under the unlock (`txCount`, `txValue` in base units).
+    fn new(t: TokenRecord, now: i64, spent: Option<(u64, alloy_primitives::U256)>) -> Json<Self> {
+        let mut unlock = unlock_view(&t, now);
+        if let (Some(Value::Object(u)), Some((count, value))) = (unlock.as_mut(), spent) {
+            u.insert("txCount".into(), json!(count));
+            let value = match u64::try_from(value) {
+                Ok(v) if v < 1 << 53 => json!(v),
+                _ => json!(value.to_string()),
+            };
+            u.insert("txValue".into(), value);
+        }
         Json(SessionResponse {
             session: SessionView {
-                unlock: unlock_view(&t, now),
+                unlock,
                 id: t.id,
                 ip: t.ip.unwrap_or_default(),
                 user: t.user_id,
@@ -152,8 +165,10 @@ impl SessionResponse {
 /// The calling token's session.
 #[utoipa::path(get, path = "/api/v2/user/session", tag = "identity", security(("bearer" = [])),
     responses((status = 200, body = SessionResponse)))]
-pub async fn session(State(state): State<AppState>, Auth(auth): Auth) -> Json<SessionResponse> {
-    SessionResponse::new((*auth.token).clone(), state.store.clock().now())
+pub async fn session(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<SessionResponse>> {
+    let now = state.store.clock().now();
+    let spent = history::unlock_totals(&state.custody, &auth.token, now).await?;
+    Ok(SessionResponse::new((*auth.token).clone(), now, spent))
 }
 
 /// Body of an unlock.
@@ -181,14 +196,14 @@ pub async fn unlock(
     ApiJson(req): ApiJson<UnlockRequest>,
 ) -> ApiResult<Json<SessionResponse>> {
     let t = sessions::unlock(&state.identity, &auth, &req.otp, req.duration).await?;
-    Ok(SessionResponse::new(t, state.store.clock().now()))
+    Ok(SessionResponse::new(t, state.store.clock().now(), Some((0, alloy_primitives::U256::ZERO))))
 }
 
 /// Ends the calling session's unlock.
 #[utoipa::path(post, path = "/api/v2/user/lock", tag = "identity", security(("bearer" = [])),
     responses((status = 200, body = SessionResponse)))]
 pub async fn lock(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<SessionResponse>> {
-    Ok(SessionResponse::new(sessions::lock(&state.identity, &auth).await?, state.store.clock().now()))
+    Ok(SessionResponse::new(sessions::lock(&state.identity, &auth).await?, state.store.clock().now(), None))
 }
 
 /// Body of an extension.
