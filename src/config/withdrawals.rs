@@ -77,6 +77,9 @@ pub struct WithdrawalsConfig {
     pub poll_interval_ms: u64,
     /// Seconds a sent withdrawal may wait unmined before it is replaced with higher fees.
     pub stuck_after: u64,
+    /// Seconds an approved withdrawal may wait unsigned (a frozen wallet, a key store or node
+    /// away) before it is `canceled` and told as `transactionExpire`.
+    pub delivery_deadline: u64,
 }
 
 impl Default for WithdrawalsConfig {
@@ -88,6 +91,7 @@ impl Default for WithdrawalsConfig {
             max_in_flight_per_wallet: 100,
             poll_interval_ms: 500,
             stuck_after: 180,
+            delivery_deadline: 24 * 3600,
         }
     }
 }
@@ -106,6 +110,9 @@ impl WithdrawalsConfig {
         }
         if self.stuck_after == 0 {
             return bad("stuck_after", "must be at least 1 second");
+        }
+        if self.delivery_deadline == 0 {
+            return bad("delivery_deadline", "must be at least 1 second");
         }
         if !(10..=60_000).contains(&self.poll_interval_ms) {
             return bad("poll_interval_ms", "from 10 to 60000");

@@ -111,11 +111,6 @@ pub fn tx_request_events(w: &Withdrawal, old: Option<TxRequestState>) -> Vec<Eve
 }
 
 /// `transactionExpire` for `w`, whose approval expired.
-pub fn expire_event(w: &Withdrawal) -> Event {
-    Event::TransactionExpire(change(
-        w,
-        "transactionExpire",
-        TxRequestState::PendingApproval.as_str(),
-        w.state.as_str(),
-    ))
+pub fn expire_event(w: &Withdrawal, from: TxRequestState) -> Event {
+    Event::TransactionExpire(change(w, "transactionExpire", from.as_str(), w.state.as_str()))
 }

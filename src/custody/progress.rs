@@ -26,10 +26,25 @@ pub(super) async fn advance(
     error: Option<&str>,
     entry: crate::model::audit::AuditEntry,
 ) -> Result<(), RoundError> {
+    move_to(svc, w, (from, to), error, entry, false).await
+}
+
+/// [`advance`], and `transactionExpire` too when `expired`.
+async fn move_to(
+    svc: &Custody,
+    w: &Withdrawal,
+    (from, to): (TxRequestState, TxRequestState),
+    error: Option<&str>,
+    entry: crate::model::audit::AuditEntry,
+    expired: bool,
+) -> Result<(), RoundError> {
     let now = svc.store.clock().now();
     let moved = Withdrawal { state: to, version: w.version + 1, updated_at: now, ..w.clone() };
-    let announce =
-        Announcement::prepare(&svc.webhooks, &events::tx_request_events(&moved, Some(from))).await?;
+    let mut told = events::tx_request_events(&moved, Some(from));
+    if expired {
+        told.push(events::expire_event(&moved, from));
+    }
+    let announce = Announcement::prepare(&svc.webhooks, &told).await?;
     let change = Move { id: &w.id, from: &[from], to, error };
     let written = svc.store.move_withdrawal(&change, now, &[entry], &announce.writes()).await?;
     if let Some(recorded) = written {
@@ -49,4 +64,15 @@ pub(super) async fn fail(
         .wallet(Some(&w.wallet_id))
         .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
     advance(svc, w, from, TxRequestState::Failed, Some(why), entry).await
+}
+
+/// Cancels `w`, approved but not signed within `withdrawals.delivery_deadline`: `canceled`,
+/// told as `txRequest` and `transactionExpire`, audited as `withdrawal.expired`.
+pub(super) async fn expire_unsigned(svc: &Custody, w: &Withdrawal) -> Result<(), RoundError> {
+    let why = "not signed within withdrawals.delivery_deadline";
+    let entry = crate::audit::entry(AuditType::WithdrawalExpired)
+        .wallet(Some(&w.wallet_id))
+        .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
+    let states = (TxRequestState::PendingDelivery, TxRequestState::Canceled);
+    move_to(svc, w, states, Some(why), entry, true).await
 }

@@ -185,8 +185,15 @@ pub async fn round(
         ..Default::default()
     };
     // One withdrawal's failure (a node error about it) does not hold the others back.
+    let deadline = i64::try_from(svc.config.withdrawals.delivery_deadline).unwrap_or(i64::MAX);
+    let now = svc.store.clock().now();
     for w in svc.store.withdrawals(&of(TxRequestState::PendingDelivery, false)).await? {
         let id = w.id.clone();
+        // Approved but never signed by its deadline (one with a nonce is signed next, so no gap).
+        if w.nonce.is_none() && now.saturating_sub(w.updated_at) >= deadline {
+            alone(coin, &id, super::progress::expire_unsigned(svc, &w).await);
+            continue;
+        }
         let step = async {
             if let Some(signed) = sign(svc, coin, chain_id, node, &mut memo, w).await? {
                 busy = true;
@@ -239,7 +246,7 @@ async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
             let w =
                 Withdrawal { state: TxRequestState::Canceled, version: w.version + 1, updated_at: now, ..w };
             events.extend(events::tx_request_events(&w, Some(TxRequestState::PendingApproval)));
-            events.push(events::expire_event(&w));
+            events.push(events::expire_event(&w, TxRequestState::PendingApproval));
         }
         let announce = Announcement::prepare(&svc.webhooks, &events).await?;
         let next = Some(TxRequestState::Canceled);

@@ -97,3 +97,49 @@ async fn withdrawals_in_flight_are_capped_per_wallet() {
     assert_error(c.initiate(&c.alice_token, &body).await, 409, "TooManyWithdrawals").await;
     assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 2);
 }
+
+#[tokio::test]
+async fn an_approved_withdrawal_not_signed_by_its_deadline_is_canceled_and_told() {
+    let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.delivery_deadline = 120).await;
+    let receiver = crate::receiver::TestReceiver::start().await;
+    let path = format!("/api/v2/hteth/wallet/{}/webhooks", c.wallet_id());
+    let hook = json!({ "type": "transactionExpire", "url": receiver.url });
+    expect_json(c.app.post_auth(&path, &c.alice_token, &hook).await, 200).await;
+    // Frozen after it was asked for, it is approved and held unsigned.
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "66" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let freeze = format!("/api/v2/hteth/wallet/{}/freeze", c.wallet_id());
+    expect_json(c.app.post_auth(&freeze, &c.bob_token, &json!({ "duration": 3600 })).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let tx = pending["txRequestId"].as_str().unwrap();
+    let rounds = metric_value(&c.app, "custodian_custody_signer_rounds_total").await;
+    until("two rounds hold it", 30, || async {
+        (metric_value(&c.app, "custodian_custody_signer_rounds_total").await >= rounds + 2).then_some(())
+    })
+    .await;
+    assert_eq!(c.tx_request(tx).await["state"], "pendingDelivery");
+    c.app.state.store.clock().advance(Duration::from_secs(121));
+    let canceled = until("the deadline passes", 30, || async {
+        let t = c.tx_request(tx).await;
+        (t["state"] == "canceled").then_some(t)
+    })
+    .await;
+    assert_eq!(canceled["error"], "not signed within withdrawals.delivery_deadline", "{canceled}");
+    let told = receiver.wait_for(1, 20).await;
+    let event: serde_json::Value = serde_json::from_str(&told[0].body).unwrap();
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["txRequestId"].as_str(),
+            event["oldState"].as_str(),
+            event["newState"].as_str()
+        ),
+        (Some("transactionExpire"), Some(tx), Some("pendingDelivery"), Some("canceled")),
+        "{event}"
+    );
+    let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.expired'").await;
+    assert_eq!(audit.len(), 1);
+    let count = c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "pending"])).await;
+    assert_eq!(count, "0x0", "nothing left the address");
+}
