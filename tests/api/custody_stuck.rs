@@ -57,6 +57,13 @@ async fn a_stuck_withdrawal_is_replaced_with_higher_fees_and_only_the_replacemen
 #[tokio::test]
 async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once() {
     let c = custodial_with(ONE_ETH, 1, |_| {}).await;
+    let receiver = crate::receiver::TestReceiver::start().await;
+    let path = format!("/api/v2/hteth/wallet/{}/webhooks", c.wallet_id());
+    expect_json(
+        c.app.post_auth(&path, &c.alice_token, &json!({ "type": "transfer", "url": receiver.url })).await,
+        200,
+    )
+    .await;
     let before = c.anvil.balance(OTHER).await;
     let body = json!({ "recipients": [{ "address": OTHER, "amount": "2718" }] });
     let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
@@ -83,6 +90,25 @@ async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once()
     assert_eq!(again["status"], "0x1", "{again}");
     assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x1");
     assert_eq!(c.anvil.balance(OTHER).await, before + 2718);
+    // The send's notifications, in the order they arrived: seen, removed by the reorg, seen
+    // again, and confirmed only after that.
+    c.anvil.mine(3).await;
+    let states = until("the send is told confirmed after the reorg", 30, || async {
+        let states: Vec<String> = receiver
+            .received()
+            .iter()
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .filter(|b| b["transferType"] == "send" && b["hash"] == json!(hash))
+            .map(|b| b["state"].as_str().unwrap_or_default().to_string())
+            .collect();
+        (states.last().map(String::as_str) == Some("confirmed")).then_some(states)
+    })
+    .await;
+    let removed =
+        states.iter().position(|s| s == "removed").unwrap_or_else(|| panic!("no removed: {states:?}"));
+    assert_eq!(states[0], "unconfirmed", "{states:?}");
+    assert!(!states[..removed].iter().any(|s| s == "confirmed"), "confirmed before the reorg: {states:?}");
+    assert!(states[removed + 1..].iter().any(|s| s == "unconfirmed"), "seen again: {states:?}");
 }
 
 #[tokio::test]
