@@ -183,6 +183,9 @@ pub struct CustodyMetrics {
     pub at_fee_cap: Counter,
     /// The signer's rounds that ran to the end.
     pub rounds: Counter,
+    /// The most withdrawals one signer round had in flight at once (its last round that
+    /// signed any), at most `withdrawals.signer_concurrency`.
+    pub concurrency_peak: Gauge,
     /// Rounds skipped because another process holds the chain's signer lease.
     pub rounds_held_back: Counter,
     /// The widest nonce gap of a signing address at the last round (0: none).
@@ -203,6 +206,11 @@ impl CustodyMetrics {
             self.broadcasts.clone(),
         );
         registry.register("custody_signer_rounds", "Signer rounds that ran to the end", self.rounds.clone());
+        registry.register(
+            "custody_signer_concurrency_peak",
+            "The most withdrawals the signer's last round that signed any had in flight at once",
+            self.concurrency_peak.clone(),
+        );
         registry.register(
             "custody_signer_rounds_held_back",
             "Signer rounds skipped because another process holds the chain's signer lease",

@@ -75,6 +75,9 @@ pub struct WithdrawalsConfig {
     pub max_in_flight_per_wallet: u32,
     /// How often the signer looks for approved withdrawals and follows sent ones, ms.
     pub poll_interval_ms: u64,
+    /// Withdrawals one signer round signs, sends or follows at once (each waits on the node
+    /// and the store; a round takes at most `custody::transaction::BATCH` of each).
+    pub signer_concurrency: u32,
     /// Seconds a sent withdrawal may wait unmined before it is replaced with higher fees.
     pub stuck_after: u64,
     /// Seconds an approved withdrawal may wait unsigned (a frozen wallet, a key store or node
@@ -90,6 +93,7 @@ impl Default for WithdrawalsConfig {
             priority_fee_per_gas: 1_000_000_000,
             max_in_flight_per_wallet: 100,
             poll_interval_ms: 500,
+            signer_concurrency: 8,
             stuck_after: 180,
             delivery_deadline: 24 * 3600,
         }
@@ -110,6 +114,9 @@ impl WithdrawalsConfig {
         }
         if self.stuck_after == 0 {
             return bad("stuck_after", "must be at least 1 second");
+        }
+        if !(1..=64).contains(&self.signer_concurrency) {
+            return bad("signer_concurrency", "from 1 to 64");
         }
         if self.delivery_deadline == 0 {
             return bad("delivery_deadline", "must be at least 1 second");

@@ -14,6 +14,7 @@ pub mod events;
 pub mod freeze;
 pub mod history;
 pub mod keys;
+mod memo;
 pub mod node;
 pub mod pkcs11;
 mod progress;

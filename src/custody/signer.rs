@@ -7,15 +7,18 @@
 //! write, so two processes signing at once keep one signature). After a crash the same bytes
 //! are sent again; a node that knows them already answers "already known", which counts as sent.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use alloy_primitives::{Address, U256};
+use futures_util::{stream, StreamExt};
+
+use alloy_primitives::U256;
 use serde_json::json;
 use tokio::sync::watch;
 
 pub use super::transaction::RoundError;
 use super::{
     events::{self, Announcement},
+    memo::{InFlight, Memo},
     node::{SendNode, SendRefusal},
     progress::{advance, fail},
     transaction::{build, gas_of, sign_tx},
@@ -26,10 +29,10 @@ use crate::{
     chain::node::EthNode,
     model::{
         audit::AuditType,
-        custody::{ApprovalState, Attempt, KeyRecord, TxRequestState, Withdrawal},
+        custody::{ApprovalState, Attempt, TxRequestState, Withdrawal},
     },
     store::{ApprovalFilter, Signed, WithdrawalFilter},
-    types::{Coin, KeyId, WalletId},
+    types::Coin,
 };
 
 pub use super::transaction::BATCH;
@@ -121,51 +124,6 @@ async fn run(
     }
 }
 
-/// What one round asks the store and the node once rather than once per withdrawal.
-#[derive(Default)]
-struct Memo {
-    /// The node's next base fee, wei per gas.
-    base_fee: Option<u128>,
-    /// Each address's pending nonce with the node: the store's counter runs ahead of it once
-    /// the round reserved one, so a value read at the round's start is never too high.
-    node_next: HashMap<Address, u64>,
-    frozen: HashMap<WalletId, bool>,
-    keys: HashMap<KeyId, Option<KeyRecord>>,
-}
-
-impl Memo {
-    async fn key(&mut self, svc: &Custody, id: &KeyId) -> Result<Option<KeyRecord>, RoundError> {
-        if !self.keys.contains_key(id) {
-            let key = svc.store.custody_key(id).await?;
-            self.keys.insert(id.clone(), key);
-        }
-        Ok(self.keys.get(id).cloned().flatten())
-    }
-
-    async fn frozen(&mut self, svc: &Custody, wallet: &WalletId) -> Result<bool, RoundError> {
-        if let Some(f) = self.frozen.get(wallet) {
-            return Ok(*f);
-        }
-        let f = super::withdrawals::frozen(svc, wallet).await?;
-        Ok(*self.frozen.entry(wallet.clone()).or_insert(f))
-    }
-
-    async fn node_next(&mut self, node: &dyn SendNode, address: Address) -> Result<u64, RoundError> {
-        if let Some(n) = self.node_next.get(&address) {
-            return Ok(*n);
-        }
-        let n = node.pending_nonce(address).await?;
-        Ok(*self.node_next.entry(address).or_insert(n))
-    }
-
-    async fn base_fee(&mut self, node: &dyn SendNode) -> Result<u128, RoundError> {
-        if let Some(b) = self.base_fee {
-            return Ok(b);
-        }
-        Ok(*self.base_fee.insert(node.next_base_fee().await?))
-    }
-}
-
 /// One pass over the chain's withdrawals; public so tests can drive it. `Ok(true)` when it
 /// signed or sent something (the next round then starts at once).
 pub async fn round(
@@ -175,8 +133,6 @@ pub async fn round(
     node: &dyn SendNode,
 ) -> Result<bool, RoundError> {
     expire(svc, coin).await?;
-    let mut memo = Memo::default();
-    let mut busy = false;
     let of = |state: TxRequestState, unmined: bool| WithdrawalFilter {
         coin: Some(coin.clone()),
         states: Some(vec![state]),
@@ -184,33 +140,65 @@ pub async fn round(
         limit: BATCH,
         ..Default::default()
     };
-    // One withdrawal's failure (a node error about it) does not hold the others back.
     let deadline = i64::try_from(svc.config.withdrawals.delivery_deadline).unwrap_or(i64::MAX);
     let now = svc.store.clock().now();
+    let mut to_sign = Vec::new();
     for w in svc.store.withdrawals(&of(TxRequestState::PendingDelivery, false)).await? {
-        let id = w.id.clone();
         // Approved but never signed by its deadline (one with a nonce is signed next, so no gap).
         if w.nonce.is_none() && now.saturating_sub(w.updated_at) >= deadline {
-            alone(coin, &id, super::progress::expire_unsigned(svc, &w).await);
-            continue;
+            alone(coin, &w.id, super::progress::expire_unsigned(svc, &w).await);
+        } else {
+            to_sign.push(w);
         }
-        let step = async {
-            if let Some(signed) = sign(svc, coin, chain_id, node, &mut memo, w).await? {
-                busy = true;
-                send(svc, node, &signed).await?;
+    }
+    let memo = Memo::read(svc, node, &to_sign).await?;
+    let (memo, limit) = (&memo, usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1));
+    let in_flight = InFlight::default();
+    // Withdrawals are independent once each holds its own nonce: their waits on the node and
+    // the store overlap, at most `withdrawals.signer_concurrency` at once. One withdrawal's
+    // failure (a node error about it) does not hold the others back.
+    let signed: Vec<bool> = stream::iter(to_sign)
+        .map(|w| {
+            let in_flight = &in_flight;
+            async move {
+                let _slot = in_flight.enter();
+                let id = w.id.clone();
+                match sign(svc, coin, chain_id, node, memo, w).await {
+                    Ok(Some(signed)) => {
+                        alone(coin, &id, send(svc, node, &signed).await);
+                        true
+                    }
+                    Ok(None) => false,
+                    Err(e) => {
+                        alone(coin, &id, Err(e));
+                        false
+                    }
+                }
             }
-            Ok::<_, RoundError>(())
-        };
-        alone(coin, &id, step.await);
+        })
+        .buffer_unordered(limit)
+        .collect()
+        .await;
+    if in_flight.peak() > 0 {
+        svc.metrics.custody.concurrency_peak.set(i64::try_from(in_flight.peak()).unwrap_or(i64::MAX));
     }
-    for w in svc.store.withdrawals(&of(TxRequestState::Signed, false)).await? {
-        let sent = send(svc, node, &w).await;
-        busy |= sent.is_ok();
-        alone(coin, &w.id, sent);
-    }
-    for w in svc.store.withdrawals(&of(TxRequestState::Delivered, true)).await? {
-        alone(coin, &w.id, super::replace::follow(svc, chain_id, node, &w).await);
-    }
+    let mut busy = signed.contains(&true);
+    let sent: Vec<bool> = stream::iter(svc.store.withdrawals(&of(TxRequestState::Signed, false)).await?)
+        .map(|w| async move {
+            let sent = send(svc, node, &w).await;
+            let ok = sent.is_ok();
+            alone(coin, &w.id, sent);
+            ok
+        })
+        .buffer_unordered(limit)
+        .collect()
+        .await;
+    busy |= sent.contains(&true);
+    stream::iter(svc.store.withdrawals(&of(TxRequestState::Delivered, true)).await?)
+        .for_each_concurrent(limit, |w| async move {
+            alone(coin, &w.id, super::replace::follow(svc, chain_id, node, &w).await);
+        })
+        .await;
     super::replace::recheck_mined(svc, coin, node).await?;
     svc.metrics.custody.rounds.inc();
     Ok(busy)
@@ -268,16 +256,16 @@ async fn sign(
     coin: &Coin,
     chain_id: u64,
     node: &dyn SendNode,
-    memo: &mut Memo,
+    memo: &Memo,
     w: Withdrawal,
 ) -> Result<Option<Withdrawal>, RoundError> {
-    let Some(key) = memo.key(svc, &w.key_id).await? else {
+    let Some(key) = memo.key(&w.key_id) else {
         fail(svc, &w, TxRequestState::PendingDelivery, "the wallet's key is gone from the key store").await?;
         return Ok(None);
     };
     let Some(to) = w.recipients.first().map(|r| r.address) else { return Ok(None) };
     // A wallet frozen after the approval holds its withdrawals until the freeze ends.
-    if memo.frozen(svc, &w.wallet_id).await? {
+    if memo.frozen(&w.wallet_id) {
         return Ok(None);
     }
     // Estimated before a nonce is taken: a call that would revert fails here, leaving no gap.
@@ -293,7 +281,7 @@ async fn sign(
     let nonce = match w.nonce {
         Some(n) => n,
         None => {
-            let node_next = memo.node_next(node, w.from).await?;
+            let node_next = memo.node_next(&w.from);
             svc.store.reserve_nonce(&w.id, coin.as_str(), &w.from, node_next).await?
         }
     };

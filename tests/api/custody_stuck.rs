@@ -77,6 +77,17 @@ async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once()
     .await;
     let (block, hash) = (mined.0, mined.1["transactions"][0]["txHash"].as_str().unwrap().to_string());
     assert_eq!(c.anvil.head().await, block);
+    let sends = || {
+        receiver
+            .received()
+            .iter()
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .filter(|b| b["transferType"] == "send" && b["hash"] == json!(hash))
+            .map(|b| b["state"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<String>>()
+    };
+    // The watcher has told it before the reorg (else it never saw the first block).
+    until("the send is told unconfirmed", 30, || async { (!sends().is_empty()).then_some(()) }).await;
     // The block that holds it is replaced by an empty one: the transaction is gone.
     c.anvil.rpc("anvil_reorg", json!([1, []])).await;
     assert!(c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await.is_null());
@@ -94,13 +105,7 @@ async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once()
     // again, and confirmed only after that.
     c.anvil.mine(3).await;
     let states = until("the send is told confirmed after the reorg", 30, || async {
-        let states: Vec<String> = receiver
-            .received()
-            .iter()
-            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
-            .filter(|b| b["transferType"] == "send" && b["hash"] == json!(hash))
-            .map(|b| b["state"].as_str().unwrap_or_default().to_string())
-            .collect();
+        let states = sends();
         (states.last().map(String::as_str) == Some("confirmed")).then_some(states)
     })
     .await;
@@ -164,8 +169,9 @@ async fn the_sends_transfer_notifications_name_their_withdrawal() {
 }
 
 #[tokio::test]
-async fn while_another_process_holds_the_signer_lease_nothing_is_signed_here() {
-    let c = custodial_with(ONE_ETH, 1, |_| {}).await;
+async fn while_another_process_holds_the_signer_lease_nothing_is_signed_here_then_all_at_the_concurrency_limit(
+) {
+    let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.signer_concurrency = 2).await;
     // Another process's lease on the chain's signer, far in the future.
     c.app
         .raw_sql(
@@ -173,23 +179,36 @@ async fn while_another_process_holds_the_signer_lease_nothing_is_signed_here() {
              ON CONFLICT (chain) DO UPDATE SET lease_holder = 'elsewhere', lease_until_ms = 99999999999999",
         )
         .await;
-    let body = json!({ "recipients": [{ "address": OTHER, "amount": "77" }] });
-    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
-    let approve = json!({ "state": "approved", "otp": "000000" });
-    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    let mut ids = Vec::new();
+    for amount in ["77", "78", "79", "80"] {
+        let body = json!({ "recipients": [{ "address": OTHER, "amount": amount }] });
+        let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+        let approve = json!({ "state": "approved", "otp": "000000" });
+        expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+        ids.push(pending["txRequestId"].as_str().unwrap().to_string());
+    }
     let held = metric_value(&c.app, "custodian_custody_signer_rounds_held_back_total").await;
     until("three rounds held back after the approval", 30, || async {
         (metric_value(&c.app, "custodian_custody_signer_rounds_held_back_total").await >= held + 3)
             .then_some(())
     })
     .await;
-    let id = pending["txRequestId"].as_str().unwrap();
-    assert_eq!(c.tx_request(id).await["state"], "pendingDelivery");
-    // The other process's lease lapses: this one takes it and sends.
+    for id in &ids {
+        assert_eq!(c.tx_request(id).await["state"], "pendingDelivery");
+    }
+    // The other process's lease lapses: this one takes it and sends all four, two at a time
+    // (`withdrawals.signer_concurrency`), at consecutive nonces.
     c.app.raw_sql("UPDATE chain_state SET lease_until_ms = 0 WHERE chain = 'signer:hteth'").await;
-    until("the withdrawal is sent once the lease lapsed", 30, || async {
-        let t = c.tx_request(id).await;
-        (t["state"] == "delivered").then_some(())
-    })
-    .await;
+    let mut nonces = Vec::new();
+    for id in &ids {
+        let t = until("the withdrawals are sent once the lease lapsed", 30, || async {
+            let t = c.tx_request(id).await;
+            (t["state"] == "delivered").then_some(t)
+        })
+        .await;
+        nonces.push(t["transactions"][0]["nonce"].as_u64().unwrap());
+    }
+    nonces.sort_unstable();
+    assert_eq!(nonces, [0, 1, 2, 3]);
+    assert_eq!(metric_value(&c.app, "custodian_custody_signer_concurrency_peak").await, 2);
 }

@@ -1,0 +1,101 @@
+//! What one signer round reads once, before its withdrawals are signed side by side: their
+//! keys, their wallets' freezes, each address's pending nonce with the node and the next base
+//! fee (asked once, by the first that needs it). And the count of steps in flight, whose peak is a metric.
+
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicUsize, Ordering},
+};
+
+use alloy_primitives::Address;
+
+use super::{node::SendNode, transaction::RoundError, Custody};
+use crate::{
+    model::custody::{KeyRecord, Withdrawal},
+    types::{KeyId, WalletId},
+};
+
+/// A round's reads, shared by its withdrawals.
+#[derive(Default)]
+pub(super) struct Memo {
+    /// The node's next base fee, wei per gas: asked by the first withdrawal that holds its
+    /// nonce (so a crash while asking leaves the nonce stored, as each step's order wants).
+    base_fee: tokio::sync::OnceCell<u128>,
+    /// Each address's pending nonce with the node, read at the round's start: the store's
+    /// counter runs ahead of it once the round reserved one, and a reservation takes the larger.
+    node_next: HashMap<Address, u64>,
+    frozen: HashMap<WalletId, bool>,
+    keys: HashMap<KeyId, Option<KeyRecord>>,
+}
+
+impl Memo {
+    /// Reads what signing `ws` needs, each thing once.
+    pub(super) async fn read(
+        svc: &Custody,
+        node: &dyn SendNode,
+        ws: &[Withdrawal],
+    ) -> Result<Self, RoundError> {
+        let mut memo = Memo::default();
+        for w in ws {
+            if !memo.keys.contains_key(&w.key_id) {
+                let key = svc.store.custody_key(&w.key_id).await?;
+                memo.keys.insert(w.key_id.clone(), key);
+            }
+            if !memo.frozen.contains_key(&w.wallet_id) {
+                let frozen = super::withdrawals::frozen(svc, &w.wallet_id).await?;
+                memo.frozen.insert(w.wallet_id.clone(), frozen);
+            }
+            if w.nonce.is_none() && !memo.node_next.contains_key(&w.from) {
+                memo.node_next.insert(w.from, node.pending_nonce(w.from).await?);
+            }
+        }
+        Ok(memo)
+    }
+
+    /// The key, `None` when the key store no longer has it.
+    pub(super) fn key(&self, id: &KeyId) -> Option<KeyRecord> {
+        self.keys.get(id).cloned().flatten()
+    }
+
+    pub(super) fn frozen(&self, wallet: &WalletId) -> bool {
+        self.frozen.get(wallet).copied().unwrap_or(true)
+    }
+
+    /// The node's pending nonce of `address` at the round's start (0 when not read: the store's
+    /// counter then decides).
+    pub(super) fn node_next(&self, address: &Address) -> u64 {
+        self.node_next.get(address).copied().unwrap_or(0)
+    }
+
+    pub(super) async fn base_fee(&self, node: &dyn SendNode) -> Result<u128, RoundError> {
+        Ok(*self.base_fee.get_or_try_init(|| node.next_base_fee()).await?)
+    }
+}
+
+/// Steps of a round in flight, and the most at once.
+#[derive(Default)]
+pub(super) struct InFlight {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+/// One step's place in [`InFlight`], given back on drop.
+pub(super) struct Slot<'a>(&'a InFlight);
+
+impl InFlight {
+    pub(super) fn enter(&self) -> Slot<'_> {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        Slot(self)
+    }
+
+    pub(super) fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
