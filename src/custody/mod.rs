@@ -10,6 +10,7 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 pub mod approvals;
+mod batch;
 pub mod events;
 pub mod freeze;
 pub mod history;

@@ -14,7 +14,7 @@ use crate::{
         audit::AuditType,
         custody::{TxRequestState, Withdrawal},
     },
-    store::Move,
+    store::{Batched, Move},
 };
 
 /// Moves `w` from `from` to `to` (with `error`), with `entry` and the change's events.
@@ -45,8 +45,14 @@ async fn move_to(
         told.push(events::expire_event(&moved, from));
     }
     let announce = Announcement::prepare(&svc.webhooks, &told).await?;
-    let change = Move { id: &w.id, from: &[from], to, error };
-    let written = svc.store.move_withdrawal(&change, now, &[entry], &announce.writes()).await?;
+    let from = [from];
+    let item = Batched {
+        change: Move { id: &w.id, from: &from, to, error },
+        audit: vec![entry],
+        events: announce.writes(),
+    };
+    let written = svc.store.move_withdrawals(std::slice::from_ref(&item), now).await?.pop().flatten();
+    drop(item);
     if let Some(recorded) = written {
         announce.committed(&svc.webhooks, &recorded).await;
     }

@@ -10,18 +10,15 @@
 use std::{sync::Arc, time::Duration};
 
 use futures_util::{stream, StreamExt};
-
-use alloy_primitives::U256;
 use serde_json::json;
 use tokio::sync::watch;
 
 pub use super::transaction::RoundError;
 use super::{
+    batch::alone,
     events::{self, Announcement},
-    memo::{InFlight, Memo},
-    node::{SendNode, SendRefusal},
-    progress::{advance, fail},
-    transaction::{build, gas_of, sign_tx},
+    memo::Memo,
+    node::SendNode,
     Custody,
 };
 use crate::{
@@ -29,9 +26,9 @@ use crate::{
     chain::node::EthNode,
     model::{
         audit::AuditType,
-        custody::{ApprovalState, Attempt, TxRequestState, Withdrawal},
+        custody::{ApprovalState, TxRequestState, Withdrawal},
     },
-    store::{ApprovalFilter, Signed, WithdrawalFilter},
+    store::{ApprovalFilter, WithdrawalFilter},
     types::Coin,
 };
 
@@ -152,48 +149,13 @@ pub async fn round(
         }
     }
     let memo = Memo::read(svc, node, &to_sign).await?;
-    let (memo, limit) = (&memo, usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1));
-    let in_flight = InFlight::default();
-    // Withdrawals are independent once each holds its own nonce: their waits on the node and
-    // the store overlap, at most `withdrawals.signer_concurrency` at once. One withdrawal's
-    // failure (a node error about it) does not hold the others back.
-    let signed: Vec<bool> = stream::iter(to_sign)
-        .map(|w| {
-            let in_flight = &in_flight;
-            async move {
-                let _slot = in_flight.enter();
-                let id = w.id.clone();
-                match sign(svc, coin, chain_id, node, memo, w).await {
-                    Ok(Some(signed)) => {
-                        alone(coin, &id, send(svc, node, &signed).await);
-                        true
-                    }
-                    Ok(None) => false,
-                    Err(e) => {
-                        alone(coin, &id, Err(e));
-                        false
-                    }
-                }
-            }
-        })
-        .buffer_unordered(limit)
-        .collect()
-        .await;
-    if in_flight.peak() > 0 {
-        svc.metrics.custody.concurrency_peak.set(i64::try_from(in_flight.peak()).unwrap_or(i64::MAX));
-    }
-    let mut busy = signed.contains(&true);
-    let sent: Vec<bool> = stream::iter(svc.store.withdrawals(&of(TxRequestState::Signed, false)).await?)
-        .map(|w| async move {
-            let sent = send(svc, node, &w).await;
-            let ok = sent.is_ok();
-            alone(coin, &w.id, sent);
-            ok
-        })
-        .buffer_unordered(limit)
-        .collect()
-        .await;
-    busy |= sent.contains(&true);
+    let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
+    // Signed ones (this round's and any a crash left) are sent; one withdrawal's failure (a
+    // node error about it) does not hold the others back.
+    let signed = super::batch::sign_all(svc, (coin, chain_id), node, &memo, to_sign).await?;
+    let to_send = svc.store.withdrawals(&of(TxRequestState::Signed, false)).await?;
+    let sent = super::batch::send_all(svc, coin, node, to_send).await?;
+    let busy = signed > 0 || sent > 0;
     stream::iter(svc.store.withdrawals(&of(TxRequestState::Delivered, true)).await?)
         .for_each_concurrent(limit, |w| async move {
             alone(coin, &w.id, super::replace::follow(svc, chain_id, node, &w).await);
@@ -202,13 +164,6 @@ pub async fn round(
     super::replace::recheck_mined(svc, coin, node).await?;
     svc.metrics.custody.rounds.inc();
     Ok(busy)
-}
-
-/// Logs what went wrong with one withdrawal; it is tried again next round.
-fn alone(coin: &Coin, id: &crate::types::TxRequestId, done: Result<(), RoundError>) {
-    if let Err(e) = done {
-        tracing::warn!(coin = %coin, txRequestId = %id, error = %e, "a withdrawal's step failed; trying again next round");
-    }
 }
 
 /// Approvals past `expires_at` are closed and their withdrawals canceled.
@@ -247,103 +202,4 @@ async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
         }
     }
     Ok(())
-}
-
-/// Reserves the nonce (stored), builds with the node's fees, signs in the key store, checks
-/// the signature, and stores the signed bytes. `None` when another process stored first.
-async fn sign(
-    svc: &Custody,
-    coin: &Coin,
-    chain_id: u64,
-    node: &dyn SendNode,
-    memo: &Memo,
-    w: Withdrawal,
-) -> Result<Option<Withdrawal>, RoundError> {
-    let Some(key) = memo.key(&w.key_id) else {
-        fail(svc, &w, TxRequestState::PendingDelivery, "the wallet's key is gone from the key store").await?;
-        return Ok(None);
-    };
-    let Some(to) = w.recipients.first().map(|r| r.address) else { return Ok(None) };
-    // A wallet frozen after the approval holds its withdrawals until the freeze ends.
-    if memo.frozen(&w.wallet_id) {
-        return Ok(None);
-    }
-    // Estimated before a nonce is taken: a call that would revert fails here, leaving no gap.
-    let gas = match gas_of(node, &w, to).await {
-        Ok(gas) => gas,
-        Err(e) if w.nonce.is_none() && e.to_string().to_ascii_lowercase().contains("revert") => {
-            fail(svc, &w, TxRequestState::PendingDelivery, "the node says the transaction would revert")
-                .await?;
-            return Ok(None);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let nonce = match w.nonce {
-        Some(n) => n,
-        None => {
-            let node_next = memo.node_next(&w.from);
-            svc.store.reserve_nonce(&w.id, coin.as_str(), &w.from, node_next).await?
-        }
-    };
-    let base = memo.base_fee(node).await?;
-    let tx = build(svc, chain_id, base, &w, (nonce, gas), to, None);
-    let (gas, max_fee, tip) = (tx.gas_limit, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
-    let (raw, hash) = sign_tx(svc, &key, tx, w.from).await?;
-    let reserve = U256::from(gas) * U256::from(max_fee);
-    let entry = crate::audit::entry(AuditType::WithdrawalSigned).wallet(Some(&w.wallet_id)).data(json!({
-        "txRequestId": w.id.as_str(), "txHash": hash.to_string(), "nonce": nonce, "keyId": key.id.as_str(),
-    }));
-    let now = svc.store.clock().now();
-    let signed = Withdrawal {
-        state: TxRequestState::Signed,
-        version: w.version + 1,
-        nonce: Some(nonce),
-        tx_hash: Some(hash),
-        signed_tx: Some(raw),
-        fee_reserve: reserve,
-        updated_at: now,
-        ..w
-    };
-    let announce = Announcement::prepare(
-        &svc.webhooks,
-        &events::tx_request_events(&signed, Some(TxRequestState::PendingDelivery)),
-    )
-    .await?;
-    let attempt = Attempt {
-        attempt: 0,
-        hash,
-        signed_tx: signed.signed_tx.clone().unwrap_or_default(),
-        max_fee_per_gas: max_fee,
-        priority_fee_per_gas: tip,
-        created_at: now,
-    };
-    let row = Signed { id: &signed.id, attempt: &attempt, fee_reserve: &reserve };
-    let Some(recorded) = svc.store.store_signed(&row, now, &[entry], &announce.writes()).await? else {
-        return Ok(None);
-    };
-    announce.committed(&svc.webhooks, &recorded).await;
-    svc.metrics.custody.signed.inc();
-    Ok(Some(signed))
-}
-
-/// Sends the stored signed bytes; `delivered` once the node has them.
-async fn send(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<(), RoundError> {
-    let Some(raw) = &w.signed_tx else { return Ok(()) };
-    svc.metrics.custody.broadcasts.inc();
-    match node.send_raw(raw).await {
-        Ok(_) | Err(SendRefusal::Known) => {
-            let entry =
-                crate::audit::entry(AuditType::WithdrawalBroadcast).wallet(Some(&w.wallet_id)).data(json!({
-                    "txRequestId": w.id.as_str(), "txHash": w.tx_hash.map(|h| h.to_string()),
-                }));
-            advance(svc, w, TxRequestState::Signed, TxRequestState::Delivered, None, entry).await
-        }
-        Err(SendRefusal::InsufficientFunds) => {
-            fail(svc, w, TxRequestState::Signed, "the node refused it: insufficient funds for value and gas")
-                .await
-        }
-        // Fee bumps come with the stuck-transaction handling; until then it is sent again.
-        Err(SendRefusal::Underpriced) => Ok(()),
-        Err(SendRefusal::Other(e)) => Err(e.into()),
-    }
 }

@@ -7,7 +7,7 @@ use alloy_primitives::Address;
 use async_trait::async_trait;
 use sqlx::FromRow;
 
-pub use super::custody_rows::{Created, Move, Signed};
+pub use super::custody_rows::{Batched, Created, Move, Signed};
 use super::{
     custody_rows::{
         recipients_json, ApprovalRow, KeyRow, Where, WithdrawalRow, APPROVAL_COLUMNS, KEY_COLUMNS,
@@ -90,33 +90,28 @@ pub trait CustodyStore: Send + Sync {
         audit: &[AuditEntry],
         events: &[&EventWrite],
     ) -> StoreResult<Option<Vec<Recorded>>>;
-    /// The withdrawal's nonce: the one it has, or the address's next one (at least
-    /// `node_next`, the node's pending count), stored on the withdrawal before it is signed.
-    async fn reserve_nonce(
+    /// Each withdrawal's nonce, in one transaction: the one it has, or its address's next one
+    /// (at least the node's pending count given), stored on the withdrawal before it is signed.
+    /// `wanted`: (withdrawal, its address, the node's pending nonce of the address).
+    async fn reserve_nonces(
         &self,
-        id: &TxRequestId,
         chain: &str,
-        from: &Address,
-        node_next: u64,
-    ) -> StoreResult<u64>;
-    /// Stores the signed transaction and its hash (state `signed`), with `audit` and
-    /// `events`; `None` when the withdrawal is no longer `pendingDelivery`.
+        wanted: &[(&TxRequestId, Address, u64)],
+    ) -> StoreResult<Vec<u64>>;
+    /// Stores each signed transaction and its hash (state `signed`) with its audit and events,
+    /// in one transaction; per item `None` when the withdrawal is no longer `pendingDelivery`.
     async fn store_signed(
         &self,
-        signed: &Signed<'_>,
+        items: &[Batched<'_, Signed<'_>>],
         now: i64,
-        audit: &[AuditEntry],
-        events: &[&EventWrite],
-    ) -> StoreResult<Option<Vec<Recorded>>>;
-    /// Moves a withdrawal from one of `change.from` to `change.to` (with its `error`), with `audit` and
-    /// `events`; `None` when it was in none of them.
-    async fn move_withdrawal(
+    ) -> StoreResult<Vec<Option<Vec<Recorded>>>>;
+    /// Moves each withdrawal from one of its `from` to its `to` (with its `error`), with its audit
+    /// and events, in one transaction; per item `None` when it was in none of them.
+    async fn move_withdrawals(
         &self,
-        change: &Move<'_>,
+        items: &[Batched<'_, Move<'_>>],
         now: i64,
-        audit: &[AuditEntry],
-        events: &[&EventWrite],
-    ) -> StoreResult<Option<Vec<Recorded>>>;
+    ) -> StoreResult<Vec<Option<Vec<Recorded>>>>;
     /// Records the block that mined a sent withdrawal (`None`: not mined, or reorged away).
     async fn set_mined(&self, id: &TxRequestId, block: Option<u64>) -> StoreResult<()>;
 }
@@ -369,117 +364,82 @@ where
         Ok(Some(recorded))
     }
 
-    async fn reserve_nonce(
+    async fn reserve_nonces(
         &self,
-        id: &TxRequestId,
         chain: &str,
-        from: &Address,
-        node_next: u64,
-    ) -> StoreResult<u64> {
+        wanted: &[(&TxRequestId, Address, u64)],
+    ) -> StoreResult<Vec<u64>> {
         let mut tx = self.begin_write().await?;
-        let address = from.to_checksum(None);
-        let node_next = i64::try_from(node_next).map_err(|_| StoreError::malformed("nonce", "above i64"))?;
-        // The counter's row is written first, so PostgreSQL holds its lock for what follows:
-        // reservations of one address take turns.
-        sqlx::query(
-            "INSERT INTO signer_nonces (chain, address, next_nonce) VALUES ($1, $2, $3) \
-             ON CONFLICT (chain, address) DO UPDATE SET next_nonce = \
-             CASE WHEN signer_nonces.next_nonce < $3 THEN $3 ELSE signer_nonces.next_nonce END",
-        )
-        .bind(chain)
-        .bind(address.as_str())
-        .bind(node_next)
-        .execute(&mut *tx)
-        .await?;
-        let (nonce,): (i64,) =
-            sqlx::query_as("SELECT next_nonce FROM signer_nonces WHERE chain = $1 AND address = $2")
-                .bind(chain)
-                .bind(address.as_str())
-                .fetch_one(&mut *tx)
-                .await?;
-        // Only a withdrawal without a nonce takes this one: another process may have reserved
-        // one for it meanwhile, and then the counter does not move (no nonce is skipped).
-        let taken = sqlx::query("UPDATE withdrawals SET nonce = $2 WHERE id = $1 AND nonce IS NULL")
-            .bind(id.as_str())
-            .bind(nonce)
-            .execute(&mut *tx)
-            .await?;
-        if DB::rows_affected(&taken) == 1 {
-            sqlx::query("UPDATE signer_nonces SET next_nonce = $3 WHERE chain = $1 AND address = $2")
-                .bind(chain)
-                .bind(address.as_str())
-                .bind(nonce + 1)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            return Ok(u64::try_from(nonce).unwrap_or_default());
+        let mut out = Vec::with_capacity(wanted.len());
+        for (id, from, node_next) in wanted {
+            out.push(
+                super::custody_attempts::reserve_nonce_tx::<DB>(&mut tx, id, chain, from, *node_next).await?,
+            );
         }
-        drop(tx);
-        let (held,): (Option<i64>,) = sqlx::query_as("SELECT nonce FROM withdrawals WHERE id = $1")
-            .bind(id.as_str())
-            .fetch_one(&self.pool)
-            .await?;
-        held.and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| StoreError::malformed("withdrawal nonce", id.as_str()))
+        tx.commit().await?;
+        Ok(out)
     }
 
     async fn store_signed(
         &self,
-        signed: &Signed<'_>,
+        items: &[Batched<'_, Signed<'_>>],
         now: i64,
-        audit: &[AuditEntry],
-        events: &[&EventWrite],
-    ) -> StoreResult<Option<Vec<Recorded>>> {
-        let Signed { id, attempt, fee_reserve } = signed;
-        let (hash, raw) = (&attempt.hash, &attempt.signed_tx);
+    ) -> StoreResult<Vec<Option<Vec<Recorded>>>> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE withdrawals SET state = 'signed', tx_hash = $2, signed_tx = $3, fee_reserve = $4, \
-             version = version + 1, updated_at = $5 WHERE id = $1 AND state = 'pendingDelivery'",
-        )
-        .bind(id.as_str())
-        .bind(hash.to_string())
-        .bind(hex::encode(raw))
-        .bind(fee_reserve.to_string())
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        if DB::rows_affected(&done) != 1 {
-            return Ok(None);
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let Signed { id, attempt, fee_reserve } = &item.change;
+            let done = sqlx::query(
+                "UPDATE withdrawals SET state = 'signed', tx_hash = $2, signed_tx = $3, fee_reserve = $4, \
+                 version = version + 1, updated_at = $5 WHERE id = $1 AND state = 'pendingDelivery'",
+            )
+            .bind(id.as_str())
+            .bind(attempt.hash.to_string())
+            .bind(hex::encode(&attempt.signed_tx))
+            .bind(fee_reserve.to_string())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if DB::rows_affected(&done) != 1 {
+                out.push(None);
+                continue;
+            }
+            super::custody_attempts::insert_attempt::<DB>(&mut tx, id, attempt).await?;
+            super::audit::append_tx::<DB>(&mut tx, &item.audit).await?;
+            out.push(Some(super::group_commit::events_tx::<DB>(&mut tx, &item.events).await?));
         }
-        super::custody_attempts::insert_attempt::<DB>(&mut tx, id, attempt).await?;
-        super::audit::append_tx::<DB>(&mut tx, audit).await?;
-        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;
-        Ok(Some(recorded))
+        Ok(out)
     }
 
-    async fn move_withdrawal(
+    async fn move_withdrawals(
         &self,
-        change: &Move<'_>,
+        items: &[Batched<'_, Move<'_>>],
         now: i64,
-        audit: &[AuditEntry],
-        events: &[&EventWrite],
-    ) -> StoreResult<Option<Vec<Recorded>>> {
-        let Move { id, from, to, error } = *change;
+    ) -> StoreResult<Vec<Option<Vec<Recorded>>>> {
         let mut tx = self.begin_write().await?;
-        let mut w = Where::from_placeholder(5);
-        w.any("state", Some(from.iter().map(|s| s.as_str().to_string()).collect()));
-        let sql = format!(
-            "UPDATE withdrawals SET state = $2, error = COALESCE($3, error), version = version + 1, \
-             updated_at = $4 WHERE id = $1 AND {}",
-            w.sql()
-        );
-        let q = sqlx::query(&sql).bind(id.as_str()).bind(to.as_str()).bind(error).bind(now);
-        let q = w.bind_args(q);
-        let done = q.execute(&mut *tx).await?;
-        if DB::rows_affected(&done) != 1 {
-            return Ok(None);
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let Move { id, from, to, error } = item.change;
+            let mut w = Where::from_placeholder(5);
+            w.any("state", Some(from.iter().map(|s| s.as_str().to_string()).collect()));
+            let sql = format!(
+                "UPDATE withdrawals SET state = $2, error = COALESCE($3, error), version = version + 1, \
+                 updated_at = $4 WHERE id = $1 AND {}",
+                w.sql()
+            );
+            let q = sqlx::query(&sql).bind(id.as_str()).bind(to.as_str()).bind(error).bind(now);
+            let q = w.bind_args(q);
+            let done = q.execute(&mut *tx).await?;
+            if DB::rows_affected(&done) != 1 {
+                out.push(None);
+                continue;
+            }
+            super::audit::append_tx::<DB>(&mut tx, &item.audit).await?;
+            out.push(Some(super::group_commit::events_tx::<DB>(&mut tx, &item.events).await?));
         }
-        super::audit::append_tx::<DB>(&mut tx, audit).await?;
-        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;
-        Ok(Some(recorded))
+        Ok(out)
     }
 
     async fn set_mined(&self, id: &TxRequestId, block: Option<u64>) -> StoreResult<()> {

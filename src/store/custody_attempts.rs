@@ -181,3 +181,61 @@ where
         row.map(|(id,)| parse_stored(&id, "txRequest id")).transpose()
     }
 }
+
+/// One withdrawal's nonce reservation ([`super::CustodyStore::reserve_nonces`]) in the caller's
+/// transaction.
+#[sql_bounds]
+pub(super) async fn reserve_nonce_tx<DB>(
+    tx: &mut DB::Connection,
+    id: &TxRequestId,
+    chain: &str,
+    from: &Address,
+    node_next: u64,
+) -> StoreResult<u64>
+where
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
+{
+    let address = from.to_checksum(None);
+    let node_next = i64::try_from(node_next).map_err(|_| StoreError::malformed("nonce", "above i64"))?;
+    // The counter's row is written first, so PostgreSQL holds its lock for what follows:
+    // reservations of one address take turns.
+    sqlx::query(
+        "INSERT INTO signer_nonces (chain, address, next_nonce) VALUES ($1, $2, $3) \
+         ON CONFLICT (chain, address) DO UPDATE SET next_nonce = \
+         CASE WHEN signer_nonces.next_nonce < $3 THEN $3 ELSE signer_nonces.next_nonce END",
+    )
+    .bind(chain)
+    .bind(address.as_str())
+    .bind(node_next)
+    .execute(&mut *tx)
+    .await?;
+    let (nonce,): (i64,) =
+        sqlx::query_as("SELECT next_nonce FROM signer_nonces WHERE chain = $1 AND address = $2")
+            .bind(chain)
+            .bind(address.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+    // Only a withdrawal without a nonce takes this one: another process may have reserved one
+    // for it meanwhile, and then the counter does not move (no nonce is skipped).
+    let taken = sqlx::query("UPDATE withdrawals SET nonce = $2 WHERE id = $1 AND nonce IS NULL")
+        .bind(id.as_str())
+        .bind(nonce)
+        .execute(&mut *tx)
+        .await?;
+    if DB::rows_affected(&taken) == 1 {
+        sqlx::query("UPDATE signer_nonces SET next_nonce = $3 WHERE chain = $1 AND address = $2")
+            .bind(chain)
+            .bind(address.as_str())
+            .bind(nonce + 1)
+            .execute(&mut *tx)
+            .await?;
+        return Ok(u64::try_from(nonce).unwrap_or_default());
+    }
+    let (held,): (Option<i64>,) = sqlx::query_as("SELECT nonce FROM withdrawals WHERE id = $1")
+        .bind(id.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+    held.and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| StoreError::malformed("withdrawal nonce", id.as_str()))
+}

@@ -285,3 +285,11 @@ pub struct Move<'a> {
     pub to: TxRequestState,
     pub error: Option<&'a str>,
 }
+
+/// One withdrawal's change in a batch written in one transaction, with its audit entries and
+/// its events (`custody::signer`'s rounds).
+pub struct Batched<'a, T> {
+    pub change: T,
+    pub audit: Vec<crate::model::audit::AuditEntry>,
+    pub events: Vec<&'a super::EventWrite>,
+}

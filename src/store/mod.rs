@@ -57,7 +57,7 @@ mod webhooks;
 
 pub use audit::{AuditFilter, AuditStore};
 pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
-pub use custody::{ApprovalFilter, Created, CustodyStore, Move, Signed, WithdrawalFilter};
+pub use custody::{ApprovalFilter, Batched, Created, CustodyStore, Move, Signed, WithdrawalFilter};
 pub use custody_attempts::{AttemptStore, Replacement};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;

@@ -1,0 +1,293 @@
+//! A signer round's withdrawals, signed and sent as a batch (docs/withdrawals.md#signing-and-broadcast):
+//! each step is stored for the whole batch in one transaction before the next begins, so the
+//! order that keeps money moving once holds for every withdrawal (its nonce stored before it is
+//! signed, its signed bytes before they are sent) while the store takes one write per step, not
+//! one per withdrawal. The node's and the key store's waits overlap, at most
+//! `withdrawals.signer_concurrency` at once.
+
+use alloy_primitives::{Address, U256};
+use futures_util::{stream, StreamExt};
+use serde_json::json;
+
+use super::{
+    events::{self, Announcement},
+    memo::{InFlight, Memo},
+    node::{SendNode, SendRefusal},
+    progress::fail,
+    transaction::{build, gas_of, sign_tx, RoundError},
+    Custody,
+};
+use crate::{
+    audit::EntryExt,
+    model::{
+        audit::{AuditEntry, AuditType},
+        custody::{Attempt, KeyRecord, TxRequestState, Withdrawal},
+    },
+    store::{Batched, Move, Signed},
+    types::{Coin, TxRequestId},
+};
+
+/// Logs what went wrong with one withdrawal; it is tried again next round.
+pub(super) fn alone(coin: &Coin, id: &TxRequestId, done: Result<(), RoundError>) {
+    if let Err(e) = done {
+        tracing::warn!(coin = %coin, txRequestId = %id, error = %e, "a withdrawal's step failed; trying again next round");
+    }
+}
+
+/// A withdrawal ready for its nonce: its key, payee and gas.
+struct Ready {
+    w: Withdrawal,
+    key: KeyRecord,
+    to: Address,
+    gas: u64,
+}
+
+/// A withdrawal signed, not yet stored.
+struct Made {
+    signed: Withdrawal,
+    attempt: Attempt,
+    reserve: U256,
+    entry: AuditEntry,
+    announce: Announcement,
+}
+
+/// Signs `ws` (all `pendingDelivery`) and stores them `signed`: how many were stored.
+pub(super) async fn sign_all(
+    svc: &Custody,
+    (coin, chain_id): (&Coin, u64),
+    node: &dyn SendNode,
+    memo: &Memo,
+    ws: Vec<Withdrawal>,
+) -> Result<usize, RoundError> {
+    let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
+    let in_flight = InFlight::default();
+    // The node's gas estimate comes before a nonce: a call that would revert fails here and
+    // takes none, so it leaves no gap.
+    let ready: Vec<Ready> = stream::iter(ws)
+        .map(|w| {
+            let in_flight = &in_flight;
+            async move {
+                let _slot = in_flight.enter();
+                let id = w.id.clone();
+                match ready(svc, node, memo, w).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        alone(coin, &id, Err(e));
+                        None
+                    }
+                }
+            }
+        })
+        .buffer_unordered(limit)
+        .filter_map(|r| async move { r })
+        .collect()
+        .await;
+    if in_flight.peak() > 0 {
+        svc.metrics.custody.concurrency_peak.set(i64::try_from(in_flight.peak()).unwrap_or(i64::MAX));
+    }
+    if ready.is_empty() {
+        return Ok(0);
+    }
+    let wanted: Vec<(&TxRequestId, Address, u64)> = ready
+        .iter()
+        .filter(|r| r.w.nonce.is_none())
+        .map(|r| (&r.w.id, r.w.from, memo.node_next(&r.w.from)))
+        .collect();
+    let mut reserved = svc.store.reserve_nonces(coin.as_str(), &wanted).await?.into_iter();
+    let mut nonced = Vec::with_capacity(ready.len());
+    for r in ready {
+        let nonce = match r.w.nonce {
+            Some(n) => n,
+            None => reserved
+                .next()
+                .ok_or_else(|| crate::error::Error::Internal(anyhow::anyhow!("a nonce is missing")))?,
+        };
+        nonced.push((r, nonce));
+    }
+    let made: Vec<Made> = stream::iter(nonced)
+        .map(|(r, nonce)| async move {
+            let id = r.w.id.clone();
+            match make(svc, chain_id, node, memo, r, nonce).await {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    alone(coin, &id, Err(e));
+                    None
+                }
+            }
+        })
+        .buffer_unordered(limit)
+        .filter_map(|m| async move { m })
+        .collect()
+        .await;
+    store(svc, made).await
+}
+
+/// Checks `w` can be signed now and asks the node for its gas; `None` when it waits (frozen)
+/// or failed for good (no key, would revert).
+async fn ready(
+    svc: &Custody,
+    node: &dyn SendNode,
+    memo: &Memo,
+    w: Withdrawal,
+) -> Result<Option<Ready>, RoundError> {
+    let Some(key) = memo.key(&w.key_id) else {
+        fail(svc, &w, TxRequestState::PendingDelivery, "the wallet's key is gone from the key store").await?;
+        return Ok(None);
+    };
+    let Some(to) = w.recipients.first().map(|r| r.address) else { return Ok(None) };
+    // A wallet frozen after the approval holds its withdrawals until the freeze ends.
+    if memo.frozen(&w.wallet_id) {
+        return Ok(None);
+    }
+    let gas = match gas_of(node, &w, to).await {
+        Ok(gas) => gas,
+        Err(e) if w.nonce.is_none() && e.to_string().to_ascii_lowercase().contains("revert") => {
+            fail(svc, &w, TxRequestState::PendingDelivery, "the node says the transaction would revert")
+                .await?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Some(Ready { w, key, to, gas }))
+}
+
+/// Builds `r` at `nonce` with the round's base fee and signs it in the key store (checked).
+async fn make(
+    svc: &Custody,
+    chain_id: u64,
+    node: &dyn SendNode,
+    memo: &Memo,
+    r: Ready,
+    nonce: u64,
+) -> Result<Made, RoundError> {
+    let Ready { w, key, to, gas } = r;
+    let base = memo.base_fee(node).await?;
+    let tx = build(svc, chain_id, base, &w, (nonce, gas), to, None);
+    let (gas, max_fee, tip) = (tx.gas_limit, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
+    let (raw, hash) = sign_tx(svc, &key, tx, w.from).await?;
+    let reserve = U256::from(gas) * U256::from(max_fee);
+    let entry = crate::audit::entry(AuditType::WithdrawalSigned).wallet(Some(&w.wallet_id)).data(json!({
+        "txRequestId": w.id.as_str(), "txHash": hash.to_string(), "nonce": nonce, "keyId": key.id.as_str(),
+    }));
+    let now = svc.store.clock().now();
+    let attempt = Attempt {
+        attempt: 0,
+        hash,
+        signed_tx: raw.clone(),
+        max_fee_per_gas: max_fee,
+        priority_fee_per_gas: tip,
+        created_at: now,
+    };
+    let signed = Withdrawal {
+        state: TxRequestState::Signed,
+        version: w.version + 1,
+        nonce: Some(nonce),
+        tx_hash: Some(hash),
+        signed_tx: Some(raw),
+        fee_reserve: reserve,
+        updated_at: now,
+        ..w
+    };
+    let told = events::tx_request_events(&signed, Some(TxRequestState::PendingDelivery));
+    let announce = Announcement::prepare(&svc.webhooks, &told).await?;
+    Ok(Made { signed, attempt, reserve, entry, announce })
+}
+
+/// Stores every signed withdrawal in one transaction (each only from `pendingDelivery`).
+async fn store(svc: &Custody, made: Vec<Made>) -> Result<usize, RoundError> {
+    if made.is_empty() {
+        return Ok(0);
+    }
+    let now = svc.store.clock().now();
+    let items: Vec<Batched<'_, Signed<'_>>> = made
+        .iter()
+        .map(|m| Batched {
+            change: Signed { id: &m.signed.id, attempt: &m.attempt, fee_reserve: &m.reserve },
+            audit: vec![m.entry.clone()],
+            events: m.announce.writes(),
+        })
+        .collect();
+    let written = svc.store.store_signed(&items, now).await?;
+    drop(items);
+    let mut stored = 0;
+    for (m, w) in made.into_iter().zip(written) {
+        if let Some(recorded) = w {
+            m.announce.committed(&svc.webhooks, &recorded).await;
+            svc.metrics.custody.signed.inc();
+            stored += 1;
+        }
+    }
+    Ok(stored)
+}
+
+const SIGNED: &[TxRequestState] = &[TxRequestState::Signed];
+
+/// Sends each `signed` withdrawal's stored bytes, then marks those the node took `delivered`
+/// in one transaction: how many. "Insufficient funds" fails one; "underpriced" waits (the
+/// stuck-transaction handling bumps it once sent); anything else is tried next round.
+pub(super) async fn send_all(
+    svc: &Custody,
+    coin: &Coin,
+    node: &dyn SendNode,
+    ws: Vec<Withdrawal>,
+) -> Result<usize, RoundError> {
+    let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
+    let outcomes: Vec<(Withdrawal, Result<(), SendRefusal>)> = stream::iter(ws)
+        .map(|w| async move {
+            let raw = w.signed_tx.as_ref()?;
+            svc.metrics.custody.broadcasts.inc();
+            let sent = node.send_raw(raw).await.map(|_| ());
+            Some((w, sent))
+        })
+        .buffer_unordered(limit)
+        .filter_map(|o| async move { o })
+        .collect()
+        .await;
+    let now = svc.store.clock().now();
+    let mut taken = Vec::new();
+    for (w, sent) in outcomes {
+        match sent {
+            Ok(()) | Err(SendRefusal::Known) => {
+                let moved = Withdrawal {
+                    state: TxRequestState::Delivered,
+                    version: w.version + 1,
+                    updated_at: now,
+                    ..w
+                };
+                let told = events::tx_request_events(&moved, Some(TxRequestState::Signed));
+                let announce = Announcement::prepare(&svc.webhooks, &told).await?;
+                let entry = crate::audit::entry(AuditType::WithdrawalBroadcast).wallet(Some(&moved.wallet_id)).data(
+                    json!({ "txRequestId": moved.id.as_str(), "txHash": moved.tx_hash.map(|h| h.to_string()) }),
+                );
+                taken.push((moved, entry, announce));
+            }
+            Err(SendRefusal::InsufficientFunds) => {
+                let why = "the node refused it: insufficient funds for value and gas";
+                alone(coin, &w.id, fail(svc, &w, TxRequestState::Signed, why).await);
+            }
+            Err(SendRefusal::Underpriced) => {}
+            Err(SendRefusal::Other(e)) => alone(coin, &w.id, Err(e.into())),
+        }
+    }
+    if taken.is_empty() {
+        return Ok(0);
+    }
+    let items: Vec<Batched<'_, Move<'_>>> = taken
+        .iter()
+        .map(|(w, entry, announce)| Batched {
+            change: Move { id: &w.id, from: SIGNED, to: TxRequestState::Delivered, error: None },
+            audit: vec![entry.clone()],
+            events: announce.writes(),
+        })
+        .collect();
+    let written = svc.store.move_withdrawals(&items, now).await?;
+    drop(items);
+    let mut moved = 0;
+    for ((_, _, announce), w) in taken.into_iter().zip(written) {
+        if let Some(recorded) = w {
+            announce.committed(&svc.webhooks, &recorded).await;
+            moved += 1;
+        }
+    }
+    Ok(moved)
+}
