@@ -138,26 +138,35 @@ pub(super) async fn recheck_mined(
     coin: &crate::types::Coin,
     node: &dyn SendNode,
 ) -> Result<(), RoundError> {
+    use futures_util::StreamExt;
     let depth = svc.config.chains.get(coin.as_str()).map_or(64, |c| c.reorg_depth);
     let head = node.head().await?;
+    // The latest mined first: a reorg takes the latest blocks.
     let filter = crate::store::WithdrawalFilter {
         coin: Some(coin.clone()),
         states: Some(vec![crate::model::custody::TxRequestState::Delivered]),
         mined_from: Some(head.saturating_sub(depth)),
+        latest_mined_first: true,
         limit: super::transaction::BATCH,
         ..Default::default()
     };
-    for w in svc.store.withdrawals(&filter).await? {
-        let Some(hash) = w.tx_hash else { continue };
-        let now = node.mined(hash).await?.map(|m| m.block);
-        if now != w.mined_block {
-            if now.is_none() {
-                tracing::warn!(txRequestId = %w.id, %hash, "a withdrawal's block was reorged away; following it again");
+    let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
+    let checked: Vec<Result<(), RoundError>> = futures_util::stream::iter(svc.store.withdrawals(&filter).await?)
+        .map(|w| async move {
+            let Some(hash) = w.tx_hash else { return Ok(()) };
+            let now = node.mined(hash).await?.map(|m| m.block);
+            if now != w.mined_block {
+                if now.is_none() {
+                    tracing::warn!(txRequestId = %w.id, %hash, "a withdrawal's block was reorged away; following it again");
+                }
+                svc.store.set_mined(&w.id, now).await?;
             }
-            svc.store.set_mined(&w.id, now).await?;
-        }
-    }
-    Ok(())
+            Ok(())
+        })
+        .buffer_unordered(limit)
+        .collect()
+        .await;
+    checked.into_iter().collect()
 }
 
 /// Signing addresses compared with the node per check (by address).

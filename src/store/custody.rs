@@ -42,6 +42,8 @@ pub struct WithdrawalFilter {
     pub created_from: Option<i64>,
     /// Newest first (the lists people read); otherwise oldest first (the signer's order).
     pub newest_first: bool,
+    /// The latest mined first (the reorg check: a reorg takes the latest blocks).
+    pub latest_mined_first: bool,
     pub limit: u32,
 }
 
@@ -279,7 +281,11 @@ where
             // A number of the store's own, not a client's text.
             w.raw(&format!("created_at >= {from}"));
         }
-        let order = if f.newest_first { "created_at DESC, id DESC" } else { "created_at, id" };
+        let order = match (f.latest_mined_first, f.newest_first) {
+            (true, _) => "mined_block DESC, created_at DESC, id DESC",
+            (false, true) => "created_at DESC, id DESC",
+            (false, false) => "created_at, id",
+        };
         let sql = format!(
             "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE {} ORDER BY {order} LIMIT {}",
             w.sql(),

@@ -212,3 +212,57 @@ async fn while_another_process_holds_the_signer_lease_nothing_is_signed_here_the
     assert_eq!(nonces, [0, 1, 2, 3]);
     assert_eq!(metric_value(&c.app, "custodian_custody_signer_concurrency_peak").await, 2);
 }
+
+#[tokio::test]
+async fn a_reorg_of_the_newest_withdrawal_is_seen_behind_a_full_batch_of_older_mined_ones() {
+    let batch = custodian::custody::transaction::BATCH;
+    // Every block of the test within the reorg depth, so all are candidates for the check.
+    let c = custodial_with(ONE_ETH, 1, |cfg| {
+        cfg.withdrawals.max_in_flight_per_wallet = 100;
+        cfg.chains.get_mut("hteth").unwrap().reorg_depth = 200;
+    })
+    .await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    let withdraw = |amount: u32| {
+        let c = &c;
+        let approve = approve.clone();
+        async move {
+            let body = json!({ "recipients": [{ "address": OTHER, "amount": amount.to_string() }] });
+            let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+            expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+            pending["txRequestId"].as_str().unwrap().to_string()
+        }
+    };
+    let mined = |id: String| {
+        let c = &c;
+        async move {
+            until("seen mined", 60, || async {
+                let t = c.tx_request(&id).await;
+                let tx = &t["transactions"][0];
+                tx["blockHeight"].as_u64().map(|b| (b, tx["txHash"].as_str().unwrap_or_default().to_string()))
+            })
+            .await
+        }
+    };
+    // A full batch of mined withdrawals, then one more, made a second later and mined last.
+    let mut older = Vec::new();
+    for i in 0..batch {
+        older.push(withdraw(1000 + i).await);
+    }
+    for id in older {
+        mined(id).await;
+    }
+    c.app.state.store.clock().advance(Duration::from_secs(1));
+    let newest = withdraw(5000).await;
+    let (block, hash) = mined(newest.clone()).await;
+    assert_eq!(c.anvil.head().await, block, "the newest is in the head block");
+    c.anvil.rpc("anvil_reorg", json!([1, []])).await;
+    // Behind a full batch of older mined ones, the newest's reorg is still seen: sent again.
+    until("the newest is mined again", 60, || async {
+        let t = c.tx_request(&newest).await;
+        let seen = t["transactions"][0]["blockHeight"].as_u64();
+        let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
+        (!receipt.is_null() && seen.is_some_and(|b| b > block)).then_some(())
+    })
+    .await;
+}
