@@ -727,6 +727,15 @@ def test_a_withdrawal_is_made_approved_and_followed_to_confirmed_in_the_console(
     assert res.value.status == 400
     expect(alice.locator(".field-error[data-field=address]")).to_be_visible()
     expect(alice.locator("#withdrawals")).to_have_count(0)
+    # A wrong code is refused beside the code field, and nothing is stored.
+    alice.fill("#withdraw-address", PAYEE)
+    alice.fill("#withdraw-amount", "5")
+    alice.fill("#withdraw-otp", "123456")
+    with alice.expect_response(lambda r: r.url.endswith("/withdraw")) as res:
+        alice.click("#withdraw button[type=submit]")
+    assert res.value.status == 401
+    expect(alice.locator(".field-error[data-field=otp]")).to_contain_text("InvalidOtp")
+    expect(alice.locator("#withdrawals")).to_have_count(0)
     first = withdraw_in_console(alice, BASE, wallet, 123456789)
     expect(alice.locator("#withdrawal h2")).to_contain_text("pendingApproval")
     expect(alice.locator("#withdrawal")).to_contain_text(PAYEE)

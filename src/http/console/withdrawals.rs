@@ -266,6 +266,10 @@ pub async fn withdraw(
                 if let Some(field) = fe.field.strip_prefix("recipients[0].") {
                     fe.field = field.to_string();
                 }
+                // A wrong code names no field in the API; here it is the form's code.
+                if fe.name == "InvalidOtp" {
+                    fe.field = "otp".into();
+                }
                 super::wallets::render(&state, &session, &id, &Default::default(), Some(fe)).await
             }
             Err(e) => error_response(e, Some(&session)),
