@@ -43,18 +43,36 @@ impl Custodial {
         body["txRequests"][0].clone()
     }
 
-    /// Alice asks for `amount` wei to `to`, Bob approves, and the signer sends it: its txRequest.
-    pub async fn withdraw(&self, to: &str, amount: &str) -> Value {
-        let body = json!({ "recipients": [{ "address": to, "amount": amount }] });
-        let pending = expect_json(self.initiate(&self.alice_token, &body).await, 200).await;
+    /// Alice asks for `body`'s withdrawal and Bob approves it: its txRequest id.
+    pub async fn approved(&self, body: &Value) -> String {
+        let pending = expect_json(self.initiate(&self.alice_token, body).await, 200).await;
         let approve = json!({ "state": "approved", "otp": "000000" });
         expect_json(self.answer(&self.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
-        let id = pending["txRequestId"].as_str().unwrap();
-        until("the withdrawal is sent", 30, || async {
+        pending["txRequestId"].as_str().unwrap().to_string()
+    }
+
+    /// Waits until txRequest `id` is in `state`: the txRequest.
+    pub async fn state_is(&self, id: &str, state: &str) -> Value {
+        until(&format!("the withdrawal is {state}"), 30, || async {
             let t = self.tx_request(id).await;
-            (t["state"] == "delivered").then_some(t)
+            (t["state"] == state).then_some(t)
         })
         .await
+    }
+
+    /// Alice asks for `amount` wei to `to`, Bob approves, and the signer sends it: its txRequest.
+    pub async fn withdraw(&self, to: &str, amount: &str) -> Value {
+        let id = self.approved(&json!({ "recipients": [{ "address": to, "amount": amount }] })).await;
+        self.state_is(&id, "delivered").await
+    }
+
+    /// A receiver with a wallet webhook of type `kind` (Alice's) pointing at it.
+    pub async fn hook(&self, kind: &str) -> crate::receiver::TestReceiver {
+        let receiver = crate::receiver::TestReceiver::start().await;
+        let path = format!("/api/v2/hteth/wallet/{}/webhooks", self.wallet_id());
+        let body = json!({ "type": kind, "url": receiver.url });
+        expect_json(self.app.post_auth(&path, &self.alice_token, &body).await, 200).await;
+        receiver
     }
 
     /// Waits until the watcher's balance of the wallet is `wei`.

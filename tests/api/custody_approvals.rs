@@ -101,10 +101,7 @@ async fn withdrawals_in_flight_are_capped_per_wallet() {
 #[tokio::test]
 async fn an_approved_withdrawal_not_signed_by_its_deadline_is_canceled_and_told() {
     let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.delivery_deadline = 120).await;
-    let receiver = crate::receiver::TestReceiver::start().await;
-    let path = format!("/api/v2/hteth/wallet/{}/webhooks", c.wallet_id());
-    let hook = json!({ "type": "transactionExpire", "url": receiver.url });
-    expect_json(c.app.post_auth(&path, &c.alice_token, &hook).await, 200).await;
+    let receiver = c.hook("transactionExpire").await;
     // Frozen after it was asked for, it is approved and held unsigned.
     let body = json!({ "recipients": [{ "address": OTHER, "amount": "66" }] });
     let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
@@ -120,11 +117,7 @@ async fn an_approved_withdrawal_not_signed_by_its_deadline_is_canceled_and_told(
     .await;
     assert_eq!(c.tx_request(tx).await["state"], "pendingDelivery");
     c.app.state.store.clock().advance(Duration::from_secs(121));
-    let canceled = until("the deadline passes", 30, || async {
-        let t = c.tx_request(tx).await;
-        (t["state"] == "canceled").then_some(t)
-    })
-    .await;
+    let canceled = c.state_is(tx, "canceled").await;
     assert_eq!(canceled["error"], "not signed within withdrawals.delivery_deadline", "{canceled}");
     let told = receiver.wait_for(1, 20).await;
     let event: serde_json::Value = serde_json::from_str(&told[0].body).unwrap();

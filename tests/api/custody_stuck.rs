@@ -57,13 +57,7 @@ async fn a_stuck_withdrawal_is_replaced_with_higher_fees_and_only_the_replacemen
 #[tokio::test]
 async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once() {
     let c = custodial_with(ONE_ETH, 1, |_| {}).await;
-    let receiver = crate::receiver::TestReceiver::start().await;
-    let path = format!("/api/v2/hteth/wallet/{}/webhooks", c.wallet_id());
-    expect_json(
-        c.app.post_auth(&path, &c.alice_token, &json!({ "type": "transfer", "url": receiver.url })).await,
-        200,
-    )
-    .await;
+    let receiver = c.hook("transfer").await;
     let before = c.anvil.balance(OTHER).await;
     let body = json!({ "recipients": [{ "address": OTHER, "amount": "2718" }] });
     let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
@@ -144,13 +138,7 @@ async fn a_nonce_reserved_but_never_with_the_node_is_reported_as_a_gap() {
 #[tokio::test]
 async fn the_sends_transfer_notifications_name_their_withdrawal() {
     let c = custodial_with(ONE_ETH, 1, |_| {}).await;
-    let receiver = crate::receiver::TestReceiver::start().await;
-    let path = format!("/api/v2/hteth/wallet/{}/webhooks", c.wallet_id());
-    expect_json(
-        c.app.post_auth(&path, &c.alice_token, &json!({ "type": "transfer", "url": receiver.url })).await,
-        200,
-    )
-    .await;
+    let receiver = c.hook("transfer").await;
     let sent = c.withdraw(OTHER, "12").await;
     c.anvil.mine(3).await;
     let sends = until("the send is told confirmed", 30, || async {

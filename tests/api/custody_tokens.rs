@@ -80,16 +80,8 @@ async fn a_withdrawal_the_node_says_would_revert_fails_without_taking_a_nonce_or
     // A contract that takes no ETH: a payment to it reverts.
     let (contract, _) = deploy_token(&anvil, &word_number(ONE_ETH)).await;
     let c = custodial_on(anvil, ONE_ETH, 1, |_| {}).await;
-    let body = json!({ "recipients": [{ "address": contract, "amount": "1" }] });
-    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
-    let approve = json!({ "state": "approved", "otp": "000000" });
-    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
-    let id = pending["txRequestId"].as_str().unwrap();
-    let failed = until("the withdrawal fails", 30, || async {
-        let t = c.tx_request(id).await;
-        (t["state"] == "failed").then_some(t)
-    })
-    .await;
+    let id = c.approved(&json!({ "recipients": [{ "address": contract, "amount": "1" }] })).await;
+    let failed = c.state_is(&id, "failed").await;
     assert!(failed["transactions"][0]["nonce"].is_null(), "no nonce taken: {failed}");
     // The next one is signed at the address's first nonce: no gap behind the failed one.
     let sent = c.withdraw(OTHER, "5").await;
@@ -105,15 +97,8 @@ async fn a_withdrawal_mined_but_reverted_ends_failed_and_is_not_sent_again() {
     fund_tokens(&c, &contract, 5 * ONE_ETH).await;
     c.anvil.rpc("evm_setAutomine", json!([false])).await;
     let body = json!({ "recipients": [{ "address": OTHER, "amount": "1000", "tokenName": "hteth:tst" }] });
-    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
-    let approve = json!({ "state": "approved", "otp": "000000" });
-    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
-    let id = pending["txRequestId"].as_str().unwrap();
-    let sent = until("the token withdrawal is sent", 30, || async {
-        let t = c.tx_request(id).await;
-        (t["state"] == "delivered").then_some(t)
-    })
-    .await;
+    let id = c.approved(&body).await;
+    let sent = c.state_is(&id, "delivered").await;
     // While it waits in the pool, the wallet's token balance is taken away (balanceOf is the
     // contract's slot 1): mined, the transfer reverts.
     let mut key = [0u8; 64];
@@ -127,11 +112,7 @@ async fn a_withdrawal_mined_but_reverted_ends_failed_and_is_not_sent_again() {
     let hash = sent["transactions"][0]["txHash"].as_str().unwrap();
     let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
     assert_eq!(receipt["status"], "0x0", "{receipt}");
-    let failed = until("the withdrawal fails", 30, || async {
-        let t = c.tx_request(id).await;
-        (t["state"] == "failed").then_some(t)
-    })
-    .await;
+    let failed = c.state_is(&id, "failed").await;
     assert_eq!(failed["transactions"][0]["txHash"], hash, "{failed}");
     assert_eq!(token_balance(&c.anvil, &contract, OTHER).await, 0);
     // Nothing more left the address: its one nonce went to the reverted transaction.
