@@ -186,7 +186,7 @@ pub struct CustodyMetrics {
     /// The most withdrawals one signer round had in flight at once (its last round that
     /// signed any), at most `withdrawals.signer_concurrency`.
     pub concurrency_peak: Gauge,
-    /// Rounds skipped because another process holds the chain's signer lease.
+    /// Rounds skipped because the chain's signer lease is held elsewhere or could not be renewed.
     pub rounds_held_back: Counter,
     /// The widest nonce gap of a signing address at the last round (0: none).
     pub nonce_gap: Gauge,
@@ -213,7 +213,7 @@ impl CustodyMetrics {
         );
         registry.register(
             "custody_signer_rounds_held_back",
-            "Signer rounds skipped because another process holds the chain's signer lease",
+            "Signer rounds skipped because the chain's signer lease is held elsewhere or could not be renewed",
             self.rounds_held_back.clone(),
         );
         registry.register(

@@ -13,7 +13,7 @@ use super::{
     events::{self, Announcement},
     memo::{InFlight, Memo},
     node::{SendNode, SendRefusal},
-    progress::fail,
+    progress::{fail, move_all, Change},
     transaction::{build, gas_of, sign_tx, RoundError},
     Custody,
 };
@@ -23,7 +23,7 @@ use crate::{
         audit::{AuditEntry, AuditType},
         custody::{Attempt, KeyRecord, TxRequestState, Withdrawal},
     },
-    store::{Batched, Move, Signed},
+    store::{Batched, Signed},
     types::{Coin, TxRequestId},
 };
 
@@ -220,8 +220,6 @@ async fn store(svc: &Custody, made: Vec<Made>) -> Result<usize, RoundError> {
     Ok(stored)
 }
 
-const SIGNED: &[TxRequestState] = &[TxRequestState::Signed];
-
 /// Sends each `signed` withdrawal's stored bytes, then marks those the node took `delivered`
 /// in one transaction: how many. "Insufficient funds" fails one; "underpriced" waits (the
 /// stuck-transaction handling bumps it once sent); anything else is tried next round.
@@ -243,23 +241,16 @@ pub(super) async fn send_all(
         .filter_map(|o| async move { o })
         .collect()
         .await;
-    let now = svc.store.clock().now();
     let mut taken = Vec::new();
     for (w, sent) in outcomes {
         match sent {
             Ok(()) | Err(SendRefusal::Known) => {
-                let moved = Withdrawal {
-                    state: TxRequestState::Delivered,
-                    version: w.version + 1,
-                    updated_at: now,
-                    ..w
-                };
-                let told = events::tx_request_events(&moved, Some(TxRequestState::Signed));
-                let announce = Announcement::prepare(&svc.webhooks, &told).await?;
-                let entry = crate::audit::entry(AuditType::WithdrawalBroadcast).wallet(Some(&moved.wallet_id)).data(
-                    json!({ "txRequestId": moved.id.as_str(), "txHash": moved.tx_hash.map(|h| h.to_string()) }),
-                );
-                taken.push((moved, entry, announce));
+                let entry =
+                    crate::audit::entry(AuditType::WithdrawalBroadcast).wallet(Some(&w.wallet_id)).data(
+                        json!({ "txRequestId": w.id.as_str(), "txHash": w.tx_hash.map(|h| h.to_string()) }),
+                    );
+                let (from, to) = (TxRequestState::Signed, TxRequestState::Delivered);
+                taken.push(Change { w, from, to, error: None, entry, expired: false });
             }
             Err(SendRefusal::InsufficientFunds) => {
                 let why = "the node refused it: insufficient funds for value and gas";
@@ -269,25 +260,5 @@ pub(super) async fn send_all(
             Err(SendRefusal::Other(e)) => alone(coin, &w.id, Err(e.into())),
         }
     }
-    if taken.is_empty() {
-        return Ok(0);
-    }
-    let items: Vec<Batched<'_, Move<'_>>> = taken
-        .iter()
-        .map(|(w, entry, announce)| Batched {
-            change: Move { id: &w.id, from: SIGNED, to: TxRequestState::Delivered, error: None },
-            audit: vec![entry.clone()],
-            events: announce.writes(),
-        })
-        .collect();
-    let written = svc.store.move_withdrawals(&items, now).await?;
-    drop(items);
-    let mut moved = 0;
-    for ((_, _, announce), w) in taken.into_iter().zip(written) {
-        if let Some(recorded) = w {
-            announce.committed(&svc.webhooks, &recorded).await;
-            moved += 1;
-        }
-    }
-    Ok(moved)
+    move_all(svc, taken).await
 }

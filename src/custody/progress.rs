@@ -11,52 +11,58 @@ use super::{
 use crate::{
     audit::EntryExt,
     model::{
-        audit::AuditType,
+        audit::{AuditEntry, AuditType},
         custody::{TxRequestState, Withdrawal},
     },
     store::{Batched, Move},
 };
 
-/// Moves `w` from `from` to `to` (with `error`), with `entry` and the change's events.
-pub(super) async fn advance(
-    svc: &Custody,
-    w: &Withdrawal,
-    from: TxRequestState,
-    to: TxRequestState,
-    error: Option<&str>,
-    entry: crate::model::audit::AuditEntry,
-) -> Result<(), RoundError> {
-    move_to(svc, w, (from, to), error, entry, false).await
+/// One state change the signer makes: `w` from `from` to `to` (with `error` for people), with
+/// `entry`; told as `txRequest`/`txRequestTransaction`, and `transactionExpire` too when `expired`.
+pub(super) struct Change<'a> {
+    pub w: Withdrawal,
+    pub from: TxRequestState,
+    pub to: TxRequestState,
+    pub error: Option<&'a str>,
+    pub entry: AuditEntry,
+    pub expired: bool,
 }
 
-/// [`advance`], and `transactionExpire` too when `expired`.
-async fn move_to(
-    svc: &Custody,
-    w: &Withdrawal,
-    (from, to): (TxRequestState, TxRequestState),
-    error: Option<&str>,
-    entry: crate::model::audit::AuditEntry,
-    expired: bool,
-) -> Result<(), RoundError> {
+/// Writes `changes` in one store transaction, each only from its `from`, with their events:
+/// how many were written.
+pub(super) async fn move_all(svc: &Custody, changes: Vec<Change<'_>>) -> Result<usize, RoundError> {
+    if changes.is_empty() {
+        return Ok(0);
+    }
     let now = svc.store.clock().now();
-    let moved = Withdrawal { state: to, version: w.version + 1, updated_at: now, ..w.clone() };
-    let mut told = events::tx_request_events(&moved, Some(from));
-    if expired {
-        told.push(events::expire_event(&moved, from));
+    let mut prepared = Vec::with_capacity(changes.len());
+    for c in changes {
+        let moved = Withdrawal { state: c.to, version: c.w.version + 1, updated_at: now, ..c.w };
+        let mut told = events::tx_request_events(&moved, Some(c.from));
+        if c.expired {
+            told.push(events::expire_event(&moved, c.from));
+        }
+        let announce = Announcement::prepare(&svc.webhooks, &told).await?;
+        prepared.push((moved, [c.from], c.error, c.entry, announce));
     }
-    let announce = Announcement::prepare(&svc.webhooks, &told).await?;
-    let from = [from];
-    let item = Batched {
-        change: Move { id: &w.id, from: &from, to, error },
-        audit: vec![entry],
-        events: announce.writes(),
-    };
-    let written = svc.store.move_withdrawals(std::slice::from_ref(&item), now).await?.pop().flatten();
-    drop(item);
-    if let Some(recorded) = written {
-        announce.committed(&svc.webhooks, &recorded).await;
+    let items: Vec<Batched<'_, Move<'_>>> = prepared
+        .iter()
+        .map(|(moved, from, error, entry, announce)| Batched {
+            change: Move { id: &moved.id, from, to: moved.state, error: *error },
+            audit: vec![entry.clone()],
+            events: announce.writes(),
+        })
+        .collect();
+    let written = svc.store.move_withdrawals(&items, now).await?;
+    drop(items);
+    let mut count = 0;
+    for ((.., announce), w) in prepared.into_iter().zip(written) {
+        if let Some(recorded) = w {
+            announce.committed(&svc.webhooks, &recorded).await;
+            count += 1;
+        }
     }
-    Ok(())
+    Ok(count)
 }
 
 /// Moves `w` from `from` to `failed` with `why`, audited as `withdrawal.failed`.
@@ -69,7 +75,9 @@ pub(super) async fn fail(
     let entry = crate::audit::entry(AuditType::WithdrawalFailed)
         .wallet(Some(&w.wallet_id))
         .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
-    advance(svc, w, from, TxRequestState::Failed, Some(why), entry).await
+    let to = TxRequestState::Failed;
+    let change = Change { w: w.clone(), from, to, error: Some(why), entry, expired: false };
+    move_all(svc, vec![change]).await.map(drop)
 }
 
 /// Cancels `w`, approved but not signed within `withdrawals.delivery_deadline`: `canceled`,
@@ -79,6 +87,7 @@ pub(super) async fn expire_unsigned(svc: &Custody, w: &Withdrawal) -> Result<(),
     let entry = crate::audit::entry(AuditType::WithdrawalExpired)
         .wallet(Some(&w.wallet_id))
         .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
-    let states = (TxRequestState::PendingDelivery, TxRequestState::Canceled);
-    move_to(svc, w, states, Some(why), entry, true).await
+    let (from, to) = (TxRequestState::PendingDelivery, TxRequestState::Canceled);
+    let change = Change { w: w.clone(), from, to, error: Some(why), entry, expired: true };
+    move_all(svc, vec![change]).await.map(drop)
 }

@@ -79,19 +79,25 @@ async fn run(
         // `lease_ms`, renewed each round. The conditional writes keep money moving once even
         // if two ever overlap (a round longer than the lease).
         let now_ms = svc.store.clock().now_ms();
-        match svc.store.take_chain_lease(&lease, &holder, now_ms, now_ms.saturating_add(lease_ms)).await {
-            Ok(true) => {}
-            Ok(false) => {
-                svc.metrics.custody.rounds_held_back.inc();
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = stop.changed() => {}
-                }
-                continue;
-            }
+        // Without the lease confirmed (held elsewhere, or the store away) nothing is signed.
+        let held = match svc
+            .store
+            .take_chain_lease(&lease, &holder, now_ms, now_ms.saturating_add(lease_ms))
+            .await
+        {
+            Ok(held) => held,
             Err(e) => {
-                tracing::warn!(coin = %coin, error = %e, "the signer could not renew its lease; trying again")
+                tracing::warn!(coin = %coin, error = %e, "the signer could not renew its lease; trying again");
+                false
             }
+        };
+        if !held {
+            svc.metrics.custody.rounds_held_back.inc();
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.changed() => {}
+            }
+            continue;
         }
         let busy = match round(&svc, &coin, chain_id, node.as_ref()).await {
             Ok(busy) => busy,
