@@ -125,6 +125,7 @@ impl AppState {
             keys: custody::Custody::key_store(&config, key.clone())?,
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
+            wake: Arc::new(tokio::sync::watch::channel(0).0),
         };
         Ok(Self(Arc::new(Shared {
             identity,

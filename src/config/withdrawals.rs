@@ -73,10 +73,13 @@ pub struct WithdrawalsConfig {
     pub priority_fee_per_gas: u64,
     /// Withdrawals of one wallet not yet final at once; past it a new one is refused.
     pub max_in_flight_per_wallet: u32,
-    /// How often the signer looks for approved withdrawals and follows sent ones, ms.
+    /// How often the signer looks for approved withdrawals and follows sent ones, ms. A last
+    /// approval given in the same process wakes it at once; this bounds the wait for one given
+    /// through another process.
     pub poll_interval_ms: u64,
-    /// Withdrawals one signer round signs, sends or follows at once (each waits on the node
-    /// and the store; a round takes at most `custody::transaction::BATCH` of each).
+    /// Withdrawals one signer round prepares and signs, or follows, at once, and addresses it
+    /// sends for at once (one address's sends go one at a time, in nonce order); each waits on
+    /// the node and the store; a round takes at most `custody::transaction::BATCH` of each.
     pub signer_concurrency: u32,
     /// Seconds a sent withdrawal may wait unmined before it is replaced with higher fees.
     pub stuck_after: u64,
@@ -93,7 +96,7 @@ impl Default for WithdrawalsConfig {
             priority_fee_per_gas: 1_000_000_000,
             max_in_flight_per_wallet: 100,
             poll_interval_ms: 500,
-            signer_concurrency: 8,
+            signer_concurrency: 16,
             stuck_after: 180,
             delivery_deadline: 24 * 3600,
         }

@@ -211,6 +211,9 @@ pub async fn resolve(
         });
     };
     announce.committed(&svc.webhooks, &recorded).await;
+    if withdrawal == Some(TxRequestState::PendingDelivery) {
+        svc.wake_signers();
+    }
     Ok(next)
 }
 

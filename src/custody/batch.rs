@@ -5,6 +5,8 @@
 //! one per withdrawal. The node's and the key store's waits overlap, at most
 //! `withdrawals.signer_concurrency` at once.
 
+use std::collections::BTreeMap;
+
 use alloy_primitives::{Address, U256};
 use futures_util::{stream, StreamExt};
 use serde_json::json;
@@ -221,8 +223,12 @@ async fn store(svc: &Custody, made: Vec<Made>) -> Result<usize, RoundError> {
 }
 
 /// Sends each `signed` withdrawal's stored bytes, then marks those the node took `delivered`
-/// in one transaction: how many. "Insufficient funds" fails one; "underpriced" waits (the
-/// stuck-transaction handling bumps it once sent); anything else is tried next round.
+/// in one transaction: how many. Each address's are sent one after another in nonce order (a
+/// node then never holds a nonce ahead of a gap; anvil's automine can miss such a one,
+/// foundry issue #10122), up to `withdrawals.signer_concurrency` addresses at once; one the
+/// node does not take holds back that address's later ones until the next round. "Insufficient
+/// funds" fails one; "underpriced" waits (the stuck-transaction handling bumps it once sent);
+/// anything else is tried next round.
 pub(super) async fn send_all(
     svc: &Custody,
     coin: &Coin,
@@ -230,15 +236,28 @@ pub(super) async fn send_all(
     ws: Vec<Withdrawal>,
 ) -> Result<usize, RoundError> {
     let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
-    let outcomes: Vec<(Withdrawal, Result<(), SendRefusal>)> = stream::iter(ws)
-        .map(|w| async move {
-            let raw = w.signed_tx.as_ref()?;
-            svc.metrics.custody.broadcasts.inc();
-            let sent = node.send_raw(raw).await.map(|_| ());
-            Some((w, sent))
+    let mut by_address: BTreeMap<Address, Vec<Withdrawal>> = BTreeMap::new();
+    for w in ws.into_iter().filter(|w| w.signed_tx.is_some()) {
+        by_address.entry(w.from).or_default().push(w);
+    }
+    let outcomes: Vec<(Withdrawal, Result<(), SendRefusal>)> = stream::iter(by_address.into_values())
+        .map(|mut queue| async move {
+            queue.sort_by_key(|w| w.nonce);
+            let mut outcomes = Vec::with_capacity(queue.len());
+            for w in queue {
+                let Some(raw) = w.signed_tx.as_ref() else { continue };
+                svc.metrics.custody.broadcasts.inc();
+                let sent = node.send_raw(raw).await.map(|_| ());
+                let taken = matches!(sent, Ok(()) | Err(SendRefusal::Known));
+                outcomes.push((w, sent));
+                if !taken {
+                    break;
+                }
+            }
+            outcomes
         })
         .buffer_unordered(limit)
-        .filter_map(|o| async move { o })
+        .flat_map(stream::iter)
         .collect()
         .await;
     let mut taken = Vec::new();

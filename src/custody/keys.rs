@@ -38,6 +38,15 @@ pub trait KeyStore: Send + Sync {
     async fn generate(&self, id: &KeyId) -> Result<NewKey, KeyError>;
     /// ECDSA over `digest` (no hashing), as 32-byte r then 32-byte s. The s may be high.
     async fn sign_digest(&self, key: &KeyRecord, digest: &B256) -> Result<[u8; 64], KeyError>;
+    /// [`Self::sign_digest`], with the y parity of the signature's R when the backend knows it
+    /// (`sealed` does; an HSM does not): a hint that orders the recovery, never trusted.
+    async fn sign_digest_with_parity(
+        &self,
+        key: &KeyRecord,
+        digest: &B256,
+    ) -> Result<([u8; 64], Option<bool>), KeyError> {
+        Ok((self.sign_digest(key, digest).await?, None))
+    }
 }
 
 /// Signatures tried before giving up on a key that signs wrongly.
@@ -62,8 +71,13 @@ pub async fn sign(
     mut unverified: impl FnMut(),
 ) -> Result<Signature, KeyError> {
     for _ in 0..SIGN_ATTEMPTS {
-        let rs = keys.sign_digest(key, digest).await?;
-        match verified(&rs, digest, &key.address) {
+        let (rs, parity) = keys.sign_digest_with_parity(key, digest).await?;
+        // Recovery is the costly part: off the async workers, so a batch's use every core.
+        let (d, address) = (*digest, key.address);
+        let checked = tokio::task::spawn_blocking(move || verified(&rs, &d, &address, parity))
+            .await
+            .map_err(|e| KeyError::Backend(format!("the signature check stopped: {e}")))?;
+        match checked {
             Some(sig) => return Ok(sig),
             None => unverified(),
         }
@@ -71,12 +85,14 @@ pub async fn sign(
     Err(KeyError::Unverified(SIGN_ATTEMPTS))
 }
 
-/// The signature `rs` of `digest` with a low s and the parity that recovers `address`, if any.
-pub fn verified(rs: &[u8; 64], digest: &B256, address: &Address) -> Option<Signature> {
+/// The signature `rs` of `digest` with a low s and the parity that recovers `address`, if any;
+/// `parity`, when given, is tried first.
+pub fn verified(rs: &[u8; 64], digest: &B256, address: &Address, parity: Option<bool>) -> Option<Signature> {
     let r = U256::from_be_slice(&rs[..32]);
     let s = U256::from_be_slice(&rs[32..]);
     let sig = Signature::new(r, s, false).normalize_s().unwrap_or(Signature::new(r, s, false));
-    [false, true]
+    let first = parity.unwrap_or(false);
+    [first, !first]
         .into_iter()
         .map(|parity| sig.with_parity(parity))
         .find(|candidate| candidate.recover_address_from_prehash(digest).is_ok_and(|a| &a == address))
@@ -105,23 +121,23 @@ mod tests {
         let (k, address) = key();
         let digest = B256::repeat_byte(0x42);
         let rs = rs_of(&k, &digest);
-        let sig = verified(&rs, &digest, &address).expect("its own key");
+        let sig = verified(&rs, &digest, &address, None).expect("its own key");
         assert_eq!(sig.recover_address_from_prehash(&digest).unwrap(), address);
         // Another key's address: refused.
         let other = address_of(
             SigningKey::from_slice(&[8u8; 32]).unwrap().verifying_key().to_encoded_point(false).as_bytes(),
         )
         .unwrap();
-        assert!(verified(&rs, &digest, &other).is_none());
+        assert!(verified(&rs, &digest, &other, None).is_none());
         // Another digest: refused.
-        assert!(verified(&rs, &B256::repeat_byte(0x43), &address).is_none());
+        assert!(verified(&rs, &B256::repeat_byte(0x43), &address, Some(true)).is_none());
         // The same signature with s = n - s (what PKCS#11 may give): accepted, and low again.
         let n = U256::from_str_radix("fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141", 16)
             .unwrap();
         let s = U256::from_be_slice(&rs[32..]);
         let mut high = rs;
         high[32..].copy_from_slice(&(n - s).to_be_bytes::<32>());
-        let fixed = verified(&high, &digest, &address).expect("a high s is normalised");
+        let fixed = verified(&high, &digest, &address, Some(false)).expect("a high s is normalised");
         assert_eq!(fixed.s(), sig.s());
         assert!(fixed.s() <= n / U256::from(2));
     }

@@ -52,9 +52,18 @@ pub struct Custody {
     pub metrics: Arc<Metrics>,
     /// The fan-out of withdrawals' events (`custody::events`).
     pub webhooks: crate::webhooks::Webhooks,
+    /// Wakes this process's signers when a withdrawal becomes ready to sign (its last
+    /// approval): they start a round at once rather than at their next poll. Signers of other
+    /// processes find it at their poll (`withdrawals.poll_interval_ms`).
+    pub wake: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Custody {
+    /// Tells this process's signers there is a withdrawal to sign.
+    pub fn wake_signers(&self) {
+        self.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     /// The configured key backend (`keys.backend`). Errors: one line naming what failed (a
     /// module that does not load, no such token, a refused PIN), never the PIN.
     pub fn key_store(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use alloy_primitives::B256;
 use async_trait::async_trait;
-use k256::ecdsa::{signature::hazmat::PrehashSigner, Signature, SigningKey};
+use k256::ecdsa::{RecoveryId, Signature, SigningKey};
 use zeroize::Zeroizing;
 
 use super::keys::{KeyError, KeyStore, NewKey};
@@ -38,20 +38,39 @@ impl KeyStore for SealedKeys {
     }
 
     async fn sign_digest(&self, key: &KeyRecord, digest: &B256) -> Result<[u8; 64], KeyError> {
-        let scalar = Zeroizing::new(
-            self.key
-                .open(&aad(key.id.as_str()), &key.handle)
-                .map_err(|e| KeyError::Backend(e.to_string()))?,
-        );
-        // SigningKey zeroizes itself when dropped.
-        let signing = SigningKey::from_slice(&scalar)
-            .map_err(|_| KeyError::Backend("a sealed key is not a scalar".into()))?;
-        let sig: Signature =
-            signing.sign_prehash(digest.as_slice()).map_err(|e| KeyError::Backend(e.to_string()))?;
-        let mut out = [0u8; 64];
-        out.copy_from_slice(&sig.to_bytes());
-        Ok(out)
+        Ok(self.sign_digest_with_parity(key, digest).await?.0)
     }
+
+    async fn sign_digest_with_parity(
+        &self,
+        key: &KeyRecord,
+        digest: &B256,
+    ) -> Result<([u8; 64], Option<bool>), KeyError> {
+        let (master, id, handle, digest) = (self.key.clone(), key.id.clone(), key.handle.clone(), *digest);
+        // Opening and signing are CPU work: off the async workers.
+        tokio::task::spawn_blocking(move || sign_sealed(&master, &id, &handle, &digest))
+            .await
+            .map_err(|e| KeyError::Backend(format!("signing stopped: {e}")))?
+    }
+}
+
+/// Opens the key sealed in `handle` and signs `digest`: r || s (s low), and R's y parity.
+fn sign_sealed(
+    master: &MasterKey,
+    id: &KeyId,
+    handle: &[u8],
+    digest: &B256,
+) -> Result<([u8; 64], Option<bool>), KeyError> {
+    let scalar =
+        Zeroizing::new(master.open(&aad(id.as_str()), handle).map_err(|e| KeyError::Backend(e.to_string()))?);
+    // SigningKey zeroizes itself when dropped.
+    let signing = SigningKey::from_slice(&scalar)
+        .map_err(|_| KeyError::Backend("a sealed key is not a scalar".into()))?;
+    let (sig, recid): (Signature, RecoveryId) =
+        signing.sign_prehash_recoverable(digest.as_slice()).map_err(|e| KeyError::Backend(e.to_string()))?;
+    let mut out = [0u8; 64];
+    out.copy_from_slice(&sig.to_bytes());
+    Ok((out, Some(recid.is_y_odd())))
 }
 
 #[cfg(test)]

@@ -72,9 +72,13 @@ async fn run(
 ) {
     let pause = Duration::from_millis(svc.config.withdrawals.poll_interval_ms);
     let mut reconciled: Option<i64> = None;
+    let mut followed = None;
     let holder = crate::ids::new_id();
     let lease = lease_name(&coin);
+    let mut wake = svc.wake.subscribe();
     while !*stop.borrow() {
+        // A wake that came during this round is for it: its reads come after.
+        wake.mark_unchanged();
         // One process signs for a chain (so for each of its addresses) at a time: the chain's
         // `lease_ms`, renewed each round. The conditional writes keep money moving once even
         // if two ever overlap (a round longer than the lease).
@@ -93,13 +97,16 @@ async fn run(
         };
         if !held {
             svc.metrics.custody.rounds_held_back.inc();
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stop.changed() => {}
-            }
+            idle(pause, &mut wake, &mut stop).await;
             continue;
         }
-        let busy = match round(&svc, &coin, chain_id, node.as_ref()).await {
+        // Following sent withdrawals waits for a pause to pass while a backlog is signed and
+        // sent: a send is what moves the money; a receipt can wait that long.
+        let follow = followed.is_none_or(|at: tokio::time::Instant| at.elapsed() >= pause);
+        if follow {
+            followed = Some(tokio::time::Instant::now());
+        }
+        let busy = match round(&svc, &coin, chain_id, node.as_ref(), follow).await {
             Ok(busy) => busy,
             Err(e) => {
                 tracing::warn!(coin = %coin, error = %e, "signer round failed; trying again");
@@ -119,34 +126,81 @@ async fn run(
         // A round that signed or sent something is followed at once: a backlog drains without
         // a pause per batch.
         if !busy {
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stop.changed() => {}
-            }
+            idle(pause, &mut wake, &mut stop).await;
         }
     }
 }
 
-/// One pass over the chain's withdrawals; public so tests can drive it. `Ok(true)` when it
-/// signed or sent something (the next round then starts at once).
+/// Waits `pause`, or less: until an approval in this process wakes the signer, or it stops.
+async fn idle(pause: Duration, wake: &mut watch::Receiver<u64>, stop: &mut watch::Receiver<bool>) {
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => {}
+        _ = wake.changed() => {}
+        _ = stop.changed() => {}
+    }
+}
+
+/// One pass over the chain's withdrawals: expire, sign, send, and when `follow`, follow the
+/// sent ones. `Ok(true)` when it signed or sent something (the next round then starts at once).
+///
+/// A backlog is pipelined: the next batch is signed while this one is sent (the node's work
+/// beside the key store's). Each withdrawal still has its nonce stored before it is signed and
+/// its signed bytes stored before they are sent; batches are sent in the order of their nonces.
 pub async fn round(
     svc: &Custody,
     coin: &Coin,
     chain_id: u64,
     node: &dyn SendNode,
+    follow: bool,
 ) -> Result<bool, RoundError> {
     expire(svc, coin).await?;
-    let of = |state: TxRequestState, unmined: bool| WithdrawalFilter {
+    let signed_of = WithdrawalFilter {
         coin: Some(coin.clone()),
-        states: Some(vec![state]),
-        unmined,
+        states: Some(vec![TxRequestState::Signed]),
+        nonce_first: true,
         limit: BATCH,
+        ..Default::default()
+    };
+    // Signed ones (the last round's lookahead, any a crash left) are sent first.
+    let mut to_send = svc.store.withdrawals(&signed_of).await?;
+    let mut signed = 0;
+    if to_send.is_empty() {
+        // A backlog's first batch is small, so its sends start soon; the next is signed beside them.
+        signed = sign_next(svc, coin, chain_id, node, svc.config.withdrawals.signer_concurrency).await?;
+        to_send = svc.store.withdrawals(&signed_of).await?;
+    }
+    // One withdrawal's failure (a node error about it) does not hold the others back.
+    let (sent, ahead) = tokio::join!(
+        super::batch::send_all(svc, coin, node, to_send),
+        sign_next(svc, coin, chain_id, node, BATCH)
+    );
+    let busy = signed + sent? + ahead? > 0;
+    if follow {
+        follow_all(svc, coin, chain_id, node).await?;
+    }
+    svc.metrics.custody.rounds.inc();
+    Ok(busy)
+}
+
+/// Signs the next `limit` approved withdrawals (`pendingDelivery`), expiring those past
+/// `withdrawals.delivery_deadline` unsigned: how many were signed.
+async fn sign_next(
+    svc: &Custody,
+    coin: &Coin,
+    chain_id: u64,
+    node: &dyn SendNode,
+    limit: u32,
+) -> Result<usize, RoundError> {
+    let approved = WithdrawalFilter {
+        coin: Some(coin.clone()),
+        states: Some(vec![TxRequestState::PendingDelivery]),
+        limit,
         ..Default::default()
     };
     let deadline = i64::try_from(svc.config.withdrawals.delivery_deadline).unwrap_or(i64::MAX);
     let now = svc.store.clock().now();
     let mut to_sign = Vec::new();
-    for w in svc.store.withdrawals(&of(TxRequestState::PendingDelivery, false)).await? {
+    for w in svc.store.withdrawals(&approved).await? {
         // Approved but never signed by its deadline (one with a nonce is signed next, so no gap).
         if w.nonce.is_none() && now.saturating_sub(w.updated_at) >= deadline {
             alone(coin, &w.id, super::progress::expire_unsigned(svc, &w).await);
@@ -154,22 +208,34 @@ pub async fn round(
             to_sign.push(w);
         }
     }
+    if to_sign.is_empty() {
+        return Ok(0);
+    }
     let memo = Memo::read(svc, node, &to_sign).await?;
+    super::batch::sign_all(svc, (coin, chain_id), node, &memo, to_sign).await
+}
+
+/// Follows the chain's sent withdrawals not yet seen mined, then checks the mined ones still are.
+async fn follow_all(
+    svc: &Custody,
+    coin: &Coin,
+    chain_id: u64,
+    node: &dyn SendNode,
+) -> Result<(), RoundError> {
     let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
-    // Signed ones (this round's and any a crash left) are sent; one withdrawal's failure (a
-    // node error about it) does not hold the others back.
-    let signed = super::batch::sign_all(svc, (coin, chain_id), node, &memo, to_sign).await?;
-    let to_send = svc.store.withdrawals(&of(TxRequestState::Signed, false)).await?;
-    let sent = super::batch::send_all(svc, coin, node, to_send).await?;
-    let busy = signed > 0 || sent > 0;
-    stream::iter(svc.store.withdrawals(&of(TxRequestState::Delivered, true)).await?)
+    let of = WithdrawalFilter {
+        coin: Some(coin.clone()),
+        states: Some(vec![TxRequestState::Delivered]),
+        unmined: true,
+        limit: BATCH,
+        ..Default::default()
+    };
+    stream::iter(svc.store.withdrawals(&of).await?)
         .for_each_concurrent(limit, |w| async move {
             alone(coin, &w.id, super::replace::follow(svc, chain_id, node, &w).await);
         })
         .await;
-    super::replace::recheck_mined(svc, coin, node).await?;
-    svc.metrics.custody.rounds.inc();
-    Ok(busy)
+    super::replace::recheck_mined(svc, coin, node).await
 }
 
 /// Approvals past `expires_at` are closed and their withdrawals canceled.

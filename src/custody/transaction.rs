@@ -24,24 +24,26 @@ pub enum RoundError {
     Domain(#[from] crate::error::Error),
 }
 
-/// Signs `tx` with `key` in the key store (each signature checked: `keys::sign`), and checks
-/// the whole signed transaction recovers to `from`: its EIP-2718 bytes and hash.
+/// Signs `tx` with `key`, whose address must be `from`, in the key store (the signature
+/// checked to recover it: `keys::sign`): its EIP-2718 bytes and hash.
 pub async fn sign_tx(
     svc: &Custody,
     key: &crate::model::custody::KeyRecord,
     tx: TxEip1559,
     from: alloy_primitives::Address,
 ) -> Result<(Vec<u8>, alloy_primitives::B256), RoundError> {
+    if key.address != from {
+        return Err(keys::KeyError::Backend("the key's address is not the withdrawal's".into()).into());
+    }
     let digest = tx.signature_hash();
     let metrics = svc.metrics.clone();
     let sig = keys::sign(svc.keys.as_ref(), key, &digest, || {
         metrics.custody.unverified.inc();
     })
     .await?;
+    // `keys::sign` recovered the key's address from this very digest (`tx`'s signature hash),
+    // so the signed transaction recovers it too: one recovery, not two.
     let signed = tx.into_signed(sig);
-    if signed.recover_signer().ok() != Some(from) {
-        return Err(keys::KeyError::Unverified(1).into());
-    }
     Ok((signed.encoded_2718(), *signed.hash()))
 }
 

@@ -44,6 +44,8 @@ pub struct WithdrawalFilter {
     pub newest_first: bool,
     /// The latest mined first (the reorg check: a reorg takes the latest blocks).
     pub latest_mined_first: bool,
+    /// The lowest nonce first (sending: a node never gets a nonce ahead of a gap).
+    pub nonce_first: bool,
     pub limit: u32,
 }
 
@@ -281,10 +283,11 @@ where
             // A number of the store's own, not a client's text.
             w.raw(&format!("created_at >= {from}"));
         }
-        let order = match (f.latest_mined_first, f.newest_first) {
-            (true, _) => "mined_block DESC, created_at DESC, id DESC",
-            (false, true) => "created_at DESC, id DESC",
-            (false, false) => "created_at, id",
+        let order = match (f.latest_mined_first, f.newest_first, f.nonce_first) {
+            (true, _, _) => "mined_block DESC, created_at DESC, id DESC",
+            (false, true, _) => "created_at DESC, id DESC",
+            (false, false, true) => "nonce, created_at, id",
+            (false, false, false) => "created_at, id",
         };
         let sql = format!(
             "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE {} ORDER BY {order} LIMIT {}",

@@ -1,5 +1,5 @@
 //! Approvals beyond one: distinct approvers for `approvalsRequired: 2`, approvals that expire,
-//! and a token's spending limits lifted by an unlock (§4.3).
+//! a token's spending limits lifted by an unlock (§4.3), and the last approval waking the signer.
 
 use std::time::Duration;
 
@@ -135,4 +135,15 @@ async fn an_approved_withdrawal_not_signed_by_its_deadline_is_canceled_and_told(
     assert_eq!(audit.len(), 1);
     let count = c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "pending"])).await;
     assert_eq!(count, "0x0", "nothing left the address");
+}
+
+#[tokio::test]
+async fn the_last_approval_wakes_the_signer_without_waiting_for_its_poll() {
+    // The signer's first round runs at start; its next poll is a minute away, past the wait.
+    let c = custodial_with(ONE_ETH, 1, |c| c.withdrawals.poll_interval_ms = 60_000).await;
+    let id = c.approved(&json!({ "recipients": [{ "address": OTHER, "amount": "1000" }] })).await;
+    let sent = c.state_is(&id, "delivered").await;
+    let hash = sent["transactions"][0]["txHash"].as_str().unwrap();
+    let tx = c.anvil.rpc("eth_getTransactionByHash", json!([hash])).await;
+    assert_eq!(tx["from"].as_str().unwrap(), c.address().to_lowercase());
 }
