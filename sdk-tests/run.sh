@@ -86,7 +86,16 @@ def rpc(method, params):
             time.sleep(0.1)
     raise SystemExit("anvil did not answer")
 deploy = {"from": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266", "data": "0x" + code + format(10**27, "064x"), "gas": "0x200000"}
-print(rpc("eth_getTransactionReceipt", [rpc("eth_sendTransaction", [deploy])])["contractAddress"])
+sent = rpc("eth_sendTransaction", [deploy])
+# anvil mines a moment after it answers the send: the receipt is asked for until it is there.
+for _ in range(100):
+    receipt = rpc("eth_getTransactionReceipt", [sent])
+    if receipt:
+        break
+    time.sleep(0.05)
+else:
+    raise SystemExit("the token's deployment was not mined")
+print(receipt["contractAddress"])
 PY
 )
   export CUSTODIAN_CHAINS_HTETH_TOKENS="[{coin=\"hteth:tst\",contract=\"$token_contract\",decimals=18}]"
