@@ -65,6 +65,9 @@ crate::types::text_enum!(
         ApprovalNotAllowed = "ApprovalNotAllowed",
         ApprovalNotFound = "ApprovalNotFound",
         TxRequestNotFound = "TxRequestNotFound",
+        PolicyDenied = "PolicyDenied",
+        PolicyRuleNotFound = "PolicyRuleNotFound",
+        PolicyChangeNeedsApproval = "PolicyChangeNeedsApproval",
     }
 );
 

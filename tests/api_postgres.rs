@@ -66,6 +66,8 @@ mod operator;
 mod outage;
 #[path = "api/passkeys.rs"]
 mod passkeys;
+#[path = "api/policy.rs"]
+mod policy;
 #[path = "api/procs.rs"]
 mod procs;
 #[path = "api/receiver.rs"]

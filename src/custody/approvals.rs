@@ -256,14 +256,24 @@ async fn require_approver(svc: &Custody, auth: &Principal, row: &WalletRow, reco
         )
         .or_else(|_| auth.require(svc.wallets.policy, Action::UpdatePendingApproval));
     scoped?;
-    if has_permission(record, auth.user.id.as_str(), &["admin"]) {
+    if is_wallet_admin(svc, &auth.user.id, row, record).await? {
         return Ok(());
     }
-    if let Some(e) = &row.enterprise {
-        let memberships = svc.store.memberships(&auth.user.id).await?;
-        if memberships.iter().any(|m| m.is_admin && &m.enterprise.id == e) {
-            return Ok(());
-        }
-    }
     Err(not_allowed("only an admin of the wallet may answer its approvals"))
+}
+
+/// A wallet admin: listed on the wallet with `admin`, or an admin of its enterprise
+/// (docs/decisions.md#withdrawals).
+pub(super) async fn is_wallet_admin(
+    svc: &Custody,
+    user: &crate::types::UserId,
+    row: &WalletRow,
+    record: &Value,
+) -> Result<bool> {
+    if has_permission(record, user.as_str(), &["admin"]) {
+        return Ok(true);
+    }
+    let Some(e) = &row.enterprise else { return Ok(false) };
+    let memberships = svc.store.memberships(user).await?;
+    Ok(memberships.iter().any(|m| m.is_admin && &m.enterprise.id == e))
 }

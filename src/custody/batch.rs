@@ -141,6 +141,13 @@ async fn ready(
     if memo.frozen(&w.wallet_id) {
         return Ok(None);
     }
+    // The rules again, as they are now: a whitelist may have lost the payee since the approval.
+    if w.nonce.is_none() {
+        if let Some(reason) = super::policy::evaluate(memo.rules(&w.wallet_id), &w).denied {
+            fail(svc, &w, TxRequestState::PendingDelivery, &format!("denied by policy: {reason}")).await?;
+            return Ok(None);
+        }
+    }
     let gas = match gas_of(node, &w, to).await {
         Ok(gas) => gas,
         Err(e) if w.nonce.is_none() && e.to_string().to_ascii_lowercase().contains("revert") => {

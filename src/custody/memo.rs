@@ -1,5 +1,5 @@
 //! What one signer round reads once, before its withdrawals are signed side by side: their
-//! keys, their wallets' freezes, each address's pending nonce with the node and the next base
+//! keys, their wallets' freezes and policy rules, each address's pending nonce with the node and the next base
 //! fee (asked once, by the first that needs it). And the count of steps in flight, whose peak is a metric.
 
 use std::{
@@ -9,7 +9,7 @@ use std::{
 
 use alloy_primitives::Address;
 
-use super::{node::SendNode, transaction::RoundError, Custody};
+use super::{node::SendNode, policy::Rule, transaction::RoundError, Custody};
 use crate::{
     model::custody::{KeyRecord, Withdrawal},
     types::{KeyId, WalletId},
@@ -24,7 +24,8 @@ pub(super) struct Memo {
     /// Each address's pending nonce with the node, read at the round's start: the store's
     /// counter runs ahead of it once the round reserved one, and a reservation takes the larger.
     node_next: HashMap<Address, u64>,
-    frozen: HashMap<WalletId, bool>,
+    /// Each wallet's freeze and policy rules.
+    gates: HashMap<WalletId, (bool, Vec<Rule>)>,
     keys: HashMap<KeyId, Option<KeyRecord>>,
 }
 
@@ -41,9 +42,9 @@ impl Memo {
                 let key = svc.store.custody_key(&w.key_id).await?;
                 memo.keys.insert(w.key_id.clone(), key);
             }
-            if !memo.frozen.contains_key(&w.wallet_id) {
-                let frozen = super::withdrawals::frozen(svc, &w.wallet_id).await?;
-                memo.frozen.insert(w.wallet_id.clone(), frozen);
+            if !memo.gates.contains_key(&w.wallet_id) {
+                let gate = super::withdrawals::gate(svc, &w.wallet_id).await?;
+                memo.gates.insert(w.wallet_id.clone(), gate);
             }
             if w.nonce.is_none() && !memo.node_next.contains_key(&w.from) {
                 memo.node_next.insert(w.from, node.pending_nonce(w.from).await?);
@@ -58,7 +59,12 @@ impl Memo {
     }
 
     pub(super) fn frozen(&self, wallet: &WalletId) -> bool {
-        self.frozen.get(wallet).copied().unwrap_or(true)
+        self.gates.get(wallet).is_none_or(|g| g.0)
+    }
+
+    /// The wallet's policy rules as they are now.
+    pub(super) fn rules(&self, wallet: &WalletId) -> &[Rule] {
+        self.gates.get(wallet).map_or(&[], |g| g.1.as_slice())
     }
 
     /// The node's pending nonce of `address` at the round's start (0 when not read: the store's

@@ -18,6 +18,8 @@ pub mod keys;
 mod memo;
 pub mod node;
 pub mod pkcs11;
+pub mod policy;
+pub mod policy_rules;
 mod progress;
 pub mod replace;
 pub mod sealed;

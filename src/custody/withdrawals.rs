@@ -143,6 +143,10 @@ async fn start(
     if let Some(existing) = repeat(svc, &withdrawal).await? {
         return Ok(existing);
     }
+    // Every rule is evaluated; a deny refuses before anything is stored (docs/policy.md).
+    if let Some(refused) = super::policy::evaluate(&super::policy::rules_of(&record), &withdrawal).refusal() {
+        return Err(refused);
+    }
     check_funds(svc, &wallet, &withdrawal).await?;
     let approval = new_approval(approval_id, &withdrawal, approvals_required(&record), svc);
     let entry = auth.audit(AuditType::WithdrawalInitiated).wallet(Some(&wallet.id)).data(json!({
@@ -266,11 +270,14 @@ fn is_frozen(record: &Value, now: i64) -> bool {
     expires.is_some_and(|e| e > now)
 }
 
-/// Whether wallet `id` is frozen now.
-pub async fn frozen(svc: &Custody, id: &WalletId) -> crate::store::StoreResult<bool> {
+/// Whether wallet `id` is frozen now, and its policy rules (the signer checks both again).
+pub async fn gate(
+    svc: &Custody,
+    id: &WalletId,
+) -> crate::store::StoreResult<(bool, Vec<super::policy::Rule>)> {
     let row = svc.store.wallets_by_ids(std::slice::from_ref(id), true).await?.pop();
     let record: Value = row.and_then(|r| serde_json::from_str(r.record.as_str()).ok()).unwrap_or_default();
-    Ok(is_frozen(&record, svc.store.clock().now()))
+    Ok((is_frozen(&record, svc.store.clock().now()), super::policy::rules_of(&record)))
 }
 
 /// A wallet whose `freeze.expires` is in the future refuses withdrawals (§6.1 `admin`).

@@ -20,8 +20,8 @@ use utoipa::{
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use self::handlers::{
-    approvals, audit, chain, custody, events, identity, keychains, login, passkeys, sessions, wallets,
-    webhook_admin, webhooks,
+    approvals, audit, chain, custody, events, identity, keychains, login, passkeys, policy, sessions,
+    wallets, webhook_admin, webhooks,
 };
 use crate::{error::Error, AppState};
 
@@ -223,6 +223,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(custody::get_key))
         .routes(routes!(custody::initiate))
         .routes(routes!(custody::freeze))
+        .routes(routes!(policy::create_rule, policy::update_rule, policy::remove_rule))
         .routes(routes!(custody::create_tx_request, custody::list_tx_requests))
         .routes(routes!(approvals::list_coin_approvals))
         .routes(routes!(approvals::list_approvals))

@@ -63,6 +63,8 @@ crate::types::text_enum!(
         WalletCreated = "wallet.created",
         WalletFrozen = "wallet.frozen",
         WalletUnfrozen = "wallet.unfrozen",
+        PolicyRuleCreated = "policy.rule_created",
+        PolicyRuleUpdated = "policy.rule_updated",
         WithdrawalInitiated = "withdrawal.initiated",
         WithdrawalRefused = "withdrawal.refused",
         WithdrawalApproved = "withdrawal.approved",

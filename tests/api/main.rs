@@ -33,6 +33,7 @@ mod keychains;
 mod oauth;
 mod operator;
 mod passkeys;
+mod policy;
 mod procs;
 mod receiver;
 mod records;

@@ -10,6 +10,7 @@ pub mod identity;
 pub mod keychains;
 pub mod login;
 pub mod passkeys;
+pub mod policy;
 pub mod sessions;
 pub mod wallets;
 pub mod webhook_admin;

@@ -1,0 +1,164 @@
+//! A wallet's policy rules, written (docs/policy.md): BitGo's `POST`, `PUT` and `DELETE
+//! /api/v2/{coin}/wallet/{walletId}/policy/rule`, kept in the wallet record's
+//! `admin.policy.rules`. A change that tightens (a new rule, a whitelist address taken away,
+//! fewer approvers) applies at once; one that loosens is refused until rule changes can be
+//! approved by other admins. Every change is audited with the rule before and after.
+
+use serde_json::{json, Value};
+
+use super::{
+    approvals::is_wallet_admin,
+    policy::{self, Rule, WhitelistEdit, MAX_RULES},
+    Custody,
+};
+use crate::{
+    audit::EntryExt,
+    error::{Error, ErrorName, Result},
+    identity::{bearer::Principal, scopes::WalletPermission},
+    model::{audit::AuditType, wallet::WalletRow},
+    types::{Coin, WalletId},
+};
+
+/// What a rule change does to the list.
+enum Change {
+    Create,
+    Update,
+    Remove,
+}
+
+/// Adds the rule in `body` (`{id, type, condition, action}`) to wallet `wallet_id`: the wallet
+/// after. Needs a `wallet_manage` form and a wallet admin. Errors: `WalletNotFound`,
+/// `InsufficientScope`, `ApprovalNotAllowed` (not a wallet admin), `MissingField`,
+/// `InvalidField`, `AlreadyExists` (the id, or [`MAX_RULES`] reached), `Conflict` when the wallet
+/// changed meanwhile.
+pub async fn create(
+    svc: &Custody,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    body: &Value,
+) -> Result<WalletRow> {
+    change(svc, auth, coin, wallet_id, body, Change::Create).await
+}
+
+/// Replaces rule `body.id` with `body`; `condition.add` / `condition.remove` change a whitelist
+/// in place. Loosening is refused (`PolicyChangeNeedsApproval`, 403). Errors as [`create`], and
+/// `PolicyRuleNotFound`.
+pub async fn update(
+    svc: &Custody,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    body: &Value,
+) -> Result<WalletRow> {
+    change(svc, auth, coin, wallet_id, body, Change::Update).await
+}
+
+/// Removes rule `body.id`: a loosening, so refused for now (`PolicyChangeNeedsApproval`) once
+/// the rule is found. Errors as [`update`].
+pub async fn remove(
+    svc: &Custody,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    body: &Value,
+) -> Result<WalletRow> {
+    change(svc, auth, coin, wallet_id, body, Change::Remove).await
+}
+
+async fn change(
+    svc: &Custody,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    body: &Value,
+    what: Change,
+) -> Result<WalletRow> {
+    let row =
+        crate::wallets::wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::Manage).await?;
+    let mut record: Value = serde_json::from_str(row.record.as_str())
+        .map_err(|e| Error::Internal(anyhow::anyhow!("stored wallet record: {e}")))?;
+    if !is_wallet_admin(svc, &auth.user.id, &row, &record).await? {
+        return Err(Error::Forbidden {
+            name: ErrorName::ApprovalNotAllowed,
+            message: "only an admin of the wallet may change its policy".into(),
+            context: json!({}),
+        });
+    }
+    let mut rules = policy::rules_of(&record);
+    let (before, after) = match what {
+        Change::Remove => {
+            let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
+            let at = position(&rules, id)?;
+            return Err(needs_approval(format!("removing rule {id}"), Some(&rules[at])));
+        }
+        Change::Create => {
+            let (rule, _) = policy::parse(body)?;
+            if rules.iter().any(|r| r.id == rule.id) {
+                return Err(conflict(format!("the wallet has a rule {} already; PUT changes it", rule.id)));
+            }
+            if rules.len() >= MAX_RULES {
+                return Err(conflict(format!("a wallet holds at most {MAX_RULES} rules")));
+            }
+            rules.push(rule.clone());
+            (None, rule)
+        }
+        Change::Update => {
+            let (mut rule, edit) = policy::parse(body)?;
+            let at = position(&rules, &rule.id)?;
+            let old = rules[at].clone();
+            match edit {
+                WhitelistEdit::Replace => {}
+                WhitelistEdit::Add(a) => {
+                    rule.addresses = old.addresses.clone();
+                    if !rule.addresses.contains(&a) {
+                        rule.addresses.push(a);
+                    }
+                }
+                WhitelistEdit::Remove(a) => {
+                    rule.addresses = old.addresses.iter().copied().filter(|x| *x != a).collect()
+                }
+            }
+            if let Some(why) = rule.loosens(&old) {
+                return Err(needs_approval(why, Some(&old)));
+            }
+            rules[at] = rule.clone();
+            (Some(old), rule)
+        }
+    };
+    record["admin"]["policy"]["rules"] = Value::Array(rules.iter().map(Rule::to_json).collect());
+    let (kind, id) = (
+        if before.is_some() { AuditType::PolicyRuleUpdated } else { AuditType::PolicyRuleCreated },
+        &after.id,
+    );
+    let entry = auth.audit(kind).wallet(Some(wallet_id)).data(
+        json!({ "ruleId": id, "before": before.as_ref().map(Rule::to_json), "after": after.to_json() }),
+    );
+    let text = record.to_string();
+    let written = svc.store.set_wallet_record(&row.id, row.record.as_str(), &text, &[entry], &[]).await?;
+    if written.is_none() {
+        return Err(conflict("the wallet changed meanwhile; try again".into()));
+    }
+    let fresh = svc.store.wallets_by_ids(std::slice::from_ref(wallet_id), true).await?.pop();
+    fresh.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))
+}
+
+fn position(rules: &[Rule], id: &str) -> Result<usize> {
+    rules.iter().position(|r| r.id == id).ok_or_else(|| Error::NotFound {
+        name: ErrorName::PolicyRuleNotFound,
+        message: format!("the wallet has no policy rule {id}"),
+    })
+}
+
+fn conflict(message: String) -> Error {
+    Error::Conflict { name: ErrorName::AlreadyExists, message }
+}
+
+/// A loosening: refused until rule changes can be approved by other admins (docs/policy.md).
+fn needs_approval(why: String, rule: Option<&Rule>) -> Error {
+    Error::Forbidden {
+        name: ErrorName::PolicyChangeNeedsApproval,
+        message: format!("{why} loosens the policy, which needs other admins' approval; this version does not take such changes yet (docs/policy.md)"),
+        context: json!({ "rule": rule.map(Rule::to_json) }),
+    }
+}

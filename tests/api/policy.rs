@@ -1,0 +1,124 @@
+//! Wallet policy rules (docs/policy.md): BitGo's `policy/rule` routes, a tightening applied at
+//! once and a loosening refused, a whitelist deny at initiation and again before signing.
+
+use serde_json::{json, Value};
+
+use crate::chain::{ONE_ETH, OTHER};
+use crate::common::*;
+use crate::custody::{custodial, Custodial};
+
+const PAYEE: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
+
+fn rule_path(c: &Custodial) -> String {
+    format!("/api/v2/hteth/wallet/{}/policy/rule", c.wallet_id())
+}
+
+async fn delete(c: &Custodial, token: &str, body: &Value) -> reqwest::Response {
+    let req = c.app.client.delete(c.app.url(&rule_path(c))).bearer_auth(token).json(body);
+    req.send().await.unwrap()
+}
+
+async fn rules(c: &Custodial) -> Value {
+    let path = format!("/api/v2/hteth/wallet/{}", c.wallet_id());
+    expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await["admin"]["policy"]["rules"].clone()
+}
+
+fn whitelist(addresses: &[&str]) -> Value {
+    json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "addresses": addresses }, "action": { "type": "deny" } })
+}
+
+#[tokio::test]
+async fn rules_are_added_tightened_at_once_and_a_loosening_is_refused_and_changes_nothing() {
+    let c = custodial(0, 1).await;
+    let path = rule_path(&c);
+    // Bad rules name their field and store nothing.
+    let bad = [
+        (json!({ "type": "allTx", "condition": {}, "action": { "type": "deny" } }), "MissingField"),
+        (
+            json!({ "id": "r1", "type": "velocityLimit", "condition": {}, "action": { "type": "deny" } }),
+            "InvalidField",
+        ),
+        (
+            json!({ "id": "r1", "type": "allTx", "condition": {}, "action": { "type": "allow" } }),
+            "InvalidField",
+        ),
+        (whitelist(&["0x1234"]), "InvalidField"),
+    ];
+    for (body, name) in bad {
+        assert_error(c.app.post_auth(&path, &c.alice_token, &body).await, 400, name).await;
+    }
+    assert_eq!(rules(&c).await, Value::Null);
+    // A user of the wallet's enterprise who is not an admin may not.
+    let carol = c.app.create_user("carol@example.com").await;
+    let carol_token = c.app.login(&carol).await;
+    let res = c.app.post_auth(&path, &carol_token, &whitelist(&[OTHER, PAYEE])).await;
+    assert!(matches!(res.status().as_u16(), 403 | 404), "{}", res.status());
+    // Alice (an admin) adds it: the wallet comes back with it.
+    let wallet =
+        expect_json(c.app.post_auth(&path, &c.alice_token, &whitelist(&[OTHER, PAYEE])).await, 200).await;
+    assert_eq!(wallet["id"], json!(c.wallet_id()));
+    assert_eq!(wallet["admin"]["policy"]["rules"][0]["condition"]["addresses"].as_array().unwrap().len(), 2);
+    assert_error(c.app.post_auth(&path, &c.alice_token, &whitelist(&[OTHER])).await, 409, "AlreadyExists")
+        .await;
+    // Taking an address off tightens: at once.
+    let take = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "remove": PAYEE }, "action": { "type": "deny" } });
+    expect_json(c.app.put_auth(&path, &c.alice_token, &take).await, 200).await;
+    assert_eq!(rules(&c).await[0]["condition"]["addresses"], json!([OTHER]));
+    // Putting it back, changing the action's type, or removing the rule loosens: refused.
+    let add = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "add": PAYEE }, "action": { "type": "deny" } });
+    let body =
+        assert_error(c.app.put_auth(&path, &c.alice_token, &add).await, 403, "PolicyChangeNeedsApproval")
+            .await;
+    assert!(body["error"].as_str().unwrap().contains("adds"), "{body}");
+    let all = json!({ "id": "payees", "type": "allTx", "condition": {}, "action": { "type": "deny" } });
+    assert_error(c.app.put_auth(&path, &c.alice_token, &all).await, 403, "PolicyChangeNeedsApproval").await;
+    assert_error(
+        delete(&c, &c.alice_token, &json!({ "id": "payees" })).await,
+        403,
+        "PolicyChangeNeedsApproval",
+    )
+    .await;
+    assert_error(delete(&c, &c.alice_token, &json!({ "id": "nope" })).await, 404, "PolicyRuleNotFound").await;
+    assert_eq!(rules(&c).await[0]["condition"]["addresses"], json!([OTHER]));
+    // Each change that landed is audited with the rule before and after.
+    let audit = c
+        .app
+        .raw_sql("SELECT type || ' ' || data FROM audit_log WHERE type LIKE 'policy.%' ORDER BY seq")
+        .await;
+    assert_eq!(audit.len(), 2, "{audit:?}");
+    assert!(audit[0].starts_with("policy.rule_created") && audit[0].contains("\"before\":null"), "{audit:?}");
+    assert!(audit[1].starts_with("policy.rule_updated") && audit[1].contains(PAYEE), "{audit:?}");
+}
+
+#[tokio::test]
+async fn a_whitelist_denies_other_payees_at_initiation_and_again_before_signing() {
+    let c = custodial(2 * ONE_ETH, 1).await;
+    let path = rule_path(&c);
+    expect_json(c.app.post_auth(&path, &c.alice_token, &whitelist(&[OTHER, PAYEE])).await, 200).await;
+    // A payee off the list: refused with the rule named, nothing stored.
+    let off = json!({ "recipients": [{ "address": "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65", "amount": "1000" }] });
+    let body = assert_error(c.initiate(&c.alice_token, &off).await, 403, "PolicyDenied").await;
+    assert!(body["error"].as_str().unwrap().contains("payees"), "{body}");
+    assert_eq!(body["context"]["singleRunResults"], json!([{ "ruleId": "payees", "triggered": true }]));
+    assert!(c.app.raw_sql("SELECT id FROM withdrawals").await.is_empty());
+    // A listed payee passes. The wallet is frozen before the approval, so it waits unsigned.
+    let body = json!({ "recipients": [{ "address": PAYEE, "amount": "1000" }] });
+    let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
+    let held = pending["txRequestId"].as_str().unwrap().to_string();
+    let freeze = format!("/api/v2/hteth/wallet/{}/freeze", c.wallet_id());
+    expect_json(c.app.post_auth(&freeze, &c.alice_token, &json!({})).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    c.state_is(&held, "pendingDelivery").await;
+    // Meanwhile PAYEE leaves the list (a tightening, at once): when the freeze ends, the
+    // signer checks the rules again and fails the held withdrawal without signing it.
+    let take = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "remove": PAYEE }, "action": { "type": "deny" } });
+    expect_json(c.app.put_auth(&path, &c.alice_token, &take).await, 200).await;
+    let wallet_id: custodian::types::WalletId = c.wallet_id().parse().unwrap();
+    custodian::custody::freeze::unfreeze(&c.app.state.custody, &wallet_id).await.unwrap();
+    let failed = c.state_is(&held, "failed").await;
+    assert!(failed.to_string().contains("denied by policy"), "{failed}");
+    let sql = format!("SELECT tx_request_id FROM withdrawal_attempts WHERE tx_request_id = '{held}'");
+    assert!(c.app.raw_sql(&sql).await.is_empty(), "the denied withdrawal was signed");
+    assert!(c.app.raw_sql("SELECT tx_request_id FROM withdrawal_attempts").await.is_empty());
+}
