@@ -20,59 +20,30 @@ use crate::{
 };
 
 /// What a rule change does to the list.
-enum Change {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleChange {
+    /// `POST`: adds the rule in the body; at once (a new rule can only hold more back).
     Create,
+    /// `PUT`: replaces rule `body.id`; `condition.add` / `condition.remove` change a whitelist
+    /// in place. At once when it tightens; a loosening is refused.
     Update,
+    /// `DELETE` `{id}`: a loosening, so refused once the rule is found.
     Remove,
 }
 
-/// Adds the rule in `body` (`{id, type, condition, action}`) to wallet `wallet_id`: the wallet
-/// after. Needs a `wallet_manage` form and a wallet admin. Errors: `WalletNotFound`,
-/// `InsufficientScope`, `ApprovalNotAllowed` (not a wallet admin), `MissingField`,
-/// `InvalidField`, `AlreadyExists` (the id, or [`MAX_RULES`] reached), `Conflict` when the wallet
-/// changed meanwhile.
-pub async fn create(
+/// Changes wallet `wallet_id`'s rules as `what` says with `body` (`{id, type, condition,
+/// action}`): the wallet after. Needs a `wallet_manage` form and a wallet admin. Errors:
+/// `WalletNotFound`, `InsufficientScope`, `ApprovalNotAllowed` (not a wallet admin),
+/// `MissingField`, `InvalidField`, `AlreadyExists` (the id, or [`MAX_RULES`] reached),
+/// `PolicyRuleNotFound`, `PolicyChangeNeedsApproval` (a loosening, 403), `Conflict` when the
+/// wallet changed meanwhile.
+pub async fn change(
     svc: &Custody,
     auth: &Principal,
     coin: &Coin,
     wallet_id: &WalletId,
     body: &Value,
-) -> Result<WalletRow> {
-    change(svc, auth, coin, wallet_id, body, Change::Create).await
-}
-
-/// Replaces rule `body.id` with `body`; `condition.add` / `condition.remove` change a whitelist
-/// in place. Loosening is refused (`PolicyChangeNeedsApproval`, 403). Errors as [`create`], and
-/// `PolicyRuleNotFound`.
-pub async fn update(
-    svc: &Custody,
-    auth: &Principal,
-    coin: &Coin,
-    wallet_id: &WalletId,
-    body: &Value,
-) -> Result<WalletRow> {
-    change(svc, auth, coin, wallet_id, body, Change::Update).await
-}
-
-/// Removes rule `body.id`: a loosening, so refused for now (`PolicyChangeNeedsApproval`) once
-/// the rule is found. Errors as [`update`].
-pub async fn remove(
-    svc: &Custody,
-    auth: &Principal,
-    coin: &Coin,
-    wallet_id: &WalletId,
-    body: &Value,
-) -> Result<WalletRow> {
-    change(svc, auth, coin, wallet_id, body, Change::Remove).await
-}
-
-async fn change(
-    svc: &Custody,
-    auth: &Principal,
-    coin: &Coin,
-    wallet_id: &WalletId,
-    body: &Value,
-    what: Change,
+    what: RuleChange,
 ) -> Result<WalletRow> {
     let row =
         crate::wallets::wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::Manage).await?;
@@ -87,12 +58,12 @@ async fn change(
     }
     let mut rules = policy::rules_of(&record);
     let (before, after) = match what {
-        Change::Remove => {
+        RuleChange::Remove => {
             let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
             let at = position(&rules, id)?;
             return Err(needs_approval(format!("removing rule {id}"), Some(&rules[at])));
         }
-        Change::Create => {
+        RuleChange::Create => {
             let (rule, _) = policy::parse(body)?;
             if rules.iter().any(|r| r.id == rule.id) {
                 return Err(conflict(format!("the wallet has a rule {} already; PUT changes it", rule.id)));
@@ -103,7 +74,7 @@ async fn change(
             rules.push(rule.clone());
             (None, rule)
         }
-        Change::Update => {
+        RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
             let at = position(&rules, &rule.id)?;
             let old = rules[at].clone();

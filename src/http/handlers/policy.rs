@@ -9,6 +9,7 @@ use axum::{
 use serde_json::Value;
 
 use crate::{
+    custody::policy_rules::{self, RuleChange},
     http::{
         auth::Auth,
         error::ApiResult,
@@ -46,7 +47,8 @@ pub async fn create_rule(
     ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Response> {
-    let row = crate::custody::policy_rules::create(&state.custody, &auth, &coin, &wallet_id, &body).await?;
+    let row =
+        policy_rules::change(&state.custody, &auth, &coin, &wallet_id, &body, RuleChange::Create).await?;
     Ok(wallet(&row))
 }
 
@@ -70,7 +72,8 @@ pub async fn update_rule(
     ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Response> {
-    let row = crate::custody::policy_rules::update(&state.custody, &auth, &coin, &wallet_id, &body).await?;
+    let row =
+        policy_rules::change(&state.custody, &auth, &coin, &wallet_id, &body, RuleChange::Update).await?;
     Ok(wallet(&row))
 }
 
@@ -91,6 +94,7 @@ pub async fn remove_rule(
     ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Response> {
-    let row = crate::custody::policy_rules::remove(&state.custody, &auth, &coin, &wallet_id, &body).await?;
+    let row =
+        policy_rules::change(&state.custody, &auth, &coin, &wallet_id, &body, RuleChange::Remove).await?;
     Ok(wallet(&row))
 }
