@@ -143,7 +143,7 @@ async fn ready(
     }
     // The rules again, as they are now: a whitelist may have lost the payee since the approval.
     if w.nonce.is_none() {
-        if let Some(reason) = super::policy::evaluate(memo.rules(&w.wallet_id), &w).denied {
+        if let Some(reason) = super::policy::evaluate(memo.rules(&w.wallet_id), &w.recipients).denied {
             fail(svc, &w, TxRequestState::PendingDelivery, &format!("denied by policy: {reason}")).await?;
             return Ok(None);
         }

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use crate::{
     error::{Error, ErrorName, Result},
-    model::custody::Withdrawal,
+    model::custody::Recipient,
     types::{parse_eth_address, UserId},
 };
 
@@ -95,14 +95,14 @@ impl Rule {
         widened.then(|| format!("rule {} widens who may approve", old.id))
     }
 
-    /// Whether the rule fires for `w`, and why in words.
-    pub fn fires(&self, w: &Withdrawal) -> Option<String> {
+    /// Whether the rule fires for a withdrawal paying `recipients`, and why in words.
+    pub fn fires(&self, recipients: &[Recipient]) -> Option<String> {
         match self.kind {
             RuleType::AllTx => {
                 Some(format!("rule {} ({}) applies to every withdrawal", self.id, self.kind.as_str()))
             }
             RuleType::CoinAddressWhitelist => {
-                w.recipients.iter().find(|r| !self.addresses.contains(&r.address)).map(|r| {
+                recipients.iter().find(|r| !self.addresses.contains(&r.address)).map(|r| {
                     format!("rule {}: {} is not on the whitelist", self.id, r.address.to_checksum(None))
                 })
             }
@@ -136,11 +136,11 @@ impl Verdict {
     }
 }
 
-/// Evaluates every rule against `w`: all of them, a `deny` winning.
-pub fn evaluate(rules: &[Rule], w: &Withdrawal) -> Verdict {
+/// Evaluates every rule against a withdrawal paying `recipients`: all of them, a `deny` winning.
+pub fn evaluate(rules: &[Rule], recipients: &[Recipient]) -> Verdict {
     let mut verdict = Verdict::default();
     for rule in rules {
-        let fired = rule.fires(w);
+        let fired = rule.fires(recipients);
         verdict.results.push((rule.id.clone(), fired.is_some()));
         if let Some(reason) = fired {
             if rule.action == ActionType::Deny && verdict.denied.is_none() {
@@ -150,6 +150,15 @@ pub fn evaluate(rules: &[Rule], w: &Withdrawal) -> Verdict {
         }
     }
     verdict
+}
+
+/// At initiation: every rule of wallet `record` evaluated for `recipients`, a deny refusing
+/// (`PolicyDenied`) before anything is stored.
+pub fn refuse_denied(record: &Value, recipients: &[Recipient]) -> Result<()> {
+    match evaluate(&rules_of(record), recipients).refusal() {
+        Some(refused) => Err(refused),
+        None => Ok(()),
+    }
 }
 
 /// The rules stored in a wallet record's `admin.policy.rules` (each was checked when written;

@@ -133,3 +133,29 @@ fn needs_approval(why: String, rule: Option<&Rule>) -> Error {
         context: json!({ "rule": rule.map(Rule::to_json) }),
     }
 }
+
+/// The dry run (`POST /api/v2/{coin}/wallet/{walletId}/policy/evaluate`): what the wallet's
+/// rules make of a withdrawal paying `recipients`, reserving and storing nothing. Needs the
+/// wallet visible with a `wallet_view` form. Answers `{outcome: "denied" | "pendingApproval",
+/// singleRunResults, reasons, approvalsRequired}`. Errors: `WalletNotFound`,
+/// `InsufficientScope`, `MissingField`, `InvalidField` (a recipient).
+pub async fn dry_run(
+    svc: &Custody,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+    recipients: &[super::withdrawals::RecipientRequest],
+) -> Result<Value> {
+    let row =
+        crate::wallets::wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::View).await?;
+    let record: Value = serde_json::from_str(row.record.as_str())
+        .map_err(|e| Error::Internal(anyhow::anyhow!("stored wallet record: {e}")))?;
+    let recipients = super::withdrawals::parse_recipients(recipients)?;
+    let verdict = policy::evaluate(&policy::rules_of(&record), &recipients);
+    Ok(json!({
+        "outcome": if verdict.denied.is_some() { "denied" } else { "pendingApproval" },
+        "singleRunResults": verdict.single_run_results(),
+        "reasons": verdict.reasons,
+        "approvalsRequired": super::withdrawals::approvals_required(&record),
+    }))
+}

@@ -143,10 +143,7 @@ async fn start(
     if let Some(existing) = repeat(svc, &withdrawal).await? {
         return Ok(existing);
     }
-    // Every rule is evaluated; a deny refuses before anything is stored (docs/policy.md).
-    if let Some(refused) = super::policy::evaluate(&super::policy::rules_of(&record), &withdrawal).refusal() {
-        return Err(refused);
-    }
+    super::policy::refuse_denied(&record, &withdrawal.recipients)?;
     check_funds(svc, &wallet, &withdrawal).await?;
     let approval = new_approval(approval_id, &withdrawal, approvals_required(&record), svc);
     let entry = auth.audit(AuditType::WithdrawalInitiated).wallet(Some(&wallet.id)).data(json!({
@@ -326,7 +323,7 @@ pub fn approvals_required(record: &Value) -> u32 {
         .max(1)
 }
 
-fn parse_recipients(reqs: &[RecipientRequest]) -> Result<Vec<Recipient>> {
+pub(super) fn parse_recipients(reqs: &[RecipientRequest]) -> Result<Vec<Recipient>> {
     if reqs.is_empty() {
         return Err(Error::missing_field("recipients"));
     }

@@ -224,6 +224,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(custody::initiate))
         .routes(routes!(custody::freeze))
         .routes(routes!(policy::create_rule, policy::update_rule, policy::remove_rule))
+        .routes(routes!(policy::evaluate))
         .routes(routes!(custody::create_tx_request, custody::list_tx_requests))
         .routes(routes!(approvals::list_coin_approvals))
         .routes(routes!(approvals::list_approvals))

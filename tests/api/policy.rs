@@ -1,5 +1,6 @@
 //! Wallet policy rules (docs/policy.md): BitGo's `policy/rule` routes, a tightening applied at
-//! once and a loosening refused, a whitelist deny at initiation and again before signing.
+//! once and a loosening refused, a whitelist deny at initiation and again before signing, and
+//! the dry run.
 
 use serde_json::{json, Value};
 
@@ -95,8 +96,22 @@ async fn a_whitelist_denies_other_payees_at_initiation_and_again_before_signing(
     let c = custodial(2 * ONE_ETH, 1).await;
     let path = rule_path(&c);
     expect_json(c.app.post_auth(&path, &c.alice_token, &whitelist(&[OTHER, PAYEE])).await, 200).await;
-    // A payee off the list: refused with the rule named, nothing stored.
+    // The dry run says what the real run then does, and stores nothing.
+    let dry = format!("/api/v2/hteth/wallet/{}/policy/evaluate", c.wallet_id());
     let off = json!({ "recipients": [{ "address": "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65", "amount": "1000" }] });
+    let said = expect_json(c.app.post_auth(&dry, &c.alice_token, &off).await, 200).await;
+    assert_eq!(said["outcome"], "denied", "{said}");
+    assert_eq!(said["singleRunResults"], json!([{ "ruleId": "payees", "triggered": true }]));
+    assert!(said["reasons"][0].as_str().unwrap().contains("not on the whitelist"), "{said}");
+    let on = json!({ "recipients": [{ "address": PAYEE, "amount": "1000" }] });
+    let said = expect_json(c.app.post_auth(&dry, &c.alice_token, &on).await, 200).await;
+    assert_eq!(said["outcome"], "pendingApproval", "{said}");
+    assert_eq!(said["singleRunResults"], json!([{ "ruleId": "payees", "triggered": false }]));
+    assert_eq!(said["approvalsRequired"], 1);
+    let bad = json!({ "recipients": [{ "address": "0x12", "amount": "1000" }] });
+    assert_error(c.app.post_auth(&dry, &c.alice_token, &bad).await, 400, "InvalidField").await;
+    assert!(c.app.raw_sql("SELECT id FROM withdrawals").await.is_empty());
+    // A payee off the list: refused with the rule named, nothing stored.
     let body = assert_error(c.initiate(&c.alice_token, &off).await, 403, "PolicyDenied").await;
     assert!(body["error"].as_str().unwrap().contains("payees"), "{body}");
     assert_eq!(body["context"]["singleRunResults"], json!([{ "ruleId": "payees", "triggered": true }]));

@@ -170,7 +170,7 @@ pub struct InitiateRequest {
         (status = 200, description = "The pending approval", body = Object),
         (status = 400, description = "A bad field, not custodial, frozen, or not enough funds", body = ErrorResponse),
         (status = 401, description = "Not authenticated, a wrong OTP, or the session must be unlocked (needsUnlock)", body = ErrorResponse),
-        (status = 403, description = "No wallet_spend or spend rights", body = ErrorResponse),
+        (status = 403, description = "No wallet_spend or spend rights, or a policy rule denies it (`PolicyDenied`)", body = ErrorResponse),
         (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
         (status = 409, description = "Too many withdrawals in flight", body = ErrorResponse),
     ))]
@@ -254,7 +254,7 @@ pub struct TxRequestBody {
         (status = 200, description = "The txRequest", body = Object),
         (status = 400, description = "A bad field, not custodial, frozen, or not enough funds", body = ErrorResponse),
         (status = 401, description = "Not authenticated, or the session must be unlocked (needsUnlock)", body = ErrorResponse),
-        (status = 403, description = "No wallet_spend or spend rights", body = ErrorResponse),
+        (status = 403, description = "No wallet_spend or spend rights, or a policy rule denies it (`PolicyDenied`)", body = ErrorResponse),
         (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
         (status = 409, description = "Too many withdrawals in flight", body = ErrorResponse),
     ))]

@@ -5,11 +5,18 @@ use axum::{
     extract::State,
     http::header,
     response::{IntoResponse, Response},
+    Json,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::{
-    custody::policy_rules::{self, RuleChange},
+    custody::{
+        policy_rules::{self, RuleChange},
+        withdrawals::RecipientRequest,
+    },
+    http::handlers::custody::InitiateRecipient,
     http::{
         auth::Auth,
         error::ApiResult,
@@ -20,6 +27,42 @@ use crate::{
     types::{Coin, WalletId},
     AppState,
 };
+
+/// A rule's action (docs/policy.md).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleAction {
+    /// `deny`: a withdrawal the rule fires for is refused.
+    #[serde(rename = "type")]
+    #[schema(pattern = "^deny$")]
+    pub kind: String,
+    /// User ids (32 hex), kept for the approval actions to come.
+    #[schema(max_items = 50)]
+    pub user_ids: Option<Vec<String>>,
+}
+
+/// Body of `POST` / `PUT .../policy/rule` (BitGoJS `createPolicyRule`, `setPolicyRule`).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct RuleRequest {
+    /// 1 to 64 letters, digits, `-`, `_` or `.`.
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    pub id: String,
+    /// `coinAddressWhitelist` or `allTx`.
+    #[serde(rename = "type")]
+    #[schema(pattern = "^(coinAddressWhitelist|allTx)$")]
+    pub kind: String,
+    /// `coinAddressWhitelist`: `{addresses: [...]}` (at most 1,000; EIP-55 checked), or for
+    /// `PUT` `{add: address}` / `{remove: address}`. `allTx`: `{}`.
+    pub condition: Value,
+    pub action: RuleAction,
+}
+
+/// Body of `DELETE .../policy/rule` (BitGoJS `removePolicyRule`).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct RemoveRuleRequest {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    pub id: String,
+}
 
 fn wallet(row: &WalletRow) -> Response {
     let mut body = String::new();
@@ -33,7 +76,7 @@ fn wallet(row: &WalletRow) -> Response {
 /// `admin.policy.rules`.
 #[utoipa::path(post, path = "/api/v2/{coin}/wallet/{walletId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
-    request_body = Object,
+    request_body = RuleRequest,
     responses(
         (status = 200, description = "The wallet", body = Object),
         (status = 400, description = "A bad rule (`MissingField`, `InvalidField` naming the field)", body = ErrorResponse),
@@ -58,7 +101,7 @@ pub async fn create_rule(
 /// approvers) is refused with `PolicyChangeNeedsApproval`. Answers the wallet.
 #[utoipa::path(put, path = "/api/v2/{coin}/wallet/{walletId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
-    request_body = Object,
+    request_body = RuleRequest,
     responses(
         (status = 200, description = "The wallet", body = Object),
         (status = 400, description = "A bad rule", body = ErrorResponse),
@@ -81,7 +124,7 @@ pub async fn update_rule(
 /// policy: refused with `PolicyChangeNeedsApproval` until rule changes can be approved.
 #[utoipa::path(delete, path = "/api/v2/{coin}/wallet/{walletId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
-    request_body = Object,
+    request_body = RemoveRuleRequest,
     responses(
         (status = 200, description = "The wallet", body = Object),
         (status = 400, description = "No `id`", body = ErrorResponse),
@@ -97,4 +140,38 @@ pub async fn remove_rule(
     let row =
         policy_rules::change(&state.custody, &auth, &coin, &wallet_id, &body, RuleChange::Remove).await?;
     Ok(wallet(&row))
+}
+
+/// Body of the dry run: the recipients a withdrawal would pay, as `/tx/initiate` takes them.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct EvaluateRequest {
+    /// Exactly one (an Ethereum transaction pays one address).
+    #[schema(min_items = 1, max_items = 1)]
+    pub recipients: Vec<InitiateRecipient>,
+}
+
+/// The dry run (Custodian's own route): what the wallet's policy rules would make of a
+/// withdrawal paying `recipients`, reserving and storing nothing. Answers `{outcome: "denied" |
+/// "pendingApproval", singleRunResults: [{ruleId, triggered}], reasons, approvalsRequired}`.
+#[utoipa::path(post, path = "/api/v2/{coin}/wallet/{walletId}/policy/evaluate", tag = "policy", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
+    request_body = EvaluateRequest,
+    responses(
+        (status = 200, description = "What would happen and why", body = Object),
+        (status = 400, description = "A bad recipient", body = ErrorResponse),
+        (status = 403, description = "No wallet_view", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+    ))]
+pub async fn evaluate(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
+    ApiJson(req): ApiJson<EvaluateRequest>,
+) -> ApiResult<Json<Value>> {
+    let recipients: Vec<RecipientRequest> = req
+        .recipients
+        .into_iter()
+        .map(|r| RecipientRequest { address: r.address, amount: r.amount, token_name: r.token_name })
+        .collect();
+    Ok(Json(policy_rules::dry_run(&state.custody, &auth, &coin, &wallet_id, &recipients).await?))
 }
