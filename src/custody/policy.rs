@@ -161,6 +161,23 @@ pub fn refuse_denied(record: &Value, recipients: &[Recipient]) -> Result<()> {
     }
 }
 
+/// Writes `rules` into wallet `record`'s `admin.policy.rules`. An `admin` or `admin.policy`
+/// that is not an object (an imported record's) is replaced: indexing into one would panic.
+pub fn set_rules(record: &mut Value, rules: &[Rule]) {
+    // Indexing with a key is safe on an object (a missing key is made), so each level is made
+    // one first.
+    if !record.is_object() {
+        *record = json!({});
+    }
+    if !record["admin"].is_object() {
+        record["admin"] = json!({});
+    }
+    if !record["admin"]["policy"].is_object() {
+        record["admin"]["policy"] = json!({});
+    }
+    record["admin"]["policy"]["rules"] = Value::Array(rules.iter().map(Rule::to_json).collect());
+}
+
 /// The rules stored in a wallet record's `admin.policy.rules` (each was checked when written;
 /// one that no longer parses is skipped, which can only loosen, so it is logged).
 pub fn rules_of(record: &Value) -> Vec<Rule> {
@@ -296,6 +313,20 @@ mod tests {
         assert!(two.loosens(&one).unwrap().contains("adds"));
         let all = rule(json!({ "id": "w", "type": "allTx", "condition": {}, "action": { "type": "deny" } }));
         assert!(all.loosens(&one).is_some());
+    }
+
+    #[test]
+    fn rules_are_written_into_a_record_whose_admin_or_policy_is_not_an_object() {
+        let all = rule(json!({ "id": "a", "type": "allTx", "condition": {}, "action": { "type": "deny" } }));
+        for mut record in
+            [json!({}), json!({ "admin": "x" }), json!({ "admin": { "policy": 7, "other": 1 } })]
+        {
+            set_rules(&mut record, std::slice::from_ref(&all));
+            assert_eq!(rules_of(&record), vec![all.clone()], "{record}");
+        }
+        let mut kept = json!({ "admin": { "other": 1 } });
+        set_rules(&mut kept, &[]);
+        assert_eq!(kept, json!({ "admin": { "other": 1, "policy": { "rules": [] } } }));
     }
 
     #[test]

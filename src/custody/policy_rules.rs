@@ -97,7 +97,7 @@ pub async fn change(
             (Some(old), rule)
         }
     };
-    record["admin"]["policy"]["rules"] = Value::Array(rules.iter().map(Rule::to_json).collect());
+    policy::set_rules(&mut record, &rules);
     let (kind, id) = (
         if before.is_some() { AuditType::PolicyRuleUpdated } else { AuditType::PolicyRuleCreated },
         &after.id,
