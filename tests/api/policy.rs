@@ -137,3 +137,24 @@ async fn a_whitelist_denies_other_payees_at_initiation_and_again_before_signing(
     assert!(c.app.raw_sql(&sql).await.is_empty(), "the denied withdrawal was signed");
     assert!(c.app.raw_sql("SELECT tx_request_id FROM withdrawal_attempts").await.is_empty());
 }
+
+#[tokio::test]
+async fn a_wallet_holds_at_most_50_rules_and_a_whitelist_at_most_1000_addresses() {
+    let c = custodial(0, 1).await;
+    let path = rule_path(&c);
+    let addresses: Vec<String> = (0..1_001u32).map(|i| format!("0x{i:040x}")).collect();
+    let too_long = json!({ "id": "big", "type": "coinAddressWhitelist", "condition": { "addresses": addresses }, "action": { "type": "deny" } });
+    let body =
+        assert_error(c.app.post_auth(&path, &c.alice_token, &too_long).await, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "condition.addresses");
+    for i in 0..50 {
+        let rule =
+            json!({ "id": format!("r{i}"), "type": "allTx", "condition": {}, "action": { "type": "deny" } });
+        expect_json(c.app.post_auth(&path, &c.alice_token, &rule).await, 200).await;
+    }
+    let one_more = json!({ "id": "r50", "type": "allTx", "condition": {}, "action": { "type": "deny" } });
+    let body =
+        assert_error(c.app.post_auth(&path, &c.alice_token, &one_more).await, 409, "AlreadyExists").await;
+    assert!(body["error"].as_str().unwrap().contains("at most 50"), "{body}");
+    assert_eq!(rules(&c).await.as_array().unwrap().len(), 50);
+}
