@@ -142,6 +142,12 @@ pub struct InitiateRecipient {
     pub token_name: Option<String>,
 }
 
+impl From<InitiateRecipient> for RecipientRequest {
+    fn from(r: InitiateRecipient) -> Self {
+        RecipientRequest { address: r.address, amount: r.amount, token_name: r.token_name }
+    }
+}
+
 /// Body of `POST /api/v2/{coin}/wallet/{walletId}/tx/initiate` (BitGoJS `sendMany` on a
 /// custodial wallet).
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
@@ -181,11 +187,7 @@ pub async fn initiate(
     ApiJson(req): ApiJson<InitiateRequest>,
 ) -> ApiResult<Json<Value>> {
     let request = WithdrawalRequest {
-        recipients: req
-            .recipients
-            .into_iter()
-            .map(|r| RecipientRequest { address: r.address, amount: r.amount, token_name: r.token_name })
-            .collect(),
+        recipients: req.recipients.into_iter().map(RecipientRequest::from).collect(),
         comment: req.comment,
         otp: req.otp,
         idempotency_key: req.sequence_id,

@@ -168,10 +168,6 @@ pub async fn evaluate(
     ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
     ApiJson(req): ApiJson<EvaluateRequest>,
 ) -> ApiResult<Json<Value>> {
-    let recipients: Vec<RecipientRequest> = req
-        .recipients
-        .into_iter()
-        .map(|r| RecipientRequest { address: r.address, amount: r.amount, token_name: r.token_name })
-        .collect();
+    let recipients: Vec<RecipientRequest> = req.recipients.into_iter().map(RecipientRequest::from).collect();
     Ok(Json(policy_rules::dry_run(&state.custody, &auth, &coin, &wallet_id, &recipients).await?))
 }
