@@ -68,6 +68,8 @@ mod outage;
 mod passkeys;
 #[path = "api/policy.rs"]
 mod policy;
+#[path = "api/policy_velocity.rs"]
+mod policy_velocity;
 #[path = "api/procs.rs"]
 mod procs;
 #[path = "api/receiver.rs"]

@@ -135,8 +135,9 @@ pub enum Answer {
 /// `{state, otp}`). Approving needs a wallet admin other than the initiator, who has not
 /// answered yet, with `otp` (a fresh TOTP code or passkey assertion), and the token's
 /// `wallet_approve` form or `pending_approval_update`. Rejecting needs the same rights, or is
-/// the initiator cancelling their own (no OTP). The last approval hands the withdrawal to the
-/// signer. Errors: `ApprovalNotFound`, `ApprovalNotPending` (409), `ApprovalNotAllowed` (403),
+/// the initiator cancelling their own (no OTP). The approvals the wallet's fired policy rules
+/// ask for count too: a named approver among them, a final approval last (docs/policy.md). The
+/// last approval hands the withdrawal to the signer. Errors: `ApprovalNotFound`, `ApprovalNotPending` (409), `ApprovalNotAllowed` (403),
 /// `InsufficientScope`, `InvalidOtp`, `Conflict` when another answer landed first (retry).
 pub async fn resolve(
     svc: &Custody,
@@ -153,19 +154,7 @@ pub async fn resolve(
             message: format!("the approval is {} already", a.state.as_str()),
         });
     }
-    let row = visible_wallet(svc, auth, &a.wallet_id).await?;
-    let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
-    let me = auth.user.id.as_str();
-    let cancel = answer == Answer::Rejected && a.creator == auth.user.id;
-    if !cancel {
-        require_approver(svc, auth, &row, &record).await?;
-        if a.creator == auth.user.id {
-            return Err(not_allowed("the initiator of a withdrawal may not approve it"));
-        }
-        if a.resolvers.iter().any(|r| r.user.as_str() == me) {
-            return Err(not_allowed("you have answered this approval already"));
-        }
-    }
+    let (cancel, completes) = may_answer(svc, auth, &a, answer).await?;
     if answer == Answer::Approved {
         crate::identity::passkeys::require_fresh_factor(&svc.identity, auth, otp).await?;
     }
@@ -188,7 +177,7 @@ pub async fn resolve(
         Answer::Rejected => {
             (ApprovalState::Rejected, Some(TxRequestState::Rejected), AuditType::WithdrawalRejected)
         }
-        Answer::Approved if approvals >= usize::try_from(a.approvals_required).unwrap_or(1) => {
+        Answer::Approved if completes => {
             (ApprovalState::Approved, Some(TxRequestState::PendingDelivery), AuditType::WithdrawalApproved)
         }
         Answer::Approved => (ApprovalState::Pending, None, AuditType::WithdrawalApproved),
@@ -215,6 +204,35 @@ pub async fn resolve(
         svc.wake_signers();
     }
     Ok(next)
+}
+
+/// Whether the caller may give `answer` to `a`: (whether it is the initiator cancelling,
+/// whether the approval completes it). The wallet's `approvalsRequired` and the approvals its
+/// fired rules ask for decide the second (`policy_eval::approve`).
+async fn may_answer(svc: &Custody, auth: &Principal, a: &Approval, answer: Answer) -> Result<(bool, bool)> {
+    let row = visible_wallet(svc, auth, &a.wallet_id).await?;
+    let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
+    let me = auth.user.id.as_str();
+    let cancel = answer == Answer::Rejected && a.creator == auth.user.id;
+    if !cancel {
+        require_approver(svc, auth, &row, &record).await?;
+        if a.creator == auth.user.id {
+            return Err(not_allowed("the initiator of a withdrawal may not approve it"));
+        }
+        if a.resolvers.iter().any(|r| r.user.as_str() == me) {
+            return Err(not_allowed("you have answered this approval already"));
+        }
+    }
+    let approved: Vec<&crate::types::UserId> =
+        a.resolvers.iter().filter(|r| r.resolution == "approved").map(|r| &r.user).collect();
+    let completes = match answer {
+        Answer::Approved => {
+            super::policy_eval::approve(a.approvals_required, &a.policy, &approved, &auth.user.id)
+                .map_err(|why| not_allowed(&why))?
+        }
+        Answer::Rejected => false,
+    };
+    Ok((cancel, completes))
 }
 
 /// `pendingapproval` for the answered approval `next`, and the withdrawal's change when it

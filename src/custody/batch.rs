@@ -15,6 +15,7 @@ use super::{
     events::{self, Announcement},
     memo::{InFlight, Memo},
     node::{SendNode, SendRefusal},
+    policy::{ActionType, Rule},
     progress::{fail, move_all, Change},
     transaction::{build, gas_of, sign_tx, RoundError},
     Custody,
@@ -142,8 +143,15 @@ async fn ready(
         return Ok(None);
     }
     // The rules again, as they are now: a whitelist may have lost the payee since the approval.
+    // Only the deny rules: the approvals the others asked for were given. A velocity sum counts
+    // the withdrawals made before this one, as at its initiation.
     if w.nonce.is_none() {
-        if let Some(reason) = super::policy::evaluate(memo.rules(&w.wallet_id), &w.recipients).denied {
+        let denies: Vec<Rule> =
+            memo.rules(&w.wallet_id).iter().filter(|r| r.action == ActionType::Deny).cloned().collect();
+        let p = super::reserve::proposal(svc, &w, &w.coin);
+        let upto = Some((w.created_at, &w.id));
+        let verdict = super::reserve::verdict_now(svc, &w.wallet_id, &denies, &p, upto).await?;
+        if let Some(reason) = verdict.denied {
             fail(svc, &w, TxRequestState::PendingDelivery, &format!("denied by policy: {reason}")).await?;
             return Ok(None);
         }

@@ -1,17 +1,13 @@
-//! Wallet policy rules (docs/policy.md), BitGo's `admin.policy.rules[]`: what a rule says, how a
-//! change to one is judged (tightening or loosening), and how the rules judge a withdrawal.
-//! Pure: the rules' storage and routes are `policy_rules`.
-//!
-//! Every rule is evaluated (no first match) and a `deny` wins. A `coinAddressWhitelist` rule
-//! fires for a payee not on its list; an `allTx` rule for every withdrawal.
+//! Wallet policy rules (docs/policy.md), BitGo's `admin.policy.rules[]`: what a rule says and
+//! how a change to one is judged (tightening or loosening). Pure: evaluation is
+//! `policy_eval`, storage and routes `policy_rules`.
 
-use alloy_primitives::Address;
+use alloy_primitives::{Address, U256};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    error::{Error, ErrorName, Result},
-    model::custody::Recipient,
-    types::{parse_eth_address, UserId},
+    error::{Error, Result},
+    types::{parse_eth_address, Coin, UserId},
 };
 
 /// Rules one wallet may hold.
@@ -22,31 +18,59 @@ pub const MAX_WHITELIST: usize = 1_000;
 pub const MAX_USER_IDS: usize = 50;
 /// The longest rule id, characters.
 pub const MAX_RULE_ID: usize = 64;
+/// The longest velocity window, seconds (31 days; BitGo's limit).
+pub const MAX_TIME_WINDOW: u64 = 2_678_400;
 
 crate::types::text_enum!(
     /// A rule's `type`.
-    pub enum RuleType("a rule type: coinAddressWhitelist or allTx") {
+    pub enum RuleType("a rule type: coinAddressWhitelist, allTx or velocityLimit") {
         CoinAddressWhitelist = "coinAddressWhitelist",
         AllTx = "allTx",
+        VelocityLimit = "velocityLimit",
     }
 );
 
 crate::types::text_enum!(
-    /// A rule's `action.type`: what happens when it fires.
-    pub enum ActionType("an action type: deny") {
+    /// A rule's `action.type`: what happens when it fires. Declared from the least strict to the
+    /// most, so a change to a lesser action loosens.
+    pub enum ActionType("an action type: getApproval, getFinalApproval or deny") {
+        GetApproval = "getApproval",
+        GetFinalApproval = "getFinalApproval",
         Deny = "deny",
     }
 );
+
+/// A `velocityLimit` condition: at most `amount` base units of `coin` withdrawn from the
+/// wallet in any `window` seconds, this withdrawal included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Velocity {
+    pub amount: U256,
+    /// Seconds, 1 to [`MAX_TIME_WINDOW`].
+    pub window: u64,
+    /// The coin counted (the wallet's, or one of its chain's tokens); `None`: the wallet's.
+    pub coin: Option<Coin>,
+}
+
+/// What a rule looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// Fires for a payee not on the list.
+    Whitelist(Vec<Address>),
+    /// Fires for every withdrawal.
+    AllTx,
+    /// Fires when the window's withdrawals and this one add up past the amount.
+    Velocity(Velocity),
+}
 
 /// One rule, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     /// 1 to [`MAX_RULE_ID`] characters of letters, digits, `-`, `_`, `.`.
     pub id: String,
-    pub kind: RuleType,
-    /// The whitelist (`coinAddressWhitelist`); empty for `allTx`.
-    pub addresses: Vec<Address>,
+    pub condition: Condition,
     pub action: ActionType,
+    /// Who may give the approval a `getApproval` / `getFinalApproval` rule asks for; empty:
+    /// any wallet admin but the initiator.
     pub user_ids: Vec<UserId>,
 }
 
@@ -59,13 +83,36 @@ pub enum WhitelistEdit {
 }
 
 impl Rule {
+    pub fn kind(&self) -> RuleType {
+        match self.condition {
+            Condition::Whitelist(_) => RuleType::CoinAddressWhitelist,
+            Condition::AllTx => RuleType::AllTx,
+            Condition::Velocity(_) => RuleType::VelocityLimit,
+        }
+    }
+
+    /// The velocity condition, when it is one.
+    pub fn velocity(&self) -> Option<&Velocity> {
+        match &self.condition {
+            Condition::Velocity(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// The rule as BitGo shows it in `admin.policy.rules`.
     pub fn to_json(&self) -> Value {
-        let condition = match self.kind {
-            RuleType::CoinAddressWhitelist => {
-                json!({ "addresses": self.addresses.iter().map(|a| a.to_checksum(None)).collect::<Vec<_>>() })
+        let condition = match &self.condition {
+            Condition::Whitelist(addresses) => {
+                json!({ "addresses": addresses.iter().map(|a| a.to_checksum(None)).collect::<Vec<_>>() })
             }
-            RuleType::AllTx => json!({}),
+            Condition::AllTx => json!({}),
+            Condition::Velocity(v) => {
+                let mut c = json!({ "amountString": v.amount.to_string(), "timeWindow": v.window, "excludeTags": [] });
+                if let Some(coin) = &v.coin {
+                    c["coin"] = json!(coin.as_str());
+                }
+                c
+            }
         };
         let mut action = Map::new();
         action.insert("type".into(), json!(self.action.as_str()));
@@ -75,89 +122,50 @@ impl Rule {
                 json!(self.user_ids.iter().map(UserId::as_str).collect::<Vec<_>>()),
             );
         }
-        json!({ "id": self.id, "type": self.kind.as_str(), "condition": condition, "action": action })
+        json!({ "id": self.id, "type": self.kind().as_str(), "condition": condition, "action": action })
     }
 
     /// Why `self` is looser than `old` (the same id), in words; `None` when it is as tight or
-    /// tighter: fewer whitelisted addresses, the same action, the same or fewer approvers.
+    /// tighter: fewer whitelisted addresses, a lower limit or a longer window, a stricter
+    /// action (getApproval, getFinalApproval, deny in that order), the same or fewer approvers.
     pub fn loosens(&self, old: &Rule) -> Option<String> {
-        if self.kind != old.kind {
-            return Some(format!("rule {} changes type from {}", old.id, old.kind.as_str()));
+        let id = &old.id;
+        if self.kind() != old.kind() {
+            return Some(format!("rule {id} changes type from {}", old.kind().as_str()));
         }
-        if self.action != old.action {
-            return Some(format!("rule {} changes its action from {}", old.id, old.action.as_str()));
+        if self.action < old.action {
+            return Some(format!(
+                "rule {id} changes its action from {} to {}",
+                old.action.as_str(),
+                self.action.as_str()
+            ));
         }
-        if let Some(a) = self.addresses.iter().find(|a| !old.addresses.contains(a)) {
-            return Some(format!("rule {} adds {} to its whitelist", old.id, a.to_checksum(None)));
+        match (&self.condition, &old.condition) {
+            (Condition::Whitelist(new), Condition::Whitelist(was)) => {
+                if let Some(a) = new.iter().find(|a| !was.contains(a)) {
+                    return Some(format!("rule {id} adds {} to its whitelist", a.to_checksum(None)));
+                }
+            }
+            (Condition::Velocity(new), Condition::Velocity(was)) => {
+                if new.amount > was.amount {
+                    return Some(format!("rule {id} raises its limit from {} to {}", was.amount, new.amount));
+                }
+                if new.window < was.window {
+                    return Some(format!(
+                        "rule {id} shortens its window from {} s to {} s",
+                        was.window, new.window
+                    ));
+                }
+                if new.coin != was.coin {
+                    return Some(format!("rule {id} changes the coin it counts"));
+                }
+            }
+            _ => {}
         }
-        let widened = !old.user_ids.is_empty()
+        let widened = self.action == old.action
+            && !old.user_ids.is_empty()
             && (self.user_ids.is_empty() || self.user_ids.iter().any(|u| !old.user_ids.contains(u)));
-        widened.then(|| format!("rule {} widens who may approve", old.id))
-    }
-
-    /// Whether the rule fires for a withdrawal paying `recipients`, and why in words.
-    pub fn fires(&self, recipients: &[Recipient]) -> Option<String> {
-        match self.kind {
-            RuleType::AllTx => {
-                Some(format!("rule {} ({}) applies to every withdrawal", self.id, self.kind.as_str()))
-            }
-            RuleType::CoinAddressWhitelist => {
-                recipients.iter().find(|r| !self.addresses.contains(&r.address)).map(|r| {
-                    format!("rule {}: {} is not on the whitelist", self.id, r.address.to_checksum(None))
-                })
-            }
-        }
-    }
-}
-
-/// What the rules make of a withdrawal: each rule and whether it fired (BitGo's
-/// `singleRunResults`), the reasons in words, and the `deny` that refuses it, if any.
-#[derive(Debug, Default)]
-pub struct Verdict {
-    pub results: Vec<(String, bool)>,
-    pub reasons: Vec<String>,
-    pub denied: Option<String>,
-}
-
-impl Verdict {
-    /// `[{ruleId, triggered}]`.
-    pub fn single_run_results(&self) -> Value {
-        Value::Array(self.results.iter().map(|(id, t)| json!({ "ruleId": id, "triggered": t })).collect())
-    }
-
-    /// The §7 refusal when a `deny` fired: `PolicyDenied`, naming the rule.
-    pub fn refusal(&self) -> Option<Error> {
-        let reason = self.denied.as_ref()?;
-        Some(Error::Forbidden {
-            name: ErrorName::PolicyDenied,
-            message: format!("denied by policy: {reason}"),
-            context: json!({ "singleRunResults": self.single_run_results(), "reasons": self.reasons }),
-        })
-    }
-}
-
-/// Evaluates every rule against a withdrawal paying `recipients`: all of them, a `deny` winning.
-pub fn evaluate(rules: &[Rule], recipients: &[Recipient]) -> Verdict {
-    let mut verdict = Verdict::default();
-    for rule in rules {
-        let fired = rule.fires(recipients);
-        verdict.results.push((rule.id.clone(), fired.is_some()));
-        if let Some(reason) = fired {
-            if rule.action == ActionType::Deny && verdict.denied.is_none() {
-                verdict.denied = Some(reason.clone());
-            }
-            verdict.reasons.push(reason);
-        }
-    }
-    verdict
-}
-
-/// At initiation: every rule of wallet `record` evaluated for `recipients`, a deny refusing
-/// (`PolicyDenied`) before anything is stored.
-pub fn refuse_denied(record: &Value, recipients: &[Recipient]) -> Result<()> {
-    match evaluate(&rules_of(record), recipients).refusal() {
-        Some(refused) => Err(refused),
-        None => Ok(()),
+        widened.then(|| format!("rule {id} widens who may approve"))
     }
 }
 
@@ -217,9 +225,13 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
     let kind: RuleType = text.parse().map_err(|e: &str| Error::invalid_field("type", not_yet(text, e)))?;
     let condition =
         v.get("condition").and_then(Value::as_object).ok_or_else(|| Error::missing_field("condition"))?;
-    let (addresses, edit) = match kind {
-        RuleType::AllTx => (Vec::new(), WhitelistEdit::Replace),
-        RuleType::CoinAddressWhitelist => whitelist(condition)?,
+    let (condition, edit) = match kind {
+        RuleType::AllTx => (Condition::AllTx, WhitelistEdit::Replace),
+        RuleType::CoinAddressWhitelist => {
+            let (addresses, edit) = whitelist(condition)?;
+            (Condition::Whitelist(addresses), edit)
+        }
+        RuleType::VelocityLimit => (Condition::Velocity(velocity(condition)?), WhitelistEdit::Replace),
     };
     let action = v.get("action").and_then(Value::as_object).ok_or_else(|| Error::missing_field("action"))?;
     let text =
@@ -237,17 +249,57 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
             return Err(Error::invalid_field("action.userIds", format!("at most {MAX_USER_IDS} user ids")))
         }
     };
-    Ok((Rule { id: id.to_string(), kind, addresses, action: action_type, user_ids }, edit))
+    if action_type == ActionType::Deny && !user_ids.is_empty() {
+        return Err(Error::invalid_field("action.userIds", "a deny has no approvers"));
+    }
+    Ok((Rule { id: id.to_string(), condition, action: action_type, user_ids }, edit))
 }
 
-/// BitGo's other rule types and actions are named as not yet enforced here, not as unknown.
+/// BitGo's other rule types are named as not yet enforced here, not as unknown.
 fn not_yet(text: &str, e: &str) -> String {
     match text {
-        "velocityLimit" | "webhook" | "getApproval" | "getFinalApproval" => {
-            format!("{text} is not enforced by this version yet (docs/policy.md); {e}")
-        }
+        "webhook" => format!("{text} is not enforced by this version yet (docs/policy.md); {e}"),
         _ => e.to_string(),
     }
+}
+
+/// `{amountString, timeWindow, coin?, excludeTags?}`.
+fn velocity(condition: &Map<String, Value>) -> Result<Velocity> {
+    let amount = match condition.get("amountString") {
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= 78 && s.bytes().all(|b| b.is_ascii_digit()) => {
+            U256::from_str_radix(s, 10).ok()
+        }
+        None => return Err(Error::missing_field("condition.amountString")),
+        _ => None,
+    };
+    let amount = amount.ok_or_else(|| {
+        Error::invalid_field("condition.amountString", "a whole number of base units, as digits, below 2^256")
+    })?;
+    let window = match condition.get("timeWindow") {
+        None => return Err(Error::missing_field("condition.timeWindow")),
+        Some(w) => w.as_u64().filter(|w| (1..=MAX_TIME_WINDOW).contains(w)).ok_or_else(|| {
+            Error::invalid_field("condition.timeWindow", format!("seconds, from 1 to {MAX_TIME_WINDOW}"))
+        })?,
+    };
+    let coin = match condition.get("coin") {
+        None | Some(Value::Null) => None,
+        Some(c) => Some(
+            c.as_str()
+                .and_then(|c| c.parse::<Coin>().ok())
+                .ok_or_else(|| Error::invalid_field("condition.coin", "a coin symbol"))?,
+        ),
+    };
+    match condition.get("excludeTags") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(tags)) if tags.is_empty() => {}
+        Some(_) => {
+            return Err(Error::invalid_field(
+                "condition.excludeTags",
+                "address tags are not kept by this service: leave excludeTags empty",
+            ))
+        }
+    }
+    Ok(Velocity { amount, window, coin })
 }
 
 fn whitelist(condition: &Map<String, Value>) -> Result<(Vec<Address>, WhitelistEdit)> {
@@ -330,11 +382,35 @@ mod tests {
     }
 
     #[test]
+    fn a_velocity_limit_loosens_by_a_higher_amount_a_shorter_window_or_a_lesser_action() {
+        let v = |amount: &str, window: u64, action: &str| {
+            rule(
+                json!({ "id": "v", "type": "velocityLimit", "condition": { "amountString": amount, "timeWindow": window }, "action": { "type": action } }),
+            )
+        };
+        let base = v("100", 3600, "getApproval");
+        assert_eq!(v("50", 3600, "getApproval").loosens(&base), None);
+        assert_eq!(v("100", 7200, "getApproval").loosens(&base), None);
+        assert_eq!(v("100", 3600, "deny").loosens(&base), None);
+        assert!(v("101", 3600, "getApproval").loosens(&base).unwrap().contains("raises"));
+        assert!(v("100", 60, "getApproval").loosens(&base).unwrap().contains("shortens"));
+        assert!(base.loosens(&v("100", 3600, "getFinalApproval")).unwrap().contains("action"));
+        assert_eq!(rule(base.to_json()), base);
+    }
+
+    #[test]
     fn rules_not_enforced_yet_are_refused_by_name_and_bad_fields_are_named() {
-        let e = parse(
-            &json!({ "id": "v", "type": "velocityLimit", "condition": {}, "action": { "type": "deny" } }),
-        );
+        let e =
+            parse(&json!({ "id": "h", "type": "webhook", "condition": {}, "action": { "type": "deny" } }));
         assert!(e.unwrap_err().to_string().contains("not enforced"));
+        let e = parse(
+            &json!({ "id": "v", "type": "velocityLimit", "condition": { "amountString": "1" }, "action": { "type": "deny" } }),
+        );
+        assert!(e.unwrap_err().to_string().contains("condition.timeWindow"));
+        let e = parse(
+            &json!({ "id": "v", "type": "velocityLimit", "condition": { "amountString": "1", "timeWindow": 2_678_401 }, "action": { "type": "deny" } }),
+        );
+        assert!(e.unwrap_err().to_string().contains("2678400"));
         let e =
             parse(&json!({ "id": "a b", "type": "allTx", "condition": {}, "action": { "type": "deny" } }));
         assert!(matches!(e, Err(Error::Invalid { .. })));

@@ -1,15 +1,15 @@
 //! A wallet's policy rules, written (docs/policy.md): BitGo's `POST`, `PUT` and `DELETE
 //! /api/v2/{coin}/wallet/{walletId}/policy/rule`, kept in the wallet record's
-//! `admin.policy.rules`. A change that tightens (a new rule, a whitelist address taken away,
-//! fewer approvers) applies at once; one that loosens is refused until rule changes can be
-//! approved by other admins. Every change is audited with the rule before and after.
+//! `admin.policy.rules`. A change that tightens (a new rule, a whitelist address taken away, a
+//! lower limit, fewer approvers) applies at once; one that loosens is refused until rule
+//! changes can be approved by other admins. Every change is audited with the rule before and after.
 
 use serde_json::{json, Value};
 
 use super::{
     approvals::is_wallet_admin,
-    policy::{self, Rule, WhitelistEdit, MAX_RULES},
-    Custody,
+    policy::{self, Condition, Rule, WhitelistEdit, MAX_RULES},
+    policy_eval, Custody,
 };
 use crate::{
     audit::EntryExt,
@@ -65,6 +65,7 @@ pub async fn change(
         }
         RuleChange::Create => {
             let (rule, _) = policy::parse(body)?;
+            check_rule(svc, &row, &record, &rule).await?;
             if rules.iter().any(|r| r.id == rule.id) {
                 return Err(conflict(format!("the wallet has a rule {} already; PUT changes it", rule.id)));
             }
@@ -76,18 +77,21 @@ pub async fn change(
         }
         RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
+            check_rule(svc, &row, &record, &rule).await?;
             let at = position(&rules, &rule.id)?;
             let old = rules[at].clone();
-            match edit {
-                WhitelistEdit::Replace => {}
-                WhitelistEdit::Add(a) => {
-                    rule.addresses = old.addresses.clone();
-                    if !rule.addresses.contains(&a) {
-                        rule.addresses.push(a);
+            if let (Condition::Whitelist(list), Condition::Whitelist(was)) =
+                (&mut rule.condition, &old.condition)
+            {
+                match edit {
+                    WhitelistEdit::Replace => {}
+                    WhitelistEdit::Add(a) => {
+                        *list = was.clone();
+                        if !list.contains(&a) {
+                            list.push(a);
+                        }
                     }
-                }
-                WhitelistEdit::Remove(a) => {
-                    rule.addresses = old.addresses.iter().copied().filter(|x| *x != a).collect()
+                    WhitelistEdit::Remove(a) => *list = was.iter().copied().filter(|x| *x != a).collect(),
                 }
             }
             if let Some(why) = rule.loosens(&old) {
@@ -114,6 +118,34 @@ pub async fn change(
     fresh.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))
 }
 
+/// A velocity rule counts the wallet's coin or a token configured for its chain; the users an
+/// approval rule names are admins of the wallet (no one else may answer its approvals).
+async fn check_rule(svc: &Custody, row: &WalletRow, record: &Value, rule: &Rule) -> Result<()> {
+    if let Some(coin) = rule.velocity().and_then(|v| v.coin.as_ref()) {
+        let chain = &row.coin;
+        let token = svc
+            .config
+            .chains
+            .get(chain.as_str())
+            .is_some_and(|c| c.tokens.iter().any(|t| t.coin == coin.as_str()));
+        if coin != chain && !token {
+            return Err(Error::invalid_field(
+                "condition.coin",
+                format!("{chain} or a token configured for it"),
+            ));
+        }
+    }
+    for user in &rule.user_ids {
+        if !is_wallet_admin(svc, user, row, record).await? {
+            return Err(Error::invalid_field(
+                "action.userIds",
+                format!("{user} is not an admin of the wallet"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn position(rules: &[Rule], id: &str) -> Result<usize> {
     rules.iter().position(|r| r.id == id).ok_or_else(|| Error::NotFound {
         name: ErrorName::PolicyRuleNotFound,
@@ -137,7 +169,8 @@ fn needs_approval(why: String, rule: Option<&Rule>) -> Error {
 /// The dry run (`POST /api/v2/{coin}/wallet/{walletId}/policy/evaluate`): what the wallet's
 /// rules make of a withdrawal paying `recipients`, reserving and storing nothing. Needs the
 /// wallet visible with a `wallet_view` form. Answers `{outcome: "denied" | "pendingApproval",
-/// singleRunResults, reasons, approvalsRequired}`. Errors: `WalletNotFound`,
+/// singleRunResults, reasons, approvalsRequired, ruleApprovals}`; velocity limits read the
+/// wallet's withdrawals as they are now. Errors: `WalletNotFound`,
 /// `InsufficientScope`, `MissingField`, `InvalidField` (a recipient).
 pub async fn dry_run(
     svc: &Custody,
@@ -151,11 +184,22 @@ pub async fn dry_run(
     let record: Value = serde_json::from_str(row.record.as_str())
         .map_err(|e| Error::Internal(anyhow::anyhow!("stored wallet record: {e}")))?;
     let recipients = super::withdrawals::parse_recipients(recipients)?;
-    let verdict = policy::evaluate(&policy::rules_of(&record), &recipients);
+    let total = recipients.iter().fold(alloy_primitives::U256::ZERO, |a, r| a.saturating_add(r.amount));
+    let p = policy_eval::Proposal {
+        coin,
+        wallet_coin: &row.coin,
+        recipients: &recipients,
+        total,
+        decimals: super::tokens::decimals(&svc.config, &row.coin, coin),
+    };
+    let verdict = super::reserve::verdict_now(svc, &row.id, &policy::rules_of(&record), &p, None).await?;
+    let required = super::withdrawals::approvals_required(&record);
+    let last = verdict.approvals.iter().any(|a| a.last);
     Ok(json!({
         "outcome": if verdict.denied.is_some() { "denied" } else { "pendingApproval" },
         "singleRunResults": verdict.single_run_results(),
         "reasons": verdict.reasons,
-        "approvalsRequired": super::withdrawals::approvals_required(&record),
+        "approvalsRequired": required + u32::from(last),
+        "ruleApprovals": verdict.approvals,
     }))
 }

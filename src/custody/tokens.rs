@@ -50,23 +50,23 @@ pub fn resolve(config: &Config, chain: &Coin, route: &Coin, names: &[Option<&str
     }))
 }
 
-/// Refuses a token withdrawal above the wallet's balance of the token (the chain watcher's)
-/// less the token withdrawals in flight.
-pub async fn check_balance(
-    svc: &Custody,
-    wallet: &WalletId,
-    w: &Withdrawal,
-    flying: &[Withdrawal],
-) -> Result<()> {
-    let Some(token) = &w.token else { return Ok(()) };
-    let held = svc
+/// The wallet's balance of `token` as the chain watcher last saw it (base units; 0 when it
+/// has none).
+pub async fn held(svc: &Custody, wallet: &WalletId, token: &Token) -> Result<U256> {
+    Ok(svc
         .store
         .token_balances(wallet)
         .await?
         .into_iter()
         .find(|(coin, ..)| coin == token.coin.as_str())
         .and_then(|(_, balance, ..)| U256::from_str_radix(&balance, 10).ok())
-        .unwrap_or(U256::ZERO);
+        .unwrap_or(U256::ZERO))
+}
+
+/// Refuses a token withdrawal above `held` (the wallet's balance of the token) less the token
+/// withdrawals in flight.
+pub fn check_balance(held: U256, w: &Withdrawal, flying: &[Withdrawal]) -> Result<()> {
+    let Some(token) = &w.token else { return Ok(()) };
     let pending = flying
         .iter()
         .filter(|f| f.token.as_ref() == Some(token))
@@ -83,6 +83,12 @@ pub async fn check_balance(
         });
     }
     Ok(())
+}
+
+/// Decimals of `coin` as `chains.<chain>.tokens` configures them; 18 for the chain's own coin.
+pub fn decimals(config: &Config, chain: &Coin, coin: &Coin) -> u8 {
+    let tokens = config.chains.get(chain.as_str()).map(|c| c.tokens.as_slice()).unwrap_or_default();
+    tokens.iter().find(|t| t.coin == coin.as_str()).map_or(18, |t| t.decimals)
 }
 
 /// What a withdrawal's transaction calls: (to, value, input). A token withdrawal calls the

@@ -12,8 +12,10 @@ fn recipients(w: &Withdrawal) -> Vec<Value> {
 }
 
 /// A pending approval: `{id, coin, wallet, enterprise, creator, createDate, state, scope,
-/// approvalsRequired, resolvers, txRequestId, info: {type: "transactionRequest",
-/// transactionRequest: {requestedAmount, sourceWallet, recipients, buildParams, comment}}}`.
+/// approvalsRequired, resolvers, singleRunResults, reasons, ruleApprovals, txRequestId, info:
+/// {type: "transactionRequest", transactionRequest: {requestedAmount, sourceWallet, recipients,
+/// buildParams, comment}}}`. `approvalsRequired` counts the final approval a fired
+/// `getFinalApproval` rule asks for (docs/policy.md).
 pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
     let mut request = json!({ "sourceWallet": a.wallet_id.as_str() });
     if let Some(w) = w {
@@ -34,8 +36,11 @@ pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
         "expireDate": crate::clock::iso(a.expires_at),
         "state": a.state.as_str(),
         "scope": "wallet",
-        "approvalsRequired": a.approvals_required,
+        "approvalsRequired": a.approvals_required + u32::from(a.policy.has_final()),
         "resolvers": a.resolvers,
+        "singleRunResults": a.policy.single_run_results,
+        "reasons": a.policy.reasons,
+        "ruleApprovals": a.policy.rule_approvals,
         "txRequestId": a.tx_request_id.as_str(),
         "info": { "type": "transactionRequest", "transactionRequest": request },
     });

@@ -13,7 +13,6 @@ use crate::{
     model::{
         audit::AuditType,
         custody::{Approval, ApprovalState, Recipient, TxRequestState, Withdrawal},
-        wallet::WalletRow,
     },
     store::{Created, WithdrawalFilter},
     types::{parse_eth_address, ApprovalId, Coin, KeyId, SecondFactor, TxRequestId, WalletId},
@@ -143,8 +142,6 @@ async fn start(
     if let Some(existing) = repeat(svc, &withdrawal).await? {
         return Ok(existing);
     }
-    super::policy::refuse_denied(&record, &withdrawal.recipients)?;
-    check_funds(svc, &wallet, &withdrawal).await?;
     let approval = new_approval(approval_id, &withdrawal, approvals_required(&record), svc);
     let entry = auth.audit(AuditType::WithdrawalInitiated).wallet(Some(&wallet.id)).data(json!({
         "txRequestId": id.as_str(), "pendingApprovalId": approval.id.as_str(),
@@ -153,12 +150,16 @@ async fn start(
     let mut events = vec![super::events::approval_event(&approval)];
     events.extend(super::events::tx_request_events(&withdrawal, None));
     let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
-    match svc.store.create_withdrawal(&withdrawal, &approval, &[entry], &announce.writes()).await? {
-        Created::New(recorded) => {
+    let created =
+        super::reserve::create(svc, &wallet, &record, &withdrawal, approval, &[entry], &announce.writes())
+            .await?;
+    match created {
+        Created::New(recorded, approval) => {
             announce.committed(&svc.webhooks, &recorded).await;
-            Ok(Started { withdrawal, approval, created: true })
+            Ok(Started { withdrawal, approval: *approval, created: true })
         }
         Created::Existing(first) => answer_first(svc, *first).await,
+        Created::Refused(_) => Err(Error::Internal(anyhow::anyhow!("a refusal came back unread"))),
     }
 }
 
@@ -219,6 +220,7 @@ fn new_approval(id: ApprovalId, w: &Withdrawal, required: u32, svc: &Custody) ->
         tx_request_id: w.id.clone(),
         created_at: w.created_at,
         expires_at: w.created_at.saturating_add(ttl),
+        policy: Default::default(),
     }
 }
 
@@ -397,55 +399,3 @@ fn check_limits(t: &crate::model::token::TokenRecord, coin: &Coin, total: &U256,
     }
     Ok(())
 }
-
-/// Refuses a withdrawal the wallet cannot pay: its balance (the chain watcher's) less what
-/// withdrawals in flight will spend, each with its fee reserve. Also caps the withdrawals in
-/// flight at `withdrawals.max_in_flight_per_wallet`.
-async fn check_funds(svc: &Custody, wallet: &WalletRow, w: &Withdrawal) -> Result<()> {
-    let cap = svc.config.withdrawals.max_in_flight_per_wallet;
-    let filter = WithdrawalFilter {
-        wallet: Some(wallet.id.clone()),
-        states: Some(IN_FLIGHT.to_vec()),
-        unmined: true,
-        limit: cap + 1,
-        ..Default::default()
-    };
-    let flying = svc.store.withdrawals(&filter).await?;
-    if flying.len() >= usize::try_from(cap).unwrap_or(usize::MAX) {
-        return Err(Error::Conflict {
-            name: ErrorName::TooManyWithdrawals,
-            message: format!(
-                "the wallet has {cap} withdrawals in flight (withdrawals.max_in_flight_per_wallet)"
-            ),
-        });
-    }
-    super::tokens::check_balance(svc, &wallet.id, w, &flying).await?;
-    let spent = super::tokens::wei_spent;
-    let held =
-        flying.iter().fold(U256::ZERO, |a, f| a.saturating_add(spent(f)).saturating_add(f.fee_reserve));
-    let balance = wallet
-        .balances
-        .balance
-        .as_ref()
-        .and_then(|b| U256::from_str_radix(b.as_str(), 10).ok())
-        .unwrap_or(U256::ZERO);
-    let needed = spent(w).saturating_add(w.fee_reserve).saturating_add(held);
-    if needed > balance {
-        return Err(Error::Invalid {
-            name: ErrorName::InsufficientBalance,
-            message: format!(
-                "the wallet holds {balance}; this withdrawal with its fee reserve and those in flight need {needed}"
-            ),
-            context: json!({ "field": "amount", "balance": balance.to_string(), "needed": needed.to_string() }),
-        });
-    }
-    Ok(())
-}
-
-/// States of a withdrawal that will still spend from the wallet (until mined).
-pub const IN_FLIGHT: &[TxRequestState] = &[
-    TxRequestState::PendingApproval,
-    TxRequestState::PendingDelivery,
-    TxRequestState::Signed,
-    TxRequestState::Delivered,
-];

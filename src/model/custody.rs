@@ -165,6 +165,51 @@ pub struct Approval {
     pub created_at: i64,
     /// When an approval not given expires (`withdrawals.approval_ttl`).
     pub expires_at: i64,
+    /// What the wallet's policy rules made of the withdrawal at initiation.
+    pub policy: ApprovalPolicy,
+}
+
+/// What the policy rules made of a withdrawal at initiation, kept on its approval and shown as
+/// its `singleRunResults`, `reasons` and `ruleApprovals` (docs/policy.md#evaluation).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApprovalPolicy {
+    /// Every rule evaluated and whether it fired (BitGo's field).
+    #[serde(rename = "singleRunResults", default)]
+    pub single_run_results: Vec<RuleResult>,
+    /// Why each fired rule fired, in words.
+    #[serde(default)]
+    pub reasons: Vec<String>,
+    /// The approvals the fired `getApproval` and `getFinalApproval` rules ask for, on top of
+    /// the wallet's `approvalsRequired`.
+    #[serde(rename = "ruleApprovals", default)]
+    pub rule_approvals: Vec<RuleApproval>,
+}
+
+impl ApprovalPolicy {
+    /// Whether a fired `getFinalApproval` rule asks for a last approval.
+    pub fn has_final(&self) -> bool {
+        self.rule_approvals.iter().any(|r| r.last)
+    }
+}
+
+/// One rule's result: `{ruleId, triggered}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RuleResult {
+    #[serde(rename = "ruleId")]
+    pub rule_id: String,
+    pub triggered: bool,
+}
+
+/// An approval a fired rule asks for: by one of `userIds` (any wallet admin but the initiator
+/// when empty); `final`: given after every other approval (`getFinalApproval`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RuleApproval {
+    #[serde(rename = "ruleId")]
+    pub rule_id: String,
+    #[serde(rename = "userIds", default)]
+    pub user_ids: Vec<UserId>,
+    #[serde(rename = "final", default)]
+    pub last: bool,
 }
 
 /// One transaction signed for a withdrawal (the first, or a replacement at the same nonce).

@@ -3,51 +3,27 @@
 
 use custodian_macros::sql_bounds;
 
-use alloy_primitives::Address;
+use alloy_primitives::{Address, U256};
 use async_trait::async_trait;
 use sqlx::FromRow;
 
-pub use super::custody_rows::{Batched, Created, Move, Signed};
+pub use super::custody_create::{Judge, Reservation, Spending, SumWindow};
+pub use super::custody_rows::{Batched, Created, Move, Refusal, Signed, WithdrawalFilter};
 use super::{
     custody_rows::{
-        recipients_json, ApprovalRow, KeyRow, Where, WithdrawalRow, APPROVAL_COLUMNS, KEY_COLUMNS,
+        select_withdrawals, ApprovalRow, KeyRow, Where, WithdrawalRow, APPROVAL_COLUMNS, KEY_COLUMNS,
         WITHDRAWAL_COLUMNS,
     },
     sql::{to_json, unique_violation, Dialect},
     sql_store::SqlStore,
-    StoreError, StoreResult,
+    StoreResult,
 };
 use super::{EventWrite, Recorded};
 use crate::model::{
     audit::AuditEntry,
     custody::{Approval, ApprovalState, KeyRecord, TxRequestState, Withdrawal},
 };
-use crate::types::{ApprovalId, Coin, EnterpriseId, KeyId, TokenId, TxRequestId, WalletId};
-
-/// Which withdrawals to list (oldest first unless `newest_first`).
-#[derive(Debug, Clone, Default)]
-pub struct WithdrawalFilter {
-    pub wallet: Option<WalletId>,
-    pub coin: Option<Coin>,
-    /// The idempotency key (with `wallet`).
-    pub key: Option<String>,
-    /// Only those whose transaction the signer has not seen mined.
-    pub unmined: bool,
-    /// Only those the signer saw mined at this block or later.
-    pub mined_from: Option<u64>,
-    pub ids: Option<Vec<TxRequestId>>,
-    pub states: Option<Vec<TxRequestState>>,
-    /// Only those the token started (`token_id`), created at or after `created_from` (Unix s).
-    pub token: Option<TokenId>,
-    pub created_from: Option<i64>,
-    /// Newest first (the lists people read); otherwise oldest first (the signer's order).
-    pub newest_first: bool,
-    /// The latest mined first (the reorg check: a reorg takes the latest blocks).
-    pub latest_mined_first: bool,
-    /// The lowest nonce first (sending: a node never gets a nonce ahead of a gap).
-    pub nonce_first: bool,
-    pub limit: u32,
-}
+use crate::types::{ApprovalId, EnterpriseId, KeyId, TxRequestId, WalletId};
 
 /// Which pending approvals to list, newest first.
 #[derive(Debug, Clone, Default)]
@@ -69,14 +45,26 @@ pub trait CustodyStore: Send + Sync {
     async fn custody_keys(&self, after: Option<&KeyId>, limit: u32) -> StoreResult<Vec<KeyRecord>>;
     /// Stores a new withdrawal and its approval, with `audit` and `events`, in one
     /// transaction. When the wallet already has a withdrawal with the same idempotency key,
-    /// nothing is written and that one is returned.
+    /// nothing is written and that one is returned. Otherwise, under the wallet's lock (held
+    /// until the commit, across processes), reads what `reserve` asks and hands it to `judge`,
+    /// which answers the approval to store or a refusal (nothing written).
     async fn create_withdrawal(
         &self,
         w: &Withdrawal,
-        a: &Approval,
+        reserve: &Reservation<'_>,
+        judge: Judge<'_>,
         audit: &[AuditEntry],
         events: &[&EventWrite],
     ) -> StoreResult<Created>;
+    /// Base units withdrawn from `wallet` in each window: its coin's withdrawals created at or
+    /// after `since`, not rejected, canceled or failed; with `upto` `(created_at, id)`, only
+    /// those created at or before it, that one left out.
+    async fn velocity_sums(
+        &self,
+        wallet: &WalletId,
+        windows: &[SumWindow],
+        upto: Option<(i64, &TxRequestId)>,
+    ) -> StoreResult<Vec<U256>>;
     async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>>;
     async fn withdrawals(&self, f: &WithdrawalFilter) -> StoreResult<Vec<Withdrawal>>;
     async fn approval(&self, id: &ApprovalId) -> StoreResult<Option<Approval>>;
@@ -131,6 +119,7 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
+    for<'r> super::custody_create::WordSums: FromRow<'r, DB::Row>,
 {
     async fn add_custody_key(&self, k: &KeyRecord, audit: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
@@ -170,89 +159,25 @@ where
         rows.into_iter().map(KeyRow::into_record).collect()
     }
 
-    // Long: one transaction: the idempotency check, both inserts, the audit and the events.
     async fn create_withdrawal(
         &self,
         w: &Withdrawal,
-        a: &Approval,
+        reserve: &Reservation<'_>,
+        judge: Judge<'_>,
         audit: &[AuditEntry],
         events: &[&EventWrite],
     ) -> StoreResult<Created> {
-        let mut tx = self.begin_write().await?;
-        let existing: Option<WithdrawalRow> = sqlx::query_as(&format!(
-            "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE wallet_id = $1 AND idempotency_key = $2"
-        ))
-        .bind(w.wallet_id.as_str())
-        .bind(w.idempotency_key.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(row) = existing {
-            return Ok(Created::Existing(Box::new(row.into_withdrawal()?)));
-        }
-        let inserted = sqlx::query(&format!(
-            "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $16, $17, \
-             $10, $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15, $18)"
-        ))
-        .bind(w.id.as_str())
-        .bind(w.wallet_id.as_str())
-        .bind(w.coin.as_str())
-        .bind(w.enterprise.as_ref().map(EnterpriseId::as_str))
-        .bind(w.creator.as_str())
-        .bind(w.idempotency_key.as_str())
-        .bind(w.state.as_str())
-        .bind(w.version)
-        .bind(recipients_json(&w.recipients)?)
-        .bind(w.comment.as_deref())
-        .bind(w.key_id.as_str())
-        .bind(w.from.to_checksum(None))
-        .bind(w.approval_id.as_str())
-        .bind(w.fee_reserve.to_string())
-        .bind(w.created_at)
-        .bind(w.token.as_ref().map(|t| t.coin.as_str().to_string()))
-        .bind(w.token.as_ref().map(|t| t.contract.to_checksum(None)))
-        .bind(w.token_id.as_ref().map(|t| t.as_str().to_string()))
-        .execute(&mut *tx)
-        .await;
-        if let Err(e) = inserted {
-            // A concurrent request with the same key won: answer its withdrawal.
-            let e = unique_violation(e, "withdrawal");
-            if matches!(e, StoreError::Conflict(_)) {
-                drop(tx);
-                let row: Option<WithdrawalRow> = sqlx::query_as(&format!(
-                    "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE wallet_id = $1 AND idempotency_key = $2"
-                ))
-                .bind(w.wallet_id.as_str())
-                .bind(w.idempotency_key.as_str())
-                .fetch_optional(&self.pool)
-                .await?;
-                return row
-                    .map(WithdrawalRow::into_withdrawal)
-                    .transpose()?
-                    .map(|w| Created::Existing(Box::new(w)))
-                    .ok_or(e);
-            }
-            return Err(e);
-        }
-        sqlx::query(&format!(
-            "INSERT INTO pending_approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-        ))
-        .bind(a.id.as_str())
-        .bind(a.wallet_id.as_str())
-        .bind(a.coin.as_str())
-        .bind(a.enterprise.as_ref().map(EnterpriseId::as_str))
-        .bind(a.creator.as_str())
-        .bind(a.state.as_str())
-        .bind(i64::from(a.approvals_required))
-        .bind(to_json(&a.resolvers)?)
-        .bind(a.tx_request_id.as_str())
-        .bind(a.created_at)
-        .bind(a.expires_at)
-        .execute(&mut *tx)
-        .await?;
-        super::audit::append_tx::<DB>(&mut tx, audit).await?;
-        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
-        tx.commit().await?;
-        Ok(Created::New(recorded))
+        super::custody_create::create_withdrawal(self, w, reserve, judge, audit, events).await
+    }
+
+    async fn velocity_sums(
+        &self,
+        wallet: &WalletId,
+        windows: &[SumWindow],
+        upto: Option<(i64, &TxRequestId)>,
+    ) -> StoreResult<Vec<U256>> {
+        let mut conn = self.pool.acquire().await?;
+        super::custody_create::velocity_sums::<DB>(&mut conn, wallet, windows, upto).await
     }
 
     async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>> {
@@ -265,35 +190,7 @@ where
     }
 
     async fn withdrawals(&self, f: &WithdrawalFilter) -> StoreResult<Vec<Withdrawal>> {
-        let mut w = Where::default();
-        w.eq("wallet_id", f.wallet.as_ref().map(|v| v.as_str().to_string()));
-        w.eq("coin", f.coin.as_ref().map(|v| v.as_str().to_string()));
-        w.eq("idempotency_key", f.key.clone());
-        if f.unmined {
-            w.raw("mined_block IS NULL");
-        }
-        if let Some(from) = f.mined_from {
-            // A number of the store's own, not a client's text.
-            w.raw(&format!("mined_block >= {from}"));
-        }
-        w.any("id", f.ids.as_ref().map(|ids| ids.iter().map(|i| i.as_str().to_string()).collect()));
-        w.any("state", f.states.as_ref().map(|s| s.iter().map(|s| s.as_str().to_string()).collect()));
-        w.eq("token_id", f.token.as_ref().map(|t| t.as_str().to_string()));
-        if let Some(from) = f.created_from {
-            // A number of the store's own, not a client's text.
-            w.raw(&format!("created_at >= {from}"));
-        }
-        let order = match (f.latest_mined_first, f.newest_first, f.nonce_first) {
-            (true, _, _) => "mined_block DESC, created_at DESC, id DESC",
-            (false, true, _) => "created_at DESC, id DESC",
-            (false, false, true) => "nonce, created_at, id",
-            (false, false, false) => "created_at, id",
-        };
-        let sql = format!(
-            "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE {} ORDER BY {order} LIMIT {}",
-            w.sql(),
-            f.limit
-        );
+        let (sql, w) = select_withdrawals(f);
         let rows = w.bind(sqlx::query_as::<DB, WithdrawalRow>(&sql)).fetch_all(&self.pool).await?;
         rows.into_iter().map(WithdrawalRow::into_withdrawal).collect()
     }

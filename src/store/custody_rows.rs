@@ -11,7 +11,7 @@ use super::{
 use crate::model::custody::{
     Approval, ApprovalState, KeyRecord, Recipient, Resolver, Token, TxRequestState, Withdrawal,
 };
-use crate::types::{Coin, TxRequestId, UserId};
+use crate::types::{Coin, TokenId, TxRequestId, UserId, WalletId};
 use alloy_primitives::U256;
 
 pub(super) const KEY_COLUMNS: &str = "id, wallet_id, backend, public_key, address, handle, created_at";
@@ -22,7 +22,7 @@ pub(super) const WITHDRAWAL_COLUMNS: &str =
      mined_block, created_at, updated_at, token_id";
 
 pub(super) const APPROVAL_COLUMNS: &str =
-    "id, wallet_id, coin, enterprise, creator, state, approvals_required, resolvers, tx_request_id, created_at, expires_at";
+    "id, wallet_id, coin, enterprise, creator, state, approvals_required, resolvers, tx_request_id, created_at, expires_at, policy";
 
 #[derive(FromRow)]
 pub(super) struct KeyRow {
@@ -93,6 +93,14 @@ pub(super) fn recipients_json(rs: &[Recipient]) -> StoreResult<String> {
     to_json(&stored)
 }
 
+/// The sum of the amounts of recipients stored as `json`.
+pub(super) fn recipients_total(json: &str) -> StoreResult<U256> {
+    let stored: Vec<StoredRecipient> = json_value(json)?;
+    stored.iter().try_fold(U256::ZERO, |a, r| {
+        Ok(a.saturating_add(parse_stored::<U256>(&r.amount, "recipient amount")?))
+    })
+}
+
 impl WithdrawalRow {
     pub(super) fn into_withdrawal(self) -> StoreResult<Withdrawal> {
         let stored: Vec<StoredRecipient> = json_value(&self.recipients)?;
@@ -158,6 +166,7 @@ pub(super) struct ApprovalRow {
     tx_request_id: String,
     created_at: i64,
     expires_at: i64,
+    policy: Option<String>,
 }
 
 impl ApprovalRow {
@@ -176,6 +185,10 @@ impl ApprovalRow {
             tx_request_id: parse_stored(&self.tx_request_id, "txRequest id")?,
             created_at: self.created_at,
             expires_at: self.expires_at,
+            policy: match &self.policy {
+                Some(p) => json_value(p)?,
+                None => Default::default(),
+            },
         })
     }
 }
@@ -259,11 +272,16 @@ impl Where {
     }
 }
 
+/// Why a judge refused a withdrawal: the domain's error, carried through the store unread.
+pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
+
 /// What storing a new withdrawal did.
 #[derive(Debug)]
 pub enum Created {
-    /// Stored, with its events.
-    New(Vec<Recorded>),
+    /// Stored, with its events and its approval as the judge made it.
+    New(Vec<Recorded>, Box<Approval>),
+    /// The judge refused it under the wallet's lock; nothing written.
+    Refused(Refusal),
     /// The wallet had a withdrawal with this idempotency key: that one, nothing written.
     Existing(Box<Withdrawal>),
 }
@@ -292,4 +310,63 @@ pub struct Batched<'a, T> {
     pub change: T,
     pub audit: Vec<crate::model::audit::AuditEntry>,
     pub events: Vec<&'a super::EventWrite>,
+}
+
+/// Which withdrawals to list (oldest first unless `newest_first`).
+#[derive(Debug, Clone, Default)]
+pub struct WithdrawalFilter {
+    pub wallet: Option<WalletId>,
+    pub coin: Option<Coin>,
+    /// The idempotency key (with `wallet`).
+    pub key: Option<String>,
+    /// Only those whose transaction the signer has not seen mined.
+    pub unmined: bool,
+    /// Only those the signer saw mined at this block or later.
+    pub mined_from: Option<u64>,
+    pub ids: Option<Vec<TxRequestId>>,
+    pub states: Option<Vec<TxRequestState>>,
+    /// Only those the token started (`token_id`), created at or after `created_from` (Unix s).
+    pub token: Option<TokenId>,
+    pub created_from: Option<i64>,
+    /// Newest first (the lists people read); otherwise oldest first (the signer's order).
+    pub newest_first: bool,
+    /// The latest mined first (the reorg check: a reorg takes the latest blocks).
+    pub latest_mined_first: bool,
+    /// The lowest nonce first (sending: a node never gets a nonce ahead of a gap).
+    pub nonce_first: bool,
+    pub limit: u32,
+}
+
+/// The statement listing withdrawals as `f` asks, and its parameters.
+pub(super) fn select_withdrawals(f: &WithdrawalFilter) -> (String, Where) {
+    let mut w = Where::default();
+    w.eq("wallet_id", f.wallet.as_ref().map(|v| v.as_str().to_string()));
+    w.eq("coin", f.coin.as_ref().map(|v| v.as_str().to_string()));
+    w.eq("idempotency_key", f.key.clone());
+    if f.unmined {
+        w.raw("mined_block IS NULL");
+    }
+    if let Some(from) = f.mined_from {
+        // A number of the store's own, not a client's text.
+        w.raw(&format!("mined_block >= {from}"));
+    }
+    w.any("id", f.ids.as_ref().map(|ids| ids.iter().map(|i| i.as_str().to_string()).collect()));
+    w.any("state", f.states.as_ref().map(|s| s.iter().map(|s| s.as_str().to_string()).collect()));
+    w.eq("token_id", f.token.as_ref().map(|t| t.as_str().to_string()));
+    if let Some(from) = f.created_from {
+        // A number of the store's own, not a client's text.
+        w.raw(&format!("created_at >= {from}"));
+    }
+    let order = match (f.latest_mined_first, f.newest_first, f.nonce_first) {
+        (true, _, _) => "mined_block DESC, created_at DESC, id DESC",
+        (false, true, _) => "created_at DESC, id DESC",
+        (false, false, true) => "nonce, created_at, id",
+        (false, false, false) => "created_at, id",
+    };
+    let sql = format!(
+        "SELECT {WITHDRAWAL_COLUMNS} FROM withdrawals WHERE {} ORDER BY {order} LIMIT {}",
+        w.sql(),
+        f.limit
+    );
+    (sql, w)
 }

@@ -15,6 +15,7 @@
 //! | `rate_buckets.rs` | [`RateBucketStore`]  | rate limits' token buckets (PostgreSQL only) |
 //! | `custody.rs`    | [`CustodyStore`]       | custody keys, withdrawals, pending approvals, nonces |
 //! | `custody_attempts.rs` | [`AttemptStore`] | every transaction signed for a withdrawal |
+//! | `custody_create.rs` | (`CustodyStore`) | a new withdrawal judged under its wallet's lock, velocity sums |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
@@ -32,6 +33,7 @@ mod chain_rows;
 mod chain_write;
 mod custody;
 mod custody_attempts;
+mod custody_create;
 mod custody_rows;
 mod enterprises;
 mod event_keys;
@@ -57,7 +59,10 @@ mod webhooks;
 
 pub use audit::{AuditFilter, AuditStore};
 pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
-pub use custody::{ApprovalFilter, Batched, Created, CustodyStore, Move, Signed, WithdrawalFilter};
+pub use custody::{
+    ApprovalFilter, Batched, Created, CustodyStore, Judge, Move, Refusal, Reservation, Signed, Spending,
+    SumWindow, WithdrawalFilter,
+};
 pub use custody_attempts::{AttemptStore, Replacement};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;

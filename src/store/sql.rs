@@ -58,6 +58,9 @@ pub trait Dialect: Database {
     /// Run first in a webhook insert so that its cap counts see every concurrent insert.
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str>;
 
+    /// Locks wallet `$1` until the transaction ends: two withdrawals of one wallet are judged
+    /// one after the other, across processes (its in-flight cap, balance and velocity limits).
+    const LOCK_WALLET: &'static str;
     /// Reads the audit chain's last hash and locks it until the transaction ends.
     const LOCK_AUDIT_HEAD: &'static str;
     /// The text elements of the JSON array bound as `$param`, as a subquery's rows.

@@ -151,6 +151,8 @@ impl Dialect for Sqlite {
 
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str> = None;
 
+    /// One writer at a time already (`BEGIN IMMEDIATE`): a read is enough.
+    const LOCK_WALLET: &'static str = "SELECT id FROM wallets WHERE id = $1";
     const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1";
 
     fn json_text_elements(param: usize) -> String {

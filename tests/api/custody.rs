@@ -9,7 +9,6 @@ use crate::common::*;
 pub struct Custodial {
     pub anvil: Anvil,
     pub app: TestApp,
-    #[allow(dead_code)]
     pub alice: TestUser,
     pub bob: TestUser,
     /// Alice's session (the wallet's creator and spender), unlocked.

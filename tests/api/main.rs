@@ -34,6 +34,7 @@ mod oauth;
 mod operator;
 mod passkeys;
 mod policy;
+mod policy_velocity;
 mod procs;
 mod receiver;
 mod records;

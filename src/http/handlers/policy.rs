@@ -32,11 +32,14 @@ use crate::{
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleAction {
-    /// `deny`: a withdrawal the rule fires for is refused.
+    /// `deny`: a withdrawal the rule fires for is refused. `getApproval`: it needs an approval
+    /// by one of `userIds`. `getFinalApproval`: it needs one more approval, by one of `userIds`,
+    /// after all the others.
     #[serde(rename = "type")]
-    #[schema(pattern = "^deny$")]
+    #[schema(pattern = "^(deny|getApproval|getFinalApproval)$")]
     pub kind: String,
-    /// User ids (32 hex), kept for the approval actions to come.
+    /// User ids (32 hex), admins of the wallet: who may give the approval the rule asks for;
+    /// absent: any wallet admin but the initiator. None for `deny`.
     #[schema(max_items = 50)]
     pub user_ids: Option<Vec<String>>,
 }
@@ -47,12 +50,14 @@ pub struct RuleRequest {
     /// 1 to 64 letters, digits, `-`, `_` or `.`.
     #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub id: String,
-    /// `coinAddressWhitelist` or `allTx`.
+    /// `coinAddressWhitelist`, `allTx` or `velocityLimit`.
     #[serde(rename = "type")]
-    #[schema(pattern = "^(coinAddressWhitelist|allTx)$")]
+    #[schema(pattern = "^(coinAddressWhitelist|allTx|velocityLimit)$")]
     pub kind: String,
     /// `coinAddressWhitelist`: `{addresses: [...]}` (at most 1,000; EIP-55 checked), or for
-    /// `PUT` `{add: address}` / `{remove: address}`. `allTx`: `{}`.
+    /// `PUT` `{add: address}` / `{remove: address}`. `allTx`: `{}`. `velocityLimit`:
+    /// `{amountString (base units, digits), timeWindow (seconds, 1 to 2,678,400), coin? (the
+    /// wallet's or a token of its chain; default the wallet's), excludeTags? (empty)}`.
     pub condition: Value,
     pub action: RuleAction,
 }
@@ -71,9 +76,9 @@ fn wallet(row: &WalletRow) -> Response {
 }
 
 /// Adds a policy rule (BitGoJS `wallet.createPolicyRule`): `{id, type, condition, action}`, with
-/// `type` `coinAddressWhitelist` (`condition.addresses`, or `condition.add`) or `allTx`, and
-/// `action.type` `deny`. A new rule applies at once. Answers the wallet, its rules in
-/// `admin.policy.rules`.
+/// `type` `coinAddressWhitelist` (`condition.addresses`, or `condition.add`), `allTx` or
+/// `velocityLimit`, and `action.type` `deny`, `getApproval` or `getFinalApproval`. A new rule
+/// applies at once. Answers the wallet, its rules in `admin.policy.rules`.
 #[utoipa::path(post, path = "/api/v2/{coin}/wallet/{walletId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
     request_body = RuleRequest,
@@ -97,8 +102,9 @@ pub async fn create_rule(
 
 /// Changes a policy rule (BitGoJS `wallet.setPolicyRule`), the same body as adding one;
 /// `condition.add` / `condition.remove` change a whitelist in place. A change that tightens
-/// applies at once; one that loosens (an address added, a changed type or action, more
-/// approvers) is refused with `PolicyChangeNeedsApproval`. Answers the wallet.
+/// applies at once; one that loosens (an address added, a higher limit or shorter window, a
+/// changed type, a lesser action, more approvers) is refused with `PolicyChangeNeedsApproval`.
+/// Answers the wallet.
 #[utoipa::path(put, path = "/api/v2/{coin}/wallet/{walletId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
     request_body = RuleRequest,
@@ -151,8 +157,10 @@ pub struct EvaluateRequest {
 }
 
 /// The dry run (Custodian's own route): what the wallet's policy rules would make of a
-/// withdrawal paying `recipients`, reserving and storing nothing. Answers `{outcome: "denied" |
-/// "pendingApproval", singleRunResults: [{ruleId, triggered}], reasons, approvalsRequired}`.
+/// withdrawal paying `recipients` now (velocity limits read the wallet's withdrawals as they
+/// are), reserving and storing nothing. Answers `{outcome: "denied" | "pendingApproval",
+/// singleRunResults: [{ruleId, triggered}], reasons, approvalsRequired, ruleApprovals:
+/// [{ruleId, userIds, final}]}`.
 #[utoipa::path(post, path = "/api/v2/{coin}/wallet/{walletId}/policy/evaluate", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
     request_body = EvaluateRequest,

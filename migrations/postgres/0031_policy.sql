@@ -1,0 +1,14 @@
+-- Policy rules (docs/policy.md). What the rules made of a withdrawal at initiation, kept on its
+-- approval: JSON {singleRunResults, reasons, ruleApprovals}. NULL before this version.
+ALTER TABLE pending_approvals ADD COLUMN policy TEXT;
+-- A withdrawal's total in 32-bit words, least significant first: a velocity limit's window is
+-- summed in SQL, exactly, on both databases (BIGINT sums of 32-bit words cannot overflow below
+-- 2^31 rows). NULL for withdrawals made before this version, whose `recipients` are summed.
+ALTER TABLE withdrawals ADD COLUMN amount_w0 BIGINT;
+ALTER TABLE withdrawals ADD COLUMN amount_w1 BIGINT;
+ALTER TABLE withdrawals ADD COLUMN amount_w2 BIGINT;
+ALTER TABLE withdrawals ADD COLUMN amount_w3 BIGINT;
+ALTER TABLE withdrawals ADD COLUMN amount_w4 BIGINT;
+ALTER TABLE withdrawals ADD COLUMN amount_w5 BIGINT;
+ALTER TABLE withdrawals ADD COLUMN amount_w6 BIGINT;
+ALTER TABLE withdrawals ADD COLUMN amount_w7 BIGINT;

@@ -1,0 +1,160 @@
+//! What a new withdrawal is judged by under its wallet's lock (docs/policy.md#velocity): the
+//! in-flight cap, the balances, and the policy rules with their velocity sums. The store reads
+//! them and writes the withdrawal in one transaction, so two withdrawals at once, from any
+//! processes, cannot both slip under a limit.
+
+use alloy_primitives::U256;
+use serde_json::Value;
+
+use super::{
+    policy::{self, Rule},
+    policy_eval::{self, Proposal, Verdict, Window},
+    Custody,
+};
+use crate::{
+    error::{Error, ErrorName, Result},
+    model::{
+        audit::AuditEntry,
+        custody::{Approval, TxRequestState, Withdrawal},
+        wallet::WalletRow,
+    },
+    store::{Created, EventWrite, Refusal, Reservation, Spending, SumWindow},
+    types::{Coin, TxRequestId, WalletId},
+};
+
+/// The withdrawal as the rules see it: the coin it moves and its decimals.
+pub fn proposal<'a>(svc: &Custody, w: &'a Withdrawal, wallet_coin: &'a Coin) -> Proposal<'a> {
+    let coin = w.token.as_ref().map_or(wallet_coin, |t| &t.coin);
+    Proposal {
+        coin,
+        wallet_coin,
+        recipients: &w.recipients,
+        total: w.total(),
+        decimals: super::tokens::decimals(&svc.config, wallet_coin, coin),
+    }
+}
+
+fn sum_windows(windows: &[Window], now: i64) -> Vec<SumWindow> {
+    windows
+        .iter()
+        .map(|w| SumWindow {
+            coin: w.coin.clone(),
+            since: now.saturating_sub(i64::try_from(w.seconds).unwrap_or(i64::MAX)),
+        })
+        .collect()
+}
+
+/// Looks up a window's sum among `sums` (in `windows`' order).
+fn spent_in<'a>(windows: &'a [Window], sums: &'a [U256]) -> impl Fn(&Window) -> U256 + 'a {
+    move |w| windows.iter().position(|x| x == w).and_then(|i| sums.get(i).copied()).unwrap_or(U256::ZERO)
+}
+
+/// What `rules` make of `p` with the wallet's velocity sums as they are now, locking nothing
+/// (the dry run, and the check before signing). With `upto`, the sums count only the wallet's
+/// withdrawals created at or before that one, leaving it out.
+pub async fn verdict_now(
+    svc: &Custody,
+    wallet: &WalletId,
+    rules: &[Rule],
+    p: &Proposal<'_>,
+    upto: Option<(i64, &TxRequestId)>,
+) -> Result<Verdict> {
+    let windows = policy_eval::windows(rules, p.wallet_coin);
+    let sums = if windows.is_empty() {
+        Vec::new()
+    } else {
+        svc.store.velocity_sums(wallet, &sum_windows(&windows, svc.store.clock().now()), upto).await?
+    };
+    let verdict = policy_eval::evaluate(rules, p, &spent_in(&windows, &sums));
+    Ok(verdict)
+}
+
+/// Stores withdrawal `w` with `approval` (whose policy the judge fills in) if, under the
+/// wallet's lock: no `deny` rule fires, the wallet has fewer than
+/// `withdrawals.max_in_flight_per_wallet` withdrawals in flight, and it can pay `w` with its
+/// fee reserve on top of them. Errors: `PolicyDenied` (403), `TooManyWithdrawals` (409),
+/// `InsufficientBalance` (400).
+pub async fn create(
+    svc: &Custody,
+    wallet: &WalletRow,
+    record: &Value,
+    w: &Withdrawal,
+    approval: Approval,
+    audit: &[AuditEntry],
+    events: &[&EventWrite],
+) -> Result<Created> {
+    let rules = policy::rules_of(record);
+    let p = proposal(svc, w, &wallet.coin);
+    let windows = policy_eval::windows(&rules, &wallet.coin);
+    let token_held = match &w.token {
+        Some(t) => super::tokens::held(svc, &wallet.id, t).await?,
+        None => U256::ZERO,
+    };
+    let balance = wallet
+        .balances
+        .balance
+        .as_ref()
+        .and_then(|b| U256::from_str_radix(b.as_str(), 10).ok())
+        .unwrap_or(U256::ZERO);
+    let cap = svc.config.withdrawals.max_in_flight_per_wallet;
+    let judge = |s: &Spending| -> std::result::Result<Approval, Refusal> {
+        let verdict = policy_eval::evaluate(&rules, &p, &spent_in(&windows, &s.sums));
+        if let Some(refused) = verdict.refusal() {
+            return Err(Box::new(refused));
+        }
+        check_funds(cap, balance, token_held, w, &s.flying).map_err(|e| Box::new(e) as Refusal)?;
+        Ok(Approval { policy: verdict.into_policy(), ..approval.clone() })
+    };
+    let sums = sum_windows(&windows, w.created_at);
+    let reserve = Reservation { in_flight: IN_FLIGHT, in_flight_limit: cap, windows: &sums };
+    match svc.store.create_withdrawal(w, &reserve, &judge, audit, events).await? {
+        Created::Refused(r) => Err(match r.downcast::<Error>() {
+            Ok(e) => *e,
+            Err(other) => Error::Internal(anyhow::anyhow!("a withdrawal's judge: {other}")),
+        }),
+        done => Ok(done),
+    }
+}
+
+/// Refuses a withdrawal the wallet cannot pay: its balance (the chain watcher's; `token_held`
+/// of a token) less what `flying` will spend, each with its fee reserve; or one past the cap
+/// of `cap` withdrawals in flight.
+fn check_funds(
+    cap: u32,
+    balance: U256,
+    token_held: U256,
+    w: &Withdrawal,
+    flying: &[Withdrawal],
+) -> Result<()> {
+    if flying.len() >= usize::try_from(cap).unwrap_or(usize::MAX) {
+        return Err(Error::Conflict {
+            name: ErrorName::TooManyWithdrawals,
+            message: format!(
+                "the wallet has {cap} withdrawals in flight (withdrawals.max_in_flight_per_wallet)"
+            ),
+        });
+    }
+    super::tokens::check_balance(token_held, w, flying)?;
+    let spent = super::tokens::wei_spent;
+    let held =
+        flying.iter().fold(U256::ZERO, |a, f| a.saturating_add(spent(f)).saturating_add(f.fee_reserve));
+    let needed = spent(w).saturating_add(w.fee_reserve).saturating_add(held);
+    if needed > balance {
+        return Err(Error::Invalid {
+            name: ErrorName::InsufficientBalance,
+            message: format!(
+                "the wallet holds {balance}; this withdrawal with its fee reserve and those in flight need {needed}"
+            ),
+            context: serde_json::json!({ "field": "amount", "balance": balance.to_string(), "needed": needed.to_string() }),
+        });
+    }
+    Ok(())
+}
+
+/// States of a withdrawal that will still spend from the wallet (until mined).
+pub const IN_FLIGHT: &[TxRequestState] = &[
+    TxRequestState::PendingApproval,
+    TxRequestState::PendingDelivery,
+    TxRequestState::Signed,
+    TxRequestState::Delivered,
+];
