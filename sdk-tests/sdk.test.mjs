@@ -488,7 +488,7 @@ test('chain-fed data: a transfer webhook after a real transaction, wallet.transf
   }
 });
 
-test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending approval, another admin approves, the send is mined and confirmed; reject() refuses the next', async () => {
+test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending approval, another admin approves, the send is mined and confirmed; reject() refuses the next; policy rules hold and deny', async () => {
   const RICH = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266';
   const PAYEE = '0x90F79bf6EB2c4f870365E785982E1f101E93b906';
   const enterprise = process.env.CUSTODIAN_ENTERPRISE;
@@ -580,6 +580,33 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
   const second = await wallet.sendMany({ recipients: [{ address: PAYEE, amount: '99' }], otp: OTP });
   const refused = await (await approver.coin('hteth').pendingApprovals().get({ id: second.id })).reject();
   assert.equal(refused.state, 'rejected');
+
+  // Policy rules through BitGoJS (docs/policy.md). The wallet has sent 1,234 wei of ETH in the
+  // last hour (rejected ones do not count): a 2,000 wei hourly limit that asks for the approver.
+  const approverId = (await approver.me()).id;
+  const daily = { id: 'sdk-hourly', type: 'velocityLimit', condition: { amountString: '2000', timeWindow: 3600 }, action: { type: 'getApproval', userIds: [approverId] }, message: 'sdk' };
+  const withRule = await wallet.createPolicyRule(daily);
+  assert.equal(withRule.admin.policy.rules[0].id, 'sdk-hourly');
+  const under = await wallet.sendMany({ recipients: [{ address: PAYEE, amount: '500' }], otp: OTP });
+  assert.deepEqual(under.singleRunResults, [{ ruleId: 'sdk-hourly', triggered: false }]);
+  const over = await wallet.sendMany({ recipients: [{ address: PAYEE, amount: '800' }], otp: OTP });
+  assert.deepEqual(over.singleRunResults, [{ ruleId: 'sdk-hourly', triggered: true }]);
+  assert.match(over.reasons[0], /^velocity limit sdk-hourly: /);
+  assert.deepEqual(over.ruleApprovals, [{ ruleId: 'sdk-hourly', userIds: [approverId], final: false }]);
+  // Raising the limit loosens: refused, as is removing the rule. Lowering it applies at once.
+  await assert.rejects(wallet.setPolicyRule({ ...daily, condition: { amountString: '9000', timeWindow: 3600 } }), (e) => e.status === 403 && e.result?.name === 'PolicyChangeNeedsApproval');
+  await assert.rejects(wallet.removePolicyRule({ id: 'sdk-hourly' }), (e) => e.status === 403 && e.result?.name === 'PolicyChangeNeedsApproval');
+  const lowered = await wallet.setPolicyRule({ ...daily, condition: { amountString: '1500', timeWindow: 3600 } });
+  assert.equal(lowered.admin.policy.rules[0].condition.amountString, '1500');
+  // A whitelist deny is an error the SDK surfaces, naming the rule.
+  await wallet.createPolicyRule({ id: 'sdk-payees', type: 'coinAddressWhitelist', condition: { addresses: [PAYEE] }, action: { type: 'deny' } });
+  await assert.rejects(
+    wallet.sendMany({ recipients: [{ address: RICH, amount: '1' }], otp: OTP }),
+    (e) => e.status === 403 && e.result?.name === 'PolicyDenied' && /sdk-payees/.test(e.result.error),
+  );
+  for (const p of [under, over]) {
+    await (await approver.coin('hteth').pendingApprovals().get({ id: p.id })).reject();
+  }
   await bitgo.logout();
   await approver.logout();
 });
