@@ -172,3 +172,42 @@ pub async fn start_anvil(args: &[&str]) -> anyhow::Result<Node> {
     }
     anyhow::bail!("anvil did not start")
 }
+
+/// An enterprise named `name` whose admins are `emails`, each made a user with the password
+/// "benchmark password".
+#[allow(dead_code)] // each bench is its own crate
+pub async fn enterprise_of_admins(
+    state: &custodian::AppState,
+    name: &str,
+    emails: &[&str],
+) -> anyhow::Result<custodian::store::Enterprise> {
+    let enterprise = custodian::identity::users::create_enterprise(&state.store, name, None).await?;
+    for who in emails {
+        custodian::identity::users::create_user(
+            &state.store,
+            &state.identity.key,
+            who,
+            None,
+            "benchmark password",
+            false,
+        )
+        .await?;
+        custodian::identity::users::add_member(&state.store, &enterprise.id, who, true).await?;
+    }
+    Ok(enterprise)
+}
+
+/// Points `config`'s `hteth` chain at `node`, read from its current head.
+#[allow(dead_code)] // each bench is its own crate
+pub async fn watch_from_head(config: &mut custodian::config::Config, node: &Node) -> anyhow::Result<()> {
+    let head = node.rpc("eth_blockNumber", serde_json::json!([])).await?;
+    let head = u64::from_str_radix(head.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16)?;
+    let chain = custodian::config::ChainConfig {
+        rpc_url: node.url.clone(),
+        chain_id: 31337,
+        start_block: Some(head),
+        ..Default::default()
+    };
+    config.chains.insert("hteth".into(), chain);
+    Ok(())
+}

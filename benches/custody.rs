@@ -29,7 +29,7 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, TxKind, B256, U256};
 use common::Node;
 use custodian::{
-    config::{ChainConfig, Config},
+    config::Config,
     custody::keys::{self, KeyStore},
     model::custody::KeyRecord,
     types::KeyId,
@@ -137,28 +137,10 @@ async fn service(node: &Node, n: usize) -> anyhow::Result<Duration> {
     if let Some(limit) = std::env::var("BENCH_SIGNER_CONCURRENCY").ok().and_then(|v| v.parse().ok()) {
         config.withdrawals.signer_concurrency = limit;
     }
-    let head = hex_u64(&node.rpc("eth_blockNumber", json!([])).await?);
-    let chain = ChainConfig {
-        rpc_url: node.url.clone(),
-        chain_id: 31337,
-        start_block: Some(head),
-        ..ChainConfig::default()
-    };
-    config.chains.insert("hteth".into(), chain);
+    common::watch_from_head(&mut config, node).await?;
     let state = AppState::new(config).await?;
-    let enterprise = custodian::identity::users::create_enterprise(&state.store, "Bench", None).await?;
-    for who in ["alice@example.com", "bob@example.com"] {
-        custodian::identity::users::create_user(
-            &state.store,
-            &state.identity.key,
-            who,
-            None,
-            "benchmark password",
-            false,
-        )
-        .await?;
-        custodian::identity::users::add_member(&state.store, &enterprise.id, who, true).await?;
-    }
+    let enterprise =
+        common::enterprise_of_admins(&state, "Bench", &["alice@example.com", "bob@example.com"]).await?;
     // The signer waits behind another holder's lease (taken before it starts) until every
     // withdrawal is approved.
     let lease = custodian::custody::signer::lease_name(&"hteth".parse().map_err(anyhow::Error::msg)?);

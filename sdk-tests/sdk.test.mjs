@@ -593,9 +593,19 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
   assert.deepEqual(over.singleRunResults, [{ ruleId: 'sdk-hourly', triggered: true }]);
   assert.match(over.reasons[0], /^velocity limit sdk-hourly: /);
   assert.deepEqual(over.ruleApprovals, [{ ruleId: 'sdk-hourly', userIds: [approverId], final: false }]);
-  // Raising the limit loosens: refused, as is removing the rule. Lowering it applies at once.
-  await assert.rejects(wallet.setPolicyRule({ ...daily, condition: { amountString: '9000', timeWindow: 3600 } }), (e) => e.status === 403 && e.result?.name === 'PolicyChangeNeedsApproval');
-  await assert.rejects(wallet.removePolicyRule({ id: 'sdk-hourly' }), (e) => e.status === 403 && e.result?.name === 'PolicyChangeNeedsApproval');
+  // Raising the limit loosens: a pending approval the other admin approves through the SDK,
+  // which applies it. Removing the rule waits too; rejected, it stays. Lowering applies at once.
+  const raise = await wallet.setPolicyRule({ ...daily, condition: { amountString: '9000', timeWindow: 3600 } });
+  assert.equal(raise.state, 'pending');
+  assert.equal(raise.info.type, 'policyRuleRequest');
+  const raiseApproval = await approver.coin('hteth').pendingApprovals().get({ id: raise.id });
+  assert.equal(raiseApproval.type(), 'policyRuleRequest');
+  assert.equal((await raiseApproval.approve({ otp: OTP })).state, 'approved');
+  const rules = async () => (await bitgo.get(bitgo.coin('hteth').url(`/wallet/${wallet.id()}`)).result()).admin.policy.rules;
+  assert.equal((await rules())[0].condition.amountString, '9000');
+  const removal = await wallet.removePolicyRule({ id: 'sdk-hourly' });
+  assert.equal(removal.info.policyRuleRequest.action, 'remove');
+  await (await approver.coin('hteth').pendingApprovals().get({ id: removal.id })).reject();
   const lowered = await wallet.setPolicyRule({ ...daily, condition: { amountString: '1500', timeWindow: 3600 } });
   assert.equal(lowered.admin.policy.rules[0].condition.amountString, '1500');
   // A whitelist deny is an error the SDK surfaces, naming the rule.

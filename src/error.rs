@@ -67,7 +67,8 @@ crate::types::text_enum!(
         TxRequestNotFound = "TxRequestNotFound",
         PolicyDenied = "PolicyDenied",
         PolicyRuleNotFound = "PolicyRuleNotFound",
-        PolicyChangeNeedsApproval = "PolicyChangeNeedsApproval",
+        TooManyRuleChanges = "TooManyRuleChanges",
+        PolicyRuleLocked = "PolicyRuleLocked",
     }
 );
 

@@ -1,6 +1,11 @@
--- Policy rules (docs/policy.md). What the rules made of a withdrawal at initiation, kept on its
--- approval: JSON {singleRunResults, reasons, ruleApprovals}. NULL before this version.
+-- Policy rules (docs/policy.md). A pending approval decides a withdrawal (`transactionRequest`,
+-- `tx_request_id`) or a loosening rule change (`policyRuleRequest`, `info`: JSON {action, ruleId,
+-- update, before}). `policy`: what the rules made of a withdrawal at initiation, JSON
+-- {singleRunResults, reasons, ruleApprovals}.
+ALTER TABLE pending_approvals ALTER COLUMN tx_request_id DROP NOT NULL;
 ALTER TABLE pending_approvals ADD COLUMN policy TEXT;
+ALTER TABLE pending_approvals ADD COLUMN approval_type TEXT NOT NULL DEFAULT 'transactionRequest';
+ALTER TABLE pending_approvals ADD COLUMN info TEXT;
 -- A withdrawal's total in 32-bit words, least significant first: a velocity limit's window is
 -- summed in SQL, exactly, on both databases (BIGINT sums of 32-bit words cannot overflow below
 -- 2^31 rows). NULL for withdrawals made before this version, whose `recipients` are summed.

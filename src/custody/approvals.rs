@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::{withdrawals::has_permission, Custody};
+use super::{withdrawals::is_wallet_admin, Custody};
 use crate::{
     audit::EntryExt,
     error::{Error, ErrorName, Result},
@@ -15,10 +15,10 @@ use crate::{
     },
     model::{
         audit::AuditType,
-        custody::{Approval, ApprovalState, Resolver, TxRequestState},
+        custody::{Approval, ApprovalState, ApprovalSubject, Resolver, TxRequestState},
         wallet::WalletRow,
     },
-    store::ApprovalFilter,
+    store::{ApprovalFilter, RecordSwap},
     types::{ApprovalId, Coin, EnterpriseId, WalletId},
     wallets::Visibility,
 };
@@ -89,7 +89,8 @@ pub async fn with_withdrawals(
     if approvals.is_empty() {
         return Ok(Vec::new());
     }
-    let ids: Vec<crate::types::TxRequestId> = approvals.iter().map(|a| a.tx_request_id.clone()).collect();
+    let ids: Vec<crate::types::TxRequestId> =
+        approvals.iter().filter_map(|a| a.tx_request_id().cloned()).collect();
     let filter = crate::store::WithdrawalFilter {
         limit: u32::try_from(ids.len()).unwrap_or(u32::MAX),
         ids: Some(ids),
@@ -100,7 +101,7 @@ pub async fn with_withdrawals(
     Ok(approvals
         .into_iter()
         .map(|a| {
-            let w = found.remove(&a.tx_request_id);
+            let w = a.tx_request_id().and_then(|id| found.remove(id));
             (a, w)
         })
         .collect())
@@ -170,33 +171,37 @@ pub async fn resolve(
         date: crate::clock::iso(now),
     });
     let approvals = next.resolvers.iter().filter(|r| r.resolution == "approved").count();
-    let (state, withdrawal, audit_type) = match answer {
-        Answer::Rejected if cancel => {
-            (ApprovalState::Rejected, Some(TxRequestState::Canceled), AuditType::WithdrawalCanceled)
-        }
-        Answer::Rejected => {
-            (ApprovalState::Rejected, Some(TxRequestState::Rejected), AuditType::WithdrawalRejected)
-        }
-        Answer::Approved if completes => {
-            (ApprovalState::Approved, Some(TxRequestState::PendingDelivery), AuditType::WithdrawalApproved)
-        }
-        Answer::Approved => (ApprovalState::Pending, None, AuditType::WithdrawalApproved),
-    };
+    let (state, withdrawal, audit_type) = outcome(&a, answer, cancel, completes);
     next.state = state;
-    let entry = auth.audit(audit_type).wallet(Some(&a.wallet_id)).data(json!({
-        "pendingApprovalId": a.id.as_str(), "txRequestId": a.tx_request_id.as_str(),
+    let mut entries = vec![auth.audit(audit_type).wallet(Some(&a.wallet_id)).data(json!({
+        "pendingApprovalId": a.id.as_str(), "txRequestId": a.tx_request_id().map(|t| t.as_str()),
+        "ruleId": match &a.subject { ApprovalSubject::PolicyRule(r) => Some(&r.rule_id), _ => None },
         "approvals": approvals, "approvalsRequired": a.approvals_required, "state": state.as_str(),
-    }));
+    }))];
+    // The last approval of a rule change applies it, in the same transaction.
+    let swap = match (&a.subject, state) {
+        (ApprovalSubject::PolicyRule(r), ApprovalState::Approved) => {
+            Some(super::policy_changes::apply_request(svc, auth, &a, r).await?)
+        }
+        _ => None,
+    };
+    if let Some(s) = &swap {
+        entries.push(s.audit.clone());
+    }
     let events = resolution_events(svc, &next, withdrawal, now).await?;
     let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
+    let record =
+        swap.as_ref().map(|s| RecordSwap { wallet: &a.wallet_id, before: &s.before, after: &s.after });
     let written = svc
         .store
-        .resolve_approval(&next, a.resolvers.len(), withdrawal, now, &[entry], &announce.writes())
+        .resolve_approval(&next, a.resolvers.len(), withdrawal, record, now, &entries, &announce.writes())
         .await?;
     let Some(recorded) = written else {
         return Err(Error::Conflict {
             name: ErrorName::ApprovalNotPending,
-            message: "another answer to this approval landed first; read it again".into(),
+            message:
+                "another answer to this approval, or a change to the wallet, landed first; read it again"
+                    .into(),
         });
     };
     announce.committed(&svc.webhooks, &recorded).await;
@@ -204,6 +209,35 @@ pub async fn resolve(
         svc.wake_signers();
     }
     Ok(next)
+}
+
+/// What an answer does: the approval's state, its withdrawal's next state, the audit type.
+fn outcome(
+    a: &Approval,
+    answer: Answer,
+    cancel: bool,
+    completes: bool,
+) -> (ApprovalState, Option<TxRequestState>, AuditType) {
+    let state = match answer {
+        Answer::Rejected => ApprovalState::Rejected,
+        Answer::Approved if completes => ApprovalState::Approved,
+        Answer::Approved => ApprovalState::Pending,
+    };
+    if let ApprovalSubject::PolicyRule(_) = a.subject {
+        let kind = match answer {
+            Answer::Approved => AuditType::PolicyChangeApproved,
+            Answer::Rejected => AuditType::PolicyChangeRejected,
+        };
+        return (state, None, kind);
+    }
+    match answer {
+        Answer::Rejected if cancel => (state, Some(TxRequestState::Canceled), AuditType::WithdrawalCanceled),
+        Answer::Rejected => (state, Some(TxRequestState::Rejected), AuditType::WithdrawalRejected),
+        Answer::Approved if completes => {
+            (state, Some(TxRequestState::PendingDelivery), AuditType::WithdrawalApproved)
+        }
+        Answer::Approved => (state, None, AuditType::WithdrawalApproved),
+    }
 }
 
 /// Whether the caller may give `answer` to `a`: (whether it is the initiator cancelling,
@@ -244,8 +278,8 @@ async fn resolution_events(
     now: i64,
 ) -> Result<Vec<crate::webhooks::event::Event>> {
     let mut events = vec![super::events::approval_event(next)];
-    if let Some(to) = to {
-        let w = svc.store.withdrawal(&next.tx_request_id).await?;
+    if let (Some(to), Some(id)) = (to, next.tx_request_id()) {
+        let w = svc.store.withdrawal(id).await?;
         if let Some(w) = w.filter(|w| w.state == TxRequestState::PendingApproval) {
             let moved =
                 crate::model::custody::Withdrawal { state: to, version: w.version + 1, updated_at: now, ..w };
@@ -278,20 +312,4 @@ async fn require_approver(svc: &Custody, auth: &Principal, row: &WalletRow, reco
         return Ok(());
     }
     Err(not_allowed("only an admin of the wallet may answer its approvals"))
-}
-
-/// A wallet admin: listed on the wallet with `admin`, or an admin of its enterprise
-/// (docs/decisions.md#withdrawals).
-pub(super) async fn is_wallet_admin(
-    svc: &Custody,
-    user: &crate::types::UserId,
-    row: &WalletRow,
-    record: &Value,
-) -> Result<bool> {
-    if has_permission(record, user.as_str(), &["admin"]) {
-        return Ok(true);
-    }
-    let Some(e) = &row.enterprise else { return Ok(false) };
-    let memberships = svc.store.memberships(user).await?;
-    Ok(memberships.iter().any(|m| m.is_admin && &m.enterprise.id == e))
 }

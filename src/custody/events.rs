@@ -62,9 +62,9 @@ pub fn approval_event(a: &Approval) -> Event {
         coin: a.coin.clone(),
         wallet_id: a.wallet_id.clone(),
         pending_approval_id: a.id.as_str().to_string(),
-        pending_approval_type: "transactionRequest",
+        pending_approval_type: a.kind(),
         state: a.state.as_str(),
-        tx_request_id: a.tx_request_id.as_str().to_string(),
+        tx_request_id: a.tx_request_id().map(|id| id.as_str().to_string()),
         answers: a.resolvers.len(),
     })
 }

@@ -19,6 +19,7 @@ mod memo;
 pub mod node;
 pub mod pkcs11;
 pub mod policy;
+pub mod policy_changes;
 pub mod policy_eval;
 pub mod policy_rules;
 mod progress;

@@ -6,7 +6,7 @@ use alloy_primitives::{Address, U256};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    error::{Error, Result},
+    error::{Error, ErrorName, Result},
     types::{parse_eth_address, Coin, UserId},
 };
 
@@ -72,6 +72,9 @@ pub struct Rule {
     /// Who may give the approval a `getApproval` / `getFinalApproval` rule asks for; empty:
     /// any wallet admin but the initiator.
     pub user_ids: Vec<UserId>,
+    /// BitGo's `lockDate` (Unix seconds): from then on only a service admin may ask to loosen
+    /// the rule (docs/policy.md#lockdate).
+    pub lock_date: Option<i64>,
 }
 
 /// A rule change as asked: `condition.add` / `condition.remove` change a whitelist in place.
@@ -122,7 +125,17 @@ impl Rule {
                 json!(self.user_ids.iter().map(UserId::as_str).collect::<Vec<_>>()),
             );
         }
-        json!({ "id": self.id, "type": self.kind().as_str(), "condition": condition, "action": action })
+        let mut rule =
+            json!({ "id": self.id, "type": self.kind().as_str(), "condition": condition, "action": action });
+        if let Some(at) = self.lock_date {
+            rule["lockDate"] = json!(crate::clock::iso(at));
+        }
+        rule
+    }
+
+    /// Whether the rule is locked at `now` (its `lockDate` passed).
+    pub fn locked(&self, now: i64) -> bool {
+        self.lock_date.is_some_and(|at| at <= now)
     }
 
     /// Why `self` is looser than `old` (the same id), in words; `None` when it is as tight or
@@ -132,6 +145,11 @@ impl Rule {
         let id = &old.id;
         if self.kind() != old.kind() {
             return Some(format!("rule {id} changes type from {}", old.kind().as_str()));
+        }
+        if let Some(was) = old.lock_date {
+            if self.lock_date.is_none_or(|at| at > was) {
+                return Some(format!("rule {id} clears or puts off its lockDate"));
+            }
         }
         if self.action < old.action {
             return Some(format!(
@@ -167,6 +185,14 @@ impl Rule {
             && (self.user_ids.is_empty() || self.user_ids.iter().any(|u| !old.user_ids.contains(u)));
         widened.then(|| format!("rule {id} widens who may approve"))
     }
+}
+
+/// Where rule `id` is among `rules`. Errors: `PolicyRuleNotFound` (404).
+pub fn position(rules: &[Rule], id: &str) -> Result<usize> {
+    rules.iter().position(|r| r.id == id).ok_or_else(|| Error::NotFound {
+        name: ErrorName::PolicyRuleNotFound,
+        message: format!("the wallet has no policy rule {id}"),
+    })
 }
 
 /// Writes `rules` into wallet `record`'s `admin.policy.rules`. An `admin` or `admin.policy`
@@ -215,12 +241,12 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
             format!("1 to {MAX_RULE_ID} letters, digits, '-', '_' or '.'"),
         ));
     }
-    if v.get("lockDate").is_some_and(|d| !d.is_null()) {
-        return Err(Error::invalid_field(
-            "lockDate",
-            "lockDate is not enforced by this version yet (docs/policy.md)",
-        ));
-    }
+    let lock_date = match v.get("lockDate") {
+        None | Some(Value::Null) => None,
+        Some(d) => Some(d.as_str().and_then(crate::clock::parse_iso).ok_or_else(|| {
+            Error::invalid_field("lockDate", "an ISO 8601 date and time (2027-01-01T00:00:00Z)")
+        })?),
+    };
     let text = v.get("type").and_then(Value::as_str).ok_or_else(|| Error::missing_field("type"))?;
     let kind: RuleType = text.parse().map_err(|e: &str| Error::invalid_field("type", not_yet(text, e)))?;
     let condition =
@@ -252,7 +278,7 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
     if action_type == ActionType::Deny && !user_ids.is_empty() {
         return Err(Error::invalid_field("action.userIds", "a deny has no approvers"));
     }
-    Ok((Rule { id: id.to_string(), condition, action: action_type, user_ids }, edit))
+    Ok((Rule { id: id.to_string(), condition, action: action_type, user_ids, lock_date }, edit))
 }
 
 /// BitGo's other rule types are named as not yet enforced here, not as unknown.
@@ -396,6 +422,25 @@ mod tests {
         assert!(v("100", 60, "getApproval").loosens(&base).unwrap().contains("shortens"));
         assert!(base.loosens(&v("100", 3600, "getFinalApproval")).unwrap().contains("action"));
         assert_eq!(rule(base.to_json()), base);
+    }
+
+    #[test]
+    fn a_lock_date_loosens_only_when_cleared_or_put_off() {
+        let at = |d: Option<&str>| {
+            let mut v = json!({ "id": "a", "type": "allTx", "condition": {}, "action": { "type": "deny" } });
+            if let Some(d) = d {
+                v["lockDate"] = json!(d);
+            }
+            rule(v)
+        };
+        let locked = at(Some("2027-01-01T00:00:00Z"));
+        assert_eq!(rule(locked.to_json()), locked);
+        assert_eq!(at(Some("2026-06-01T00:00:00Z")).loosens(&locked), None);
+        assert_eq!(locked.loosens(&at(None)), None);
+        assert!(at(None).loosens(&locked).unwrap().contains("lockDate"));
+        assert!(at(Some("2028-01-01T00:00:00Z")).loosens(&locked).unwrap().contains("lockDate"));
+        assert!(locked.locked(locked.lock_date.unwrap()) && !locked.locked(0));
+        assert!(parse(&json!({ "id": "a", "type": "allTx", "condition": {}, "action": { "type": "deny" }, "lockDate": "soon" })).is_err());
     }
 
     #[test]

@@ -1,15 +1,17 @@
 //! A wallet's policy rules, written (docs/policy.md): BitGo's `POST`, `PUT` and `DELETE
 //! /api/v2/{coin}/wallet/{walletId}/policy/rule`, kept in the wallet record's
 //! `admin.policy.rules`. A change that tightens (a new rule, a whitelist address taken away, a
-//! lower limit, fewer approvers) applies at once; one that loosens is refused until rule
-//! changes can be approved by other admins. Every change is audited with the rule before and after.
+//! lower limit, fewer approvers) applies at once; one that loosens becomes a pending approval
+//! that other wallet admins resolve (`policy_changes`). Every change is audited with the rule
+//! before and after.
 
 use serde_json::{json, Value};
 
 use super::{
-    approvals::is_wallet_admin,
     policy::{self, Condition, Rule, WhitelistEdit, MAX_RULES},
-    policy_eval, Custody,
+    policy_eval,
+    withdrawals::is_wallet_admin,
+    Custody,
 };
 use crate::{
     audit::EntryExt,
@@ -25,18 +27,28 @@ pub enum RuleChange {
     /// `POST`: adds the rule in the body; at once (a new rule can only hold more back).
     Create,
     /// `PUT`: replaces rule `body.id`; `condition.add` / `condition.remove` change a whitelist
-    /// in place. At once when it tightens; a loosening is refused.
+    /// in place. At once when it tightens; a loosening waits for other admins' approval.
     Update,
-    /// `DELETE` `{id}`: a loosening, so refused once the rule is found.
+    /// `DELETE` `{id}`: a loosening, so it waits for other admins' approval.
     Remove,
 }
 
+/// What a rule change did.
+#[derive(Debug)]
+pub enum Changed {
+    /// Applied: the wallet after.
+    Applied(Box<WalletRow>),
+    /// A loosening, waiting for other admins: its pending approval (`policyRuleRequest`).
+    Pending(Box<crate::model::custody::Approval>),
+}
+
 /// Changes wallet `wallet_id`'s rules as `what` says with `body` (`{id, type, condition,
-/// action}`): the wallet after. Needs a `wallet_manage` form and a wallet admin. Errors:
-/// `WalletNotFound`, `InsufficientScope`, `ApprovalNotAllowed` (not a wallet admin),
-/// `MissingField`, `InvalidField`, `AlreadyExists` (the id, or [`MAX_RULES`] reached),
-/// `PolicyRuleNotFound`, `PolicyChangeNeedsApproval` (a loosening, 403), `Conflict` when the
-/// wallet changed meanwhile.
+/// action}`): the wallet after, or for a loosening the pending approval it waits on. Needs a
+/// `wallet_manage` form and a wallet admin. Errors: `WalletNotFound`, `InsufficientScope`,
+/// `ApprovalNotAllowed` (not a wallet admin), `MissingField`, `InvalidField`, `AlreadyExists`
+/// (the id, or [`MAX_RULES`] reached), `PolicyRuleNotFound`, `TooManyRuleChanges` (409: the
+/// wallet has `policy_changes::MAX_PENDING` loosenings waiting), `Conflict` when the wallet
+/// changed meanwhile.
 pub async fn change(
     svc: &Custody,
     auth: &Principal,
@@ -44,15 +56,15 @@ pub async fn change(
     wallet_id: &WalletId,
     body: &Value,
     what: RuleChange,
-) -> Result<WalletRow> {
+) -> Result<Changed> {
     let row =
         crate::wallets::wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::Manage).await?;
     let mut record: Value = serde_json::from_str(row.record.as_str())
         .map_err(|e| Error::Internal(anyhow::anyhow!("stored wallet record: {e}")))?;
-    if !is_wallet_admin(svc, &auth.user.id, &row, &record).await? {
+    if !auth.user.service_admin && !is_wallet_admin(svc, &auth.user.id, &row, &record).await? {
         return Err(Error::Forbidden {
             name: ErrorName::ApprovalNotAllowed,
-            message: "only an admin of the wallet may change its policy".into(),
+            message: "only an admin of the wallet (or a service admin) may change its policy".into(),
             context: json!({}),
         });
     }
@@ -60,8 +72,10 @@ pub async fn change(
     let (before, after) = match what {
         RuleChange::Remove => {
             let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
-            let at = position(&rules, id)?;
-            return Err(needs_approval(format!("removing rule {id}"), Some(&rules[at])));
+            let at = policy::position(&rules, id)?;
+            let why = format!("removing rule {id}");
+            let pending = super::policy_changes::request(svc, auth, &row, &rules[at], None, why).await?;
+            return Ok(Changed::Pending(Box::new(pending)));
         }
         RuleChange::Create => {
             let (rule, _) = policy::parse(body)?;
@@ -78,24 +92,16 @@ pub async fn change(
         RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
             check_rule(svc, &row, &record, &rule).await?;
-            let at = position(&rules, &rule.id)?;
+            let at = policy::position(&rules, &rule.id)?;
             let old = rules[at].clone();
-            if let (Condition::Whitelist(list), Condition::Whitelist(was)) =
-                (&mut rule.condition, &old.condition)
-            {
-                match edit {
-                    WhitelistEdit::Replace => {}
-                    WhitelistEdit::Add(a) => {
-                        *list = was.clone();
-                        if !list.contains(&a) {
-                            list.push(a);
-                        }
-                    }
-                    WhitelistEdit::Remove(a) => *list = was.iter().copied().filter(|x| *x != a).collect(),
-                }
+            apply_edit(&mut rule, &old, edit);
+            // A PUT that does not mention `lockDate` keeps it (`null` clears it: a loosening).
+            if body.get("lockDate").is_none() {
+                rule.lock_date = old.lock_date;
             }
             if let Some(why) = rule.loosens(&old) {
-                return Err(needs_approval(why, Some(&old)));
+                let pending = super::policy_changes::request(svc, auth, &row, &old, Some(&rule), why).await?;
+                return Ok(Changed::Pending(Box::new(pending)));
             }
             rules[at] = rule.clone();
             (Some(old), rule)
@@ -115,7 +121,26 @@ pub async fn change(
         return Err(conflict("the wallet changed meanwhile; try again".into()));
     }
     let fresh = svc.store.wallets_by_ids(std::slice::from_ref(wallet_id), true).await?.pop();
-    fresh.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))
+    fresh
+        .map(|row| Changed::Applied(Box::new(row)))
+        .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))
+}
+
+/// `condition.add` / `condition.remove` of a whitelist `PUT`: the list is `old`'s with the one
+/// address added or taken away.
+fn apply_edit(rule: &mut Rule, old: &Rule, edit: WhitelistEdit) {
+    if let (Condition::Whitelist(list), Condition::Whitelist(was)) = (&mut rule.condition, &old.condition) {
+        match edit {
+            WhitelistEdit::Replace => {}
+            WhitelistEdit::Add(a) => {
+                *list = was.clone();
+                if !list.contains(&a) {
+                    list.push(a);
+                }
+            }
+            WhitelistEdit::Remove(a) => *list = was.iter().copied().filter(|x| *x != a).collect(),
+        }
+    }
 }
 
 /// A velocity rule counts the wallet's coin or a token configured for its chain; the users an
@@ -146,24 +171,8 @@ async fn check_rule(svc: &Custody, row: &WalletRow, record: &Value, rule: &Rule)
     Ok(())
 }
 
-fn position(rules: &[Rule], id: &str) -> Result<usize> {
-    rules.iter().position(|r| r.id == id).ok_or_else(|| Error::NotFound {
-        name: ErrorName::PolicyRuleNotFound,
-        message: format!("the wallet has no policy rule {id}"),
-    })
-}
-
 fn conflict(message: String) -> Error {
     Error::Conflict { name: ErrorName::AlreadyExists, message }
-}
-
-/// A loosening: refused until rule changes can be approved by other admins (docs/policy.md).
-fn needs_approval(why: String, rule: Option<&Rule>) -> Error {
-    Error::Forbidden {
-        name: ErrorName::PolicyChangeNeedsApproval,
-        message: format!("{why} loosens the policy, which needs other admins' approval; this version does not take such changes yet (docs/policy.md)"),
-        context: json!({ "rule": rule.map(Rule::to_json) }),
-    }
 }
 
 /// The dry run (`POST /api/v2/{coin}/wallet/{walletId}/policy/evaluate`): what the wallet's

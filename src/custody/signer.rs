@@ -26,7 +26,7 @@ use crate::{
     chain::node::EthNode,
     model::{
         audit::AuditType,
-        custody::{ApprovalState, TxRequestState, Withdrawal},
+        custody::{ApprovalState, ApprovalSubject, TxRequestState, Withdrawal},
     },
     store::{ApprovalFilter, WithdrawalFilter},
     types::Coin,
@@ -238,7 +238,8 @@ async fn follow_all(
     super::replace::recheck_mined(svc, coin, node).await
 }
 
-/// Approvals past `expires_at` are closed and their withdrawals canceled.
+/// Approvals past `expires_at` are closed and their withdrawals canceled (a rule change's is
+/// dropped).
 async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
     let now = svc.store.clock().now();
     let filter = ApprovalFilter {
@@ -253,21 +254,29 @@ async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
         }
         let mut closed = a.clone();
         closed.state = ApprovalState::Rejected;
-        let entry = crate::audit::entry(AuditType::WithdrawalExpired)
-            .wallet(Some(&a.wallet_id))
-            .data(json!({ "pendingApprovalId": a.id.as_str(), "txRequestId": a.tx_request_id.as_str() }));
+        let entry = match &a.subject {
+            ApprovalSubject::Withdrawal(id) => crate::audit::entry(AuditType::WithdrawalExpired)
+                .data(json!({ "pendingApprovalId": a.id.as_str(), "txRequestId": id.as_str() })),
+            ApprovalSubject::PolicyRule(r) => crate::audit::entry(AuditType::PolicyChangeExpired)
+                .data(json!({ "pendingApprovalId": a.id.as_str(), "ruleId": r.rule_id })),
+        };
+        let entry = entry.wallet(Some(&a.wallet_id));
         let mut events = vec![events::approval_event(&closed)];
-        if let Some(w) = svc.store.withdrawal(&a.tx_request_id).await? {
+        let w = match a.tx_request_id() {
+            Some(id) => svc.store.withdrawal(id).await?,
+            None => None,
+        };
+        if let Some(w) = w {
             let w =
                 Withdrawal { state: TxRequestState::Canceled, version: w.version + 1, updated_at: now, ..w };
             events.extend(events::tx_request_events(&w, Some(TxRequestState::PendingApproval)));
             events.push(events::expire_event(&w, TxRequestState::PendingApproval));
         }
         let announce = Announcement::prepare(&svc.webhooks, &events).await?;
-        let next = Some(TxRequestState::Canceled);
+        let next = a.tx_request_id().map(|_| TxRequestState::Canceled);
         let written = svc
             .store
-            .resolve_approval(&closed, a.resolvers.len(), next, now, &[entry], &announce.writes())
+            .resolve_approval(&closed, a.resolvers.len(), next, None, now, &[entry], &announce.writes())
             .await?;
         if let Some(recorded) = written {
             announce.committed(&svc.webhooks, &recorded).await;

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::model::custody::{Approval, TxRequestState, Withdrawal};
+use crate::model::custody::{Approval, ApprovalSubject, TxRequestState, Withdrawal};
 
 fn recipients(w: &Withdrawal) -> Vec<Value> {
     w.recipients
@@ -14,19 +14,26 @@ fn recipients(w: &Withdrawal) -> Vec<Value> {
 /// A pending approval: `{id, coin, wallet, enterprise, creator, createDate, state, scope,
 /// approvalsRequired, resolvers, singleRunResults, reasons, ruleApprovals, txRequestId, info:
 /// {type: "transactionRequest", transactionRequest: {requestedAmount, sourceWallet, recipients,
-/// buildParams, comment}}}`. `approvalsRequired` counts the final approval a fired
+/// buildParams, comment}}}`; a loosening rule change has no `txRequestId` and `info: {type:
+/// "policyRuleRequest", policyRuleRequest: {action, ruleId, update, before}}`. `approvalsRequired` counts the final approval a fired
 /// `getFinalApproval` rule asks for (docs/policy.md).
 pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
-    let mut request = json!({ "sourceWallet": a.wallet_id.as_str() });
-    if let Some(w) = w {
-        let recipients = recipients(w);
-        request["requestedAmount"] = json!(w.total().to_string());
-        request["recipients"] = json!(recipients);
-        request["buildParams"] = json!({ "recipients": recipients });
-        if let Some(c) = &w.comment {
-            request["comment"] = json!(c);
+    let info = match &a.subject {
+        ApprovalSubject::Withdrawal(_) => {
+            let mut request = json!({ "sourceWallet": a.wallet_id.as_str() });
+            if let Some(w) = w {
+                let recipients = recipients(w);
+                request["requestedAmount"] = json!(w.total().to_string());
+                request["recipients"] = json!(recipients);
+                request["buildParams"] = json!({ "recipients": recipients });
+                if let Some(c) = &w.comment {
+                    request["comment"] = json!(c);
+                }
+            }
+            json!({ "type": a.kind(), "transactionRequest": request })
         }
-    }
+        ApprovalSubject::PolicyRule(r) => json!({ "type": a.kind(), "policyRuleRequest": r }),
+    };
     let mut v = json!({
         "id": a.id.as_str(),
         "coin": a.coin.as_str(),
@@ -41,9 +48,11 @@ pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
         "singleRunResults": a.policy.single_run_results,
         "reasons": a.policy.reasons,
         "ruleApprovals": a.policy.rule_approvals,
-        "txRequestId": a.tx_request_id.as_str(),
-        "info": { "type": "transactionRequest", "transactionRequest": request },
+        "info": info,
     });
+    if let Some(id) = a.tx_request_id() {
+        v["txRequestId"] = json!(id.as_str());
+    }
     if let Some(e) = &a.enterprise {
         v["enterprise"] = json!(e.as_str());
     }

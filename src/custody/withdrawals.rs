@@ -217,7 +217,7 @@ fn new_approval(id: ApprovalId, w: &Withdrawal, required: u32, svc: &Custody) ->
         state: ApprovalState::Pending,
         approvals_required: required,
         resolvers: Vec::new(),
-        tx_request_id: w.id.clone(),
+        subject: crate::model::custody::ApprovalSubject::Withdrawal(w.id.clone()),
         created_at: w.created_at,
         expires_at: w.created_at.saturating_add(ttl),
         policy: Default::default(),
@@ -398,4 +398,20 @@ fn check_limits(t: &crate::model::token::TokenRecord, coin: &Coin, total: &U256,
         });
     }
     Ok(())
+}
+
+/// A wallet admin: listed on the wallet with `admin`, or an admin of its enterprise
+/// (docs/decisions.md#withdrawals).
+pub async fn is_wallet_admin(
+    svc: &Custody,
+    user: &crate::types::UserId,
+    row: &crate::model::wallet::WalletRow,
+    record: &Value,
+) -> Result<bool> {
+    if has_permission(record, user.as_str(), &["admin"]) {
+        return Ok(true);
+    }
+    let Some(e) = &row.enterprise else { return Ok(false) };
+    let memberships = svc.store.memberships(user).await?;
+    Ok(memberships.iter().any(|m| m.is_admin && &m.enterprise.id == e))
 }

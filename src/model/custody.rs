@@ -161,12 +161,57 @@ pub struct Approval {
     pub state: ApprovalState,
     pub approvals_required: u32,
     pub resolvers: Vec<Resolver>,
-    pub tx_request_id: TxRequestId,
+    /// What it decides.
+    pub subject: ApprovalSubject,
     pub created_at: i64,
     /// When an approval not given expires (`withdrawals.approval_ttl`).
     pub expires_at: i64,
     /// What the wallet's policy rules made of the withdrawal at initiation.
     pub policy: ApprovalPolicy,
+}
+
+impl Approval {
+    /// The withdrawal it decides, when it decides one.
+    pub fn tx_request_id(&self) -> Option<&TxRequestId> {
+        match &self.subject {
+            ApprovalSubject::Withdrawal(id) => Some(id),
+            ApprovalSubject::PolicyRule(_) => None,
+        }
+    }
+
+    /// BitGo's `type` of it: `transactionRequest` or `policyRuleRequest`.
+    pub fn kind(&self) -> &'static str {
+        match &self.subject {
+            ApprovalSubject::Withdrawal(_) => "transactionRequest",
+            ApprovalSubject::PolicyRule(_) => "policyRuleRequest",
+        }
+    }
+}
+
+/// What a pending approval decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalSubject {
+    /// A withdrawal (`transactionRequest`).
+    Withdrawal(TxRequestId),
+    /// A change to a wallet's policy rules that loosens them (`policyRuleRequest`,
+    /// docs/policy.md#loosening).
+    PolicyRule(PolicyRuleRequest),
+}
+
+/// A loosening rule change waiting for other admins: BitGo's `info.policyRuleRequest`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PolicyRuleRequest {
+    /// `update` or `remove`.
+    pub action: String,
+    #[serde(rename = "ruleId")]
+    pub rule_id: String,
+    /// The rule after the change, as `admin.policy.rules` shows it; absent for `remove`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub update: Option<serde_json::Value>,
+    /// The rule when the change was asked for.
+    pub before: serde_json::Value,
+    /// Why the change loosens the policy, in words.
+    pub reason: String,
 }
 
 /// What the policy rules made of a withdrawal at initiation, kept on its approval and shown as

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use sqlx::FromRow;
 
 pub use super::custody_create::{Judge, Reservation, Spending, SumWindow};
-pub use super::custody_rows::{Batched, Created, Move, Refusal, Signed, WithdrawalFilter};
+pub use super::custody_rows::{Batched, Created, Move, RecordSwap, Refusal, Signed, WithdrawalFilter};
 use super::{
     custody_rows::{
         select_withdrawals, ApprovalRow, KeyRow, Where, WithdrawalRow, APPROVAL_COLUMNS, KEY_COLUMNS,
@@ -34,6 +34,8 @@ pub struct ApprovalFilter {
     pub state: Option<ApprovalState>,
     /// Only those whose `expires_at` is before this (Unix seconds).
     pub expired_before: Option<i64>,
+    /// Only those of this type (`transactionRequest`, `policyRuleRequest`).
+    pub approval_type: Option<&'static str>,
     pub limit: u32,
 }
 
@@ -69,15 +71,26 @@ pub trait CustodyStore: Send + Sync {
     async fn withdrawals(&self, f: &WithdrawalFilter) -> StoreResult<Vec<Withdrawal>>;
     async fn approval(&self, id: &ApprovalId) -> StoreResult<Option<Approval>>;
     async fn approvals(&self, f: &ApprovalFilter) -> StoreResult<Vec<Approval>>;
+    /// Stores approval `a` of a subject other than a withdrawal (a rule change), with `audit`
+    /// and `events`, in one transaction.
+    async fn create_approval(
+        &self,
+        a: &Approval,
+        audit: &[AuditEntry],
+        events: &[&EventWrite],
+    ) -> StoreResult<Vec<Recorded>>;
     /// Writes `a`'s state and resolvers if the stored approval is still `pending` with
-    /// `resolved_before` resolvers (no one answered meanwhile), and moves its withdrawal to
-    /// `next` when given, with `events`; `None` when someone else changed it first (nothing
+    /// `resolved_before` resolvers (no one answered meanwhile), moves its withdrawal to `next`
+    /// when given, and swaps a wallet's record when `record` says (only if it is still
+    /// `before`), with `events`; `None` when someone else changed either first (nothing
     /// written).
+    #[allow(clippy::too_many_arguments)] // one transaction's parts, each its own
     async fn resolve_approval(
         &self,
         a: &Approval,
         resolved_before: usize,
         next: Option<TxRequestState>,
+        record: Option<RecordSwap<'_>>,
         now: i64,
         audit: &[AuditEntry],
         events: &[&EventWrite],
@@ -209,6 +222,7 @@ where
         w.any("wallet_id", f.wallets.as_ref().map(|ws| ws.iter().map(|w| w.as_str().to_string()).collect()));
         w.eq("enterprise", f.enterprise.as_ref().map(|e| e.as_str().to_string()));
         w.eq("state", f.state.map(|s| s.as_str().to_string()));
+        w.eq("approval_type", f.approval_type.map(str::to_string));
         if let Some(t) = f.expired_before {
             // A number the store wrote, not a client's text.
             w.raw(&format!("expires_at < {t}"));
@@ -222,11 +236,26 @@ where
         rows.into_iter().map(ApprovalRow::into_approval).collect()
     }
 
+    async fn create_approval(
+        &self,
+        a: &Approval,
+        audit: &[AuditEntry],
+        events: &[&EventWrite],
+    ) -> StoreResult<Vec<Recorded>> {
+        let mut tx = self.begin_write().await?;
+        super::custody_create::insert_approval::<DB>(&mut tx, a).await?;
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
+        tx.commit().await?;
+        Ok(recorded)
+    }
+
     async fn resolve_approval(
         &self,
         a: &Approval,
         resolved_before: usize,
         next: Option<TxRequestState>,
+        record: Option<RecordSwap<'_>>,
         now: i64,
         audit: &[AuditEntry],
         events: &[&EventWrite],
@@ -253,12 +282,25 @@ where
         if DB::rows_affected(&done) != 1 {
             return Ok(None);
         }
-        if let Some(next) = next {
+        if let Some(swap) = record {
+            let done =
+                sqlx::query("UPDATE wallets SET record = $3, updated_at = $4 WHERE id = $1 AND record = $2")
+                    .bind(swap.wallet.as_str())
+                    .bind(swap.before)
+                    .bind(swap.after)
+                    .bind(self.clock.now_ms())
+                    .execute(&mut *tx)
+                    .await?;
+            if DB::rows_affected(&done) != 1 {
+                return Ok(None);
+            }
+        }
+        if let (Some(next), Some(id)) = (next, a.tx_request_id()) {
             sqlx::query(
                 "UPDATE withdrawals SET state = $2, version = version + 1, updated_at = $3 \
                  WHERE id = $1 AND state = 'pendingApproval'",
             )
-            .bind(a.tx_request_id.as_str())
+            .bind(id.as_str())
             .bind(next.as_str())
             .bind(now)
             .execute(&mut *tx)

@@ -9,8 +9,8 @@ use sqlx::FromRow;
 
 use super::{
     custody_rows::{
-        recipients_json, recipients_total, select_withdrawals, Created, Refusal, WithdrawalFilter,
-        WithdrawalRow, APPROVAL_COLUMNS, WITHDRAWAL_COLUMNS,
+        recipients_json, recipients_total, select_withdrawals, subject_columns, Created, Refusal,
+        WithdrawalFilter, WithdrawalRow, APPROVAL_COLUMNS, WITHDRAWAL_COLUMNS,
     },
     sql::{to_json, unique_violation, Dialect},
     sql_store::SqlStore,
@@ -141,6 +141,32 @@ where
     Ok(out)
 }
 
+/// Inserts approval `a` inside `tx`.
+#[sql_bounds]
+pub(super) async fn insert_approval<DB>(tx: &mut DB::Connection, a: &Approval) -> StoreResult<()> {
+    let (kind, tx_request, info) = subject_columns(a)?;
+    sqlx::query(&format!(
+        "INSERT INTO pending_approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    ))
+    .bind(a.id.as_str())
+    .bind(a.wallet_id.as_str())
+    .bind(a.coin.as_str())
+    .bind(a.enterprise.as_ref().map(EnterpriseId::as_str))
+    .bind(a.creator.as_str())
+    .bind(a.state.as_str())
+    .bind(i64::from(a.approvals_required))
+    .bind(to_json(&a.resolvers)?)
+    .bind(tx_request)
+    .bind(a.created_at)
+    .bind(a.expires_at)
+    .bind(to_json(&a.policy)?)
+    .bind(kind)
+    .bind(info)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
 /// [`super::CustodyStore::create_withdrawal`].
 // Long: one transaction: the lock, the idempotency check, the judge, both inserts, the audit
 // and the events.
@@ -243,23 +269,7 @@ where
         }
         return Err(e);
     }
-    sqlx::query(&format!(
-        "INSERT INTO pending_approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-    ))
-    .bind(a.id.as_str())
-    .bind(a.wallet_id.as_str())
-    .bind(a.coin.as_str())
-    .bind(a.enterprise.as_ref().map(EnterpriseId::as_str))
-    .bind(a.creator.as_str())
-    .bind(a.state.as_str())
-    .bind(i64::from(a.approvals_required))
-    .bind(to_json(&a.resolvers)?)
-    .bind(a.tx_request_id.as_str())
-    .bind(a.created_at)
-    .bind(a.expires_at)
-    .bind(to_json(&a.policy)?)
-    .execute(&mut *tx)
-    .await?;
+    insert_approval::<DB>(&mut tx, &a).await?;
     super::audit::append_tx::<DB>(&mut tx, audit).await?;
     let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
     tx.commit().await?;

@@ -9,7 +9,8 @@ use super::{
     StoreError, StoreResult,
 };
 use crate::model::custody::{
-    Approval, ApprovalState, KeyRecord, Recipient, Resolver, Token, TxRequestState, Withdrawal,
+    Approval, ApprovalState, ApprovalSubject, KeyRecord, Recipient, Resolver, Token, TxRequestState,
+    Withdrawal,
 };
 use crate::types::{Coin, TokenId, TxRequestId, UserId, WalletId};
 use alloy_primitives::U256;
@@ -22,7 +23,8 @@ pub(super) const WITHDRAWAL_COLUMNS: &str =
      mined_block, created_at, updated_at, token_id";
 
 pub(super) const APPROVAL_COLUMNS: &str =
-    "id, wallet_id, coin, enterprise, creator, state, approvals_required, resolvers, tx_request_id, created_at, expires_at, policy";
+    "id, wallet_id, coin, enterprise, creator, state, approvals_required, resolvers, tx_request_id, created_at, expires_at, policy, \
+     approval_type, info";
 
 #[derive(FromRow)]
 pub(super) struct KeyRow {
@@ -163,10 +165,12 @@ pub(super) struct ApprovalRow {
     state: String,
     approvals_required: i64,
     resolvers: String,
-    tx_request_id: String,
+    tx_request_id: Option<String>,
     created_at: i64,
     expires_at: i64,
     policy: Option<String>,
+    approval_type: String,
+    info: Option<String>,
 }
 
 impl ApprovalRow {
@@ -182,7 +186,13 @@ impl ApprovalRow {
                 .ok_or_else(|| StoreError::malformed("approval state", &self.state))?,
             approvals_required: u32::try_from(self.approvals_required).unwrap_or(1),
             resolvers,
-            tx_request_id: parse_stored(&self.tx_request_id, "txRequest id")?,
+            subject: match (self.approval_type.as_str(), &self.tx_request_id, &self.info) {
+                ("transactionRequest", Some(id), _) => {
+                    ApprovalSubject::Withdrawal(parse_stored(id, "txRequest id")?)
+                }
+                ("policyRuleRequest", _, Some(info)) => ApprovalSubject::PolicyRule(json_value(info)?),
+                _ => return Err(StoreError::malformed("pending approval", &self.id)),
+            },
             created_at: self.created_at,
             expires_at: self.expires_at,
             policy: match &self.policy {
@@ -272,6 +282,15 @@ impl Where {
     }
 }
 
+/// A wallet record swapped in the transaction of an approval's last answer: only if it is still
+/// `before`.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordSwap<'a> {
+    pub wallet: &'a WalletId,
+    pub before: &'a str,
+    pub after: &'a str,
+}
+
 /// Why a judge refused a withdrawal: the domain's error, carried through the store unread.
 pub type Refusal = Box<dyn std::error::Error + Send + Sync>;
 
@@ -310,6 +329,14 @@ pub struct Batched<'a, T> {
     pub change: T,
     pub audit: Vec<crate::model::audit::AuditEntry>,
     pub events: Vec<&'a super::EventWrite>,
+}
+
+/// The subject columns of approval `a`: (`approval_type`, `tx_request_id`, `info`).
+pub(super) fn subject_columns(a: &Approval) -> StoreResult<(&'static str, Option<&str>, Option<String>)> {
+    Ok(match &a.subject {
+        ApprovalSubject::Withdrawal(id) => (a.kind(), Some(id.as_str()), None),
+        ApprovalSubject::PolicyRule(r) => (a.kind(), None, Some(to_json(r)?)),
+    })
 }
 
 /// Which withdrawals to list (oldest first unless `newest_first`).

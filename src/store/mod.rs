@@ -60,8 +60,8 @@ mod webhooks;
 pub use audit::{AuditFilter, AuditStore};
 pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
 pub use custody::{
-    ApprovalFilter, Batched, Created, CustodyStore, Judge, Move, Refusal, Reservation, Signed, Spending,
-    SumWindow, WithdrawalFilter,
+    ApprovalFilter, Batched, Created, CustodyStore, Judge, Move, RecordSwap, Refusal, Reservation, Signed,
+    Spending, SumWindow, WithdrawalFilter,
 };
 pub use custody_attempts::{AttemptStore, Replacement};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};

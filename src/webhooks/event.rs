@@ -48,7 +48,8 @@ pub enum Event {
     Posted(PostedEvent),
 }
 
-/// `pendingapproval`: a withdrawal's pending approval was made or answered
+/// `pendingapproval`: a pending approval (of a withdrawal, or of a loosening policy change) was
+/// made or answered
 /// (docs/withdrawals.md#events).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -56,11 +57,13 @@ pub struct PendingApprovalEvent {
     pub coin: Coin,
     pub wallet_id: WalletId,
     pub pending_approval_id: String,
-    /// `transactionRequest`.
+    /// `transactionRequest` or `policyRuleRequest`.
     pub pending_approval_type: &'static str,
     /// `pending`, `approved` or `rejected`.
     pub state: &'static str,
-    pub tx_request_id: String,
+    /// The withdrawal it decides (a `transactionRequest`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_request_id: Option<String>,
     /// Answers given so far: the approval's version, for its id.
     #[serde(skip)]
     pub answers: usize,

@@ -1,5 +1,5 @@
 //! Wallet policy rules (docs/policy.md): BitGo's `policy/rule` routes, a tightening applied at
-//! once and a loosening refused, a whitelist deny at initiation and again before signing, and
+//! once and a loosening waiting for other admins, a whitelist deny at initiation and again before signing, and
 //! the dry run.
 
 use serde_json::{json, Value};
@@ -29,7 +29,7 @@ fn whitelist(addresses: &[&str]) -> Value {
 }
 
 #[tokio::test]
-async fn rules_are_added_tightened_at_once_and_a_loosening_is_refused_and_changes_nothing() {
+async fn rules_are_added_tightened_at_once_and_a_loosening_changes_nothing_by_itself() {
     let c = custodial(0, 1).await;
     let path = rule_path(&c);
     // Bad rules name their field and store nothing.
@@ -65,30 +65,75 @@ async fn rules_are_added_tightened_at_once_and_a_loosening_is_refused_and_change
     let take = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "remove": PAYEE }, "action": { "type": "deny" } });
     expect_json(c.app.put_auth(&path, &c.alice_token, &take).await, 200).await;
     assert_eq!(rules(&c).await[0]["condition"]["addresses"], json!([OTHER]));
-    // Putting it back, changing the action's type, or removing the rule loosens: refused.
+    // Putting it back, changing the action's type, or removing the rule loosens: not applied,
+    // each a pending approval of type policyRuleRequest for other admins.
     let add = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "add": PAYEE }, "action": { "type": "deny" } });
-    let body =
-        assert_error(c.app.put_auth(&path, &c.alice_token, &add).await, 403, "PolicyChangeNeedsApproval")
-            .await;
-    assert!(body["error"].as_str().unwrap().contains("adds"), "{body}");
+    let pending = expect_json(c.app.put_auth(&path, &c.alice_token, &add).await, 200).await;
+    assert_eq!(pending["state"], "pending", "{pending}");
+    assert_eq!(pending["info"]["type"], "policyRuleRequest");
+    assert_eq!(pending["info"]["policyRuleRequest"]["action"], "update");
+    assert!(pending["info"]["policyRuleRequest"]["reason"].as_str().unwrap().contains("adds"), "{pending}");
     let all = json!({ "id": "payees", "type": "allTx", "condition": {}, "action": { "type": "deny" } });
-    assert_error(c.app.put_auth(&path, &c.alice_token, &all).await, 403, "PolicyChangeNeedsApproval").await;
-    assert_error(
-        delete(&c, &c.alice_token, &json!({ "id": "payees" })).await,
-        403,
-        "PolicyChangeNeedsApproval",
-    )
-    .await;
+    let pending = expect_json(c.app.put_auth(&path, &c.alice_token, &all).await, 200).await;
+    assert_eq!(pending["info"]["policyRuleRequest"]["update"]["type"], "allTx");
+    let pending = expect_json(delete(&c, &c.alice_token, &json!({ "id": "payees" })).await, 200).await;
+    assert_eq!(pending["info"]["policyRuleRequest"]["action"], "remove");
     assert_error(delete(&c, &c.alice_token, &json!({ "id": "nope" })).await, 404, "PolicyRuleNotFound").await;
     assert_eq!(rules(&c).await[0]["condition"]["addresses"], json!([OTHER]));
-    // Each change that landed is audited with the rule before and after.
+    // Each change that landed is audited with the rule before and after; each request too.
     let audit = c
         .app
         .raw_sql("SELECT type || ' ' || data FROM audit_log WHERE type LIKE 'policy.%' ORDER BY seq")
         .await;
-    assert_eq!(audit.len(), 2, "{audit:?}");
+    assert_eq!(audit.len(), 5, "{audit:?}");
     assert!(audit[0].starts_with("policy.rule_created") && audit[0].contains("\"before\":null"), "{audit:?}");
     assert!(audit[1].starts_with("policy.rule_updated") && audit[1].contains(PAYEE), "{audit:?}");
+    assert!(audit[2..].iter().all(|e| e.starts_with("policy.change_requested")), "{audit:?}");
+}
+
+#[tokio::test]
+async fn a_loosening_waits_for_another_admin_and_applies_with_the_last_approval() {
+    let c = custodial(0, 1).await;
+    let path = rule_path(&c);
+    let hook = c.hook("pendingapproval").await;
+    expect_json(c.app.post_auth(&path, &c.alice_token, &whitelist(&[OTHER])).await, 200).await;
+    let add = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "add": PAYEE }, "action": { "type": "deny" } });
+    let pending = expect_json(c.app.put_auth(&path, &c.alice_token, &add).await, 200).await;
+    let id = pending["id"].as_str().unwrap().to_string();
+    assert!(pending.get("txRequestId").is_none(), "{pending}");
+    // The pending approvals list shows it; its asker may not approve it.
+    let listed = format!("/api/v2/pendingapprovals?walletId={}", c.wallet_id());
+    let list = expect_json(c.app.get_auth(&listed, &c.bob_token).await, 200).await;
+    assert_eq!(list["pendingApprovals"][0]["info"]["type"], "policyRuleRequest");
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    assert_error(c.answer(&c.alice_token, &id, &approve).await, 403, "ApprovalNotAllowed").await;
+    assert_eq!(rules(&c).await[0]["condition"]["addresses"], json!([OTHER]));
+    // Bob's approval is the last one needed: the rule changes with it.
+    let done = expect_json(c.answer(&c.bob_token, &id, &approve).await, 200).await;
+    assert_eq!(done["state"], "approved");
+    assert_eq!(rules(&c).await[0]["condition"]["addresses"], json!([OTHER, PAYEE]));
+    let audit = c.app.raw_sql("SELECT data FROM audit_log WHERE type = 'policy.rule_updated'").await;
+    assert!(audit.len() == 1 && audit[0].contains(&id), "{audit:?}");
+    // A removal Bob rejects changes nothing.
+    let remove = expect_json(delete(&c, &c.alice_token, &json!({ "id": "payees" })).await, 200).await;
+    let reject = json!({ "state": "rejected" });
+    expect_json(c.answer(&c.bob_token, remove["id"].as_str().unwrap(), &reject).await, 200).await;
+    assert_eq!(rules(&c).await.as_array().unwrap().len(), 1);
+    // A removal asked for, then the rule tightened at once: the approvers approved a change from
+    // the rule as it was, so the last approval is refused and nothing changes.
+    let remove = expect_json(delete(&c, &c.alice_token, &json!({ "id": "payees" })).await, 200).await;
+    let take = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "remove": OTHER }, "action": { "type": "deny" } });
+    expect_json(c.app.put_auth(&path, &c.alice_token, &take).await, 200).await;
+    let id = remove["id"].as_str().unwrap();
+    assert_error(c.answer(&c.bob_token, id, &approve).await, 409, "PolicyRuleNotFound").await;
+    assert_eq!(rules(&c).await[0]["condition"]["addresses"], json!([PAYEE]));
+    // The pendingapproval webhook told each, typed policyRuleRequest.
+    let told: Vec<Value> =
+        hook.wait_for(5, 30).await.iter().map(|n| serde_json::from_str(&n.body).unwrap()).collect();
+    let states: Vec<&str> = told.iter().map(|n| n["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["pending", "approved", "pending", "rejected", "pending"], "{told:?}");
+    assert!(told.iter().all(|n| n["pendingApprovalType"] == "policyRuleRequest"), "{told:?}");
+    assert!(told.iter().all(|n| n.get("txRequestId").is_none()), "{told:?}");
 }
 
 #[tokio::test]
@@ -139,7 +184,7 @@ async fn a_whitelist_denies_other_payees_at_initiation_and_again_before_signing(
 }
 
 #[tokio::test]
-async fn a_wallet_holds_at_most_50_rules_and_a_whitelist_at_most_1000_addresses() {
+async fn a_wallet_holds_at_most_50_rules_a_whitelist_at_most_1000_addresses_and_20_loosenings_waiting() {
     let c = custodial(0, 1).await;
     let path = rule_path(&c);
     let addresses: Vec<String> = (0..1_001u32).map(|i| format!("0x{i:040x}")).collect();
@@ -157,4 +202,46 @@ async fn a_wallet_holds_at_most_50_rules_and_a_whitelist_at_most_1000_addresses(
         assert_error(c.app.post_auth(&path, &c.alice_token, &one_more).await, 409, "AlreadyExists").await;
     assert!(body["error"].as_str().unwrap().contains("at most 50"), "{body}");
     assert_eq!(rules(&c).await.as_array().unwrap().len(), 50);
+    // At most 20 loosenings wait at once; the 21st is refused and stores nothing.
+    for i in 0..20 {
+        expect_json(delete(&c, &c.alice_token, &json!({ "id": format!("r{i}") })).await, 200).await;
+    }
+    let body =
+        assert_error(delete(&c, &c.alice_token, &json!({ "id": "r20" })).await, 409, "TooManyRuleChanges")
+            .await;
+    assert!(body["error"].as_str().unwrap().contains("20"), "{body}");
+    assert_eq!(c.app.raw_sql("SELECT id FROM pending_approvals").await.len(), 20);
+}
+
+#[tokio::test]
+async fn a_rule_past_its_lock_date_is_loosened_only_at_a_service_admin_s_request() {
+    let c = custodial(0, 1).await;
+    let path = rule_path(&c);
+    let mut locked = whitelist(&[OTHER, PAYEE]);
+    locked["lockDate"] = json!("2026-01-01T00:00:00Z");
+    let wallet = expect_json(c.app.post_auth(&path, &c.alice_token, &locked).await, 200).await;
+    assert_eq!(wallet["admin"]["policy"]["rules"][0]["lockDate"], "2026-01-01T00:00:00.000Z");
+    // Alice, a wallet admin, may no longer ask to loosen it: nothing is stored.
+    let body =
+        assert_error(delete(&c, &c.alice_token, &json!({ "id": "payees" })).await, 403, "PolicyRuleLocked")
+            .await;
+    assert!(body["error"].as_str().unwrap().contains("service admin"), "{body}");
+    let clear = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "addresses": [OTHER, PAYEE] }, "action": { "type": "deny" }, "lockDate": null });
+    assert_error(c.app.put_auth(&path, &c.alice_token, &clear).await, 403, "PolicyRuleLocked").await;
+    assert!(c.app.raw_sql("SELECT id FROM pending_approvals").await.is_empty());
+    // Tightening still applies at once, and a PUT that does not name lockDate keeps it.
+    let take = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "remove": PAYEE }, "action": { "type": "deny" } });
+    expect_json(c.app.put_auth(&path, &c.alice_token, &take).await, 200).await;
+    assert_eq!(rules(&c).await[0]["lockDate"], "2026-01-01T00:00:00.000Z");
+    // A service admin (here also in the enterprise) may ask; other admins still approve it.
+    let ops = c.app.create_user_with("ops@example.com", true).await;
+    let user: custodian::types::UserId = ops.id.parse().unwrap();
+    let enterprise: custodian::types::EnterpriseId = c.enterprise.parse().unwrap();
+    c.app.state.store.upsert_membership(&enterprise, &user, true, &[]).await.unwrap();
+    let ops_token = c.app.login(&ops).await;
+    let pending = expect_json(delete(&c, &ops_token, &json!({ "id": "payees" })).await, 200).await;
+    assert_eq!(pending["state"], "pending");
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
+    assert_eq!(rules(&c).await, json!([]));
 }

@@ -22,7 +22,7 @@ use crate::{
     },
     error::{Error, ErrorName},
     identity::sessions,
-    model::custody::{Approval, ApprovalState, Withdrawal},
+    model::custody::{Approval, ApprovalState, ApprovalSubject, Withdrawal},
     types::{ApprovalId, Coin, TxRequestId, WalletId},
     AppState,
 };
@@ -55,18 +55,30 @@ async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Re
     let error = shown.error();
     let body = html! {
         (layout::shown(&shown))
-        p.muted { "Withdrawals waiting for approval on the wallets you can see. Approving needs a fresh one-time code or passkey; the initiator cannot approve their own, and may cancel it." }
+        p.muted { "Withdrawals and policy changes waiting for approval on the wallets you can see. Approving needs a fresh one-time code or passkey; the initiator cannot approve their own, and may cancel it." }
         @if found.is_empty() { p.muted #no-approvals { "Nothing is waiting for approval." } }
         @for (a, w) in &found {
             section.panel.approval data-approval-id=(a.id.as_str()) {
-                h3 { "Withdrawal from " a href={ "/console/wallets/" (a.wallet_id.as_str()) } { (a.wallet_id.as_str()) } " " (layout::badge(a.state.as_str())) }
+                h3 {
+                    @match &a.subject { ApprovalSubject::Withdrawal(_) => "Withdrawal from ", ApprovalSubject::PolicyRule(_) => "Policy change on " }
+                    a href={ "/console/wallets/" (a.wallet_id.as_str()) } { (a.wallet_id.as_str()) } " " (layout::badge(a.state.as_str()))
+                }
                 dl.facts {
-                    dt { "Pays" } dd { @if let Some(w) = w { (pays(w)) } }
+                    @match &a.subject {
+                        ApprovalSubject::Withdrawal(_) => { dt { "Pays" } dd { @if let Some(w) = w { (pays(w)) } } }
+                        ApprovalSubject::PolicyRule(r) => {
+                            dt { "Change" } dd.reason { (r.reason) }
+                            @if let Some(update) = &r.update { dt { "Rule after" } dd { code { (update.to_string()) } } }
+                        }
+                    }
+                    @if !a.policy.reasons.is_empty() {
+                        dt { "Policy" } dd { ul.reasons { @for reason in &a.policy.reasons { li { (reason) } } } }
+                    }
                     dt { "Initiator" } dd.mono { (a.creator.as_str()) @if a.creator == me { " (you)" } }
                     dt { "Created" } dd { (layout::time_s(a.created_at)) }
                     dt { "Expires" } dd { (layout::time_s(a.expires_at)) }
-                    dt { "Approvals" } dd.approvals { (a.resolvers.iter().filter(|r| r.resolution == "approved").count()) " of " (a.approvals_required) }
-                    dt { "Timeline" } dd { a href={ "/console/withdrawals/" (a.tx_request_id.as_str()) } { (a.tx_request_id.as_str()) } }
+                    dt { "Approvals" } dd.approvals { (a.resolvers.iter().filter(|r| r.resolution == "approved").count()) " of " (a.approvals_required + u32::from(a.policy.has_final())) }
+                    @if let Some(id) = a.tx_request_id() { dt { "Timeline" } dd { a href={ "/console/withdrawals/" (id.as_str()) } { (id.as_str()) } } }
                 }
                 (answer_forms(session, a, error))
             }
@@ -83,9 +95,13 @@ fn answer_forms(session: &Session, a: &Approval, error: Option<&super::FieldErro
         return layout::action_button(
             session,
             &format!("{base}/reject"),
-            "Cancel withdrawal",
+            if a.tx_request_id().is_some() { "Cancel withdrawal" } else { "Cancel change" },
             "danger",
-            Some("Cancel this withdrawal?"),
+            Some(if a.tx_request_id().is_some() {
+                "Cancel this withdrawal?"
+            } else {
+                "Cancel this policy change?"
+            }),
         );
     }
     html! {

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use crate::{
     custody::{
-        policy_rules::{self, RuleChange},
+        policy_rules::{self, Changed, RuleChange},
         withdrawals::RecipientRequest,
     },
     http::handlers::custody::InitiateRecipient,
@@ -23,7 +23,7 @@ use crate::{
         extract::{ApiJson, ApiPath},
         ErrorResponse,
     },
-    model::wallet::{self as model, Expand, WalletRow},
+    model::wallet::{self as model, Expand},
     types::{Coin, WalletId},
     AppState,
 };
@@ -60,6 +60,10 @@ pub struct RuleRequest {
     /// wallet's or a token of its chain; default the wallet's), excludeTags? (empty)}`.
     pub condition: Value,
     pub action: RuleAction,
+    /// ISO 8601: after it, only a service admin may ask to loosen the rule (docs/policy.md).
+    /// A `PUT` without it keeps the rule's; `null` clears it (a loosening).
+    #[serde(rename = "lockDate")]
+    pub lock_date: Option<String>,
 }
 
 /// Body of `DELETE .../policy/rule` (BitGoJS `removePolicyRule`).
@@ -69,10 +73,16 @@ pub struct RemoveRuleRequest {
     pub id: String,
 }
 
-fn wallet(row: &WalletRow) -> Response {
-    let mut body = String::new();
-    model::render(row, Expand::default(), &mut body);
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+/// The wallet after a change, or the pending approval a loosening waits on.
+fn answer(changed: Changed) -> Response {
+    match changed {
+        Changed::Applied(row) => {
+            let mut body = String::new();
+            model::render(&row, Expand::default(), &mut body);
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Changed::Pending(a) => Json(crate::custody::views::approval(&a, None)).into_response(),
+    }
 }
 
 /// Adds a policy rule (BitGoJS `wallet.createPolicyRule`): `{id, type, condition, action}`, with
@@ -97,23 +107,25 @@ pub async fn create_rule(
 ) -> ApiResult<Response> {
     let row =
         policy_rules::change(&state.custody, &auth, &coin, &wallet_id, &body, RuleChange::Create).await?;
-    Ok(wallet(&row))
+    Ok(answer(row))
 }
 
 /// Changes a policy rule (BitGoJS `wallet.setPolicyRule`), the same body as adding one;
 /// `condition.add` / `condition.remove` change a whitelist in place. A change that tightens
-/// applies at once; one that loosens (an address added, a higher limit or shorter window, a
-/// changed type, a lesser action, more approvers) is refused with `PolicyChangeNeedsApproval`.
-/// Answers the wallet.
+/// applies at once and answers the wallet. One that loosens (an address added, a higher limit
+/// or shorter window, a changed type, a lesser action, more approvers) is not applied: it
+/// answers a pending approval of type `policyRuleRequest` (`state: "pending"`) that other
+/// wallet admins answer through `PUT /api/v2/{coin}/pendingapprovals/{id}`; the last approval
+/// applies it.
 #[utoipa::path(put, path = "/api/v2/{coin}/wallet/{walletId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
     request_body = RuleRequest,
     responses(
-        (status = 200, description = "The wallet", body = Object),
+        (status = 200, description = "The wallet (a tightening), or the pending approval a loosening waits on", body = Object),
         (status = 400, description = "A bad rule", body = ErrorResponse),
-        (status = 403, description = "No wallet_manage, not an admin of the wallet, or a loosening (`PolicyChangeNeedsApproval`)", body = ErrorResponse),
+        (status = 403, description = "No wallet_manage, or not an admin of the wallet", body = ErrorResponse),
         (status = 404, description = "No such wallet or rule (`PolicyRuleNotFound`)", body = ErrorResponse),
-        (status = 409, description = "The wallet changed meanwhile", body = ErrorResponse),
+        (status = 409, description = "The wallet changed meanwhile, or 20 loosenings wait already (`TooManyRuleChanges`)", body = ErrorResponse),
     ))]
 pub async fn update_rule(
     State(state): State<AppState>,
@@ -123,19 +135,21 @@ pub async fn update_rule(
 ) -> ApiResult<Response> {
     let row =
         policy_rules::change(&state.custody, &auth, &coin, &wallet_id, &body, RuleChange::Update).await?;
-    Ok(wallet(&row))
+    Ok(answer(row))
 }
 
 /// Removes a policy rule (BitGoJS `wallet.removePolicyRule({id})`). Removing loosens the
-/// policy: refused with `PolicyChangeNeedsApproval` until rule changes can be approved.
+/// policy, so it is not applied at once: answers a pending approval of type
+/// `policyRuleRequest` that other wallet admins answer; the last approval removes the rule.
 #[utoipa::path(delete, path = "/api/v2/{coin}/wallet/{walletId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
     request_body = RemoveRuleRequest,
     responses(
-        (status = 200, description = "The wallet", body = Object),
+        (status = 200, description = "The pending approval the removal waits on", body = Object),
         (status = 400, description = "No `id`", body = ErrorResponse),
-        (status = 403, description = "No wallet_manage, not an admin of the wallet, or a loosening (`PolicyChangeNeedsApproval`)", body = ErrorResponse),
+        (status = 403, description = "No wallet_manage, or not an admin of the wallet", body = ErrorResponse),
         (status = 404, description = "No such wallet or rule (`PolicyRuleNotFound`)", body = ErrorResponse),
+        (status = 409, description = "20 loosenings wait already (`TooManyRuleChanges`)", body = ErrorResponse),
     ))]
 pub async fn remove_rule(
     State(state): State<AppState>,
@@ -145,7 +159,7 @@ pub async fn remove_rule(
 ) -> ApiResult<Response> {
     let row =
         policy_rules::change(&state.custody, &auth, &coin, &wallet_id, &body, RuleChange::Remove).await?;
-    Ok(wallet(&row))
+    Ok(answer(row))
 }
 
 /// Body of the dry run: the recipients a withdrawal would pay, as `/tx/initiate` takes them.
