@@ -72,11 +72,11 @@ async fn wallet(api: &Api, node: &common::Node, enterprise: &str, label: &str) -
 
 /// `n` mined withdrawals of 1,000 wei from `wallet`, created over the last hour, written
 /// straight into the database (through the API they would take minutes and the in-flight cap).
-async fn history(db: &str, wallet: &str, n: usize, now: i64) -> anyhow::Result<()> {
+async fn history(db: &str, wallet: &str, tag: u64, n: usize, now: i64) -> anyhow::Result<()> {
     let pool = sqlx::SqlitePool::connect(db).await?;
     let mut tx = pool.begin().await?;
     for i in 0..n {
-        let id = format!("{:032x}", 0xb000_0000_0000u64 + i as u64);
+        let id = format!("{:016x}{:016x}", 0xb000_0000u64 + tag, i as u64);
         sqlx::query(
             "INSERT INTO withdrawals (id, wallet_id, coin, creator, idempotency_key, state, version, recipients, \
              key_id, from_address, approval_id, fee_reserve, mined_block, created_at, updated_at, amount_w0, \
@@ -149,8 +149,8 @@ async fn main() -> anyhow::Result<()> {
         api.post(&format!("/api/v2/hteth/wallet/{ruled}/policy/rule"), &rule).await?;
     }
     let now = state.store.clock().now();
-    for w in [&plain, &ruled] {
-        history(&db, w, past, now).await?;
+    for (tag, w) in [&plain, &ruled].into_iter().enumerate() {
+        history(&db, w, tag as u64, past, now).await?;
     }
     api.post("/api/v2/user/unlock", &json!({ "otp": "000000", "duration": 3600 })).await?;
     let body = json!({ "recipients": [{ "address": PAYEE, "amount": "1000" }] });

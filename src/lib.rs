@@ -126,6 +126,7 @@ impl AppState {
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
             wake: Arc::new(tokio::sync::watch::channel(0).0),
+            policy_hooks: Arc::new(custody::policy_hooks::PolicyHooks::new(&config)?),
         };
         Ok(Self(Arc::new(Shared {
             identity,

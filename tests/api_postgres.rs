@@ -70,6 +70,8 @@ mod passkeys;
 mod policy;
 #[path = "api/policy_velocity.rs"]
 mod policy_velocity;
+#[path = "api/policy_webhook.rs"]
+mod policy_webhook;
 #[path = "api/procs.rs"]
 mod procs;
 #[path = "api/receiver.rs"]

@@ -86,6 +86,12 @@ pub struct WithdrawalsConfig {
     /// Seconds an approved withdrawal may wait unsigned (a frozen wallet, a key store or node
     /// away) before it is `canceled` and told as `transactionExpire`.
     pub delivery_deadline: u64,
+    /// How long a `webhook` policy rule's URL has to answer, waiting for a free slot included,
+    /// ms; past it the rule fires (a policy check fails closed: docs/policy.md#webhook-rules).
+    pub policy_webhook_timeout_ms: u64,
+    /// Policy webhook checks this process makes at once; one that finds none free within its
+    /// timeout fires its rule.
+    pub policy_webhook_concurrency: u32,
 }
 
 impl Default for WithdrawalsConfig {
@@ -99,6 +105,8 @@ impl Default for WithdrawalsConfig {
             signer_concurrency: 16,
             stuck_after: 180,
             delivery_deadline: 24 * 3600,
+            policy_webhook_timeout_ms: 5_000,
+            policy_webhook_concurrency: 16,
         }
     }
 }
@@ -126,6 +134,12 @@ impl WithdrawalsConfig {
         }
         if !(10..=60_000).contains(&self.poll_interval_ms) {
             return bad("poll_interval_ms", "from 10 to 60000");
+        }
+        if !(10..=60_000).contains(&self.policy_webhook_timeout_ms) {
+            return bad("policy_webhook_timeout_ms", "from 10 to 60000");
+        }
+        if !(1..=1_000).contains(&self.policy_webhook_concurrency) {
+            return bad("policy_webhook_concurrency", "from 1 to 1000");
         }
         Ok(())
     }

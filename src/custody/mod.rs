@@ -21,6 +21,7 @@ pub mod pkcs11;
 pub mod policy;
 pub mod policy_changes;
 pub mod policy_eval;
+pub mod policy_hooks;
 pub mod policy_rules;
 mod progress;
 pub mod replace;
@@ -61,6 +62,8 @@ pub struct Custody {
     /// approval): they start a round at once rather than at their next poll. Signers of other
     /// processes find it at their poll (`withdrawals.poll_interval_ms`).
     pub wake: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The client and slots of `webhook` policy rules' checks.
+    pub policy_hooks: Arc<policy_hooks::PolicyHooks>,
 }
 
 impl Custody {

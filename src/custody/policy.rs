@@ -23,10 +23,11 @@ pub const MAX_TIME_WINDOW: u64 = 2_678_400;
 
 crate::types::text_enum!(
     /// A rule's `type`.
-    pub enum RuleType("a rule type: coinAddressWhitelist, allTx or velocityLimit") {
+    pub enum RuleType("a rule type: coinAddressWhitelist, allTx, velocityLimit or webhook") {
         CoinAddressWhitelist = "coinAddressWhitelist",
         AllTx = "allTx",
         VelocityLimit = "velocityLimit",
+        Webhook = "webhook",
     }
 );
 
@@ -60,6 +61,8 @@ pub enum Condition {
     AllTx,
     /// Fires when the window's withdrawals and this one add up past the amount.
     Velocity(Velocity),
+    /// Fires unless the URL answers `200` to the proposed withdrawal in time.
+    Webhook(String),
 }
 
 /// One rule, checked.
@@ -91,6 +94,7 @@ impl Rule {
             Condition::Whitelist(_) => RuleType::CoinAddressWhitelist,
             Condition::AllTx => RuleType::AllTx,
             Condition::Velocity(_) => RuleType::VelocityLimit,
+            Condition::Webhook(_) => RuleType::Webhook,
         }
     }
 
@@ -116,6 +120,7 @@ impl Rule {
                 }
                 c
             }
+            Condition::Webhook(url) => json!({ "url": url }),
         };
         let mut action = Map::new();
         action.insert("type".into(), json!(self.action.as_str()));
@@ -177,6 +182,9 @@ impl Rule {
                 if new.coin != was.coin {
                     return Some(format!("rule {id} changes the coin it counts"));
                 }
+            }
+            (Condition::Webhook(new), Condition::Webhook(was)) if new != was => {
+                return Some(format!("rule {id} changes the URL it asks"));
             }
             _ => {}
         }
@@ -248,7 +256,7 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
         })?),
     };
     let text = v.get("type").and_then(Value::as_str).ok_or_else(|| Error::missing_field("type"))?;
-    let kind: RuleType = text.parse().map_err(|e: &str| Error::invalid_field("type", not_yet(text, e)))?;
+    let kind: RuleType = text.parse().map_err(|e: &str| Error::invalid_field("type", e))?;
     let condition =
         v.get("condition").and_then(Value::as_object).ok_or_else(|| Error::missing_field("condition"))?;
     let (condition, edit) = match kind {
@@ -258,12 +266,23 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
             (Condition::Whitelist(addresses), edit)
         }
         RuleType::VelocityLimit => (Condition::Velocity(velocity(condition)?), WhitelistEdit::Replace),
+        RuleType::Webhook => {
+            let url = match condition.get("url") {
+                None => return Err(Error::missing_field("condition.url")),
+                Some(u) => {
+                    u.as_str().ok_or_else(|| Error::invalid_field("condition.url", "an http(s) URL"))?
+                }
+            };
+            if url.len() > crate::webhooks::callback_url::MAX_URL_LEN {
+                return Err(Error::invalid_field("condition.url", "at most 2048 characters"));
+            }
+            (Condition::Webhook(url.to_string()), WhitelistEdit::Replace)
+        }
     };
     let action = v.get("action").and_then(Value::as_object).ok_or_else(|| Error::missing_field("action"))?;
     let text =
         action.get("type").and_then(Value::as_str).ok_or_else(|| Error::missing_field("action.type"))?;
-    let action_type: ActionType =
-        text.parse().map_err(|e: &str| Error::invalid_field("action.type", not_yet(text, e)))?;
+    let action_type: ActionType = text.parse().map_err(|e: &str| Error::invalid_field("action.type", e))?;
     let user_ids = match action.get("userIds") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(ids)) if ids.len() <= MAX_USER_IDS => ids
@@ -279,14 +298,6 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
         return Err(Error::invalid_field("action.userIds", "a deny has no approvers"));
     }
     Ok((Rule { id: id.to_string(), condition, action: action_type, user_ids, lock_date }, edit))
-}
-
-/// BitGo's other rule types are named as not yet enforced here, not as unknown.
-fn not_yet(text: &str, e: &str) -> String {
-    match text {
-        "webhook" => format!("{text} is not enforced by this version yet (docs/policy.md); {e}"),
-        _ => e.to_string(),
-    }
 }
 
 /// `{amountString, timeWindow, coin?, excludeTags?}`.
@@ -444,10 +455,12 @@ mod tests {
     }
 
     #[test]
-    fn rules_not_enforced_yet_are_refused_by_name_and_bad_fields_are_named() {
+    fn bad_rules_name_their_field() {
         let e =
             parse(&json!({ "id": "h", "type": "webhook", "condition": {}, "action": { "type": "deny" } }));
-        assert!(e.unwrap_err().to_string().contains("not enforced"));
+        assert!(e.unwrap_err().to_string().contains("condition.url"));
+        let e = parse(&json!({ "id": "h", "type": "fancy", "condition": {}, "action": { "type": "deny" } }));
+        assert!(e.unwrap_err().to_string().contains("a rule type"));
         let e = parse(
             &json!({ "id": "v", "type": "velocityLimit", "condition": { "amountString": "1" }, "action": { "type": "deny" } }),
         );

@@ -15,6 +15,10 @@ use crate::{
     types::{Coin, UserId},
 };
 
+/// What `webhook` rules' URLs answered, by rule id: `None` when the URL passed the withdrawal,
+/// else why the rule fires (`custody::policy_hooks`).
+pub type Answers = std::collections::HashMap<String, Option<String>>;
+
 /// A withdrawal as the rules see it.
 #[derive(Debug, Clone, Copy)]
 pub struct Proposal<'a> {
@@ -27,6 +31,8 @@ pub struct Proposal<'a> {
     pub total: U256,
     /// Decimals of `coin`, for the reasons' words.
     pub decimals: u8,
+    /// What the `webhook` rules' URLs answered; a rule not among them fires (fail closed).
+    pub hooks: Option<&'a Answers>,
 }
 
 /// A velocity window to sum: base units of `coin` withdrawn from the wallet in the last
@@ -136,6 +142,10 @@ fn fires(rule: &Rule, p: &Proposal<'_>, spent: &dyn Fn(&Window) -> U256) -> Opti
                 )
             })
         }
+        Condition::Webhook(_) => match p.hooks.and_then(|h| h.get(id)) {
+            Some(answer) => answer.clone(),
+            None => Some(format!("rule {id}: its policy webhook was not asked")),
+        },
     }
 }
 

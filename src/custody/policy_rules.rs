@@ -160,6 +160,13 @@ async fn check_rule(svc: &Custody, row: &WalletRow, record: &Value, rule: &Rule)
             ));
         }
     }
+    if let Condition::Webhook(url) = &rule.condition {
+        let env = svc.config.environment;
+        let as_condition = |e: Error| Error::invalid_field("condition.url", e.to_string());
+        crate::webhooks::callback_url::check_url(url, env).map_err(as_condition)?;
+        crate::webhooks::registration::refuse_blocked_literal(url, &svc.config.delivery.allowed_cidrs)
+            .map_err(as_condition)?;
+    }
     for user in &rule.user_ids {
         if !is_wallet_admin(svc, user, row, record).await? {
             return Err(Error::invalid_field(
@@ -200,9 +207,22 @@ pub async fn dry_run(
         recipients: &recipients,
         total,
         decimals: super::tokens::decimals(&svc.config, &row.coin, coin),
+        hooks: None,
     };
-    let verdict = super::reserve::verdict_now(svc, &row.id, &policy::rules_of(&record), &p, None).await?;
     let required = super::withdrawals::approvals_required(&record);
+    let asked = super::policy_hooks::Asked {
+        stage: "dryRun",
+        wallet: &row.id,
+        coin,
+        enterprise: row.enterprise.as_ref(),
+        tx_request_id: None,
+        initiator: &auth.user.id,
+        recipients: &recipients,
+        total,
+        approvals_required: required,
+    };
+    let verdict =
+        super::reserve::verdict_now(svc, &row.id, &policy::rules_of(&record), &p, &asked, None).await?;
     let last = verdict.approvals.iter().any(|a| a.last);
     Ok(json!({
         "outcome": if verdict.denied.is_some() { "denied" } else { "pendingApproval" },

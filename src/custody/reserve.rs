@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::{
     policy::{self, Rule},
     policy_eval::{self, Proposal, Verdict, Window},
+    policy_hooks::Asked,
     Custody,
 };
 use crate::{
@@ -22,7 +23,8 @@ use crate::{
     types::{Coin, TxRequestId, WalletId},
 };
 
-/// The withdrawal as the rules see it: the coin it moves and its decimals.
+/// The withdrawal as the rules see it: the coin it moves and its decimals (no webhook answers
+/// yet).
 pub fn proposal<'a>(svc: &Custody, w: &'a Withdrawal, wallet_coin: &'a Coin) -> Proposal<'a> {
     let coin = w.token.as_ref().map_or(wallet_coin, |t| &t.coin);
     Proposal {
@@ -31,6 +33,22 @@ pub fn proposal<'a>(svc: &Custody, w: &'a Withdrawal, wallet_coin: &'a Coin) -> 
         recipients: &w.recipients,
         total: w.total(),
         decimals: super::tokens::decimals(&svc.config, wallet_coin, coin),
+        hooks: None,
+    }
+}
+
+/// What the `webhook` rules are told of withdrawal `w` at `stage`.
+pub fn asked<'a>(w: &'a Withdrawal, stage: &'static str, approvals_required: u32) -> Asked<'a> {
+    Asked {
+        stage,
+        wallet: &w.wallet_id,
+        coin: w.token.as_ref().map_or(&w.coin, |t| &t.coin),
+        enterprise: w.enterprise.as_ref(),
+        tx_request_id: Some(&w.id),
+        initiator: &w.creator,
+        recipients: &w.recipients,
+        total: w.total(),
+        approvals_required,
     }
 }
 
@@ -50,22 +68,26 @@ fn spent_in<'a>(windows: &'a [Window], sums: &'a [U256]) -> impl Fn(&Window) -> 
 }
 
 /// What `rules` make of `p` with the wallet's velocity sums as they are now, locking nothing
-/// (the dry run, and the check before signing). With `upto`, the sums count only the wallet's
-/// withdrawals created at or before that one, leaving it out.
+/// (the dry run, and the check before signing); the `webhook` rules' URLs are told `asked`.
+/// With `upto`, the sums count only the wallet's withdrawals created at or before that one,
+/// leaving it out.
 pub async fn verdict_now(
     svc: &Custody,
     wallet: &WalletId,
     rules: &[Rule],
     p: &Proposal<'_>,
+    asked: &Asked<'_>,
     upto: Option<(i64, &TxRequestId)>,
 ) -> Result<Verdict> {
+    let answers = super::policy_hooks::ask(svc, rules, asked).await;
+    let p = Proposal { hooks: Some(&answers), ..*p };
     let windows = policy_eval::windows(rules, p.wallet_coin);
     let sums = if windows.is_empty() {
         Vec::new()
     } else {
         svc.store.velocity_sums(wallet, &sum_windows(&windows, svc.store.clock().now()), upto).await?
     };
-    let verdict = policy_eval::evaluate(rules, p, &spent_in(&windows, &sums));
+    let verdict = policy_eval::evaluate(rules, &p, &spent_in(&windows, &sums));
     Ok(verdict)
 }
 
@@ -84,7 +106,10 @@ pub async fn create(
     events: &[&EventWrite],
 ) -> Result<Created> {
     let rules = policy::rules_of(record);
-    let p = proposal(svc, w, &wallet.coin);
+    // The webhooks are asked before the wallet is locked: a slow URL must not hold it.
+    let answers =
+        super::policy_hooks::ask(svc, &rules, &asked(w, "initiation", approval.approvals_required)).await;
+    let p = Proposal { hooks: Some(&answers), ..proposal(svc, w, &wallet.coin) };
     let windows = policy_eval::windows(&rules, &wallet.coin);
     let token_held = match &w.token {
         Some(t) => super::tokens::held(svc, &wallet.id, t).await?,

@@ -162,7 +162,7 @@ fn build(
 /// metadata, in any spelling the URL standard accepts: `0x7f000001`, `[::1]`, ...) is a 400
 /// naming `url` now rather than a failure at every delivery (docs/decisions.md#faults-and-floods). Names are still
 /// checked when delivery resolves them (`delivery::ssrf`).
-fn refuse_blocked_literal(url: &str, allowed: &[ipnet::IpNet]) -> Result<()> {
+pub fn refuse_blocked_literal(url: &str, allowed: &[ipnet::IpNet]) -> Result<()> {
     let Ok(parsed) = url::Url::parse(url) else { return Ok(()) };
     let guard = crate::net::Guard { allowed: allowed.to_vec() };
     crate::net::check_literal(&guard, &parsed).map_err(|_| {

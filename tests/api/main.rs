@@ -35,6 +35,7 @@ mod operator;
 mod passkeys;
 mod policy;
 mod policy_velocity;
+mod policy_webhook;
 mod procs;
 mod receiver;
 mod records;

@@ -36,7 +36,7 @@ async fn rules_are_added_tightened_at_once_and_a_loosening_changes_nothing_by_it
     let bad = [
         (json!({ "type": "allTx", "condition": {}, "action": { "type": "deny" } }), "MissingField"),
         (
-            json!({ "id": "r1", "type": "webhook", "condition": {}, "action": { "type": "deny" } }),
+            json!({ "id": "r1", "type": "webhook", "condition": { "url": 7 }, "action": { "type": "deny" } }),
             "InvalidField",
         ),
         (

@@ -50,14 +50,15 @@ pub struct RuleRequest {
     /// 1 to 64 letters, digits, `-`, `_` or `.`.
     #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub id: String,
-    /// `coinAddressWhitelist`, `allTx` or `velocityLimit`.
+    /// `coinAddressWhitelist`, `allTx`, `velocityLimit` or `webhook`.
     #[serde(rename = "type")]
-    #[schema(pattern = "^(coinAddressWhitelist|allTx|velocityLimit)$")]
+    #[schema(pattern = "^(coinAddressWhitelist|allTx|velocityLimit|webhook)$")]
     pub kind: String,
     /// `coinAddressWhitelist`: `{addresses: [...]}` (at most 1,000; EIP-55 checked), or for
     /// `PUT` `{add: address}` / `{remove: address}`. `allTx`: `{}`. `velocityLimit`:
     /// `{amountString (base units, digits), timeWindow (seconds, 1 to 2,678,400), coin? (the
     /// wallet's or a token of its chain; default the wallet's), excludeTags? (empty)}`.
+    /// `webhook`: `{url}` (http(s), at most 2,048 characters).
     pub condition: Value,
     pub action: RuleAction,
     /// ISO 8601: after it, only a service admin may ask to loosen the rule (docs/policy.md).
