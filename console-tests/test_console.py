@@ -813,3 +813,44 @@ def test_an_approval_made_with_a_passkey_in_place_of_the_code(browser):
     expect(page.locator(".alert.ok")).to_contain_text("Approved")
     status, audit = api("GET", "/api/v2/auditlog?type=withdrawal.approved", api_login("root"))
     assert status == 200 and any(e.get("data", {}).get("txRequestId") == pending for e in audit["auditLogs"]), audit
+
+
+def test_a_wallet_policy_page_shows_rules_history_pending_changes_and_a_dry_run(context):
+    alice_token = api_login("alice")
+    wallet = custodial_wallet(alice_token, "Acme policy")["id"]
+    rule_path = f"/api/v2/hteth/wallet/{wallet}/policy/rule"
+    whitelist = {"id": "payees", "type": "coinAddressWhitelist", "condition": {"addresses": [PAYEE]}, "action": {"type": "deny"}}
+    status, body = api("POST", rule_path, alice_token, whitelist)
+    assert status == 200, body
+    # Alice asks to remove it: a loosening, waiting for another admin.
+    status, pending = api("DELETE", rule_path, alice_token, {"id": "payees"})
+    assert status == 200 and pending["state"] == "pending", pending
+    alice = sign_in(context, "alice")
+    alice.goto(f"{BASE}/console/wallets/{wallet}")
+    alice.click("#policy-link")
+    expect(alice.locator("#rules tr[data-rule-id=payees]")).to_contain_text("coinAddressWhitelist")
+    expect(alice.locator(f"#pending-changes [data-approval-id='{pending['id']}']")).to_contain_text("removing rule payees")
+    expect(alice.locator("#history")).to_contain_text("policy.rule_created")
+    expect(alice.locator("#history")).to_contain_text("policy.change_requested")
+    # The dry run: a payee off the list is denied, with the reason; one on it waits for approval.
+    alice.fill("#dry-address", "0x90F79bf6EB2c4f870365E785982E1f101E93b906")
+    alice.fill("#dry-amount", "5")
+    alice.click("#dry-run button[type=submit]")
+    expect(alice.locator("#dry-answer")).to_contain_text("denied")
+    expect(alice.locator("#dry-answer .reasons")).to_contain_text("is not on the whitelist")
+    alice.fill("#dry-address", PAYEE)
+    alice.fill("#dry-amount", "5")
+    alice.click("#dry-run button[type=submit]")
+    expect(alice.locator("#dry-answer")).to_contain_text("pendingApproval")
+    # A bad address is refused beside the form, and nothing is stored.
+    alice.fill("#dry-address", "0x12")
+    with alice.expect_response(lambda r: r.url.endswith("/policy/evaluate")) as res:
+        alice.click("#dry-run button[type=submit]")
+    assert res.value.status == 400
+    expect(alice.locator("#dry-answer")).to_contain_text("address")
+    # Dave sees the change on the Approvals page, described.
+    dave = sign_in(context.browser.new_context(), "dave")
+    dave.goto(BASE + "/console/approvals")
+    card = dave.locator(f"section.approval[data-approval-id='{pending['id']}']")
+    expect(card).to_contain_text("Policy change on")
+    expect(card.locator(".reason")).to_contain_text("removing rule payees")

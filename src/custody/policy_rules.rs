@@ -232,3 +232,28 @@ pub async fn dry_run(
         "ruleApprovals": verdict.approvals,
     }))
 }
+
+/// Audit entries of a wallet's policy history the console shows, at most.
+pub const HISTORY: usize = 50;
+/// The wallet's latest audit entries scanned for them.
+const HISTORY_SCAN: u32 = 500;
+
+/// Wallet `wallet_id`'s policy history, newest first: its `policy.*` audit entries among its
+/// latest [`HISTORY_SCAN`], at most [`HISTORY`]. Needs the wallet visible with a `wallet_view`
+/// form. Errors: `WalletNotFound`, `InsufficientScope`.
+pub async fn history(
+    svc: &Custody,
+    auth: &Principal,
+    coin: &Coin,
+    wallet_id: &WalletId,
+) -> Result<Vec<crate::model::audit::AuditEntry>> {
+    crate::wallets::wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::View).await?;
+    let filter = crate::store::AuditFilter { wallet_id: Some(wallet_id.clone()), ..Default::default() };
+    let found = svc.store.list_audit(&filter, None, HISTORY_SCAN).await?;
+    Ok(found
+        .into_iter()
+        .map(|c| c.entry)
+        .filter(|e| e.entry_type.as_str().starts_with("policy."))
+        .take(HISTORY)
+        .collect())
+}

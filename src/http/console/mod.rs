@@ -42,6 +42,7 @@ pub(super) mod layout;
 mod notifications;
 mod oauth;
 mod overview;
+mod policy;
 mod security;
 mod signin;
 mod tokens;
@@ -101,6 +102,8 @@ pub fn router() -> Router<AppState> {
         .route("/console/chains", get(chains::page))
         .route("/console/wallets/{id}", get(wallets::page))
         .route("/console/wallets/{id}/withdraw", post(withdrawals::withdraw))
+        .route("/console/wallets/{id}/policy", get(policy::page))
+        .route("/console/wallets/{id}/policy/evaluate", post(policy::evaluate))
         .route("/console/approvals", get(withdrawals::page))
         .route("/console/approvals/{id}/approve", post(withdrawals::approve))
         .route("/console/approvals/{id}/reject", post(withdrawals::reject))

@@ -80,6 +80,7 @@ pub async fn render(
             dl.facts {
                 dt { "Id" } dd.mono { (v.wallet.id.as_str()) }
                 @if let Some(e) = &v.wallet.enterprise { dt { "Enterprise" } dd.mono { (e.as_str()) } }
+                @if custody.is_some() { dt { "Policy" } dd { a #policy-link href={ "/console/wallets/" (v.wallet.id.as_str()) "/policy" } { "Rules, history and a dry run" } } }
             }
             div.cards {
                 div.card #wallet-balance { div.value.mono { (units(&b.balance)) } div.label { "Balance (base units)" } }
