@@ -77,18 +77,24 @@ async fn history(db: &str, wallet: &str, tag: u64, n: usize, now: i64) -> anyhow
     let mut tx = pool.begin().await?;
     for i in 0..n {
         let id = format!("{:016x}{:016x}", 0xb000_0000u64 + tag, i as u64);
+        // Created over the last 3,000 s, oldest first, each with its place in the wallet's
+        // velocity ledger (docs/policy.md).
+        let at = now - 3_000 + (i * 3_000 / n) as i64;
         sqlx::query(
             "INSERT INTO withdrawals (id, wallet_id, coin, creator, idempotency_key, state, version, recipients, \
              key_id, from_address, approval_id, fee_reserve, mined_block, created_at, updated_at, amount_w0, \
-             amount_w1, amount_w2, amount_w3, amount_w4, amount_w5, amount_w6, amount_w7) \
-             VALUES ($1, $2, 'hteth', $3, $1, 'delivered', 1, $4, $3, $5, $1, '0', 1, $6, $6, 1000, 0, 0, 0, 0, 0, 0, 0)",
+             amount_w1, amount_w2, amount_w3, amount_w4, amount_w5, amount_w6, amount_w7, vcoin, vseq, vtime, \
+             cum_total) VALUES ($1, $2, 'hteth', $3, $1, 'delivered', 1, $4, $3, $5, $1, '0', 1, $6, $6, 1000, 0, 0, \
+             0, 0, 0, 0, 0, 'hteth', $7, $6, $8)",
         )
         .bind(&id)
         .bind(wallet)
         .bind(format!("{:032x}", 1))
         .bind(json!([{ "address": PAYEE, "amount": "1000" }]).to_string())
         .bind(RICH)
-        .bind(now - (i % 3_000) as i64)
+        .bind(at)
+        .bind(i as i64 + 1)
+        .bind((1_000 * (i as u64 + 1)).to_string())
         .execute(&mut *tx)
         .await?;
     }

@@ -68,6 +68,7 @@ crate::types::text_enum!(
         PolicyDenied = "PolicyDenied",
         PolicyRuleNotFound = "PolicyRuleNotFound",
         TooManyRuleChanges = "TooManyRuleChanges",
+        PolicyChangeNeedsApproval = "PolicyChangeNeedsApproval",
         PolicyRuleLocked = "PolicyRuleLocked",
     }
 );

@@ -150,7 +150,7 @@ async fn ready(
             memo.rules(&w.wallet_id).iter().filter(|r| r.action == ActionType::Deny).cloned().collect();
         let p = super::reserve::proposal(svc, &w, &w.coin);
         let asked = super::reserve::asked(&w, "signing", 0);
-        let upto = Some((w.created_at, &w.id));
+        let upto = Some(&w.id);
         let verdict = super::reserve::verdict_now(svc, &w.wallet_id, &denies, &p, &asked, upto).await?;
         if let Some(reason) = verdict.denied {
             fail(svc, &w, TxRequestState::PendingDelivery, &format!("denied by policy: {reason}")).await?;

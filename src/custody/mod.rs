@@ -20,6 +20,8 @@ pub mod node;
 pub mod pkcs11;
 pub mod policy;
 pub mod policy_changes;
+pub mod policy_edit;
+pub mod policy_enterprise;
 pub mod policy_eval;
 pub mod policy_hooks;
 pub mod policy_rules;

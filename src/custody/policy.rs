@@ -243,10 +243,10 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
     let id = v.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
     let id_ok = (1..=MAX_RULE_ID).contains(&id.chars().count())
         && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    if !id_ok {
+    if !id_ok || id.starts_with("enterprise.") {
         return Err(Error::invalid_field(
             "id",
-            format!("1 to {MAX_RULE_ID} letters, digits, '-', '_' or '.'"),
+            format!("1 to {MAX_RULE_ID} letters, digits, '-', '_' or '.', not starting with `enterprise.`"),
         ));
     }
     let lock_date = match v.get("lockDate") {

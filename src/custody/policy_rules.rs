@@ -7,8 +7,11 @@
 
 use serde_json::{json, Value};
 
+pub use super::policy_edit::RuleChange;
+
 use super::{
-    policy::{self, Condition, Rule, WhitelistEdit, MAX_RULES},
+    policy::{self, Rule, MAX_RULES},
+    policy_edit::{apply_edit, check_condition},
     policy_eval,
     withdrawals::is_wallet_admin,
     Custody,
@@ -20,18 +23,6 @@ use crate::{
     model::{audit::AuditType, wallet::WalletRow},
     types::{Coin, WalletId},
 };
-
-/// What a rule change does to the list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuleChange {
-    /// `POST`: adds the rule in the body; at once (a new rule can only hold more back).
-    Create,
-    /// `PUT`: replaces rule `body.id`; `condition.add` / `condition.remove` change a whitelist
-    /// in place. At once when it tightens; a loosening waits for other admins' approval.
-    Update,
-    /// `DELETE` `{id}`: a loosening, so it waits for other admins' approval.
-    Remove,
-}
 
 /// What a rule change did.
 #[derive(Debug)]
@@ -126,47 +117,10 @@ pub async fn change(
         .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))
 }
 
-/// `condition.add` / `condition.remove` of a whitelist `PUT`: the list is `old`'s with the one
-/// address added or taken away.
-fn apply_edit(rule: &mut Rule, old: &Rule, edit: WhitelistEdit) {
-    if let (Condition::Whitelist(list), Condition::Whitelist(was)) = (&mut rule.condition, &old.condition) {
-        match edit {
-            WhitelistEdit::Replace => {}
-            WhitelistEdit::Add(a) => {
-                *list = was.clone();
-                if !list.contains(&a) {
-                    list.push(a);
-                }
-            }
-            WhitelistEdit::Remove(a) => *list = was.iter().copied().filter(|x| *x != a).collect(),
-        }
-    }
-}
-
 /// A velocity rule counts the wallet's coin or a token configured for its chain; the users an
 /// approval rule names are admins of the wallet (no one else may answer its approvals).
 async fn check_rule(svc: &Custody, row: &WalletRow, record: &Value, rule: &Rule) -> Result<()> {
-    if let Some(coin) = rule.velocity().and_then(|v| v.coin.as_ref()) {
-        let chain = &row.coin;
-        let token = svc
-            .config
-            .chains
-            .get(chain.as_str())
-            .is_some_and(|c| c.tokens.iter().any(|t| t.coin == coin.as_str()));
-        if coin != chain && !token {
-            return Err(Error::invalid_field(
-                "condition.coin",
-                format!("{chain} or a token configured for it"),
-            ));
-        }
-    }
-    if let Condition::Webhook(url) = &rule.condition {
-        let env = svc.config.environment;
-        let as_condition = |e: Error| Error::invalid_field("condition.url", e.to_string());
-        crate::webhooks::callback_url::check_url(url, env).map_err(as_condition)?;
-        crate::webhooks::registration::refuse_blocked_literal(url, &svc.config.delivery.allowed_cidrs)
-            .map_err(as_condition)?;
-    }
+    check_condition(svc, &row.coin, rule)?;
     for user in &rule.user_ids {
         if !is_wallet_admin(svc, user, row, record).await? {
             return Err(Error::invalid_field(
@@ -221,8 +175,15 @@ pub async fn dry_run(
         total,
         approvals_required: required,
     };
-    let verdict =
-        super::reserve::verdict_now(svc, &row.id, &policy::rules_of(&record), &p, &asked, None).await?;
+    let verdict = super::reserve::verdict_now(
+        svc,
+        &row.id,
+        &super::policy_enterprise::all_rules(svc, &row, &record).await?,
+        &p,
+        &asked,
+        None,
+    )
+    .await?;
     let last = verdict.approvals.iter().any(|a| a.last);
     Ok(json!({
         "outcome": if verdict.denied.is_some() { "denied" } else { "pendingApproval" },

@@ -7,7 +7,7 @@ use alloy_primitives::U256;
 use serde_json::Value;
 
 use super::{
-    policy::{self, Rule},
+    policy::Rule,
     policy_eval::{self, Proposal, Verdict, Window},
     policy_hooks::Asked,
     Custody,
@@ -69,15 +69,14 @@ fn spent_in<'a>(windows: &'a [Window], sums: &'a [U256]) -> impl Fn(&Window) -> 
 
 /// What `rules` make of `p` with the wallet's velocity sums as they are now, locking nothing
 /// (the dry run, and the check before signing); the `webhook` rules' URLs are told `asked`.
-/// With `upto`, the sums count only the wallet's withdrawals created at or before that one,
-/// leaving it out.
+/// With `upto`, the sums count only the wallet's withdrawals stored before that one.
 pub async fn verdict_now(
     svc: &Custody,
     wallet: &WalletId,
     rules: &[Rule],
     p: &Proposal<'_>,
     asked: &Asked<'_>,
-    upto: Option<(i64, &TxRequestId)>,
+    upto: Option<&TxRequestId>,
 ) -> Result<Verdict> {
     let answers = super::policy_hooks::ask(svc, rules, asked).await;
     let p = Proposal { hooks: Some(&answers), ..*p };
@@ -105,7 +104,7 @@ pub async fn create(
     audit: &[AuditEntry],
     events: &[&EventWrite],
 ) -> Result<Created> {
-    let rules = policy::rules_of(record);
+    let rules = super::policy_enterprise::all_rules(svc, wallet, record).await?;
     // The webhooks are asked before the wallet is locked: a slow URL must not hold it.
     let answers =
         super::policy_hooks::ask(svc, &rules, &asked(w, "initiation", approval.approvals_required)).await;

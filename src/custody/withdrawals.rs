@@ -269,14 +269,17 @@ fn is_frozen(record: &Value, now: i64) -> bool {
     expires.is_some_and(|e| e > now)
 }
 
-/// Whether wallet `id` is frozen now, and its policy rules (the signer checks both again).
-pub async fn gate(
-    svc: &Custody,
-    id: &WalletId,
-) -> crate::store::StoreResult<(bool, Vec<super::policy::Rule>)> {
-    let row = svc.store.wallets_by_ids(std::slice::from_ref(id), true).await?.pop();
-    let record: Value = row.and_then(|r| serde_json::from_str(r.record.as_str()).ok()).unwrap_or_default();
-    Ok((is_frozen(&record, svc.store.clock().now()), super::policy::rules_of(&record)))
+/// Whether wallet `id` is frozen now, and its policy rules with its enterprise's (the signer
+/// checks both again).
+pub async fn gate(svc: &Custody, id: &WalletId) -> Result<(bool, Vec<super::policy::Rule>)> {
+    let Some(row) = svc.store.wallets_by_ids(std::slice::from_ref(id), true).await?.pop() else {
+        return Ok((false, Vec::new()));
+    };
+    let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
+    Ok((
+        is_frozen(&record, svc.store.clock().now()),
+        super::policy_enterprise::all_rules(svc, &row, &record).await?,
+    ))
 }
 
 /// A wallet whose `freeze.expires` is in the future refuses withdrawals (§6.1 `admin`).

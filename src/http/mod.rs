@@ -187,6 +187,7 @@ async fn health(State(state): State<AppState>) -> error::ApiResult<Json<Health>>
 }
 
 /// The routes and the OpenAPI document describing them, built together so they cannot drift.
+// Long: every API route in one list, read top to bottom.
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(health))
@@ -225,6 +226,12 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(custody::freeze))
         .routes(routes!(policy::create_rule, policy::update_rule, policy::remove_rule))
         .routes(routes!(policy::evaluate))
+        .routes(routes!(
+            policy::create_enterprise_rule,
+            policy::update_enterprise_rule,
+            policy::remove_enterprise_rule,
+            policy::list_enterprise_rules
+        ))
         .routes(routes!(custody::create_tx_request, custody::list_tx_requests))
         .routes(routes!(approvals::list_coin_approvals))
         .routes(routes!(approvals::list_approvals))

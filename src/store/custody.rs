@@ -59,13 +59,13 @@ pub trait CustodyStore: Send + Sync {
         events: &[&EventWrite],
     ) -> StoreResult<Created>;
     /// Base units withdrawn from `wallet` in each window: its coin's withdrawals created at or
-    /// after `since`, not rejected, canceled or failed; with `upto` `(created_at, id)`, only
-    /// those created at or before it, that one left out.
+    /// after `since`, not rejected, canceled or failed; with `upto`, only those stored before
+    /// that withdrawal (under the wallet's lock, in the order they were judged).
     async fn velocity_sums(
         &self,
         wallet: &WalletId,
         windows: &[SumWindow],
-        upto: Option<(i64, &TxRequestId)>,
+        upto: Option<&TxRequestId>,
     ) -> StoreResult<Vec<U256>>;
     async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>>;
     async fn withdrawals(&self, f: &WithdrawalFilter) -> StoreResult<Vec<Withdrawal>>;
@@ -132,7 +132,9 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
-    for<'r> super::custody_create::WordSums: FromRow<'r, DB::Row>,
+    for<'r> super::velocity::LostRow: FromRow<'r, DB::Row>,
+    for<'r> super::velocity::PlaceRow: FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
 {
     async fn add_custody_key(&self, k: &KeyRecord, audit: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
@@ -187,7 +189,7 @@ where
         &self,
         wallet: &WalletId,
         windows: &[SumWindow],
-        upto: Option<(i64, &TxRequestId)>,
+        upto: Option<&TxRequestId>,
     ) -> StoreResult<Vec<U256>> {
         let mut conn = self.pool.acquire().await?;
         super::custody_create::velocity_sums::<DB>(&mut conn, wallet, windows, upto).await

@@ -9,11 +9,12 @@ use sqlx::FromRow;
 
 use super::{
     custody_rows::{
-        recipients_json, recipients_total, select_withdrawals, subject_columns, Created, Refusal,
-        WithdrawalFilter, WithdrawalRow, APPROVAL_COLUMNS, WITHDRAWAL_COLUMNS,
+        recipients_json, select_withdrawals, subject_columns, Created, Refusal, WithdrawalFilter,
+        WithdrawalRow, APPROVAL_COLUMNS, WITHDRAWAL_COLUMNS,
     },
     sql::{to_json, unique_violation, Dialect},
     sql_store::SqlStore,
+    velocity::{self, words, LostRow, PlaceRow},
     EventWrite, StoreError, StoreResult,
 };
 use crate::model::{
@@ -50,95 +51,23 @@ pub struct Spending {
 /// Decides, under the wallet's lock, the approval a new withdrawal is stored with, or refuses it.
 pub type Judge<'a> = &'a (dyn Fn(&Spending) -> Result<Approval, Refusal> + Send + Sync);
 
-/// The states whose withdrawals never moved money and never will: not counted.
-const UNCOUNTED: &str = "('rejected', 'canceled', 'failed')";
-
-/// A total in 32-bit words, least significant first (`amount_w0` to `amount_w7`).
-fn words(amount: U256) -> [i64; 8] {
-    let mut out = [0i64; 8];
-    for (i, limb) in amount.as_limbs().iter().enumerate() {
-        out[2 * i] = i64::from(*limb as u32);
-        out[2 * i + 1] = i64::from((*limb >> 32) as u32);
-    }
-    out
-}
-
-#[derive(FromRow)]
-pub(super) struct WordSums {
-    w0: i64,
-    w1: i64,
-    w2: i64,
-    w3: i64,
-    w4: i64,
-    w5: i64,
-    w6: i64,
-    w7: i64,
-    /// Rows stored before the words were kept.
-    legacy: i64,
-}
-
-impl WordSums {
-    fn total(&self) -> StoreResult<U256> {
-        let sums = [self.w0, self.w1, self.w2, self.w3, self.w4, self.w5, self.w6, self.w7];
-        sums.iter().enumerate().try_fold(U256::ZERO, |a, (i, s)| {
-            let s =
-                u64::try_from(*s).map_err(|_| StoreError::malformed("amount word sum", &s.to_string()))?;
-            Ok(a.saturating_add(U256::from(s).saturating_shl(32 * i)))
-        })
-    }
-}
-
-/// Each window's sum, read on `conn` (inside the creating transaction, or alone).
+/// Each window's sum ([`super::velocity::window_sums`]), read on `conn` (inside the creating
+/// transaction, or alone).
 #[sql_bounds]
 pub(super) async fn velocity_sums<DB>(
     conn: &mut DB::Connection,
     wallet: &WalletId,
     windows: &[SumWindow],
-    upto: Option<(i64, &TxRequestId)>,
+    upto: Option<&TxRequestId>,
 ) -> StoreResult<Vec<U256>>
 where
-    for<'r> WordSums: FromRow<'r, DB::Row>,
+    for<'r> PlaceRow: FromRow<'r, DB::Row>,
+    for<'r> LostRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
 {
-    let filter = format!(
-        "wallet_id = $1 AND COALESCE(token_coin, coin) = $2 AND created_at >= $3 AND created_at <= $4 \
-         AND id <> $5 AND state NOT IN {UNCOUNTED}"
-    );
-    let sum = |i: usize| format!("CAST(COALESCE(SUM(amount_w{i}), 0) AS BIGINT) AS w{i}");
-    let sums = format!(
-        "SELECT {}, CAST(COUNT(*) - COUNT(amount_w0) AS BIGINT) AS legacy FROM withdrawals WHERE {filter}",
-        (0..8).map(sum).collect::<Vec<_>>().join(", ")
-    );
-    let (until, except) = upto.map_or((i64::MAX, ""), |(at, id)| (at, id.as_str()));
-    let mut out = Vec::with_capacity(windows.len());
-    for w in windows {
-        let row: WordSums = sqlx::query_as(&sums)
-            .bind(wallet.as_str())
-            .bind(w.coin.as_str())
-            .bind(w.since)
-            .bind(until)
-            .bind(except)
-            .fetch_one(&mut *conn)
-            .await?;
-        let mut total = row.total()?;
-        if row.legacy > 0 {
-            let legacy: Vec<(String,)> = sqlx::query_as(&format!(
-                "SELECT recipients FROM withdrawals WHERE {filter} AND amount_w0 IS NULL"
-            ))
-            .bind(wallet.as_str())
-            .bind(w.coin.as_str())
-            .bind(w.since)
-            .bind(until)
-            .bind(except)
-            .fetch_all(&mut *conn)
-            .await?;
-            for (json,) in &legacy {
-                total = total.saturating_add(recipients_total(json)?);
-            }
-        }
-        out.push(total);
-    }
-    Ok(out)
+    let windows: Vec<(&str, i64)> = windows.iter().map(|w| (w.coin.as_str(), w.since)).collect();
+    velocity::window_sums::<DB>(conn, wallet, &windows, upto).await
 }
 
 /// Inserts approval `a` inside `tx`.
@@ -181,9 +110,11 @@ pub(super) async fn create_withdrawal<DB>(
 ) -> StoreResult<Created>
 where
     for<'r> WithdrawalRow: FromRow<'r, DB::Row>,
-    for<'r> WordSums: FromRow<'r, DB::Row>,
+    for<'r> PlaceRow: FromRow<'r, DB::Row>,
+    for<'r> LostRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
 {
     let mut tx = store.begin_write().await?;
     let _: Option<(String,)> =
@@ -214,11 +145,14 @@ where
         Err(refused) => return Ok(Created::Refused(refused)),
     };
     let [w0, w1, w2, w3, w4, w5, w6, w7] = words(w.total());
+    let vcoin = w.token.as_ref().map_or(&w.coin, |t| &t.coin).as_str();
+    let place = velocity::latest::<DB>(&mut tx, &w.wallet_id, vcoin).await?.unwrap_or_default();
+    let place = place.next(w.total(), w.created_at);
     let inserted = sqlx::query(&format!(
         "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}, amount_w0, amount_w1, amount_w2, amount_w3, \
-         amount_w4, amount_w5, amount_w6, amount_w7) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $16, $17, \
-         $10, $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15, $18, $19, $20, $21, $22, $23, $24, \
-         $25, $26)"
+         amount_w4, amount_w5, amount_w6, amount_w7, vcoin, vseq, vtime, cum_total) VALUES ($1, $2, $3, $4, \
+         $5, $6, $7, $8, $9, $16, $17, $10, $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15, $18, \
+         $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30)"
     ))
     .bind(w.id.as_str())
     .bind(w.wallet_id.as_str())
@@ -246,6 +180,10 @@ where
     .bind(w5)
     .bind(w6)
     .bind(w7)
+    .bind(vcoin)
+    .bind(place.vseq)
+    .bind(place.vtime)
+    .bind(place.cum.to_string())
     .execute(&mut *tx)
     .await;
     if let Err(e) = inserted {
@@ -274,41 +212,4 @@ where
     let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
     tx.commit().await?;
     Ok(Created::New(recorded, Box::new(a)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_total_splits_into_words_that_sum_back_exactly() {
-        for amount in [U256::ZERO, U256::from(u64::MAX), U256::MAX, U256::from(3_333_333u64) << 200] {
-            let w = words(amount);
-            let sums = WordSums {
-                w0: w[0],
-                w1: w[1],
-                w2: w[2],
-                w3: w[3],
-                w4: w[4],
-                w5: w[5],
-                w6: w[6],
-                w7: w[7],
-                legacy: 0,
-            };
-            assert_eq!(sums.total().unwrap(), amount);
-        }
-        // Two of the largest words summed still fit a BIGINT and carry into the next word.
-        let two = WordSums {
-            w0: 2 * i64::from(u32::MAX),
-            w1: 0,
-            w2: 0,
-            w3: 0,
-            w4: 0,
-            w5: 0,
-            w6: 0,
-            w7: 0,
-            legacy: 0,
-        };
-        assert_eq!(two.total().unwrap(), U256::from(2 * u64::from(u32::MAX)));
-    }
 }

@@ -1,6 +1,6 @@
 //! Enterprises (customer organisations) and their members.
 
-use crate::types::{EnterpriseId, UserId};
+use crate::types::{Coin, EnterpriseId, UserId};
 use async_trait::async_trait;
 use custodian_macros::sql_bounds;
 use sqlx::FromRow;
@@ -47,6 +47,19 @@ pub trait EnterpriseStore: Send + Sync {
     ) -> StoreResult<()>;
     /// The user's enterprises, by name then id.
     async fn memberships(&self, user_id: &UserId) -> StoreResult<Vec<Membership>>;
+    /// An enterprise's policy rules for `coin`, as stored (a JSON array); `None` when it has
+    /// none.
+    async fn enterprise_rules(&self, enterprise: &EnterpriseId, coin: &Coin) -> StoreResult<Option<String>>;
+    /// Writes an enterprise's rules for `coin` if they are still `before` (`None`: none yet),
+    /// with `audit`; `false` when they changed meanwhile (nothing written).
+    async fn set_enterprise_rules(
+        &self,
+        enterprise: &EnterpriseId,
+        coin: &Coin,
+        before: Option<&str>,
+        rules: &str,
+        audit: &[crate::model::audit::AuditEntry],
+    ) -> StoreResult<bool>;
     /// Enterprises by id after `after_id`, at most `limit` (the console's list).
     async fn list_enterprises(&self, after_id: Option<&str>, limit: u32) -> StoreResult<Vec<Enterprise>>;
     /// An enterprise's members by email, at most `limit`.
@@ -130,6 +143,65 @@ where
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
+    async fn enterprise_rules(&self, enterprise: &EnterpriseId, coin: &Coin) -> StoreResult<Option<String>> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT rules FROM enterprise_policies WHERE enterprise_id = $1 AND coin = $2")
+                .bind(enterprise.as_str())
+                .bind(coin.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|(r,)| r))
+    }
+
+    async fn set_enterprise_rules(
+        &self,
+        enterprise: &EnterpriseId,
+        coin: &Coin,
+        before: Option<&str>,
+        rules: &str,
+        audit: &[crate::model::audit::AuditEntry],
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let now = self.clock.now();
+        let done = match before {
+            None => sqlx::query(
+                "INSERT INTO enterprise_policies (enterprise_id, coin, rules, updated_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(enterprise.as_str())
+            .bind(coin.as_str())
+            .bind(rules)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map(|r| DB::rows_affected(&r)),
+            Some(before) => sqlx::query(
+                "UPDATE enterprise_policies SET rules = $3, updated_at = $5 WHERE enterprise_id = $1 AND coin = $2 \
+                 AND rules = $4",
+            )
+            .bind(enterprise.as_str())
+            .bind(coin.as_str())
+            .bind(rules)
+            .bind(before)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map(|r| DB::rows_affected(&r)),
+        };
+        match done {
+            Ok(1) => {}
+            Ok(_) => return Ok(false),
+            Err(e) => {
+                return match unique_violation(e, "rules") {
+                    super::StoreError::Conflict(_) => Ok(false),
+                    other => Err(other),
+                }
+            }
+        }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
     async fn memberships(&self, user_id: &UserId) -> StoreResult<Vec<Membership>> {
         if let Some(m) = self.cache.memberships(user_id) {
             return Ok(m);

@@ -15,7 +15,8 @@
 //! | `rate_buckets.rs` | [`RateBucketStore`]  | rate limits' token buckets (PostgreSQL only) |
 //! | `custody.rs`    | [`CustodyStore`]       | custody keys, withdrawals, pending approvals, nonces |
 //! | `custody_attempts.rs` | [`AttemptStore`] | every transaction signed for a withdrawal |
-//! | `custody_create.rs` | (`CustodyStore`) | a new withdrawal judged under its wallet's lock, velocity sums |
+//! | `custody_create.rs` | (`CustodyStore`) | a new withdrawal judged under its wallet's lock |
+//! | `velocity.rs` | (`CustodyStore`) | the velocity ledger: a window's sum in a few index reads |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
@@ -54,6 +55,7 @@ pub mod sqlite;
 mod throttle;
 mod tokens;
 mod users;
+mod velocity;
 mod wallets;
 mod webhooks;
 

@@ -170,3 +170,31 @@ async fn two_hosts_at_once_cannot_both_slip_under_a_velocity_limit() {
     assert_eq!(codes.iter().filter(|s| **s == 200).count(), 3, "{codes:?}");
     assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 3);
 }
+
+#[tokio::test]
+async fn a_limit_lowered_while_withdrawals_wait_fails_only_those_past_it_before_signing() {
+    let c = custodial(2 * ONE_ETH, 1).await;
+    add_rule(&c, &velocity("cap", 10 * TENTH, 3_600, json!({ "type": "deny" }))).await;
+    // Two of 0.3 ETH, approved once the wallet is frozen: they wait unsigned.
+    let a = expect_json(c.initiate(&c.alice_token, &pay(3 * TENTH, "a")).await, 200).await;
+    let b = expect_json(c.initiate(&c.alice_token, &pay(3 * TENTH, "b")).await, 200).await;
+    let freeze = format!("/api/v2/hteth/wallet/{}/freeze", c.wallet_id());
+    expect_json(c.app.post_auth(&freeze, &c.alice_token, &json!({})).await, 200).await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    for p in [&a, &b] {
+        expect_json(c.answer(&c.bob_token, p["id"].as_str().unwrap(), &approve).await, 200).await;
+    }
+    let (first, second) = (a["txRequestId"].as_str().unwrap(), b["txRequestId"].as_str().unwrap());
+    // The limit drops to 0.5 ETH (a tightening, at once). Before signing, each is judged with
+    // what was stored before it: the first (0.3) passes, the second (0.6) is denied unsigned.
+    let path = format!("/api/v2/hteth/wallet/{}/policy/rule", c.wallet_id());
+    let lower = velocity("cap", 5 * TENTH, 3_600, json!({ "type": "deny" }));
+    expect_json(c.app.put_auth(&path, &c.alice_token, &lower).await, 200).await;
+    let wallet_id: custodian::types::WalletId = c.wallet_id().parse().unwrap();
+    custodian::custody::freeze::unfreeze(&c.app.state.custody, &wallet_id).await.unwrap();
+    c.state_is(first, "delivered").await;
+    let failed = c.state_is(second, "failed").await;
+    assert!(failed.to_string().contains("velocity limit cap"), "{failed}");
+    let sql = format!("SELECT tx_request_id FROM withdrawal_attempts WHERE tx_request_id = '{second}'");
+    assert!(c.app.raw_sql(&sql).await.is_empty(), "the denied withdrawal was signed");
+}

@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use crate::{
     custody::{
+        policy_enterprise,
         policy_rules::{self, Changed, RuleChange},
         withdrawals::RecipientRequest,
     },
@@ -24,7 +25,7 @@ use crate::{
         ErrorResponse,
     },
     model::wallet::{self as model, Expand},
-    types::{Coin, WalletId},
+    types::{Coin, EnterpriseId, WalletId},
     AppState,
 };
 
@@ -193,4 +194,99 @@ pub async fn evaluate(
 ) -> ApiResult<Json<Value>> {
     let recipients: Vec<RecipientRequest> = req.recipients.into_iter().map(RecipientRequest::from).collect();
     Ok(Json(policy_rules::dry_run(&state.custody, &auth, &coin, &wallet_id, &recipients).await?))
+}
+
+/// An enterprise's rules for a coin: `{rules: [...]}`, each as a wallet's `admin.policy.rules`
+/// shows one.
+fn enterprise_rules(rules: Vec<Value>) -> Json<Value> {
+    Json(serde_json::json!({ "rules": rules }))
+}
+
+/// Adds an enterprise policy rule (Custodian's own route, docs/policy.md#enterprise-rules):
+/// the same body as a wallet's; it applies to every wallet of the enterprise and coin, at once.
+/// Answers the enterprise's rules for the coin.
+#[utoipa::path(post, path = "/api/v2/{coin}/enterprise/{enterpriseId}/policy/rule", tag = "policy", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("enterpriseId" = EnterpriseId, Path, description = "Enterprise id, 32 hex")),
+    request_body = RuleRequest,
+    responses(
+        (status = 200, description = "`{rules: [...]}`", body = Object),
+        (status = 400, description = "A bad rule (`MissingField`, `InvalidField` naming the field)", body = ErrorResponse),
+        (status = 403, description = "No enterprise_manage_all, or not an admin of the enterprise", body = ErrorResponse),
+        (status = 404, description = "Not a member of the enterprise (`EnterpriseNotFound`)", body = ErrorResponse),
+        (status = 409, description = "A rule with this id exists, 50 do, or they changed meanwhile", body = ErrorResponse),
+    ))]
+pub async fn create_enterprise_rule(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, enterprise)): ApiPath<(Coin, EnterpriseId)>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Json<Value>> {
+    let rules =
+        policy_enterprise::change(&state.custody, &auth, &coin, &enterprise, &body, RuleChange::Create)
+            .await?;
+    Ok(enterprise_rules(rules))
+}
+
+/// Changes an enterprise policy rule: at once when it tightens; a loosening is refused with
+/// `PolicyChangeNeedsApproval` (an enterprise's loosenings cannot be approved yet). Answers the
+/// enterprise's rules for the coin.
+#[utoipa::path(put, path = "/api/v2/{coin}/enterprise/{enterpriseId}/policy/rule", tag = "policy", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("enterpriseId" = EnterpriseId, Path, description = "Enterprise id, 32 hex")),
+    request_body = RuleRequest,
+    responses(
+        (status = 200, description = "`{rules: [...]}`", body = Object),
+        (status = 400, description = "A bad rule", body = ErrorResponse),
+        (status = 403, description = "No enterprise_manage_all, not an admin of the enterprise, or a loosening (`PolicyChangeNeedsApproval`)", body = ErrorResponse),
+        (status = 404, description = "No such rule (`PolicyRuleNotFound`), or not a member", body = ErrorResponse),
+        (status = 409, description = "The rules changed meanwhile", body = ErrorResponse),
+    ))]
+pub async fn update_enterprise_rule(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, enterprise)): ApiPath<(Coin, EnterpriseId)>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Json<Value>> {
+    let rules =
+        policy_enterprise::change(&state.custody, &auth, &coin, &enterprise, &body, RuleChange::Update)
+            .await?;
+    Ok(enterprise_rules(rules))
+}
+
+/// Removes an enterprise policy rule: a loosening, refused with `PolicyChangeNeedsApproval`
+/// once the rule is found (docs/policy.md#enterprise-rules).
+#[utoipa::path(delete, path = "/api/v2/{coin}/enterprise/{enterpriseId}/policy/rule", tag = "policy", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("enterpriseId" = EnterpriseId, Path, description = "Enterprise id, 32 hex")),
+    request_body = RemoveRuleRequest,
+    responses(
+        (status = 400, description = "No `id`", body = ErrorResponse),
+        (status = 403, description = "No enterprise_manage_all, not an admin of the enterprise, or a loosening (`PolicyChangeNeedsApproval`)", body = ErrorResponse),
+        (status = 404, description = "No such rule (`PolicyRuleNotFound`), or not a member", body = ErrorResponse),
+    ))]
+pub async fn remove_enterprise_rule(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, enterprise)): ApiPath<(Coin, EnterpriseId)>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Json<Value>> {
+    let rules =
+        policy_enterprise::change(&state.custody, &auth, &coin, &enterprise, &body, RuleChange::Remove)
+            .await?;
+    Ok(enterprise_rules(rules))
+}
+
+/// An enterprise's policy rules for a coin: `{rules: [...]}`. Needs an `enterprise_view_all`
+/// form and a membership.
+#[utoipa::path(get, path = "/api/v2/{coin}/enterprise/{enterpriseId}/policy/rule", tag = "policy", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "Coin ticker"), ("enterpriseId" = EnterpriseId, Path, description = "Enterprise id, 32 hex")),
+    responses(
+        (status = 200, description = "`{rules: [...]}`", body = Object),
+        (status = 403, description = "No enterprise_view_all", body = ErrorResponse),
+        (status = 404, description = "Not a member of the enterprise (`EnterpriseNotFound`)", body = ErrorResponse),
+    ))]
+pub async fn list_enterprise_rules(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, enterprise)): ApiPath<(Coin, EnterpriseId)>,
+) -> ApiResult<Json<Value>> {
+    Ok(enterprise_rules(policy_enterprise::list(&state.custody, &auth, &coin, &enterprise).await?))
 }
