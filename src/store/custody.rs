@@ -135,6 +135,7 @@ where
     for<'r> super::velocity::LostRow: FromRow<'r, DB::Row>,
     for<'r> super::velocity::PlaceRow: FromRow<'r, DB::Row>,
     for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
     async fn add_custody_key(&self, k: &KeyRecord, audit: &[AuditEntry]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;

@@ -65,6 +65,7 @@ where
     for<'r> LostRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
     let windows: Vec<(&str, i64)> = windows.iter().map(|w| (w.coin.as_str(), w.since)).collect();
     velocity::window_sums::<DB>(conn, wallet, &windows, upto).await
@@ -115,6 +116,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
     let mut tx = store.begin_write().await?;
     let _: Option<(String,)> =

@@ -122,6 +122,7 @@ where
     for<'r> LostRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
     if windows.is_empty() {
         return Ok(Vec::new());
@@ -163,13 +164,13 @@ where
         .await?;
         *lost = rows.iter().map(|r| Ok((r.vtime, r.words.total()?))).collect::<StoreResult<_>>()?;
     }
+    let befores = befores::<DB>(conn, wallet, windows).await?;
     let mut out = Vec::with_capacity(windows.len());
-    for (coin, since) in windows {
+    for ((coin, since), before) in windows.iter().zip(befores) {
         let Some((_, Some(top), _, lost)) = coins.iter().find(|c| c.0 == *coin) else {
             out.push(U256::ZERO);
             continue;
         };
-        let before = before::<DB>(conn, wallet, coin, *since).await?;
         if before.vseq >= top.vseq {
             out.push(U256::ZERO);
             continue;
@@ -180,27 +181,40 @@ where
     Ok(out)
 }
 
-/// The last place of the ledger before `since`; the start of the ledger when there is none.
+/// For each window, the last place of its coin's ledger before its start (the start of the
+/// ledger when there is none): one statement of one index seek per window.
 #[sql_bounds]
-async fn before<DB>(
+async fn befores<DB>(
     conn: &mut DB::Connection,
     wallet: &WalletId,
-    coin: &str,
-    since: i64,
-) -> StoreResult<Place>
+    windows: &[(&str, i64)],
+) -> StoreResult<Vec<Place>>
 where
-    for<'r> PlaceRow: FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
-    let row: Option<PlaceRow> = sqlx::query_as(
-        "SELECT vseq, vtime, cum_total FROM withdrawals WHERE wallet_id = $1 AND vcoin = $2 AND vtime < $3 \
-         ORDER BY vtime DESC, vseq DESC LIMIT 1",
-    )
-    .bind(wallet.as_str())
-    .bind(coin)
-    .bind(since)
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.as_ref().map(PlaceRow::place).transpose()?.unwrap_or_default())
+    // Numbers of the store's own (window indexes, placeholders), not a client's text.
+    let parts: Vec<String> = (0..windows.len())
+        .map(|i| {
+            format!(
+                "SELECT * FROM (SELECT CAST({i} AS BIGINT) AS k, vseq, vtime, cum_total FROM withdrawals WHERE wallet_id = $1 \
+                 AND vcoin = ${} AND vtime < ${} ORDER BY vtime DESC, vseq DESC LIMIT 1) AS b{i}",
+                2 * i + 2,
+                2 * i + 3
+            )
+        })
+        .collect();
+    let sql = parts.join(" UNION ALL ");
+    let mut q = sqlx::query_as::<DB, (i64, i64, i64, String)>(&sql).bind(wallet.as_str());
+    for (coin, since) in windows {
+        q = q.bind(*coin).bind(*since);
+    }
+    let mut out = vec![Place::default(); windows.len()];
+    for (k, vseq, vtime, cum) in q.fetch_all(&mut *conn).await? {
+        if let Some(slot) = usize::try_from(k).ok().and_then(|k| out.get_mut(k)) {
+            *slot = Place { vseq, vtime, cum: parse_stored(&cum, "running total")? };
+        }
+    }
+    Ok(out)
 }
 
 /// A sum as base units: at most 2^256 - 1 (more than any limit can be).

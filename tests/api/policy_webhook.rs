@@ -32,7 +32,7 @@ fn answer(status: u16, delay_ms: u64) -> Answer {
 
 #[tokio::test]
 async fn a_webhook_rule_passes_on_200_and_fails_closed_on_anything_else() {
-    let (c, receiver) = with_hook(1_000, 4).await;
+    let (c, receiver) = with_hook(2_000, 4).await;
     let secret = expect_json(c.app.rotate_secret(&c.alice_token, &c.enterprise).await, 200).await["secret"]
         .as_str()
         .unwrap()
@@ -51,7 +51,7 @@ async fn a_webhook_rule_passes_on_200_and_fails_closed_on_anything_else() {
     assert!(custodian::notifications::signing::verify_bitgo(&secret, got[0].body.as_bytes(), signature));
     // A refusal, a server error and an answer too late each deny it, naming why; nothing stored.
     for (status, delay, why) in
-        [(403, 0, "answered 403"), (500, 0, "answered 500"), (200, 2_000, "within 1000 ms")]
+        [(403, 0, "answered 403"), (500, 0, "answered 500"), (200, 4_000, "within 2000 ms")]
     {
         receiver.plan(&[answer(status, delay)]);
         let body = assert_error(c.initiate(&c.alice_token, &pay(why)).await, 403, "PolicyDenied").await;
@@ -75,10 +75,10 @@ async fn a_webhook_rule_passes_on_200_and_fails_closed_on_anything_else() {
 
 #[tokio::test]
 async fn a_check_that_finds_no_free_slot_in_time_fails_closed() {
-    // One slot; each answer takes 900 ms of a 1,500 ms budget: the second check waits for the
-    // first's slot, and its own answer comes too late.
-    let (c, receiver) = with_hook(1_500, 1).await;
-    receiver.delay_all(900);
+    // One slot; each answer takes 2,100 ms of a 4,000 ms budget: the second check waits for the
+    // first's slot, and its own answer cannot come in time (4,200 ms), however fast the machine.
+    let (c, receiver) = with_hook(4_000, 1).await;
+    receiver.delay_all(2_100);
     let (a, b) = futures_util::future::join(
         c.initiate(&c.alice_token, &pay("a")),
         c.initiate(&c.alice_token, &pay("b")),
