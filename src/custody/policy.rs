@@ -227,7 +227,7 @@ pub fn rules_of(record: &Value) -> Vec<Rule> {
         return Vec::new();
     };
     list.iter()
-        .filter_map(|v| match parse(v) {
+        .filter_map(|v| match parse_checked(v, Checks::Stored) {
             Ok((rule, _)) => Some(rule),
             Err(e) => {
                 tracing::error!(error = %e, "a stored policy rule does not parse; it is not applied");
@@ -237,9 +237,22 @@ pub fn rules_of(record: &Value) -> Vec<Rule> {
         .collect()
 }
 
+/// How much a rule's text is checked: in full as a client sends it, or as this service stored
+/// it (each whitelist address's EIP-55 checksum was checked when written; hashing a thousand
+/// of them again at every withdrawal is what a wallet's policy costs most).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    Sent,
+    Stored,
+}
+
 /// Parses a rule as `POST`/`PUT .../policy/rule` sends it (`{id, type, condition, action}`).
 /// Errors: `MissingField`, `InvalidField` naming the field.
 pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
+    parse_checked(v, Checks::Sent)
+}
+
+fn parse_checked(v: &Value, checks: Checks) -> Result<(Rule, WhitelistEdit)> {
     let id = v.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
     let id_ok = (1..=MAX_RULE_ID).contains(&id.chars().count())
         && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
@@ -262,7 +275,7 @@ pub fn parse(v: &Value) -> Result<(Rule, WhitelistEdit)> {
     let (condition, edit) = match kind {
         RuleType::AllTx => (Condition::AllTx, WhitelistEdit::Replace),
         RuleType::CoinAddressWhitelist => {
-            let (addresses, edit) = whitelist(condition)?;
+            let (addresses, edit) = whitelist(condition, checks)?;
             (Condition::Whitelist(addresses), edit)
         }
         RuleType::VelocityLimit => (Condition::Velocity(velocity(condition)?), WhitelistEdit::Replace),
@@ -339,7 +352,11 @@ fn velocity(condition: &Map<String, Value>) -> Result<Velocity> {
     Ok(Velocity { amount, window, coin })
 }
 
-fn whitelist(condition: &Map<String, Value>) -> Result<(Vec<Address>, WhitelistEdit)> {
+fn whitelist(condition: &Map<String, Value>, checks: Checks) -> Result<(Vec<Address>, WhitelistEdit)> {
+    let address = |text: &str| match checks {
+        Checks::Sent => parse_eth_address(text).ok(),
+        Checks::Stored => text.parse::<Address>().ok(),
+    };
     let one = |field: &str| -> Result<Option<Address>> {
         match condition.get(field) {
             None => Ok(None),
@@ -368,11 +385,12 @@ fn whitelist(condition: &Map<String, Value>) -> Result<(Vec<Address>, WhitelistE
         ));
     }
     let mut addresses = Vec::with_capacity(list.len());
+    let mut seen = std::collections::HashSet::with_capacity(list.len());
     for (i, v) in list.iter().enumerate() {
-        let a = v.as_str().map(parse_eth_address).and_then(std::result::Result::ok).ok_or_else(|| {
+        let a = v.as_str().and_then(address).ok_or_else(|| {
             Error::invalid_field(format!("condition.addresses[{i}]"), "an Ethereum address")
         })?;
-        if !addresses.contains(&a) {
+        if seen.insert(a) {
             addresses.push(a);
         }
     }
