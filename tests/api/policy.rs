@@ -245,3 +245,27 @@ async fn a_rule_past_its_lock_date_is_loosened_only_at_a_service_admin_s_request
     expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
     assert_eq!(rules(&c).await, json!([]));
 }
+
+#[tokio::test]
+async fn a_loosening_not_approved_in_time_expires_and_changes_nothing() {
+    let c = crate::custody::custodial_with(0, 1, |cfg| cfg.withdrawals.approval_ttl = 60).await;
+    let path = rule_path(&c);
+    expect_json(c.app.post_auth(&path, &c.alice_token, &whitelist(&[OTHER])).await, 200).await;
+    let pending = expect_json(delete(&c, &c.alice_token, &json!({ "id": "payees" })).await, 200).await;
+    let id = pending["id"].as_str().unwrap().to_string();
+    c.app.state.store.clock().advance(std::time::Duration::from_secs(61));
+    let read = format!("/api/v2/hteth/pendingapprovals/{id}");
+    until("the rule change expires", 30, || async {
+        let res = c.app.get_auth(&read, &c.alice_token).await;
+        if res.status() == 429 {
+            return None;
+        }
+        (expect_json(res, 200).await["state"] == "rejected").then_some(())
+    })
+    .await;
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    assert_error(c.answer(&c.bob_token, &id, &approve).await, 409, "ApprovalNotPending").await;
+    assert_eq!(rules(&c).await.as_array().unwrap().len(), 1);
+    let audit = c.app.raw_sql("SELECT data FROM audit_log WHERE type = 'policy.change_expired'").await;
+    assert!(audit.len() == 1 && audit[0].contains("payees"), "{audit:?}");
+}
