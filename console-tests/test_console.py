@@ -825,10 +825,15 @@ def test_a_wallet_policy_page_shows_rules_history_pending_changes_and_a_dry_run(
     # Alice asks to remove it: a loosening, waiting for another admin.
     status, pending = api("DELETE", rule_path, alice_token, {"id": "payees"})
     assert status == 200 and pending["state"] == "pending", pending
+    # An enterprise rule for hteth applies to the wallet too, shown beside its own.
+    cap = {"id": "cap", "type": "velocityLimit", "condition": {"amountString": str(10**21), "timeWindow": 86400}, "action": {"type": "getApproval"}}
+    status, body = api("POST", f"/api/v2/hteth/enterprise/{FIXTURE['enterprises']['acme']}/policy/rule", alice_token, cap)
+    assert status == 200, body
     alice = sign_in(context, "alice")
     alice.goto(f"{BASE}/console/wallets/{wallet}")
     alice.click("#policy-link")
     expect(alice.locator("#rules tr[data-rule-id=payees]")).to_contain_text("coinAddressWhitelist")
+    expect(alice.locator("#rules tr[data-rule-id='enterprise.cap']")).to_contain_text("the enterprise")
     expect(alice.locator(f"#pending-changes [data-approval-id='{pending['id']}']")).to_contain_text("removing rule payees")
     expect(alice.locator("#history")).to_contain_text("policy.rule_created")
     expect(alice.locator("#history")).to_contain_text("policy.change_requested")

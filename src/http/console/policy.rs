@@ -1,4 +1,4 @@
-//! A wallet's Policy page (docs/policy.md): its rules, their history, the loosenings waiting
+//! A wallet's Policy page (docs/policy.md): its rules and its enterprise's, their history, the loosenings waiting
 //! for approval, and a dry-run form that says what the rules would make of a withdrawal.
 //! Visible to whoever may see the wallet; rules are written through the API.
 
@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::{error_response, html, layout, Form, Session};
 use crate::{
-    custody::{approvals, policy, policy_rules, withdrawals::RecipientRequest},
+    custody::{approvals, policy_enterprise, policy_rules, withdrawals::RecipientRequest},
     error::{Error, ErrorName},
     model::custody::{ApprovalState, ApprovalSubject},
     types::WalletId,
@@ -53,7 +53,10 @@ async fn render(state: &AppState, session: &Session, id: &str, dry: Option<&DryR
         Err(e) => return error_response(e.into(), Some(session)),
     };
     let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
-    let rules = policy::rules_of(&record);
+    let rules = match policy_enterprise::all_rules(&state.custody, &row, &record).await {
+        Ok(rules) => rules,
+        Err(e) => return error_response(e.into(), Some(session)),
+    };
     let history = policy_rules::history(&state.custody, &session.auth, &row.coin, &row.id).await;
     let q = approvals::ListQuery {
         wallet: Some(row.id.clone()),
@@ -85,11 +88,12 @@ async fn render(state: &AppState, session: &Session, id: &str, dry: Option<&DryR
             @if rules.is_empty() { p.muted #no-rules { "No rules: every withdrawal waits only for the wallet's approvers." } }
             @else {
                 div.table-wrap { table #rules {
-                    thead { tr { th { "Rule" } th { "Type" } th { "Condition" } th { "Action" } th { "Locked from" } } }
+                    thead { tr { th { "Rule" } th { "Of" } th { "Type" } th { "Condition" } th { "Action" } th { "Locked from" } } }
                     tbody { @for r in &rules {
                         @let v = r.to_json();
                         tr data-rule-id=(r.id) {
                             td.mono { (r.id) }
+                            td { @if r.id.starts_with(policy_enterprise::PREFIX) { "the enterprise" } @else { "the wallet" } }
                             td { (r.kind().as_str()) }
                             td.mono { (v["condition"].to_string()) }
                             td { (v["action"]["type"].as_str().unwrap_or_default()) @if !r.user_ids.is_empty() { " by " (r.user_ids.len()) " named" } }
