@@ -149,7 +149,7 @@ async fn ready(
         let denies: Vec<Rule> =
             memo.rules(&w.wallet_id).iter().filter(|r| r.action == ActionType::Deny).cloned().collect();
         let p = super::reserve::proposal(svc, &w, &w.coin);
-        let asked = super::reserve::asked(&w, "signing", 0);
+        let asked = super::reserve::asked(&w, "signing", None);
         let upto = Some(&w.id);
         let verdict = super::reserve::verdict_now(svc, &w.wallet_id, &denies, &p, &asked, upto).await?;
         if let Some(reason) = verdict.denied {

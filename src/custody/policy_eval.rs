@@ -6,7 +6,7 @@
 //! after all the others.
 
 use alloy_primitives::U256;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::policy::{ActionType, Condition, Rule};
 use crate::{
@@ -67,20 +67,13 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// `[{ruleId, triggered}]`.
-    pub fn single_run_results(&self) -> Value {
-        Value::Array(
-            self.results.iter().map(|r| json!({ "ruleId": r.rule_id, "triggered": r.triggered })).collect(),
-        )
-    }
-
     /// The §7 refusal when a `deny` fired: `PolicyDenied` (403), naming the rule.
     pub fn refusal(&self) -> Option<Error> {
         let reason = self.denied.as_ref()?;
         Some(Error::Forbidden {
             name: ErrorName::PolicyDenied,
             message: format!("denied by policy: {reason}"),
-            context: json!({ "singleRunResults": self.single_run_results(), "reasons": self.reasons }),
+            context: json!({ "singleRunResults": self.results, "reasons": self.reasons }),
         })
     }
 

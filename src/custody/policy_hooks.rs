@@ -72,7 +72,8 @@ pub struct Asked<'a> {
     pub recipients: &'a [Recipient],
     /// Base units of `coin`.
     pub total: U256,
-    pub approvals_required: u32,
+    /// The wallet's `approvalsRequired`; `None` before signing (the approvals were given).
+    pub approvals_required: Option<u32>,
 }
 
 /// Asks the URL of every `webhook` rule among `rules`, side by side.
@@ -109,14 +110,17 @@ async fn one(
     secret: Option<&str>,
 ) -> Result<(), String> {
     let hooks = &svc.policy_hooks;
-    let body = json!({
+    let mut body = json!({
         "type": "policyCheck", "stage": asked.stage, "ruleId": id, "walletId": asked.wallet.as_str(),
         "coin": asked.coin.as_str(), "enterpriseId": asked.enterprise.map(EnterpriseId::as_str),
         "txRequestId": asked.tx_request_id.map(TxRequestId::as_str), "initiator": asked.initiator.as_str(),
         "recipients": asked.recipients.iter().map(|r| json!({ "address": r.address.to_checksum(None), "amount": r.amount.to_string() })).collect::<Vec<Value>>(),
-        "amount": asked.total.to_string(), "approvalsRequired": asked.approvals_required,
-    })
-    .to_string();
+        "amount": asked.total.to_string(),
+    });
+    if let Some(n) = asked.approvals_required {
+        body["approvalsRequired"] = json!(n);
+    }
+    let body = body.to_string();
     let parsed = url::Url::parse(url).map_err(|e| format!("URL does not parse: {e}"))?;
     crate::net::check_literal(&hooks.guard, &parsed)
         .map_err(|_| "address is refused by the SSRF guard".to_string())?;

@@ -173,7 +173,7 @@ pub async fn dry_run(
         initiator: &auth.user.id,
         recipients: &recipients,
         total,
-        approvals_required: required,
+        approvals_required: Some(required),
     };
     let verdict = super::reserve::verdict_now(
         svc,
@@ -184,13 +184,14 @@ pub async fn dry_run(
         None,
     )
     .await?;
-    let last = verdict.approvals.iter().any(|a| a.last);
+    let outcome = if verdict.denied.is_some() { "denied" } else { "pendingApproval" };
+    let policy = verdict.into_policy();
     Ok(json!({
-        "outcome": if verdict.denied.is_some() { "denied" } else { "pendingApproval" },
-        "singleRunResults": verdict.single_run_results(),
-        "reasons": verdict.reasons,
-        "approvalsRequired": required + u32::from(last),
-        "ruleApprovals": verdict.approvals,
+        "outcome": outcome,
+        "singleRunResults": policy.single_run_results,
+        "reasons": policy.reasons,
+        "approvalsRequired": policy.approvals_required(required),
+        "ruleApprovals": policy.rule_approvals,
     }))
 }
 

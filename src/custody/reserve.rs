@@ -38,7 +38,7 @@ pub fn proposal<'a>(svc: &Custody, w: &'a Withdrawal, wallet_coin: &'a Coin) -> 
 }
 
 /// What the `webhook` rules are told of withdrawal `w` at `stage`.
-pub fn asked<'a>(w: &'a Withdrawal, stage: &'static str, approvals_required: u32) -> Asked<'a> {
+pub fn asked<'a>(w: &'a Withdrawal, stage: &'static str, approvals_required: Option<u32>) -> Asked<'a> {
     Asked {
         stage,
         wallet: &w.wallet_id,
@@ -107,7 +107,8 @@ pub async fn create(
     let rules = super::policy_enterprise::all_rules(svc, wallet, record).await?;
     // The webhooks are asked before the wallet is locked: a slow URL must not hold it.
     let answers =
-        super::policy_hooks::ask(svc, &rules, &asked(w, "initiation", approval.approvals_required)).await;
+        super::policy_hooks::ask(svc, &rules, &asked(w, "initiation", Some(approval.approvals_required)))
+            .await;
     let p = Proposal { hooks: Some(&answers), ..proposal(svc, w, &wallet.coin) };
     let windows = policy_eval::windows(&rules, &wallet.coin);
     let token_held = match &w.token {

@@ -43,7 +43,7 @@ pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
         "expireDate": crate::clock::iso(a.expires_at),
         "state": a.state.as_str(),
         "scope": "wallet",
-        "approvalsRequired": a.approvals_required + u32::from(a.policy.has_final()),
+        "approvalsRequired": a.policy.approvals_required(a.approvals_required),
         "resolvers": a.resolvers,
         "singleRunResults": a.policy.single_run_results,
         "reasons": a.policy.reasons,

@@ -235,6 +235,12 @@ impl ApprovalPolicy {
     pub fn has_final(&self) -> bool {
         self.rule_approvals.iter().any(|r| r.last)
     }
+
+    /// The fewest approvals that can complete an approval whose wallet asks for `base`: one more
+    /// when a final approval is asked for (what `approvalsRequired` shows).
+    pub fn approvals_required(&self, base: u32) -> u32 {
+        base.saturating_add(u32::from(self.has_final()))
+    }
 }
 
 /// One rule's result: `{ruleId, triggered}`.

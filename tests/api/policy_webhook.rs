@@ -47,6 +47,7 @@ async fn a_webhook_rule_passes_on_200_and_fails_closed_on_anything_else() {
     assert_eq!(body["ruleId"], "ops-check");
     assert_eq!(body["txRequestId"], passed["txRequestId"]);
     assert_eq!(body["recipients"], json!([{ "address": OTHER, "amount": "1000" }]));
+    assert_eq!(body["approvalsRequired"], 1);
     let signature = got[0].headers["x-signature-sha256"].to_str().unwrap();
     assert!(custodian::notifications::signing::verify_bitgo(&secret, got[0].body.as_bytes(), signature));
     // A refusal, a server error and an answer too late each deny it, naming why; nothing stored.

@@ -77,7 +77,7 @@ async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Re
                     dt { "Initiator" } dd.mono { (a.creator.as_str()) @if a.creator == me { " (you)" } }
                     dt { "Created" } dd { (layout::time_s(a.created_at)) }
                     dt { "Expires" } dd { (layout::time_s(a.expires_at)) }
-                    dt { "Approvals" } dd.approvals { (a.resolvers.iter().filter(|r| r.resolution == "approved").count()) " of " (a.approvals_required + u32::from(a.policy.has_final())) }
+                    dt { "Approvals" } dd.approvals { (a.resolvers.iter().filter(|r| r.resolution == "approved").count()) " of " (a.policy.approvals_required(a.approvals_required)) }
                     @if let Some(id) = a.tx_request_id() { dt { "Timeline" } dd { a href={ "/console/withdrawals/" (id.as_str()) } { (id.as_str()) } } }
                 }
                 (answer_forms(session, a, error))
