@@ -1,5 +1,6 @@
 //! A real webhook receiver: a small HTTP server that records what it gets and answers from a
-//! plan (status, Retry-After, delay), then 200.
+//! plan (status, Retry-After, delay), then 200. It can also hold every answer until the test
+//! releases it, so that a test sees what happens while deliveries hang without timing them.
 
 use std::{
     collections::VecDeque,
@@ -32,15 +33,23 @@ struct Inner {
     always_status: Option<u16>,
 }
 
+/// The receiver's state: what it got and its plan, and whether answers are held.
+#[derive(Clone)]
+struct Shared {
+    inner: Arc<Mutex<Inner>>,
+    held: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
 #[derive(Clone)]
 pub struct TestReceiver {
     pub url: String,
     pub port: u16,
     inner: Arc<Mutex<Inner>>,
+    held: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 async fn handle(
-    State(inner): State<Arc<Mutex<Inner>>>,
+    State(Shared { inner, held }): State<Shared>,
     headers: HeaderMap,
     body: Bytes,
 ) -> impl IntoResponse {
@@ -58,6 +67,8 @@ async fn handle(
         };
         i.plan.pop_front().unwrap_or(default)
     };
+    // Until the test releases the receiver; the sender lives as long as the receiver.
+    let _ = held.subscribe().wait_for(|h| !*h).await;
     if answer.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(answer.delay_ms)).await;
     }
@@ -72,11 +83,13 @@ async fn handle(
 impl TestReceiver {
     pub async fn start() -> Self {
         let inner = Arc::new(Mutex::new(Inner::default()));
-        let app = Router::new().route("/hook", post(handle)).with_state(inner.clone());
+        let held = Arc::new(tokio::sync::watch::Sender::new(false));
+        let shared = Shared { inner: inner.clone(), held: held.clone() };
+        let app = Router::new().route("/hook", post(handle)).with_state(shared);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { url: format!("http://127.0.0.1:{port}/hook"), port, inner }
+        Self { url: format!("http://127.0.0.1:{port}/hook"), port, inner, held }
     }
 
     /// Answers the next requests from `plan`, then 200.
@@ -87,6 +100,16 @@ impl TestReceiver {
     /// Answers every request with `status`.
     pub fn always(&self, status: u16) {
         self.inner.lock().unwrap().always_status = Some(status);
+    }
+
+    /// Holds every answer, to requests already waiting and to new ones, until [`Self::release`].
+    pub fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    /// Answers every held request, and stops holding.
+    pub fn release(&self) {
+        self.held.send_replace(false);
     }
 
     pub fn delay_all(&self, ms: u64) {
