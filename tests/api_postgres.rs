@@ -68,6 +68,8 @@ mod outage;
 mod passkeys;
 #[path = "api/policy.rs"]
 mod policy;
+#[path = "api/policy_breaker.rs"]
+mod policy_breaker;
 #[path = "api/policy_enterprise.rs"]
 mod policy_enterprise;
 #[path = "api/policy_velocity.rs"]

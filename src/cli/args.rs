@@ -96,6 +96,27 @@ pub enum Command {
     /// Register and manage OAuth 2.0 applications (docs/oauth.md).
     #[command(subcommand, name = "oauth-client")]
     OAuthClient(OAuthClientCommand),
+    /// USD prices for the circuit breaker (docs/policy.md#circuit-breaker).
+    #[command(subcommand)]
+    Price(PriceCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PriceCommand {
+    /// Set a coin's USD price (audited), for a coin without a `[prices.<coin>]` feed.
+    Set {
+        /// The coin, e.g. hteth or hteth:usdc.
+        #[arg(long)]
+        coin: Coin,
+        /// US dollars per whole coin, decimal (3000.25).
+        #[arg(long)]
+        usd: String,
+    },
+    /// Print a coin's price as the circuit breaker reads it now.
+    Show {
+        #[arg(long)]
+        coin: Coin,
+    },
 }
 
 #[derive(Debug, Subcommand)]

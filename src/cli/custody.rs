@@ -111,3 +111,21 @@ pub async fn unfreeze(config: Config, wallet: crate::types::WalletId) -> anyhow:
     println!("{wallet} is no longer frozen");
     Ok(())
 }
+
+/// `price set` and `price show`.
+pub async fn price(config: Config, cmd: super::args::PriceCommand) -> anyhow::Result<()> {
+    use crate::custody::prices::{self, Priced};
+    let state = AppState::new(config).await?;
+    match cmd {
+        super::args::PriceCommand::Set { coin, usd } => {
+            let set = prices::set(&state.custody, &coin, &usd).await?;
+            println!("{coin} is priced at {} USD", set.text());
+        }
+        super::args::PriceCommand::Show { coin } => match prices::price(&state.custody, &coin).await {
+            Priced::Price(p) => println!("{coin}: {} USD", p.text()),
+            Priced::NoSource => println!("{coin}: no price source; its withdrawals are not valued"),
+            Priced::Unavailable(why) => println!("{coin}: no price now: {why}"),
+        },
+    }
+    Ok(())
+}

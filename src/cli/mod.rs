@@ -351,6 +351,7 @@ async fn run(command: Command, mut config: Config) -> anyhow::Result<()> {
         Command::Wallet(WalletCommand::Unfreeze { wallet }) => custody::unfreeze(config, wallet).await,
         Command::Withdrawal(cmd) => custody::withdrawal(config, cmd).await,
         Command::Keys(cmd) => custody::keys(config, cmd).await,
+        Command::Price(cmd) => custody::price(config, cmd).await,
         Command::Event(EventCommand::Emit { json_file }) => emit_event(config, &json_file).await,
         Command::User(cmd) => user_admin::user_command(config, cmd).await,
         Command::Token(cmd) => user_admin::token_command(config, cmd).await,

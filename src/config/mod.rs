@@ -21,6 +21,7 @@ mod login;
 mod oauth;
 mod passkeys;
 mod postgres;
+mod prices;
 mod rate_limit;
 mod tokens;
 mod webhooks;
@@ -34,6 +35,7 @@ pub use login::LoginConfig;
 pub use oauth::OAuthConfig;
 pub use passkeys::PasskeysConfig;
 pub use postgres::PostgresConfig;
+pub use prices::PriceConfig;
 pub use rate_limit::RateLimitConfig;
 pub use tokens::TokensConfig;
 pub use webhooks::{WebhooksConfig, DEFAULT_BLOCK_WEBHOOK_COINS};
@@ -115,6 +117,9 @@ pub struct Config {
     pub connections: ConnectionsConfig,
     /// Chains the watcher follows, by coin (`[chains.hteth]`; docs/chains.md).
     pub chains: std::collections::BTreeMap<String, ChainConfig>,
+    /// USD price feeds by coin, for the circuit breaker (`[prices.hteth]`;
+    /// docs/policy.md#circuit-breaker).
+    pub prices: std::collections::BTreeMap<String, PriceConfig>,
     /// What `serve` runs: api, worker or all.
     pub role: Role,
     /// Whether `environment` was chosen (flag, environment variable or file) rather than
@@ -151,6 +156,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             connections: ConnectionsConfig::default(),
             chains: Default::default(),
+            prices: Default::default(),
             role: Role::All,
             environment_explicit: false,
         }
@@ -298,6 +304,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
+        prices::validate(&self.prices, &self.chains)?;
         if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
             return Err("invalid configuration: database_url must start with sqlite:// or postgres://".into());
         }

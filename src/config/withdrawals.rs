@@ -92,6 +92,10 @@ pub struct WithdrawalsConfig {
     /// Policy webhook checks this process makes at once; one that finds none free within its
     /// timeout fires its rule.
     pub policy_webhook_concurrency: u32,
+    /// US dollars a wallet may send in a rolling 24 hours before its circuit breaker trips: a
+    /// withdrawal that takes the total above it, and every one after while it stays above,
+    /// needs a service admin's final approval (§6.1 `circuitBreaker`; docs/policy.md#circuit-breaker).
+    pub circuit_breaker_usd: u64,
 }
 
 impl Default for WithdrawalsConfig {
@@ -107,9 +111,14 @@ impl Default for WithdrawalsConfig {
             delivery_deadline: 24 * 3600,
             policy_webhook_timeout_ms: 5_000,
             policy_webhook_concurrency: 16,
+            circuit_breaker_usd: 20_000_000,
         }
     }
 }
+
+/// The highest `circuit_breaker_usd`: a trillion dollars, so that every total the breaker
+/// compares fits its cents in 64 bits.
+pub const MAX_BREAKER_USD: u64 = 1_000_000_000_000;
 
 impl WithdrawalsConfig {
     pub(super) fn validate(&self) -> Result<(), String> {
@@ -140,6 +149,9 @@ impl WithdrawalsConfig {
         }
         if !(1..=1_000).contains(&self.policy_webhook_concurrency) {
             return bad("policy_webhook_concurrency", "from 1 to 1000");
+        }
+        if !(1..=MAX_BREAKER_USD).contains(&self.circuit_breaker_usd) {
+            return bad("circuit_breaker_usd", "from 1 to 1000000000000 (a trillion)");
         }
         Ok(())
     }

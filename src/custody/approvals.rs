@@ -248,8 +248,9 @@ async fn may_answer(svc: &Custody, auth: &Principal, a: &Approval, answer: Answe
     let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
     let me = auth.user.id.as_str();
     let cancel = answer == Answer::Rejected && a.creator == auth.user.id;
+    let for_service_admin = a.policy.rule_approvals.iter().any(|r| r.service_admin);
     if !cancel {
-        require_approver(svc, auth, &row, &record).await?;
+        require_approver(svc, auth, &row, &record, for_service_admin).await?;
         if a.creator == auth.user.id {
             return Err(not_allowed("the initiator of a withdrawal may not approve it"));
         }
@@ -259,10 +260,16 @@ async fn may_answer(svc: &Custody, auth: &Principal, a: &Approval, answer: Answe
     }
     let approved: Vec<&crate::types::UserId> =
         a.resolvers.iter().filter(|r| r.resolution == "approved").map(|r| &r.user).collect();
+    let admins = match for_service_admin {
+        true => service_admins(svc, approved.iter().copied().chain([&auth.user.id])).await?,
+        false => Vec::new(),
+    };
     let completes = match answer {
         Answer::Approved => {
-            super::policy_eval::approve(a.approvals_required, &a.policy, &approved, &auth.user.id)
-                .map_err(|why| not_allowed(&why))?
+            super::policy_eval::approve(a.approvals_required, &a.policy, &approved, &auth.user.id, &|u| {
+                admins.contains(u)
+            })
+            .map_err(|why| not_allowed(&why))?
         }
         Answer::Rejected => false,
     };
@@ -293,10 +300,31 @@ fn not_allowed(message: &str) -> Error {
     Error::Forbidden { name: ErrorName::ApprovalNotAllowed, message: message.into(), context: json!({}) }
 }
 
+/// Which of `users` are service admins now (an approval's answerers: a handful).
+async fn service_admins<'a>(
+    svc: &Custody,
+    users: impl Iterator<Item = &'a crate::types::UserId>,
+) -> Result<Vec<crate::types::UserId>> {
+    let mut out = Vec::new();
+    for u in users {
+        if svc.store.user_by_id(u).await?.is_some_and(|found| found.service_admin) {
+            out.push(u.clone());
+        }
+    }
+    Ok(out)
+}
+
 /// An approver is a wallet admin (listed with `admin`, or an admin of the wallet's
 /// enterprise: docs/decisions.md#withdrawals) whose token holds a `wallet_approve` form for the
-/// wallet or `pending_approval_update`.
-async fn require_approver(svc: &Custody, auth: &Principal, row: &WalletRow, record: &Value) -> Result<()> {
+/// wallet or `pending_approval_update`; or, for an approval that asks a service admin's
+/// (`for_service_admin`: the circuit breaker's), a service admin's session.
+async fn require_approver(
+    svc: &Custody,
+    auth: &Principal,
+    row: &WalletRow,
+    record: &Value,
+    for_service_admin: bool,
+) -> Result<()> {
     let scoped = auth
         .require(
             svc.wallets.policy,
@@ -308,7 +336,7 @@ async fn require_approver(svc: &Custody, auth: &Principal, row: &WalletRow, reco
         )
         .or_else(|_| auth.require(svc.wallets.policy, Action::UpdatePendingApproval));
     scoped?;
-    if is_wallet_admin(svc, &auth.user.id, row, record).await? {
+    if (for_service_admin && auth.token.admin) || is_wallet_admin(svc, &auth.user.id, row, record).await? {
         return Ok(());
     }
     Err(not_allowed("only an admin of the wallet may answer its approvals"))

@@ -11,6 +11,7 @@
 
 pub mod approvals;
 mod batch;
+pub mod breaker;
 pub mod events;
 pub mod freeze;
 pub mod history;
@@ -25,6 +26,7 @@ pub mod policy_enterprise;
 pub mod policy_eval;
 pub mod policy_hooks;
 pub mod policy_rules;
+pub mod prices;
 mod progress;
 pub mod replace;
 pub mod reserve;
@@ -66,6 +68,8 @@ pub struct Custody {
     pub wake: Arc<tokio::sync::watch::Sender<u64>>,
     /// The client and slots of `webhook` policy rules' checks.
     pub policy_hooks: Arc<policy_hooks::PolicyHooks>,
+    /// The nodes `[prices.<coin>]` feeds are read through.
+    pub feeds: Arc<prices::Feeds>,
 }
 
 impl Custody {

@@ -103,6 +103,7 @@ pub fn evaluate(rules: &[Rule], p: &Proposal<'_>, spent: &dyn Fn(&Window) -> U25
                 rule_id: rule.id.clone(),
                 user_ids: rule.user_ids.clone(),
                 last: rule.action == ActionType::GetFinalApproval,
+                service_admin: false,
             }),
         }
         verdict.reasons.push(reason);
@@ -184,11 +185,14 @@ fn others_met(required: u32, policy: &ApprovalPolicy, approved: &[&UserId]) -> b
 /// The approval by `user`, after `approved` (in order): `Ok(true)` when it completes the
 /// approval, `Ok(false)` when more are needed, `Err(why)` when `user` may not give the next one
 /// (only a final approval is missing, and none of the rules that ask for it names them).
+/// `service_admin(u)`: whether `u` is a service admin, who alone gives a `serviceAdmin` rule's
+/// approval.
 pub fn approve(
     required: u32,
     policy: &ApprovalPolicy,
     approved: &[&UserId],
     user: &UserId,
+    service_admin: &dyn Fn(&UserId) -> bool,
 ) -> std::result::Result<bool, String> {
     let finals: Vec<&RuleApproval> = policy.rule_approvals.iter().filter(|r| r.last).collect();
     let mut after: Vec<&UserId> = approved.to_vec();
@@ -200,7 +204,7 @@ pub fn approve(
     let Some(met_at) = (0..=approved.len()).find(|&k| others_met(required, policy, &approved[..k])) else {
         // A final approver answering early would use up their one answer: the final one waits,
         // unless a non-final rule still needs them.
-        let named = |r: &RuleApproval| r.user_ids.contains(user);
+        let named = |r: &RuleApproval| r.user_ids.contains(user) || (r.service_admin && service_admin(user));
         let needed_now = policy
             .rule_approvals
             .iter()
@@ -211,12 +215,20 @@ pub fn approve(
         return Ok(false);
     };
     let given = &approved[met_at..];
-    let satisfied =
-        |r: &RuleApproval, by: &[&UserId]| by.iter().any(|u| r.user_ids.is_empty() || r.user_ids.contains(u));
+    let satisfied = |r: &RuleApproval, by: &[&UserId]| {
+        by.iter().any(|u| match r.service_admin {
+            true => service_admin(u),
+            false => r.user_ids.is_empty() || r.user_ids.contains(u),
+        })
+    };
     let open: Vec<&&RuleApproval> = finals.iter().filter(|r| !satisfied(r, given)).collect();
     if !open.iter().any(|r| satisfied(r, &[user])) {
         let ids: Vec<&str> = open.iter().map(|r| r.rule_id.as_str()).collect();
-        return Err(format!("the final approval (rule {}) is for the users the rule names", ids.join(", ")));
+        let whom = match open.iter().any(|r| r.service_admin) {
+            true => "a service admin",
+            false => "the users the rule names",
+        };
+        return Err(format!("the final approval (rule {}) is for {whom}", ids.join(", ")));
     }
     Ok(finals.iter().all(|r| satisfied(r, &after[met_at..])))
 }
@@ -225,12 +237,38 @@ pub fn approve(
 mod tests {
     use super::*;
 
+    /// `super::approve` where nobody is a service admin.
+    fn approve(
+        required: u32,
+        policy: &ApprovalPolicy,
+        approved: &[&UserId],
+        user: &UserId,
+    ) -> std::result::Result<bool, String> {
+        super::approve(required, policy, approved, user, &|_| false)
+    }
+
+    #[test]
+    fn a_service_admin_approval_comes_last_and_only_from_a_service_admin() {
+        let breaker = RuleApproval { service_admin: true, ..ask("circuitBreaker", &[], true) };
+        let policy = ApprovalPolicy { rule_approvals: vec![breaker], ..Default::default() };
+        let admin = |u: &UserId| u == &user(7);
+        assert_eq!(super::approve(1, &policy, &[], &user(1), &admin), Ok(false));
+        assert!(super::approve(1, &policy, &[&user(1)], &user(2), &admin).is_err(), "not a service admin");
+        assert!(super::approve(1, &policy, &[], &user(7), &admin).is_err(), "the service admin comes last");
+        assert_eq!(super::approve(1, &policy, &[&user(1)], &user(7), &admin), Ok(true));
+    }
+
     fn user(n: u8) -> UserId {
         format!("{n:032x}").parse().unwrap()
     }
 
     fn ask(rule: &str, users: &[u8], last: bool) -> RuleApproval {
-        RuleApproval { rule_id: rule.into(), user_ids: users.iter().map(|n| user(*n)).collect(), last }
+        RuleApproval {
+            rule_id: rule.into(),
+            user_ids: users.iter().map(|n| user(*n)).collect(),
+            last,
+            service_admin: false,
+        }
     }
 
     #[test]

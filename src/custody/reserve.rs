@@ -7,6 +7,7 @@ use alloy_primitives::U256;
 use serde_json::Value;
 
 use super::{
+    breaker::{self, Valued},
     policy::Rule,
     policy_eval::{self, Proposal, Verdict, Window},
     policy_hooks::Asked,
@@ -93,13 +94,17 @@ pub async fn verdict_now(
 /// Stores withdrawal `w` with `approval` (whose policy the judge fills in) if, under the
 /// wallet's lock: no `deny` rule fires, the wallet has fewer than
 /// `withdrawals.max_in_flight_per_wallet` withdrawals in flight, and it can pay `w` with its
-/// fee reserve on top of them. Errors: `PolicyDenied` (403), `TooManyWithdrawals` (409),
+/// fee reserve on top of them. The circuit breaker (`custody::breaker`) reads the wallet's
+/// 24-hour USD total under the same lock, with `valued`, `w`'s value. Errors: `PolicyDenied` (403), `TooManyWithdrawals` (409),
 /// `InsufficientBalance` (400).
+// Long arguments: one withdrawal's parts, each its own.
+#[allow(clippy::too_many_arguments)]
 pub async fn create(
     svc: &Custody,
     wallet: &WalletRow,
     record: &Value,
     w: &Withdrawal,
+    valued: &Valued,
     approval: Approval,
     audit: &[AuditEntry],
     events: &[&EventWrite],
@@ -122,21 +127,35 @@ pub async fn create(
         .and_then(|b| U256::from_str_radix(b.as_str(), 10).ok())
         .unwrap_or(U256::ZERO);
     let cap = svc.config.withdrawals.max_in_flight_per_wallet;
+    let limit = breaker::limit_cents(svc);
     let judge = |s: &Spending| -> std::result::Result<Approval, Refusal> {
         let verdict = policy_eval::evaluate(&rules, &p, &spent_in(&windows, &s.sums));
         if let Some(refused) = verdict.refusal() {
             return Err(Box::new(refused));
         }
         check_funds(cap, balance, token_held, w, &s.flying).map_err(|e| Box::new(e) as Refusal)?;
-        Ok(Approval { policy: verdict.into_policy(), ..approval.clone() })
+        let mut policy = verdict.into_policy();
+        if let Some(why) = breaker::holds(limit, s.usd_sent.unwrap_or(0), valued) {
+            breaker::add_hold(&mut policy, why);
+        }
+        Ok(Approval { policy, ..approval.clone() })
     };
     let sums = sum_windows(&windows, w.created_at);
-    let reserve = Reservation { in_flight: IN_FLIGHT, in_flight_limit: cap, windows: &sums };
+    let usd_since = valued.usd.as_ref().map(|_| breaker::since(w.created_at));
+    let reserve = Reservation { in_flight: IN_FLIGHT, in_flight_limit: cap, windows: &sums, usd_since };
     match svc.store.create_withdrawal(w, &reserve, &judge, audit, events).await? {
         Created::Refused(r) => Err(match r.downcast::<Error>() {
             Ok(e) => *e,
             Err(other) => Error::Internal(anyhow::anyhow!("a withdrawal's judge: {other}")),
         }),
+        Created::New(recorded, a) => {
+            // After the commit (its events are handed over by the caller): a crash here leaves
+            // the trip to the next held withdrawal of the wallet.
+            if breaker::held(&a.policy) {
+                breaker::trip_if_over(svc, &wallet.id, &wallet.coin).await?;
+            }
+            Ok(Created::New(recorded, a))
+        }
         done => Ok(done),
     }
 }

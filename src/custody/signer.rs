@@ -154,6 +154,7 @@ pub async fn round(
     follow: bool,
 ) -> Result<bool, RoundError> {
     expire(svc, coin).await?;
+    super::breaker::reset_due(svc, coin).await?;
     let signed_of = WithdrawalFilter {
         coin: Some(coin.clone()),
         states: Some(vec![TxRequestState::Signed]),

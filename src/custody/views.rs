@@ -14,7 +14,8 @@ fn recipients(w: &Withdrawal) -> Vec<Value> {
 /// A pending approval: `{id, coin, wallet, enterprise, creator, createDate, state, scope,
 /// approvalsRequired, resolvers, singleRunResults, reasons, ruleApprovals, txRequestId, info:
 /// {type: "transactionRequest", transactionRequest: {requestedAmount, sourceWallet, recipients,
-/// buildParams, comment}}}`; a loosening rule change has no `txRequestId` and `info: {type:
+/// buildParams, comment, usd, usdRate}}}` (`usd`: dollars when it was made, `usdRate`: dollars
+/// per whole coin; only when its coin is priced); a loosening rule change has no `txRequestId` and `info: {type:
 /// "policyRuleRequest", policyRuleRequest: {action, ruleId, update, before}}`. `approvalsRequired` counts the final approval a fired
 /// `getFinalApproval` rule asks for (docs/policy.md).
 pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
@@ -28,6 +29,10 @@ pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
                 request["buildParams"] = json!({ "recipients": recipients });
                 if let Some(c) = &w.comment {
                     request["comment"] = json!(c);
+                }
+                if let Some(u) = &w.usd {
+                    request["usd"] = json!(u.dollars());
+                    request["usdRate"] = json!(u.rate.parse::<f64>().ok());
                 }
             }
             json!({ "type": a.kind(), "transactionRequest": request })
@@ -74,7 +79,8 @@ fn transaction_state(s: TxRequestState) -> &'static str {
 
 /// A txRequest (`apiVersion: "full"`): `{txRequestId, version, latest, walletId, walletType,
 /// enterpriseId, state, userId, intent, pendingApprovalId, transactions, createdDate,
-/// updatedDate}`. `attempts` are every transaction signed for it: those other than the current
+/// updatedDate}`, with `usd` and `usdRate` when it was valued (docs/policy.md#circuit-breaker).
+/// `attempts` are every transaction signed for it: those other than the current
 /// one are listed as its `replacedTxHashes`.
 pub fn tx_request(w: &Withdrawal, attempts: &[crate::model::custody::Attempt]) -> Value {
     let recipients: Vec<Value> = w
@@ -131,6 +137,10 @@ pub fn tx_request(w: &Withdrawal, attempts: &[crate::model::custody::Attempt]) -
     }
     if let Some(e) = &w.error {
         v["error"] = json!(e);
+    }
+    if let Some(u) = &w.usd {
+        v["usd"] = json!(u.dollars());
+        v["usdRate"] = json!(u.rate.parse::<f64>().ok());
     }
     v
 }

@@ -113,7 +113,7 @@ async fn start(
     })?;
     let id = TxRequestId::new_random();
     let approval_id = ApprovalId::new_random();
-    let withdrawal = Withdrawal {
+    let mut withdrawal = Withdrawal {
         id: id.clone(),
         wallet_id: wallet.id.clone(),
         coin: chain.clone(),
@@ -135,6 +135,7 @@ async fn start(
         error: None,
         mined_block: None,
         token_id: Some(auth.token.id.clone()),
+        usd: None,
         created_at: now,
         updated_at: now,
     };
@@ -142,16 +143,16 @@ async fn start(
     if let Some(existing) = repeat(svc, &withdrawal).await? {
         return Ok(existing);
     }
+    let valued = super::breaker::value(svc, &withdrawal).await;
+    withdrawal.usd = valued.usd.clone();
     let approval = new_approval(approval_id, &withdrawal, approvals_required(&record), svc);
-    let entry = auth.audit(AuditType::WithdrawalInitiated).wallet(Some(&wallet.id)).data(json!({
-        "txRequestId": id.as_str(), "pendingApprovalId": approval.id.as_str(),
-        "total": withdrawal.total().to_string(), "recipients": withdrawal.recipients.iter().map(|r| r.address.to_checksum(None)).collect::<Vec<_>>(),
-    }));
+    let entry = initiated(auth, &withdrawal);
     let mut events = vec![super::events::approval_event(&approval)];
     events.extend(super::events::tx_request_events(&withdrawal, None));
     let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
+    let writes = announce.writes();
     let created =
-        super::reserve::create(svc, &wallet, &record, &withdrawal, approval, &[entry], &announce.writes())
+        super::reserve::create(svc, &wallet, &record, &withdrawal, &valued, approval, &[entry], &writes)
             .await?;
     match created {
         Created::New(recorded, approval) => {
@@ -161,6 +162,15 @@ async fn start(
         Created::Existing(first) => answer_first(svc, *first).await,
         Created::Refused(_) => Err(Error::Internal(anyhow::anyhow!("a refusal came back unread"))),
     }
+}
+
+/// The audit entry of a new withdrawal.
+fn initiated(auth: &Principal, w: &Withdrawal) -> crate::model::audit::AuditEntry {
+    auth.audit(AuditType::WithdrawalInitiated).wallet(Some(&w.wallet_id)).data(json!({
+        "txRequestId": w.id.as_str(), "pendingApprovalId": w.approval_id.as_str(),
+        "total": w.total().to_string(), "recipients": w.recipients.iter().map(|r| r.address.to_checksum(None)).collect::<Vec<_>>(),
+        "usd": w.usd.as_ref().map(|u| u.dollars()),
+    }))
 }
 
 /// What a request says, checked.

@@ -128,8 +128,32 @@ pub struct Withdrawal {
     pub mined_block: Option<u64>,
     /// The access token that started it (a session's unlock counts what it made).
     pub token_id: Option<TokenId>,
+    /// Its value in US dollars when it was made; `None` when its coin has no price source
+    /// (docs/policy.md#circuit-breaker).
+    pub usd: Option<UsdValue>,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+/// A withdrawal's value in US dollars, fixed when it is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsdValue {
+    /// Whole cents, rounded down, at most [`UsdValue::MAX_CENTS`].
+    pub cents: i64,
+    /// The price it was valued at: US dollars per whole coin, decimal (`"3000.25"`).
+    pub rate: String,
+}
+
+impl UsdValue {
+    /// The most one withdrawal is valued at: a trillion dollars, in cents. More cannot matter
+    /// (the breaker's limit is at most that), and the 24-hour sums stay within 64 bits.
+    pub const MAX_CENTS: i64 = 100_000_000_000_000;
+
+    /// Dollars, for the API's `usd` (BitGo's number).
+    pub fn dollars(&self) -> f64 {
+        // Cents up to 10^14 are exact in an f64.
+        self.cents as f64 / 100.0
+    }
 }
 
 impl Withdrawal {
@@ -261,6 +285,9 @@ pub struct RuleApproval {
     pub user_ids: Vec<UserId>,
     #[serde(rename = "final", default)]
     pub last: bool,
+    /// Only a service admin may give it (the circuit breaker's: docs/policy.md#circuit-breaker).
+    #[serde(rename = "serviceAdmin", default, skip_serializing_if = "std::ops::Not::not")]
+    pub service_admin: bool,
 }
 
 /// One transaction signed for a withdrawal (the first, or a replacement at the same nonce).

@@ -31,6 +31,9 @@ pub struct Reservation<'a> {
     pub in_flight_limit: u32,
     /// The velocity windows to sum, as [`super::CustodyStore::velocity_sums`] does.
     pub windows: &'a [SumWindow],
+    /// The start of the circuit breaker's window (Unix seconds): the cents the wallet sent
+    /// since, as [`super::PriceStore::usd_sent`] reads them; `None`: not read.
+    pub usd_since: Option<i64>,
 }
 
 /// A velocity window: base units of `coin` withdrawn since `since` (Unix seconds).
@@ -46,6 +49,8 @@ pub struct SumWindow {
 pub struct Spending {
     pub flying: Vec<Withdrawal>,
     pub sums: Vec<U256>,
+    /// Cents sent since [`Reservation::usd_since`], when asked.
+    pub usd_sent: Option<i64>,
 }
 
 /// Decides, under the wallet's lock, the approval a new withdrawal is stored with, or refuses it.
@@ -117,6 +122,7 @@ where
     for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
 {
     let mut tx = store.begin_write().await?;
     let _: Option<(String,)> =
@@ -142,7 +148,11 @@ where
     let rows = params.bind(sqlx::query_as::<DB, WithdrawalRow>(&sql)).fetch_all(&mut *tx).await?;
     let flying = rows.into_iter().map(WithdrawalRow::into_withdrawal).collect::<StoreResult<Vec<_>>>()?;
     let sums = velocity_sums::<DB>(&mut tx, &w.wallet_id, reserve.windows, None).await?;
-    let a = match judge(&Spending { flying, sums }) {
+    let usd_sent = match reserve.usd_since {
+        Some(since) => Some(super::prices::usd_sent_on::<DB>(&mut tx, &w.wallet_id, since).await?),
+        None => None,
+    };
+    let a = match judge(&Spending { flying, sums, usd_sent }) {
         Ok(a) => a,
         Err(refused) => return Ok(Created::Refused(refused)),
     };
@@ -154,7 +164,7 @@ where
         "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}, amount_w0, amount_w1, amount_w2, amount_w3, \
          amount_w4, amount_w5, amount_w6, amount_w7, vcoin, vseq, vtime, cum_total) VALUES ($1, $2, $3, $4, \
          $5, $6, $7, $8, $9, $16, $17, $10, $11, $12, $13, NULL, NULL, NULL, $14, NULL, NULL, $15, $15, $18, \
-         $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30)"
+         $31, $32, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30)"
     ))
     .bind(w.id.as_str())
     .bind(w.wallet_id.as_str())
@@ -186,6 +196,8 @@ where
     .bind(place.vseq)
     .bind(place.vtime)
     .bind(place.cum.to_string())
+    .bind(w.usd.as_ref().map(|u| u.cents))
+    .bind(w.usd.as_ref().map(|u| u.rate.as_str()))
     .execute(&mut *tx)
     .await;
     if let Err(e) = inserted {
@@ -208,6 +220,9 @@ where
                 .ok_or(e);
         }
         return Err(e);
+    }
+    if let Some(usd) = &w.usd {
+        super::prices::add_usd_sent::<DB>(&mut tx, &w.wallet_id, w.created_at, usd.cents).await?;
     }
     insert_approval::<DB>(&mut tx, &a).await?;
     super::audit::append_tx::<DB>(&mut tx, audit).await?;

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::model::custody::{
     Approval, ApprovalState, ApprovalSubject, KeyRecord, Recipient, Resolver, Token, TxRequestState,
-    Withdrawal,
+    UsdValue, Withdrawal,
 };
 use crate::types::{Coin, TokenId, TxRequestId, UserId, WalletId};
 use alloy_primitives::U256;
@@ -20,7 +20,7 @@ pub(super) const KEY_COLUMNS: &str = "id, wallet_id, backend, public_key, addres
 pub(super) const WITHDRAWAL_COLUMNS: &str =
     "id, wallet_id, coin, enterprise, creator, idempotency_key, state, version, \
      recipients, token_coin, token_contract, comment, key_id, from_address, approval_id, nonce, tx_hash, signed_tx, fee_reserve, error, \
-     mined_block, created_at, updated_at, token_id";
+     mined_block, created_at, updated_at, token_id, usd_cents, usd_rate";
 
 pub(super) const APPROVAL_COLUMNS: &str =
     "id, wallet_id, coin, enterprise, creator, state, approvals_required, resolvers, tx_request_id, created_at, expires_at, policy, \
@@ -78,6 +78,8 @@ pub(super) struct WithdrawalRow {
     created_at: i64,
     updated_at: i64,
     token_id: Option<String>,
+    usd_cents: Option<i64>,
+    usd_rate: Option<String>,
 }
 
 /// A recipient as stored: `{address, amount}` with the amount in decimal base units.
@@ -149,6 +151,10 @@ impl WithdrawalRow {
             error: self.error,
             mined_block: self.mined_block.and_then(|b| u64::try_from(b).ok()),
             token_id: self.token_id.as_deref().and_then(|t| t.parse().ok()),
+            usd: match (self.usd_cents, self.usd_rate) {
+                (Some(cents), Some(rate)) => Some(UsdValue { cents, rate }),
+                _ => None,
+            },
             created_at: self.created_at,
             updated_at: self.updated_at,
         })

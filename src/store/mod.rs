@@ -46,6 +46,7 @@ mod oauth_exchange;
 mod outbox;
 mod passkeys;
 pub mod postgres;
+mod prices;
 mod rate_buckets;
 pub mod read_cache;
 mod replay;
@@ -77,6 +78,7 @@ pub use outbox::{
     WebhookSearch,
 };
 pub use passkeys::{ChallengeKept, PasskeyAdded, PasskeyStore};
+pub use prices::{PriceStore, Tripped};
 pub use rate_buckets::{BucketShape, RateBucketStore, Reserved};
 pub use sql::Dialect;
 pub use sql_store::SqlStore;
@@ -163,6 +165,7 @@ pub trait Store:
     + RateBucketStore
     + CustodyStore
     + AttemptStore
+    + PriceStore
     + Send
     + Sync
     + 'static
@@ -194,7 +197,8 @@ where
         + OAuthStore
         + RateBucketStore
         + CustodyStore
-        + AttemptStore,
+        + AttemptStore
+        + PriceStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

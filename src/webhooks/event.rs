@@ -44,6 +44,8 @@ pub enum Event {
     TransactionExpire(TxRequestEvent),
     /// A wallet was frozen or unfrozen (`admin`).
     Admin(AdminEvent),
+    /// A wallet's USD circuit breaker tripped or reset (`circuitBreaker`).
+    CircuitBreaker(CircuitBreakerEvent),
     /// An upstream system's event, of any §6 type.
     Posted(PostedEvent),
 }
@@ -80,6 +82,25 @@ pub struct AdminEvent {
     /// `{time, expires}` (ISO 8601) of a freeze; absent for an unfreeze.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub freeze: Option<Value>,
+    /// When it happened, Unix ms, for its id.
+    #[serde(skip)]
+    pub at_ms: i64,
+}
+
+/// `circuitBreaker`: more than `withdrawals.circuit_breaker_usd` was withdrawn from a wallet in
+/// 24 hours (`tripped`: its new withdrawals need a service admin's final approval), or it fell
+/// back to at most that (`reset`) (§6.1; docs/policy.md#circuit-breaker).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CircuitBreakerEvent {
+    pub coin: Coin,
+    pub wallet_id: WalletId,
+    /// `tripped` or `reset`.
+    pub state: &'static str,
+    /// US dollars withdrawn in the last 24 hours, when it changed.
+    pub usd: f64,
+    /// The limit, US dollars.
+    pub limit_usd: u64,
     /// When it happened, Unix ms, for its id.
     #[serde(skip)]
     pub at_ms: i64,
@@ -306,6 +327,9 @@ impl Event {
                 format!("custody:{}:{}:{}", e.tx_request_id, e.tx_request_version, self.kind())
             }
             Event::Admin(e) => format!("custody:{}:{}:{}", e.wallet_id, e.action, e.at_ms),
+            Event::CircuitBreaker(e) => {
+                format!("custody:{}:circuitBreaker:{}:{}", e.wallet_id, e.state, e.at_ms)
+            }
             Event::Posted(e) => e.id.clone(),
         }
     }
@@ -325,6 +349,7 @@ impl Event {
             Event::TxRequestTransaction(_) => "txRequestTransaction",
             Event::TransactionExpire(_) => "transactionExpire",
             Event::Admin(_) => "admin",
+            Event::CircuitBreaker(_) => "circuitBreaker",
             Event::Posted(e) => &e.kind,
         }
     }
@@ -341,7 +366,10 @@ impl Event {
             | Event::TxRequest(TxRequestEvent { wallet_id, .. })
             | Event::TxRequestTransaction(TxRequestEvent { wallet_id, .. })
             | Event::TransactionExpire(TxRequestEvent { wallet_id, .. })
-            | Event::Admin(AdminEvent { wallet_id, .. }) => Route::Wallet(wallet_id.clone()),
+            | Event::Admin(AdminEvent { wallet_id, .. })
+            | Event::CircuitBreaker(CircuitBreakerEvent { wallet_id, .. }) => {
+                Route::Wallet(wallet_id.clone())
+            }
             Event::Block(BlockEvent { coin, .. })
             | Event::WalletConfirmation(AppearanceEvent { coin, .. }) => Route::Block(coin.clone()),
             Event::Posted(e) => e.route.clone(),
@@ -383,6 +411,7 @@ impl Event {
                 serde_json::to_value(e)
             }
             Event::Admin(e) => serde_json::to_value(e),
+            Event::CircuitBreaker(e) => serde_json::to_value(e),
             Event::Posted(e) => return std::borrow::Cow::Borrowed(&e.fields),
         };
         // Plain structs of strings and numbers always serialise.

@@ -34,6 +34,7 @@ mod oauth;
 mod operator;
 mod passkeys;
 mod policy;
+mod policy_breaker;
 mod policy_enterprise;
 mod policy_velocity;
 mod policy_webhook;
