@@ -45,6 +45,8 @@ fn every_setting_is_documented() {
     // A chain's keys, under any coin: the table writes the coin as `<coin>`.
     let chain = serde_json::to_value(super::ChainConfig::default()).expect("the defaults serialize");
     leaves("chains.<coin>", &chain, &mut code);
+    let price = serde_json::to_value(super::PriceConfig::default()).expect("the defaults serialize");
+    leaves("prices.<coin>", &price, &mut code);
     let doc = rows();
     for (key, default) in &code {
         let Some((_, env, written)) = doc.iter().find(|(k, _, _)| k == key) else {

@@ -274,6 +274,7 @@ impl Config {
                         let key = key.as_str().to_ascii_lowercase();
                         ENV_KEYS.contains(&key.as_str())
                             || key.starts_with("chains_")
+                            || key.starts_with("prices_")
                             || ENV_SECTIONS.iter().any(|s| key.starts_with(&format!("{s}_")))
                     })
                     .map(|key| {
@@ -283,6 +284,12 @@ impl Config {
                             key.strip_prefix("chains_").and_then(|r| r.split_once('_'))
                         {
                             return format!("chains.{coin}.{rest}").into();
+                        }
+                        // CUSTODIAN_PRICES_<COIN>_<KEY>, likewise (a token coin's only in a file).
+                        if let Some((coin, rest)) =
+                            key.strip_prefix("prices_").and_then(|r| r.split_once('_'))
+                        {
+                            return format!("prices.{coin}.{rest}").into();
                         }
                         for section in ENV_SECTIONS {
                             if let Some(rest) = key.strip_prefix(&format!("{section}_")) {

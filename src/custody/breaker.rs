@@ -40,15 +40,37 @@ pub struct Valued {
 
 /// Values withdrawal `w` at its coin's price now.
 pub async fn value(svc: &Custody, w: &Withdrawal) -> Valued {
-    let coin = w.token.as_ref().map_or(&w.coin, |t| &t.coin);
+    value_of(svc, &w.coin, w.token.as_ref().map_or(&w.coin, |t| &t.coin), w.total()).await
+}
+
+/// Values `total` base units of `coin` (a wallet of `chain`'s) at its price now.
+pub async fn value_of(svc: &Custody, chain: &Coin, coin: &Coin, total: alloy_primitives::U256) -> Valued {
     match prices::price(svc, coin).await {
         Priced::NoSource => Valued::default(),
         Priced::Price(p) => Valued {
-            usd: Some(p.value(w.total(), super::tokens::decimals(&svc.config, &w.coin, coin))),
+            usd: Some(p.value(total, super::tokens::decimals(&svc.config, chain, coin))),
             unavailable: None,
         },
         Priced::Unavailable(why) => Valued { usd: None, unavailable: Some(why) },
     }
+}
+
+/// What the breaker makes of a withdrawal valued `v` of `wallet` now, outside any lock (the
+/// dry run): the hold it adds to `policy`, if any.
+pub async fn judge_now(
+    svc: &Custody,
+    wallet: &WalletId,
+    v: &Valued,
+    policy: &mut ApprovalPolicy,
+) -> Result<()> {
+    let sent = match v.usd {
+        Some(_) => svc.store.usd_sent(wallet, since(svc.store.clock().now())).await?,
+        None => 0,
+    };
+    if let Some(why) = holds(limit_cents(svc), sent, v) {
+        add_hold(policy, why);
+    }
+    Ok(())
 }
 
 /// The limit in cents.

@@ -139,8 +139,9 @@ fn conflict(message: String) -> Error {
 /// The dry run (`POST /api/v2/{coin}/wallet/{walletId}/policy/evaluate`): what the wallet's
 /// rules make of a withdrawal paying `recipients`, reserving and storing nothing. Needs the
 /// wallet visible with a `wallet_view` form. Answers `{outcome: "denied" | "pendingApproval",
-/// singleRunResults, reasons, approvalsRequired, ruleApprovals}`; velocity limits read the
-/// wallet's withdrawals as they are now. Errors: `WalletNotFound`,
+/// singleRunResults, reasons, approvalsRequired, ruleApprovals, usd}` with the circuit
+/// breaker's hold among them (`usd`: the withdrawal's value, null when its coin is not priced);
+/// velocity limits and the breaker read the wallet's withdrawals as they are now. Errors: `WalletNotFound`,
 /// `InsufficientScope`, `MissingField`, `InvalidField` (a recipient).
 pub async fn dry_run(
     svc: &Custody,
@@ -185,13 +186,16 @@ pub async fn dry_run(
     )
     .await?;
     let outcome = if verdict.denied.is_some() { "denied" } else { "pendingApproval" };
-    let policy = verdict.into_policy();
+    let mut policy = verdict.into_policy();
+    let valued = super::breaker::value_of(svc, &row.coin, coin, total).await;
+    super::breaker::judge_now(svc, &row.id, &valued, &mut policy).await?;
     Ok(json!({
         "outcome": outcome,
         "singleRunResults": policy.single_run_results,
         "reasons": policy.reasons,
         "approvalsRequired": policy.approvals_required(required),
         "ruleApprovals": policy.rule_approvals,
+        "usd": valued.usd.as_ref().map(|u| u.dollars()),
     }))
 }
 

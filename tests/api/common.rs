@@ -397,6 +397,9 @@ impl TestApp {
             Backend::Sqlite => {
                 let pool = sqlx::SqlitePool::connect(&self._db.url).await.expect("connect");
                 let rows = sqlx::query(sql).fetch_all(&pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                // Closed here, not dropped: a dropped pool's connection may hold the file's
+                // write lock until it is reaped, and an operator command run next waits on it.
+                pool.close().await;
                 rows.iter().filter_map(|r| r.try_get::<String, _>(0).ok()).collect()
             }
             Backend::Postgres => {

@@ -72,8 +72,14 @@ async fn a_feed_price_over_the_limit_holds_withdrawals_for_a_service_admin_and_t
     // The price moves: a tenth is now 30 million dollars, over the 20 million limit.
     let now = c.app.state.store.clock().now();
     move_feed(&c.anvil, &feed, 300_000_000, now).await;
+    // The dry run says so, and the real run then does it.
+    let dry = format!("/api/v2/hteth/wallet/{}/policy/evaluate", c.wallet_id());
+    let said = expect_json(c.app.post_auth(&dry, &c.alice_token, &pay(TENTH, "x")).await, 200).await;
+    assert!(breaker_fired(&said), "{said}");
+    assert_eq!((said["usd"].clone(), said["approvalsRequired"].clone()), (json!(30_000_000.0), json!(2)));
     let held = expect_json(c.initiate(&c.alice_token, &pay(TENTH, "b")).await, 200).await;
     assert!(breaker_fired(&held), "{held}");
+    assert_eq!(held["reasons"], said["reasons"], "the dry run's reasons are the real run's");
     assert_eq!(held["approvalsRequired"], 2, "a service admin's final approval on top: {held}");
     let reason = held["reasons"].as_array().unwrap().last().unwrap().as_str().unwrap();
     assert_eq!(

@@ -173,10 +173,11 @@ pub struct EvaluateRequest {
 }
 
 /// The dry run (Custodian's own route): what the wallet's policy rules would make of a
-/// withdrawal paying `recipients` now (velocity limits read the wallet's withdrawals as they
-/// are), reserving and storing nothing. Answers `{outcome: "denied" | "pendingApproval",
-/// singleRunResults: [{ruleId, triggered}], reasons, approvalsRequired, ruleApprovals:
-/// [{ruleId, userIds, final}]}`.
+/// withdrawal paying `recipients` now (velocity limits and the USD circuit breaker read the
+/// wallet's withdrawals as they are), reserving and storing nothing. Answers `{outcome:
+/// "denied" | "pendingApproval", singleRunResults: [{ruleId, triggered}], reasons,
+/// approvalsRequired, ruleApprovals: [{ruleId, userIds, final, serviceAdmin?}], usd}` (`usd`:
+/// the withdrawal's value in dollars, null when its coin has no price source).
 #[utoipa::path(post, path = "/api/v2/{coin}/wallet/{walletId}/policy/evaluate", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
     request_body = EvaluateRequest,
