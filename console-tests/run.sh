@@ -36,6 +36,8 @@ cli enterprise add-user --enterprise "$acme" --email alice@example.com --admin >
 # Dave approves Acme's withdrawals (an enterprise admin other than the initiator).
 cli enterprise add-user --enterprise "$acme" --email dave@example.com --admin > /dev/null
 cli enterprise add-user --enterprise "$beta" --email bob@example.com --admin > /dev/null
+# Withdrawals are valued in US dollars (docs/policy.md#circuit-breaker): the console shows it.
+cli price set --coin hteth --usd 3000 > /dev/null
 id_of() { printf '%s' "$1" | "$python" -c 'import json, sys; print(json.load(sys.stdin)["id"])'; }
 w1=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 w2=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')

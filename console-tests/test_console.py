@@ -739,6 +739,8 @@ def test_a_withdrawal_is_made_approved_and_followed_to_confirmed_in_the_console(
     first = withdraw_in_console(alice, BASE, wallet, 123456789)
     expect(alice.locator("#withdrawal h2")).to_contain_text("pendingApproval")
     expect(alice.locator("#withdrawal")).to_contain_text(PAYEE)
+    # Valued when it was made, at the price run.sh set (123456789 wei is far below a cent).
+    expect(alice.locator("#usd")).to_have_text("$0.00 (3000 USD per coin)")
     # The initiator sees it on the Approvals page with Cancel only.
     alice.goto(BASE + "/console/approvals")
     mine = alice.locator(f"section.approval:has(a[href='/console/withdrawals/{first}'])")
@@ -749,6 +751,7 @@ def test_a_withdrawal_is_made_approved_and_followed_to_confirmed_in_the_console(
     dave.goto(BASE + "/console/approvals")
     card = dave.locator(f"section.approval:has(a[href='/console/withdrawals/{first}'])")
     expect(card).to_contain_text("123456789 hteth")
+    expect(card.locator(".usd")).to_have_text("$0.00 (3000 USD per coin)")
     expect(card.locator(".approvals")).to_have_text("0 of 1")
     shot(dave, "approvals")
     card.locator("input[name=otp]").fill(TEST_OTP)

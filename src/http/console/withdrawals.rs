@@ -40,6 +40,11 @@ fn pays(w: &Withdrawal) -> Markup {
     }
 }
 
+/// A withdrawal's value as it was made: `$300.00 (3000 USD per coin)`.
+fn usd(u: &crate::model::custody::UsdValue) -> String {
+    format!("{} ({} USD per coin)", crate::custody::breaker::dollars(u.cents), u.rate)
+}
+
 async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Response {
     let q =
         approvals::ListQuery { state: Some(ApprovalState::Pending), limit: Some(PAGE), ..Default::default() };
@@ -65,7 +70,10 @@ async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Re
                 }
                 dl.facts {
                     @match &a.subject {
-                        ApprovalSubject::Withdrawal(_) => { dt { "Pays" } dd { @if let Some(w) = w { (pays(w)) } } }
+                        ApprovalSubject::Withdrawal(_) => {
+                            dt { "Pays" } dd { @if let Some(w) = w { (pays(w)) } }
+                            @if let Some(u) = w.as_ref().and_then(|w| w.usd.as_ref()) { dt { "Value" } dd.usd { (usd(u)) } }
+                        }
                         ApprovalSubject::PolicyRule(r) => {
                             dt { "Change" } dd.reason { (r.reason) }
                             @if let Some(update) = &r.update { dt { "Rule after" } dd { code { (update.to_string()) } } }
@@ -187,6 +195,7 @@ pub async fn timeline(State(state): State<AppState>, session: Session, Path(id):
                 dt { "txRequestId" } dd.mono { (w.id.as_str()) }
                 dt { "Wallet" } dd { a href={ "/console/wallets/" (w.wallet_id.as_str()) } { (w.wallet_id.as_str()) } }
                 dt { "Pays" } dd { (pays(w)) }
+                @if let Some(u) = &w.usd { dt { "Value" } dd.usd #usd { (usd(u)) } }
                 dt { "From" } dd.mono { (w.from.to_checksum(None)) }
                 @if let Some(n) = w.nonce { dt { "Nonce" } dd.mono #nonce { (n) } }
                 @if let Some(b) = w.mined_block { dt { "Mined in block" } dd.mono #mined-block { (b) } }
