@@ -147,7 +147,8 @@ where
     let (sql, params) = select_withdrawals(&filter);
     let rows = params.bind(sqlx::query_as::<DB, WithdrawalRow>(&sql)).fetch_all(&mut *tx).await?;
     let flying = rows.into_iter().map(WithdrawalRow::into_withdrawal).collect::<StoreResult<Vec<_>>>()?;
-    let sums = velocity_sums::<DB>(&mut tx, &w.wallet_id, reserve.windows, None).await?;
+    let windows: Vec<(&str, i64)> = reserve.windows.iter().map(|w| (w.coin.as_str(), w.since)).collect();
+    let (sums, tops) = velocity::sums_and_tops::<DB>(&mut tx, &w.wallet_id, &windows, None).await?;
     let usd_sent = match reserve.usd_since {
         Some(since) => Some(super::prices::usd_sent_on::<DB>(&mut tx, &w.wallet_id, since).await?),
         None => None,
@@ -158,7 +159,12 @@ where
     };
     let [w0, w1, w2, w3, w4, w5, w6, w7] = words(w.total());
     let vcoin = w.token.as_ref().map_or(&w.coin, |t| &t.coin).as_str();
-    let place = velocity::latest::<DB>(&mut tx, &w.wallet_id, vcoin).await?.unwrap_or_default();
+    // The sums read this ledger's top already when a window counts its coin.
+    let place = match tops.into_iter().find(|(coin, _)| coin == vcoin) {
+        Some((_, top)) => top,
+        None => velocity::latest::<DB>(&mut tx, &w.wallet_id, vcoin).await?,
+    };
+    let place = place.unwrap_or_default();
     let place = place.next(w.total(), w.created_at);
     let inserted = sqlx::query(&format!(
         "INSERT INTO withdrawals ({WITHDRAWAL_COLUMNS}, amount_w0, amount_w1, amount_w2, amount_w3, \

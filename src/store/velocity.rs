@@ -124,21 +124,38 @@ where
     for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
+    Ok(sums_and_tops::<DB>(conn, wallet, windows, upto).await?.0)
+}
+
+/// What [`window_sums`] reads, with the top of each coin's ledger it read on the way (the
+/// latest place, without `upto`): the place a new withdrawal of that coin follows, so creating
+/// one reads it once. No tops for a wallet that is scanned.
+#[sql_bounds]
+pub(super) async fn sums_and_tops<DB>(
+    conn: &mut DB::Connection,
+    wallet: &WalletId,
+    windows: &[(&str, i64)],
+    upto: Option<&TxRequestId>,
+) -> StoreResult<(Vec<U256>, Vec<(String, Option<Place>)>)>
+where
+    for<'r> PlaceRow: FromRow<'r, DB::Row>,
+    for<'r> LostRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
+{
     if windows.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
-    let legacy: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM withdrawals WHERE wallet_id = $1 AND cum_total IS NULL LIMIT 1")
-            .bind(wallet.as_str())
-            .fetch_optional(&mut *conn)
-            .await?;
-    if legacy.is_some() {
+    // The windows' starting places, and whether the wallet has rows from before the ledger,
+    // in one statement.
+    let Some(befores) = befores::<DB>(conn, wallet, windows).await? else {
         let mut out = Vec::with_capacity(windows.len());
         for (coin, since) in windows {
             out.push(scan::<DB>(conn, wallet, coin, *since, upto).await?);
         }
-        return Ok(out);
-    }
+        return Ok((out, Vec::new()));
+    };
     // Per coin: the top of the window (the latest place, or the one just before `upto`) and the
     // rejected, canceled or failed withdrawals since its earliest window.
     let mut coins: Vec<CoinLedger<'_>> = Vec::new();
@@ -164,7 +181,6 @@ where
         .await?;
         *lost = rows.iter().map(|r| Ok((r.vtime, r.words.total()?))).collect::<StoreResult<_>>()?;
     }
-    let befores = befores::<DB>(conn, wallet, windows).await?;
     let mut out = Vec::with_capacity(windows.len());
     for ((coin, since), before) in windows.iter().zip(befores) {
         let Some((_, Some(top), _, lost)) = coins.iter().find(|c| c.0 == *coin) else {
@@ -178,22 +194,26 @@ where
         let lost = lost.iter().filter(|(t, _)| t >= since).fold(U512::ZERO, |a, (_, w)| a.saturating_add(*w));
         out.push(capped(top.cum.saturating_sub(before.cum).saturating_sub(lost)));
     }
-    Ok(out)
+    let tops = coins.into_iter().map(|(coin, top, _, _)| (coin.to_string(), top)).collect();
+    Ok((out, tops))
 }
 
 /// For each window, the last place of its coin's ledger before its start (the start of the
-/// ledger when there is none): one statement of one index seek per window.
+/// ledger when there is none): one statement of one index seek per window, with one more row
+/// (key -1) when the wallet has a withdrawal stored before the ledger: then `None`.
 #[sql_bounds]
 async fn befores<DB>(
     conn: &mut DB::Connection,
     wallet: &WalletId,
     windows: &[(&str, i64)],
-) -> StoreResult<Vec<Place>>
+) -> StoreResult<Option<Vec<Place>>>
 where
     for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
+    let legacy = "SELECT * FROM (SELECT CAST(-1 AS BIGINT) AS k, CAST(0 AS BIGINT) AS vseq, CAST(0 AS BIGINT) AS vtime, \
+                  id AS cum_total FROM withdrawals WHERE wallet_id = $1 AND cum_total IS NULL LIMIT 1) AS legacy";
     // Numbers of the store's own (window indexes, placeholders), not a client's text.
-    let parts: Vec<String> = (0..windows.len())
+    let parts: Vec<String> = std::iter::once(legacy.to_string()).chain((0..windows.len())
         .map(|i| {
             format!(
                 "SELECT * FROM (SELECT CAST({i} AS BIGINT) AS k, vseq, vtime, cum_total FROM withdrawals WHERE wallet_id = $1 \
@@ -201,7 +221,7 @@ where
                 2 * i + 2,
                 2 * i + 3
             )
-        })
+        }))
         .collect();
     let sql = parts.join(" UNION ALL ");
     let mut q = sqlx::query_as::<DB, (i64, i64, i64, String)>(&sql).bind(wallet.as_str());
@@ -210,11 +230,14 @@ where
     }
     let mut out = vec![Place::default(); windows.len()];
     for (k, vseq, vtime, cum) in q.fetch_all(&mut *conn).await? {
+        if k < 0 {
+            return Ok(None);
+        }
         if let Some(slot) = usize::try_from(k).ok().and_then(|k| out.get_mut(k)) {
             *slot = Place { vseq, vtime, cum: parse_stored(&cum, "running total")? };
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// A sum as base units: at most 2^256 - 1 (more than any limit can be).

@@ -198,3 +198,21 @@ async fn a_limit_lowered_while_withdrawals_wait_fails_only_those_past_it_before_
     let sql = format!("SELECT tx_request_id FROM withdrawal_attempts WHERE tx_request_id = '{second}'");
     assert!(c.app.raw_sql(&sql).await.is_empty(), "the denied withdrawal was signed");
 }
+
+/// A withdrawal stored before the velocity ledger (no running total) is still counted: its
+/// wallet's windows are summed row by row.
+#[tokio::test]
+async fn a_withdrawal_from_before_the_ledger_is_counted_by_a_scan() {
+    let c = custodial(2 * ONE_ETH, 1).await;
+    add_rule(&c, &velocity("daily", 5 * TENTH, 86_400, json!({ "type": "deny" }))).await;
+    expect_json(c.initiate(&c.alice_token, &pay(3 * TENTH, "a")).await, 200).await;
+    c.app.raw_sql("UPDATE withdrawals SET vcoin = NULL, vseq = NULL, vtime = NULL, cum_total = NULL").await;
+    // 0.3 + 0.3 is over the limit only if the old row counts.
+    let body =
+        assert_error(c.initiate(&c.alice_token, &pay(3 * TENTH, "b")).await, 403, "PolicyDenied").await;
+    assert!(body["context"]["reasons"][0].as_str().unwrap().contains("0.6 hteth"), "{body}");
+    expect_json(c.initiate(&c.alice_token, &pay(TENTH, "c")).await, 200).await;
+    let dry = format!("/api/v2/hteth/wallet/{}/policy/evaluate", c.wallet_id());
+    let said = expect_json(c.app.post_auth(&dry, &c.alice_token, &pay(2 * TENTH, "x")).await, 200).await;
+    assert_eq!(said["outcome"], "denied", "0.3 + 0.1 + 0.2 is over: {said}");
+}
