@@ -553,3 +553,50 @@ fn passkey_settings_are_read_from_the_environment_and_bad_ones_refused_at_start(
     assert_ne!(code, Some(0));
     assert!(err.contains("passkeys"), "{err}");
 }
+
+/// `[prices.<coin>]` in the environment: a feed read through the chain's node, which here does
+/// not answer, gives no price (the breaker holds); a bad feed, age or chain is one line naming it.
+#[test]
+fn price_feeds_are_set_in_the_environment_and_a_bad_one_is_one_line() {
+    let scratch = Scratch::new();
+    let feed = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+    let chain = |cmd: &mut Command| {
+        cmd.env("CUSTODIAN_CHAINS_HTETH_RPC_URL", "http://127.0.0.1:9")
+            .env("CUSTODIAN_CHAINS_HTETH_CHAIN_ID", "31337");
+    };
+    let mut cmd = scratch.cmd();
+    chain(&mut cmd);
+    let out = cmd
+        .env("CUSTODIAN_PRICES_HTETH_FEED", feed)
+        .args(["price", "show", "--coin", "hteth"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.trim(), "hteth: no price now: the price feed of hteth could not be read");
+    // A feed's coin cannot be given a price by hand: the feed would be read instead.
+    let mut cmd = scratch.cmd();
+    chain(&mut cmd);
+    let out = cmd
+        .env("CUSTODIAN_PRICES_HTETH_FEED", feed)
+        .args(["price", "set", "--coin", "hteth", "--usd", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    for (k, v, names) in [
+        ("CUSTODIAN_PRICES_HTETH_FEED", "0x12", "prices.hteth.feed"),
+        ("CUSTODIAN_PRICES_HTETH_MAX_AGE", "0", "prices.hteth.max_age"),
+        ("CUSTODIAN_PRICES_TETH_FEED", feed, "chains.teth"),
+    ] {
+        let mut cmd = scratch.cmd();
+        chain(&mut cmd);
+        if k == "CUSTODIAN_PRICES_HTETH_MAX_AGE" {
+            cmd.env("CUSTODIAN_PRICES_HTETH_FEED", feed);
+        }
+        let out = cmd.env(k, v).args(["price", "show", "--coin", "hteth"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{k}={v}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(names), "{err}");
+    }
+}
