@@ -81,10 +81,17 @@ pub enum Priced {
     Unavailable(String),
 }
 
-/// The nodes price feeds are read through, one per priced coin, made at start.
+/// How long a process keeps a price an operator set before reading it again, ms of the
+/// service's clock: a withdrawal then costs no query for it, and a new price reaches every
+/// process within this.
+pub const SET_PRICE_CACHE_MS: i64 = 1_000;
+
+/// The nodes price feeds are read through, one per priced coin, made at start; and the prices
+/// an operator set, as last read (at, ms; the price or none).
 #[derive(Default)]
 pub struct Feeds {
     nodes: HashMap<String, (Arc<EthNode>, Address, u64)>,
+    set: std::sync::Mutex<HashMap<Coin, (i64, Option<String>)>>,
 }
 
 impl Feeds {
@@ -102,7 +109,7 @@ impl Feeds {
                 .map_err(|e| anyhow::anyhow!("prices.{coin}: {e}"))?;
             nodes.insert(coin.clone(), (Arc::new(node), feed, p.max_age));
         }
-        Ok(Feeds { nodes })
+        Ok(Feeds { nodes, set: Default::default() })
     }
 }
 
@@ -128,6 +135,7 @@ pub async fn set(svc: &Custody, coin: &Coin, usd: &str) -> crate::error::Result<
     let entry = crate::audit::entry(crate::model::audit::AuditType::PriceSet)
         .data(serde_json::json!({ "coin": coin.as_str(), "usd": price.text(), "by": "operator" }));
     svc.store.set_static_price(coin, &price.text(), now, &[entry]).await?;
+    remember(svc, coin, svc.store.clock().now_ms(), Some(price.text()));
     Ok(price)
 }
 
@@ -144,16 +152,33 @@ pub async fn price(svc: &Custody, coin: &Coin) -> Priced {
             }
         };
     }
-    match svc.store.static_price(coin).await {
-        Ok(Some((usd, _))) => match UsdPrice::parse(&usd) {
-            Some(p) => Priced::Price(p),
-            None => Priced::Unavailable(format!("the price set for {coin} is not a price")),
+    let now = svc.store.clock().now_ms();
+    let cached = svc.feeds.set.lock().ok().and_then(|c| c.get(coin).cloned());
+    let usd = match cached {
+        Some((at, usd)) if now.saturating_sub(at) < SET_PRICE_CACHE_MS && at <= now => usd,
+        _ => match svc.store.static_price(coin).await {
+            Ok(found) => {
+                let usd = found.map(|(usd, _)| usd);
+                remember(svc, coin, now, usd.clone());
+                usd
+            }
+            Err(e) => {
+                tracing::warn!(%coin, error = %e, "reading the set price failed");
+                return Priced::Unavailable(format!("the price set for {coin} could not be read"));
+            }
         },
-        Ok(None) => Priced::NoSource,
-        Err(e) => {
-            tracing::warn!(%coin, error = %e, "reading the set price failed");
-            Priced::Unavailable(format!("the price set for {coin} could not be read"))
-        }
+    };
+    match usd.as_deref().map(UsdPrice::parse) {
+        Some(Some(p)) => Priced::Price(p),
+        Some(None) => Priced::Unavailable(format!("the price set for {coin} is not a price")),
+        None => Priced::NoSource,
+    }
+}
+
+/// Keeps `coin`'s set price as read at `now` (ms) for [`SET_PRICE_CACHE_MS`].
+fn remember(svc: &Custody, coin: &Coin, now: i64, usd: Option<String>) {
+    if let Ok(mut c) = svc.feeds.set.lock() {
+        c.insert(coin.clone(), (now, usd));
     }
 }
 

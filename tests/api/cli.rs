@@ -600,3 +600,26 @@ fn price_feeds_are_set_in_the_environment_and_a_bad_one_is_one_line() {
         assert!(err.contains(names), "{err}");
     }
 }
+
+/// `custodian price set` and `price show` on a database with no server: a bad price is refused
+/// with the rule and exit 1, changing nothing; a good one is printed back as the breaker reads it.
+#[test]
+fn price_set_refuses_a_bad_price_and_show_prints_the_set_one() {
+    let scratch = Scratch::new();
+    let show = || {
+        let out = scratch.cmd().args(["price", "show", "--coin", "hteth"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(show(), "hteth: no price source; its withdrawals are not valued");
+    for bad in ["0", "abc", "1.5e3", "1234567890123456"] {
+        let out = scratch.cmd().args(["price", "set", "--coin", "hteth", "--usd", bad]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("a positive decimal of US dollars"), "{bad}");
+    }
+    assert_eq!(show(), "hteth: no price source; its withdrawals are not valued");
+    let out = scratch.cmd().args(["price", "set", "--coin", "hteth", "--usd", "3000.250"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hteth is priced at 3000.25 USD");
+    assert_eq!(show(), "hteth: 3000.25 USD");
+}

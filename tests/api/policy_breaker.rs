@@ -135,22 +135,26 @@ async fn a_stale_feed_holds_every_withdrawal_and_a_fresh_one_passes() {
     assert!(!breaker_fired(&passes), "{passes}");
 }
 
+/// A price an operator set (`custodian price set`, which calls `custody::prices::set`; the
+/// binary itself is tested in `cli.rs`) values withdrawals, and one over the limit is held.
 #[tokio::test]
-async fn an_operator_sets_a_price_through_the_cli_audited_and_it_values_withdrawals() {
+async fn a_price_an_operator_sets_is_audited_and_values_withdrawals() {
     let c = crate::custody::custodial(2 * ONE_ETH, 1).await;
     // No price source: not valued, not held.
     let plain = expect_json(c.initiate(&c.alice_token, &pay(TENTH, "a")).await, 200).await;
     assert_eq!(plain["info"]["transactionRequest"].get("usd"), None, "{plain}");
-    for bad in ["0", "-5", "abc", "1.5e3"] {
-        let (code, _) = crate::operator::run(&c.app, &["price", "set", "--coin", "hteth", "--usd", bad], "");
-        assert_ne!(code, 0, "{bad} is refused");
+    let coin: custodian::types::Coin = "hteth".parse().unwrap();
+    let set = |usd: &'static str| {
+        let custody = c.app.state.custody.clone();
+        let coin = coin.clone();
+        async move { custodian::custody::prices::set(&custody, &coin, usd).await }
+    };
+    for bad in ["0", "-5", "abc", "1.5e3", "1234567890123456"] {
+        let refused = set(bad).await.expect_err(bad);
+        assert!(refused.to_string().contains("positive decimal"), "{bad}: {refused}");
     }
     assert!(c.app.raw_sql("SELECT coin FROM prices").await.is_empty(), "a refused price changes nothing");
-    let (code, out) =
-        crate::operator::run(&c.app, &["price", "set", "--coin", "hteth", "--usd", "250000000.50"], "");
-    assert_eq!(code, 0, "{out}");
-    let (_, shown) = crate::operator::run(&c.app, &["price", "show", "--coin", "hteth"], "");
-    assert_eq!(shown.trim(), "hteth: 250000000.5 USD");
+    set("250000000.50").await.expect("a price");
     // 0.1 ETH is now $25,000,000.05: over the limit at once.
     let held = expect_json(c.initiate(&c.alice_token, &pay(TENTH, "b")).await, 200).await;
     assert_eq!(held["info"]["transactionRequest"]["usd"], json!(25_000_000.05), "{held}");
