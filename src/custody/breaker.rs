@@ -142,7 +142,7 @@ pub async fn trip_if_over(svc: &Custody, wallet: &WalletId, coin: &Coin) -> Resu
     if svc.store.breaker(wallet).await?.is_some() {
         return Ok(());
     }
-    change(svc, wallet, coin, Some((now, sent))).await
+    change(svc, wallet, coin, sent, Some(now)).await
 }
 
 /// One signer round's look at `coin`'s tripped breakers: those whose wallets' 24-hour totals
@@ -152,18 +152,22 @@ pub async fn reset_due(svc: &Custody, coin: &Coin) -> Result<()> {
     for t in svc.store.tripped(coin, SWEEP).await? {
         let sent = svc.store.usd_sent(&t.wallet, since(now)).await?;
         if sent <= limit_cents(svc) {
-            change(svc, &t.wallet, coin, None).await?;
+            change(svc, &t.wallet, coin, sent, None).await?;
         }
     }
     Ok(())
 }
 
-/// Trips (`Some((now, cents))`) or resets the breaker, audited and told, if it was not so.
-async fn change(svc: &Custody, wallet: &WalletId, coin: &Coin, trip: Option<(i64, i64)>) -> Result<()> {
-    let cents = match trip {
-        Some((_, c)) => c,
-        None => svc.store.usd_sent(wallet, since(svc.store.clock().now())).await?,
-    };
+/// Trips (`tripped_at`: `Some(now)`) or resets the breaker of a wallet whose 24-hour total is
+/// `cents`, audited and told, if it was not so.
+async fn change(
+    svc: &Custody,
+    wallet: &WalletId,
+    coin: &Coin,
+    cents: i64,
+    tripped_at: Option<i64>,
+) -> Result<()> {
+    let trip = tripped_at.map(|at| (at, cents));
     let state = if trip.is_some() { "tripped" } else { "reset" };
     let event = Event::CircuitBreaker(CircuitBreakerEvent {
         coin: coin.clone(),

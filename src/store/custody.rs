@@ -193,7 +193,7 @@ where
         upto: Option<&TxRequestId>,
     ) -> StoreResult<Vec<U256>> {
         let mut conn = self.pool.acquire().await?;
-        super::custody_create::velocity_sums::<DB>(&mut conn, wallet, windows, upto).await
+        Ok(super::custody_create::velocity_sums::<DB>(&mut conn, wallet, windows, upto).await?.0)
     }
 
     async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>> {

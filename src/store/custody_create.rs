@@ -56,15 +56,15 @@ pub struct Spending {
 /// Decides, under the wallet's lock, the approval a new withdrawal is stored with, or refuses it.
 pub type Judge<'a> = &'a (dyn Fn(&Spending) -> Result<Approval, Refusal> + Send + Sync);
 
-/// Each window's sum ([`super::velocity::window_sums`]), read on `conn` (inside the creating
-/// transaction, or alone).
+/// Each window's sum, with the ledger tops read on the way ([`super::velocity::sums_and_tops`]),
+/// on `conn` (inside the creating transaction, or alone).
 #[sql_bounds]
 pub(super) async fn velocity_sums<DB>(
     conn: &mut DB::Connection,
     wallet: &WalletId,
     windows: &[SumWindow],
     upto: Option<&TxRequestId>,
-) -> StoreResult<Vec<U256>>
+) -> StoreResult<(Vec<U256>, Vec<(String, Option<velocity::Place>)>)>
 where
     for<'r> PlaceRow: FromRow<'r, DB::Row>,
     for<'r> LostRow: FromRow<'r, DB::Row>,
@@ -73,7 +73,7 @@ where
     for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
     let windows: Vec<(&str, i64)> = windows.iter().map(|w| (w.coin.as_str(), w.since)).collect();
-    velocity::window_sums::<DB>(conn, wallet, &windows, upto).await
+    velocity::sums_and_tops::<DB>(conn, wallet, &windows, upto).await
 }
 
 /// Inserts approval `a` inside `tx`.
@@ -147,8 +147,7 @@ where
     let (sql, params) = select_withdrawals(&filter);
     let rows = params.bind(sqlx::query_as::<DB, WithdrawalRow>(&sql)).fetch_all(&mut *tx).await?;
     let flying = rows.into_iter().map(WithdrawalRow::into_withdrawal).collect::<StoreResult<Vec<_>>>()?;
-    let windows: Vec<(&str, i64)> = reserve.windows.iter().map(|w| (w.coin.as_str(), w.since)).collect();
-    let (sums, tops) = velocity::sums_and_tops::<DB>(&mut tx, &w.wallet_id, &windows, None).await?;
+    let (sums, tops) = velocity_sums::<DB>(&mut tx, &w.wallet_id, reserve.windows, None).await?;
     let usd_sent = match reserve.usd_since {
         Some(since) => Some(super::prices::usd_sent_on::<DB>(&mut tx, &w.wallet_id, since).await?),
         None => None,

@@ -110,26 +110,10 @@ where
 /// `since` (Unix seconds), not rejected, canceled or failed; with `upto` only those stored
 /// before that withdrawal. Exact. Per window one index seek; per coin the top of its ledger
 /// and what its windows lost to rejections, once; a wallet with legacy rows is scanned.
-#[sql_bounds]
-pub(super) async fn window_sums<DB>(
-    conn: &mut DB::Connection,
-    wallet: &WalletId,
-    windows: &[(&str, i64)],
-    upto: Option<&TxRequestId>,
-) -> StoreResult<Vec<U256>>
-where
-    for<'r> PlaceRow: FromRow<'r, DB::Row>,
-    for<'r> LostRow: FromRow<'r, DB::Row>,
-    for<'r> (String,): FromRow<'r, DB::Row>,
-    for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
-    for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
-{
-    Ok(sums_and_tops::<DB>(conn, wallet, windows, upto).await?.0)
-}
-
-/// What [`window_sums`] reads, with the top of each coin's ledger it read on the way (the
-/// latest place, without `upto`): the place a new withdrawal of that coin follows, so creating
-/// one reads it once. No tops for a wallet that is scanned.
+///
+/// Also the top of each coin's ledger read on the way (the latest place, without `upto`): the
+/// place a new withdrawal of that coin follows, so creating one reads it once. No tops for a
+/// wallet that is scanned.
 #[sql_bounds]
 pub(super) async fn sums_and_tops<DB>(
     conn: &mut DB::Connection,
