@@ -862,3 +862,17 @@ def test_a_wallet_policy_page_shows_rules_history_pending_changes_and_a_dry_run(
     card = dave.locator(f"section.approval[data-approval-id='{pending['id']}']")
     expect(card).to_contain_text("Policy change on")
     expect(card.locator(".reason")).to_contain_text("removing rule payees")
+    # Alice asks to remove the enterprise's rule: the enterprise's approval, which Dave, its other
+    # admin, approves on the same page; the rule goes with it.
+    enterprise_rules = f"/api/v2/hteth/enterprise/{FIXTURE['enterprises']['acme']}/policy/rule"
+    status, change = api("DELETE", enterprise_rules, alice_token, {"id": "cap"})
+    assert status == 200 and change["scope"] == "enterprise", change
+    dave.goto(BASE + "/console/approvals")
+    card = dave.locator(f"section.approval[data-approval-id='{change['id']}']")
+    expect(card.locator("h3")).to_contain_text("Policy change on enterprise")
+    expect(card.locator(".enterprise")).to_have_text(FIXTURE["enterprises"]["acme"])
+    card.locator("input[name=otp]").fill(TEST_OTP)
+    card.locator("form.approve button[type=submit]").click()
+    expect(dave.locator(".alert.ok")).to_contain_text("Approved: the policy change is applied.")
+    status, body = api("GET", enterprise_rules, alice_token)
+    assert status == 200 and body["rules"] == [], body

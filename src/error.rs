@@ -68,7 +68,6 @@ crate::types::text_enum!(
         PolicyDenied = "PolicyDenied",
         PolicyRuleNotFound = "PolicyRuleNotFound",
         TooManyRuleChanges = "TooManyRuleChanges",
-        PolicyChangeNeedsApproval = "PolicyChangeNeedsApproval",
         PolicyRuleLocked = "PolicyRuleLocked",
     }
 );

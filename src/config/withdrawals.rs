@@ -96,6 +96,9 @@ pub struct WithdrawalsConfig {
     /// withdrawal that takes the total above it, and every one after while it stays above,
     /// needs a service admin's final approval (§6.1 `circuitBreaker`; docs/policy.md#circuit-breaker).
     pub circuit_breaker_usd: u64,
+    /// Approvals a loosening of an enterprise's policy rules needs, each from a different admin
+    /// of the enterprise other than the one who asked (docs/policy.md#enterprise-rules).
+    pub enterprise_policy_approvals: u32,
 }
 
 impl Default for WithdrawalsConfig {
@@ -112,6 +115,7 @@ impl Default for WithdrawalsConfig {
             policy_webhook_timeout_ms: 5_000,
             policy_webhook_concurrency: 16,
             circuit_breaker_usd: 20_000_000,
+            enterprise_policy_approvals: 1,
         }
     }
 }
@@ -152,6 +156,9 @@ impl WithdrawalsConfig {
         }
         if !(1..=MAX_BREAKER_USD).contains(&self.circuit_breaker_usd) {
             return bad("circuit_breaker_usd", "from 1 to 1000000000000 (a trillion)");
+        }
+        if !(1..=10).contains(&self.enterprise_policy_approvals) {
+            return bad("enterprise_policy_approvals", "from 1 to 10");
         }
         Ok(())
     }

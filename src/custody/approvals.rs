@@ -1,7 +1,8 @@
 //! Pending approvals (BitGo's `pendingApprovals`): listing them, and the answers of the people
 //! who approve. A withdrawal needs `approvalsRequired` approvals from wallet admins other than
 //! its initiator, each with a fresh OTP or passkey assertion; one rejection rejects it; the
-//! initiator may cancel their own.
+//! initiator may cancel their own. A change to an enterprise's rules (`scope: "enterprise"`,
+//! no wallet) is seen by the enterprise's members and answered by its admins.
 
 use serde_json::{json, Value};
 
@@ -18,7 +19,7 @@ use crate::{
         custody::{Approval, ApprovalState, ApprovalSubject, Resolver, TxRequestState},
         wallet::WalletRow,
     },
-    store::{ApprovalFilter, RecordSwap},
+    store::ApprovalFilter,
     types::{ApprovalId, Coin, EnterpriseId, WalletId},
     wallets::Visibility,
 };
@@ -65,7 +66,7 @@ pub async fn list(svc: &Custody, auth: &Principal, q: &ListQuery) -> Result<Vec<
     let found = svc.store.approvals(&filter).await?;
     let ids: Vec<WalletId> = found
         .iter()
-        .map(|a| a.wallet_id.clone())
+        .filter_map(|a| a.wallet_id.clone())
         .collect::<std::collections::HashSet<_>>()
         .into_iter()
         .collect();
@@ -73,11 +74,40 @@ pub async fn list(svc: &Custody, auth: &Principal, q: &ListQuery) -> Result<Vec<
     let seen = Visibility::load(&svc.wallets, auth).await?;
     let visible: std::collections::HashSet<WalletId> =
         rows.iter().filter(|r| seen.can_view(&svc.wallets, auth, r)).map(|r| r.id.clone()).collect();
+    let enterprises = Enterprises::load(svc, auth, found.iter().any(|a| a.wallet_id.is_none())).await?;
     Ok(found
         .into_iter()
-        .filter(|a| visible.contains(&a.wallet_id) && q.coin.as_ref().is_none_or(|c| c == &a.coin))
+        .filter(|a| match &a.wallet_id {
+            Some(w) => visible.contains(w),
+            None => q.wallet.is_none() && enterprises.sees(svc, auth, a.enterprise.as_ref()),
+        })
+        .filter(|a| q.coin.as_ref().is_none_or(|c| c == &a.coin))
         .take(usize::try_from(limit).unwrap_or(usize::MAX))
         .collect())
+}
+
+/// The enterprises whose own approvals the caller sees: those they are a member of, with a
+/// token that may view them (`enterprise_view_all`); every one for a service admin.
+struct Enterprises(Vec<crate::store::Membership>);
+
+impl Enterprises {
+    async fn load(svc: &Custody, auth: &Principal, needed: bool) -> Result<Self> {
+        match needed && !auth.user.service_admin {
+            true => Ok(Enterprises(svc.store.memberships(&auth.user.id).await?)),
+            false => Ok(Enterprises(Vec::new())),
+        }
+    }
+
+    fn sees(&self, svc: &Custody, auth: &Principal, e: Option<&EnterpriseId>) -> bool {
+        let Some(e) = e else { return false };
+        let member = auth.user.service_admin || self.0.iter().any(|m| &m.enterprise.id == e);
+        member && auth.require(svc.wallets.policy, Action::ViewEnterprise { enterprise_id: e }).is_ok()
+    }
+
+    /// Whether the caller is an admin of `e`.
+    fn admin_of(&self, e: &EnterpriseId) -> bool {
+        self.0.iter().any(|m| m.is_admin && &m.enterprise.id == e)
+    }
 }
 
 /// Each of `approvals` with its withdrawal, in one read (the lists' records carry the
@@ -121,7 +151,17 @@ pub async fn get(svc: &Custody, auth: &Principal, coin: Option<&Coin>, id: &Appr
     if coin.is_some_and(|c| c != &a.coin) {
         return Err(not_found());
     }
-    visible_wallet(svc, auth, &a.wallet_id).await.map_err(|_| not_found())?;
+    match &a.wallet_id {
+        Some(w) => {
+            visible_wallet(svc, auth, w).await.map_err(|_| not_found())?;
+        }
+        None => {
+            let enterprises = Enterprises::load(svc, auth, true).await?;
+            if !enterprises.sees(svc, auth, a.enterprise.as_ref()) {
+                return Err(not_found());
+            }
+        }
+    }
     Ok(a)
 }
 
@@ -173,11 +213,14 @@ pub async fn resolve(
     let approvals = next.resolvers.iter().filter(|r| r.resolution == "approved").count();
     let (state, withdrawal, audit_type) = outcome(&a, answer, cancel, completes);
     next.state = state;
-    let mut entries = vec![auth.audit(audit_type).wallet(Some(&a.wallet_id)).data(json!({
+    let mut entries = vec![auth.audit(audit_type).wallet(a.wallet_id.as_ref()).data(json!({
         "pendingApprovalId": a.id.as_str(), "txRequestId": a.tx_request_id().map(|t| t.as_str()),
         "ruleId": match &a.subject { ApprovalSubject::PolicyRule(r) => Some(&r.rule_id), _ => None },
         "approvals": approvals, "approvalsRequired": a.approvals_required, "state": state.as_str(),
     }))];
+    if a.wallet_id.is_none() {
+        entries[0].enterprise_id = a.enterprise.clone();
+    }
     // The last approval of a rule change applies it, in the same transaction.
     let swap = match (&a.subject, state) {
         (ApprovalSubject::PolicyRule(r), ApprovalState::Approved) => {
@@ -190,8 +233,7 @@ pub async fn resolve(
     }
     let events = resolution_events(svc, &next, withdrawal, now).await?;
     let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
-    let record =
-        swap.as_ref().map(|s| RecordSwap { wallet: &a.wallet_id, before: &s.before, after: &s.after });
+    let record = swap.as_ref().and_then(|s| s.swap(&a));
     let written = svc
         .store
         .resolve_approval(&next, a.resolvers.len(), withdrawal, record, now, &entries, &announce.writes())
@@ -244,15 +286,21 @@ fn outcome(
 /// whether the approval completes it). The wallet's `approvalsRequired` and the approvals its
 /// fired rules ask for decide the second (`policy_eval::approve`).
 async fn may_answer(svc: &Custody, auth: &Principal, a: &Approval, answer: Answer) -> Result<(bool, bool)> {
-    let row = visible_wallet(svc, auth, &a.wallet_id).await?;
-    let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
     let me = auth.user.id.as_str();
     let cancel = answer == Answer::Rejected && a.creator == auth.user.id;
     let for_service_admin = a.policy.rule_approvals.iter().any(|r| r.service_admin);
     if !cancel {
-        require_approver(svc, auth, &row, &record, for_service_admin).await?;
+        match (&a.wallet_id, &a.enterprise) {
+            (Some(wallet), _) => {
+                let row = visible_wallet(svc, auth, wallet).await?;
+                let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
+                require_approver(svc, auth, &row, &record, for_service_admin).await?;
+            }
+            (None, Some(e)) => require_enterprise_approver(svc, auth, e).await?,
+            (None, None) => return Err(not_allowed("this approval has no wallet or enterprise")),
+        }
         if a.creator == auth.user.id {
-            return Err(not_allowed("the initiator of a withdrawal may not approve it"));
+            return Err(not_allowed("the initiator of a withdrawal or change may not approve it"));
         }
         if a.resolvers.iter().any(|r| r.user.as_str() == me) {
             return Err(not_allowed("you have answered this approval already"));
@@ -312,6 +360,17 @@ async fn service_admins<'a>(
         }
     }
     Ok(out)
+}
+
+/// An approver of a change to enterprise `e`'s rules is an admin of `e` whose token holds an
+/// `enterprise_manage_all` form for it or `pending_approval_update`.
+async fn require_enterprise_approver(svc: &Custody, auth: &Principal, e: &EnterpriseId) -> Result<()> {
+    auth.require(svc.wallets.policy, Action::ManageEnterprise { enterprise_id: e })
+        .or_else(|_| auth.require(svc.wallets.policy, Action::UpdatePendingApproval))?;
+    if Enterprises(svc.store.memberships(&auth.user.id).await?).admin_of(e) {
+        return Ok(());
+    }
+    Err(not_allowed("only an admin of the enterprise may answer its policy changes"))
 }
 
 /// An approver is a wallet admin (listed with `admin`, or an admin of the wallet's

@@ -61,6 +61,7 @@ pub fn approval_event(a: &Approval) -> Event {
     Event::PendingApproval(PendingApprovalEvent {
         coin: a.coin.clone(),
         wallet_id: a.wallet_id.clone(),
+        enterprise_id: a.enterprise.clone(),
         pending_approval_id: a.id.as_str().to_string(),
         pending_approval_type: a.kind(),
         state: a.state.as_str(),

@@ -6,7 +6,7 @@ use alloy_primitives::{Address, U256};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    error::{Error, ErrorName, Result},
+    error::{Error, Result},
     types::{parse_eth_address, Coin, UserId},
 };
 
@@ -195,29 +195,15 @@ impl Rule {
     }
 }
 
-/// Where rule `id` is among `rules`. Errors: `PolicyRuleNotFound` (404).
-pub fn position(rules: &[Rule], id: &str) -> Result<usize> {
-    rules.iter().position(|r| r.id == id).ok_or_else(|| Error::NotFound {
-        name: ErrorName::PolicyRuleNotFound,
-        message: format!("the wallet has no policy rule {id}"),
-    })
-}
-
-/// Writes `rules` into wallet `record`'s `admin.policy.rules`. An `admin` or `admin.policy`
-/// that is not an object (an imported record's) is replaced: indexing into one would panic.
-pub fn set_rules(record: &mut Value, rules: &[Rule]) {
-    // Indexing with a key is safe on an object (a missing key is made), so each level is made
-    // one first.
-    if !record.is_object() {
-        *record = json!({});
-    }
-    if !record["admin"].is_object() {
-        record["admin"] = json!({});
-    }
-    if !record["admin"]["policy"].is_object() {
-        record["admin"]["policy"] = json!({});
-    }
-    record["admin"]["policy"]["rules"] = Value::Array(rules.iter().map(Rule::to_json).collect());
+/// `approvalsRequired` of a wallet record (§2.1: at least 1): the approvals its withdrawals and
+/// its loosenings need.
+pub fn approvals_required(record: &Value) -> u32 {
+    record
+        .get("approvalsRequired")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// The rules stored in a wallet record's `admin.policy.rules` (each was checked when written;
@@ -226,6 +212,17 @@ pub fn rules_of(record: &Value) -> Vec<Rule> {
     let Some(list) = record.pointer("/admin/policy/rules").and_then(Value::as_array) else {
         return Vec::new();
     };
+    parsed(list)
+}
+
+/// The rules of an enterprise's stored list for a coin (a JSON array, as written; `None`: no
+/// rules yet), as [`rules_of`] reads a wallet's.
+pub fn rules_of_list(text: Option<&str>) -> Vec<Rule> {
+    let list: Vec<Value> = text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
+    parsed(&list)
+}
+
+fn parsed(list: &[Value]) -> Vec<Rule> {
     list.iter()
         .filter_map(|v| match parse_checked(v, Checks::Stored) {
             Ok((rule, _)) => Some(rule),
@@ -428,11 +425,11 @@ mod tests {
         for mut record in
             [json!({}), json!({ "admin": "x" }), json!({ "admin": { "policy": 7, "other": 1 } })]
         {
-            set_rules(&mut record, std::slice::from_ref(&all));
+            crate::custody::policy_edit::set_rules(&mut record, std::slice::from_ref(&all));
             assert_eq!(rules_of(&record), vec![all.clone()], "{record}");
         }
         let mut kept = json!({ "admin": { "other": 1 } });
-        set_rules(&mut kept, &[]);
+        crate::custody::policy_edit::set_rules(&mut kept, &[]);
         assert_eq!(kept, json!({ "admin": { "other": 1, "policy": { "rules": [] } } }));
     }
 

@@ -1,8 +1,9 @@
-//! Loosening a wallet's policy (docs/policy.md#loosening): a change that loosens the rules is
-//! never applied by the admin who asks. It becomes a pending approval of type
-//! `policyRuleRequest` that other wallet admins answer like a withdrawal's (the wallet's
-//! `approvalsRequired` of them, each with a fresh OTP); the last approval applies it, in the
-//! same store transaction, to the rules as they are then.
+//! Loosening a wallet's or an enterprise's policy (docs/policy.md#loosening): a change that
+//! loosens the rules is never applied by the admin who asks. It becomes a pending approval of
+//! type `policyRuleRequest` that other admins answer like a withdrawal's (a wallet's
+//! `approvalsRequired` of its admins, or `withdrawals.enterprise_policy_approvals` of the
+//! enterprise's, each with a fresh OTP); the last approval applies it, in the same store
+//! transaction, to the rules as they are then.
 
 use serde_json::{json, Value};
 
@@ -19,21 +20,31 @@ use crate::{
         custody::{Approval, ApprovalPolicy, ApprovalState, ApprovalSubject, PolicyRuleRequest},
         wallet::WalletRow,
     },
-    store::ApprovalFilter,
-    types::ApprovalId,
+    store::{ApprovalFilter, RecordSwap},
+    types::{ApprovalId, Coin, EnterpriseId},
 };
 
-/// Loosenings one wallet may have waiting at once.
+/// Loosenings one wallet, or one enterprise, may have waiting at once.
 pub const MAX_PENDING: u32 = 20;
 
-/// Asks for a loosening of wallet `row`'s rule `before`: to `update`, or its removal (`None`).
-/// `why` says how it loosens. Audited as `policy.change_requested`; tells `pendingapproval`.
-/// Errors: `PolicyRuleLocked` (403) when the rule's `lockDate` passed and the caller is not a
-/// service admin; `TooManyRuleChanges` (409) when [`MAX_PENDING`] wait already.
+/// Whose rules a change loosens.
+#[derive(Debug, Clone, Copy)]
+pub enum Owner<'a> {
+    /// A wallet's own rules.
+    Wallet(&'a WalletRow),
+    /// An enterprise's rules for a coin (docs/policy.md#enterprise-rules).
+    Enterprise(&'a EnterpriseId, &'a Coin),
+}
+
+/// Asks for a loosening of `owner`'s rule `before`: to `update`, or its removal (`None`).
+/// `why` says how it loosens. Audited as `policy.change_requested`; tells `pendingapproval`
+/// (the wallet's webhooks, or the enterprise's). Errors: `PolicyRuleLocked` (403) when the
+/// rule's `lockDate` passed and the caller is not a service admin; `TooManyRuleChanges` (409)
+/// when [`MAX_PENDING`] wait already.
 pub async fn request(
     svc: &Custody,
     auth: &Principal,
-    row: &WalletRow,
+    owner: Owner<'_>,
     before: &Rule,
     update: Option<&Rule>,
     why: String,
@@ -50,20 +61,30 @@ pub async fn request(
             context: json!({ "rule": before.to_json() }),
         });
     }
-    let waiting = ApprovalFilter {
-        wallets: Some(vec![row.id.clone()]),
+    let mut waiting = ApprovalFilter {
         state: Some(ApprovalState::Pending),
         approval_type: Some("policyRuleRequest"),
         limit: MAX_PENDING,
         ..Default::default()
     };
+    let (wallet_id, coin, enterprise, required) = match owner {
+        Owner::Wallet(row) => {
+            waiting.wallets = Some(vec![row.id.clone()]);
+            let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
+            let required = policy::approvals_required(&record);
+            (Some(row.id.clone()), row.coin.clone(), row.enterprise.clone(), required)
+        }
+        Owner::Enterprise(e, coin) => {
+            (waiting.enterprise, waiting.enterprise_scope) = (Some(e.clone()), true);
+            (None, coin.clone(), Some(e.clone()), svc.config.withdrawals.enterprise_policy_approvals)
+        }
+    };
     if svc.store.approvals(&waiting).await?.len() >= usize::try_from(MAX_PENDING).unwrap_or(usize::MAX) {
         return Err(Error::Conflict {
             name: ErrorName::TooManyRuleChanges,
-            message: format!("the wallet has {MAX_PENDING} policy changes waiting for approval"),
+            message: format!("{MAX_PENDING} policy changes wait for approval already"),
         });
     }
-    let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
     let ttl = i64::try_from(svc.config.withdrawals.approval_ttl).unwrap_or(i64::MAX);
     let change = PolicyRuleRequest {
         action: if update.is_some() { "update" } else { "remove" }.into(),
@@ -74,22 +95,26 @@ pub async fn request(
     };
     let approval = Approval {
         id: ApprovalId::new_random(),
-        wallet_id: row.id.clone(),
-        coin: row.coin.clone(),
-        enterprise: row.enterprise.clone(),
+        wallet_id,
+        coin,
+        enterprise,
         creator: auth.user.id.clone(),
         state: ApprovalState::Pending,
-        approvals_required: super::withdrawals::approvals_required(&record),
+        approvals_required: required,
         resolvers: Vec::new(),
         subject: ApprovalSubject::PolicyRule(change.clone()),
         created_at: now,
         expires_at: now.saturating_add(ttl),
         policy: ApprovalPolicy::default(),
     };
-    let entry = auth.audit(AuditType::PolicyChangeRequested).wallet(Some(&row.id)).data(json!({
-        "pendingApprovalId": approval.id.as_str(), "action": change.action, "ruleId": change.rule_id,
-        "before": change.before, "update": change.update, "reason": change.reason,
-    }));
+    let mut entry =
+        auth.audit(AuditType::PolicyChangeRequested).wallet(approval.wallet_id.as_ref()).data(json!({
+            "pendingApprovalId": approval.id.as_str(), "action": change.action, "ruleId": change.rule_id,
+            "coin": approval.coin.as_str(), "before": change.before, "update": change.update, "reason": change.reason,
+        }));
+    if approval.wallet_id.is_none() {
+        entry.enterprise_id = approval.enterprise.clone();
+    }
     let events = [super::events::approval_event(&approval)];
     let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
     let recorded = svc.store.create_approval(&approval, &[entry], &announce.writes()).await?;
@@ -97,7 +122,8 @@ pub async fn request(
     Ok(approval)
 }
 
-/// A rule change made ready to apply: the wallet's record now and after, and its audit entry.
+/// A rule change made ready to apply: the rules now and after (a wallet's record, or an
+/// enterprise's list), and its audit entry.
 #[derive(Debug)]
 pub struct Applied {
     pub before: String,
@@ -105,7 +131,21 @@ pub struct Applied {
     pub audit: AuditEntry,
 }
 
-/// Applies change `r` of approval `a` to its wallet's rules as they are now, by the caller
+impl Applied {
+    /// The store's swap of it, for approval `a` it came from.
+    pub fn swap<'a>(&'a self, a: &'a Approval) -> Option<RecordSwap<'a>> {
+        let (before, after) = (self.before.as_str(), self.after.as_str());
+        match (&a.wallet_id, &a.enterprise) {
+            (Some(wallet), _) => Some(RecordSwap::Wallet { wallet, before, after }),
+            (None, Some(enterprise)) => {
+                Some(RecordSwap::EnterpriseRules { enterprise, coin: &a.coin, before, after })
+            }
+            (None, None) => None,
+        }
+    }
+}
+
+/// Applies change `r` of approval `a` to its owner's rules as they are now, by the caller
 /// giving the last approval: for the store to write with the approval. Errors:
 /// `PolicyRuleNotFound` (409 here: the rule changed or was removed since), `WalletNotFound`.
 pub async fn apply_request(
@@ -114,16 +154,28 @@ pub async fn apply_request(
     a: &Approval,
     r: &PolicyRuleRequest,
 ) -> Result<Applied> {
-    let row = svc.store.wallets_by_ids(std::slice::from_ref(&a.wallet_id), true).await?.pop();
-    let row = row.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
-    let mut record: Value = serde_json::from_str(row.record.as_str())
-        .map_err(|e| Error::Internal(anyhow::anyhow!("stored wallet record: {e}")))?;
-    let mut rules = policy::rules_of(&record);
+    let (before, mut rules, record) = match (&a.wallet_id, &a.enterprise) {
+        (Some(wallet), _) => {
+            let row = svc.store.wallets_by_ids(std::slice::from_ref(wallet), true).await?.pop();
+            let row = row.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
+            let record: Value = serde_json::from_str(row.record.as_str())
+                .map_err(|e| Error::Internal(anyhow::anyhow!("stored wallet record: {e}")))?;
+            (row.record.as_str().to_string(), policy::rules_of(&record), Some(record))
+        }
+        (None, Some(enterprise)) => {
+            let text = svc.store.enterprise_rules(enterprise, &a.coin).await?.unwrap_or_default();
+            let rules = policy::rules_of_list(Some(&text));
+            (text, rules, None)
+        }
+        (None, None) => {
+            return Err(Error::Internal(anyhow::anyhow!("an approval of no wallet or enterprise")))
+        }
+    };
     let gone = || Error::Conflict {
         name: ErrorName::PolicyRuleNotFound,
         message: format!("rule {} changed or went since this change was asked for; reject it", r.rule_id),
     };
-    let at = policy::position(&rules, &r.rule_id).map_err(|_| gone())?;
+    let at = super::policy_edit::position(&rules, &r.rule_id).map_err(|_| gone())?;
     // Approvers approved a change from `before`: a rule changed since (tightened, say) is not
     // overwritten.
     let now = rules[at].to_json();
@@ -141,9 +193,19 @@ pub async fn apply_request(
             AuditType::PolicyRuleRemoved
         }
     };
-    policy::set_rules(&mut record, &rules);
-    let audit = auth.audit(kind).wallet(Some(&a.wallet_id)).data(json!({
-        "ruleId": r.rule_id, "before": now, "after": r.update, "pendingApprovalId": a.id.as_str(),
+    let after = match record {
+        Some(mut record) => {
+            super::policy_edit::set_rules(&mut record, &rules);
+            record.to_string()
+        }
+        None => Value::Array(rules.iter().map(Rule::to_json).collect()).to_string(),
+    };
+    let mut audit = auth.audit(kind).wallet(a.wallet_id.as_ref()).data(json!({
+        "ruleId": r.rule_id, "coin": a.coin.as_str(), "before": now, "after": r.update,
+        "pendingApprovalId": a.id.as_str(),
     }));
-    Ok(Applied { before: row.record.as_str().to_string(), after: record.to_string(), audit })
+    if a.wallet_id.is_none() {
+        audit.enterprise_id = a.enterprise.clone();
+    }
+    Ok(Applied { before, after, audit })
 }

@@ -1,15 +1,17 @@
 //! What changing a policy rule shares between a wallet's rules (`policy_rules`) and an
 //! enterprise's (`policy_enterprise`): the kinds of change, a whitelist edited in place, and the
-//! checks of a condition that need the service's settings.
+//! checks of a condition that need the service's settings, finding a rule, and writing a
+//! wallet's rules back into its record.
 
 use super::{
     policy::{Condition, Rule, WhitelistEdit},
     Custody,
 };
 use crate::{
-    error::{Error, Result},
+    error::{Error, ErrorName, Result},
     types::Coin,
 };
+use serde_json::{json, Value};
 
 /// What a rule change does to the list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,4 +66,29 @@ pub fn apply_edit(rule: &mut Rule, old: &Rule, edit: WhitelistEdit) {
             WhitelistEdit::Remove(a) => *list = was.iter().copied().filter(|x| *x != a).collect(),
         }
     }
+}
+
+/// Where rule `id` is among `rules`. Errors: `PolicyRuleNotFound` (404).
+pub fn position(rules: &[Rule], id: &str) -> Result<usize> {
+    rules.iter().position(|r| r.id == id).ok_or_else(|| Error::NotFound {
+        name: ErrorName::PolicyRuleNotFound,
+        message: format!("there is no policy rule {id}"),
+    })
+}
+
+/// Writes `rules` into wallet `record`'s `admin.policy.rules`. An `admin` or `admin.policy`
+/// that is not an object (an imported record's) is replaced: indexing into one would panic.
+pub fn set_rules(record: &mut Value, rules: &[Rule]) {
+    // Indexing with a key is safe on an object (a missing key is made), so each level is made
+    // one first.
+    if !record.is_object() {
+        *record = json!({});
+    }
+    if !record["admin"].is_object() {
+        record["admin"] = json!({});
+    }
+    if !record["admin"]["policy"].is_object() {
+        record["admin"]["policy"] = json!({});
+    }
+    record["admin"]["policy"]["rules"] = Value::Array(rules.iter().map(Rule::to_json).collect());
 }

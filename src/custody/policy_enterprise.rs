@@ -2,12 +2,14 @@
 //! `POST`, `PUT`, `DELETE` and `GET /api/v2/{coin}/enterprise/{enterpriseId}/policy/rule`: the
 //! same rules as a wallet's, applying to every wallet of the enterprise and coin, each judged
 //! on its own (a velocity limit counts each wallet's withdrawals). In a wallet's evaluation
-//! they follow its own rules, their ids prefixed [`PREFIX`].
+//! they follow its own rules, their ids prefixed [`PREFIX`]. A loosening waits for other admins
+//! of the enterprise (`policy_changes`).
 
 use serde_json::{json, Value};
 
 use super::{
     policy::{self, Rule, MAX_RULES},
+    policy_changes::Owner,
     policy_edit::{apply_edit, check_condition, RuleChange},
     Custody,
 };
@@ -15,30 +17,18 @@ use crate::{
     audit::EntryExt,
     error::{Error, ErrorName, Result},
     identity::{bearer::Principal, scopes::Action},
-    model::audit::AuditType,
+    model::{audit::AuditType, custody::Approval},
     types::{Coin, EnterpriseId},
 };
 
 /// How an enterprise rule's id reads among a wallet's rules: `enterprise.<id>`.
 pub const PREFIX: &str = "enterprise.";
 
-/// The rules stored for `enterprise` and `coin` (ids as written).
-async fn stored(
-    svc: &Custody,
-    enterprise: &EnterpriseId,
-    coin: &Coin,
-) -> Result<(Option<String>, Vec<Rule>)> {
-    let text = svc.store.enterprise_rules(enterprise, coin).await?;
-    let value: Value = text.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
-    let rules = policy::rules_of(&json!({ "admin": { "policy": { "rules": value } } }));
-    Ok((text, rules))
-}
-
 /// The rules of the wallet's enterprise for its coin, ids prefixed [`PREFIX`]: what the wallet's
 /// evaluation adds to its own. None for a wallet of no enterprise.
 pub async fn rules_for(svc: &Custody, enterprise: Option<&EnterpriseId>, coin: &Coin) -> Result<Vec<Rule>> {
     let Some(e) = enterprise else { return Ok(Vec::new()) };
-    let (_, rules) = stored(svc, e, coin).await?;
+    let rules = policy::rules_of_list(svc.store.enterprise_rules(e, coin).await?.as_deref());
     Ok(rules.into_iter().map(|r| Rule { id: format!("{PREFIX}{}", r.id), ..r }).collect())
 }
 
@@ -64,7 +54,8 @@ pub async fn list(
 ) -> Result<Vec<Value>> {
     auth.require(svc.wallets.policy, Action::ViewEnterprise { enterprise_id: enterprise })?;
     member(svc, auth, enterprise, false).await?;
-    Ok(stored(svc, enterprise, coin).await?.1.iter().map(Rule::to_json).collect())
+    let rules = policy::rules_of_list(svc.store.enterprise_rules(enterprise, coin).await?.as_deref());
+    Ok(rules.iter().map(Rule::to_json).collect())
 }
 
 /// Whether the caller is a member (an admin when `admin`) of `enterprise`, or a service admin.
@@ -84,11 +75,22 @@ async fn member(svc: &Custody, auth: &Principal, enterprise: &EnterpriseId, admi
     }
 }
 
-/// Changes `enterprise`'s rules for `coin` as `what` says (the body as for a wallet's rules):
-/// the rules after. A tightening applies at once; a loosening is refused
-/// (`PolicyChangeNeedsApproval`, 403): an enterprise's loosenings cannot be approved yet.
-/// Needs an `enterprise_manage_all` form and an enterprise admin. Errors as for a wallet's
-/// rules, and `EnterpriseNotFound`.
+/// What a change to an enterprise's rules did.
+#[derive(Debug)]
+pub enum Changed {
+    /// Applied: the rules after.
+    Applied(Vec<Value>),
+    /// A loosening, waiting for other admins of the enterprise: its pending approval
+    /// (`policyRuleRequest`, `scope: "enterprise"`).
+    Pending(Box<Approval>),
+}
+
+/// Changes `enterprise`'s rules for `coin` as `what` says (the body as for a wallet's rules).
+/// A tightening applies at once; a loosening (a removal, or an update that loosens) becomes a
+/// pending approval that other admins of the enterprise answer
+/// (`withdrawals.enterprise_policy_approvals` of them). Needs an `enterprise_manage_all` form
+/// and an enterprise admin. Errors as for a wallet's rules (`PolicyRuleLocked`,
+/// `TooManyRuleChanges` too), and `EnterpriseNotFound`.
 pub async fn change(
     svc: &Custody,
     auth: &Principal,
@@ -96,16 +98,20 @@ pub async fn change(
     enterprise: &EnterpriseId,
     body: &Value,
     what: RuleChange,
-) -> Result<Vec<Value>> {
+) -> Result<Changed> {
     auth.require(svc.wallets.policy, Action::ManageEnterprise { enterprise_id: enterprise })?;
     member(svc, auth, enterprise, true).await?;
     super::spendable_coin(&svc.config, coin)?;
-    let (text, mut rules) = stored(svc, enterprise, coin).await?;
+    let text = svc.store.enterprise_rules(enterprise, coin).await?;
+    let mut rules = policy::rules_of_list(text.as_deref());
     let (before, after) = match what {
         RuleChange::Remove => {
             let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
-            let at = policy::position(&rules, id)?;
-            return Err(needs_approval(format!("removing rule {id}"), &rules[at]));
+            let at = super::policy_edit::position(&rules, id)?;
+            let owner = Owner::Enterprise(enterprise, coin);
+            let why = format!("removing rule {id}");
+            let pending = super::policy_changes::request(svc, auth, owner, &rules[at], None, why).await?;
+            return Ok(Changed::Pending(Box::new(pending)));
         }
         RuleChange::Create => {
             let (rule, _) = policy::parse(body)?;
@@ -122,14 +128,17 @@ pub async fn change(
         RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
             checked(svc, enterprise, coin, &rule).await?;
-            let at = policy::position(&rules, &rule.id)?;
+            let at = super::policy_edit::position(&rules, &rule.id)?;
             let old = rules[at].clone();
             apply_edit(&mut rule, &old, edit);
             if body.get("lockDate").is_none() {
                 rule.lock_date = old.lock_date;
             }
             if let Some(why) = rule.loosens(&old) {
-                return Err(needs_approval(why, &old));
+                let owner = Owner::Enterprise(enterprise, coin);
+                let pending =
+                    super::policy_changes::request(svc, auth, owner, &old, Some(&rule), why).await?;
+                return Ok(Changed::Pending(Box::new(pending)));
             }
             rules[at] = rule.clone();
             (Some(old), rule)
@@ -148,7 +157,7 @@ pub async fn change(
             message: "the enterprise's rules changed meanwhile; try again".into(),
         });
     }
-    Ok(list)
+    Ok(Changed::Applied(list))
 }
 
 /// The condition checks of a wallet's rules; the users an approval rule names are admins of
@@ -165,15 +174,4 @@ async fn checked(svc: &Custody, enterprise: &EnterpriseId, coin: &Coin, rule: &R
         }
     }
     Ok(())
-}
-
-fn needs_approval(why: String, rule: &Rule) -> Error {
-    Error::Forbidden {
-        name: ErrorName::PolicyChangeNeedsApproval,
-        message: format!(
-            "{why} loosens the enterprise's policy, which needs other admins' approval; this version takes \
-             such approvals for wallet rules only (docs/policy.md#enterprise-rules)"
-        ),
-        context: json!({ "rule": rule.to_json() }),
-    }
 }

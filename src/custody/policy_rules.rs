@@ -11,6 +11,7 @@ pub use super::policy_edit::RuleChange;
 
 use super::{
     policy::{self, Rule, MAX_RULES},
+    policy_changes::Owner,
     policy_edit::{apply_edit, check_condition},
     policy_eval,
     withdrawals::is_wallet_admin,
@@ -63,9 +64,10 @@ pub async fn change(
     let (before, after) = match what {
         RuleChange::Remove => {
             let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
-            let at = policy::position(&rules, id)?;
+            let at = super::policy_edit::position(&rules, id)?;
             let why = format!("removing rule {id}");
-            let pending = super::policy_changes::request(svc, auth, &row, &rules[at], None, why).await?;
+            let pending =
+                super::policy_changes::request(svc, auth, Owner::Wallet(&row), &rules[at], None, why).await?;
             return Ok(Changed::Pending(Box::new(pending)));
         }
         RuleChange::Create => {
@@ -83,7 +85,7 @@ pub async fn change(
         RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
             check_rule(svc, &row, &record, &rule).await?;
-            let at = policy::position(&rules, &rule.id)?;
+            let at = super::policy_edit::position(&rules, &rule.id)?;
             let old = rules[at].clone();
             apply_edit(&mut rule, &old, edit);
             // A PUT that does not mention `lockDate` keeps it (`null` clears it: a loosening).
@@ -91,14 +93,16 @@ pub async fn change(
                 rule.lock_date = old.lock_date;
             }
             if let Some(why) = rule.loosens(&old) {
-                let pending = super::policy_changes::request(svc, auth, &row, &old, Some(&rule), why).await?;
+                let pending =
+                    super::policy_changes::request(svc, auth, Owner::Wallet(&row), &old, Some(&rule), why)
+                        .await?;
                 return Ok(Changed::Pending(Box::new(pending)));
             }
             rules[at] = rule.clone();
             (Some(old), rule)
         }
     };
-    policy::set_rules(&mut record, &rules);
+    super::policy_edit::set_rules(&mut record, &rules);
     let (kind, id) = (
         if before.is_some() { AuditType::PolicyRuleUpdated } else { AuditType::PolicyRuleCreated },
         &after.id,
@@ -164,7 +168,7 @@ pub async fn dry_run(
         decimals: super::tokens::decimals(&svc.config, &row.coin, coin),
         hooks: None,
     };
-    let required = super::withdrawals::approvals_required(&record);
+    let required = policy::approvals_required(&record);
     let asked = super::policy_hooks::Asked {
         stage: "dryRun",
         wallet: &row.id,

@@ -261,7 +261,10 @@ async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
             ApprovalSubject::PolicyRule(r) => crate::audit::entry(AuditType::PolicyChangeExpired)
                 .data(json!({ "pendingApprovalId": a.id.as_str(), "ruleId": r.rule_id })),
         };
-        let entry = entry.wallet(Some(&a.wallet_id));
+        let mut entry = entry.wallet(a.wallet_id.as_ref());
+        if a.wallet_id.is_none() {
+            entry.enterprise_id = a.enterprise.clone();
+        }
         let mut events = vec![events::approval_event(&closed)];
         let w = match a.tx_request_id() {
             Some(id) => svc.store.withdrawal(id).await?,

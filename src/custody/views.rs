@@ -21,7 +21,7 @@ fn recipients(w: &Withdrawal) -> Vec<Value> {
 pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
     let info = match &a.subject {
         ApprovalSubject::Withdrawal(_) => {
-            let mut request = json!({ "sourceWallet": a.wallet_id.as_str() });
+            let mut request = json!({ "sourceWallet": a.wallet_id.as_ref().map(|w| w.as_str()) });
             if let Some(w) = w {
                 let recipients = recipients(w);
                 request["requestedAmount"] = json!(w.total().to_string());
@@ -42,12 +42,11 @@ pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
     let mut v = json!({
         "id": a.id.as_str(),
         "coin": a.coin.as_str(),
-        "wallet": a.wallet_id.as_str(),
         "creator": a.creator.as_str(),
         "createDate": crate::clock::iso(a.created_at),
         "expireDate": crate::clock::iso(a.expires_at),
         "state": a.state.as_str(),
-        "scope": "wallet",
+        "scope": a.scope(),
         "approvalsRequired": a.policy.approvals_required(a.approvals_required),
         "resolvers": a.resolvers,
         "singleRunResults": a.policy.single_run_results,
@@ -57,6 +56,9 @@ pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
     });
     if let Some(id) = a.tx_request_id() {
         v["txRequestId"] = json!(id.as_str());
+    }
+    if let Some(w) = &a.wallet_id {
+        v["wallet"] = json!(w.as_str());
     }
     if let Some(e) = &a.enterprise {
         v["enterprise"] = json!(e.as_str());

@@ -145,7 +145,7 @@ async fn start(
     }
     let valued = super::breaker::value(svc, &withdrawal).await;
     withdrawal.usd = valued.usd.clone();
-    let approval = new_approval(approval_id, &withdrawal, approvals_required(&record), svc);
+    let approval = new_approval(approval_id, &withdrawal, super::policy::approvals_required(&record), svc);
     let entry = initiated(auth, &withdrawal);
     let mut events = vec![super::events::approval_event(&approval)];
     events.extend(super::events::tx_request_events(&withdrawal, None));
@@ -220,7 +220,7 @@ fn new_approval(id: ApprovalId, w: &Withdrawal, required: u32, svc: &Custody) ->
     let ttl = i64::try_from(svc.config.withdrawals.approval_ttl).unwrap_or(i64::MAX);
     Approval {
         id,
-        wallet_id: w.wallet_id.clone(),
+        wallet_id: Some(w.wallet_id.clone()),
         coin: w.coin.clone(),
         enterprise: w.enterprise.clone(),
         creator: w.creator.clone(),
@@ -326,16 +326,6 @@ pub fn has_permission(record: &Value, user: &str, permissions: &[&str]) -> bool 
                     .is_some_and(|ps| ps.iter().any(|p| p.as_str().is_some_and(|p| permissions.contains(&p))))
         })
     })
-}
-
-/// `approvalsRequired` of the record, at least 1.
-pub fn approvals_required(record: &Value) -> u32 {
-    record
-        .get("approvalsRequired")
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok())
-        .unwrap_or(1)
-        .max(1)
 }
 
 pub(super) fn parse_recipients(reqs: &[RecipientRequest]) -> Result<Vec<Recipient>> {

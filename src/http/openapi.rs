@@ -263,7 +263,7 @@ fn event_request(schemas: &mut Value) {
     p["coin"]["pattern"] = json!(COIN_PATTERN);
     let all: Vec<&str> = WALLET_TYPES.iter().chain(BLOCK_TYPES).chain(ENTERPRISE_TYPES).copied().collect();
     p["type"]["enum"] = json!(all);
-    // One branch per type: its routing id, and its known fields (`webhooks::event_fields`).
+    // One branch per type and level: its routing id, and its known fields (`webhooks::event_fields`).
     let branches: Vec<Value> =
         [(WALLET_TYPES, "walletId"), (BLOCK_TYPES, "coin"), (ENTERPRISE_TYPES, "enterpriseId")]
             .iter()
@@ -276,7 +276,8 @@ fn event_request(schemas: &mut Value) {
                 json!({ "properties": props, "required": [id] })
             })
             .collect();
-    s["oneOf"] = json!(branches);
+    // `anyOf`: `pendingapproval` has a wallet's branch and an enterprise's.
+    s["anyOf"] = json!(branches);
 }
 
 /// The JSON Schema of a known event field's kind (`webhooks::event_fields::Kind`).

@@ -178,7 +178,9 @@ pub struct Resolver {
 #[derive(Debug, Clone)]
 pub struct Approval {
     pub id: ApprovalId,
-    pub wallet_id: WalletId,
+    /// The wallet it belongs to; `None` for a change to an enterprise's rules, which belongs to
+    /// `enterprise` (BitGo's `scope: "enterprise"`).
+    pub wallet_id: Option<WalletId>,
     pub coin: Coin,
     pub enterprise: Option<EnterpriseId>,
     pub creator: UserId,
@@ -203,6 +205,15 @@ impl Approval {
         }
     }
 
+    /// BitGo's `scope`: `wallet`, or `enterprise` for a change to an enterprise's rules.
+    pub fn scope(&self) -> &'static str {
+        if self.wallet_id.is_some() {
+            "wallet"
+        } else {
+            "enterprise"
+        }
+    }
+
     /// BitGo's `type` of it: `transactionRequest` or `policyRuleRequest`.
     pub fn kind(&self) -> &'static str {
         match &self.subject {
@@ -217,8 +228,8 @@ impl Approval {
 pub enum ApprovalSubject {
     /// A withdrawal (`transactionRequest`).
     Withdrawal(TxRequestId),
-    /// A change to a wallet's policy rules that loosens them (`policyRuleRequest`,
-    /// docs/policy.md#loosening).
+    /// A change to a wallet's or an enterprise's policy rules that loosens them
+    /// (`policyRuleRequest`, docs/policy.md#loosening).
     PolicyRule(PolicyRuleRequest),
 }
 

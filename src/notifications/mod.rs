@@ -234,10 +234,16 @@ pub fn simulate_enterprise(
     token: Option<&crate::model::token::TokenRecord>,
     token_id: Option<&str>,
 ) -> Notification {
-    let mut payload = if webhook.webhook_type == "accessToken" {
-        access_token_payload(webhook, token, token_id.unwrap_or(""))
-    } else {
-        json!({ "type": webhook.webhook_type, "enterpriseId": webhook.level.enterprise_id(), "bankAccountId": ids::new_id(), "placeholder": true })
+    let enterprise = webhook.level.enterprise_id();
+    let mut payload = match webhook.webhook_type.as_str() {
+        "accessToken" => access_token_payload(webhook, token, token_id.unwrap_or("")),
+        "pendingapproval" => json!({
+            "type": "pendingapproval", "enterpriseId": enterprise, "pendingApprovalType": "policyRuleRequest",
+            "pendingApprovalId": ids::new_id(), "state": "pending",
+        }),
+        _ => {
+            json!({ "type": webhook.webhook_type, "enterpriseId": enterprise, "bankAccountId": ids::new_id(), "placeholder": true })
+        }
     };
     payload["simulation"] = json!(true);
     enterprise_notification(webhook, payload, true, None)

@@ -31,6 +31,8 @@ pub struct ApprovalFilter {
     /// Only these wallets (the caller's visible ones); `None`: every wallet.
     pub wallets: Option<Vec<WalletId>>,
     pub enterprise: Option<EnterpriseId>,
+    /// Only those of no wallet: changes to an enterprise's rules.
+    pub enterprise_scope: bool,
     pub state: Option<ApprovalState>,
     /// Only those whose `expires_at` is before this (Unix seconds).
     pub expired_before: Option<i64>,
@@ -226,6 +228,9 @@ where
         w.eq("enterprise", f.enterprise.as_ref().map(|e| e.as_str().to_string()));
         w.eq("state", f.state.map(|s| s.as_str().to_string()));
         w.eq("approval_type", f.approval_type.map(str::to_string));
+        if f.enterprise_scope {
+            w.raw("wallet_id IS NULL");
+        }
         if let Some(t) = f.expired_before {
             // A number the store wrote, not a client's text.
             w.raw(&format!("expires_at < {t}"));
@@ -285,18 +290,26 @@ where
         if DB::rows_affected(&done) != 1 {
             return Ok(None);
         }
-        if let Some(swap) = record {
-            let done =
-                sqlx::query("UPDATE wallets SET record = $3, updated_at = $4 WHERE id = $1 AND record = $2")
-                    .bind(swap.wallet.as_str())
-                    .bind(swap.before)
-                    .bind(swap.after)
-                    .bind(self.clock.now_ms())
-                    .execute(&mut *tx)
-                    .await?;
-            if DB::rows_affected(&done) != 1 {
-                return Ok(None);
+        let swapped = match record {
+            None => 1,
+            Some(RecordSwap::Wallet { wallet, before, after }) => {
+                let done = sqlx::query(
+                    "UPDATE wallets SET record = $3, updated_at = $4 WHERE id = $1 AND record = $2",
+                )
+                .bind(wallet.as_str())
+                .bind(before)
+                .bind(after)
+                .bind(self.clock.now_ms())
+                .execute(&mut *tx)
+                .await?;
+                DB::rows_affected(&done)
             }
+            Some(RecordSwap::EnterpriseRules { enterprise, coin, before, after }) => {
+                super::enterprises::swap_rules_tx::<DB>(&mut tx, enterprise, coin, before, after, now).await?
+            }
+        };
+        if swapped != 1 {
+            return Ok(None);
         }
         if let (Some(next), Some(id)) = (next, a.tx_request_id()) {
             sqlx::query(

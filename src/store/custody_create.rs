@@ -84,7 +84,7 @@ pub(super) async fn insert_approval<DB>(tx: &mut DB::Connection, a: &Approval) -
         "INSERT INTO pending_approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
     ))
     .bind(a.id.as_str())
-    .bind(a.wallet_id.as_str())
+    .bind(a.wallet_id.as_ref().map(WalletId::as_str))
     .bind(a.coin.as_str())
     .bind(a.enterprise.as_ref().map(EnterpriseId::as_str))
     .bind(a.creator.as_str())

@@ -12,7 +12,7 @@ use crate::model::custody::{
     Approval, ApprovalState, ApprovalSubject, KeyRecord, Recipient, Resolver, Token, TxRequestState,
     UsdValue, Withdrawal,
 };
-use crate::types::{Coin, TokenId, TxRequestId, UserId, WalletId};
+use crate::types::{Coin, EnterpriseId, TokenId, TxRequestId, UserId, WalletId};
 use alloy_primitives::U256;
 
 pub(super) const KEY_COLUMNS: &str = "id, wallet_id, backend, public_key, address, handle, created_at";
@@ -164,7 +164,7 @@ impl WithdrawalRow {
 #[derive(FromRow)]
 pub(super) struct ApprovalRow {
     id: String,
-    wallet_id: String,
+    wallet_id: Option<String>,
     coin: String,
     enterprise: Option<String>,
     creator: String,
@@ -182,9 +182,12 @@ pub(super) struct ApprovalRow {
 impl ApprovalRow {
     pub(super) fn into_approval(self) -> StoreResult<Approval> {
         let resolvers: Vec<Resolver> = json_value(&self.resolvers)?;
+        if self.wallet_id.is_none() && self.enterprise.is_none() {
+            return Err(StoreError::malformed("pending approval of no wallet or enterprise", &self.id));
+        }
         Ok(Approval {
             id: parse_stored(&self.id, "approval id")?,
-            wallet_id: parse_stored(&self.wallet_id, "wallet id")?,
+            wallet_id: self.wallet_id.as_deref().map(|w| parse_stored(w, "wallet id")).transpose()?,
             coin: parse_stored::<Coin>(&self.coin, "coin")?,
             enterprise: self.enterprise.as_deref().map(|e| parse_stored(e, "enterprise id")).transpose()?,
             creator: parse_stored::<UserId>(&self.creator, "user id")?,
@@ -288,13 +291,14 @@ impl Where {
     }
 }
 
-/// A wallet record swapped in the transaction of an approval's last answer: only if it is still
-/// `before`.
+/// Rules swapped in the transaction of a rule change's last approval: only if they are still
+/// `before`, else the answer is not written.
 #[derive(Debug, Clone, Copy)]
-pub struct RecordSwap<'a> {
-    pub wallet: &'a WalletId,
-    pub before: &'a str,
-    pub after: &'a str,
+pub enum RecordSwap<'a> {
+    /// A wallet's record (its `admin.policy.rules`).
+    Wallet { wallet: &'a WalletId, before: &'a str, after: &'a str },
+    /// An enterprise's rules for a coin (a JSON list).
+    EnterpriseRules { enterprise: &'a EnterpriseId, coin: &'a Coin, before: &'a str, after: &'a str },
 }
 
 /// Why a judge refused a withdrawal: the domain's error, carried through the store unread.

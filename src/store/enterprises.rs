@@ -174,18 +174,7 @@ where
             .execute(&mut *tx)
             .await
             .map(|r| DB::rows_affected(&r)),
-            Some(before) => sqlx::query(
-                "UPDATE enterprise_policies SET rules = $3, updated_at = $5 WHERE enterprise_id = $1 AND coin = $2 \
-                 AND rules = $4",
-            )
-            .bind(enterprise.as_str())
-            .bind(coin.as_str())
-            .bind(rules)
-            .bind(before)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map(|r| DB::rows_affected(&r)),
+            Some(before) => swap_rules_tx::<DB>(&mut tx, enterprise, coin, before, rules, now).await,
         };
         match done {
             Ok(1) => {}
@@ -240,4 +229,29 @@ where
         .fetch_all(&self.pool)
         .await?)
     }
+}
+
+/// Replaces `enterprise`'s rules for `coin` inside `tx` when they are still `before`: the rows
+/// changed (0 when they changed meanwhile).
+#[sql_bounds]
+pub(super) async fn swap_rules_tx<DB>(
+    tx: &mut DB::Connection,
+    enterprise: &EnterpriseId,
+    coin: &Coin,
+    before: &str,
+    rules: &str,
+    now: i64,
+) -> Result<u64, sqlx::Error> {
+    sqlx::query(
+        "UPDATE enterprise_policies SET rules = $3, updated_at = $5 WHERE enterprise_id = $1 AND coin = $2 \
+         AND rules = $4",
+    )
+    .bind(enterprise.as_str())
+    .bind(coin.as_str())
+    .bind(rules)
+    .bind(before)
+    .bind(now)
+    .execute(&mut *tx)
+    .await
+    .map(|r| DB::rows_affected(&r))
 }

@@ -57,7 +57,12 @@ pub enum Event {
 #[serde(rename_all = "camelCase")]
 pub struct PendingApprovalEvent {
     pub coin: Coin,
-    pub wallet_id: WalletId,
+    /// The wallet's approval; absent for a change to an enterprise's rules, which goes to the
+    /// enterprise's `pendingapproval` webhooks (docs/policy.md#enterprise-rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wallet_id: Option<WalletId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enterprise_id: Option<EnterpriseId>,
     pub pending_approval_id: String,
     /// `transactionRequest` or `policyRuleRequest`.
     pub pending_approval_type: &'static str,
@@ -282,7 +287,9 @@ impl Event {
             return Err(Error::invalid_field("eventId", "must be 1 to 200 characters"));
         }
         let t = ev.event_type.as_str();
-        let route = if WALLET_TYPES.contains(&t) {
+        // `pendingapproval` is both: an enterprise's when it names no wallet.
+        let of_enterprise = ENTERPRISE_TYPES.contains(&t) && ev.wallet_id.is_none();
+        let route = if WALLET_TYPES.contains(&t) && !of_enterprise {
             Route::Wallet(ev.wallet_id.ok_or_else(|| Error::missing_field("walletId"))?)
         } else if BLOCK_TYPES.contains(&t) {
             Route::Block(ev.coin.ok_or_else(|| Error::missing_field("coin"))?)
@@ -362,7 +369,6 @@ impl Event {
             | Event::AddressConfirmation(AppearanceEvent { wallet_id, .. })
             | Event::LowFee(LowFeeEvent { wallet_id, .. })
             | Event::LowFeeAddressBalance(LowFeeBalanceEvent { wallet_id, .. })
-            | Event::PendingApproval(PendingApprovalEvent { wallet_id, .. })
             | Event::TxRequest(TxRequestEvent { wallet_id, .. })
             | Event::TxRequestTransaction(TxRequestEvent { wallet_id, .. })
             | Event::TransactionExpire(TxRequestEvent { wallet_id, .. })
@@ -370,6 +376,13 @@ impl Event {
             | Event::CircuitBreaker(CircuitBreakerEvent { wallet_id, .. }) => {
                 Route::Wallet(wallet_id.clone())
             }
+            Event::PendingApproval(e) => match (&e.wallet_id, &e.enterprise_id) {
+                (Some(w), _) => Route::Wallet(w.clone()),
+                (None, Some(ent)) => Route::Enterprise(ent.clone()),
+                // Not made: an approval has a wallet or an enterprise (the store refuses a row
+                // of neither). No block webhook takes `pendingapproval`, so it would go nowhere.
+                (None, None) => Route::Block(e.coin.clone()),
+            },
             Event::Block(BlockEvent { coin, .. })
             | Event::WalletConfirmation(AppearanceEvent { coin, .. }) => Route::Block(coin.clone()),
             Event::Posted(e) => e.route.clone(),

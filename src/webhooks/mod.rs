@@ -80,8 +80,9 @@ pub const WALLET_TYPES: &[&str] = &[
 ];
 /// Block webhook types (§6.2).
 pub const BLOCK_TYPES: &[&str] = &["block", "wallet_confirmation"];
-/// Enterprise webhook types (§6.3).
-pub const ENTERPRISE_TYPES: &[&str] = &["accessToken", "bankAccount"];
+/// Enterprise webhook types (§6.3), and `pendingapproval` for changes to the enterprise's policy
+/// rules (docs/policy.md#enterprise-rules).
+pub const ENTERPRISE_TYPES: &[&str] = &["accessToken", "bankAccount", "pendingapproval"];
 /// Webhooks of one type per wallet, per enterprise, and per user and coin (§8).
 pub const MAX_WEBHOOKS_PER_TYPE: u32 = 10;
 /// The most confirmations a block webhook may wait for.

@@ -36,6 +36,20 @@ impl Custodial {
         self.app.put_auth(&format!("/api/v2/hteth/pendingapprovals/{approval}"), token, body).await
     }
 
+    /// Waits until pending approval `id`, read by Alice, is in `state` (the signer's sweep
+    /// expires approvals).
+    pub async fn approval_becomes(&self, id: &str, state: &str) {
+        let read = format!("/api/v2/hteth/pendingapprovals/{id}");
+        until("the pending approval's state", 30, || async {
+            let res = self.app.get_auth(&read, &self.alice_token).await;
+            if res.status() == 429 {
+                return None;
+            }
+            (expect_json(res, 200).await["state"] == state).then_some(())
+        })
+        .await;
+    }
+
     pub async fn tx_request(&self, id: &str) -> Value {
         let path = format!("/api/v2/wallet/{}/txrequests?txRequestIds={id}", self.wallet_id());
         let body = expect_json(self.app.get_auth(&path, &self.alice_token).await, 200).await;

@@ -254,15 +254,7 @@ async fn a_loosening_not_approved_in_time_expires_and_changes_nothing() {
     let pending = expect_json(delete(&c, &c.alice_token, &json!({ "id": "payees" })).await, 200).await;
     let id = pending["id"].as_str().unwrap().to_string();
     c.app.state.store.clock().advance(std::time::Duration::from_secs(61));
-    let read = format!("/api/v2/hteth/pendingapprovals/{id}");
-    until("the rule change expires", 30, || async {
-        let res = c.app.get_auth(&read, &c.alice_token).await;
-        if res.status() == 429 {
-            return None;
-        }
-        (expect_json(res, 200).await["state"] == "rejected").then_some(())
-    })
-    .await;
+    c.approval_becomes(&id, "rejected").await;
     let approve = json!({ "state": "approved", "otp": "000000" });
     assert_error(c.answer(&c.bob_token, &id, &approve).await, 409, "ApprovalNotPending").await;
     assert_eq!(rules(&c).await.as_array().unwrap().len(), 1);

@@ -60,13 +60,17 @@ async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Re
     let error = shown.error();
     let body = html! {
         (layout::shown(&shown))
-        p.muted { "Withdrawals and policy changes waiting for approval on the wallets you can see. Approving needs a fresh one-time code or passkey; the initiator cannot approve their own, and may cancel it." }
+        p.muted { "Withdrawals and policy changes waiting for approval on the wallets and enterprises you can see. Approving needs a fresh one-time code or passkey; the initiator cannot approve their own, and may cancel it." }
         @if found.is_empty() { p.muted #no-approvals { "Nothing is waiting for approval." } }
         @for (a, w) in &found {
             section.panel.approval data-approval-id=(a.id.as_str()) {
                 h3 {
                     @match &a.subject { ApprovalSubject::Withdrawal(_) => "Withdrawal from ", ApprovalSubject::PolicyRule(_) => "Policy change on " }
-                    a href={ "/console/wallets/" (a.wallet_id.as_str()) } { (a.wallet_id.as_str()) } " " (layout::badge(a.state.as_str()))
+                    @match (&a.wallet_id, &a.enterprise) {
+                        (Some(w), _) => { a href={ "/console/wallets/" (w.as_str()) } { (w.as_str()) } }
+                        (None, e) => { "enterprise " span.enterprise { (e.as_ref().map_or("", |e| e.as_str())) } " (" (a.coin.as_str()) ")" }
+                    }
+                    " " (layout::badge(a.state.as_str()))
                 }
                 dl.facts {
                     @match &a.subject {
@@ -148,12 +152,17 @@ async fn answer(
         Err(_) => Err(Error::not_found(ErrorName::ApprovalNotFound)),
     };
     let shown = Shown::of(result, |a| {
-        Shown::Notice(match (answer, a.state) {
-            (Answer::Approved, ApprovalState::Approved) => {
+        let change = matches!(a.subject, ApprovalSubject::PolicyRule(_));
+        Shown::Notice(match (answer, a.state, change) {
+            (Answer::Approved, ApprovalState::Approved, false) => {
                 "Approved: the withdrawal goes to the signer.".into()
             }
-            (Answer::Approved, _) => "Approved: it waits for more approvals.".into(),
-            (Answer::Rejected, _) => "The withdrawal is rejected.".into(),
+            (Answer::Approved, ApprovalState::Approved, true) => {
+                "Approved: the policy change is applied.".into()
+            }
+            (Answer::Approved, _, _) => "Approved: it waits for more approvals.".into(),
+            (Answer::Rejected, _, false) => "The withdrawal is rejected.".into(),
+            (Answer::Rejected, _, true) => "The policy change is rejected.".into(),
         })
     });
     match shown {

@@ -203,6 +203,14 @@ fn enterprise_rules(rules: Vec<Value>) -> Json<Value> {
     Json(serde_json::json!({ "rules": rules }))
 }
 
+/// The enterprise's rules after a change, or the pending approval a loosening waits on.
+fn enterprise_answer(changed: policy_enterprise::Changed) -> Json<Value> {
+    match changed {
+        policy_enterprise::Changed::Applied(rules) => enterprise_rules(rules),
+        policy_enterprise::Changed::Pending(a) => Json(crate::custody::views::approval(&a, None)),
+    }
+}
+
 /// Adds an enterprise policy rule (Custodian's own route, docs/policy.md#enterprise-rules):
 /// the same body as a wallet's; it applies to every wallet of the enterprise and coin, at once.
 /// Answers the enterprise's rules for the coin.
@@ -222,24 +230,26 @@ pub async fn create_enterprise_rule(
     ApiPath((coin, enterprise)): ApiPath<(Coin, EnterpriseId)>,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Json<Value>> {
-    let rules =
+    let changed =
         policy_enterprise::change(&state.custody, &auth, &coin, &enterprise, &body, RuleChange::Create)
             .await?;
-    Ok(enterprise_rules(rules))
+    Ok(enterprise_answer(changed))
 }
 
-/// Changes an enterprise policy rule: at once when it tightens; a loosening is refused with
-/// `PolicyChangeNeedsApproval` (an enterprise's loosenings cannot be approved yet). Answers the
-/// enterprise's rules for the coin.
+/// Changes an enterprise policy rule. One that tightens applies at once and answers the
+/// enterprise's rules for the coin. One that loosens is not applied: it answers a pending
+/// approval of type `policyRuleRequest` (`scope: "enterprise"`, `state: "pending"`) that other
+/// admins of the enterprise answer through `PUT /api/v2/{coin}/pendingapprovals/{id}`; the
+/// last approval applies it (docs/policy.md#enterprise-rules).
 #[utoipa::path(put, path = "/api/v2/{coin}/enterprise/{enterpriseId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("enterpriseId" = EnterpriseId, Path, description = "Enterprise id, 32 hex")),
     request_body = RuleRequest,
     responses(
-        (status = 200, description = "`{rules: [...]}`", body = Object),
+        (status = 200, description = "`{rules: [...]}`, or the pending approval of a loosening", body = Object),
         (status = 400, description = "A bad rule", body = ErrorResponse),
-        (status = 403, description = "No enterprise_manage_all, not an admin of the enterprise, or a loosening (`PolicyChangeNeedsApproval`)", body = ErrorResponse),
+        (status = 403, description = "No enterprise_manage_all, not an admin of the enterprise, or a locked rule loosened by other than a service admin (`PolicyRuleLocked`)", body = ErrorResponse),
         (status = 404, description = "No such rule (`PolicyRuleNotFound`), or not a member", body = ErrorResponse),
-        (status = 409, description = "The rules changed meanwhile", body = ErrorResponse),
+        (status = 409, description = "The rules changed meanwhile, or 20 loosenings wait (`TooManyRuleChanges`)", body = ErrorResponse),
     ))]
 pub async fn update_enterprise_rule(
     State(state): State<AppState>,
@@ -247,21 +257,24 @@ pub async fn update_enterprise_rule(
     ApiPath((coin, enterprise)): ApiPath<(Coin, EnterpriseId)>,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Json<Value>> {
-    let rules =
+    let changed =
         policy_enterprise::change(&state.custody, &auth, &coin, &enterprise, &body, RuleChange::Update)
             .await?;
-    Ok(enterprise_rules(rules))
+    Ok(enterprise_answer(changed))
 }
 
-/// Removes an enterprise policy rule: a loosening, refused with `PolicyChangeNeedsApproval`
-/// once the rule is found (docs/policy.md#enterprise-rules).
+/// Removes an enterprise policy rule: a loosening, so it answers a pending approval of type
+/// `policyRuleRequest` (`scope: "enterprise"`) that other admins of the enterprise answer; the
+/// last approval removes the rule (docs/policy.md#enterprise-rules).
 #[utoipa::path(delete, path = "/api/v2/{coin}/enterprise/{enterpriseId}/policy/rule", tag = "policy", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("enterpriseId" = EnterpriseId, Path, description = "Enterprise id, 32 hex")),
     request_body = RemoveRuleRequest,
     responses(
+        (status = 200, description = "The pending approval of the removal", body = Object),
         (status = 400, description = "No `id`", body = ErrorResponse),
-        (status = 403, description = "No enterprise_manage_all, not an admin of the enterprise, or a loosening (`PolicyChangeNeedsApproval`)", body = ErrorResponse),
+        (status = 403, description = "No enterprise_manage_all, not an admin of the enterprise, or a locked rule (`PolicyRuleLocked`)", body = ErrorResponse),
         (status = 404, description = "No such rule (`PolicyRuleNotFound`), or not a member", body = ErrorResponse),
+        (status = 409, description = "20 loosenings wait already (`TooManyRuleChanges`)", body = ErrorResponse),
     ))]
 pub async fn remove_enterprise_rule(
     State(state): State<AppState>,
@@ -269,10 +282,10 @@ pub async fn remove_enterprise_rule(
     ApiPath((coin, enterprise)): ApiPath<(Coin, EnterpriseId)>,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Json<Value>> {
-    let rules =
+    let changed =
         policy_enterprise::change(&state.custody, &auth, &coin, &enterprise, &body, RuleChange::Remove)
             .await?;
-    Ok(enterprise_rules(rules))
+    Ok(enterprise_answer(changed))
 }
 
 /// An enterprise's policy rules for a coin: `{rules: [...]}`. Needs an `enterprise_view_all`
