@@ -69,6 +69,10 @@ crate::types::text_enum!(
         PolicyRuleNotFound = "PolicyRuleNotFound",
         TooManyRuleChanges = "TooManyRuleChanges",
         PolicyRuleLocked = "PolicyRuleLocked",
+        SsoNotConfigured = "SsoNotConfigured",
+        SsoFailed = "SsoFailed",
+        SsoNotLinked = "SsoNotLinked",
+        SsoNoRole = "SsoNoRole",
     }
 );
 

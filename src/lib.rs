@@ -116,6 +116,7 @@ impl AppState {
             dispatch: dispatch.clone(),
             server_ecdh: Arc::default(),
             webauthn: Arc::new(identity::webauthn::relying_party(&config.passkeys)?),
+            sso: Arc::new(identity::sso::Providers::new(&config)?),
         };
         let custody = custody::Custody {
             store: store.clone(),

@@ -92,6 +92,8 @@ mod shared_limits;
 mod signed;
 #[path = "api/soft_passkey.rs"]
 mod soft_passkey;
+#[path = "api/sso.rs"]
+mod sso;
 #[path = "api/tokens.rs"]
 mod tokens;
 #[path = "api/wallets.rs"]

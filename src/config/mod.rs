@@ -23,6 +23,7 @@ mod passkeys;
 mod postgres;
 mod prices;
 mod rate_limit;
+mod sso;
 mod tokens;
 mod webhooks;
 mod withdrawals;
@@ -37,6 +38,7 @@ pub use passkeys::PasskeysConfig;
 pub use postgres::PostgresConfig;
 pub use prices::PriceConfig;
 pub use rate_limit::RateLimitConfig;
+pub use sso::SsoConfig;
 pub use tokens::TokensConfig;
 pub use webhooks::{WebhooksConfig, DEFAULT_BLOCK_WEBHOOK_COINS};
 pub use withdrawals::{KeysConfig, WithdrawalsConfig, PKCS11_PIN_ENV};
@@ -110,6 +112,8 @@ pub struct Config {
     /// Approvals, fees and the signer (docs/withdrawals.md).
     pub withdrawals: WithdrawalsConfig,
     pub oauth: OAuthConfig,
+    /// Sign-ins through enterprises' identity providers (docs/sso.md).
+    pub sso: SsoConfig,
     pub webhooks: WebhooksConfig,
     pub rate_limit: RateLimitConfig,
     pub ingest: IngestConfig,
@@ -150,6 +154,7 @@ impl Default for Config {
             keys: KeysConfig::default(),
             withdrawals: WithdrawalsConfig::default(),
             oauth: OAuthConfig::default(),
+            sso: SsoConfig::default(),
             webhooks: WebhooksConfig::default(),
             rate_limit: RateLimitConfig::default(),
             ingest: IngestConfig::default(),
@@ -213,6 +218,7 @@ const ENV_SECTIONS: &[&str] = &[
     "passkeys",
     "keys",
     "withdrawals",
+    "sso",
 ];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
@@ -369,6 +375,7 @@ impl Config {
         self.keys.validate()?;
         self.withdrawals.validate()?;
         self.oauth.validate()?;
+        self.sso.validate()?;
         self.connections.validate()?;
         self.cache.validate()
     }

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     config::Config,
-    delivery::ssrf::{Guard, GuardedResolver},
+    delivery::ssrf::Guard,
     model::custody::Recipient,
     types::{Coin, EnterpriseId, TxRequestId, UserId, WalletId},
 };
@@ -45,13 +45,8 @@ impl PolicyHooks {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
         let guard = Arc::new(Guard { allowed: config.delivery.allowed_cidrs.clone() });
         let timeout = Duration::from_millis(config.withdrawals.policy_webhook_timeout_ms);
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("Custodian-Policy/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(timeout)
-            .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver { guard: guard.clone() }))
-            .build()?;
+        let agent = concat!("Custodian-Policy/", env!("CARGO_PKG_VERSION"));
+        let client = crate::delivery::ssrf::guarded_client(guard.clone(), agent, timeout)?;
         let slots =
             Semaphore::new(usize::try_from(config.withdrawals.policy_webhook_concurrency).unwrap_or(1));
         Ok(Self { client, guard, slots, timeout })

@@ -29,3 +29,20 @@ impl reqwest::dns::Resolve for GuardedResolver {
         })
     }
 }
+
+/// An HTTP client for URLs a customer names (a policy webhook, an identity provider): every
+/// name resolved through [`GuardedResolver`], no redirects followed, no proxy, `timeout` to
+/// connect, sending `user_agent`.
+pub fn guarded_client(
+    guard: Arc<Guard>,
+    user_agent: &str,
+    timeout: std::time::Duration,
+) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(user_agent)
+        .connect_timeout(timeout)
+        .no_proxy()
+        .dns_resolver(Arc::new(GuardedResolver { guard }))
+        .build()
+}

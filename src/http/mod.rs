@@ -20,7 +20,7 @@ use utoipa::{
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use self::handlers::{
-    approvals, audit, chain, custody, events, identity, keychains, login, passkeys, policy, sessions,
+    approvals, audit, chain, custody, events, identity, keychains, login, passkeys, policy, sessions, sso,
     wallets, webhook_admin, webhooks,
 };
 use crate::{error::Error, AppState};
@@ -232,6 +232,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             policy::remove_enterprise_rule,
             policy::list_enterprise_rules
         ))
+        .routes(routes!(sso::set_oauth_setting, sso::get_oauth_setting, sso::remove_oauth_setting))
         .routes(routes!(custody::create_tx_request, custody::list_tx_requests))
         .routes(routes!(approvals::list_coin_approvals))
         .routes(routes!(approvals::list_approvals))

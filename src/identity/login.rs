@@ -80,6 +80,8 @@ pub struct SessionOptions {
     /// Handed over ECDH-encrypted when the user has a keychain ([`Credentials::ecdh`]).
     pub ecdh: bool,
     pub grant_type: GrantType,
+    /// Seconds, in place of `login.session_ttl` when shorter (a single sign-on's).
+    pub ttl: Option<i64>,
 }
 
 /// The longest password, bytes; checked before any lookup or hashing (docs/decisions.md#brute-force-limits), with the
@@ -162,6 +164,7 @@ pub async fn login(svc: &Identity, req: Credentials, ip: IpAddr) -> Result<Sessi
         reset: req.for_reset_2fa,
         ecdh: req.ecdh,
         grant_type: GrantType::Password,
+        ttl: None,
     };
     let password_ok = match admission.verify(offered, phc).await {
         Ok(ok) => ok,
@@ -225,8 +228,9 @@ pub(super) async fn issue_session(
     now: i64,
     options: SessionOptions,
 ) -> Result<Session> {
-    let SessionOptions { extensible, extension_address, reset, ecdh, grant_type } = options;
-    let ttl = i64::try_from(svc.config.login.session_ttl).unwrap_or(3600);
+    let SessionOptions { extensible, extension_address, reset, ecdh, grant_type, ttl } = options;
+    let most = i64::try_from(svc.config.login.session_ttl).unwrap_or(3600);
+    let ttl = ttl.map_or(most, |t| t.clamp(1, most));
     let scopes = if reset {
         RESET_2FA_SCOPES.iter().map(|s| Grant::plain(*s)).collect()
     } else {

@@ -21,6 +21,8 @@ pub mod password;
 pub mod rate_limit;
 pub mod scopes;
 pub mod sessions;
+pub mod sso;
+pub mod sso_settings;
 pub mod throttle;
 pub mod token_request;
 pub mod tokens;
@@ -52,4 +54,6 @@ pub struct Identity {
     pub webauthn: Arc<webauthn_rs::Webauthn>,
     /// The service's ECDH key ([`ecdh::server_key`]), once read.
     pub server_ecdh: Arc<tokio::sync::OnceCell<bitcoin::bip32::Xpriv>>,
+    /// Calls to enterprises' identity providers (`sso.*`).
+    pub sso: Arc<sso::Providers>,
 }

@@ -52,6 +52,8 @@ pub enum GrantType {
     AuthorizationCode,
     /// An OAuth 2.0 refresh token (RFC 6749 §6).
     RefreshToken,
+    /// Single sign-on through the enterprise's identity provider (docs/sso.md).
+    Oauth,
 }
 
 impl GrantType {
@@ -62,6 +64,7 @@ impl GrantType {
             GrantType::Passkey => "passkey",
             GrantType::AuthorizationCode => "authorization_code",
             GrantType::RefreshToken => "refresh_token",
+            GrantType::Oauth => "oauth",
         }
     }
 
@@ -71,6 +74,7 @@ impl GrantType {
             "passkey" => GrantType::Passkey,
             "authorization_code" => GrantType::AuthorizationCode,
             "refresh_token" => GrantType::RefreshToken,
+            "oauth" => GrantType::Oauth,
             _ => GrantType::Password,
         }
     }

@@ -53,6 +53,7 @@ mod replay;
 mod sql;
 mod sql_store;
 pub mod sqlite;
+mod sso;
 mod throttle;
 mod tokens;
 mod users;
@@ -82,6 +83,7 @@ pub use prices::{PriceStore, Tripped};
 pub use rate_buckets::{BucketShape, RateBucketStore, Reserved};
 pub use sql::Dialect;
 pub use sql_store::SqlStore;
+pub use sso::{SsoLoginRow, SsoSettingRow, SsoStore};
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::TokenStore;
 pub use users::{User, UserChange, UserStore};
@@ -166,6 +168,7 @@ pub trait Store:
     + CustodyStore
     + AttemptStore
     + PriceStore
+    + SsoStore
     + Send
     + Sync
     + 'static
@@ -198,7 +201,8 @@ where
         + RateBucketStore
         + CustodyStore
         + AttemptStore
-        + PriceStore,
+        + PriceStore
+        + SsoStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

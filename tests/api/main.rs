@@ -44,6 +44,7 @@ mod records;
 mod sessions;
 mod signed;
 mod soft_passkey;
+mod sso;
 mod tokens;
 mod wallets;
 mod webhooks;

@@ -45,6 +45,7 @@ mod overview;
 mod policy;
 mod security;
 mod signin;
+mod sso;
 mod tokens;
 mod wallets;
 mod webhooks;
@@ -68,6 +69,8 @@ pub fn router() -> Router<AppState> {
         .route("/console/assets/{name}", get(assets::serve))
         .route("/console/login", get(signin::form).post(signin::submit))
         .route("/console/login/passkey", post(signin::passkey))
+        .route("/console/sso", get(sso::form).post(sso::start))
+        .route("/console/sso/callback", get(sso::callback))
         .route("/console/oauth/authorize", get(oauth::page).post(oauth::decide))
         .route("/console/security", get(security::page))
         .route("/console/security/passkeys", post(security::add))

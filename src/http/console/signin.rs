@@ -33,7 +33,7 @@ pub struct SignIn {
 }
 
 /// `next`, if it is a path of the console: never another site (no open redirect).
-fn safe_next(next: &str) -> Option<&str> {
+pub(super) fn safe_next(next: &str) -> Option<&str> {
     let ok = next.starts_with("/console/")
         && !next.contains("//")
         && !next.contains('\\')
@@ -72,6 +72,7 @@ fn form_page(status: StatusCode, email: &str, error: Option<&FieldError>, next: 
                 input type="hidden" name="next" value=(next);
                 button.secondary type="submit" { "Sign in with a passkey" }
             }
+            p { a #sso-link href={ "/console/sso" @if !next.is_empty() { "?next=" (next) } } { "Sign in with your identity provider (SSO)" } }
         }
     };
     html(status, layout::page(None, "Sign in", "", body))
@@ -108,6 +109,18 @@ pub async fn submit(
 
 /// The session cookie set, and on to the overview.
 fn signed_in(state: &AppState, peer: SocketAddr, session: &login::Session, next: &str) -> Response {
+    let mut res = Redirect::to(safe_next(next).unwrap_or("/console/overview")).into_response();
+    set_session_cookie(&mut res, state, peer, session);
+    res
+}
+
+/// Sets the session cookie of `session` on `res`.
+pub(super) fn set_session_cookie(
+    res: &mut Response,
+    state: &AppState,
+    peer: SocketAddr,
+    session: &login::Session,
+) {
     // Behind a trusted proxy the browser reached us over TLS (docs/decisions.md).
     let secure = state.config.trusted_proxies.iter().any(|p| p.contains(&peer.ip()));
     let cookie = format!(
@@ -116,11 +129,9 @@ fn signed_in(state: &AppState, peer: SocketAddr, session: &login::Session, next:
         session.ttl_secs.max(0),
         if secure { "; Secure" } else { "" }
     );
-    let mut res = Redirect::to(safe_next(next).unwrap_or("/console/overview")).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
-        res.headers_mut().insert(header::SET_COOKIE, v);
+        res.headers_mut().append(header::SET_COOKIE, v);
     }
-    res
 }
 
 /// The passkey sign-in form's fields, filled by console.js.

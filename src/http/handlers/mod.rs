@@ -12,6 +12,7 @@ pub mod login;
 pub mod passkeys;
 pub mod policy;
 pub mod sessions;
+pub mod sso;
 pub mod wallets;
 pub mod webhook_admin;
 pub mod webhooks;

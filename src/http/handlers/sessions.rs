@@ -115,7 +115,8 @@ pub struct SessionView {
     pub origin: String,
     pub is_extensible: bool,
     /// How the session was granted (§2.2 `grant_type`): `password`, `passkey`,
-    /// `authorization_code` or `refresh_token`; named as in the login result.
+    /// `authorization_code`, `refresh_token`, or `oauth` (single sign-on through the
+    /// enterprise's identity provider, docs/sso.md); named as in the login result.
     #[serde(rename = "grant_type")]
     pub grant_type: String,
     /// `{time, expires}` (ISO 8601) while unlocked, with `txCount` and `txValue` (base units,

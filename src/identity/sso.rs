@@ -1,0 +1,403 @@
+//! Single sign-on (docs/sso.md): OpenID Connect's authorization code flow with PKCE, `state`
+//! and `nonce` (OpenID Connect Core 1.0 §3.1), against the identity provider an enterprise set
+//! ([`super::sso_settings`]), through the `openidconnect` crate. [`start`] sends the browser to
+//! the provider; [`finish`] takes the `state` back once, checks the `id_token` (signature by the
+//! provider's keys, read afresh each time so rotated keys are followed; `iss`, `aud`, `exp`,
+//! `nonce`), reads the groups from userinfo when a role mapping is set, finds the user by
+//! (`iss`, `sub`) and gives a session with `grant_type: "oauth"`.
+
+use std::{sync::Arc, time::Duration};
+
+use openidconnect::{
+    core::{CoreAuthenticationFlow, CoreClient, CoreGenderClaim, CoreProviderMetadata},
+    AdditionalClaims, AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce,
+    OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
+    UserInfoClaims,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use tokio::sync::Semaphore;
+
+use super::{login::Session, sso_settings, Identity};
+use crate::audit::EntryExt;
+use crate::{
+    config::Config,
+    digest::sha256_hex,
+    error::{Error, ErrorName, Result},
+    model::{audit::AuditType, token::GrantType},
+    net::Guard,
+    store::{SsoLoginRow, SsoSettingRow},
+    types::EnterpriseId,
+};
+
+/// The HTTP client for identity providers: no redirects, no proxy, the SSRF guard of deliveries
+/// (`delivery.allowed_cidrs`), `sso.concurrency` calls at once, each within `sso.timeout_ms`.
+pub struct Providers {
+    http: reqwest::Client,
+    slots: Semaphore,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Providers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Providers").field("timeout", &self.timeout).finish()
+    }
+}
+
+impl Providers {
+    pub fn new(config: &Config) -> anyhow::Result<Self> {
+        let guard = Arc::new(Guard { allowed: config.delivery.allowed_cidrs.clone() });
+        let timeout = Duration::from_millis(config.sso.timeout_ms);
+        let agent = concat!("Custodian-SSO/", env!("CARGO_PKG_VERSION"));
+        let http = crate::delivery::ssrf::guarded_client(guard, agent, timeout)?;
+        let slots = Semaphore::new(usize::try_from(config.sso.concurrency).unwrap_or(1));
+        Ok(Self { http, slots, timeout })
+    }
+
+    /// `call`, once a slot is free, within the timeout (the wait included). A provider's error
+    /// text is cut to 200 characters: it is not ours to copy whole into a page or the log.
+    async fn bounded<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = std::result::Result<T, E>>,
+    ) -> Result<T> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let _slot = match tokio::time::timeout_at(deadline, self.slots.acquire()).await {
+            Ok(Ok(slot)) => slot,
+            _ => return Err(failed(&format!("{what}: no free slot to call the provider"))),
+        };
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(failed(&format!("{what}: {}", crate::text::clip(e.to_string(), 200)))),
+            Err(_) => Err(failed(&format!("{what}: the provider did not answer in time"))),
+        }
+    }
+
+    /// The provider of `row`, discovered now, as a client sending the browser back to
+    /// `redirect_uri`.
+    async fn client(&self, svc: &Identity, row: &SsoSettingRow, redirect_uri: &str) -> Result<Client> {
+        let issuer =
+            IssuerUrl::new(row.issuer.clone()).map_err(|_| failed("the provider's issuer is not a URL"))?;
+        let metadata =
+            self.bounded("discovery", CoreProviderMetadata::discover_async(issuer, &self.http)).await?;
+        let secret = sso_settings::secret_of(svc, row)?;
+        let redirect = RedirectUrl::new(redirect_uri.to_string()).map_err(|e| Error::Internal(e.into()))?;
+        Ok(CoreClient::from_provider_metadata(
+            metadata,
+            ClientId::new(row.client_id.clone()),
+            Some(ClientSecret::new(secret)),
+        )
+        .set_redirect_uri(redirect))
+    }
+}
+
+type Client = CoreClient<
+    openidconnect::EndpointSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointNotSet,
+    openidconnect::EndpointMaybeSet,
+    openidconnect::EndpointMaybeSet,
+>;
+
+/// Userinfo claims beyond the standard ones (the groups claim is named by the setting).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Extra {
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+impl AdditionalClaims for Extra {}
+
+fn failed(why: &str) -> Error {
+    Error::Unauthenticated { name: ErrorName::SsoFailed, message: format!("single sign-on failed: {why}") }
+}
+
+fn refused(name: ErrorName, why: &str) -> Error {
+    Error::Forbidden { name, message: why.to_string(), context: json!({}) }
+}
+
+/// A sign-in sent to the provider: where the browser goes, and the cookie value that binds the
+/// return to this browser.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub redirect: String,
+    pub browser: String,
+}
+
+/// The enterprise whose provider signs in `who`: an enterprise id, or the email of a member of
+/// an enterprise with a provider (the first such, by name). The same error either way, so the
+/// answer does not tell which emails have accounts.
+async fn enterprise_for(svc: &Identity, who: &str) -> Result<(EnterpriseId, SsoSettingRow)> {
+    let none = || Error::NotFound {
+        name: ErrorName::SsoNotConfigured,
+        message: "no single sign-on is set up for this email or enterprise".into(),
+    };
+    let candidates: Vec<EnterpriseId> = match who.trim().parse::<EnterpriseId>() {
+        Ok(e) => vec![e],
+        Err(_) => {
+            let email = crate::types::Email::parse(who).map_err(|e| Error::invalid_field("email", e))?;
+            match svc.store.user_by_email(&email).await? {
+                Some(u) => svc.store.memberships(&u.id).await?.into_iter().map(|m| m.enterprise.id).collect(),
+                None => Vec::new(),
+            }
+        }
+    };
+    for e in candidates {
+        if let Some(row) = svc.store.sso_setting(&e).await? {
+            return Ok((e, row));
+        }
+    }
+    Err(none())
+}
+
+/// Starts a sign-in for `who` (an email or an enterprise id), the browser to come back to
+/// `redirect_uri` and then the console's `next`. Errors: `SsoNotConfigured` (404),
+/// `TooManyRequests` when `sso.max_pending` sign-ins wait, `SsoFailed` (401) when the provider
+/// cannot be discovered.
+pub async fn start(svc: &Identity, who: &str, next: &str, redirect_uri: &str) -> Result<Started> {
+    let (enterprise, row) = enterprise_for(svc, who).await?;
+    let client = svc.sso.client(svc, &row, redirect_uri).await?;
+    let setting = sso_settings::settings_of(&row)?;
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+    let mut request = client.authorize_url(
+        CoreAuthenticationFlow::AuthorizationCode,
+        CsrfToken::new_random,
+        Nonce::new_random,
+    );
+    let scopes = match setting.scopes.is_empty() {
+        true => vec!["email".to_string(), "profile".to_string()],
+        false => setting.scopes.clone(),
+    };
+    for s in scopes {
+        request = request.add_scope(Scope::new(s));
+    }
+    let (url, state, nonce) = request.set_pkce_challenge(challenge).url();
+    let browser = super::bearer::new_token_value();
+    let state_hash = sha256_hex(state.secret().as_bytes());
+    let sealed = svc.key.seal(&format!("sso-verifier:{state_hash}"), verifier.secret().as_bytes())?;
+    let now = svc.store.clock().now();
+    let login = SsoLoginRow {
+        state_hash,
+        enterprise_id: enterprise,
+        browser_hash: sha256_hex(browser.as_bytes()),
+        nonce: nonce.secret().clone(),
+        verifier: hex::encode(sealed),
+        next: next.chars().take(2048).collect(),
+        expires_at: now + i64::try_from(svc.config.sso.login_ttl).unwrap_or(600),
+    };
+    if !svc.store.keep_sso_login(&login, svc.config.sso.max_pending, now).await? {
+        return Err(Error::Throttled {
+            name: ErrorName::TooManyRequests,
+            message: "too many single sign-ons are under way; try again shortly".into(),
+            retry_after_secs: 10,
+        });
+    }
+    Ok(Started { redirect: url.to_string(), browser })
+}
+
+/// What the provider sent the browser back with.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Callback {
+    #[serde(default)]
+    pub state: String,
+    pub code: Option<String>,
+    pub error: Option<String>,
+    pub error_description: Option<String>,
+}
+
+/// Finishes a sign-in: the session and the console's `next`. `browser` is the cookie
+/// [`start`] set. Every refusal is audited as `login.failed` (`reason` `sso`, and why). Errors:
+/// `SsoFailed` (401: an unknown, used or expired `state`, another browser, the provider's
+/// error, a token that does not verify), `SsoNotLinked` (403: no account for this person, and
+/// none that may be linked by email), `SsoNoRole` (403: no group the mapping knows).
+pub async fn finish(
+    svc: &Identity,
+    cb: &Callback,
+    browser: Option<&str>,
+    redirect_uri: &str,
+    ip: std::net::IpAddr,
+) -> Result<(Session, String)> {
+    let taken = svc.store.take_sso_login(&sha256_hex(cb.state.as_bytes())).await?;
+    let enterprise = taken.as_ref().map(|t| t.enterprise_id.clone());
+    let result = match taken {
+        Some(login) => finish_login(svc, cb, login, browser, redirect_uri, ip).await,
+        None => Err(failed("this sign-in is unknown, used already or expired; start again")),
+    };
+    if let Err(e) = &result {
+        let mut entry = crate::audit::entry(AuditType::LoginFailed)
+            .data(json!({ "reason": "sso", "grantType": "oauth", "error": e.to_string() }));
+        entry.ip = Some(ip.to_string());
+        entry.enterprise_id = enterprise;
+        crate::audit::record(&svc.store, &[entry]).await;
+    }
+    result
+}
+
+async fn finish_login(
+    svc: &Identity,
+    cb: &Callback,
+    login: SsoLoginRow,
+    browser: Option<&str>,
+    redirect_uri: &str,
+    ip: std::net::IpAddr,
+) -> Result<(Session, String)> {
+    let now = svc.store.clock().now();
+    if login.expires_at <= now {
+        return Err(failed("this sign-in expired; start again"));
+    }
+    if browser.map(|b| sha256_hex(b.as_bytes())) != Some(login.browser_hash.clone()) {
+        return Err(failed("this sign-in was started in another browser"));
+    }
+    if let Some(error) = &cb.error {
+        let said = cb.error_description.as_deref().unwrap_or_default();
+        return Err(failed(&crate::text::clip(format!("the provider answered {error}: {said}"), 300)));
+    }
+    let code = cb.code.clone().ok_or_else(|| failed("the provider sent no code"))?;
+    let row = svc
+        .store
+        .sso_setting(&login.enterprise_id)
+        .await?
+        .ok_or_else(|| failed("the enterprise's provider was removed"))?;
+    let client = svc.sso.client(svc, &row, redirect_uri).await?;
+    let sealed = hex::decode(&login.verifier).map_err(|e| Error::Internal(e.into()))?;
+    let verifier = svc.key.open(&format!("sso-verifier:{}", login.state_hash), &sealed)?;
+    let verifier = PkceCodeVerifier::new(String::from_utf8(verifier).map_err(|e| Error::Internal(e.into()))?);
+    let exchange = client.exchange_code(AuthorizationCode::new(code)).map_err(|e| failed(&e.to_string()))?;
+    let tokens =
+        svc.sso.bounded("token", exchange.set_pkce_verifier(verifier).request_async(&svc.sso.http)).await?;
+    let id_token = tokens.id_token().ok_or_else(|| failed("the provider sent no id_token"))?;
+    let claims = id_token
+        .claims(&client.id_token_verifier(), &Nonce::new(login.nonce.clone()))
+        .map_err(|e| failed(&format!("the id_token does not verify: {e}")))?;
+    let person = Person {
+        issuer: claims.issuer().as_str().to_string(),
+        subject: claims.subject().as_str().to_string(),
+        email: claims.email().map(|e| e.as_str().to_lowercase()),
+        email_verified: claims.email_verified() == Some(true),
+        expires: claims.expiration().timestamp(),
+    };
+    let setting = sso_settings::settings_of(&row)?;
+    let role = match &setting.groups_claim {
+        Some(claim) => {
+            let request = client.user_info(tokens.access_token().clone(), Some(claims.subject().clone()));
+            let request = request.map_err(|e| failed(&e.to_string()))?;
+            let info: UserInfoClaims<Extra, CoreGenderClaim> =
+                svc.sso.bounded("userinfo", request.request_async(&svc.sso.http)).await?;
+            Some(mapped_role(&setting.group_roles, info.additional_claims().rest.get(claim))?)
+        }
+        None => None,
+    };
+    let user = linked_user(svc, &login.enterprise_id, &person, now).await?;
+    let user = member_with_role(svc, &login.enterprise_id, user, role).await?;
+    let ttl = match svc.config.sso.session_ttl {
+        0 => person.expires.saturating_sub(now).max(1),
+        ttl => i64::try_from(ttl).unwrap_or(i64::MAX),
+    };
+    svc.store.set_last_login(&user.id, now, &[]).await?;
+    let options =
+        super::login::SessionOptions { grant_type: GrantType::Oauth, ttl: Some(ttl), ..Default::default() };
+    let session = super::login::issue_session(svc, user, ip, now, options).await?;
+    Ok((session, login.next))
+}
+
+/// The person the provider vouched for.
+struct Person {
+    issuer: String,
+    subject: String,
+    email: Option<String>,
+    email_verified: bool,
+    /// The id_token's `exp`, Unix seconds.
+    expires: i64,
+}
+
+/// `admin` when any value of `claim` maps to it, else `member` when any maps to that. Errors:
+/// `SsoNoRole` when none does.
+fn mapped_role(roles: &std::collections::BTreeMap<String, String>, claim: Option<&Value>) -> Result<bool> {
+    let values: Vec<&str> = match claim {
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
+        Some(Value::String(s)) => vec![s.as_str()],
+        _ => Vec::new(),
+    };
+    let mapped: Vec<&str> = values.iter().filter_map(|v| roles.get(*v).map(String::as_str)).collect();
+    match (mapped.contains(&"admin"), mapped.contains(&"member")) {
+        (true, _) => Ok(true),
+        (false, true) => Ok(false),
+        _ => Err(refused(
+            ErrorName::SsoNoRole,
+            "none of your groups at the identity provider gives a role here; ask your administrator",
+        )),
+    }
+}
+
+/// The user (`iss`, `sub`) is linked to; on a first sign-in, the account of the same email when
+/// it may be linked (docs/sso.md#linking): the provider verified the email, the account is an
+/// active member of the enterprise, and neither a service admin nor an admin of the
+/// enterprise. Errors: `SsoNotLinked`.
+async fn linked_user(
+    svc: &Identity,
+    enterprise: &EnterpriseId,
+    p: &Person,
+    now: i64,
+) -> Result<crate::store::User> {
+    let not_linked =
+        |why: &str| refused(ErrorName::SsoNotLinked, &format!("no account here is linked to you: {why}"));
+    if let Some((user, linked_to)) = svc.store.sso_identity(&p.issuer, &p.subject).await? {
+        if &linked_to != enterprise {
+            return Err(not_linked("you are linked through another enterprise's provider"));
+        }
+        let found = svc.store.user_by_id(&user).await?.ok_or_else(|| not_linked("the account is gone"))?;
+        return Ok((*found).clone());
+    }
+    let email = p.email.as_deref().ok_or_else(|| not_linked("the provider gave no email"))?;
+    if !p.email_verified {
+        return Err(not_linked("the provider has not verified your email"));
+    }
+    let email =
+        crate::types::Email::parse(email).map_err(|_| not_linked("the provider's email is not an email"))?;
+    let user =
+        svc.store.user_by_email(&email).await?.ok_or_else(|| not_linked("no account has your email"))?;
+    let membership =
+        svc.store.memberships(&user.id).await?.into_iter().find(|m| &m.enterprise.id == enterprise);
+    match membership {
+        None => return Err(not_linked("the account of your email is not a member of the enterprise")),
+        Some(m) if m.is_admin || user.service_admin => {
+            return Err(not_linked("an administrator's account is linked from a signed-in session only"))
+        }
+        Some(_) => {}
+    }
+    let mut entry = crate::audit::entry(AuditType::SsoIdentityLinked)
+        .data(json!({ "issuer": p.issuer, "subject": p.subject, "by": "verified email" }));
+    entry.user_id = Some(user.id.clone());
+    entry.enterprise_id = Some(enterprise.clone());
+    if !svc.store.link_sso_identity(&p.issuer, &p.subject, &user.id, enterprise, now, &[entry]).await? {
+        return Err(failed("another sign-in linked you at the same moment; sign in again"));
+    }
+    Ok(user)
+}
+
+/// `user`, an active member of `enterprise`, with the mapped role applied (`Some(admin)`):
+/// audited as `enterprise.member_set` when it changes. Errors: `SsoNotLinked` for a deactivated
+/// account or one no longer a member.
+async fn member_with_role(
+    svc: &Identity,
+    enterprise: &EnterpriseId,
+    user: crate::store::User,
+    role: Option<bool>,
+) -> Result<crate::store::User> {
+    if !user.is_active {
+        return Err(refused(ErrorName::SsoNotLinked, "your account here is deactivated"));
+    }
+    let ms = svc.store.memberships(&user.id).await?;
+    let Some(m) = ms.iter().find(|m| &m.enterprise.id == enterprise) else {
+        return Err(refused(ErrorName::SsoNotLinked, "your account is no longer a member of the enterprise"));
+    };
+    if let Some(admin) = role.filter(|a| *a != m.is_admin) {
+        let mut entry = crate::audit::entry(AuditType::EnterpriseMemberSet)
+            .data(json!({ "admin": admin, "by": "sso group mapping" }));
+        entry.user_id = Some(user.id.clone());
+        entry.enterprise_id = Some(enterprise.clone());
+        svc.store.upsert_membership(enterprise, &user.id, admin, &[entry]).await?;
+    }
+    Ok(user)
+}

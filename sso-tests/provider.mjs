@@ -1,0 +1,71 @@
+// An OpenID Connect identity provider for the single sign-on tests (docs/sso.md#tests): panva's
+// oidc-provider on 127.0.0.1, a free port. Usage: node provider.mjs STATE.json
+//
+// STATE.json is read again on every request, so a test changes users while it runs:
+//   { "clients": [{ "client_id", "client_secret", "redirect_uris": [...] }],
+//     "accounts": { "<sub>": { "email", "email_verified", "groups": [...], "disabled"?: true } },
+//     "idTokenTtl"?: seconds }
+// It prints one line, {"issuer": "http://127.0.0.1:<port>"}, once it listens. Sign-in uses the
+// provider's development pages (any password; the login is the account's sub) and skips
+// consent: the grant is made at once.
+import { createServer } from 'node:http';
+import { readFileSync } from 'node:fs';
+import Provider from 'oidc-provider';
+
+const statePath = process.argv[2];
+const state = () => JSON.parse(readFileSync(statePath, 'utf8'));
+
+const server = createServer();
+server.listen(0, '127.0.0.1', () => {
+  const { port } = server.address();
+  const issuer = `http://127.0.0.1:${port}`;
+  const initial = state();
+  const provider = new Provider(issuer, {
+    clients: initial.clients.map((c) => ({ ...c, grant_types: ['authorization_code'], response_types: ['code'] })),
+    pkce: { required: () => true },
+    scopes: ['openid', 'email', 'profile', 'groups'],
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['groups'] },
+    conformIdTokenClaims: false,
+    ttl: { IdToken: initial.idTokenTtl ?? 3600, AccessToken: 3600, Session: 3600, Interaction: 600, Grant: 3600 },
+    cookies: { keys: ['custodian-sso-tests'] },
+    async findAccount(ctx, sub) {
+      const account = state().accounts[sub];
+      if (!account || account.disabled) return undefined;
+      return {
+        accountId: sub,
+        async claims() {
+          return { sub, email: account.email, email_verified: account.email_verified, groups: account.groups ?? [] };
+        },
+      };
+    },
+    async loadExistingGrant(ctx) {
+      const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
+      grant.addOIDCScope('openid email profile groups');
+      grant.addOIDCClaims(['email', 'email_verified', 'groups']);
+      await grant.save();
+      return grant;
+    },
+  });
+  // A login for an account that does not exist or is disabled is refused at the login page.
+  provider.use(async (ctx, next) => {
+    if (ctx.method === 'POST' && ctx.path.startsWith('/interaction/')) {
+      const body = await new Promise((resolve) => {
+        let data = '';
+        ctx.req.on('data', (chunk) => { data += chunk; });
+        ctx.req.on('end', () => resolve(data));
+      });
+      const fields = new URLSearchParams(body);
+      const account = state().accounts[fields.get('login') ?? ''];
+      if (fields.get('prompt') === 'login' && (!account || account.disabled)) {
+        ctx.status = 403;
+        ctx.body = 'no such account, or it is disabled';
+        return;
+      }
+      // Handed on as the provider's body parser expects it.
+      ctx.req.body = Object.fromEntries(fields);
+    }
+    await next();
+  });
+  server.on('request', provider.callback());
+  process.stdout.write(`${JSON.stringify({ issuer })}\n`);
+});

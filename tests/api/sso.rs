@@ -1,0 +1,293 @@
+//! Single sign-on against a real OpenID Connect provider (docs/sso.md#tests): panva's
+//! oidc-provider (sso-tests/, installed by `.ci/run`), driven through its sign-in pages and
+//! Custodian's console routes over HTTP, as a browser would.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use reqwest::{header, redirect::Policy, Client, Response};
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// The provider, stopped when dropped. Its state file is read on every request, so a test
+/// changes its users by [`Provider::write`].
+pub struct Provider {
+    child: Child,
+    pub issuer: String,
+    state: tempfile::NamedTempFile,
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Provider {
+    /// Starts a provider with one confidential client (`custodian` / `s3cret`) returning to
+    /// `app`'s callback, and `accounts` (sub -> {email, email_verified, groups}).
+    pub fn start(app: &TestApp, accounts: Value) -> Provider {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sso-tests");
+        assert!(
+            std::path::Path::new(dir).join("node_modules/oidc-provider").exists(),
+            "oidc-provider not found: run `npm install` in sso-tests/ (as .ci/run does)"
+        );
+        let state = tempfile::NamedTempFile::new().unwrap();
+        let provider_state = json!({
+            "clients": [{ "client_id": "custodian", "client_secret": "s3cret",
+                "redirect_uris": [app.url("/console/sso/callback")] }],
+            "accounts": accounts,
+        });
+        std::fs::write(state.path(), provider_state.to_string()).unwrap();
+        let mut child = Command::new("node")
+            .arg(format!("{dir}/provider.mjs"))
+            .arg(state.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start node");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let issuer = serde_json::from_str::<Value>(&line).unwrap()["issuer"].as_str().unwrap().to_string();
+        Provider { child, issuer, state }
+    }
+
+    /// Replaces the accounts.
+    pub fn write(&self, accounts: Value) {
+        let mut v: Value =
+            serde_json::from_str(&std::fs::read_to_string(self.state.path()).unwrap()).unwrap();
+        v["accounts"] = accounts;
+        std::fs::write(self.state.path(), v.to_string()).unwrap();
+    }
+}
+
+/// Cookies by name, as a browser would keep them (paths ignored: each host gets its own jar).
+#[derive(Default)]
+struct Jar(Vec<(String, String)>);
+
+impl Jar {
+    fn take(&mut self, res: &Response) {
+        for v in res.headers().get_all(header::SET_COOKIE) {
+            let Some((name, rest)) = v.to_str().unwrap().split_once('=') else { continue };
+            let value = rest.split(';').next().unwrap_or_default().to_string();
+            self.0.retain(|(n, _)| n != name);
+            self.0.push((name.to_string(), value));
+        }
+    }
+
+    fn header(&self) -> String {
+        self.0.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join("; ")
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// The `href` of the page's `#onward-link` (HTML-unescaped).
+fn onward(page: &str) -> String {
+    let at = page.find("id=\"onward-link\"").expect("an onward link");
+    let href = &page[at..];
+    let start = href.find("href=\"").unwrap() + 6;
+    let end = start + href[start..].find('"').unwrap();
+    href[start..end].replace("&amp;", "&")
+}
+
+/// What a sign-in through the console came to.
+pub struct Outcome {
+    /// The callback's status and page.
+    pub status: u16,
+    pub page: String,
+    /// The console session, when signed in.
+    pub session: Option<String>,
+    /// The callback URL the provider sent the browser to.
+    pub callback: String,
+}
+
+/// Signs in at the console as `who` (an email or enterprise id), logging in at the provider as
+/// `sub`.
+pub async fn sign_in(app: &TestApp, who: &str, sub: &str) -> Outcome {
+    let (callback, ours) = reach_callback(app, who, sub).await;
+    finish(&callback, &ours).await
+}
+
+/// The console's form and the provider's sign-in, up to the callback URL the provider sends the
+/// browser to; with the console's cookies.
+async fn reach_callback(app: &TestApp, who: &str, sub: &str) -> (String, Jar) {
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let (mut ours, mut theirs) = (Jar::default(), Jar::default());
+    let res = http.post(app.url("/console/sso")).form(&[("who", who)]).send().await.unwrap();
+    assert_eq!(res.status(), 200, "the SSO form");
+    ours.take(&res);
+    let to_provider = onward(&res.text().await.unwrap());
+    let res = http.get(&to_provider).send().await.unwrap();
+    theirs.take(&res);
+    let interaction = res.headers()[header::LOCATION].to_str().unwrap().to_string();
+    let interaction = if interaction.starts_with('/') {
+        format!("{}{interaction}", &to_provider[..to_provider.find("/auth").unwrap()])
+    } else {
+        interaction
+    };
+    let res = http
+        .post(&interaction)
+        .header(header::COOKIE, theirs.header())
+        .form(&[("prompt", "login"), ("login", sub), ("password", "any")])
+        .send()
+        .await
+        .unwrap();
+    theirs.take(&res);
+    let resume = res.headers()[header::LOCATION].to_str().unwrap().to_string();
+    let res = http.get(&resume).header(header::COOKIE, theirs.header()).send().await.unwrap();
+    let callback = res.headers()[header::LOCATION].to_str().unwrap().to_string();
+    assert!(callback.starts_with(&app.url("/console/sso/callback")), "{callback}");
+    (callback, ours)
+}
+
+async fn finish(callback: &str, ours: &Jar) -> Outcome {
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let res = http.get(callback).header(header::COOKIE, ours.header()).send().await.unwrap();
+    let status = res.status().as_u16();
+    let mut jar = Jar::default();
+    jar.take(&res);
+    let session = jar.get("custodian_console").filter(|v| !v.is_empty()).map(str::to_string);
+    Outcome { status, page: res.text().await.unwrap(), session, callback: callback.to_string() }
+}
+
+/// An enterprise with Alice (admin) and Carol (member), its provider set by Alice with the
+/// group mapping `custody-admins` -> admin, `custody` -> member.
+async fn enterprise_with_provider() -> (TestApp, Provider, String, String) {
+    enterprise_with_provider_and(|_| {}).await
+}
+
+/// [`enterprise_with_provider`] with the configuration changed by `tweak`.
+async fn enterprise_with_provider_and(
+    tweak: impl FnOnce(&mut custodian::config::Config),
+) -> (TestApp, Provider, String, String) {
+    let app = spawn_app_with(tweak).await;
+    let alice = app.create_user("alice@example.com").await;
+    let carol = app.create_user("carol@example.com").await;
+    let enterprise = app.create_enterprise("Acme", &[(&alice, true), (&carol, false)]).await;
+    let provider = Provider::start(
+        &app,
+        json!({
+            "carol-sub": { "email": "carol@example.com", "email_verified": true, "groups": ["custody"] },
+            "alice-sub": { "email": "alice@example.com", "email_verified": true, "groups": ["custody-admins"] },
+        }),
+    );
+    let alice_token = app.login(&alice).await;
+    let setting = json!({
+        "oauthProvider": "oidc", "issuer": provider.issuer, "clientId": "custodian", "clientSecret": "s3cret",
+        "scopes": ["email", "groups"], "groupsClaim": "groups",
+        "groupRoles": { "custody-admins": "admin", "custody": "member" },
+    });
+    let path = format!("/api/v2/enterprise/{enterprise}/oauthSetting");
+    expect_json(app.put_auth(&path, &alice_token, &setting).await, 200).await;
+    (app, provider, enterprise, alice_token)
+}
+
+#[tokio::test]
+async fn a_member_signs_in_through_the_enterprise_s_provider_and_gets_an_oauth_session() {
+    let (app, provider, enterprise, alice_token) = enterprise_with_provider().await;
+    // The setting reads back without its secret, which is sealed at rest.
+    let path = format!("/api/v2/enterprise/{enterprise}/oauthSetting");
+    let shown = expect_json(app.get_auth(&path, &alice_token).await, 200).await;
+    assert_eq!(
+        (shown["issuer"].as_str(), shown["clientId"].as_str()),
+        (Some(provider.issuer.as_str()), Some("custodian"))
+    );
+    assert!(shown.get("clientSecret").is_none(), "{shown}");
+    let stored = app.raw_sql("SELECT client_secret FROM enterprise_sso").await;
+    assert!(stored.len() == 1 && !stored[0].contains(&hex::encode("s3cret")), "{stored:?}");
+    // Carol signs in by her email: her account is linked by her verified email, once.
+    let out = sign_in(&app, "carol@example.com", "carol-sub").await;
+    assert_eq!(out.status, 200, "{}", out.page);
+    let session = out.session.expect("a console session");
+    let view = expect_json(app.get_auth("/api/v2/user/session", &session).await, 200).await;
+    assert_eq!(view["session"]["grant_type"], "oauth", "{view}");
+    let linked = app.raw_sql("SELECT subject FROM sso_identities").await;
+    assert_eq!(linked, vec!["carol-sub".to_string()]);
+    // Again, by the enterprise's id: the link is used.
+    let again = sign_in(&app, &enterprise, "carol-sub").await;
+    assert!(again.session.is_some(), "{}", again.page);
+    // The callback is used once: a replay is refused and audited.
+    let replay = finish(&out.callback, &Jar::default()).await;
+    assert_eq!(replay.status, 401, "{}", replay.page);
+    assert!(replay.page.contains("unknown, used already or expired"), "{}", replay.page);
+    let audit = app.raw_sql("SELECT data FROM audit_log WHERE type = 'login.failed'").await;
+    assert!(audit.iter().any(|d| d.contains("\"reason\":\"sso\"")), "{audit:?}");
+    let types = app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'sso.%' ORDER BY seq").await;
+    assert_eq!(types, ["sso.setting_set", "sso.identity_linked"]);
+}
+
+#[tokio::test]
+async fn email_linking_refuses_unverified_emails_admins_and_people_with_no_mapped_group() {
+    let (app, provider, enterprise, _) = enterprise_with_provider().await;
+    // Alice is an enterprise admin: never linked by email, whatever the provider says.
+    let out = sign_in(&app, &enterprise, "alice-sub").await;
+    assert_eq!(out.status, 403, "{}", out.page);
+    assert!(out.page.contains("administrator"), "{}", out.page);
+    // Carol's email unverified at the provider: not linked.
+    provider.write(json!({
+        "carol-sub": { "email": "carol@example.com", "email_verified": false, "groups": ["custody"] },
+        "other-sub": { "email": "carol@example.com", "email_verified": true, "groups": ["sales"] },
+    }));
+    let out = sign_in(&app, &enterprise, "carol-sub").await;
+    assert_eq!(out.status, 403, "{}", out.page);
+    assert!(out.page.contains("not verified"), "{}", out.page);
+    // A person whose groups map to no role is refused before any link is made.
+    let out = sign_in(&app, &enterprise, "other-sub").await;
+    assert_eq!(out.status, 403, "{}", out.page);
+    assert!(out.page.contains("none of your groups"), "{}", out.page);
+    assert!(app.raw_sql("SELECT subject FROM sso_identities").await.is_empty());
+    assert!(out.session.is_none());
+}
+
+#[tokio::test]
+async fn a_sign_in_is_bound_to_its_browser_and_only_enterprise_admins_set_the_provider() {
+    let (app, _provider, enterprise, alice_token) = enterprise_with_provider().await;
+    // A callback carried to another browser (without the cookie of the start) is refused, and
+    // the sign-in is spent: the right browser cannot use it after.
+    let (callback, ours) = reach_callback(&app, "carol@example.com", "carol-sub").await;
+    let elsewhere = finish(&callback, &Jar::default()).await;
+    assert_eq!(elsewhere.status, 401, "{}", elsewhere.page);
+    assert!(elsewhere.page.contains("another browser"), "{}", elsewhere.page);
+    let late = finish(&callback, &ours).await;
+    assert!(late.status == 401 && late.session.is_none(), "{}", late.page);
+    // An unknown email and an enterprise without a provider read alike.
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    for who in ["nobody@example.com", "0123456789abcdef0123456789abcdef"] {
+        let res = http.post(app.url("/console/sso")).form(&[("who", who)]).send().await.unwrap();
+        assert_eq!(res.status(), 404, "{who}");
+        assert!(res.text().await.unwrap().contains("no single sign-on is set up"));
+    }
+    // Someone outside the enterprise may not read or set its provider; a bad issuer is refused
+    // and changes nothing.
+    let path = format!("/api/v2/enterprise/{enterprise}/oauthSetting");
+    let dave = app.create_user("dave@example.com").await;
+    let token = app.login(&dave).await;
+    assert_error(app.get_auth(&path, &token).await, 404, "EnterpriseNotFound").await;
+    let bad = json!({ "oauthProvider": "oidc", "issuer": "ftp://x", "clientId": "c", "clientSecret": "s" });
+    let body = assert_error(app.put_auth(&path, &alice_token, &bad).await, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "issuer");
+    let unmapped = json!({ "oauthProvider": "okta", "oktaDomain": "acme.okta.com", "clientId": "c", "clientSecret": "s", "groupRoles": { "x": "owner" } });
+    assert_error(app.put_auth(&path, &alice_token, &unmapped).await, 400, "InvalidField").await;
+    let kept = expect_json(app.get_auth(&path, &alice_token).await, 200).await;
+    assert_eq!(kept["oauthProvider"], "oidc");
+}
+
+#[tokio::test]
+async fn sign_ins_waiting_at_providers_are_capped_by_sso_max_pending() {
+    let (app, _provider, enterprise, _) = enterprise_with_provider_and(|c| c.sso.max_pending = 1).await;
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let start = || http.post(app.url("/console/sso")).form(&[("who", enterprise.as_str())]).send();
+    assert_eq!(start().await.unwrap().status(), 200);
+    let res = start().await.unwrap();
+    assert_eq!(res.status(), 429);
+    assert!(res.text().await.unwrap().contains("too many single sign-ons"));
+    // Once the waiting one expires (`sso.login_ttl`), its place is free again.
+    app.state.store.clock().advance(std::time::Duration::from_secs(601));
+    let out = sign_in(&app, &enterprise, "carol-sub").await;
+    assert_eq!(out.status, 200, "{}", out.page);
+}
