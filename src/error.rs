@@ -73,6 +73,7 @@ crate::types::text_enum!(
         SsoFailed = "SsoFailed",
         SsoNotLinked = "SsoNotLinked",
         SsoNoRole = "SsoNoRole",
+        SsoRequired = "SsoRequired",
     }
 );
 

@@ -17,7 +17,7 @@ use crate::{
     error::{Error, ErrorName, Result},
     model::audit::AuditType,
     store::SsoSettingRow,
-    types::EnterpriseId,
+    types::{EnterpriseId, UserId},
 };
 
 /// Longest issuer, client id or secret, characters.
@@ -51,7 +51,19 @@ pub struct OAuthSetting {
     /// A claim value to `admin` or `member`. A person with none of them is refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub group_roles: BTreeMap<String, String>,
+    /// Members may sign in only through the provider: not with a password or passkey, through
+    /// the API or the console (docs/sso.md#sso-required).
+    #[serde(default)]
+    pub sso_required: bool,
+    /// User ids (32 hex) of members who keep their password and passkeys when `ssoRequired`
+    /// (break-glass owners, audited on each use); service admins always keep theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 10)]
+    pub break_glass: Vec<String>,
 }
+
+/// Most break-glass owners of an enterprise.
+pub const MAX_BREAK_GLASS: usize = 10;
 
 impl OAuthSetting {
     /// The issuer URL the provider's fields give. Errors: `InvalidField` naming the field.
@@ -113,6 +125,14 @@ impl OAuthSetting {
         }
         if !self.group_roles.is_empty() && self.groups_claim.is_none() {
             return Err(Error::missing_field("groupsClaim"));
+        }
+        if self.break_glass.len() > MAX_BREAK_GLASS
+            || self.break_glass.iter().any(|u| u.parse::<UserId>().is_err())
+        {
+            return Err(Error::invalid_field(
+                "breakGlass",
+                format!("at most {MAX_BREAK_GLASS} user ids (32 hex)"),
+            ));
         }
         Ok(())
     }
@@ -199,6 +219,16 @@ pub async fn set(svc: &Identity, auth: &Principal, e: &EnterpriseId, body: &Valu
     s.client_secret = Some(secret.clone());
     s.check()?;
     s.client_secret = None;
+    for owner in &s.break_glass {
+        let id: UserId = owner.parse().map_err(|_| Error::invalid_field("breakGlass", "user ids"))?;
+        let member = svc.store.memberships(&id).await?.iter().any(|m| &m.enterprise.id == e);
+        if !member {
+            return Err(Error::invalid_field(
+                "breakGlass",
+                format!("{owner} is not a member of the enterprise"),
+            ));
+        }
+    }
     s.issuer = (s.oauth_provider == "oidc").then(|| issuer.clone());
     let sealed = svc.key.seal(&aad(e), secret.as_bytes())?;
     let row = SsoSettingRow {

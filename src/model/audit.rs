@@ -13,6 +13,7 @@ crate::types::text_enum!(
     pub enum AuditType("not an audit entry type (docs/audit.md)") {
         LoginSucceeded = "login.succeeded",
         LoginFailed = "login.failed",
+        LoginBreakGlass = "login.break_glass",
         LoginThrottled = "login.throttled",
         OtpFailed = "otp.failed",
         OtpThrottled = "otp.throttled",

@@ -11,7 +11,7 @@ use crate::{common::*, soft_passkey::SoftPasskey};
 const ORIGIN: &str = "http://localhost:3080";
 
 /// A user with a registered soft passkey, and a session of theirs.
-async fn with_passkey(app: &TestApp, email: &str) -> (TestUser, String, SoftPasskey, String) {
+pub async fn with_passkey(app: &TestApp, email: &str) -> (TestUser, String, SoftPasskey, String) {
     let user = app.create_user(email).await;
     let session = app.login(&user).await;
     let mut key = SoftPasskey::new("localhost", ORIGIN);
@@ -24,12 +24,12 @@ async fn with_passkey(app: &TestApp, email: &str) -> (TestUser, String, SoftPass
     (user, session, key, id)
 }
 
-async fn challenge(app: &TestApp, email: Option<&str>) -> Value {
+pub async fn challenge(app: &TestApp, email: Option<&str>) -> Value {
     let body = email.map_or(json!({}), |e| json!({ "email": e }));
     expect_json(app.post("/api/auth/v1/passkey/challenge", &body).await, 200).await
 }
 
-async fn sign_in(app: &TestApp, assertion: &Value) -> Response {
+pub async fn sign_in(app: &TestApp, assertion: &Value) -> Response {
     let body = json!({ "passkey": assertion.to_string(), "userId": assertion["response"]["userHandle"] });
     app.post("/api/auth/v1/session", &body).await
 }

@@ -29,6 +29,11 @@ impl Provider {
     /// Starts a provider with one confidential client (`custodian` / `s3cret`) returning to
     /// `app`'s callback, and `accounts` (sub -> {email, email_verified, groups}).
     pub fn start(app: &TestApp, accounts: Value) -> Provider {
+        Provider::start_with(app, accounts, 3600)
+    }
+
+    /// [`Provider::start`] with id_tokens living `id_token_ttl` seconds.
+    pub fn start_with(app: &TestApp, accounts: Value, id_token_ttl: u64) -> Provider {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sso-tests");
         assert!(
             std::path::Path::new(dir).join("node_modules/oidc-provider").exists(),
@@ -39,6 +44,7 @@ impl Provider {
             "clients": [{ "client_id": "custodian", "client_secret": "s3cret",
                 "redirect_uris": [app.url("/console/sso/callback")] }],
             "accounts": accounts,
+            "idTokenTtl": id_token_ttl,
         });
         std::fs::write(state.path(), provider_state.to_string()).unwrap();
         let mut child = Command::new("node")
@@ -169,12 +175,13 @@ async fn enterprise_with_provider_and(
     let alice = app.create_user("alice@example.com").await;
     let carol = app.create_user("carol@example.com").await;
     let enterprise = app.create_enterprise("Acme", &[(&alice, true), (&carol, false)]).await;
-    let provider = Provider::start(
+    let provider = Provider::start_with(
         &app,
         json!({
             "carol-sub": { "email": "carol@example.com", "email_verified": true, "groups": ["custody"] },
             "alice-sub": { "email": "alice@example.com", "email_verified": true, "groups": ["custody-admins"] },
         }),
+        1800,
     );
     let alice_token = app.login(&alice).await;
     let setting = json!({
@@ -206,6 +213,10 @@ async fn a_member_signs_in_through_the_enterprise_s_provider_and_gets_an_oauth_s
     let session = out.session.expect("a console session");
     let view = expect_json(app.get_auth("/api/v2/user/session", &session).await, 200).await;
     assert_eq!(view["session"]["grant_type"], "oauth", "{view}");
+    // It lasts as long as the provider's id_token (1,800 s here), not login.session_ttl (3,600).
+    let at = |k: &str| chrono::DateTime::parse_from_rfc3339(view["session"][k].as_str().unwrap()).unwrap();
+    let lasts = (at("expires") - at("created")).num_seconds();
+    assert!((1790..=1800).contains(&lasts), "{view}");
     let linked = app.raw_sql("SELECT subject FROM sso_identities").await;
     assert_eq!(linked, vec!["carol-sub".to_string()]);
     // Again, by the enterprise's id: the link is used.
@@ -290,4 +301,58 @@ async fn sign_ins_waiting_at_providers_are_capped_by_sso_max_pending() {
     app.state.store.clock().advance(std::time::Duration::from_secs(601));
     let out = sign_in(&app, &enterprise, "carol-sub").await;
     assert_eq!(out.status, 200, "{}", out.page);
+}
+
+#[tokio::test]
+async fn sso_required_refuses_passwords_and_break_glass_owners_keep_theirs() {
+    let (app, _provider, enterprise, alice_token) = enterprise_with_provider().await;
+    let path = format!("/api/v2/enterprise/{enterprise}/oauthSetting");
+    let mut setting = expect_json(app.get_auth(&path, &alice_token).await, 200).await;
+    let alice = app
+        .state
+        .store
+        .user_by_email(&custodian::types::Email::parse("alice@example.com").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let outsider = app.create_user("dave@example.com").await;
+    setting["clientSecret"] = json!("s3cret");
+    setting["ssoRequired"] = json!(true);
+    // A break-glass owner must be a member.
+    setting["breakGlass"] = json!([outsider.id]);
+    let body = assert_error(app.put_auth(&path, &alice_token, &setting).await, 400, "InvalidField").await;
+    assert_eq!(body["context"]["field"], "breakGlass");
+    setting["breakGlass"] = json!([alice.id.as_str()]);
+    expect_json(app.put_auth(&path, &alice_token, &setting).await, 200).await;
+    // Carol may no longer use her password, through the API or the console.
+    let res = app.login_raw("carol@example.com", PASSWORD, "000000").await;
+    let body = assert_error(res, 403, "SsoRequired").await;
+    assert!(body["error"].as_str().unwrap().contains("/console/sso"), "{body}");
+    let form = [("email", "carol@example.com"), ("password", PASSWORD), ("otp", "000000")];
+    let res = app.client.post(app.url("/console/login")).form(&form).send().await.unwrap();
+    assert_eq!(res.status(), 403);
+    assert!(res.text().await.unwrap().contains("requires single sign-on"));
+    // Nor may Erin, a member with a passkey, use it.
+    let (erin, _, mut key, _) = crate::passkeys::with_passkey(&app, "erin@example.com").await;
+    let erin_id: custodian::types::UserId = erin.id.parse().unwrap();
+    let e: custodian::types::EnterpriseId = enterprise.parse().unwrap();
+    app.state.store.upsert_membership(&e, &erin_id, false, &[]).await.unwrap();
+    let assertion = key.assert(&crate::passkeys::challenge(&app, Some("erin@example.com")).await);
+    assert_error(crate::passkeys::sign_in(&app, &assertion).await, 403, "SsoRequired").await;
+    // Carol signs in through the provider.
+    let out = sign_in(&app, "carol@example.com", "carol-sub").await;
+    assert!(out.session.is_some(), "{}", out.page);
+    // Alice, the named owner, and a service admin member keep their passwords, audited.
+    assert_eq!(app.login_raw("alice@example.com", PASSWORD, "000000").await.status(), 200);
+    let ops = app.create_user_with("ops@example.com", true).await;
+    let ops_id: custodian::types::UserId = ops.id.parse().unwrap();
+    app.state.store.upsert_membership(&e, &ops_id, false, &[]).await.unwrap();
+    app.login(&ops).await;
+    let glass =
+        app.raw_sql("SELECT user_id FROM audit_log WHERE type = 'login.break_glass' ORDER BY seq").await;
+    assert_eq!(glass, vec![alice.id.as_str().to_string(), ops.id.clone()]);
+    let refused = app.raw_sql("SELECT data FROM audit_log WHERE type = 'login.failed'").await;
+    assert_eq!(refused.iter().filter(|d| d.contains("sso_required")).count(), 3, "{refused:?}");
+    // Someone in no such enterprise is untouched.
+    app.login(&outsider).await;
 }
