@@ -230,7 +230,7 @@ pub(super) async fn issue_session(
 ) -> Result<Session> {
     let SessionOptions { extensible, extension_address, reset, ecdh, grant_type, ttl } = options;
     if matches!(grant_type, GrantType::Password | GrantType::Passkey) {
-        super::sso::check_required(svc, &user, grant_type, ip).await?;
+        super::sso_required::check_required(svc, &user, grant_type, ip).await?;
     }
     let most = i64::try_from(svc.config.login.session_ttl).unwrap_or(3600);
     let ttl = ttl.map_or(most, |t| t.clamp(1, most));

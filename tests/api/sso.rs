@@ -28,12 +28,8 @@ impl Drop for Provider {
 impl Provider {
     /// Starts a provider with one confidential client (`custodian` / `s3cret`) returning to
     /// `app`'s callback, and `accounts` (sub -> {email, email_verified, groups}).
-    pub fn start(app: &TestApp, accounts: Value) -> Provider {
-        Provider::start_with(app, accounts, 3600)
-    }
-
-    /// [`Provider::start`] with id_tokens living `id_token_ttl` seconds.
-    pub fn start_with(app: &TestApp, accounts: Value, id_token_ttl: u64) -> Provider {
+    /// Its id_tokens live `id_token_ttl` seconds.
+    pub fn start(app: &TestApp, accounts: Value, id_token_ttl: u64) -> Provider {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sso-tests");
         assert!(
             std::path::Path::new(dir).join("node_modules/oidc-provider").exists(),
@@ -175,7 +171,7 @@ async fn enterprise_with_provider_and(
     let alice = app.create_user("alice@example.com").await;
     let carol = app.create_user("carol@example.com").await;
     let enterprise = app.create_enterprise("Acme", &[(&alice, true), (&carol, false)]).await;
-    let provider = Provider::start_with(
+    let provider = Provider::start(
         &app,
         json!({
             "carol-sub": { "email": "carol@example.com", "email_verified": true, "groups": ["custody"] },
