@@ -30,12 +30,15 @@ bob=$(new_user bob@example.com)
 root=$(new_user root@example.com --service-admin)
 carol=$(new_user carol@example.com)
 dave=$(new_user dave@example.com)
+# Erin signs in through Acme's identity provider (docs/sso.md).
+erin=$(new_user erin@example.com)
 acme=$(new_enterprise "Acme Fund")
 beta=$(new_enterprise "Beta Capital")
 cli enterprise add-user --enterprise "$acme" --email alice@example.com --admin > /dev/null
 # Dave approves Acme's withdrawals (an enterprise admin other than the initiator).
 cli enterprise add-user --enterprise "$acme" --email dave@example.com --admin > /dev/null
 cli enterprise add-user --enterprise "$beta" --email bob@example.com --admin > /dev/null
+cli enterprise add-user --enterprise "$acme" --email erin@example.com > /dev/null
 # Withdrawals are valued in US dollars (docs/policy.md#circuit-breaker): the console shows it.
 cli price set --coin hteth --usd 3000 > /dev/null
 id_of() { printf '%s' "$1" | "$python" -c 'import json, sys; print(json.load(sys.stdin)["id"])'; }
@@ -55,7 +58,8 @@ anvil_bin="$here/../chain-tests/node_modules/.bin/anvil"
 [ -x "$anvil_bin" ] || { echo "anvil is missing: run npm install in chain-tests/" >&2; exit 1; }
 anvil_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$anvil_bin" --port "$anvil_port" --silent & anvil_pid=$!
-trap 'kill $anvil_pid 2>/dev/null; server_cleanup' EXIT
+sso_pid=
+trap 'kill $anvil_pid $sso_pid 2>/dev/null; server_cleanup' EXIT
 export CUSTODIAN_CHAINS_HTETH_RPC_URL="http://127.0.0.1:$anvil_port" CUSTODIAN_CHAINS_HTETH_CHAIN_ID=31337 \
   CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS=3 CUSTODIAN_CHAINS_HTETH_START_BLOCK=0 CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS=100
 w3=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
@@ -64,12 +68,24 @@ wallet "$w3" "Acme ETH" "$acme" "$(id_of "$alice")" \
   | sed 's/^/[/; s/$/]/' > "$dir/eth.json"
 cli wallet import eth.json > /dev/null
 server_start "$bin"
+# A real OpenID Connect provider (sso-tests/, installed by .ci/run) for the single sign-on test:
+# one client returning to this console, and Erin with a verified email.
+[ -d "$here/../sso-tests/node_modules/oidc-provider" ] || { echo "oidc-provider is missing: run npm install in sso-tests/" >&2; exit 1; }
+cat > "$dir/sso.json" <<JSON
+{"clients": [{"client_id": "custodian", "client_secret": "s3cret", "redirect_uris": ["http://127.0.0.1:$port/console/sso/callback"]}],
+ "accounts": {"erin-sub": {"email": "erin@example.com", "email_verified": true, "groups": []}}}
+JSON
+mkfifo "$dir/sso.out"
+node "$here/../sso-tests/provider.mjs" "$dir/sso.json" > "$dir/sso.out" 2> "$dir/sso.log" & sso_pid=$!
+read -r sso_line < "$dir/sso.out"
+sso_issuer=$(printf '%s' "$sso_line" | "$python" -c 'import json, sys; print(json.load(sys.stdin)["issuer"])')
 "$python" - "$dir/fixture.json" <<PY
 import json, sys
 json.dump({
     "url": "http://127.0.0.1:$port",
     "password": "$password",
-    "users": {"alice": $alice, "bob": $bob, "root": $root, "carol": $carol, "dave": $dave},
+    "users": {"alice": $alice, "bob": $bob, "root": $root, "carol": $carol, "dave": $dave, "erin": $erin},
+    "sso": "$sso_issuer",
     "enterprises": {"acme": "$acme", "beta": "$beta"},
     "wallets": {"acme": "$w1", "beta": "$w2", "eth": "$w3"},
     "anvil": "http://127.0.0.1:$anvil_port",

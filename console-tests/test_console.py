@@ -876,3 +876,32 @@ def test_a_wallet_policy_page_shows_rules_history_pending_changes_and_a_dry_run(
     expect(dave.locator(".alert.ok")).to_contain_text("Approved: the policy change is applied.")
     status, body = api("GET", enterprise_rules, alice_token)
     assert status == 200 and body["rules"] == [], body
+
+
+def test_a_member_signs_in_with_sso_through_the_enterprise_s_identity_provider(context):
+    alice_token = api_login("alice")
+    acme = FIXTURE["enterprises"]["acme"]
+    setting = {"oauthProvider": "oidc", "issuer": FIXTURE["sso"], "clientId": "custodian", "clientSecret": "s3cret"}
+    status, body = api("PUT", f"/api/v2/enterprise/{acme}/oauthSetting", alice_token, setting)
+    assert status == 200 and "clientSecret" not in body, body
+    page = context.new_page()
+    page.goto(BASE + "/console/login")
+    page.click("#sso-link")
+    page.fill("#who", email("erin"))
+    page.click("#sso button[type=submit]")
+    # The provider's own sign-in page (oidc-provider's), then back to the console, signed in.
+    page.wait_for_selector("input[name=login]")
+    assert page.url.startswith(FIXTURE["sso"]), page.url
+    page.fill("input[name=login]", "erin-sub")
+    page.fill("input[name=password]", "any")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/console/overview$"))
+    expect(page.locator("header .email")).to_have_text(email("erin"))
+    shot(page, "sso-signed-in")
+    status, audit = api("GET", "/api/v2/auditlog?type=login.succeeded", api_login("root"))
+    assert status == 200, audit
+    erin = FIXTURE["users"]["erin"]["id"]
+    mine = [e for e in audit["auditLogs"] if e.get("userId") == erin]
+    assert mine and mine[0]["data"]["grantType"] == "oauth", mine
+    status, audit = api("GET", "/api/v2/auditlog?type=sso.identity_linked", api_login("root"))
+    assert status == 200 and len(audit["auditLogs"]) == 1, audit

@@ -1,5 +1,5 @@
 // An OpenID Connect identity provider for the single sign-on tests (docs/sso.md#tests): panva's
-// oidc-provider on 127.0.0.1, a free port. Usage: node provider.mjs STATE.json
+// oidc-provider on 127.0.0.1, a free port (or $PORT). Usage: node provider.mjs STATE.json
 //
 // STATE.json is read again on every request, so a test changes users while it runs:
 //   { "clients": [{ "client_id", "client_secret", "redirect_uris": [...] }],
@@ -16,7 +16,7 @@ const statePath = process.argv[2];
 const state = () => JSON.parse(readFileSync(statePath, 'utf8'));
 
 const server = createServer();
-server.listen(0, '127.0.0.1', () => {
+server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   const { port } = server.address();
   const issuer = `http://127.0.0.1:${port}`;
   const initial = state();
