@@ -21,7 +21,8 @@ CREATE TABLE sso_identities (
 );
 CREATE INDEX sso_identities_by_user ON sso_identities (user_id);
 -- Sign-ins gone to a provider and not back: keyed by the SHA-256 of their `state`, bound to the
--- browser by the SHA-256 of its cookie; the PKCE verifier sealed (hex). Taken once.
+-- browser by the SHA-256 of its cookie; the PKCE verifier sealed (hex); `link_user`: the user of
+-- the signed-in session that asked to link their account to the provider. Taken once.
 CREATE TABLE sso_logins (
     state_hash TEXT PRIMARY KEY,
     enterprise_id TEXT NOT NULL,
@@ -29,6 +30,7 @@ CREATE TABLE sso_logins (
     nonce TEXT NOT NULL,
     verifier TEXT NOT NULL,
     next TEXT NOT NULL,
+    link_user TEXT,
     expires_at BIGINT NOT NULL
 );
 CREATE INDEX sso_logins_by_expiry ON sso_logins (expires_at);

@@ -152,11 +152,26 @@ async fn enterprise_for(svc: &Identity, who: &str) -> Result<(EnterpriseId, SsoS
 }
 
 /// Starts a sign-in for `who` (an email or an enterprise id), the browser to come back to
-/// `redirect_uri` and then the console's `next`. Errors: `SsoNotConfigured` (404),
-/// `TooManyRequests` when `sso.max_pending` sign-ins wait, `SsoFailed` (401) when the provider
-/// cannot be discovered.
-pub async fn start(svc: &Identity, who: &str, next: &str, redirect_uri: &str) -> Result<Started> {
+/// `redirect_uri` and then the console's `next`. With `link`, the signed-in session of a member
+/// of enterprise `who` asks to link their account to the person the provider will name
+/// (docs/sso.md#linking: how an administrator's account is linked). Errors:
+/// `SsoNotConfigured` (404), `TooManyRequests` when `sso.max_pending` sign-ins wait, `SsoFailed`
+/// (401) when the provider cannot be discovered.
+pub async fn start(
+    svc: &Identity,
+    who: &str,
+    next: &str,
+    redirect_uri: &str,
+    link: Option<&super::bearer::Principal>,
+) -> Result<Started> {
     let (enterprise, row) = enterprise_for(svc, who).await?;
+    if let Some(auth) = link {
+        let member =
+            svc.store.memberships(&auth.user.id).await?.iter().any(|m| m.enterprise.id == enterprise);
+        if !member || who.trim().parse::<EnterpriseId>().is_err() {
+            return Err(Error::not_found(ErrorName::SsoNotConfigured));
+        }
+    }
     let client = svc.sso.client(svc, &row, redirect_uri).await?;
     let setting = sso_settings::settings_of(&row)?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
@@ -184,6 +199,7 @@ pub async fn start(svc: &Identity, who: &str, next: &str, redirect_uri: &str) ->
         nonce: nonce.secret().clone(),
         verifier: hex::encode(sealed),
         next: next.chars().take(2048).collect(),
+        link_user: link.map(|a| a.user.id.clone()),
         expires_at: now + i64::try_from(svc.config.sso.login_ttl).unwrap_or(600),
     };
     if !svc.store.keep_sso_login(&login, svc.config.sso.max_pending, now).await? {
@@ -288,7 +304,10 @@ async fn finish_login(
         }
         None => None,
     };
-    let user = linked_user(svc, &login.enterprise_id, &person, now).await?;
+    let user = match &login.link_user {
+        Some(asker) => link_asker(svc, &login.enterprise_id, &person, asker, now).await?,
+        None => linked_user(svc, &login.enterprise_id, &person, now).await?,
+    };
     let user = member_with_role(svc, &login.enterprise_id, user, role).await?;
     let ttl = match svc.config.sso.session_ttl {
         0 => person.expires.saturating_sub(now).max(1),
@@ -374,6 +393,37 @@ async fn linked_user(
         return Err(failed("another sign-in linked you at the same moment; sign in again"));
     }
     Ok(user)
+}
+
+/// Links the person to `asker`, whose signed-in session started this sign-in: any account of
+/// the enterprise, administrators' included, as both sides proved who they are. Errors:
+/// `SsoNotLinked` when the person is linked to another account already.
+async fn link_asker(
+    svc: &Identity,
+    enterprise: &EnterpriseId,
+    p: &Person,
+    asker: &crate::types::UserId,
+    now: i64,
+) -> Result<crate::store::User> {
+    let user = svc.store.user_by_id(asker).await?.ok_or_else(|| failed("the account that asked is gone"))?;
+    match svc.store.sso_identity(&p.issuer, &p.subject).await? {
+        Some((linked, _)) if &linked == asker => return Ok((*user).clone()),
+        Some(_) => {
+            return Err(refused(
+                ErrorName::SsoNotLinked,
+                "this person at the provider is linked to another account",
+            ))
+        }
+        None => {}
+    }
+    let mut entry = crate::audit::entry(AuditType::SsoIdentityLinked)
+        .data(json!({ "issuer": p.issuer, "subject": p.subject, "by": "signed-in session" }));
+    entry.user_id = Some(asker.clone());
+    entry.enterprise_id = Some(enterprise.clone());
+    if !svc.store.link_sso_identity(&p.issuer, &p.subject, asker, enterprise, now, &[entry]).await? {
+        return Err(failed("another sign-in linked you at the same moment; sign in again"));
+    }
+    Ok((*user).clone())
 }
 
 /// `user`, an active member of `enterprise`, with the mapped role applied (`Some(admin)`):

@@ -39,6 +39,8 @@ pub struct SsoLoginRow {
     pub verifier: String,
     /// Where the console goes after.
     pub next: String,
+    /// The user of the signed-in session linking their account, when it is such a sign-in.
+    pub link_user: Option<UserId>,
     /// Unix seconds.
     pub expires_at: i64,
 }
@@ -69,7 +71,8 @@ pub trait SsoStore: Send + Sync {
     async fn take_sso_login(&self, state_hash: &str) -> StoreResult<Option<SsoLoginRow>>;
 }
 
-const LOGIN_COLUMNS: &str = "state_hash, enterprise_id, browser_hash, nonce, verifier, next, expires_at";
+const LOGIN_COLUMNS: &str =
+    "state_hash, enterprise_id, browser_hash, nonce, verifier, next, link_user, expires_at";
 const SETTING_COLUMNS: &str =
     "enterprise_id, provider, issuer, client_id, client_secret, settings, updated_at";
 
@@ -174,16 +177,19 @@ where
             tx.commit().await?;
             return Ok(false);
         }
-        sqlx::query(&format!("INSERT INTO sso_logins ({LOGIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"))
-            .bind(r.state_hash.as_str())
-            .bind(r.enterprise_id.as_str())
-            .bind(r.browser_hash.as_str())
-            .bind(r.nonce.as_str())
-            .bind(r.verifier.as_str())
-            .bind(r.next.as_str())
-            .bind(r.expires_at)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(&format!(
+            "INSERT INTO sso_logins ({LOGIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        ))
+        .bind(r.state_hash.as_str())
+        .bind(r.enterprise_id.as_str())
+        .bind(r.browser_hash.as_str())
+        .bind(r.nonce.as_str())
+        .bind(r.verifier.as_str())
+        .bind(r.next.as_str())
+        .bind(r.link_user.as_ref().map(UserId::as_str))
+        .bind(r.expires_at)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(true)
     }

@@ -119,9 +119,16 @@ pub async fn sign_in(app: &TestApp, who: &str, sub: &str) -> Outcome {
 /// browser to; with the console's cookies.
 async fn reach_callback(app: &TestApp, who: &str, sub: &str) -> (String, Jar) {
     let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
-    let (mut ours, mut theirs) = (Jar::default(), Jar::default());
     let res = http.post(app.url("/console/sso")).form(&[("who", who)]).send().await.unwrap();
-    assert_eq!(res.status(), 200, "the SSO form");
+    at_provider(app, res, sub).await
+}
+
+/// From the console's page that sends the browser to the provider (`res`), through the
+/// provider's sign-in as `sub`, up to the callback URL; with the console's cookies.
+async fn at_provider(app: &TestApp, res: Response, sub: &str) -> (String, Jar) {
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let (mut ours, mut theirs) = (Jar::default(), Jar::default());
+    assert_eq!(res.status(), 200, "the page to the provider");
     ours.take(&res);
     let to_provider = onward(&res.text().await.unwrap());
     let res = http.get(&to_provider).send().await.unwrap();
@@ -351,4 +358,49 @@ async fn sso_required_refuses_passwords_and_break_glass_owners_keep_theirs() {
     assert_eq!(refused.iter().filter(|d| d.contains("sso_required")).count(), 3, "{refused:?}");
     // Someone in no such enterprise is untouched.
     app.login(&outsider).await;
+}
+
+#[tokio::test]
+async fn an_admin_links_their_account_from_a_signed_in_session_only() {
+    let (app, _provider, enterprise, _) = enterprise_with_provider().await;
+    // Alice, an admin, signs in to the console with her password, and links from Security.
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let form = [("email", "alice@example.com"), ("password", PASSWORD), ("otp", "000000")];
+    let res = http.post(app.url("/console/login")).form(&form).send().await.unwrap();
+    let mut console = Jar::default();
+    console.take(&res);
+    let page =
+        http.get(app.url("/console/security")).header(header::COOKIE, console.header()).send().await.unwrap();
+    let page = page.text().await.unwrap();
+    assert!(page.contains("sso-link-panel"), "the Security page offers the link");
+    let marker = "name=\"csrf\" value=\"";
+    let at = page.find(marker).unwrap() + marker.len();
+    let csrf = &page[at..at + page[at..].find('"').unwrap()];
+    let link = [("csrf", csrf), ("enterprise", enterprise.as_str())];
+    let post_link = || {
+        http.post(app.url("/console/sso/link")).header(header::COOKIE, console.header()).form(&link).send()
+    };
+    let (callback, ours) = at_provider(&app, post_link().await.unwrap(), "alice-sub").await;
+    let out = finish(&callback, &ours).await;
+    assert!(out.session.is_some(), "{}", out.page);
+    let linked = app.raw_sql("SELECT user_id || ' ' || subject FROM sso_identities").await;
+    let alice =
+        app.state.store.user_by_email(&custodian::types::Email::parse("alice@example.com").unwrap()).await;
+    assert_eq!(linked, vec![format!("{} alice-sub", alice.unwrap().unwrap().id.as_str())]);
+    let audit = app.raw_sql("SELECT data FROM audit_log WHERE type = 'sso.identity_linked'").await;
+    assert!(audit.len() == 1 && audit[0].contains("signed-in session"), "{audit:?}");
+    // From now on she signs in through the provider alone.
+    let again = sign_in(&app, &enterprise, "alice-sub").await;
+    assert!(again.session.is_some(), "{}", again.page);
+    // Carol's person at the provider cannot be linked to Alice as well: it is Carol's.
+    let carol = sign_in(&app, "carol@example.com", "carol-sub").await;
+    assert!(carol.session.is_some(), "{}", carol.page);
+    let (callback, ours) = at_provider(&app, post_link().await.unwrap(), "carol-sub").await;
+    let out = finish(&callback, &ours).await;
+    assert_eq!(out.status, 403, "{}", out.page);
+    assert!(out.page.contains("linked to another account"), "{}", out.page);
+    // Without a session, the link form is not there.
+    let res =
+        http.post(app.url("/console/sso/link")).form(&[("enterprise", enterprise.as_str())]).send().await;
+    assert_ne!(res.unwrap().status(), 200);
 }

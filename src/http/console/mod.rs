@@ -71,6 +71,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/login/passkey", post(signin::passkey))
         .route("/console/sso", get(sso::form).post(sso::start))
         .route("/console/sso/callback", get(sso::callback))
+        .route("/console/sso/link", post(sso::link))
         .route("/console/oauth/authorize", get(oauth::page).post(oauth::decide))
         .route("/console/security", get(security::page))
         .route("/console/security/passkeys", post(security::add))

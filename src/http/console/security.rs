@@ -18,6 +18,17 @@ use crate::{
     http::error::ApiError, identity::passkeys, model::passkey::PasskeyRecord, types::AnyId, AppState,
 };
 
+/// The caller's enterprises that have an identity provider: (id, name).
+async fn sso_enterprises(state: &AppState, session: &Session) -> crate::error::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for m in state.store.memberships(&session.auth.user.id).await? {
+        if state.store.sso_setting(&m.enterprise.id).await?.is_some() {
+            out.push((m.enterprise.id.as_str().to_string(), m.enterprise.name));
+        }
+    }
+    Ok(out)
+}
+
 async fn security_page(state: &AppState, session: &Session, shown: Shown) -> Response {
     let listed = match passkeys::list(&state.identity, &session.auth).await {
         Ok(l) => l,
@@ -25,6 +36,10 @@ async fn security_page(state: &AppState, session: &Session, shown: Shown) -> Res
     };
     let apps = match crate::oauth::revoke::my_grants(&state.store, &session.auth).await {
         Ok(a) => a,
+        Err(e) => return error_response(e.into(), Some(session)),
+    };
+    let sso = match sso_enterprises(state, session).await {
+        Ok(s) => s,
         Err(e) => return error_response(e.into(), Some(session)),
     };
     let error = shown.error();
@@ -47,6 +62,19 @@ async fn security_page(state: &AppState, session: &Session, shown: Shown) -> Res
                     }
                 } }
             } } }
+        }
+        @if !sso.is_empty() {
+            section.panel #sso-link-panel {
+                h2 { "Single sign-on" }
+                p.muted { "Link your account to your enterprise's identity provider by signing in there once; then you sign in through it. An administrator's account is linked only this way." }
+                @for (id, name) in &sso {
+                    form.inline method="post" action="/console/sso/link" {
+                        input type="hidden" name="csrf" value=(session.csrf);
+                        input type="hidden" name="enterprise" value=(id);
+                        button.secondary type="submit" { "Link to " (name) "'s identity provider" }
+                    }
+                }
+            }
         }
         section.panel {
             h2 { "Authenticator app" }

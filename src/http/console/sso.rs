@@ -15,7 +15,7 @@ use maud::html;
 use serde::Deserialize;
 use std::net::SocketAddr;
 
-use super::{html, layout, parse_form, signin, FieldError};
+use super::{html, layout, parse_form, signin, FieldError, Form};
 use crate::{http::extract::ClientIp, identity::sso, AppState};
 
 /// The cookie binding a sign-in's return to the browser that started it.
@@ -77,22 +77,45 @@ pub async fn start(State(state): State<AppState>, headers: HeaderMap, body: Byte
         Err(e) => return form_page(StatusCode::BAD_REQUEST, "", Some(&FieldError::from_api(&e.into())), ""),
     };
     let next = signin::safe_next(&fields.next).unwrap_or("/console/overview");
-    match sso::start(&state.identity, &fields.who, next, &redirect_uri(&state, &headers)).await {
-        Ok(started) => {
-            let mut res = onward(StatusCode::OK, "Signing in", &started.redirect);
-            let cookie = format!(
-                "{BROWSER_COOKIE}={}; Path=/console/sso; HttpOnly; SameSite=Lax; Max-Age={}",
-                started.browser, state.config.sso.login_ttl
-            );
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                res.headers_mut().append(header::SET_COOKIE, v);
-            }
-            res
-        }
+    match sso::start(&state.identity, &fields.who, next, &redirect_uri(&state, &headers), None).await {
+        Ok(started) => to_provider(&state, &started),
         Err(e) => {
             let error = FieldError::from_api(&e.into());
             form_page(error.status, &fields.who, Some(&error), &fields.next)
         }
+    }
+}
+
+/// The page that sends the browser to the provider, with the cookie that ties its return to
+/// this browser.
+fn to_provider(state: &AppState, started: &sso::Started) -> Response {
+    let mut res = onward(StatusCode::OK, "Signing in", &started.redirect);
+    let cookie = format!(
+        "{BROWSER_COOKIE}={}; Path=/console/sso; HttpOnly; SameSite=Lax; Max-Age={}",
+        started.browser, state.config.sso.login_ttl
+    );
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        res.headers_mut().append(header::SET_COOKIE, v);
+    }
+    res
+}
+
+/// The link form's field: the enterprise whose provider to link the account to.
+#[derive(Debug, Default, Deserialize)]
+pub struct Link {
+    #[serde(default)]
+    pub enterprise: String,
+}
+
+/// `POST /console/sso/link` (the Security page): a signed-in member links their account to the
+/// enterprise's provider, by signing in there; the way an administrator's account is linked
+/// (docs/sso.md#linking).
+pub async fn link(State(state): State<AppState>, headers: HeaderMap, form: Form<Link>) -> Response {
+    let uri = redirect_uri(&state, &headers);
+    let auth = &form.session.auth;
+    match sso::start(&state.identity, &form.fields.enterprise, "/console/security", &uri, Some(auth)).await {
+        Ok(started) => to_provider(&state, &started),
+        Err(e) => super::error_response(e.into(), Some(&form.session)),
     }
 }
 
