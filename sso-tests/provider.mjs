@@ -7,9 +7,10 @@
 //     "idTokenTtl"?: seconds }
 // It prints one line, {"issuer": "http://127.0.0.1:<port>"}, once it listens. Sign-in uses the
 // provider's development pages (any password; the login is the account's sub) and skips
-// consent: the grant is made at once.
+// consent: the grant is made at once. Tokens are signed (RS256) with a key made at each start.
 import { createServer } from 'node:http';
 import { readFileSync } from 'node:fs';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import Provider from 'oidc-provider';
 
 const statePath = process.argv[2];
@@ -20,7 +21,11 @@ server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   const { port } = server.address();
   const issuer = `http://127.0.0.1:${port}`;
   const initial = state();
+  // A signing key of its own each start: a restart on the same port is a key rotation.
+  const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const jwk = { ...privateKey.export({ format: 'jwk' }), kid: randomUUID(), alg: 'RS256', use: 'sig' };
   const provider = new Provider(issuer, {
+    jwks: { keys: [jwk] },
     clients: initial.clients.map((c) => ({ ...c, grant_types: ['authorization_code'], response_types: ['code'] })),
     pkce: { required: () => true },
     scopes: ['openid', 'email', 'profile', 'groups'],

@@ -283,8 +283,13 @@ async fn finish_login(
     let tokens =
         svc.sso.bounded("token", exchange.set_pkce_verifier(verifier).request_async(&svc.sso.http)).await?;
     let id_token = tokens.id_token().ok_or_else(|| failed("the provider sent no id_token"))?;
+    // `exp` and `iat` are judged by the service's clock (tests move it).
+    let clock = svc.store.clock();
+    let verifier = client.id_token_verifier().set_time_fn(|| {
+        chrono::DateTime::from_timestamp_millis(clock.now_ms()).unwrap_or_else(chrono::Utc::now)
+    });
     let claims = id_token
-        .claims(&client.id_token_verifier(), &Nonce::new(login.nonce.clone()))
+        .claims(&verifier, &Nonce::new(login.nonce.clone()))
         .map_err(|e| failed(&format!("the id_token does not verify: {e}")))?;
     let person = Person {
         issuer: claims.issuer().as_str().to_string(),

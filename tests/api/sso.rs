@@ -18,6 +18,27 @@ pub struct Provider {
     state: tempfile::NamedTempFile,
 }
 
+/// Starts `provider.mjs` on `port` (0: a free one): the process and its issuer.
+fn spawn(state: &std::path::Path, port: u16) -> (Child, String) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sso-tests");
+    assert!(
+        std::path::Path::new(dir).join("node_modules/oidc-provider").exists(),
+        "oidc-provider not found: run `npm install` in sso-tests/ (as .ci/run does)"
+    );
+    let mut child = Command::new("node")
+        .arg(format!("{dir}/provider.mjs"))
+        .arg(state)
+        .env("PORT", port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start node");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let issuer = serde_json::from_str::<Value>(&line).unwrap()["issuer"].as_str().unwrap().to_string();
+    (child, issuer)
+}
+
 impl Drop for Provider {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -30,11 +51,6 @@ impl Provider {
     /// `app`'s callback, and `accounts` (sub -> {email, email_verified, groups}).
     /// Its id_tokens live `id_token_ttl` seconds.
     pub fn start(app: &TestApp, accounts: Value, id_token_ttl: u64) -> Provider {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sso-tests");
-        assert!(
-            std::path::Path::new(dir).join("node_modules/oidc-provider").exists(),
-            "oidc-provider not found: run `npm install` in sso-tests/ (as .ci/run does)"
-        );
         let state = tempfile::NamedTempFile::new().unwrap();
         let provider_state = json!({
             "clients": [{ "client_id": "custodian", "client_secret": "s3cret",
@@ -43,17 +59,18 @@ impl Provider {
             "idTokenTtl": id_token_ttl,
         });
         std::fs::write(state.path(), provider_state.to_string()).unwrap();
-        let mut child = Command::new("node")
-            .arg(format!("{dir}/provider.mjs"))
-            .arg(state.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start node");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let issuer = serde_json::from_str::<Value>(&line).unwrap()["issuer"].as_str().unwrap().to_string();
+        let (child, issuer) = spawn(state.path(), 0);
         Provider { child, issuer, state }
+    }
+
+    /// Stops it and starts it again at the same address, with a new signing key.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let port: u16 = self.issuer.rsplit(':').next().unwrap().parse().unwrap();
+        let (child, issuer) = spawn(self.state.path(), port);
+        assert_eq!(issuer, self.issuer);
+        self.child = child;
     }
 
     /// Replaces the accounts.
@@ -403,4 +420,37 @@ async fn an_admin_links_their_account_from_a_signed_in_session_only() {
     let res =
         http.post(app.url("/console/sso/link")).form(&[("enterprise", enterprise.as_str())]).send().await;
     assert_ne!(res.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn rotated_keys_are_followed_and_an_expired_token_or_a_wrong_issuer_is_refused() {
+    let (app, mut provider, enterprise, alice_token) =
+        enterprise_with_provider_and(|c| c.sso.login_ttl = 3600).await;
+    let jwks = |issuer: String| async move {
+        let keys: Value = reqwest::get(format!("{issuer}/jwks")).await.unwrap().json().await.unwrap();
+        keys["keys"][0]["kid"].as_str().unwrap().to_string()
+    };
+    let first = sign_in(&app, &enterprise, "carol-sub").await;
+    assert!(first.session.is_some(), "{}", first.page);
+    // The provider rotates its signing key: the next sign-in reads the new one.
+    let before = jwks(provider.issuer.clone()).await;
+    provider.restart();
+    assert_ne!(jwks(provider.issuer.clone()).await, before);
+    let rotated = sign_in(&app, &enterprise, "carol-sub").await;
+    assert!(rotated.session.is_some(), "{}", rotated.page);
+    // An id_token past its exp (1,800 s) when it comes back is refused, by the service's clock.
+    let (callback, ours) = reach_callback(&app, &enterprise, "carol-sub").await;
+    app.state.store.clock().advance(std::time::Duration::from_secs(1900));
+    let late = finish(&callback, &ours).await;
+    assert_eq!(late.status, 401, "{}", late.page);
+    assert!(late.page.contains("does not verify"), "{}", late.page);
+    // A provider whose discovery document names another issuer is refused at the start.
+    let path = format!("/api/v2/enterprise/{enterprise}/oauthSetting");
+    let other = provider.issuer.replace("127.0.0.1", "localhost");
+    let setting = json!({ "oauthProvider": "oidc", "issuer": other, "clientId": "custodian", "clientSecret": "s3cret" });
+    expect_json(app.put_auth(&path, &alice_token, &setting).await, 200).await;
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let res = http.post(app.url("/console/sso")).form(&[("who", enterprise.as_str())]).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    assert!(res.text().await.unwrap().contains("discovery"));
 }
