@@ -54,3 +54,16 @@ pub async fn check_required(
     }
     Ok(())
 }
+
+/// What a single sign-on session shows of its provider (the session view's `ssoProvider` and
+/// `oauth.oauthRequired`): the provider (`okta`, `msEntra`, `oidc`) of the first enterprise
+/// `user` is linked through that still has one, and whether it requires single sign-on.
+pub async fn provider_of(svc: &Identity, user: &crate::types::UserId) -> Result<Option<(String, bool)>> {
+    for e in svc.store.sso_enterprises_of(user).await? {
+        if let Some(row) = svc.store.sso_setting(&e).await? {
+            let required = sso_settings::settings_of(&row)?.sso_required;
+            return Ok(Some((row.provider, required)));
+        }
+    }
+    Ok(None)
+}

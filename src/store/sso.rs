@@ -54,6 +54,8 @@ pub trait SsoStore: Send + Sync {
     async fn delete_sso_setting(&self, enterprise: &EnterpriseId, audit: &[AuditEntry]) -> StoreResult<bool>;
     /// The user and enterprise a person at a provider is linked to.
     async fn sso_identity(&self, issuer: &str, subject: &str) -> StoreResult<Option<(UserId, EnterpriseId)>>;
+    /// The enterprises through whose providers `user` is linked (at most 100).
+    async fn sso_enterprises_of(&self, user: &UserId) -> StoreResult<Vec<EnterpriseId>>;
     /// Links (`issuer`, `subject`) to `user` with `audit`; false when it is linked already.
     async fn link_sso_identity(
         &self,
@@ -137,6 +139,16 @@ where
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.and_then(|(u, e)| Some((u.parse().ok()?, e.parse().ok()?))))
+    }
+
+    async fn sso_enterprises_of(&self, user: &UserId) -> StoreResult<Vec<EnterpriseId>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT enterprise_id FROM sso_identities WHERE user_id = $1 ORDER BY created_at LIMIT 100",
+        )
+        .bind(user.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().filter_map(|(e,)| e.parse().ok()).collect())
     }
 
     async fn link_sso_identity(

@@ -233,6 +233,16 @@ async fn a_member_signs_in_through_the_enterprise_s_provider_and_gets_an_oauth_s
     let session = out.session.expect("a console session");
     let view = expect_json(app.get_auth("/api/v2/user/session", &session).await, 200).await;
     assert_eq!(view["session"]["grant_type"], "oauth", "{view}");
+    assert_eq!(view["session"]["ssoProvider"], "oidc", "{view}");
+    assert_eq!(view["session"]["oauth"]["oauthRequired"], false, "{view}");
+    assert_eq!(view["session"]["oauth"]["expires"], view["session"]["expires"], "{view}");
+    // A long-lived access token made with it (a fresh code, as the console's Access tokens
+    // page asks) works like any other: what an SDK user takes away.
+    let made = json!({ "label": "sdk", "otp": "000000", "scope": ["profile", "wallet_view_all"], "duration": 86400 });
+    let token = expect_json(app.post_auth("/api/v2/user/accesstoken", &session, &made).await, 200).await;
+    let token = token["token"].as_str().unwrap();
+    let me = expect_json(app.get_auth("/api/v2/user/me", token).await, 200).await;
+    assert_eq!(me["user"]["username"], "carol@example.com", "{me}");
     // It lasts as long as the provider's id_token (1,800 s here), not login.session_ttl (3,600).
     let at = |k: &str| chrono::DateTime::parse_from_rfc3339(view["session"][k].as_str().unwrap()).unwrap();
     let lasts = (at("expires") - at("created")).num_seconds();

@@ -125,6 +125,15 @@ pub struct SessionView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub unlock: Option<Value>,
+    /// For a single sign-on session (`grant_type: "oauth"`): the provider, `okta`, `msEntra`
+    /// or `oidc` (docs/sso.md#sessions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sso_provider: Option<String>,
+    /// For a single sign-on session: `{oauthRequired, expires}`, whether the enterprise
+    /// requires single sign-on and when the session ends (ISO 8601).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub oauth: Option<Value>,
 }
 
 /// `{session}`.
@@ -136,7 +145,12 @@ pub struct SessionResponse {
 impl SessionResponse {
     /// `now`: Unix seconds on the service's clock, which an unlock's end is compared with.
     /// `spent`: the withdrawals made under the unlock (`txCount`, `txValue` in base units).
-    fn new(t: TokenRecord, now: i64, spent: Option<(u64, alloy_primitives::U256)>) -> Json<Self> {
+    fn new(
+        t: TokenRecord,
+        now: i64,
+        spent: Option<(u64, alloy_primitives::U256)>,
+        sso: Option<(String, bool)>,
+    ) -> Json<Self> {
         let mut unlock = unlock_view(&t, now);
         if let (Some(Value::Object(u)), Some((count, value))) = (unlock.as_mut(), spent) {
             u.insert("txCount".into(), json!(count));
@@ -158,8 +172,25 @@ impl SessionResponse {
                 origin: t.origin,
                 is_extensible: t.is_extensible,
                 grant_type: t.grant_type.as_str().into(),
+                oauth: sso.as_ref().map(|(_, required)| {
+                    json!({ "oauthRequired": required, "expires": crate::clock::iso(t.expires_at) })
+                }),
+                sso_provider: sso.map(|(provider, _)| provider),
             },
         })
+    }
+}
+
+/// A single sign-on session's provider and whether it is required; `None` for other grants.
+async fn sso_facts(
+    state: &AppState,
+    auth: &crate::identity::bearer::Principal,
+) -> ApiResult<Option<(String, bool)>> {
+    match auth.token.grant_type {
+        crate::model::token::GrantType::Oauth => {
+            Ok(crate::identity::sso_required::provider_of(&state.identity, &auth.user.id).await?)
+        }
+        _ => Ok(None),
     }
 }
 
@@ -169,7 +200,8 @@ impl SessionResponse {
 pub async fn session(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<SessionResponse>> {
     let now = state.store.clock().now();
     let spent = history::unlock_totals(&state.custody, &auth.token, now).await?;
-    Ok(SessionResponse::new((*auth.token).clone(), now, spent))
+    let sso = sso_facts(&state, &auth).await?;
+    Ok(SessionResponse::new((*auth.token).clone(), now, spent, sso))
 }
 
 /// Body of an unlock.
@@ -197,14 +229,21 @@ pub async fn unlock(
     ApiJson(req): ApiJson<UnlockRequest>,
 ) -> ApiResult<Json<SessionResponse>> {
     let t = sessions::unlock(&state.identity, &auth, &req.otp, req.duration).await?;
-    Ok(SessionResponse::new(t, state.store.clock().now(), Some((0, alloy_primitives::U256::ZERO))))
+    let sso = sso_facts(&state, &auth).await?;
+    Ok(SessionResponse::new(t, state.store.clock().now(), Some((0, alloy_primitives::U256::ZERO)), sso))
 }
 
 /// Ends the calling session's unlock.
 #[utoipa::path(post, path = "/api/v2/user/lock", tag = "identity", security(("bearer" = [])),
     responses((status = 200, body = SessionResponse)))]
 pub async fn lock(State(state): State<AppState>, Auth(auth): Auth) -> ApiResult<Json<SessionResponse>> {
-    Ok(SessionResponse::new(sessions::lock(&state.identity, &auth).await?, state.store.clock().now(), None))
+    let sso = sso_facts(&state, &auth).await?;
+    Ok(SessionResponse::new(
+        sessions::lock(&state.identity, &auth).await?,
+        state.store.clock().now(),
+        None,
+        sso,
+    ))
 }
 
 /// Body of an extension.
