@@ -311,7 +311,7 @@ async fn finish_login(
     };
     let user = match &login.link_user {
         Some(asker) => link_asker(svc, &login.enterprise_id, &person, asker, now).await?,
-        None => linked_user(svc, &login.enterprise_id, &person, now).await?,
+        None => linked_user(svc, &login.enterprise_id, &person, setting.provisioning, now).await?,
     };
     let user = member_with_role(svc, &login.enterprise_id, user, role).await?;
     let ttl = match svc.config.sso.session_ttl {
@@ -357,11 +357,13 @@ fn mapped_role(roles: &std::collections::BTreeMap<String, String>, claim: Option
 /// The user (`iss`, `sub`) is linked to; on a first sign-in, the account of the same email when
 /// it may be linked (docs/sso.md#linking): the provider verified the email, the account is an
 /// active member of the enterprise, and neither a service admin nor an admin of the
-/// enterprise. Errors: `SsoNotLinked`.
+/// enterprise. With `provisioning`, a verified email no account has makes one. Errors:
+/// `SsoNotLinked`.
 async fn linked_user(
     svc: &Identity,
     enterprise: &EnterpriseId,
     p: &Person,
+    provisioning: bool,
     now: i64,
 ) -> Result<crate::store::User> {
     let not_linked =
@@ -379,8 +381,11 @@ async fn linked_user(
     }
     let email =
         crate::types::Email::parse(email).map_err(|_| not_linked("the provider's email is not an email"))?;
-    let user =
-        svc.store.user_by_email(&email).await?.ok_or_else(|| not_linked("no account has your email"))?;
+    let user = match svc.store.user_by_email(&email).await? {
+        Some(user) => user,
+        None if provisioning => return provision(svc, enterprise, p, &email, now).await,
+        None => return Err(not_linked("no account has your email")),
+    };
     let membership =
         svc.store.memberships(&user.id).await?.into_iter().find(|m| &m.enterprise.id == enterprise);
     match membership {
@@ -390,14 +395,50 @@ async fn linked_user(
         }
         Some(_) => {}
     }
-    let mut entry = crate::audit::entry(AuditType::SsoIdentityLinked)
-        .data(json!({ "issuer": p.issuer, "subject": p.subject, "by": "verified email" }));
-    entry.user_id = Some(user.id.clone());
-    entry.enterprise_id = Some(enterprise.clone());
-    if !svc.store.link_sso_identity(&p.issuer, &p.subject, &user.id, enterprise, now, &[entry]).await? {
-        return Err(failed("another sign-in linked you at the same moment; sign in again"));
-    }
+    link(svc, enterprise, p, &user.id, "verified email", now).await?;
     Ok(user)
+}
+
+/// Makes an account for a person with a verified `email` no account has, a member of
+/// `enterprise` only, with a password nobody knows, linked to them. Audited as `user.created`
+/// (`by: "sso"`), `enterprise.member_set` and `sso.identity_linked` (`by: "provisioning"`).
+async fn provision(
+    svc: &Identity,
+    enterprise: &EnterpriseId,
+    p: &Person,
+    email: &crate::types::Email,
+    now: i64,
+) -> Result<crate::store::User> {
+    let unknown = super::bearer::new_token_value();
+    let made =
+        super::users::create_user_by(&svc.store, &svc.key, email.as_str(), None, &unknown, false, "sso");
+    let id = made.await?.id;
+    let mut member = crate::audit::entry(AuditType::EnterpriseMemberSet)
+        .data(json!({ "admin": false, "by": "sso provisioning" }));
+    (member.user_id, member.enterprise_id) = (Some(id.clone()), Some(enterprise.clone()));
+    svc.store.upsert_membership(enterprise, &id, false, &[member]).await?;
+    link(svc, enterprise, p, &id, "provisioning", now).await?;
+    let user = svc.store.user_by_id(&id).await?.ok_or_else(|| failed("the new account is gone"))?;
+    Ok((*user).clone())
+}
+
+/// Links the person to `user` with its audit entry, saying `by` which way. Errors:
+/// `SsoFailed` when another sign-in linked them first.
+async fn link(
+    svc: &Identity,
+    enterprise: &EnterpriseId,
+    p: &Person,
+    user: &crate::types::UserId,
+    by: &str,
+    now: i64,
+) -> Result<()> {
+    let mut entry = crate::audit::entry(AuditType::SsoIdentityLinked)
+        .data(json!({ "issuer": p.issuer, "subject": p.subject, "by": by }));
+    (entry.user_id, entry.enterprise_id) = (Some(user.clone()), Some(enterprise.clone()));
+    match svc.store.link_sso_identity(&p.issuer, &p.subject, user, enterprise, now, &[entry]).await? {
+        true => Ok(()),
+        false => Err(failed("another sign-in linked you at the same moment; sign in again")),
+    }
 }
 
 /// Links the person to `asker`, whose signed-in session started this sign-in: any account of
@@ -421,13 +462,7 @@ async fn link_asker(
         }
         None => {}
     }
-    let mut entry = crate::audit::entry(AuditType::SsoIdentityLinked)
-        .data(json!({ "issuer": p.issuer, "subject": p.subject, "by": "signed-in session" }));
-    entry.user_id = Some(asker.clone());
-    entry.enterprise_id = Some(enterprise.clone());
-    if !svc.store.link_sso_identity(&p.issuer, &p.subject, asker, enterprise, now, &[entry]).await? {
-        return Err(failed("another sign-in linked you at the same moment; sign in again"));
-    }
+    link(svc, enterprise, p, asker, "signed-in session", now).await?;
     Ok((*user).clone())
 }
 

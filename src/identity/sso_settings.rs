@@ -51,6 +51,10 @@ pub struct OAuthSetting {
     /// A claim value to `admin` or `member`. A person with none of them is refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub group_roles: BTreeMap<String, String>,
+    /// Just-in-time provisioning: a first sign-in with a verified email that no account has
+    /// makes an account, a member of this enterprise only (docs/sso.md#linking). Off by default.
+    #[serde(default)]
+    pub provisioning: bool,
     /// Members may sign in only through the provider: not with a password or passkey, through
     /// the API or the console (docs/sso.md#sso-required).
     #[serde(default)]

@@ -37,6 +37,20 @@ pub async fn create_user(
     plain_password: &str,
     service_admin: bool,
 ) -> Result<CreatedUser> {
+    create_user_by(store, key, email, name, plain_password, service_admin, "operator").await
+}
+
+/// [`create_user`], audited as made `by` (`operator`, or `sso` for single sign-on's
+/// just-in-time provisioning).
+pub async fn create_user_by(
+    store: &DynStore,
+    key: &crate::master_key::MasterKey,
+    email: &str,
+    name: Option<&str>,
+    plain_password: &str,
+    service_admin: bool,
+    by: &str,
+) -> Result<CreatedUser> {
     let email = Email::parse(email).ok().filter(Email::is_well_formed).ok_or_else(|| {
         Error::invalid_field("email", format!("{:?} is not a valid email address", email.trim()))
     })?;
@@ -79,7 +93,7 @@ pub async fn create_user(
     };
     let entry = crate::audit::EntryExt::data(
         crate::audit::entry(AuditType::UserCreated),
-        serde_json::json!({ "email": user.email, "serviceAdmin": service_admin, "by": "operator" }),
+        serde_json::json!({ "email": user.email, "serviceAdmin": service_admin, "by": by }),
     );
     store.insert_user(&user, &[AuditEntry { user_id: Some(user.id.clone()), ..entry }]).await?;
     Ok(CreatedUser {

@@ -464,3 +464,45 @@ async fn rotated_keys_are_followed_and_an_expired_token_or_a_wrong_issuer_is_ref
     assert_eq!(res.status(), 401);
     assert!(res.text().await.unwrap().contains("discovery"));
 }
+
+#[tokio::test]
+async fn provisioning_makes_a_member_of_that_enterprise_only_and_is_off_by_default() {
+    let (app, provider, enterprise, alice_token) = enterprise_with_provider().await;
+    provider.write(json!({
+        "frank-sub": { "email": "frank@example.com", "email_verified": true, "groups": ["custody"] },
+        "gina-sub": { "email": "gina@example.com", "email_verified": false, "groups": ["custody"] },
+    }));
+    // Off by default: a person no account has is refused, and nothing is made.
+    let out = sign_in(&app, &enterprise, "frank-sub").await;
+    assert_eq!(out.status, 403, "{}", out.page);
+    assert!(out.page.contains("no account has your email"), "{}", out.page);
+    // On: Frank's verified email makes an account, a member of this enterprise alone.
+    let path = format!("/api/v2/enterprise/{enterprise}/oauthSetting");
+    let mut setting = expect_json(app.get_auth(&path, &alice_token).await, 200).await;
+    (setting["clientSecret"], setting["provisioning"]) = (json!("s3cret"), json!(true));
+    expect_json(app.put_auth(&path, &alice_token, &setting).await, 200).await;
+    let out = sign_in(&app, &enterprise, "frank-sub").await;
+    assert!(out.session.is_some(), "{}", out.page);
+    let frank =
+        app.state.store.user_by_email(&custodian::types::Email::parse("frank@example.com").unwrap()).await;
+    let frank = frank.unwrap().expect("an account for Frank");
+    let ms = app.state.store.memberships(&frank.id).await.unwrap();
+    assert_eq!(
+        ms.iter().map(|m| (m.enterprise.id.as_str().to_string(), m.is_admin)).collect::<Vec<_>>(),
+        [(enterprise.clone(), false)]
+    );
+    let made = app.raw_sql("SELECT data FROM audit_log WHERE type = 'user.created'").await;
+    assert!(made.iter().any(|d| d.contains("frank@example.com") && d.contains("\"by\":\"sso\"")), "{made:?}");
+    // Nobody knows his password: it does not sign him in.
+    assert_ne!(app.login_raw("frank@example.com", PASSWORD, "000000").await.status(), 200);
+    // An unverified email makes nothing.
+    let out = sign_in(&app, &enterprise, "gina-sub").await;
+    assert_eq!(out.status, 403, "{}", out.page);
+    assert!(app
+        .state
+        .store
+        .user_by_email(&custodian::types::Email::parse("gina@example.com").unwrap())
+        .await
+        .unwrap()
+        .is_none());
+}
