@@ -22,6 +22,7 @@ pub mod rate_limit;
 pub mod scopes;
 pub mod sessions;
 pub mod sso;
+mod sso_client;
 pub mod sso_required;
 pub mod sso_settings;
 pub mod throttle;

@@ -6,112 +6,25 @@
 //! `nonce`), reads the groups from userinfo when a role mapping is set, finds the user by
 //! (`iss`, `sub`) and gives a session with `grant_type: "oauth"`.
 
-use std::{sync::Arc, time::Duration};
-
 use openidconnect::{
-    core::{CoreAuthenticationFlow, CoreClient, CoreGenderClaim, CoreProviderMetadata},
-    AdditionalClaims, AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce,
-    OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
-    UserInfoClaims,
+    core::{CoreAuthenticationFlow, CoreGenderClaim},
+    AuthorizationCode, CsrfToken, Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, Scope,
+    TokenResponse, UserInfoClaims,
 };
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use tokio::sync::Semaphore;
+use serde::Deserialize;
+use serde_json::{json, Value};
 
+pub use super::sso_client::Providers;
+use super::sso_client::{failed, Extra};
 use super::{login::Session, sso_settings, Identity};
 use crate::audit::EntryExt;
 use crate::{
-    config::Config,
     digest::sha256_hex,
     error::{Error, ErrorName, Result},
     model::{audit::AuditType, token::GrantType},
-    net::Guard,
     store::{SsoLoginRow, SsoSettingRow},
     types::EnterpriseId,
 };
-
-/// The HTTP client for identity providers: no redirects, no proxy, the SSRF guard of deliveries
-/// (`delivery.allowed_cidrs`), `sso.concurrency` calls at once, each within `sso.timeout_ms`.
-pub struct Providers {
-    http: reqwest::Client,
-    slots: Semaphore,
-    timeout: Duration,
-}
-
-impl std::fmt::Debug for Providers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Providers").field("timeout", &self.timeout).finish()
-    }
-}
-
-impl Providers {
-    pub fn new(config: &Config) -> anyhow::Result<Self> {
-        let guard = Arc::new(Guard { allowed: config.delivery.allowed_cidrs.clone() });
-        let timeout = Duration::from_millis(config.sso.timeout_ms);
-        let agent = concat!("Custodian-SSO/", env!("CARGO_PKG_VERSION"));
-        let http = crate::delivery::ssrf::guarded_client(guard, agent, timeout)?;
-        let slots = Semaphore::new(usize::try_from(config.sso.concurrency).unwrap_or(1));
-        Ok(Self { http, slots, timeout })
-    }
-
-    /// `call`, once a slot is free, within the timeout (the wait included). A provider's error
-    /// text is cut to 200 characters: it is not ours to copy whole into a page or the log.
-    async fn bounded<T, E: std::fmt::Display>(
-        &self,
-        what: &str,
-        call: impl std::future::Future<Output = std::result::Result<T, E>>,
-    ) -> Result<T> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let _slot = match tokio::time::timeout_at(deadline, self.slots.acquire()).await {
-            Ok(Ok(slot)) => slot,
-            _ => return Err(failed(&format!("{what}: no free slot to call the provider"))),
-        };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(failed(&format!("{what}: {}", crate::text::clip(e.to_string(), 200)))),
-            Err(_) => Err(failed(&format!("{what}: the provider did not answer in time"))),
-        }
-    }
-
-    /// The provider of `row`, discovered now, as a client sending the browser back to
-    /// `redirect_uri`.
-    async fn client(&self, svc: &Identity, row: &SsoSettingRow, redirect_uri: &str) -> Result<Client> {
-        let issuer =
-            IssuerUrl::new(row.issuer.clone()).map_err(|_| failed("the provider's issuer is not a URL"))?;
-        let metadata =
-            self.bounded("discovery", CoreProviderMetadata::discover_async(issuer, &self.http)).await?;
-        let secret = sso_settings::secret_of(svc, row)?;
-        let redirect = RedirectUrl::new(redirect_uri.to_string()).map_err(|e| Error::Internal(e.into()))?;
-        Ok(CoreClient::from_provider_metadata(
-            metadata,
-            ClientId::new(row.client_id.clone()),
-            Some(ClientSecret::new(secret)),
-        )
-        .set_redirect_uri(redirect))
-    }
-}
-
-type Client = CoreClient<
-    openidconnect::EndpointSet,
-    openidconnect::EndpointNotSet,
-    openidconnect::EndpointNotSet,
-    openidconnect::EndpointNotSet,
-    openidconnect::EndpointMaybeSet,
-    openidconnect::EndpointMaybeSet,
->;
-
-/// Userinfo claims beyond the standard ones (the groups claim is named by the setting).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Extra {
-    #[serde(flatten)]
-    rest: Map<String, Value>,
-}
-
-impl AdditionalClaims for Extra {}
-
-fn failed(why: &str) -> Error {
-    Error::Unauthenticated { name: ErrorName::SsoFailed, message: format!("single sign-on failed: {why}") }
-}
 
 fn refused(name: ErrorName, why: &str) -> Error {
     Error::Forbidden { name, message: why.to_string(), context: json!({}) }

@@ -191,7 +191,12 @@ async fn enterprise_with_provider() -> (TestApp, Provider, String, String) {
 async fn enterprise_with_provider_and(
     tweak: impl FnOnce(&mut custodian::config::Config),
 ) -> (TestApp, Provider, String, String) {
-    let app = spawn_app_with(tweak).await;
+    // The provider is on this machine: the SSRF guard lets it be reached only when allowed.
+    let app = spawn_app_with(|c| {
+        c.delivery.allowed_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+        tweak(c)
+    })
+    .await;
     let alice = app.create_user("alice@example.com").await;
     let carol = app.create_user("carol@example.com").await;
     let enterprise = app.create_enterprise("Acme", &[(&alice, true), (&carol, false)]).await;
@@ -505,4 +510,16 @@ async fn provisioning_makes_a_member_of_that_enterprise_only_and_is_off_by_defau
         .await
         .unwrap()
         .is_none());
+}
+
+#[tokio::test]
+async fn a_provider_at_a_private_address_is_not_called_unless_allowed() {
+    let (app, _provider, enterprise, _) =
+        enterprise_with_provider_and(|c| c.delivery.allowed_cidrs.clear()).await;
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let res = http.post(app.url("/console/sso")).form(&[("who", enterprise.as_str())]).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    let page = res.text().await.unwrap();
+    assert!(page.contains("discovery") && page.contains("SSRF guard"), "{page}");
+    assert!(app.raw_sql("SELECT state_hash FROM sso_logins").await.is_empty());
 }
