@@ -4,7 +4,7 @@
 // STATE.json is read again on every request, so a test changes users while it runs:
 //   { "clients": [{ "client_id", "client_secret", "redirect_uris": [...] }],
 //     "accounts": { "<sub>": { "email", "email_verified", "groups": [...], "disabled"?: true } },
-//     "idTokenTtl"?: seconds }
+//     "idTokenTtl"?: seconds, "conformIdTokenClaims"?: true (email and groups at userinfo only) }
 // It prints one line, {"issuer": "http://127.0.0.1:<port>"}, once it listens. Sign-in uses the
 // provider's development pages (any password; the login is the account's sub) and skips
 // consent: the grant is made at once. Tokens are signed (RS256) with a key made at each start.
@@ -30,7 +30,8 @@ server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
     pkce: { required: () => true },
     scopes: ['openid', 'email', 'profile', 'groups'],
     claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['groups'] },
-    conformIdTokenClaims: false,
+    // false: scope claims (email, groups) in the id_token too; true: at userinfo only.
+    conformIdTokenClaims: initial.conformIdTokenClaims ?? false,
     ttl: { IdToken: initial.idTokenTtl ?? 3600, AccessToken: 3600, Session: 3600, Interaction: 600, Grant: 3600 },
     cookies: { keys: ['custodian-sso-tests'] },
     async findAccount(ctx, sub) {

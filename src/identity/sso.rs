@@ -204,7 +204,7 @@ async fn finish_login(
     let claims = id_token
         .claims(&verifier, &Nonce::new(login.nonce.clone()))
         .map_err(|e| failed(&format!("the id_token does not verify: {e}")))?;
-    let person = Person {
+    let mut person = Person {
         issuer: claims.issuer().as_str().to_string(),
         subject: claims.subject().as_str().to_string(),
         email: claims.email().map(|e| e.as_str().to_lowercase()),
@@ -212,16 +212,8 @@ async fn finish_login(
         expires: claims.expiration().timestamp(),
     };
     let setting = sso_settings::settings_of(&row)?;
-    let role = match &setting.groups_claim {
-        Some(claim) => {
-            let request = client.user_info(tokens.access_token().clone(), Some(claims.subject().clone()));
-            let request = request.map_err(|e| failed(&e.to_string()))?;
-            let info: UserInfoClaims<Extra, CoreGenderClaim> =
-                svc.sso.bounded("userinfo", request.request_async(&svc.sso.http)).await?;
-            Some(mapped_role(&setting.group_roles, info.additional_claims().rest.get(claim))?)
-        }
-        None => None,
-    };
+    let access = tokens.access_token().clone();
+    let role = from_userinfo(svc, &client, access, claims.subject().clone(), &setting, &mut person).await?;
     let user = match &login.link_user {
         Some(asker) => link_asker(svc, &login.enterprise_id, &person, asker, now).await?,
         None => linked_user(svc, &login.enterprise_id, &person, setting.provisioning, now).await?,
@@ -236,6 +228,33 @@ async fn finish_login(
         super::login::SessionOptions { grant_type: GrantType::Oauth, ttl: Some(ttl), ..Default::default() };
     let session = super::login::issue_session(svc, user, ip, now, options).await?;
     Ok((session, login.next))
+}
+
+/// userinfo (OpenID Connect Core §5.3; its `sub` checked against the id_token's by
+/// openidconnect), read for the groups when a mapping is set and for the email when the
+/// id_token has none: fills `person`'s email in, and gives the mapped role (`Some(admin)`).
+async fn from_userinfo(
+    svc: &Identity,
+    client: &super::sso_client::Client,
+    access: openidconnect::AccessToken,
+    subject: openidconnect::SubjectIdentifier,
+    setting: &sso_settings::OAuthSetting,
+    person: &mut Person,
+) -> Result<Option<bool>> {
+    if setting.groups_claim.is_none() && person.email.is_some() {
+        return Ok(None);
+    }
+    let request = client.user_info(access, Some(subject)).map_err(|e| failed(&e.to_string()))?;
+    let info: UserInfoClaims<Extra, CoreGenderClaim> =
+        svc.sso.bounded("userinfo", request.request_async(&svc.sso.http)).await?;
+    if person.email.is_none() {
+        person.email = info.email().map(|e| e.as_str().to_lowercase());
+        person.email_verified = info.email_verified() == Some(true);
+    }
+    match &setting.groups_claim {
+        Some(claim) => Ok(Some(mapped_role(&setting.group_roles, info.additional_claims().rest.get(claim))?)),
+        None => Ok(None),
+    }
 }
 
 /// The person the provider vouched for.

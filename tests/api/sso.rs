@@ -51,13 +51,20 @@ impl Provider {
     /// `app`'s callback, and `accounts` (sub -> {email, email_verified, groups}).
     /// Its id_tokens live `id_token_ttl` seconds.
     pub fn start(app: &TestApp, accounts: Value, id_token_ttl: u64) -> Provider {
+        Provider::start_with(app, accounts, json!({ "idTokenTtl": id_token_ttl }))
+    }
+
+    /// [`Provider::start`] with `extra` settings of provider.mjs (`conformIdTokenClaims`).
+    pub fn start_with(app: &TestApp, accounts: Value, extra: Value) -> Provider {
         let state = tempfile::NamedTempFile::new().unwrap();
-        let provider_state = json!({
+        let mut provider_state = json!({
             "clients": [{ "client_id": "custodian", "client_secret": "s3cret",
                 "redirect_uris": [app.url("/console/sso/callback")] }],
             "accounts": accounts,
-            "idTokenTtl": id_token_ttl,
         });
+        for (k, v) in extra.as_object().unwrap() {
+            provider_state[k] = v.clone();
+        }
         std::fs::write(state.path(), provider_state.to_string()).unwrap();
         let (child, issuer) = spawn(state.path(), 0);
         Provider { child, issuer, state }
@@ -522,4 +529,40 @@ async fn a_provider_at_a_private_address_is_not_called_unless_allowed() {
     let page = res.text().await.unwrap();
     assert!(page.contains("discovery") && page.contains("SSRF guard"), "{page}");
     assert!(app.raw_sql("SELECT state_hash FROM sso_logins").await.is_empty());
+}
+
+#[tokio::test]
+async fn two_enterprises_sign_in_through_two_providers_at_once_and_email_may_come_from_userinfo() {
+    let (app, provider, acme, _) = enterprise_with_provider().await;
+    // Beta's provider puts email and groups at userinfo only, not in the id_token; its people
+    // have the same subs as Acme's provider's, which must not matter.
+    let bob = app.create_user("bob@example.com").await;
+    let beta = app.create_enterprise("Beta", &[(&bob, true)]).await;
+    let dan = app.create_user("dan@example.com").await;
+    let dan_id: custodian::types::UserId = dan.id.parse().unwrap();
+    let beta_id: custodian::types::EnterpriseId = beta.parse().unwrap();
+    app.state.store.upsert_membership(&beta_id, &dan_id, false, &[]).await.unwrap();
+    let second = Provider::start_with(
+        &app,
+        json!({ "carol-sub": { "email": "dan@example.com", "email_verified": true, "groups": [] } }),
+        json!({ "conformIdTokenClaims": true }),
+    );
+    assert_ne!(second.issuer, provider.issuer);
+    let bob_token = app.login(&bob).await;
+    let setting = json!({ "oauthProvider": "oidc", "issuer": second.issuer, "clientId": "custodian", "clientSecret": "s3cret" });
+    expect_json(
+        app.put_auth(&format!("/api/v2/enterprise/{beta}/oauthSetting"), &bob_token, &setting).await,
+        200,
+    )
+    .await;
+    let (a, b) = tokio::join!(sign_in(&app, &acme, "carol-sub"), sign_in(&app, &beta, "carol-sub"));
+    assert!(a.session.is_some(), "{}", a.page);
+    assert!(b.session.is_some(), "{}", b.page);
+    let me = expect_json(app.me(b.session.as_deref().unwrap()).await, 200).await;
+    assert_eq!(me["user"]["id"], dan.id.as_str(), "Beta's carol-sub is Dan, by the email userinfo gave");
+    let me = expect_json(app.me(a.session.as_deref().unwrap()).await, 200).await;
+    assert_eq!(me["user"]["username"], "carol@example.com");
+    let linked =
+        app.raw_sql("SELECT issuer FROM sso_identities WHERE subject = 'carol-sub' ORDER BY issuer").await;
+    assert_eq!(linked.len(), 2, "one person per issuer: {linked:?}");
 }
