@@ -204,6 +204,9 @@ async fn finish_login(
     let claims = id_token
         .claims(&verifier, &Nonce::new(login.nonce.clone()))
         .map_err(|e| failed(&format!("the id_token does not verify: {e}")))?;
+    // The session starts now, after the provider issued the id_token: its life is measured
+    // from here to the token's `exp`, never past it.
+    let now = svc.store.clock().now();
     let mut person = Person {
         issuer: claims.issuer().as_str().to_string(),
         subject: claims.subject().as_str().to_string(),
