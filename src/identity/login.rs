@@ -229,8 +229,9 @@ pub(super) async fn issue_session(
     options: SessionOptions,
 ) -> Result<Session> {
     let SessionOptions { extensible, extension_address, reset, ecdh, grant_type, ttl } = options;
+    let memberships = svc.store.memberships(&user.id).await?;
     if matches!(grant_type, GrantType::Password | GrantType::Passkey) {
-        super::sso_required::check_required(svc, &user, grant_type, ip).await?;
+        super::sso_required::check_required(svc, &user, &memberships, grant_type, ip).await?;
     }
     let most = i64::try_from(svc.config.login.session_ttl).unwrap_or(3600);
     let ttl = ttl.map_or(most, |t| t.clamp(1, most));
@@ -275,6 +276,5 @@ pub(super) async fn issue_session(
     entry.token_id = Some(token.id.clone());
     svc.store.insert_token(&token, &[], &[entry]).await?;
     user.last_login = Some(now);
-    let memberships = svc.store.memberships(&user.id).await?;
     Ok(Session { value, token, user, memberships, ttl_secs: ttl, reset_2fa: reset, encrypted, ecdh_keychain })
 }

@@ -357,8 +357,9 @@ async fn provision(
     Ok((*user).clone())
 }
 
-/// Links the person to `user` with its audit entry, saying `by` which way. Errors:
-/// `SsoFailed` when another sign-in linked them first.
+/// Links the person to `user`, an active member of `enterprise` (docs/sso.md#linking), with its
+/// audit entry saying `by` which way. Errors: `SsoNotLinked` for an account deactivated or not
+/// a member; `SsoFailed` when another sign-in linked them first.
 async fn link(
     svc: &Identity,
     enterprise: &EnterpriseId,
@@ -367,6 +368,14 @@ async fn link(
     by: &str,
     now: i64,
 ) -> Result<()> {
+    let active = svc.store.user_by_id(user).await?.is_some_and(|u| u.is_active);
+    let member = svc.store.memberships(user).await?.iter().any(|m| &m.enterprise.id == enterprise);
+    if !active || !member {
+        return Err(refused(
+            ErrorName::SsoNotLinked,
+            "the account is deactivated or not a member of the enterprise: nothing is linked",
+        ));
+    }
     let mut entry = crate::audit::entry(AuditType::SsoIdentityLinked)
         .data(json!({ "issuer": p.issuer, "subject": p.subject, "by": by }));
     (entry.user_id, entry.enterprise_id) = (Some(user.clone()), Some(enterprise.clone()));

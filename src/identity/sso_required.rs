@@ -18,11 +18,12 @@ use crate::{
 pub async fn check_required(
     svc: &Identity,
     user: &crate::store::User,
+    memberships: &[crate::store::Membership],
     grant: GrantType,
     ip: std::net::IpAddr,
 ) -> Result<()> {
     let mut waived = Vec::new();
-    for m in svc.store.memberships(&user.id).await? {
+    for m in memberships {
         let Some(row) = svc.store.sso_setting(&m.enterprise.id).await? else { continue };
         let setting = sso_settings::settings_of(&row)?;
         if !setting.sso_required {

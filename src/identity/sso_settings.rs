@@ -96,13 +96,14 @@ impl OAuthSetting {
         }
     }
 
-    fn check(&self) -> Result<()> {
+    /// Checks every field; `secret` is the `clientSecret` sent.
+    fn check(&self, secret: &str) -> Result<()> {
         let long = |field: &str, v: &str| match v.is_empty() || v.len() > MAX_FIELD {
             true => Err(Error::invalid_field(field, format!("1 to {MAX_FIELD} characters"))),
             false => Ok(()),
         };
         long("clientId", &self.client_id)?;
-        long("clientSecret", self.client_secret.as_deref().unwrap_or_default())?;
+        long("clientSecret", secret)?;
         if self.scopes.len() > MAX_ENTRIES || self.group_roles.len() > MAX_ENTRIES {
             return Err(Error::invalid_field(
                 "scopes",
@@ -220,9 +221,7 @@ pub async fn set(svc: &Identity, auth: &Principal, e: &EnterpriseId, body: &Valu
     let mut s: OAuthSetting = crate::error::parse_value(body)?;
     let issuer = s.issuer(svc.config.environment)?;
     let secret = s.client_secret.take().ok_or_else(|| Error::missing_field("clientSecret"))?;
-    s.client_secret = Some(secret.clone());
-    s.check()?;
-    s.client_secret = None;
+    s.check(&secret)?;
     for owner in &s.break_glass {
         let id: UserId = owner.parse().map_err(|_| Error::invalid_field("breakGlass", "user ids"))?;
         let member = svc.store.memberships(&id).await?.iter().any(|m| &m.enterprise.id == e);

@@ -285,7 +285,22 @@ async fn email_linking_refuses_unverified_emails_admins_and_people_with_no_mappe
     provider.write(json!({
         "carol-sub": { "email": "carol@example.com", "email_verified": false, "groups": ["custody"] },
         "other-sub": { "email": "carol@example.com", "email_verified": true, "groups": ["sales"] },
+        "hank-sub": { "email": "hank@example.com", "email_verified": true, "groups": ["custody"] },
     }));
+    // Hank, a member whose account is deactivated: his verified email links nothing.
+    let hank = app.create_user("hank@example.com").await;
+    let (hank_id, e): (custodian::types::UserId, custodian::types::EnterpriseId) =
+        (hank.id.parse().unwrap(), enterprise.parse().unwrap());
+    app.state.store.upsert_membership(&e, &hank_id, false, &[]).await.unwrap();
+    let now = app.state.store.clock().now();
+    app.state
+        .store
+        .update_user(&hank_id, custodian::store::UserChange::Active(false), now, &[])
+        .await
+        .unwrap();
+    let out = sign_in(&app, &enterprise, "hank-sub").await;
+    assert_eq!(out.status, 403, "{}", out.page);
+    assert!(out.page.contains("deactivated"), "{}", out.page);
     let out = sign_in(&app, &enterprise, "carol-sub").await;
     assert_eq!(out.status, 403, "{}", out.page);
     assert!(out.page.contains("not verified"), "{}", out.page);
