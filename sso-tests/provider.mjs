@@ -4,7 +4,11 @@
 // STATE.json is read again on every request, so a test changes users while it runs:
 //   { "clients": [{ "client_id", "client_secret", "redirect_uris": [...] }],
 //     "accounts": { "<sub>": { "email", "email_verified", "groups": [...], "disabled"?: true } },
-//     "idTokenTtl"?: seconds, "conformIdTokenClaims"?: true (email and groups at userinfo only) }
+//     "idTokenTtl"?: seconds, "conformIdTokenClaims"?: true (email and groups at userinfo only),
+//     "tamper"?: "forge" | "none" | "replay" }
+// "tamper" makes it a hostile provider at its token endpoint: "forge" names another person
+// ("forgeSub") in the id_token and keeps the signature, "none" strips the signature (alg none),
+// "replay" answers the id_token it issued for the previous sign-in.
 // It prints one line, {"issuer": "http://127.0.0.1:<port>"}, once it listens. Sign-in uses the
 // provider's development pages (any password; the login is the account's sub) and skips
 // consent: the grant is made at once. Tokens are signed (RS256) with a key made at each start.
@@ -71,6 +75,27 @@ server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
       ctx.req.body = Object.fromEntries(fields);
     }
     await next();
+  });
+  // The hostile token endpoint: the id_token the provider made, changed as "tamper" says.
+  let previous;
+  provider.use(async (ctx, next) => {
+    await next();
+    if (ctx.path !== '/token' || typeof ctx.body?.id_token !== 'string') return;
+    const issued = ctx.body.id_token;
+    const { tamper, forgeSub } = state();
+    const [header, payload, signature] = issued.split('.');
+    const json = (part) => JSON.parse(Buffer.from(part, 'base64url').toString());
+    const part = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
+    let sent = issued;
+    if (tamper === 'forge') {
+      sent = `${header}.${part({ ...json(payload), sub: forgeSub })}.${signature}`;
+    } else if (tamper === 'none') {
+      sent = `${part({ ...json(header), alg: 'none' })}.${payload}.`;
+    } else if (tamper === 'replay' && previous) {
+      sent = previous;
+    }
+    ctx.body = { ...ctx.body, id_token: sent };
+    previous = issued;
   });
   server.on('request', provider.callback());
   process.stdout.write(`${JSON.stringify({ issuer })}\n`);

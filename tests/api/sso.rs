@@ -82,9 +82,14 @@ impl Provider {
 
     /// Replaces the accounts.
     pub fn write(&self, accounts: Value) {
+        self.set("accounts", accounts);
+    }
+
+    /// Sets one field of provider.mjs's state (`tamper`, say), read on its next request.
+    pub fn set(&self, key: &str, value: Value) {
         let mut v: Value =
             serde_json::from_str(&std::fs::read_to_string(self.state.path()).unwrap()).unwrap();
-        v["accounts"] = accounts;
+        v[key] = value;
         std::fs::write(self.state.path(), v.to_string()).unwrap();
     }
 }
@@ -150,6 +155,14 @@ async fn reach_callback(app: &TestApp, who: &str, sub: &str) -> (String, Jar) {
 /// From the console's page that sends the browser to the provider (`res`), through the
 /// provider's sign-in as `sub`, up to the callback URL; with the console's cookies.
 async fn at_provider(app: &TestApp, res: Response, sub: &str) -> (String, Jar) {
+    match log_in_at_provider(app, res, sub).await {
+        Ok(reached) => reached,
+        Err((status, page)) => panic!("the provider refused {sub}: {status} {page}"),
+    }
+}
+
+/// [`at_provider`], or the status and page of the provider's refusal to sign `sub` in.
+async fn log_in_at_provider(app: &TestApp, res: Response, sub: &str) -> Result<(String, Jar), (u16, String)> {
     let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
     let (mut ours, mut theirs) = (Jar::default(), Jar::default());
     assert_eq!(res.status(), 200, "the page to the provider");
@@ -170,12 +183,15 @@ async fn at_provider(app: &TestApp, res: Response, sub: &str) -> (String, Jar) {
         .send()
         .await
         .unwrap();
+    if !res.status().is_redirection() {
+        return Err((res.status().as_u16(), res.text().await.unwrap()));
+    }
     theirs.take(&res);
     let resume = res.headers()[header::LOCATION].to_str().unwrap().to_string();
     let res = http.get(&resume).header(header::COOKIE, theirs.header()).send().await.unwrap();
     let callback = res.headers()[header::LOCATION].to_str().unwrap().to_string();
     assert!(callback.starts_with(&app.url("/console/sso/callback")), "{callback}");
-    (callback, ours)
+    Ok((callback, ours))
 }
 
 async fn finish(callback: &str, ours: &Jar) -> Outcome {
@@ -580,4 +596,81 @@ async fn two_enterprises_sign_in_through_two_providers_at_once_and_email_may_com
     let linked =
         app.raw_sql("SELECT issuer FROM sso_identities WHERE subject = 'carol-sub' ORDER BY issuer").await;
     assert_eq!(linked.len(), 2, "one person per issuer: {linked:?}");
+}
+
+/// The `login.failed` entries of SSO sign-ins: their `error`s.
+async fn failed_sso_logins(app: &TestApp) -> Vec<String> {
+    let rows = app.raw_sql("SELECT data FROM audit_log WHERE type = 'login.failed' ORDER BY seq").await;
+    rows.iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter(|d| d["reason"] == "sso")
+        .map(|d| d["error"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_hostile_provider_s_forged_unsigned_or_replayed_id_token_is_refused_and_audited() {
+    let (app, provider, enterprise, _) = enterprise_with_provider().await;
+    // A sign-in that works, whose id_token the provider keeps to replay.
+    let honest = sign_in(&app, &enterprise, "carol-sub").await;
+    assert!(honest.session.is_some(), "{}", honest.page);
+    let cases = [
+        // Carol's token made out to Alice, Carol's signature kept.
+        (json!("forge"), "does not verify"),
+        // The signature stripped and alg none.
+        (json!("none"), "does not verify"),
+        // The previous sign-in's id_token: signed, unexpired, but its nonce is another's.
+        (json!("replay"), "nonce"),
+    ];
+    provider.set("forgeSub", json!("alice-sub"));
+    for (n, (tamper, says)) in cases.into_iter().enumerate() {
+        provider.set("tamper", tamper.clone());
+        let out = sign_in(&app, &enterprise, "carol-sub").await;
+        assert_eq!(out.status, 401, "{tamper}: {}", out.page);
+        assert!(out.session.is_none(), "{tamper}");
+        assert!(out.page.contains(says), "{tamper}: {}", out.page);
+        let failed = failed_sso_logins(&app).await;
+        assert_eq!(failed.len(), n + 1, "{failed:?}");
+        assert!(failed[n].contains(says), "{tamper}: {failed:?}");
+    }
+    // The replayed token's callback cannot be used again either: its state is spent.
+    provider.set("tamper", Value::Null);
+    let (callback, ours) = reach_callback(&app, &enterprise, "carol-sub").await;
+    assert!(finish(&callback, &ours).await.session.is_some());
+    let again = finish(&callback, &ours).await;
+    assert_eq!(again.status, 401, "{}", again.page);
+    assert!(again.page.contains("used already"), "{}", again.page);
+    // A callback whose state was changed on the way matches no sign-in.
+    let (callback, ours) = reach_callback(&app, &enterprise, "carol-sub").await;
+    let changed = callback.replacen("state=", "state=x", 1);
+    let out = finish(&changed, &ours).await;
+    assert!(out.status == 401 && out.page.contains("unknown"), "{}", out.page);
+    assert!(failed_sso_logins(&app).await.last().unwrap().contains("unknown"));
+    // Alice was never signed in by any of it.
+    let alice = app.raw_sql("SELECT subject FROM sso_identities WHERE subject = 'alice-sub'").await;
+    assert!(alice.is_empty(), "{alice:?}");
+}
+
+#[tokio::test]
+async fn a_person_removed_from_the_group_or_disabled_at_the_provider_cannot_sign_in_again() {
+    let (app, provider, enterprise, _) = enterprise_with_provider().await;
+    let carol = sign_in(&app, &enterprise, "carol-sub").await;
+    assert!(carol.session.is_some(), "{}", carol.page);
+    // Out of every mapped group: linked, but refused.
+    provider.write(
+        json!({ "carol-sub": { "email": "carol@example.com", "email_verified": true, "groups": ["sales"] } }),
+    );
+    let out = sign_in(&app, &enterprise, "carol-sub").await;
+    assert_eq!(out.status, 403, "{}", out.page);
+    assert!(out.session.is_none());
+    assert!(failed_sso_logins(&app).await.last().unwrap().contains("group"), "{}", out.page);
+    // Disabled at the provider: it signs her in no more, so no callback reaches Custodian.
+    provider.write(json!({ "carol-sub": { "email": "carol@example.com", "email_verified": true, "groups": ["custody"], "disabled": true } }));
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let res = http.post(app.url("/console/sso")).form(&[("who", enterprise.as_str())]).send().await.unwrap();
+    let refused = log_in_at_provider(&app, res, "carol-sub").await.err().expect("refused at the provider");
+    assert_eq!(refused.0, 403, "{}", refused.1);
+    // Enabled again, she signs in: the refusal was the provider's.
+    provider.write(json!({ "carol-sub": { "email": "carol@example.com", "email_verified": true, "groups": ["custody"] } }));
+    assert!(sign_in(&app, &enterprise, "carol-sub").await.session.is_some());
 }
