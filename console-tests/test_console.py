@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 import urllib.error
@@ -527,7 +528,7 @@ def test_a_passkey_added_on_the_security_page_signs_in_stands_for_a_code_and_is_
     # A token made with the passkey in place of the code.
     page.goto(local + "/console/tokens")
     page.fill("#label", "made with a passkey")
-    page.fill("#scope", "wallet_view_all")
+    page.fill("#scope", "openid profile wallet_view_all")
     page.click("button[data-passkey-otp]")
     expect(page.locator("button[data-passkey-otp]")).to_have_text("Passkey ready")
     page.click("form[action='/console/tokens'] button[type=submit]")
@@ -879,12 +880,35 @@ def test_a_wallet_policy_page_shows_rules_history_pending_changes_and_a_dry_run(
 
 
 def test_a_member_signs_in_with_sso_through_the_enterprise_s_identity_provider(context):
-    alice_token = api_login("alice")
     acme = FIXTURE["enterprises"]["acme"]
-    setting = {"oauthProvider": "oidc", "issuer": FIXTURE["sso"], "clientId": "custodian", "clientSecret": "s3cret"}
-    status, body = api("PUT", f"/api/v2/enterprise/{acme}/oauthSetting", alice_token, setting)
-    assert status == 200 and "clientSecret" not in body, body
-    page = context.new_page()
+    # Alice, Acme's admin, sets the provider on its page in the console.
+    alice = sign_in(context, "alice")
+    alice.goto(BASE + "/console/security")
+    alice.click(f"#sso-settings-panel a[data-enterprise='{acme}']")
+    expect(alice.locator("#sso-none")).to_be_visible()
+    expect(alice.locator("#redirect-uri")).to_have_text(BASE + "/console/sso/callback")
+    alice.select_option("#oauthProvider", "oidc")
+    alice.fill("#issuer", FIXTURE["sso"])
+    alice.fill("#clientId", "custodian")
+    alice.fill("#clientSecret", "s3cret")
+    alice.fill("#groupRoles", "not-a-mapping")
+    alice.click("#sso-setting button[type=submit]")
+    # A bad line is shown beside its field, and nothing is saved.
+    expect(alice.locator(".alert.error")).to_contain_text("is not value=role")
+    expect(alice.locator("#sso-none")).to_be_visible()
+    alice.fill("#clientSecret", "s3cret")
+    alice.fill("#groupRoles", "")
+    alice.click("#sso-setting button[type=submit]")
+    expect(alice.locator(".alert.ok")).to_contain_text("Saved")
+    expect(alice.locator("#sso-current")).to_contain_text(FIXTURE["sso"])
+    expect(alice.locator("#clientSecret")).to_have_value("")
+    shot(alice, "sso-setting")
+    status, body = api("GET", f"/api/v2/enterprise/{acme}/oauthSetting", api_login("alice"))
+    assert status == 200 and body["issuer"] == FIXTURE["sso"] and "clientSecret" not in body, body
+    status, audit = api("GET", "/api/v2/auditlog?type=sso.setting_set", api_login("root"))
+    assert status == 200 and len(audit["auditLogs"]) == 1, audit
+    # Erin, in a browser of her own.
+    page = context.browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
     page.goto(BASE + "/console/login")
     page.click("#sso-link")
     page.fill("#who", email("erin"))
@@ -905,3 +929,27 @@ def test_a_member_signs_in_with_sso_through_the_enterprise_s_identity_provider(c
     assert mine and mine[0]["data"]["grantType"] == "oauth", mine
     status, audit = api("GET", "/api/v2/auditlog?type=sso.identity_linked", api_login("root"))
     assert status == 200 and len(audit["auditLogs"]) == 1, audit
+    # Erin makes a long-lived access token in the console, and BitGo's SDK, unmodified, uses it.
+    page.goto(BASE + "/console/tokens")
+    page.fill("#label", "sdk after sso")
+    page.fill("#scope", "openid profile wallet_view_all")
+    page.fill("#token-otp", TEST_OTP)
+    page.click("form[action='/console/tokens'] button[type=submit]")
+    token = page.locator("#new-token").inner_text().strip()
+    sdk = os.path.join(os.path.dirname(__file__), "..", "sdk-tests", "with-token.mjs")
+    ran = subprocess.run(["node", sdk, token], env={**os.environ, "CUSTODIAN_URL": BASE},
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    answer = json.loads(ran.stdout)
+    assert answer["me"]["username"] == email("erin"), answer
+    assert sorted(answer["session"]["scope"]) == ["openid", "profile", "wallet_view_all"], answer
+    assert "ecdhXprv" not in ran.stdout and "encryptedECDHXprv" not in ran.stdout, answer
+    # Erin, a member and not an admin, may not open the provider's page.
+    res = page.goto(BASE + f"/console/enterprises/{acme}/sso")
+    assert res.status == 403
+    expect(page.locator("body")).to_contain_text("only an admin of the enterprise")
+    # The console removes the provider: Erin's next sign-in is by password again.
+    alice.goto(BASE + f"/console/enterprises/{acme}/sso")
+    alice.click("#sso-current button[type=submit]")
+    expect(alice.locator(".alert.ok")).to_contain_text("Removed")
+    expect(alice.locator("#sso-none")).to_be_visible()

@@ -46,6 +46,7 @@ mod policy;
 mod security;
 mod signin;
 mod sso;
+mod sso_setting;
 mod tokens;
 mod wallets;
 mod webhooks;
@@ -72,6 +73,8 @@ pub fn router() -> Router<AppState> {
         .route("/console/sso", get(sso::form).post(sso::start))
         .route("/console/sso/callback", get(sso::callback))
         .route("/console/sso/link", post(sso::link))
+        .route("/console/enterprises/{id}/sso", get(sso_setting::page).post(sso_setting::save))
+        .route("/console/enterprises/{id}/sso/remove", post(sso_setting::remove))
         .route("/console/oauth/authorize", get(oauth::page).post(oauth::decide))
         .route("/console/security", get(security::page))
         .route("/console/security/passkeys", post(security::add))

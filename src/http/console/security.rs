@@ -18,13 +18,15 @@ use crate::{
     http::error::ApiError, identity::passkeys, model::passkey::PasskeyRecord, types::AnyId, AppState,
 };
 
-/// The caller's enterprises that have an identity provider: (id, name).
-async fn sso_enterprises(state: &AppState, session: &Session) -> crate::error::Result<Vec<(String, String)>> {
+/// The caller's enterprises: (id, name, has an identity provider, caller is an admin).
+async fn sso_enterprises(
+    state: &AppState,
+    session: &Session,
+) -> crate::error::Result<Vec<(String, String, bool, bool)>> {
     let mut out = Vec::new();
     for m in state.store.memberships(&session.auth.user.id).await? {
-        if state.store.sso_setting(&m.enterprise.id).await?.is_some() {
-            out.push((m.enterprise.id.as_str().to_string(), m.enterprise.name));
-        }
+        let set = state.store.sso_setting(&m.enterprise.id).await?.is_some();
+        out.push((m.enterprise.id.as_str().to_string(), m.enterprise.name, set, m.is_admin));
     }
     Ok(out)
 }
@@ -63,19 +65,7 @@ async fn security_page(state: &AppState, session: &Session, shown: Shown) -> Res
                 } }
             } } }
         }
-        @if !sso.is_empty() {
-            section.panel #sso-link-panel {
-                h2 { "Single sign-on" }
-                p.muted { "Link your account to your enterprise's identity provider by signing in there once; then you sign in through it. An administrator's account is linked only this way." }
-                @for (id, name) in &sso {
-                    form.inline method="post" action="/console/sso/link" {
-                        input type="hidden" name="csrf" value=(session.csrf);
-                        input type="hidden" name="enterprise" value=(id);
-                        button.secondary type="submit" { "Link to " (name) "'s identity provider" }
-                    }
-                }
-            }
-        }
+        (sso_panels(session, &sso))
         section.panel {
             h2 { "Authenticator app" }
             p { "A TOTP device (RFC 6238) gives the six-digit codes of every sign-in; an operator resets it with "
@@ -105,6 +95,36 @@ async fn security_page(state: &AppState, session: &Session, shown: Shown) -> Res
         }
     };
     html(shown.status(), layout::page(Some(session), "Security", "/console/security", body))
+}
+
+/// The single sign-on panels: linking to each of the caller's enterprises' providers, and the
+/// provider pages of the enterprises the caller administers.
+fn sso_panels(session: &Session, sso: &[(String, String, bool, bool)]) -> maud::Markup {
+    html! {
+        @if sso.iter().any(|(_, _, set, _)| *set) {
+            section.panel #sso-link-panel {
+                h2 { "Single sign-on" }
+                p.muted { "Link your account to your enterprise's identity provider by signing in there once; then you sign in through it. An administrator's account is linked only this way." }
+                @for (id, name, _, _) in sso.iter().filter(|s| s.2) {
+                    form.inline method="post" action="/console/sso/link" {
+                        input type="hidden" name="csrf" value=(session.csrf);
+                        input type="hidden" name="enterprise" value=(id);
+                        button.secondary type="submit" { "Link to " (name) "'s identity provider" }
+                    }
+                }
+            }
+        }
+        @if sso.iter().any(|(_, _, _, admin)| *admin) {
+            section.panel #sso-settings-panel {
+                h2 { "Your enterprises' identity providers" }
+                p.muted { "As an administrator you set the identity provider its members sign in through." }
+                ul { @for (id, name, set, _) in sso.iter().filter(|s| s.3) {
+                    li { a href={ "/console/enterprises/" (id) "/sso" } data-enterprise=(id) { (name) } " "
+                        @if *set { span.badge.good { "set" } } @else { span.muted { "none" } } }
+                } }
+            }
+        }
+    }
 }
 
 fn row(session: &Session, p: &PasskeyRecord) -> maud::Markup {

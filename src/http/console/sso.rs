@@ -31,7 +31,8 @@ pub struct Start {
     pub next: String,
 }
 
-fn redirect_uri(state: &AppState, headers: &HeaderMap) -> String {
+/// The callback URL providers send the browser back to, under this service's address.
+pub(super) fn redirect_uri(state: &AppState, headers: &HeaderMap) -> String {
     format!("{}/console/sso/callback", crate::http::oauth::issuer(state, headers))
 }
 
