@@ -16,6 +16,10 @@ pub struct SsoConfig {
     /// Sign-ins started and not finished, across the service; past it new ones are refused
     /// (`TooManyRequests`) until some finish or expire.
     pub max_pending: u32,
+    /// Sign-ins one client (an IPv4 address or IPv6 /64) may start and not finish within
+    /// `login.window` seconds; past it, 429 `TooManyRequests` before the provider is called. A
+    /// sign-in that finishes frees its place; a failed or abandoned one keeps it.
+    pub max_starts_per_client: u32,
     /// Longest session a sign-in gives, seconds; 0: the provider's `id_token` lifetime. Never
     /// longer than `login.session_ttl`.
     pub session_ttl: u64,
@@ -23,7 +27,14 @@ pub struct SsoConfig {
 
 impl Default for SsoConfig {
     fn default() -> Self {
-        Self { login_ttl: 600, timeout_ms: 10_000, concurrency: 16, max_pending: 10_000, session_ttl: 0 }
+        Self {
+            login_ttl: 600,
+            timeout_ms: 10_000,
+            concurrency: 16,
+            max_pending: 10_000,
+            max_starts_per_client: 30,
+            session_ttl: 0,
+        }
     }
 }
 
@@ -41,6 +52,9 @@ impl SsoConfig {
         }
         if !(1..=1_000_000).contains(&self.max_pending) {
             return bad("max_pending", "from 1 to 1000000");
+        }
+        if !(1..=100_000).contains(&self.max_starts_per_client) {
+            return bad("max_starts_per_client", "from 1 to 100000");
         }
         Ok(())
     }

@@ -68,14 +68,16 @@ async fn enterprise_for(svc: &Identity, who: &str) -> Result<(EnterpriseId, SsoS
 /// `redirect_uri` and then the console's `next`. With `link`, the signed-in session of a member
 /// of enterprise `who` asks to link their account to the person the provider will name
 /// (docs/sso.md#linking: how an administrator's account is linked). Errors:
-/// `SsoNotConfigured` (404), `TooManyRequests` when `sso.max_pending` sign-ins wait, `SsoFailed`
-/// (401) when the provider cannot be discovered.
+/// `SsoNotConfigured` (404), `TooManyRequests` when `sso.max_pending` sign-ins wait or the
+/// client `ip` started `sso.max_starts_per_client` unfinished ones, `SsoFailed` (401, audited
+/// as `login.failed`) when the provider cannot be discovered.
 pub async fn start(
     svc: &Identity,
     who: &str,
     next: &str,
     redirect_uri: &str,
     link: Option<&super::bearer::Principal>,
+    ip: std::net::IpAddr,
 ) -> Result<Started> {
     let (enterprise, row) = enterprise_for(svc, who).await?;
     if let Some(auth) = link {
@@ -85,7 +87,16 @@ pub async fn start(
             return Err(Error::not_found(ErrorName::SsoNotConfigured));
         }
     }
-    let client = svc.sso.client(svc, &row, redirect_uri).await?;
+    let now = svc.store.clock().now();
+    let client_key = super::throttle::client_key(ip);
+    super::throttle::begin_sso(svc, enterprise.as_str(), &client_key, now).await?;
+    let client = match svc.sso.client(svc, &row, redirect_uri).await {
+        Ok(c) => c,
+        Err(e) => {
+            audit_refusal(svc, &e, Some(enterprise), ip).await;
+            return Err(e);
+        }
+    };
     let setting = sso_settings::settings_of(&row)?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
     let mut request = client.authorize_url(
@@ -104,7 +115,6 @@ pub async fn start(
     let browser = super::bearer::new_token_value();
     let state_hash = sha256_hex(state.secret().as_bytes());
     let sealed = svc.key.seal(&format!("sso-verifier:{state_hash}"), verifier.secret().as_bytes())?;
-    let now = svc.store.clock().now();
     let login = SsoLoginRow {
         state_hash,
         enterprise_id: enterprise,
@@ -153,14 +163,25 @@ pub async fn finish(
         Some(login) => finish_login(svc, cb, login, browser, redirect_uri, ip).await,
         None => Err(failed("this sign-in is unknown, used already or expired; start again")),
     };
-    if let Err(e) = &result {
-        let mut entry = crate::audit::entry(AuditType::LoginFailed)
-            .data(json!({ "reason": "sso", "grantType": "oauth", "error": e.to_string() }));
-        entry.ip = Some(ip.to_string());
-        entry.enterprise_id = enterprise;
-        crate::audit::record(&svc.store, &[entry]).await;
+    match &result {
+        Err(e) => audit_refusal(svc, e, enterprise, ip).await,
+        Ok(_) => {
+            let (e, client) =
+                (enterprise.as_ref().map(EnterpriseId::as_str), super::throttle::client_key(ip));
+            let now = svc.store.clock().now();
+            super::throttle::sso_finished(svc, e.unwrap_or_default(), &client, now).await?;
+        }
     }
     result
+}
+
+/// A refused sign-in, audited as `login.failed` (`reason` `sso`, and why).
+async fn audit_refusal(svc: &Identity, e: &Error, enterprise: Option<EnterpriseId>, ip: std::net::IpAddr) {
+    let mut entry = crate::audit::entry(AuditType::LoginFailed)
+        .data(json!({ "reason": "sso", "grantType": "oauth", "error": e.to_string() }));
+    entry.ip = Some(ip.to_string());
+    entry.enterprise_id = enterprise;
+    crate::audit::record(&svc.store, &[entry]).await;
 }
 
 async fn finish_login(

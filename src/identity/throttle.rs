@@ -17,6 +17,7 @@ use crate::{
 
 const LOGIN: &str = "login";
 const OTP: &str = "otp";
+const SSO: &str = "sso";
 const HOUR: i64 = 3600;
 
 /// The client a limit counts: an IPv4 address, or the /64 of an IPv6 address (one subscriber
@@ -215,6 +216,40 @@ pub async fn begin_otp(svc: &Identity, user_id: &UserId, client: &str, now: i64)
         return Err(e);
     }
     Ok(Reservation { id })
+}
+
+async fn check_sso(svc: &Identity, client: &str, now: i64, up_to: i64, own: u32) -> Result<()> {
+    let window = secs(svc.config.login.window);
+    let c = svc.store.failures(SSO, FailuresOf::Client(client), now.saturating_sub(window), up_to).await?;
+    if reached(c, own, svc.config.sso.max_starts_per_client) {
+        return Err(throttled(
+            ErrorName::TooManyRequests,
+            "too many single sign-ons started from this address; try again later",
+            c.oldest.unwrap_or(now) + window,
+            now,
+        ));
+    }
+    Ok(())
+}
+
+/// Admits the start of a single sign-on into `enterprise` from `client`, counted before the
+/// provider is called and kept until [`sso_finished`]. Errors: `Throttled` (`TooManyRequests`)
+/// after `sso.max_starts_per_client` unfinished starts within `login.window`.
+pub async fn begin_sso(svc: &Identity, enterprise: &str, client: &str, now: i64) -> Result<()> {
+    check_sso(svc, client, now, i64::MAX, 0).await?;
+    let id = svc.store.reserve_failure(SSO, enterprise, client, now).await?;
+    if let Err(e) = check_sso(svc, client, now, id, 1).await {
+        svc.store.forget_failure(id).await?;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// A single sign-on into `enterprise` finished from `client`: its starts no longer count.
+pub async fn sso_finished(svc: &Identity, enterprise: &str, client: &str, now: i64) -> Result<()> {
+    let keep = secs(svc.config.login.window).max(HOUR);
+    svc.store.clear_failures(SSO, enterprise, client, now.saturating_sub(keep)).await?;
+    Ok(())
 }
 
 /// Throttling is recorded once per subject and minute per process, not per refused attempt: a

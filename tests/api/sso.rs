@@ -377,6 +377,30 @@ async fn sign_ins_waiting_at_providers_are_capped_by_sso_max_pending() {
 }
 
 #[tokio::test]
+async fn one_client_s_unfinished_sign_ins_are_capped_by_sso_max_starts_per_client() {
+    let (app, _provider, enterprise, _) =
+        enterprise_with_provider_and(|c| c.sso.max_starts_per_client = 2).await;
+    let http = Client::builder().redirect(Policy::none()).no_proxy().build().unwrap();
+    let start = || http.post(app.url("/console/sso")).form(&[("who", enterprise.as_str())]).send();
+    let first = start().await.unwrap();
+    assert_eq!(start().await.unwrap().status(), 200);
+    // The third is refused before the provider is called: nothing is kept for it.
+    let res = start().await.unwrap();
+    assert_eq!(res.status(), 429);
+    assert!(res.text().await.unwrap().contains("from this address"));
+    assert_eq!(app.raw_sql("SELECT state_hash FROM sso_logins").await.len(), 2);
+    // The first, finished, frees this client's places (the second was abandoned).
+    let (callback, ours) = at_provider(&app, first, "carol-sub").await;
+    assert!(finish(&callback, &ours).await.session.is_some());
+    assert_eq!(start().await.unwrap().status(), 200);
+    assert_eq!(start().await.unwrap().status(), 200);
+    assert_eq!(start().await.unwrap().status(), 429);
+    // The window (`login.window`) passes: the abandoned ones no longer count.
+    app.state.store.clock().advance(std::time::Duration::from_secs(app.state.config.login.window + 1));
+    assert_eq!(start().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
 async fn sso_required_refuses_passwords_and_break_glass_owners_keep_theirs() {
     let (app, _provider, enterprise, alice_token) = enterprise_with_provider().await;
     let path = format!("/api/v2/enterprise/{enterprise}/oauthSetting");
@@ -506,6 +530,7 @@ async fn rotated_keys_are_followed_and_an_expired_token_or_a_wrong_issuer_is_ref
     let res = http.post(app.url("/console/sso")).form(&[("who", enterprise.as_str())]).send().await.unwrap();
     assert_eq!(res.status(), 401);
     assert!(res.text().await.unwrap().contains("discovery"));
+    assert!(failed_sso_logins(&app).await.last().unwrap().contains("discovery"), "audited");
 }
 
 #[tokio::test]

@@ -72,13 +72,18 @@ fn onward(status: StatusCode, title: &str, to: &str) -> Response {
 
 /// `POST /console/sso`: finds the provider and sends the browser there, with the cookie that
 /// ties its return to this browser.
-pub async fn start(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn start(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let fields: Start = match parse_form(&body) {
         Ok(f) => f,
         Err(e) => return form_page(StatusCode::BAD_REQUEST, "", Some(&FieldError::from_api(&e.into())), ""),
     };
     let next = signin::safe_next(&fields.next).unwrap_or("/console/overview");
-    match sso::start(&state.identity, &fields.who, next, &redirect_uri(&state, &headers), None).await {
+    match sso::start(&state.identity, &fields.who, next, &redirect_uri(&state, &headers), None, ip).await {
         Ok(started) => to_provider(&state, &started),
         Err(e) => {
             let error = FieldError::from_api(&e.into());
@@ -111,10 +116,16 @@ pub struct Link {
 /// `POST /console/sso/link` (the Security page): a signed-in member links their account to the
 /// enterprise's provider, by signing in there; the way an administrator's account is linked
 /// (docs/sso.md#linking).
-pub async fn link(State(state): State<AppState>, headers: HeaderMap, form: Form<Link>) -> Response {
+pub async fn link(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    headers: HeaderMap,
+    form: Form<Link>,
+) -> Response {
     let uri = redirect_uri(&state, &headers);
     let auth = &form.session.auth;
-    match sso::start(&state.identity, &form.fields.enterprise, "/console/security", &uri, Some(auth)).await {
+    let e = &form.fields.enterprise;
+    match sso::start(&state.identity, e, "/console/security", &uri, Some(auth), ip).await {
         Ok(started) => to_provider(&state, &started),
         Err(e) => super::error_response(e.into(), Some(&form.session)),
     }
