@@ -14,6 +14,7 @@ pub mod found;
 pub mod node;
 pub mod pool;
 pub mod speed;
+pub mod utxo;
 pub mod views;
 pub mod watcher;
 pub mod window;

@@ -1,0 +1,161 @@
+//! Wallet addresses, BitGo's way (BitGoJS utxo-lib `bitgo/wallet`): a 2-of-3 multisig of the
+//! wallet's three keychains, in the order user, backup, BitGo, each derived from its xpub at
+//! `0/0/{chain}/{index}`. The chain code says the script type and whether it is a receive
+//! (even) or change (odd) address. Keys, scripts and hashes are rust-bitcoin's; only the
+//! network's version bytes and bech32 prefix are Custodian's ([`super::params`]).
+
+use std::str::FromStr;
+
+use bitcoin::{
+    bech32::{self, Hrp},
+    bip32::{ChildNumber, Xpub},
+    blockdata::{opcodes::all::OP_CHECKMULTISIG, script::Builder},
+    hashes::Hash,
+    secp256k1::Secp256k1,
+    PublicKey, ScriptBuf,
+};
+
+use super::params::AddressParams;
+
+/// The script type of a chain code (BitGoJS `scriptTypeForChain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptType {
+    /// Chains 0 and 1: the multisig in P2SH.
+    P2sh,
+    /// Chains 10 and 11: the multisig in P2WSH nested in P2SH.
+    P2shP2wsh,
+    /// Chains 20 and 21: the multisig in native P2WSH (bech32).
+    P2wsh,
+}
+
+impl ScriptType {
+    /// BitGo's name: `p2sh`, `p2shP2wsh`, `p2wsh`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScriptType::P2sh => "p2sh",
+            ScriptType::P2shP2wsh => "p2shP2wsh",
+            ScriptType::P2wsh => "p2wsh",
+        }
+    }
+}
+
+/// A BitGo chain code: 0/1 (p2sh), 10/11 (p2shP2wsh), 20/21 (p2wsh); even receives, odd is
+/// change. Taproot's 30/31 and 40/41 are not derived here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ChainCode(u32);
+
+impl ChainCode {
+    /// Errors: a message naming the codes allowed.
+    pub fn new(code: u32) -> Result<ChainCode, String> {
+        match code {
+            0 | 1 | 10 | 11 | 20 | 21 => Ok(ChainCode(code)),
+            _ => {
+                Err(format!("{code} is not a chain code: 0, 1 (p2sh), 10, 11 (p2shP2wsh), 20 or 21 (p2wsh)"))
+            }
+        }
+    }
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+
+    pub fn script_type(self) -> ScriptType {
+        match self.0 / 10 {
+            0 => ScriptType::P2sh,
+            1 => ScriptType::P2shP2wsh,
+            _ => ScriptType::P2wsh,
+        }
+    }
+
+    /// An odd code: the wallet's own change.
+    pub fn is_change(self) -> bool {
+        self.0 % 2 == 1
+    }
+}
+
+/// A wallet's three keychains' xpubs, in the order user, backup, BitGo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalletKeys([Xpub; 3]);
+
+impl WalletKeys {
+    /// Parses three base58 extended public keys (`xpub…` or `tpub…`). Errors: which one is not
+    /// one.
+    pub fn parse(pubs: [&str; 3]) -> Result<WalletKeys, String> {
+        let one = |i: usize| {
+            Xpub::from_str(pubs[i].trim()).map_err(|e| {
+                format!(
+                    "keychain {} ({}) is not an extended public key: {e}",
+                    i + 1,
+                    ["user", "backup", "BitGo"][i]
+                )
+            })
+        };
+        Ok(WalletKeys([one(0)?, one(1)?, one(2)?]))
+    }
+}
+
+/// An address made from a wallet's keys: the address and the scripts that spend from it
+/// (hex), as BitGo lists them in `coinSpecific`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derived {
+    pub address: String,
+    pub chain: ChainCode,
+    pub index: u32,
+    /// The output script (scriptPubKey), hex: what a watcher matches outputs against.
+    pub output_script: String,
+    /// P2SH's redeem script, hex (p2sh and p2shP2wsh).
+    pub redeem_script: Option<String>,
+    /// The witness script, hex (p2shP2wsh and p2wsh).
+    pub witness_script: Option<String>,
+}
+
+/// The address of `keys` at `chain` and `index` (below 2^31: never hardened), written with
+/// `params`. Errors: an index out of range.
+pub fn derive(
+    keys: &WalletKeys,
+    chain: ChainCode,
+    index: u32,
+    params: AddressParams,
+) -> Result<Derived, String> {
+    let secp = Secp256k1::verification_only();
+    let at = |n: u32| ChildNumber::from_normal_idx(n).map_err(|_| format!("index {n} is at or above 2^31"));
+    let path = [at(0)?, at(0)?, at(chain.get())?, at(index)?];
+    let mut multisig = Builder::new().push_int(2);
+    for xpub in &keys.0 {
+        let child = xpub.derive_pub(&secp, &path).map_err(|e| format!("cannot derive {index}: {e}"))?;
+        multisig = multisig.push_key(&PublicKey::new(child.public_key));
+    }
+    let multisig = multisig.push_int(3).push_opcode(OP_CHECKMULTISIG).into_script();
+    let p2sh = |redeem: &ScriptBuf| {
+        let hash = redeem.script_hash();
+        let mut payload = vec![params.p2sh];
+        payload.extend_from_slice(hash.as_byte_array());
+        (bitcoin::base58::encode_check(&payload), ScriptBuf::new_p2sh(&hash))
+    };
+    let (address, output, redeem, witness) = match chain.script_type() {
+        ScriptType::P2sh => {
+            let (address, output) = p2sh(&multisig);
+            (address, output, Some(multisig), None)
+        }
+        ScriptType::P2shP2wsh => {
+            let nested = ScriptBuf::new_p2wsh(&multisig.wscript_hash());
+            let (address, output) = p2sh(&nested);
+            (address, output, Some(nested), Some(multisig))
+        }
+        ScriptType::P2wsh => {
+            let hash = multisig.wscript_hash();
+            let hrp = Hrp::parse(params.hrp).map_err(|e| format!("bech32 prefix {}: {e}", params.hrp))?;
+            let address =
+                bech32::segwit::encode_v0(hrp, hash.as_byte_array()).map_err(|e| format!("bech32: {e}"))?;
+            (address, ScriptBuf::new_p2wsh(&hash), None, Some(multisig))
+        }
+    };
+    Ok(Derived {
+        address,
+        chain,
+        index,
+        output_script: hex::encode(output.as_bytes()),
+        redeem_script: redeem.map(|s| hex::encode(s.as_bytes())),
+        witness_script: witness.map(|s| hex::encode(s.as_bytes())),
+    })
+}
