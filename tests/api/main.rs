@@ -30,6 +30,7 @@ mod hostile_node;
 mod hsm;
 mod identity;
 mod keychains;
+mod litecoind;
 mod oauth;
 mod operator;
 mod passkeys;
