@@ -74,6 +74,8 @@ crate::types::text_enum!(
         SsoNotLinked = "SsoNotLinked",
         SsoNoRole = "SsoNoRole",
         SsoRequired = "SsoRequired",
+        KeychainLimitReached = "KeychainLimitReached",
+        AddressLimitReached = "AddressLimitReached",
     }
 );
 

@@ -96,6 +96,8 @@ mod soft_passkey;
 mod sso;
 #[path = "api/tokens.rs"]
 mod tokens;
+#[path = "api/utxo.rs"]
+mod utxo;
 #[path = "api/wallets.rs"]
 mod wallets;
 #[path = "api/webhooks.rs"]

@@ -89,6 +89,7 @@ pub async fn add_address(
         wallet_id: wallet_id.clone(),
         label,
         created_at: svc.store.clock().now(),
+        derived: None,
     };
     let entry = audited(auth, AuditType::WalletAddressAdded, wallet_id, json!({ "address": added.address }));
     match svc.store.add_address(&added, &[entry]).await? {
@@ -228,6 +229,7 @@ pub async fn list_addresses(
                 wallet_id: wallet_id.clone(),
                 label: None,
                 created_at: 0,
+                derived: None,
             });
         }
     }
@@ -236,9 +238,11 @@ pub async fn list_addresses(
     Ok(found)
 }
 
-/// BitGo's address record.
+/// BitGo's address record: `{id, address, coin, wallet, label, chain, index}`, and for a
+/// derived address its `addressType` and `coinSpecific` (`outputScript`, `redeemScript`,
+/// `witnessScript`, hex).
 pub fn address_json(a: &WalletAddress, coin: &Coin) -> Value {
-    json!({
+    let mut v = json!({
         "id": crate::digest::sha256_hex(format!("{}|{}", a.chain.as_str(), a.address).as_bytes())[..32],
         "address": a.address,
         "coin": coin.as_str(),
@@ -246,7 +250,15 @@ pub fn address_json(a: &WalletAddress, coin: &Coin) -> Value {
         "label": a.label.clone().unwrap_or_default(),
         "chain": 0,
         "index": 0,
-    })
+    });
+    if let Some(d) = &a.derived {
+        let kind = utxo::address::ChainCode::new(d.chain).map(|c| c.script_type().as_str());
+        v["chain"] = json!(d.chain);
+        v["index"] = json!(d.index);
+        v["addressType"] = json!(kind.unwrap_or_default());
+        v["coinSpecific"] = serde_json::to_value(d).unwrap_or_default();
+    }
+    v
 }
 
 /// A wallet's chain transfers of `coin`, newest first. Errors: as `wallets::get_wallet`.

@@ -25,6 +25,7 @@ mod prices;
 mod rate_limit;
 mod sso;
 mod tokens;
+mod utxo;
 mod webhooks;
 mod withdrawals;
 
@@ -40,6 +41,7 @@ pub use prices::PriceConfig;
 pub use rate_limit::RateLimitConfig;
 pub use sso::SsoConfig;
 pub use tokens::TokensConfig;
+pub use utxo::UtxoConfig;
 pub use webhooks::{WebhooksConfig, DEFAULT_BLOCK_WEBHOOK_COINS};
 pub use withdrawals::{KeysConfig, WithdrawalsConfig, PKCS11_PIN_ENV};
 
@@ -114,6 +116,8 @@ pub struct Config {
     pub oauth: OAuthConfig,
     /// Sign-ins through enterprises' identity providers (docs/sso.md).
     pub sso: SsoConfig,
+    /// Multisig wallets of UTXO coins: keychains and derived addresses (docs/chains.md#utxo-chains).
+    pub utxo: UtxoConfig,
     pub webhooks: WebhooksConfig,
     pub rate_limit: RateLimitConfig,
     pub ingest: IngestConfig,
@@ -155,6 +159,7 @@ impl Default for Config {
             withdrawals: WithdrawalsConfig::default(),
             oauth: OAuthConfig::default(),
             sso: SsoConfig::default(),
+            utxo: UtxoConfig::default(),
             webhooks: WebhooksConfig::default(),
             rate_limit: RateLimitConfig::default(),
             ingest: IngestConfig::default(),
@@ -219,6 +224,7 @@ const ENV_SECTIONS: &[&str] = &[
     "keys",
     "withdrawals",
     "sso",
+    "utxo",
 ];
 
 /// Top-level keys read from `CUSTODIAN_*`; other variables with that prefix (such as the test
@@ -376,6 +382,7 @@ impl Config {
         self.withdrawals.validate()?;
         self.oauth.validate()?;
         self.sso.validate()?;
+        self.utxo.validate()?;
         self.connections.validate()?;
         self.cache.validate()
     }

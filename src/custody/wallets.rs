@@ -8,10 +8,7 @@ use super::{keys, Custody};
 use crate::{
     audit::EntryExt,
     error::{Error, ErrorName, Result},
-    identity::{
-        bearer::Principal,
-        scopes::{Action, WalletPermission},
-    },
+    identity::{bearer::Principal, scopes::WalletPermission},
     model::{audit::AuditType, custody::KeyRecord, wallet::WalletRow},
     types::{Coin, EnterpriseId, KeyId, UserId, WalletId},
 };
@@ -46,27 +43,8 @@ pub async fn create(svc: &Custody, auth: Option<&Principal>, new: &NewCustodialW
     if !(1..=MAX_APPROVALS_REQUIRED).contains(&new.approvals_required) {
         return Err(Error::invalid_field("approvalsRequired", format!("from 1 to {MAX_APPROVALS_REQUIRED}")));
     }
-    let not_found =
-        || Error::NotFound { name: ErrorName::EnterpriseNotFound, message: "no such enterprise".into() };
-    let enterprise = svc.store.enterprise_by_id(&new.enterprise).await?.ok_or_else(not_found)?;
-    let mut users = Vec::new();
-    if let Some(auth) = auth {
-        auth.require(svc.wallets.policy, Action::CreateWallet { enterprise_id: &enterprise.id })?;
-        let admin = svc
-            .store
-            .memberships(&auth.user.id)
-            .await?
-            .iter()
-            .any(|m| m.is_admin && m.enterprise.id == enterprise.id);
-        if !admin && !auth.token.admin {
-            return Err(Error::Forbidden {
-                name: ErrorName::InsufficientScope,
-                message: "only an admin of the enterprise may create its wallets".into(),
-                context: json!({ "requiredRole": "enterprise admin" }),
-            });
-        }
-        users.push(auth.user.id.clone());
-    }
+    let enterprise = crate::wallets::require_creator(&svc.wallets, auth, &new.enterprise).await?;
+    let users: Vec<UserId> = auth.map(|a| a.user.id.clone()).into_iter().collect();
     let id = WalletId::new_random();
     let key = make_key(svc, auth, &id).await?;
     let record = record(&id, new, label, &key, &users, svc.store.clock().now());

@@ -21,7 +21,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use self::handlers::{
     approvals, audit, chain, custody, events, identity, keychains, login, passkeys, policy, sessions, sso,
-    wallets, webhook_admin, webhooks,
+    utxo, wallets, webhook_admin, webhooks,
 };
 use crate::{error::Error, AppState};
 
@@ -222,6 +222,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(chain::set_fee_alerts))
         .routes(routes!(custody::add_wallet))
         .routes(routes!(custody::get_key))
+        .routes(routes!(utxo::add_keychain))
+        .routes(routes!(utxo::create_address))
         .routes(routes!(custody::initiate))
         .routes(routes!(custody::freeze))
         .routes(routes!(policy::create_rule, policy::update_rule, policy::remove_rule))

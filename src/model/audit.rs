@@ -40,6 +40,7 @@ crate::types::text_enum!(
         WalletIdentityChanged = "wallet.identity_changed",
         WalletBalanceSet = "wallet.balance_set",
         WalletAddressAdded = "wallet.address_added",
+        KeychainAdded = "keychain.added",
         WalletFeeAlertsSet = "wallet.fee_alerts_set",
         UserEcdhKeychainAdded = "user.ecdh_keychain_added",
         UserEcdhKeychainSet = "user.ecdh_keychain_set",

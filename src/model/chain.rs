@@ -3,7 +3,8 @@
 
 use crate::types::{BaseUnits, Coin, WalletId};
 
-/// A watched address of a wallet: EIP-55 checksummed, `0x` and 40 hex digits.
+/// A watched address of a wallet: on Ethereum EIP-55 checksummed, `0x` and 40 hex digits; on a
+/// UTXO chain base58 or bech32, derived from the wallet's keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalletAddress {
     /// The chain coin (`hteth`), also for token transfers.
@@ -13,6 +14,24 @@ pub struct WalletAddress {
     pub label: Option<String>,
     /// Unix seconds.
     pub created_at: i64,
+    /// Where a derived address comes from; `None` for an imported one.
+    pub derived: Option<Derivation>,
+}
+
+/// A derived address's place among the wallet's (BitGo's `chain` and `index`) and the scripts
+/// that spend from it, hex (docs/chains.md#utxo-chains).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Derivation {
+    #[serde(skip)]
+    pub chain: u32,
+    #[serde(skip)]
+    pub index: u32,
+    pub output_script: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redeem_script: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness_script: Option<String>,
 }
 
 /// The first appearance of a watched address on chain: the block and transaction in which it

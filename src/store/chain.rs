@@ -8,6 +8,7 @@ use sqlx::FromRow;
 pub use super::chain_reads::TokenBalanceRow;
 use super::chain_rows::{h, rows, ChainStateRow, TransferRow, TRANSFER_COLUMNS};
 pub use super::chain_write::BlockWrite;
+use super::utxo::AddressRow;
 use super::{sql::parse_stored, sql::Dialect, sql_store::SqlStore, EventWrite, Recorded, StoreResult};
 use crate::model::audit::AuditEntry;
 use crate::model::chain::{BlockHead, ChainStatus, FeeAlerts, Transfer, TransferState, WalletAddress};
@@ -129,6 +130,7 @@ pub trait ChainStore: Send + Sync {
 #[async_trait]
 impl<DB> ChainStore for SqlStore<DB>
 where
+    for<'r> AddressRow: FromRow<'r, DB::Row>,
     for<'r> TransferRow: FromRow<'r, DB::Row>,
     for<'r> (String, String, Option<String>, i64): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
@@ -175,27 +177,16 @@ where
         after: Option<&str>,
         limit: u32,
     ) -> StoreResult<Vec<WalletAddress>> {
-        let found: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
-            "SELECT chain, address, label, created_at FROM wallet_addresses \
-             WHERE wallet_id = $1 AND address > $2 ORDER BY address LIMIT $3",
+        let found: Vec<AddressRow> = sqlx::query_as(
+            "SELECT chain, address, label, created_at, chain_code, address_index, coin_specific \
+             FROM wallet_addresses WHERE wallet_id = $1 AND address > $2 ORDER BY address LIMIT $3",
         )
         .bind(wallet.as_str())
         .bind(after.unwrap_or(""))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        found
-            .into_iter()
-            .map(|(chain, address, label, created_at)| {
-                Ok(WalletAddress {
-                    chain: parse_stored::<Coin>(&chain, "address chain")?,
-                    address,
-                    wallet_id: wallet.clone(),
-                    label,
-                    created_at,
-                })
-            })
-            .collect()
+        found.into_iter().map(|r| r.into_address(wallet)).collect()
     }
 
     async fn chain_addresses(&self, chain: &str) -> StoreResult<Vec<(String, WalletId)>> {

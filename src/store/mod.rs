@@ -57,6 +57,7 @@ mod sso;
 mod throttle;
 mod tokens;
 mod users;
+mod utxo;
 mod velocity;
 mod wallets;
 mod webhooks;
@@ -87,6 +88,7 @@ pub use sso::{SsoLoginRow, SsoSettingRow, SsoStore};
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::TokenStore;
 pub use users::{User, UserChange, UserStore};
+pub use utxo::{AddressRow, DerivedAdded, KeychainRow, UtxoStore};
 pub use wallets::WalletStore;
 pub use webhooks::{CapReached, Rotation, WebhookCaps, WebhookSecret, WebhookStore, ROUTES_CACHED_MAX};
 
@@ -169,6 +171,7 @@ pub trait Store:
     + AttemptStore
     + PriceStore
     + SsoStore
+    + UtxoStore
     + Send
     + Sync
     + 'static
@@ -202,7 +205,8 @@ where
         + CustodyStore
         + AttemptStore
         + PriceStore
-        + SsoStore,
+        + SsoStore
+        + UtxoStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

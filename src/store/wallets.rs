@@ -115,6 +115,27 @@ pub(super) fn unpack_wallet(packed: &Arc<String>, range: std::ops::Range<usize>)
     Ok(WalletRow { id, coin, enterprise, deleted, user_ids, record, balances })
 }
 
+/// Inserts or replaces wallet `w` inside `tx`, at `now` (Unix ms).
+#[sql_bounds]
+pub(super) async fn upsert_wallet_tx<DB>(
+    tx: &mut DB::Connection,
+    w: &WalletRow,
+    now: i64,
+) -> Result<(), sqlx::Error> {
+    let mut q = sqlx::query(UPSERT_WALLET)
+        .bind(w.id.as_str())
+        .bind(w.coin.as_str())
+        .bind(w.enterprise.as_ref().map(EnterpriseId::as_str))
+        .bind(w.deleted)
+        .bind(w.user_ids.iter().map(UserId::as_str).collect::<Vec<_>>().join(","))
+        .bind(w.record.as_str());
+    for amount in w.balances.texts() {
+        q = q.bind(amount);
+    }
+    q.bind(now).execute(&mut *tx).await?;
+    Ok(())
+}
+
 const UPSERT_WALLET: &str = "INSERT INTO wallets (id, coin, enterprise, deleted, user_ids, record, balance, \
     confirmed_balance, spendable_balance, staking_balance, reward_balance, withdraw_hold_usd, updated_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
@@ -156,17 +177,7 @@ where
         let (mut inserted, mut updated) = (0, 0);
         let mut seen = HashSet::new();
         for w in rows {
-            let mut q = sqlx::query(UPSERT_WALLET)
-                .bind(w.id.as_str())
-                .bind(w.coin.as_str())
-                .bind(w.enterprise.as_ref().map(EnterpriseId::as_str))
-                .bind(w.deleted)
-                .bind(w.user_ids.iter().map(UserId::as_str).collect::<Vec<_>>().join(","))
-                .bind(w.record.as_str());
-            for amount in w.balances.texts() {
-                q = q.bind(amount);
-            }
-            q.bind(now).execute(&mut *tx).await?;
+            upsert_wallet_tx::<DB>(&mut tx, w, now).await?;
             if existing.contains(w.id.as_str()) || !seen.insert(w.id.as_str()) {
                 updated += 1;
             } else {

@@ -103,6 +103,32 @@ pub async fn wallet_access(
     Ok(row)
 }
 
+/// The enterprise a new wallet goes to, when the principal may create wallets in it: its token
+/// has `wallet_create` for it, and the user administers it (or is a service admin). `None` is
+/// the operator's CLI. Errors: `EnterpriseNotFound`, `InsufficientScope`.
+pub async fn require_creator(
+    svc: &Wallets,
+    auth: Option<&Principal>,
+    enterprise: &crate::types::EnterpriseId,
+) -> Result<crate::store::Enterprise> {
+    let not_found =
+        || Error::NotFound { name: ErrorName::EnterpriseNotFound, message: "no such enterprise".into() };
+    let enterprise = svc.store.enterprise_by_id(enterprise).await?.ok_or_else(not_found)?;
+    if let Some(auth) = auth {
+        auth.require(svc.policy, Action::CreateWallet { enterprise_id: &enterprise.id })?;
+        let ms = svc.store.memberships(&auth.user.id).await?;
+        let admin = ms.iter().any(|m| m.is_admin && m.enterprise.id == enterprise.id);
+        if !admin && !auth.token.admin {
+            return Err(Error::Forbidden {
+                name: ErrorName::InsufficientScope,
+                message: "only an admin of the enterprise may create its wallets".into(),
+                context: serde_json::json!({ "requiredRole": "enterprise admin" }),
+            });
+        }
+    }
+    Ok(enterprise)
+}
+
 /// The wallet `wallet_id` of whatever coin, when the principal may view it (routes without a
 /// coin in their path, such as `/api/v2/wallet/{id}/txrequests`). Errors as [`wallet_access`].
 pub async fn wallet_row(svc: &Wallets, auth: &Principal, wallet_id: &WalletId) -> Result<WalletRow> {

@@ -47,5 +47,6 @@ mod signed;
 mod soft_passkey;
 mod sso;
 mod tokens;
+mod utxo;
 mod wallets;
 mod webhooks;

@@ -73,6 +73,11 @@ impl ChainCode {
     }
 }
 
+/// Parses one base58 extended public key (`xpub…` or `tpub…`, BIP 32). Errors: why not.
+pub fn parse_xpub(text: &str) -> Result<Xpub, String> {
+    Xpub::from_str(text.trim()).map_err(|e| format!("not an extended public key: {e}"))
+}
+
 /// A wallet's three keychains' xpubs, in the order user, backup, BitGo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalletKeys([Xpub; 3]);

@@ -6,3 +6,4 @@
 
 pub mod address;
 pub mod params;
+pub mod wallets;

@@ -30,12 +30,26 @@ pub struct AddressParams {
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
     /// The last address of the previous page (`nextBatchPrevId`).
-    #[param(pattern = "^0x[0-9a-fA-F]{40}$")]
+    #[param(pattern = "^[0-9A-Za-z]{1,100}$")]
     pub prev_id: Option<String>,
 }
 
+/// A page cursor as the address it names. An Ethereum address in any case is compared as its
+/// checksummed form; a UTXO coin's is compared as given.
+fn prev_address(coin: &Coin, prev: &str) -> Result<String, Error> {
+    if chain::utxo::params::Family::of(coin).is_some() {
+        let ok = !prev.is_empty() && prev.len() <= 100 && prev.chars().all(|c| c.is_ascii_alphanumeric());
+        return ok.then(|| prev.to_string()).ok_or_else(|| Error::invalid_field("prevId", "not an address"));
+    }
+    crate::types::parse_eth_address(&prev.to_ascii_lowercase())
+        .map(|a| crate::types::checksummed_eth_address(&a))
+        .map_err(|e| Error::invalid_field("prevId", e))
+}
+
 /// A wallet's addresses: those its record names (`coinSpecific.baseAddress`,
-/// `receiveAddress.address`) and those added, by address.
+/// `receiveAddress.address`) and those added or derived, by address. A derived one carries
+/// `chain`, `index`, `addressType` and `coinSpecific` (`outputScript`, `redeemScript`,
+/// `witnessScript`).
 #[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}/addresses", tag = "wallets",
     security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex"), AddressParams),
@@ -51,16 +65,7 @@ pub async fn list_addresses(
     ApiQuery(p): ApiQuery<AddressParams>,
 ) -> ApiResult<Json<Value>> {
     let page = PageRequest::new(p.limit, None)?;
-    // A cursor, so any case: it is compared as the checksummed address it names.
-    let after = p
-        .prev_id
-        .as_deref()
-        .map(|prev| {
-            crate::types::parse_eth_address(&prev.to_ascii_lowercase())
-                .map(|a| crate::types::checksummed_eth_address(&a))
-                .map_err(|e| Error::invalid_field("prevId", e))
-        })
-        .transpose()?;
+    let after = p.prev_id.as_deref().map(|prev| prev_address(&coin, prev)).transpose()?;
     let found =
         chain::list_addresses(&state.chains, &auth, &coin, &wallet_id, after.as_deref(), page.fetch())
             .await?;

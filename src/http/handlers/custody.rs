@@ -29,8 +29,10 @@ use crate::{
     AppState,
 };
 
-/// Body of `POST /api/v2/{coin}/wallet/add` (BitGoJS `wallets().add`). Only `type:
-/// "custodial"` is made here; other wallets are imported (docs/withdrawals.md).
+/// Body of `POST /api/v2/{coin}/wallet/add` (BitGoJS `wallets().add`). On an Ethereum coin,
+/// `type: "custodial"`: Custodian makes and holds the key. On a UTXO coin, a 2-of-3 multisig
+/// wallet of three keychains the caller added (`keys`: user, backup, BitGo), `type` `cold`
+/// (default) or `hot`; Custodian holds none of its keys.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AddWalletRequest {
@@ -39,18 +41,28 @@ pub struct AddWalletRequest {
     pub label: String,
     /// The enterprise that owns it; the caller must administer it.
     pub enterprise: EnterpriseId,
-    /// Must be `custodial`.
-    #[schema(pattern = "^custodial$")]
-    pub r#type: String,
+    /// `custodial` (Ethereum coins), `cold` or `hot` (UTXO coins).
+    #[schema(pattern = "^(custodial|cold|hot)$")]
+    pub r#type: Option<String>,
     /// Approvals each withdrawal needs (1 to 10; default 1).
     #[schema(minimum = 1, maximum = 10)]
     pub approvals_required: Option<u32>,
+    /// UTXO coins: three keychain ids (`POST /api/v2/{coin}/key`), user, backup, BitGo.
+    #[schema(max_items = 3)]
+    pub keys: Option<Vec<String>>,
+    /// UTXO coins: 2 when given.
+    #[schema(minimum = 2, maximum = 2)]
+    pub m: Option<u32>,
+    /// UTXO coins: 3 when given.
+    #[schema(minimum = 3, maximum = 3)]
+    pub n: Option<u32>,
 }
 
-/// Creates a custodial wallet whose key Custodian makes and holds; the chain watcher follows
-/// its address from its next round.
+/// Creates a wallet: a custodial one whose key Custodian makes and holds (Ethereum), or a
+/// multisig one of the caller's keychains (UTXO coins). The chain watcher follows its
+/// addresses from its next round.
 #[utoipa::path(post, path = "/api/v2/{coin}/wallet/add", tag = "custody", security(("bearer" = [])),
-    params(("coin" = Coin, Path, description = "A configured Ethereum chain (hteth, eth)")),
+    params(("coin" = Coin, Path, description = "A configured Ethereum chain (hteth, eth), or a UTXO coin (btc, tbtc, ltc, tltc)")),
     request_body = AddWalletRequest,
     responses(
         (status = 200, description = "The wallet (§2.1)", body = Object),
@@ -64,26 +76,37 @@ pub async fn add_wallet(
     ApiPath(coin): ApiPath<Coin>,
     ApiJson(req): ApiJson<AddWalletRequest>,
 ) -> ApiResult<Response> {
-    if req.r#type != "custodial" {
-        return Err(Error::invalid_field(
-            "type",
-            "only custodial wallets are made here; others are imported",
-        )
-        .into());
-    }
-    let new = NewCustodialWallet {
-        coin,
-        label: req.label,
-        enterprise: req.enterprise,
-        approvals_required: req.approvals_required.unwrap_or(1),
+    let row = if crate::chain::utxo::params::Family::of(&coin).is_some() {
+        let new = crate::chain::utxo::wallets::NewMultisigWallet {
+            coin,
+            label: req.label,
+            enterprise: req.enterprise,
+            keys: req.keys.unwrap_or_default(),
+            m: req.m,
+            n: req.n,
+            r#type: req.r#type,
+        };
+        crate::chain::utxo::wallets::create_wallet(&state.chains, &auth, &new).await?
+    } else {
+        if req.r#type.as_deref() != Some("custodial") {
+            let why = "only custodial wallets are made here for this coin; others are imported";
+            return Err(Error::invalid_field("type", why).into());
+        }
+        let new = NewCustodialWallet {
+            coin,
+            label: req.label,
+            enterprise: req.enterprise,
+            approvals_required: req.approvals_required.unwrap_or(1),
+        };
+        crate::custody::wallets::create(&state.custody, Some(&auth), &new).await?
     };
-    let row = crate::custody::wallets::create(&state.custody, Some(&auth), &new).await?;
     let mut body = String::new();
     model::render(&row, Expand { balance: true, staking: false, all_tokens: false }, &mut body);
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-/// A key's public part (BitGo's keychain read): `{id, pub, ethAddress, source, type}`.
+/// A key's public part (BitGo's keychain read): `{id, pub, ethAddress, source, type}` for a key
+/// Custodian holds, `{id, pub, source, type}` for a multisig wallet's keychain.
 #[utoipa::path(get, path = "/api/v2/{coin}/key/{id}", tag = "custody", security(("bearer" = [])),
     params(("coin" = Coin, Path, description = "Coin ticker"), ("id" = KeyId, Path, description = "Key id, 32 hex")),
     responses(
@@ -96,6 +119,10 @@ pub async fn get_key(
     Auth(auth): Auth,
     ApiPath((coin, id)): ApiPath<(Coin, KeyId)>,
 ) -> ApiResult<Json<Value>> {
+    // A multisig wallet's keychain, else a key Custodian holds.
+    if let Some(k) = crate::chain::utxo::wallets::find_keychain(&state.chains, &auth, &coin, &id).await? {
+        return Ok(Json(k));
+    }
     Ok(Json(crate::custody::wallets::key_view(&state.custody, &auth, &coin, &id).await?))
 }
 

@@ -13,6 +13,7 @@ pub mod passkeys;
 pub mod policy;
 pub mod sessions;
 pub mod sso;
+pub mod utxo;
 pub mod wallets;
 pub mod webhook_admin;
 pub mod webhooks;
