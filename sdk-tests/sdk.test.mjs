@@ -12,6 +12,8 @@ const { BitGoAPI } = require('@bitgo/sdk-api');
 const { calculateRequestHeaders, calculateRequestHMAC, calculateV4RequestHeaders, verifyResponse, verifyV4Response } = require('@bitgo/sdk-hmac');
 const { Tbtc } = require('@bitgo/sdk-coin-btc');
 const { Hteth } = require('@bitgo/sdk-coin-eth');
+const { Tltc } = require('@bitgo/sdk-coin-ltc');
+const utxolib = require('@bitgo/utxo-lib');
 
 const url = process.env.CUSTODIAN_URL;
 const email = process.env.CUSTODIAN_EMAIL;
@@ -35,6 +37,7 @@ function sdk(authVersion) {
   const bitgo = new BitGoAPI({ env: 'custom', customRootURI: url, authVersion, serverXpub });
   bitgo.register('tbtc', Tbtc.createInstance);
   bitgo.register('hteth', Hteth.createInstance);
+  bitgo.register('tltc', Tltc.createInstance);
   return bitgo;
 }
 
@@ -619,4 +622,37 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
   }
   await bitgo.logout();
   await approver.logout();
+});
+
+test("a UTXO multisig wallet: keychains().add, wallets().add, createAddress checked by the SDK against the keychains on every chain code, addresses()", async () => {
+  const enterprise = process.env.CUSTODIAN_ENTERPRISE;
+  const { bitgo } = await loggedIn(2);
+  const coin = bitgo.coin('tltc');
+  const keys = [];
+  for (const source of ['user', 'backup', 'bitgo']) {
+    const pub = utxolib.bip32.fromSeed(randomBytes(32)).neutered().toBase58();
+    const key = await coin.keychains().add({ pub, source });
+    assert.equal(key.pub, pub);
+    keys.push(key);
+  }
+  const { wallet } = await coin.wallets().add({ label: 'sdk ltc', enterprise, m: 2, n: 3, keys: keys.map((k) => k.id) });
+  assert.deepEqual(wallet.keyIds(), keys.map((k) => k.id));
+  // createAddress fetches the keychains and checks each address against them itself
+  // (abstract-utxo's isWalletAddress): a wrong derivation throws here.
+  for (const chain of [0, 1, 10, 11, 20, 21]) {
+    const address = await wallet.createAddress({ chain });
+    assert.equal(address.chain, chain);
+    assert.equal(address.index, chain === 0 ? 1 : 0);
+  }
+  // `count` > 1 posts identical signed requests in the same millisecond: the replay guard
+  // takes the first and refuses the copies (docs/decisions.md#watching-a-chain). One at a time:
+  const next = await wallet.createAddress({ chain: 10 });
+  assert.equal(next.index, 1);
+  // The check is real: the same keychains refuse that address at another index.
+  const keychains = keys.map((k) => ({ pub: k.pub }));
+  await assert.rejects(coin.isWalletAddress({ address: next.address, keychains, chain: 10, index: 9 }));
+  assert.equal(await coin.isWalletAddress({ address: next.address, keychains, chain: 10, index: 1 }), true);
+  const listed = await wallet.addresses({ limit: 50 });
+  assert.equal(listed.addresses.length, 8);
+  assert.ok(listed.addresses.every((a) => Number.isInteger(a.chain) && Number.isInteger(a.index)));
 });

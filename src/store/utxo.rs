@@ -97,7 +97,8 @@ pub trait UtxoStore: Send + Sync {
     ) -> StoreResult<bool>;
     /// The next index of `chain_code` in `wallet` (0 for its first).
     async fn next_address_index(&self, wallet: &WalletId, chain_code: u32) -> StoreResult<u32>;
-    /// Adds derived address `a` with `audit` unless its wallet holds `max` addresses.
+    /// Adds derived address `a` with `audit` unless its wallet holds `max` addresses (counted
+    /// under the wallet's lock).
     async fn add_derived_address(
         &self,
         a: &WalletAddress,
@@ -222,6 +223,12 @@ where
         audit: &[AuditEntry],
     ) -> StoreResult<DerivedAdded> {
         let mut tx = self.begin_write().await?;
+        // Under the wallet's lock, so concurrent requests cannot all pass the count.
+        let locked: Option<(String,)> =
+            sqlx::query_as(DB::LOCK_WALLET).bind(a.wallet_id.as_str()).fetch_optional(&mut *tx).await?;
+        if locked.is_none() {
+            return Err(StoreError::malformed("derived address wallet", a.wallet_id.as_str()));
+        }
         let (held,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM wallet_addresses WHERE wallet_id = $1")
             .bind(a.wallet_id.as_str())
             .fetch_one(&mut *tx)

@@ -188,3 +188,21 @@ async fn utxo_max_keychains_per_user_bites() {
     assert_eq!(body["context"]["max"], 2);
     assert_eq!(app.raw_sql("SELECT id FROM keychains").await.len(), 2);
 }
+
+#[tokio::test]
+async fn concurrent_address_requests_get_distinct_indexes() {
+    let (app, token, acme) = acme().await;
+    let keys = keychains(&app, &token, &xpubs(7)).await;
+    let add = json!({ "label": "LTC", "enterprise": acme, "keys": keys });
+    let w = expect_json(app.post_auth("/api/v2/tltc/wallet/add", &token, &add).await, 200).await;
+    let path = format!("/api/v2/tltc/wallet/{}/address", w["id"].as_str().unwrap());
+    let body = json!({ "chain": 20 });
+    let post = || app.post_auth(&path, &token, &body);
+    let (a, b, c, d) = tokio::join!(post(), post(), post(), post());
+    let mut indexes = Vec::new();
+    for res in [a, b, c, d] {
+        indexes.push(expect_json(res, 200).await["index"].as_u64().unwrap());
+    }
+    indexes.sort();
+    assert_eq!(indexes, [0, 1, 2, 3]);
+}
