@@ -81,8 +81,17 @@ impl Litecoind {
     }
     /// One JSON-RPC call; its `result`.
     pub async fn rpc(&self, method: &str, params: Value) -> Value {
+        self.call(&self.rpc_url, method, params).await
+    }
+
+    /// One JSON-RPC call to the node's wallet `wallet`; its `result`.
+    pub async fn wallet_rpc(&self, wallet: &str, method: &str, params: Value) -> Value {
+        self.call(&format!("{}/wallet/{wallet}", self.rpc_url), method, params).await
+    }
+
+    async fn call(&self, url: &str, method: &str, params: Value) -> Value {
         let res = reqwest::Client::new()
-            .post(&self.rpc_url)
+            .post(url)
             .basic_auth("custodian", Some("custodian"))
             .json(&json!({ "jsonrpc": "1.0", "id": 1, "method": method, "params": params }))
             .send()
@@ -134,4 +143,120 @@ async fn litecoin_core_derives_the_addresses_custodian_derives() {
             assert_eq!(check["scriptPubKey"], json!(ours.output_script), "chain {chain} index {index}");
         }
     }
+}
+
+#[tokio::test]
+async fn custodian_reads_litecoin_core_s_blocks_and_mempool_and_finds_a_wallet_s_receives_and_sends() {
+    use custodian::chain::utxo::{
+        effect::{effects, KnownOutput, Owner},
+        node::UtxoNode,
+    };
+    use std::collections::HashMap;
+    let node = Litecoind::start();
+    let client = UtxoNode::new(
+        &node.rpc_url,
+        Some(("custodian".into(), "custodian".into())),
+        std::time::Duration::from_secs(10),
+        1 << 20,
+    )
+    .unwrap();
+    // The network is checked: regtest is regtest, and not testnet.
+    assert_eq!(client.check_network(Network::Regtest).await.unwrap().chain, "regtest");
+    let wrong = client.check_network(Network::Testnet).await.unwrap_err().to_string();
+    assert!(wrong.contains("regtest"), "{wrong}");
+    // The node's own wallet mines and pays.
+    node.rpc("createwallet", json!(["miner"])).await;
+    let miner = node.wallet_rpc("miner", "getnewaddress", json!([])).await;
+    node.rpc("generatetoaddress", json!([101, miner])).await;
+    let (p2sh, p2wsh) = wallet_litecoin_core_signs_for(&node).await;
+    // Two receives: 1.5 LTC to the p2sh address signalling RBF, 0.25 to the p2wsh one not.
+    let rbf =
+        node.wallet_rpc("miner", "sendtoaddress", json!([p2sh.address, 1.5, "", "", false, true])).await;
+    let plain =
+        node.wallet_rpc("miner", "sendtoaddress", json!([p2wsh.address, 0.25, "", "", false, false])).await;
+    let pool = client.mempool().await.unwrap();
+    assert!(
+        pool.contains(&rbf.as_str().unwrap().to_string())
+            && pool.contains(&plain.as_str().unwrap().to_string())
+    );
+    assert!(client.transaction(rbf.as_str().unwrap()).await.unwrap().signals_rbf());
+    assert!(!client.transaction(plain.as_str().unwrap()).await.unwrap().signals_rbf());
+    // Mined: the block's effects on our wallet are the exact amounts, by output.
+    node.rpc("generatetoaddress", json!([1, miner])).await;
+    let hash = node.rpc("getbestblockhash", json!([])).await;
+    let block = client.block(hash.as_str().unwrap()).await.unwrap();
+    assert_eq!(block.height, 102);
+    assert_eq!(block.parent, Some(client.block_hash(101).await.unwrap()));
+    let wallet: custodian::types::WalletId = "0123456789abcdef0123456789abcdef".parse().unwrap();
+    let owner = |a: &str| Owner { wallet: wallet.clone(), address: a.to_string() };
+    let watched: HashMap<String, Owner> = HashMap::from([
+        (p2sh.output_script.clone(), owner(&p2sh.address)),
+        (p2wsh.output_script.clone(), owner(&p2wsh.address)),
+    ]);
+    let mut unspent = HashMap::new();
+    let mut nets = Vec::new();
+    for tx in &block.txs {
+        for e in effects(tx, &watched, &unspent).unwrap() {
+            nets.push(e.net());
+            for leg in e.received {
+                unspent.insert(leg.outpoint, KnownOutput { owner: owner(&leg.address), value: leg.value });
+            }
+        }
+    }
+    nets.sort();
+    assert_eq!(nets, [25_000_000, 150_000_000]);
+    // A send from our wallet, signed by Litecoin Core with two of the three keys: its effect
+    // spends both outputs it takes, and gets its change back if any.
+    let balance = node.wallet_rpc("ours", "getbalance", json!([])).await;
+    assert_eq!(balance.to_string(), "1.75000000");
+    let sent = node.wallet_rpc("ours", "sendtoaddress", json!([miner, 1.7, "", "", true])).await;
+    let tx = client.transaction(sent.as_str().unwrap()).await.unwrap();
+    let e = effects(&tx, &watched, &unspent).unwrap();
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].spent.iter().map(|l| l.value).sum::<u64>(), 175_000_000);
+    // Subtracting the fee from the amount: everything left goes to the miner, none back to us.
+    assert!(e[0].received.is_empty());
+    assert_eq!(e[0].net(), -175_000_000);
+}
+
+/// Our wallet's first p2sh (chain 0) and p2wsh (chain 20) addresses on regtest, from three keys
+/// the test holds, with Litecoin Core's wallet `ours` holding them too so that it signs as the
+/// wallet's owners would.
+async fn wallet_litecoin_core_signs_for(
+    node: &Litecoind,
+) -> (custodian::chain::utxo::address::Derived, custodian::chain::utxo::address::Derived) {
+    use bitcoin::{bip32::Xpriv, secp256k1::Secp256k1, NetworkKind};
+    let secp = Secp256k1::new();
+    let masters: Vec<Xpriv> =
+        (0..3u8).map(|i| Xpriv::new_master(NetworkKind::Test, &[40 + i; 32]).unwrap()).collect();
+    let xpubs: Vec<String> = masters
+        .iter()
+        .map(|m| {
+            bitcoin::bip32::Xpub { network: NetworkKind::Main, ..bitcoin::bip32::Xpub::from_priv(&secp, m) }
+                .to_string()
+        })
+        .collect();
+    let keys = WalletKeys::parse([&xpubs[0], &xpubs[1], &xpubs[2]]).unwrap();
+    let params = Family::Litecoin.params(Network::Regtest);
+    let p2sh = derive(&keys, ChainCode::new(0).unwrap(), 0, params).unwrap();
+    let p2wsh = derive(&keys, ChainCode::new(20).unwrap(), 0, params).unwrap();
+    // Litecoin Core (Debian's build has legacy wallets only, which spend a multisig only when
+    // they hold every key) holds the three child keys and both multisig scripts: its own
+    // addresses for them must be ours.
+    node.rpc("createwallet", json!(["ours"])).await;
+    for (chain, ours) in [(0u32, &p2sh), (20, &p2wsh)] {
+        let path: Vec<bitcoin::bip32::ChildNumber> = [0, 0, chain, 0]
+            .iter()
+            .map(|&n| bitcoin::bip32::ChildNumber::from_normal_idx(n).unwrap())
+            .collect();
+        let children: Vec<Xpriv> = masters.iter().map(|m| m.derive_priv(&secp, &path).unwrap()).collect();
+        for child in &children {
+            node.wallet_rpc("ours", "importprivkey", json!([child.to_priv().to_wif(), "", false])).await;
+        }
+        let pubs: Vec<String> = children.iter().map(|c| c.to_priv().public_key(&secp).to_string()).collect();
+        let kind = if chain == 0 { "legacy" } else { "bech32" };
+        let made = node.wallet_rpc("ours", "addmultisigaddress", json!([2, pubs, "", kind])).await;
+        assert_eq!(made["address"], ours.address.as_str(), "chain {chain}");
+    }
+    (p2sh, p2wsh)
 }

@@ -1,0 +1,274 @@
+//! A Bitcoin-family node (Bitcoin Core, Litecoin Core) read over its JSON-RPC (docs/chains.md#utxo-chains):
+//! the service's own HTTP client (rustls), every request bounded in time, every answer in
+//! size, and the node's error text clipped before it goes anywhere. The URL and credentials
+//! are never logged.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use super::params::Network;
+use crate::chain::node::NodeError;
+
+/// Largest answer read for a block with its transactions (`getblock` verbosity 2), bytes.
+pub const MAX_BLOCK_BYTES: usize = 64 << 20;
+/// Largest answer read for any other method, bytes.
+pub const MAX_OTHER_BYTES: usize = 4 << 20;
+
+/// Base units (satoshis, litoshis) per coin: amounts are read as decimal text, never floats.
+const UNITS_PER_COIN: u64 = 100_000_000;
+
+/// A node and how to reach it.
+pub struct UtxoNode {
+    http: reqwest::Client,
+    url: url::Url,
+    /// `rpcuser`/`rpcpassword`, or the `__cookie__` pair read from the node's cookie file.
+    auth: Option<(String, String)>,
+    /// Largest mempool answer read, bytes.
+    mempool_max_bytes: usize,
+}
+
+/// What `getblockchaininfo` says of the node's chain.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct ChainInfo {
+    /// `main`, `test` or `regtest`.
+    pub chain: String,
+    /// The height of its best block.
+    pub blocks: u64,
+    pub bestblockhash: String,
+}
+
+impl ChainInfo {
+    /// The network the node is on, if it is one of ours.
+    pub fn network(&self) -> Option<Network> {
+        match self.chain.as_str() {
+            "main" => Some(Network::Mainnet),
+            "test" => Some(Network::Testnet),
+            "regtest" => Some(Network::Regtest),
+            _ => None,
+        }
+    }
+}
+
+/// An output being spent: the transaction and its output's position.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OutPoint {
+    pub txid: String,
+    pub vout: u32,
+}
+
+/// An input of a transaction: the output it spends (`None` for a coinbase) and its sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    pub prev: Option<OutPoint>,
+    pub sequence: u32,
+}
+
+/// An output of a transaction: its value in base units and its script (hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub n: u32,
+    pub value: u64,
+    pub script: String,
+}
+
+/// A transaction as the watcher reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UtxoTx {
+    pub txid: String,
+    pub inputs: Vec<Input>,
+    pub outputs: Vec<Output>,
+}
+
+impl UtxoTx {
+    /// Whether it signals replace-by-fee (BIP 125): an input's sequence below `0xfffffffe`.
+    pub fn signals_rbf(&self) -> bool {
+        self.inputs.iter().any(|i| i.prev.is_some() && i.sequence < 0xffff_fffe)
+    }
+}
+
+/// A block with its transactions.
+#[derive(Debug, Clone)]
+pub struct UtxoBlock {
+    pub hash: String,
+    pub height: u64,
+    /// `None` for the genesis block.
+    pub parent: Option<String>,
+    /// Unix seconds.
+    pub time: i64,
+    pub txs: Vec<UtxoTx>,
+}
+
+/// `value` (a decimal number of coins, as the node writes it) in base units. Errors: anything
+/// but a non-negative number with at most 8 decimals that fits.
+pub fn base_units(value: &Value) -> Result<u64, NodeError> {
+    let text = match value {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        _ => return Err(NodeError::new("an amount is not a number")),
+    };
+    let bad = || NodeError::new(format!("amount {text} is not a base-unit amount"));
+    let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
+    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) || frac.len() > 8 {
+        return Err(bad());
+    }
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let frac: u64 = format!("{frac:0<8}").parse().map_err(|_| bad())?;
+    let whole: u64 = whole.parse().map_err(|_| bad())?;
+    whole.checked_mul(UNITS_PER_COIN).and_then(|w| w.checked_add(frac)).ok_or_else(bad)
+}
+
+/// A transaction from the node's JSON (`getblock` verbosity 2, `getrawtransaction` verbose).
+fn tx_of(v: &Value) -> Result<UtxoTx, NodeError> {
+    let missing = |what: &str| NodeError::new(format!("a transaction without {what}"));
+    let txid = v["txid"].as_str().ok_or_else(|| missing("txid"))?.to_string();
+    let mut inputs = Vec::new();
+    for i in v["vin"].as_array().ok_or_else(|| missing("vin"))? {
+        let sequence =
+            i["sequence"].as_u64().and_then(|s| u32::try_from(s).ok()).ok_or_else(|| missing("sequence"))?;
+        let prev = match i.get("coinbase") {
+            Some(_) => None,
+            None => Some(OutPoint {
+                txid: i["txid"].as_str().ok_or_else(|| missing("an input's txid"))?.to_string(),
+                vout: i["vout"]
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| missing("an input's vout"))?,
+            }),
+        };
+        inputs.push(Input { prev, sequence });
+    }
+    let mut outputs = Vec::new();
+    for o in v["vout"].as_array().ok_or_else(|| missing("vout"))? {
+        outputs.push(Output {
+            n: o["n"].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| missing("an output's n"))?,
+            value: base_units(&o["value"])?,
+            script: o["scriptPubKey"]["hex"]
+                .as_str()
+                .ok_or_else(|| missing("an output's script"))?
+                .to_string(),
+        });
+    }
+    Ok(UtxoTx { txid, inputs, outputs })
+}
+
+impl UtxoNode {
+    /// A client of the node at `url` (http or https) with `auth`, each request bounded by
+    /// `timeout`; the mempool's answer is capped at `mempool_max_bytes`.
+    pub fn new(
+        url: &str,
+        auth: Option<(String, String)>,
+        timeout: Duration,
+        mempool_max_bytes: usize,
+    ) -> Result<Self, NodeError> {
+        let url = url::Url::parse(url).map_err(|_| NodeError::new("the RPC URL is not a URL"))?;
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| NodeError::new(e.without_url().to_string()))?;
+        Ok(Self { http, url, auth, mempool_max_bytes })
+    }
+
+    /// One call: its `result`. The node's error (Bitcoin Core answers 500 with one) and any
+    /// transport failure come back clipped and without the URL.
+    async fn call<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Value,
+        cap: usize,
+    ) -> Result<R, NodeError> {
+        let fail = |e: reqwest::Error| NodeError::new(format!("{method}: {}", e.without_url()));
+        let mut req = self.http.post(self.url.clone()).json(&json!({
+            "jsonrpc": "1.0", "id": 1, "method": method, "params": params,
+        }));
+        if let Some((user, password)) = &self.auth {
+            req = req.basic_auth(user, Some(password));
+        }
+        let mut res = req.send().await.map_err(fail)?;
+        let status = res.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = res.chunk().await.map_err(fail)? {
+            if body.len() + chunk.len() > cap {
+                return Err(NodeError::new(format!("{method}: the node's answer is over {cap} bytes")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let answer: Value = serde_json::from_slice(&body).map_err(|_| {
+            let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+            NodeError::new(format!("{method}: HTTP {}: {text}", status.as_u16()))
+        })?;
+        if !answer["error"].is_null() {
+            return Err(NodeError::new(format!("{method}: {}", answer["error"])));
+        }
+        serde_json::from_value(answer["result"].clone())
+            .map_err(|e| NodeError::new(format!("{method}: an unexpected answer: {e}")))
+    }
+
+    pub async fn chain_info(&self) -> Result<ChainInfo, NodeError> {
+        self.call("getblockchaininfo", json!([]), MAX_OTHER_BYTES).await
+    }
+
+    /// Checks that the node is on `expected`. Errors: which network it is on instead.
+    pub async fn check_network(&self, expected: Network) -> Result<ChainInfo, NodeError> {
+        let info = self.chain_info().await?;
+        match info.network() {
+            Some(n) if n == expected => Ok(info),
+            _ => Err(NodeError::new(format!("the node is on chain {:?}, not {expected:?}", info.chain))),
+        }
+    }
+
+    /// The hash of the best chain's block at `height`.
+    pub async fn block_hash(&self, height: u64) -> Result<String, NodeError> {
+        self.call("getblockhash", json!([height]), MAX_OTHER_BYTES).await
+    }
+
+    /// Block `hash` with its transactions. Errors: the node's, or an answer missing a field.
+    pub async fn block(&self, hash: &str) -> Result<UtxoBlock, NodeError> {
+        let v: Value = self.call("getblock", json!([hash, 2]), MAX_BLOCK_BYTES).await?;
+        let missing = |what: &str| NodeError::new(format!("getblock: no {what}"));
+        let txs =
+            v["tx"].as_array().ok_or_else(|| missing("tx"))?.iter().map(tx_of).collect::<Result<_, _>>()?;
+        Ok(UtxoBlock {
+            hash: v["hash"].as_str().ok_or_else(|| missing("hash"))?.to_string(),
+            height: v["height"].as_u64().ok_or_else(|| missing("height"))?,
+            parent: v["previousblockhash"].as_str().map(str::to_string),
+            time: v["time"].as_i64().ok_or_else(|| missing("time"))?,
+            txs,
+        })
+    }
+
+    /// The txids in the node's mempool; the answer is capped at the configured size.
+    pub async fn mempool(&self) -> Result<Vec<String>, NodeError> {
+        self.call("getrawmempool", json!([]), self.mempool_max_bytes).await
+    }
+
+    /// A transaction the node knows (its mempool, or with `-txindex` any).
+    pub async fn transaction(&self, txid: &str) -> Result<UtxoTx, NodeError> {
+        let v: Value = self.call("getrawtransaction", json!([txid, true]), MAX_OTHER_BYTES).await?;
+        tx_of(&v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base_units;
+    use serde_json::json;
+
+    #[test]
+    fn amounts_are_read_as_decimal_text_exactly() {
+        let n = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+        assert_eq!(base_units(&n("0.00000001")).unwrap(), 1);
+        assert_eq!(base_units(&n("12.5")).unwrap(), 1_250_000_000);
+        assert_eq!(base_units(&n("21000000.00000000")).unwrap(), 2_100_000_000_000_000);
+        assert_eq!(base_units(&n("0.1")).unwrap(), 10_000_000);
+        for bad in ["-1", "0.000000001", "1e3", "\"x\"", "null"] {
+            assert!(base_units(&n(bad)).is_err(), "{bad}");
+        }
+        assert!(base_units(&json!("184467440737.09551616")).is_err(), "overflow");
+    }
+}
