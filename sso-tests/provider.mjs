@@ -5,10 +5,11 @@
 //   { "clients": [{ "client_id", "client_secret", "redirect_uris": [...] }],
 //     "accounts": { "<sub>": { "email", "email_verified", "groups": [...], "disabled"?: true } },
 //     "idTokenTtl"?: seconds, "conformIdTokenClaims"?: true (email and groups at userinfo only),
-//     "tamper"?: "forge" | "none" | "replay" }
+//     "tamper"?: "forge" | "none" | "replay" | "huge" }
 // "tamper" makes it a hostile provider at its token endpoint: "forge" names another person
 // ("forgeSub") in the id_token and keeps the signature, "none" strips the signature (alg none),
-// "replay" answers the id_token it issued for the previous sign-in.
+// "replay" answers the id_token it issued for the previous sign-in, "huge" pads the token
+// answer to 2 MiB.
 // It prints one line, {"issuer": "http://127.0.0.1:<port>"}, once it listens. Sign-in uses the
 // provider's development pages (any password; the login is the account's sub) and skips
 // consent: the grant is made at once. Tokens are signed (RS256) with a key made at each start.
@@ -95,6 +96,7 @@ server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
       sent = previous;
     }
     ctx.body = { ...ctx.body, id_token: sent };
+    if (tamper === 'huge') ctx.body.padding = 'x'.repeat(2 << 20);
     previous = issued;
   });
   server.on('request', provider.callback());

@@ -20,6 +20,9 @@ pub struct SsoConfig {
     /// `login.window` seconds; past it, 429 `TooManyRequests` before the provider is called. A
     /// sign-in that finishes frees its place; a failed or abandoned one keeps it.
     pub max_starts_per_client: u32,
+    /// Largest answer read from a provider (discovery, keys, token, userinfo), bytes; a larger
+    /// one fails the sign-in rather than fill the memory.
+    pub max_answer_bytes: usize,
     /// Longest session a sign-in gives, seconds; 0: the provider's `id_token` lifetime. Never
     /// longer than `login.session_ttl`.
     pub session_ttl: u64,
@@ -33,6 +36,7 @@ impl Default for SsoConfig {
             concurrency: 16,
             max_pending: 10_000,
             max_starts_per_client: 30,
+            max_answer_bytes: 1 << 20,
             session_ttl: 0,
         }
     }
@@ -52,6 +56,9 @@ impl SsoConfig {
         }
         if !(1..=1_000_000).contains(&self.max_pending) {
             return bad("max_pending", "from 1 to 1000000");
+        }
+        if !(1024..=64 << 20).contains(&self.max_answer_bytes) {
+            return bad("max_answer_bytes", "from 1024 to 67108864");
         }
         if !(1..=100_000).contains(&self.max_starts_per_client) {
             return bad("max_starts_per_client", "from 1 to 100000");

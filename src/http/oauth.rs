@@ -181,6 +181,12 @@ fn parse_query(headers: &HeaderMap, body: &[u8]) -> Result<TokenQuery, OAuthErro
     if q.token.is_empty() {
         return Err(OAuthError::invalid_request("token is required"));
     }
+    // No value here may hold a NUL (the schema's rule for every string): refused even where
+    // the field is not used, as for a service admin's introspection with a stray client_secret.
+    let fields = [Some(&q.token), q.token_type_hint.as_ref(), q.client_id.as_ref(), q.client_secret.as_ref()];
+    if fields.into_iter().flatten().any(|v| v.contains('\0')) {
+        return Err(OAuthError::invalid_request("a value holds a NUL character"));
+    }
     Ok(q)
 }
 

@@ -35,6 +35,9 @@ pub struct Providers {
 pub(super) struct Guarded {
     http: reqwest::Client,
     guard: Arc<Guard>,
+    /// Largest answer read from a provider, bytes (`sso.max_answer_bytes`): a hostile one's
+    /// endless body is cut off, not held.
+    max_bytes: usize,
 }
 
 impl<'c> openidconnect::AsyncHttpClient<'c> for Guarded {
@@ -48,11 +51,31 @@ impl<'c> openidconnect::AsyncHttpClient<'c> for Guarded {
     >;
 
     fn call(&'c self, request: openidconnect::HttpRequest) -> Self::Future {
+        use openidconnect::HttpClientError;
         Box::pin(async move {
-            let other = |e: String| openidconnect::HttpClientError::Other(e);
+            let other = |e: String| HttpClientError::Other(e);
             let url = url::Url::parse(&request.uri().to_string()).map_err(|e| other(e.to_string()))?;
             crate::net::check_literal(&self.guard, &url).map_err(|e| other(e.to_string()))?;
-            self.http.call(request).await
+            let (parts, body) = request.into_parts();
+            let sent = self.http.request(parts.method, url).headers(parts.headers).body(body).send().await;
+            let mut res = sent.map_err(|e| HttpClientError::Reqwest(Box::new(e.without_url())))?;
+            let mut answer = openidconnect::http::Response::builder().status(res.status());
+            for (name, value) in res.headers() {
+                answer = answer.header(name, value);
+            }
+            let mut bytes = Vec::new();
+            while let Some(chunk) =
+                res.chunk().await.map_err(|e| HttpClientError::Reqwest(Box::new(e.without_url())))?
+            {
+                if bytes.len() + chunk.len() > self.max_bytes {
+                    return Err(other(format!(
+                        "the provider's answer is over {} bytes (sso.max_answer_bytes)",
+                        self.max_bytes
+                    )));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            answer.body(bytes).map_err(HttpClientError::Http)
         })
     }
 }
@@ -68,8 +91,11 @@ impl Providers {
         let guard = Arc::new(Guard { allowed: config.delivery.allowed_cidrs.clone() });
         let timeout = Duration::from_millis(config.sso.timeout_ms);
         let agent = concat!("Custodian-SSO/", env!("CARGO_PKG_VERSION"));
-        let http =
-            Guarded { http: crate::delivery::ssrf::guarded_client(guard.clone(), agent, timeout)?, guard };
+        let http = Guarded {
+            http: crate::delivery::ssrf::guarded_client(guard.clone(), agent, timeout)?,
+            guard,
+            max_bytes: config.sso.max_answer_bytes,
+        };
         let slots = Semaphore::new(usize::try_from(config.sso.concurrency).unwrap_or(1));
         Ok(Self { http, slots, timeout })
     }

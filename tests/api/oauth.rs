@@ -325,6 +325,16 @@ async fn clients_introspect_and_revoke_their_tokens_and_users_revoke_application
     assert_eq!(app.me(access).await.status(), 401);
     let gone = ask("/oauth/introspect", access.into(), id.clone(), secret.clone()).await;
     assert_eq!(gone["active"], false);
+    // A value holding a NUL is refused, even a client_secret a service admin's introspection
+    // does not use (schemathesis found it answered).
+    let root = app.create_user_with("root@example.com", true).await;
+    let root_token = app.login(&root).await;
+    let form = [("token", "x"), ("client_secret", "a\0b")];
+    let res = app.client.post(app.url("/oauth/introspect")).bearer_auth(&root_token).form(&form).send().await;
+    assert_eq!(res.unwrap().status(), 400);
+    let form = [("token", "x")];
+    let res = app.client.post(app.url("/oauth/introspect")).bearer_auth(&root_token).form(&form).send().await;
+    assert_eq!(expect_json(res.unwrap(), 200).await["active"], false);
 
     // The user ends an application's access from the console's Security page.
     let issued = tokens(&app, &browser, &id, &secret).await;

@@ -634,7 +634,7 @@ async fn failed_sso_logins(app: &TestApp) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn a_hostile_provider_s_forged_unsigned_or_replayed_id_token_is_refused_and_audited() {
+async fn a_hostile_provider_s_forged_unsigned_replayed_or_endless_answer_is_refused_and_audited() {
     let (app, provider, enterprise, _) = enterprise_with_provider().await;
     // A sign-in that works, whose id_token the provider keeps to replay.
     let honest = sign_in(&app, &enterprise, "carol-sub").await;
@@ -646,6 +646,8 @@ async fn a_hostile_provider_s_forged_unsigned_or_replayed_id_token_is_refused_an
         (json!("none"), "does not verify"),
         // The previous sign-in's id_token: signed, unexpired, but its nonce is another's.
         (json!("replay"), "nonce"),
+        // An answer past sso.max_answer_bytes (1 MiB): cut off, not held.
+        (json!("huge"), "sso.max_answer_bytes"),
     ];
     provider.set("forgeSub", json!("alice-sub"));
     for (n, (tamper, says)) in cases.into_iter().enumerate() {

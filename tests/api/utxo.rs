@@ -173,6 +173,12 @@ async fn bad_keychains_wallets_and_chain_codes_are_refused_and_change_nothing() 
         assert_eq!(body["context"]["field"], "chain");
     }
     assert_eq!(app.raw_sql("SELECT address FROM wallet_addresses").await.len(), 1, "the first address only");
+    // An imported wallet whose keys are not keychains added here: nothing to derive from.
+    let alice_id = expect_json(app.me(&token).await, 200).await["user"]["id"].as_str().unwrap().to_string();
+    let imported = "00112233445566778899aabbccddeeff";
+    app.import_wallet(imported, &acme, &[&alice_id]).await;
+    let path = format!("/api/v2/tbtc/wallet/{imported}/address");
+    assert_error(app.post_auth(&path, &token, &json!({})).await, 409, "WalletNotWatched").await;
 }
 
 #[tokio::test]

@@ -120,23 +120,25 @@ pub struct NewMultisigWallet {
 }
 
 /// The three keychains of a wallet's record (`keys`), as keys to derive from. Errors:
-/// `Internal` for a record that names no three keychains of the store.
+/// `WalletNotWatched` (409) for a wallet whose `keys` are not three keychains added here (an
+/// imported record naming BitGo's keychains, say): its addresses cannot be derived.
 async fn wallet_keys(svc: &Chains, record: &Value) -> Result<WalletKeys> {
+    let not_ours = || Error::Conflict {
+        name: ErrorName::WalletNotWatched,
+        message: "the wallet's keys are not three keychains added here: its addresses cannot be derived"
+            .into(),
+    };
     let ids: Vec<&str> =
         record["keys"].as_array().map(|k| k.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    if ids.len() != 3 {
+        return Err(not_ours());
+    }
     let mut pubs = Vec::with_capacity(3);
     for id in &ids {
-        let id: KeyId = id.parse().map_err(|_| Error::Internal(anyhow::anyhow!("wallet key id {id}")))?;
-        let k = svc.store.keychain(&id).await?;
-        pubs.push(
-            k.ok_or_else(|| Error::Internal(anyhow::anyhow!("wallet keychain {} is missing", id.as_str())))?
-                .r#pub,
-        );
+        let id: KeyId = id.parse().map_err(|_| not_ours())?;
+        pubs.push(svc.store.keychain(&id).await?.ok_or_else(not_ours)?.r#pub);
     }
-    match pubs.as_slice() {
-        [u, b, g] => WalletKeys::parse([u, b, g]).map_err(|e| Error::Internal(anyhow::anyhow!(e))),
-        _ => Err(Error::invalid_field("walletId", "the wallet does not name three keychains")),
-    }
+    WalletKeys::parse([&pubs[0], &pubs[1], &pubs[2]]).map_err(|_| not_ours())
 }
 
 /// The address of `keys` at `chain`/`index` as a watched address of `wallet`.
@@ -237,8 +239,9 @@ const INDEX_TRIES: usize = 5;
 /// Derives wallet `wallet_id`'s next address of `chain` (BitGo's `POST
 /// /api/v2/{coin}/wallet/{id}/address`), watched from the next block. Needs `wallet_manage`.
 /// Audited as `wallet.address_added`. Errors: as `wallets::wallet_access`, `InvalidField`
-/// (`chain`, `label`, `coin`), `AddressLimitReached` past `utxo.max_addresses_per_wallet`,
-/// `Busy` when other requests kept taking the index.
+/// (`chain`, `label`, `coin`), `WalletNotWatched` (409: a wallet not of keychains added here),
+/// `AddressLimitReached` past `utxo.max_addresses_per_wallet`, `Busy` when other requests kept
+/// taking the index.
 pub async fn create_address(
     svc: &Chains,
     auth: &Principal,

@@ -71,6 +71,7 @@ pub struct CreateAddressRequest {
         (status = 400, description = "A bad chain code or label, not a UTXO coin, or `AddressLimitReached`", body = ErrorResponse),
         (status = 403, description = "No wallet_manage", body = ErrorResponse),
         (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+        (status = 409, description = "The wallet's keys are not keychains added here (`WalletNotWatched`)", body = ErrorResponse),
     ))]
 pub async fn create_address(
     State(state): State<AppState>,
