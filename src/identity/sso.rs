@@ -135,6 +135,16 @@ pub async fn start(
     Ok(Started { redirect: url.to_string(), browser })
 }
 
+/// A finished sign-in: the session, the console's `next`, and, for an account just made by
+/// provisioning, its TOTP seed, shown this once (docs/sso.md#linking): the person needs its
+/// codes to make access tokens or add a passkey.
+#[derive(Debug)]
+pub struct Finished {
+    pub session: Session,
+    pub next: String,
+    pub new_totp: Option<super::users::CreatedUser>,
+}
+
 /// What the provider sent the browser back with.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Callback {
@@ -156,7 +166,7 @@ pub async fn finish(
     browser: Option<&str>,
     redirect_uri: &str,
     ip: std::net::IpAddr,
-) -> Result<(Session, String)> {
+) -> Result<Finished> {
     let taken = svc.store.take_sso_login(&sha256_hex(cb.state.as_bytes())).await?;
     let enterprise = taken.as_ref().map(|t| t.enterprise_id.clone());
     let result = match taken {
@@ -191,7 +201,7 @@ async fn finish_login(
     browser: Option<&str>,
     redirect_uri: &str,
     ip: std::net::IpAddr,
-) -> Result<(Session, String)> {
+) -> Result<Finished> {
     let now = svc.store.clock().now();
     if login.expires_at <= now {
         return Err(failed("this sign-in expired; start again"));
@@ -238,8 +248,8 @@ async fn finish_login(
     let setting = sso_settings::settings_of(&row)?;
     let access = tokens.access_token().clone();
     let role = from_userinfo(svc, &client, access, claims.subject().clone(), &setting, &mut person).await?;
-    let user = match &login.link_user {
-        Some(asker) => link_asker(svc, &login.enterprise_id, &person, asker, now).await?,
+    let (user, new_totp) = match &login.link_user {
+        Some(asker) => (link_asker(svc, &login.enterprise_id, &person, asker, now).await?, None),
         None => linked_user(svc, &login.enterprise_id, &person, setting.provisioning, now).await?,
     };
     let user = member_with_role(svc, &login.enterprise_id, user, role).await?;
@@ -251,7 +261,7 @@ async fn finish_login(
     let options =
         super::login::SessionOptions { grant_type: GrantType::Oauth, ttl: Some(ttl), ..Default::default() };
     let session = super::login::issue_session(svc, user, ip, now, options).await?;
-    Ok((session, login.next))
+    Ok(Finished { session, next: login.next, new_totp })
 }
 
 /// userinfo (OpenID Connect Core §5.3; its `sub` checked against the id_token's by
@@ -321,7 +331,7 @@ async fn linked_user(
     p: &Person,
     provisioning: bool,
     now: i64,
-) -> Result<crate::store::User> {
+) -> Result<(crate::store::User, Option<super::users::CreatedUser>)> {
     let not_linked =
         |why: &str| refused(ErrorName::SsoNotLinked, &format!("no account here is linked to you: {why}"));
     if let Some((user, linked_to)) = svc.store.sso_identity(&p.issuer, &p.subject).await? {
@@ -329,7 +339,7 @@ async fn linked_user(
             return Err(not_linked("you are linked through another enterprise's provider"));
         }
         let found = svc.store.user_by_id(&user).await?.ok_or_else(|| not_linked("the account is gone"))?;
-        return Ok((*found).clone());
+        return Ok(((*found).clone(), None));
     }
     let email = p.email.as_deref().ok_or_else(|| not_linked("the provider gave no email"))?;
     if !p.email_verified {
@@ -339,7 +349,10 @@ async fn linked_user(
         crate::types::Email::parse(email).map_err(|_| not_linked("the provider's email is not an email"))?;
     let user = match svc.store.user_by_email(&email).await? {
         Some(user) => user,
-        None if provisioning => return provision(svc, enterprise, p, &email, now).await,
+        None if provisioning => {
+            let (user, made) = provision(svc, enterprise, p, &email, now).await?;
+            return Ok((user, Some(made)));
+        }
         None => return Err(not_linked("no account has your email")),
     };
     let membership =
@@ -352,7 +365,7 @@ async fn linked_user(
         Some(_) => {}
     }
     link(svc, enterprise, p, &user.id, "verified email", now).await?;
-    Ok(user)
+    Ok((user, None))
 }
 
 /// Makes an account for a person with a verified `email` no account has, a member of
@@ -364,18 +377,19 @@ async fn provision(
     p: &Person,
     email: &crate::types::Email,
     now: i64,
-) -> Result<crate::store::User> {
+) -> Result<(crate::store::User, super::users::CreatedUser)> {
     let unknown = super::bearer::new_token_value();
     let made =
         super::users::create_user_by(&svc.store, &svc.key, email.as_str(), None, &unknown, false, "sso");
-    let id = made.await?.id;
+    let made = made.await?;
+    let id = made.id.clone();
     let mut member = crate::audit::entry(AuditType::EnterpriseMemberSet)
         .data(json!({ "admin": false, "by": "sso provisioning" }));
     (member.user_id, member.enterprise_id) = (Some(id.clone()), Some(enterprise.clone()));
     svc.store.upsert_membership(enterprise, &id, false, &[member]).await?;
     link(svc, enterprise, p, &id, "provisioning", now).await?;
     let user = svc.store.user_by_id(&id).await?.ok_or_else(|| failed("the new account is gone"))?;
-    Ok((*user).clone())
+    Ok(((*user).clone(), made))
 }
 
 /// Links the person to `user`, an active member of `enterprise` (docs/sso.md#linking), with its

@@ -551,6 +551,16 @@ async fn provisioning_makes_a_member_of_that_enterprise_only_and_is_off_by_defau
     expect_json(app.put_auth(&path, &alice_token, &setting).await, 200).await;
     let out = sign_in(&app, &enterprise, "frank-sub").await;
     assert!(out.session.is_some(), "{}", out.page);
+    // His authenticator key is shown on this first page, once: he needs its codes for tokens.
+    assert!(out.page.contains("id=\"totp-secret\"") && out.page.contains("otpauth://totp/"), "{}", out.page);
+    assert!(
+        out.page.contains("frank%40example.com") || out.page.contains("frank@example.com"),
+        "{}",
+        out.page
+    );
+    assert!(!out.page.contains("http-equiv=\"refresh\""), "the page waits for him");
+    let again = sign_in(&app, &enterprise, "frank-sub").await;
+    assert!(again.session.is_some() && !again.page.contains("totp-secret"), "{}", again.page);
     let frank =
         app.state.store.user_by_email(&custodian::types::Email::parse("frank@example.com").unwrap()).await;
     let frank = frank.unwrap().expect("an account for Frank");

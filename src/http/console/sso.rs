@@ -70,6 +70,25 @@ fn onward(status: StatusCode, title: &str, to: &str) -> Response {
     html(status, layout::page(None, title, "", body))
 }
 
+/// The page after the first sign-in of an account provisioning just made: its TOTP seed, shown
+/// this once, then on to `to`. It does not move on by itself: the person must add the key first.
+fn new_account(to: &str, made: &crate::identity::users::CreatedUser) -> Response {
+    let once = layout::OneTime {
+        id: "totp-secret",
+        lead: "Your account was made by your enterprise's identity provider.".into(),
+        warning: "Add this key to your authenticator app now: it is not shown again, and its codes are needed to make access tokens or add a passkey.",
+        value: made.totp_secret.clone(),
+        note: Some(made.otpauth_uri.clone()),
+    };
+    let body = html! {
+        (layout::shown(&layout::Shown::OneTime(once)))
+        div.panel #onward {
+            p { a #onward-link href=(to) { "Continue to the console" } }
+        }
+    };
+    html(StatusCode::OK, layout::page(None, "Account made", "", body))
+}
+
 /// `POST /console/sso`: finds the provider and sends the browser there, with the cookie that
 /// ties its return to this browser.
 pub async fn start(
@@ -156,10 +175,13 @@ pub async fn callback(
     let browser = browser_cookie(&headers);
     let uri = redirect_uri(&state, &headers);
     match sso::finish(&state.identity, &cb, browser.as_deref(), &uri, ip).await {
-        Ok((session, next)) => {
-            let to = signin::safe_next(&next).unwrap_or("/console/overview");
-            let mut res = onward(StatusCode::OK, "Signed in", to);
-            signin::set_session_cookie(&mut res, &state, peer, &session);
+        Ok(done) => {
+            let to = signin::safe_next(&done.next).unwrap_or("/console/overview");
+            let mut res = match &done.new_totp {
+                Some(made) => new_account(to, made),
+                None => onward(StatusCode::OK, "Signed in", to),
+            };
+            signin::set_session_cookie(&mut res, &state, peer, &done.session);
             let clear = format!("{BROWSER_COOKIE}=; Path=/console/sso; HttpOnly; SameSite=Lax; Max-Age=0");
             if let Ok(v) = HeaderValue::from_str(&clear) {
                 res.headers_mut().append(header::SET_COOKIE, v);
