@@ -63,11 +63,12 @@ pub fn chain_of(coin: &Coin) -> Result<Coin> {
         .map_err(|_| Error::invalid_field("coin", "not a coin"))
 }
 
-/// Adds a watched address to wallet `wallet_id` (its chain is the wallet's coin). `auth` is
-/// `None` for the operator's CLI; a token needs the service-admin permission. Errors:
-/// `Forbidden`, `WalletNotFound`, `InvalidField` (`address`: not an address),
-/// `WalletNotWatched` (409: a coin that is not Ethereum), `AddressInUse` (409) when another
-/// wallet of the chain watches it.
+/// Adds a watched address to wallet `wallet_id` (its chain is the wallet's coin): an Ethereum
+/// address, or a UTXO coin's address of its network ([`utxo::wallets::import_address`]). `auth`
+/// is `None` for the operator's CLI; a token needs the service-admin permission. Errors:
+/// `Forbidden`, `WalletNotFound`, `InvalidField` (`address`: not an address of the coin),
+/// `WalletNotWatched` (409: a coin that is neither), `AddressInUse` (409) when another wallet
+/// of the chain watches it, `AddressLimitReached` (a UTXO wallet's cap).
 pub async fn add_address(
     svc: &Chains,
     auth: Option<&Principal>,
@@ -78,10 +79,15 @@ pub async fn add_address(
     if let Some(auth) = auth {
         auth.require(svc.wallets.policy, Action::ServiceAdmin)?;
     }
-    let address = crate::types::parse_eth_address(text).map_err(|e| Error::invalid_field("address", e))?;
     if label.as_ref().is_some_and(|l| l.chars().count() > 250) {
         return Err(Error::invalid_field("label", "at most 250 characters"));
     }
+    let found = svc.store.wallets_by_ids(std::slice::from_ref(wallet_id), false).await?.pop();
+    let coin = found.ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?.coin;
+    if utxo::params::Family::of(&coin).is_some() {
+        return utxo::wallets::import_address(svc, auth, wallet_id, &coin, text, label).await;
+    }
+    let address = crate::types::parse_eth_address(text).map_err(|e| Error::invalid_field("address", e))?;
     let wallet = watched_wallet(svc, wallet_id, "address").await?;
     let added = WalletAddress {
         chain: wallet.coin.clone(),
@@ -89,7 +95,8 @@ pub async fn add_address(
         wallet_id: wallet_id.clone(),
         label,
         created_at: svc.store.clock().now(),
-        derived: None,
+        scripts: None,
+        position: None,
     };
     let entry = audited(auth, AuditType::WalletAddressAdded, wallet_id, json!({ "address": added.address }));
     match svc.store.add_address(&added, &[entry]).await? {
@@ -221,6 +228,18 @@ pub async fn list_addresses(
     let wallet = visible_wallet(svc, auth, coin, wallet_id).await?;
     let mut found = svc.store.wallet_addresses(wallet_id, after, limit).await?;
     let record = serde_json::from_str::<Value>(wallet.record.as_str()).unwrap_or_default();
+    if utxo::params::Family::of(&wallet.coin).is_some() {
+        if let Some(a) = utxo::wallets::record_address(svc, &wallet, &record)? {
+            if after.is_none_or(|after| a.address.as_str() > after)
+                && !found.iter().any(|f| f.address == a.address)
+            {
+                found.push(a);
+            }
+        }
+        found.sort_by(|a, b| a.address.cmp(&b.address));
+        found.truncate(limit as usize);
+        return Ok(found);
+    }
     for a in record_addresses(&record).iter().map(crate::types::checksummed_eth_address) {
         if after.is_none_or(|after| a.as_str() > after) && !found.iter().any(|f| f.address == a) {
             found.push(WalletAddress {
@@ -229,7 +248,8 @@ pub async fn list_addresses(
                 wallet_id: wallet_id.clone(),
                 label: None,
                 created_at: 0,
-                derived: None,
+                scripts: None,
+                position: None,
             });
         }
     }
@@ -251,12 +271,14 @@ pub fn address_json(a: &WalletAddress, coin: &Coin) -> Value {
         "chain": 0,
         "index": 0,
     });
-    if let Some(d) = &a.derived {
-        let kind = utxo::address::ChainCode::new(d.chain).map(|c| c.script_type().as_str());
-        v["chain"] = json!(d.chain);
-        v["index"] = json!(d.index);
+    if let Some(p) = &a.position {
+        let kind = utxo::address::ChainCode::new(p.chain).map(|c| c.script_type().as_str());
+        v["chain"] = json!(p.chain);
+        v["index"] = json!(p.index);
         v["addressType"] = json!(kind.unwrap_or_default());
-        v["coinSpecific"] = serde_json::to_value(d).unwrap_or_default();
+    }
+    if let Some(s) = &a.scripts {
+        v["coinSpecific"] = serde_json::to_value(s).unwrap_or_default();
     }
     v
 }

@@ -297,13 +297,14 @@ pub enum WalletCommand {
         #[arg(long, value_name = "CENTS")]
         withdraw_hold_usd: Option<String>,
     },
-    /// Watch one more address for a wallet of an Ethereum coin (the chain watcher's next round
-    /// picks it up).
+    /// Watch one more address for a wallet of an Ethereum or UTXO coin (the chain watcher's next
+    /// round picks it up).
     AddAddress {
         /// Wallet id.
         #[arg(long)]
         wallet: WalletId,
-        /// 0x and 40 hex digits; mixed case must be a valid EIP-55 checksum.
+        /// Ethereum: 0x and 40 hex digits, mixed case a valid EIP-55 checksum. A UTXO coin: an
+        /// address of its network (base58check or bech32).
         #[arg(long)]
         address: String,
         #[arg(long)]

@@ -14,24 +14,30 @@ pub struct WalletAddress {
     pub label: Option<String>,
     /// Unix seconds.
     pub created_at: i64,
-    /// Where a derived address comes from; `None` for an imported one.
-    pub derived: Option<Derivation>,
+    /// A UTXO chain's address: the scripts that pay it and spend from it (`None` on Ethereum).
+    pub scripts: Option<Scripts>,
+    /// A derived address's place among the wallet's; `None` for an imported one.
+    pub position: Option<Position>,
 }
 
-/// A derived address's place among the wallet's (BitGo's `chain` and `index`) and the scripts
-/// that spend from it, hex (docs/chains.md#utxo-chains).
+/// The scripts of a UTXO address, hex (BitGo's `coinSpecific`): the output script that pays it,
+/// and for a multisig one the redeem and witness scripts that spend from it
+/// (docs/chains.md#utxo-chains).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Derivation {
-    #[serde(skip)]
-    pub chain: u32,
-    #[serde(skip)]
-    pub index: u32,
+pub struct Scripts {
     pub output_script: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redeem_script: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub witness_script: Option<String>,
+}
+
+/// A derived address's BitGo `chain` (code) and `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub chain: u32,
+    pub index: u32,
 }
 
 /// The first appearance of a watched address on chain: the block and transaction in which it

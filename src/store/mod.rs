@@ -88,7 +88,7 @@ pub use sso::{SsoLoginRow, SsoSettingRow, SsoStore};
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::TokenStore;
 pub use users::{User, UserChange, UserStore};
-pub use utxo::{AddressRow, DerivedAdded, KeychainRow, UtxoStore};
+pub use utxo::{AddressRow, KeychainRow, UtxoAdded, UtxoStore};
 pub use wallets::WalletStore;
 pub use webhooks::{CapReached, Rotation, WebhookCaps, WebhookSecret, WebhookStore, ROUTES_CACHED_MAX};
 

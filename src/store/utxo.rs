@@ -9,7 +9,7 @@ use sqlx::FromRow;
 use super::{sql::parse_stored, sql::Dialect, sql_store::SqlStore, StoreError, StoreResult};
 use crate::model::{
     audit::AuditEntry,
-    chain::{Derivation, WalletAddress},
+    chain::{Position, Scripts, WalletAddress},
     wallet::WalletRow,
 };
 use crate::types::{Coin, KeyId, UserId, WalletId};
@@ -46,16 +46,20 @@ pub struct AddressRow {
 impl AddressRow {
     /// The address of `wallet` this row holds.
     pub fn into_address(self, wallet: &WalletId) -> StoreResult<WalletAddress> {
-        let derived = match (self.chain_code, self.address_index, self.coin_specific) {
-            (Some(chain), Some(index), Some(scripts)) => {
-                let mut d: Derivation = serde_json::from_str(&scripts)
-                    .map_err(|_| StoreError::malformed("address coinSpecific", &scripts))?;
-                d.chain = u32::try_from(chain)
-                    .map_err(|_| StoreError::malformed("chain code", &chain.to_string()))?;
-                d.index = u32::try_from(index)
-                    .map_err(|_| StoreError::malformed("address index", &index.to_string()))?;
-                Some(d)
-            }
+        let scripts = match &self.coin_specific {
+            Some(text) => Some(
+                serde_json::from_str::<Scripts>(text)
+                    .map_err(|_| StoreError::malformed("address coinSpecific", text))?,
+            ),
+            None => None,
+        };
+        let position = match (self.chain_code, self.address_index) {
+            (Some(chain), Some(index)) => Some(Position {
+                chain: u32::try_from(chain)
+                    .map_err(|_| StoreError::malformed("chain code", &chain.to_string()))?,
+                index: u32::try_from(index)
+                    .map_err(|_| StoreError::malformed("address index", &index.to_string()))?,
+            }),
             _ => None,
         };
         Ok(WalletAddress {
@@ -64,17 +68,20 @@ impl AddressRow {
             wallet_id: wallet.clone(),
             label: self.label,
             created_at: self.created_at,
-            derived,
+            scripts,
+            position,
         })
     }
 }
 
-/// What adding a derived address came to.
+/// What adding a UTXO address (derived or imported) came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DerivedAdded {
+pub enum UtxoAdded {
     Added,
-    /// Another request took that chain code and index first: derive the next and try again.
-    IndexTaken,
+    /// The address, or its chain code and index, is taken: for a derived one another request
+    /// took the index first (derive the next and try again); for an imported one, some wallet
+    /// watches it.
+    Taken,
     /// The wallet holds the most addresses allowed.
     Full,
 }
@@ -95,26 +102,28 @@ pub trait UtxoStore: Send + Sync {
         first: &WalletAddress,
         audit: &[AuditEntry],
     ) -> StoreResult<bool>;
+    /// The wallet that watches `address` on `chain`.
+    async fn address_owner(&self, chain: &str, address: &str) -> StoreResult<Option<WalletId>>;
     /// The next index of `chain_code` in `wallet` (0 for its first).
     async fn next_address_index(&self, wallet: &WalletId, chain_code: u32) -> StoreResult<u32>;
-    /// Adds derived address `a` with `audit` unless its wallet holds `max` addresses (counted
-    /// under the wallet's lock).
-    async fn add_derived_address(
+    /// Adds UTXO address `a` (derived or imported) with `audit` unless its wallet holds `max`
+    /// addresses (counted under the wallet's lock).
+    async fn add_utxo_address(
         &self,
         a: &WalletAddress,
         max: u32,
         audit: &[AuditEntry],
-    ) -> StoreResult<DerivedAdded>;
+    ) -> StoreResult<UtxoAdded>;
 }
 
 const KEYCHAIN_COLUMNS: &str = "id, coin, pub, source, user_id, wallet_id, created_at";
 
-/// Inserts derived address `a` inside `tx`: false when its (wallet, chain code, index) or its
-/// address is taken.
+/// Inserts UTXO address `a` (derived or imported) inside `tx`: false when its address, or its
+/// (wallet, chain code, index), is taken.
 #[sql_bounds]
-async fn insert_derived_tx<DB>(tx: &mut DB::Connection, a: &WalletAddress) -> StoreResult<bool> {
-    let d = a.derived.as_ref().ok_or_else(|| StoreError::malformed("derived address", &a.address))?;
-    let scripts = serde_json::to_string(d).map_err(|e| StoreError::Other(e.into()))?;
+async fn insert_utxo_address_tx<DB>(tx: &mut DB::Connection, a: &WalletAddress) -> StoreResult<bool> {
+    let scripts = a.scripts.as_ref().ok_or_else(|| StoreError::malformed("UTXO address", &a.address))?;
+    let scripts = serde_json::to_string(scripts).map_err(|e| StoreError::Other(e.into()))?;
     let done = sqlx::query(
         "INSERT INTO wallet_addresses (chain, address, wallet_id, label, created_at, chain_code, address_index, \
          coin_specific) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
@@ -124,8 +133,8 @@ async fn insert_derived_tx<DB>(tx: &mut DB::Connection, a: &WalletAddress) -> St
     .bind(a.wallet_id.as_str())
     .bind(a.label.as_deref())
     .bind(a.created_at)
-    .bind(i64::from(d.chain))
-    .bind(i64::from(d.index))
+    .bind(a.position.map(|p| i64::from(p.chain)))
+    .bind(a.position.map(|p| i64::from(p.index)))
     .bind(scripts)
     .execute(&mut *tx)
     .await?;
@@ -196,12 +205,22 @@ where
             }
         }
         super::wallets::upsert_wallet_tx::<DB>(&mut tx, wallet, self.clock.now_ms()).await?;
-        if !insert_derived_tx::<DB>(&mut tx, first).await? {
+        if !insert_utxo_address_tx::<DB>(&mut tx, first).await? {
             return Err(StoreError::Conflict("the wallet's first address".into()));
         }
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(true)
+    }
+
+    async fn address_owner(&self, chain: &str, address: &str) -> StoreResult<Option<WalletId>> {
+        let owner: Option<(String,)> =
+            sqlx::query_as("SELECT wallet_id FROM wallet_addresses WHERE chain = $1 AND address = $2")
+                .bind(chain)
+                .bind(address)
+                .fetch_optional(&self.pool)
+                .await?;
+        owner.map(|(w,)| parse_stored(&w, "address wallet")).transpose()
     }
 
     async fn next_address_index(&self, wallet: &WalletId, chain_code: u32) -> StoreResult<u32> {
@@ -216,12 +235,12 @@ where
         u32::try_from(next).map_err(|_| StoreError::malformed("address index", &next.to_string()))
     }
 
-    async fn add_derived_address(
+    async fn add_utxo_address(
         &self,
         a: &WalletAddress,
         max: u32,
         audit: &[AuditEntry],
-    ) -> StoreResult<DerivedAdded> {
+    ) -> StoreResult<UtxoAdded> {
         let mut tx = self.begin_write().await?;
         // Under the wallet's lock, so concurrent requests cannot all pass the count.
         let locked: Option<(String,)> =
@@ -234,13 +253,13 @@ where
             .fetch_one(&mut *tx)
             .await?;
         if held >= i64::from(max) {
-            return Ok(DerivedAdded::Full);
+            return Ok(UtxoAdded::Full);
         }
-        if !insert_derived_tx::<DB>(&mut tx, a).await? {
-            return Ok(DerivedAdded::IndexTaken);
+        if !insert_utxo_address_tx::<DB>(&mut tx, a).await? {
+            return Ok(UtxoAdded::Taken);
         }
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
-        Ok(DerivedAdded::Added)
+        Ok(UtxoAdded::Added)
     }
 }

@@ -215,8 +215,9 @@ async fn chain_settings_of_a_wallet_no_watcher_reads_are_refused_as_conflicts() 
     let path = format!("/api/v2/internal/wallet/{TBTC_WALLET}/feeAlerts");
     let res = f.app.put_auth(&path, &admin, &json!({ "lowFee": "1" })).await;
     assert_error(res, 409, "WalletNotWatched").await;
+    // A tbtc wallet takes tbtc addresses (tests/api/utxo.rs), not Ethereum ones.
     let path = format!("/api/v2/internal/wallet/{TBTC_WALLET}/addresses");
     let res = f.app.post_auth(&path, &admin, &json!({ "address": OTHER })).await;
-    assert_error(res, 409, "WalletNotWatched").await;
+    assert_error(res, 400, "InvalidField").await;
     assert!(f.app.raw_sql("SELECT wallet_id FROM wallet_fee_alerts").await.is_empty());
 }

@@ -212,3 +212,62 @@ async fn concurrent_address_requests_get_distinct_indexes() {
     indexes.sort();
     assert_eq!(indexes, [0, 1, 2, 3]);
 }
+
+#[tokio::test]
+async fn a_service_admin_imports_addresses_of_the_wallet_s_network_only() {
+    use bitcoin::{Address, Network as BtcNetwork};
+    use std::str::FromStr;
+    let app = spawn_app_with(|c| c.utxo.max_addresses_per_wallet = 4).await;
+    let root = app.create_user_with("root@example.com", true).await;
+    let token = app.login(&root).await;
+    let acme = app.create_enterprise("Acme", &[(&root, true)]).await;
+    let (w1, w2) = ("00112233445566778899aabbccddee01", "00112233445566778899aabbccddee02");
+    app.import_wallet(w1, &acme, &[&root.id]).await;
+    app.import_wallet(w2, &acme, &[&root.id]).await;
+    let (app, token) = (&app, &token);
+    let add = |w: &str, address: &str| {
+        let body = json!({ "address": address });
+        let path = format!("/api/v2/internal/wallet/{w}/addresses");
+        async move { app.post_auth(&path, token, &body).await }
+    };
+    // Testnet P2SH, P2PKH and P2WPKH (bech32 in upper case, kept in lower case).
+    let good = [
+        "2N2JD6wb56AfK4tfmM6PwdVmoYk2dCKf4Br",
+        "mipcBbFg9gMiCh81Kj8tqqdgoZub1ZJRfn",
+        "TB1QW508D6QEJXTDG4Y5R3ZARVARY0C5XW7KXPJZSX",
+    ];
+    for address in good {
+        let a = expect_json(add(w1, address).await, 200).await;
+        let lower = address.to_ascii_lowercase();
+        let stored = if address.starts_with("TB1") { lower.as_str() } else { address };
+        assert_eq!(a["address"], stored);
+        // rust-bitcoin's own parser for Bitcoin's testnet gives the same output script.
+        let theirs = Address::from_str(stored).unwrap().require_network(BtcNetwork::Testnet).unwrap();
+        assert_eq!(a["coinSpecific"]["outputScript"], hex::encode(theirs.script_pubkey().as_bytes()));
+    }
+    // Again: not an error. Another wallet: in use.
+    expect_json(add(w1, good[0]).await, 200).await;
+    assert_error(add(w2, good[0]).await, 409, "AddressInUse").await;
+    // Mainnet, Litecoin testnet, Ethereum, garbage: not this network's.
+    for bad in [
+        "3J98t1WpEZ73CNmQviecrnyiWrnqRhWNLy",
+        "QVk4MvUu7Wb7tZ1wvAeiUvdF7wxhvpyLLK",
+        "tltc1qw508d6qejxtdg4y5r3zarvary0c5xw7kx3a2c5",
+        "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
+        "2N2JD6wb56AfK4tfmM6PwdVmoYk2dCKf4Bs",
+    ] {
+        let body = assert_error(add(w1, bad).await, 400, "InvalidField").await;
+        assert_eq!(body["context"]["field"], "address", "{bad}");
+    }
+    // utxo.max_addresses_per_wallet (4) counts imported ones too.
+    expect_json(add(w1, "2MzQwSSnBHWHqSAqtTVQ6v47XtaisrJa1Vc").await, 200).await;
+    assert_error(add(w1, "2NBFNJTktNa7GZusGbDbGKRZTxdK9VVez3n").await, 400, "AddressLimitReached").await;
+    let listed =
+        expect_json(app.get_auth(&format!("/api/v2/tbtc/wallet/{w1}/addresses"), token).await, 200).await;
+    assert_eq!(listed["addresses"].as_array().unwrap().len(), 4);
+    assert!(listed["addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| a["coinSpecific"]["outputScript"].is_string()));
+}

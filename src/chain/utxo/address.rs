@@ -114,6 +114,38 @@ pub struct Derived {
     pub witness_script: Option<String>,
 }
 
+/// The output script (hex) that pays `text`, an address written with `params`: base58check
+/// P2PKH or P2SH with the network's version byte, or a segwit address (BIP 173/350) with its
+/// bech32 prefix. Errors: why it is not one of this network's addresses.
+pub fn output_script_of(text: &str, params: AddressParams) -> Result<String, String> {
+    let text = text.trim();
+    if text.len() > 100 {
+        return Err("too long for an address".into());
+    }
+    if let Ok((hrp, version, program)) = bech32::segwit::decode(text) {
+        if !hrp.as_str().eq_ignore_ascii_case(params.hrp) {
+            return Err(format!(
+                "a segwit address of another network ({}, not {})",
+                hrp.as_str(),
+                params.hrp
+            ));
+        }
+        let version = bitcoin::WitnessVersion::try_from(version).map_err(|e| e.to_string())?;
+        let program = bitcoin::WitnessProgram::new(version, &program).map_err(|e| e.to_string())?;
+        return Ok(hex::encode(ScriptBuf::new_witness_program(&program).as_bytes()));
+    }
+    let payload =
+        bitcoin::base58::decode_check(text).map_err(|_| "not a base58check or bech32 address".to_string())?;
+    let (version, hash) = payload.split_first().ok_or("an empty address")?;
+    let hash: [u8; 20] = hash.try_into().map_err(|_| "not a 20-byte hash".to_string())?;
+    let script = match *version {
+        v if v == params.p2pkh => ScriptBuf::new_p2pkh(&bitcoin::PubkeyHash::from_byte_array(hash)),
+        v if v == params.p2sh => ScriptBuf::new_p2sh(&bitcoin::ScriptHash::from_byte_array(hash)),
+        v => return Err(format!("version byte {v:#04x} is not this network's")),
+    };
+    Ok(hex::encode(script.as_bytes()))
+}
+
 /// The address of `keys` at `chain` and `index` (below 2^31: never hardened), written with
 /// `params`. Errors: an index out of range.
 pub fn derive(

@@ -16,10 +16,10 @@ use crate::{
     identity::{bearer::Principal, scopes::Action},
     model::{
         audit::AuditType,
-        chain::{Derivation, WalletAddress},
+        chain::{Position, Scripts, WalletAddress},
         wallet::WalletRow,
     },
-    store::{DerivedAdded, KeychainRow},
+    store::{KeychainRow, UtxoAdded},
     types::{Coin, EnterpriseId, KeyId, WalletId},
 };
 
@@ -149,13 +149,12 @@ fn watched(d: &Derived, wallet: &WalletId, coin: &Coin, label: Option<String>, n
         wallet_id: wallet.clone(),
         label,
         created_at: now,
-        derived: Some(Derivation {
-            chain: d.chain.get(),
-            index: d.index,
+        scripts: Some(Scripts {
             output_script: d.output_script.clone(),
             redeem_script: d.redeem_script.clone(),
             witness_script: d.witness_script.clone(),
         }),
+        position: Some(Position { chain: d.chain.get(), index: d.index }),
     }
 }
 
@@ -233,6 +232,92 @@ pub async fn create_wallet(svc: &Chains, auth: &Principal, new: &NewMultisigWall
     Ok(row)
 }
 
+/// Adds `text`, an address of `coin`'s network, to wallet `wallet_id` as an imported address
+/// (no chain code or index), with the output script that pays it. Audited as
+/// `wallet.address_added`. Errors: `InvalidField` (`address`), `AddressInUse` (409: another
+/// wallet's), `AddressLimitReached` past `utxo.max_addresses_per_wallet`. Adding one the wallet
+/// has is not an error.
+pub async fn import_address(
+    svc: &Chains,
+    auth: Option<&Principal>,
+    wallet_id: &WalletId,
+    coin: &Coin,
+    text: &str,
+    label: Option<String>,
+) -> Result<WalletAddress> {
+    let params = address_params(svc, coin)?;
+    let output_script =
+        super::address::output_script_of(text, params).map_err(|e| Error::invalid_field("address", e))?;
+    // bech32 is case-insensitive and written in lower case; base58 is kept as given.
+    let text = text.trim();
+    let address = if text.to_ascii_lowercase().starts_with(&format!("{}1", params.hrp)) {
+        text.to_ascii_lowercase()
+    } else {
+        text.to_string()
+    };
+    let a = WalletAddress {
+        chain: coin.clone(),
+        address,
+        wallet_id: wallet_id.clone(),
+        label,
+        created_at: svc.store.clock().now(),
+        scripts: Some(Scripts { output_script, redeem_script: None, witness_script: None }),
+        position: None,
+    };
+    let entry = match auth {
+        Some(auth) => auth.audit(AuditType::WalletAddressAdded),
+        None => crate::audit::entry(AuditType::WalletAddressAdded).data(json!({ "by": "operator" })),
+    }
+    .wallet(Some(wallet_id))
+    .data(json!({ "address": a.address }));
+    let max = svc.config.utxo.max_addresses_per_wallet;
+    match svc.store.add_utxo_address(&a, max, &[entry]).await? {
+        UtxoAdded::Added => Ok(a),
+        UtxoAdded::Full => Err(limit_reached(max)),
+        UtxoAdded::Taken => match svc.store.address_owner(coin.as_str(), &a.address).await? {
+            Some(owner) if &owner == wallet_id => Ok(a),
+            _ => Err(Error::Conflict {
+                name: ErrorName::AddressInUse,
+                message: "another wallet of this chain already watches that address".into(),
+            }),
+        },
+    }
+}
+
+/// The address a UTXO wallet's record names (`receiveAddress.address`), when it is one of its
+/// coin's network, with its output script and, if the record says, its chain and index.
+pub fn record_address(svc: &Chains, wallet: &WalletRow, record: &Value) -> Result<Option<WalletAddress>> {
+    let Some(text) = record.pointer("/receiveAddress/address").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    let Ok(output_script) = super::address::output_script_of(text, address_params(svc, &wallet.coin)?) else {
+        return Ok(None);
+    };
+    let at = |k: &str| {
+        record
+            .pointer(&format!("/receiveAddress/{k}"))
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+    };
+    Ok(Some(WalletAddress {
+        chain: wallet.coin.clone(),
+        address: text.to_string(),
+        wallet_id: wallet.id.clone(),
+        label: None,
+        created_at: 0,
+        scripts: Some(Scripts { output_script, redeem_script: None, witness_script: None }),
+        position: at("chain").zip(at("index")).map(|(chain, index)| Position { chain, index }),
+    }))
+}
+
+fn limit_reached(max: u32) -> Error {
+    Error::Invalid {
+        name: ErrorName::AddressLimitReached,
+        message: format!("a wallet may hold at most {max} addresses (utxo.max_addresses_per_wallet)"),
+        context: json!({ "max": max }),
+    }
+}
+
 /// Tries at deriving the next index when concurrent requests take it first.
 const INDEX_TRIES: usize = 5;
 
@@ -266,10 +351,10 @@ pub async fn create_address(
         let a = watched(&d, wallet_id, coin, label.clone(), svc.store.clock().now());
         let entry = auth.audit(AuditType::WalletAddressAdded).wallet(Some(wallet_id)).data(json!({
             "address": a.address, "chain": chain.get(), "index": index }));
-        match svc.store.add_derived_address(&a, max, &[entry]).await? {
-            DerivedAdded::Added => return Ok(a),
-            DerivedAdded::IndexTaken => continue,
-            DerivedAdded::Full => {
+        match svc.store.add_utxo_address(&a, max, &[entry]).await? {
+            UtxoAdded::Added => return Ok(a),
+            UtxoAdded::Taken => continue,
+            UtxoAdded::Full => {
                 return Err(Error::Invalid {
                     name: ErrorName::AddressLimitReached,
                     message: format!(

@@ -82,25 +82,26 @@ pub async fn list_addresses(
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AddAddressRequest {
-    /// `0x` and 40 hex digits; mixed case must be a valid EIP-55 checksum.
-    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    /// Ethereum: `0x` and 40 hex digits, mixed case a valid EIP-55 checksum. A UTXO coin: an
+    /// address of its network (base58check P2PKH or P2SH, or bech32).
+    #[schema(pattern = "^[0-9A-Za-z]{1,100}$")]
     pub address: String,
     #[schema(max_length = 250)]
     pub label: Option<String>,
 }
 
-/// Adds a watched address to a wallet of an Ethereum coin (service admins). The chain watcher
-/// picks it up at its next round.
+/// Adds a watched address to a wallet of an Ethereum or UTXO coin (service admins). The chain
+/// watcher picks it up at its next round.
 #[utoipa::path(post, path = "/api/v2/internal/wallet/{walletId}/addresses", tag = "wallets",
     security(("bearer" = [])),
     params(("walletId" = WalletId, Path, description = "Wallet id, 32 hex")),
     request_body = AddAddressRequest,
     responses(
         (status = 200, description = "The address, checksummed", body = Object),
-        (status = 400, description = "Not an address", body = ErrorResponse),
+        (status = 400, description = "Not an address of the wallet's coin, or `AddressLimitReached`", body = ErrorResponse),
         (status = 403, description = "Not a service admin", body = ErrorResponse),
         (status = 404, description = "No such wallet", body = ErrorResponse),
-        (status = 409, description = "Another wallet watches the address (AddressInUse), or the wallet is not of an Ethereum coin (WalletNotWatched)", body = ErrorResponse),
+        (status = 409, description = "Another wallet watches the address (AddressInUse), or the wallet is of a coin no watcher reads (WalletNotWatched)", body = ErrorResponse),
     ))]
 pub async fn add_address(
     State(state): State<AppState>,
