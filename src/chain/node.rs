@@ -143,17 +143,24 @@ pub struct EthNode {
     client: RpcClient,
 }
 
+/// A node's URL, parsed, and the HTTP client that reads it: every request within `timeout`, no
+/// redirect followed. Errors name neither the URL nor its parts (it may hold a key).
+pub fn node_client(url: &str, timeout: Duration) -> Result<(url::Url, reqwest::Client), NodeError> {
+    let url = url::Url::parse(url).map_err(|_| NodeError::new("the RPC URL is not a URL"))?;
+    let http = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| NodeError::new(e.without_url().to_string()))?;
+    Ok((url, http))
+}
+
 impl EthNode {
     /// A client of the node at `url` (http or https), each request bounded by `timeout`.
     /// `pool_max_bytes` caps the pending pool's answer (the other methods' caps are fixed).
     pub fn new(url: &str, timeout: Duration, pool_max_bytes: usize) -> Result<Self, NodeError> {
-        let url = url::Url::parse(url).map_err(|_| NodeError::new("the RPC URL is not a URL"))?;
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| NodeError::new(e.without_url().to_string()))?;
+        let (url, http) = node_client(url, timeout)?;
         let is_local = url.host_str().is_some_and(|h| h == "localhost" || h.starts_with("127."));
         Ok(Self { client: RpcClient::new(Transport { http, url, pool_max_bytes }, is_local) })
     }

@@ -164,13 +164,7 @@ impl UtxoNode {
         timeout: Duration,
         mempool_max_bytes: usize,
     ) -> Result<Self, NodeError> {
-        let url = url::Url::parse(url).map_err(|_| NodeError::new("the RPC URL is not a URL"))?;
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| NodeError::new(e.without_url().to_string()))?;
+        let (url, http) = crate::chain::node::node_client(url, timeout)?;
         Ok(Self { http, url, auth, mempool_max_bytes })
     }
 
