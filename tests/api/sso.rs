@@ -387,6 +387,8 @@ async fn one_client_s_unfinished_sign_ins_are_capped_by_sso_max_starts_per_clien
     // The third is refused before the provider is called: nothing is kept for it.
     let res = start().await.unwrap();
     assert_eq!(res.status(), 429);
+    let retry: u64 = res.headers()[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    assert!((1..=app.state.config.login.window).contains(&retry), "{retry}");
     assert!(res.text().await.unwrap().contains("from this address"));
     assert_eq!(app.raw_sql("SELECT state_hash FROM sso_logins").await.len(), 2);
     // The first, finished, frees this client's places (the second was abandoned).

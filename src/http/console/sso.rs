@@ -105,8 +105,17 @@ pub async fn start(
     match sso::start(&state.identity, &fields.who, next, &redirect_uri(&state, &headers), None, ip).await {
         Ok(started) => to_provider(&state, &started),
         Err(e) => {
+            // A limit's page says when to try again, as the API's 429 does.
+            let retry = match &e {
+                crate::error::Error::Throttled { retry_after_secs, .. } => Some(*retry_after_secs),
+                _ => None,
+            };
             let error = FieldError::from_api(&e.into());
-            form_page(error.status, &fields.who, Some(&error), &fields.next)
+            let mut res = form_page(error.status, &fields.who, Some(&error), &fields.next);
+            if let Some(secs) = retry {
+                res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            res
         }
     }
 }
