@@ -17,6 +17,13 @@
 //! | `custody_attempts.rs` | [`AttemptStore`] | every transaction signed for a withdrawal |
 //! | `custody_create.rs` | (`CustodyStore`) | a new withdrawal judged under its wallet's lock |
 //! | `velocity.rs` | (`CustodyStore`) | the velocity ledger: a window's sum in a few index reads |
+//! | `chain.rs` (and `chain_*.rs`) | [`ChainStore`] | watched addresses, headers, checkpoints, transfers |
+//! | `keys.rs`       | [`KeyStore`]           | sealed server keys                           |
+//! | `passkeys.rs`   | [`PasskeyStore`]       | passkeys, WebAuthn challenges                |
+//! | `oauth.rs`      | [`OAuthStore`]         | OAuth clients, codes, grants, refresh tokens |
+//! | `prices.rs`     | [`PriceStore`]         | prices set by hand, the circuit breaker      |
+//! | `sso.rs`        | [`SsoStore`]           | identity providers, linked people, sign-ins under way |
+//! | `utxo.rs`       | [`UtxoStore`]          | keychains, UTXO wallets' addresses           |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
