@@ -229,7 +229,7 @@ pub async fn list_addresses(
     let mut found = svc.store.wallet_addresses(wallet_id, after, limit).await?;
     let record = serde_json::from_str::<Value>(wallet.record.as_str()).unwrap_or_default();
     if utxo::params::Family::of(&wallet.coin).is_some() {
-        if let Some(a) = utxo::wallets::record_address(svc, &wallet, &record)? {
+        if let Some(a) = utxo::wallets::record_address(&wallet, &record)? {
             if after.is_none_or(|after| a.address.as_str() > after)
                 && !found.iter().any(|f| f.address == a.address)
             {

@@ -33,8 +33,9 @@ fn family(coin: &Coin) -> Result<Family> {
     })
 }
 
-/// How `coin`'s addresses are written: on the network its ticker names (`t…` is testnet).
-pub fn address_params(_svc: &Chains, coin: &Coin) -> Result<AddressParams> {
+/// How `coin`'s addresses are written: on the network its ticker names (`t…` is testnet; a
+/// configured node's network will decide once UTXO chains are configured).
+pub fn address_params(coin: &Coin) -> Result<AddressParams> {
     Ok(family(coin)?.params(Family::default_network(coin)))
 }
 
@@ -163,7 +164,7 @@ fn watched(d: &Derived, wallet: &WalletId, coin: &Coin, label: Option<String>, n
 /// (chain 0, index 0) is derived with it. Audited as `wallet.created`. Errors: `InvalidField`
 /// (`coin`, `label`, `keys`, `m`, `n`, `type`), and as [`crate::wallets::require_creator`].
 pub async fn create_wallet(svc: &Chains, auth: &Principal, new: &NewMultisigWallet) -> Result<WalletRow> {
-    let params = address_params(svc, &new.coin)?;
+    let params = address_params(&new.coin)?;
     let label = new.label.trim();
     if label.is_empty() || label.chars().count() > 250 {
         return Err(Error::invalid_field("label", "1 to 250 characters"));
@@ -245,7 +246,7 @@ pub async fn import_address(
     text: &str,
     label: Option<String>,
 ) -> Result<WalletAddress> {
-    let params = address_params(svc, coin)?;
+    let params = address_params(coin)?;
     let output_script =
         super::address::output_script_of(text, params).map_err(|e| Error::invalid_field("address", e))?;
     // bech32 is case-insensitive and written in lower case; base58 is kept as given.
@@ -286,11 +287,11 @@ pub async fn import_address(
 
 /// The address a UTXO wallet's record names (`receiveAddress.address`), when it is one of its
 /// coin's network, with its output script and, if the record says, its chain and index.
-pub fn record_address(svc: &Chains, wallet: &WalletRow, record: &Value) -> Result<Option<WalletAddress>> {
+pub fn record_address(wallet: &WalletRow, record: &Value) -> Result<Option<WalletAddress>> {
     let Some(text) = record.pointer("/receiveAddress/address").and_then(Value::as_str) else {
         return Ok(None);
     };
-    let Ok(output_script) = super::address::output_script_of(text, address_params(svc, &wallet.coin)?) else {
+    let Ok(output_script) = super::address::output_script_of(text, address_params(&wallet.coin)?) else {
         return Ok(None);
     };
     let at = |k: &str| {
@@ -335,7 +336,7 @@ pub async fn create_address(
     chain: u32,
     label: Option<String>,
 ) -> Result<WalletAddress> {
-    let params = address_params(svc, coin)?;
+    let params = address_params(coin)?;
     let chain = ChainCode::new(chain).map_err(|e| Error::invalid_field("chain", e))?;
     if label.as_ref().is_some_and(|l| l.chars().count() > 250) {
         return Err(Error::invalid_field("label", "at most 250 characters"));
