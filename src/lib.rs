@@ -182,7 +182,7 @@ pub async fn serve(
     // The chain watchers run where delivery runs; each chain's lease keeps one watcher per chain.
     let watchers = match role {
         config::Role::Api => Vec::new(),
-        _ => chain::watcher::spawn_all(&state.chains, stop_rx.clone()),
+        _ => chain::spawn::spawn_all(&state.chains, stop_rx.clone()),
     };
     // The signers run where delivery runs; a withdrawal is signed from one state once.
     let signers = match role {

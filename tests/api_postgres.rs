@@ -58,6 +58,8 @@ mod hsm;
 mod identity;
 #[path = "api/keychains.rs"]
 mod keychains;
+#[path = "api/litecoind.rs"]
+mod litecoind;
 #[path = "api/oauth.rs"]
 mod oauth;
 #[path = "api/operator.rs"]
@@ -98,6 +100,8 @@ mod sso;
 mod tokens;
 #[path = "api/utxo.rs"]
 mod utxo;
+#[path = "api/utxo_watch.rs"]
+mod utxo_watch;
 #[path = "api/wallets.rs"]
 mod wallets;
 #[path = "api/webhooks.rs"]

@@ -39,6 +39,13 @@ pub async fn transfer(svc: &Chains, t: &Transfer) -> Result<Option<Prepared>, Er
     send(svc, t, t.state.as_str(), t.confirmations, told).await
 }
 
+/// A `transfer` event for `t`, `unconfirmed` again after a reorg took it out of block
+/// `after` (a UTXO transaction back in the mempool): an id of its own, so the receivers that
+/// heard of its `removed` hear of it again.
+pub async fn transfer_again(svc: &Chains, t: &Transfer, after: &str) -> Result<Option<Prepared>, Error> {
+    send(svc, t, &format!("unconfirmed-after-{after}"), t.confirmations, |w| wanted(w) == 0).await
+}
+
 /// A `transfer` event for `t` at `n` confirmations, to the wallet's webhooks that wait for
 /// exactly `n` (BitGo's `numConfirmations`): each hears of a transfer once.
 pub async fn reached(svc: &Chains, t: &Transfer, n: u64) -> Result<Option<Prepared>, Error> {

@@ -94,6 +94,7 @@ impl Finder<'_> {
                 t.entries.push(TransferEntry {
                     address: checksummed_eth_address(address),
                     value: value.to_string(),
+                    is_change: None,
                 });
                 *sum = sum.checked_add(value).ok_or_else(overflow)?;
                 t.fee = parse_u(&t.fee).checked_add(fee).ok_or_else(overflow)?.to_string();
@@ -129,6 +130,7 @@ impl Finder<'_> {
                 t.entries.push(TransferEntry {
                     address: checksummed_eth_address(&address),
                     value: value.to_string(),
+                    is_change: None,
                 });
                 *sum = sum.checked_add(value).ok_or_else(|| Overflow(txid.clone()))?;
             }
@@ -194,6 +196,7 @@ impl Finder<'_> {
             confirmations: 1,
             sender: checksummed_eth_address(&sender),
             nonce,
+            utxo: None,
         }
     }
 }

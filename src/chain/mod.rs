@@ -10,9 +10,11 @@ pub mod announce;
 mod balances;
 pub mod book;
 pub mod fetch;
+pub mod follow;
 pub mod found;
 pub mod node;
 pub mod pool;
+pub mod spawn;
 pub mod speed;
 pub mod utxo;
 pub mod views;
@@ -314,7 +316,7 @@ pub async fn get_transfer(
 /// as strings.
 pub fn transfer_json(t: &Transfer, confirmations_now: Option<u64>) -> Value {
     let number = |s: &str| s.parse::<i64>().ok().filter(|n| n.unsigned_abs() < (1 << 53)).map(Value::from);
-    json!({
+    let mut v = json!({
         "id": t.id,
         "coin": t.coin.as_str(),
         "wallet": t.wallet_id.as_str(),
@@ -330,13 +332,54 @@ pub fn transfer_json(t: &Transfer, confirmations_now: Option<u64>) -> Value {
         "baseValueString": t.value,
         "feeString": t.fee,
         "state": t.state.as_str(),
-        "entries": t.entries.iter().map(|e| json!({
-            "address": e.address,
-            "value": number(&e.value),
-            "valueString": e.value,
-            "wallet": t.wallet_id.as_str(),
-        })).collect::<Vec<_>>(),
-    })
+        "entries": t.entries.iter().map(|e| {
+            let mut entry = json!({
+                "address": e.address,
+                "value": number(&e.value),
+                "valueString": e.value,
+            });
+            // On a UTXO chain only the wallet's own addresses carry its id.
+            if t.utxo.is_none() || e.is_change.is_none_or(|change| change) || e.value.starts_with('-') {
+                entry["wallet"] = json!(t.wallet_id.as_str());
+            }
+            if let Some(change) = e.is_change {
+                entry["isChange"] = json!(change);
+            }
+            entry
+        }).collect::<Vec<_>>(),
+    });
+    if let Some(u) = &t.utxo {
+        v["inputs"] = u.inputs.iter().map(utxo_leg_json).collect();
+        v["outputs"] = u.outputs.iter().map(utxo_leg_json).collect();
+    }
+    v
+}
+
+/// A UTXO transfer's input or output as BitGo writes it: `id` (`txid:vout`), `address`,
+/// `value` and `valueString` (base units), `blockHeight`, and for the wallet's own its
+/// `wallet`, `chain` and `index`.
+fn utxo_leg_json(l: &crate::model::chain::UtxoLeg) -> Value {
+    let mut v = json!({ "id": l.id });
+    if let Some(a) = &l.address {
+        v["address"] = json!(a);
+    }
+    if let Some(value) = l.value {
+        v["value"] = json!(value);
+        v["valueString"] = json!(value.to_string());
+    }
+    if let Some(h) = l.block_height {
+        v["blockHeight"] = json!(h);
+    }
+    if let Some(w) = &l.wallet {
+        v["wallet"] = json!(w.as_str());
+    }
+    if let Some(c) = l.chain {
+        v["chain"] = json!(c);
+    }
+    if let Some(i) = l.index {
+        v["index"] = json!(i);
+    }
+    v
 }
 
 /// Every configured chain's status, with its settings' coin order.

@@ -42,6 +42,16 @@ impl Window {
         &self.pending
     }
 
+    /// Removed transfers a later block may still replace.
+    pub fn removed(&self) -> &[Transfer] {
+        &self.removed
+    }
+
+    /// Whether a transfer of transaction `txid` is pending or live in a block.
+    pub fn holds_tx(&self, txid: &str) -> bool {
+        self.pending.iter().any(|t| t.txid == txid) || self.live.values().flatten().any(|t| t.txid == txid)
+    }
+
     /// Whether a transfer with this id is pending or live in a block.
     pub fn holds(&self, id: &str) -> bool {
         self.pending.iter().any(|t| t.id == id) || self.live.values().flatten().any(|t| t.id == id)
@@ -52,18 +62,19 @@ impl Window {
         self.live.range(..height).flat_map(|(_, ts)| ts)
     }
 
-    /// What `block` changes: the live transfers below it that reach `confirmed_at` with it,
-    /// removed and pending ones that a transaction of the same sender and nonce in it replaces
-    /// (a pending one whose own transaction failed is removed), and
-    /// every live transfer with the confirmations it has now (`found` at 1), for the counts
-    /// wallet webhooks wait for. `found` are the block's own transfers, already in their state.
+    /// What the block at `height` changes: the live transfers below it that reach
+    /// `confirmed_at` with it, removed and pending ones that a transaction in it conflicts with
+    /// (`conflict`: `Some(false)` when another transaction replaces it, `Some(true)` when its
+    /// own transaction is in the block yet moved nothing, so it is removed), and every live
+    /// transfer with the confirmations it has now (`found` at 1), for the counts wallet
+    /// webhooks wait for. `found` are the block's own transfers, already in their state.
     pub fn advance(
         &self,
-        block: &NodeBlock,
+        height: u64,
         found: &[Transfer],
         confirmed_at: u64,
+        conflict: impl Fn(&Transfer) -> Option<bool>,
     ) -> (Vec<Transfer>, Vec<(Transfer, u64)>) {
-        let height = block.head.height;
         let mut changed = Vec::new();
         let mut counts: Vec<(Transfer, u64)> = found.iter().map(|t| (t.clone(), 1)).collect();
         for t in self.live_below(height) {
@@ -80,14 +91,7 @@ impl Window {
             counts.push((t, c));
         }
         for waiting in self.removed.iter().chain(&self.pending) {
-            let Some(tx) = block
-                .txs
-                .iter()
-                .find(|tx| tx.nonce == waiting.nonce && checksummed_eth_address(&tx.from) == waiting.sender)
-            else {
-                continue;
-            };
-            let mined = tx.hash.to_string() == waiting.txid;
+            let Some(mined) = conflict(waiting) else { continue };
             if mined && found.iter().any(|f| f.id == waiting.id) {
                 continue;
             }
@@ -100,6 +104,17 @@ impl Window {
             }
         }
         (changed, counts)
+    }
+
+    /// The Ethereum rule for [`Self::advance`]: a transaction of `block` with the transfer's
+    /// sender and nonce conflicts with it; mined when it is the transfer's own.
+    pub fn same_nonce(block: &NodeBlock) -> impl Fn(&Transfer) -> Option<bool> + '_ {
+        |waiting| {
+            let tx = block.txs.iter().find(|tx| {
+                tx.nonce == waiting.nonce && checksummed_eth_address(&tx.from) == waiting.sender
+            })?;
+            Some(tx.hash.to_string() == waiting.txid)
+        }
     }
 
     /// Takes in what a block wrote, then forgets what fell out of the window.

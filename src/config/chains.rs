@@ -1,4 +1,5 @@
-//! `[chains.<coin>]`: the Ethereum nodes the chain watcher follows (docs/chains.md).
+//! `[chains.<coin>]`: the nodes the chain watcher follows (docs/chains.md): Ethereum's
+//! JSON-RPC, or a Bitcoin-family node's (`family = "utxo"`, docs/chains.md#utxo-chains).
 
 use std::collections::BTreeMap;
 
@@ -8,11 +9,24 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChainConfig {
-    /// A standard Ethereum JSON-RPC endpoint over http(s). It may carry a provider's key, so it
-    /// is never logged.
+    /// Which kind of node: `ethereum` (the default) or `utxo` (Bitcoin Core, Litecoin Core).
+    pub family: ChainFamily,
+    /// The node's JSON-RPC endpoint over http(s). It may carry a provider's key, so it is never
+    /// logged.
     pub rpc_url: String,
-    /// The node's `eth_chainId`, checked at start (1 mainnet, 17000 Holesky, 31337 anvil).
+    /// Ethereum: the node's `eth_chainId`, checked at start (1 mainnet, 17000 Holesky, 31337
+    /// anvil). Unused for a UTXO chain.
     pub chain_id: u64,
+    /// A UTXO chain's network (`mainnet`, `testnet`, `regtest`), checked against
+    /// `getblockchaininfo` at start and every minute.
+    pub network: Option<Network>,
+    /// A UTXO node's `rpcuser` (with `rpc_password`).
+    pub rpc_user: Option<String>,
+    /// A UTXO node's `rpcpassword`: a secret, never logged nor shown.
+    pub rpc_password: Option<Secret>,
+    /// A UTXO node's cookie file (`<datadir>/.cookie`), read at each connection, instead of a
+    /// user and password.
+    pub rpc_cookie_file: Option<std::path::PathBuf>,
     /// Blocks (the including one counted) after which a transfer is `confirmed`.
     pub confirmations: u64,
     /// Block headers kept to detect a reorg; a deeper reorg stops the watcher.
@@ -20,6 +34,8 @@ pub struct ChainConfig {
     /// How often the node is asked for its head, milliseconds.
     pub poll_interval_ms: u64,
     /// The first block read when the chain has no checkpoint yet; `None`: the node's head.
+    /// Also spelt `start_height`.
+    #[serde(alias = "start_height")]
     pub start_block: Option<u64>,
     /// Blocks read per round while catching up (the backfill batch).
     pub batch_blocks: u64,
@@ -51,8 +67,13 @@ pub struct ChainConfig {
 impl Default for ChainConfig {
     fn default() -> Self {
         Self {
+            family: ChainFamily::Ethereum,
             rpc_url: String::new(),
             chain_id: 0,
+            network: None,
+            rpc_user: None,
+            rpc_password: None,
+            rpc_cookie_file: None,
             confirmations: 12,
             reorg_depth: 64,
             poll_interval_ms: 1000,
@@ -69,6 +90,44 @@ impl Default for ChainConfig {
     }
 }
 
+/// Which network of a coin: the `network` of a chain's configuration. BitGo's test coins
+/// (`tbtc`, `tltc`) are `testnet`; a node in `regtest` differs only in its bech32 prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    Mainnet,
+    Testnet,
+    Regtest,
+}
+
+/// The kind of node a chain is read from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ChainFamily {
+    #[default]
+    Ethereum,
+    /// Bitcoin and its family, read over Bitcoin Core's JSON-RPC.
+    Utxo,
+}
+
+/// A secret setting: shown as `***` by `Debug`, so a logged configuration never holds it.
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl ChainConfig {
+    /// Whether the chain is a UTXO one.
+    pub fn is_utxo(&self) -> bool {
+        self.family == ChainFamily::Utxo
+    }
+}
+
 /// An ERC-20 token of a chain.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -81,17 +140,60 @@ pub struct TokenConfig {
     pub decimals: u8,
 }
 
-/// Coins the watcher knows how to read: Ethereum and its test network, as BitGo names them.
+/// Ethereum coins the watcher knows how to read, as BitGo names them.
 pub const WATCHABLE_COINS: &[&str] = &["eth", "hteth", "teth", "gteth"];
+
+/// UTXO coins the watcher knows how to read (`family = "utxo"`).
+pub const WATCHABLE_UTXO_COINS: &[&str] = &["btc", "tbtc", "ltc", "tltc"];
+
+/// Whether the watcher can read `coin` (either family).
+pub fn watchable(coin: &str) -> bool {
+    WATCHABLE_COINS.contains(&coin) || WATCHABLE_UTXO_COINS.contains(&coin)
+}
+
+/// Checks a UTXO chain's own keys; errors name the key.
+fn validate_utxo(coin: &str, c: &ChainConfig) -> Result<(), String> {
+    let at = |key: &str| format!("invalid configuration: chains.{coin}.{key}");
+    if !WATCHABLE_UTXO_COINS.contains(&coin) {
+        return Err(format!(
+            "invalid configuration: chains.{coin}: family = \"utxo\" is for {}",
+            WATCHABLE_UTXO_COINS.join(", ")
+        ));
+    }
+    let testnet = coin.starts_with('t');
+    match c.network {
+        None => return Err(format!("{}: must be set (mainnet, testnet or regtest)", at("network"))),
+        Some(Network::Mainnet) if testnet => {
+            return Err(format!("{}: {coin} is a test coin: testnet or regtest", at("network")))
+        }
+        Some(Network::Testnet | Network::Regtest) if !testnet => {
+            return Err(format!("{}: {coin} is a main-network coin: mainnet", at("network")))
+        }
+        _ => {}
+    }
+    if c.rpc_cookie_file.is_some() && (c.rpc_user.is_some() || c.rpc_password.is_some()) {
+        return Err(format!("{}: either a cookie file or rpc_user and rpc_password", at("rpc_cookie_file")));
+    }
+    if c.rpc_user.is_some() != c.rpc_password.is_some() {
+        return Err(format!("{}: rpc_user and rpc_password go together", at("rpc_password")));
+    }
+    if !c.tokens.is_empty() {
+        return Err(format!("{}: a UTXO chain has no tokens", at("tokens")));
+    }
+    Ok(())
+}
 
 /// Checks every chain; errors are one line naming the key.
 pub fn validate(chains: &BTreeMap<String, ChainConfig>) -> Result<(), String> {
     for (coin, c) in chains {
         let at = |key: &str| format!("invalid configuration: chains.{coin}.{key}");
-        if !WATCHABLE_COINS.contains(&coin.as_str()) {
+        if c.is_utxo() {
+            validate_utxo(coin, c)?;
+        } else if !WATCHABLE_COINS.contains(&coin.as_str()) {
             return Err(format!(
-                "invalid configuration: chains.{coin}: not an Ethereum coin this version watches (one of {})",
-                WATCHABLE_COINS.join(", ")
+                "invalid configuration: chains.{coin}: not an Ethereum coin this version watches (one of {}; {} with family = \"utxo\")",
+                WATCHABLE_COINS.join(", "),
+                WATCHABLE_UTXO_COINS.join(", ")
             ));
         }
         match url::Url::parse(&c.rpc_url) {
@@ -99,7 +201,7 @@ pub fn validate(chains: &BTreeMap<String, ChainConfig>) -> Result<(), String> {
             // The value is not echoed: an RPC URL often holds an API key.
             _ => return Err(format!("{}: must be an http:// or https:// URL", at("rpc_url"))),
         }
-        if c.chain_id == 0 {
+        if c.chain_id == 0 && !c.is_utxo() {
             return Err(format!("{}: must be set (the node's eth_chainId, e.g. 1 or 31337)", at("chain_id")));
         }
         if c.confirmations == 0 || c.confirmations > 10_000 {

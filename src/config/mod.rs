@@ -29,7 +29,7 @@ mod utxo;
 mod webhooks;
 mod withdrawals;
 
-pub use chains::{ChainConfig, TokenConfig, WATCHABLE_COINS};
+pub use chains::{watchable, ChainConfig, ChainFamily, Network, Secret, TokenConfig, WATCHABLE_COINS};
 pub use connections::ConnectionsConfig;
 pub use delivery::DeliveryConfig;
 pub use hot_path::{CacheConfig, IngestConfig};

@@ -47,9 +47,9 @@ pub(super) fn validate(
             return Err(format!("invalid configuration: prices.{coin}.max_age: from 1 to 604800 seconds"));
         }
         let chain = PriceConfig::chain_of(coin);
-        if !chains.contains_key(chain) {
+        if chains.get(chain).is_none_or(|c| c.is_utxo()) {
             return Err(format!(
-                "invalid configuration: prices.{coin}.feed: the feed is read through chains.{chain}, which is not configured"
+                "invalid configuration: prices.{coin}.feed: the feed is read through chains.{chain}, which is not a configured Ethereum chain"
             ));
         }
     }

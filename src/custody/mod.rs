@@ -101,7 +101,7 @@ impl Custody {
 /// Coins whose custodial wallets Custodian can hold and spend from: the Ethereum chains it
 /// watches (their tokens come next; docs/withdrawals.md).
 pub fn spendable_coin(config: &Config, coin: &Coin) -> Result<()> {
-    if coin.as_str().contains(':') || !config.chains.contains_key(coin.as_str()) {
+    if coin.as_str().contains(':') || config.chains.get(coin.as_str()).is_none_or(|c| c.is_utxo()) {
         return Err(Error::Invalid {
             name: ErrorName::InvalidField,
             message: format!(

@@ -41,7 +41,7 @@ pub const RECONCILE_EVERY: i64 = 30;
 /// Starts a signer for each configured chain; each stops when `stop` turns true.
 pub fn spawn_all(svc: &Custody, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
     let mut handles = Vec::new();
-    for (coin, chain) in &svc.config.chains {
+    for (coin, chain) in svc.config.chains.iter().filter(|(_, c)| !c.is_utxo()) {
         let Ok(coin) = coin.parse::<Coin>() else { continue };
         let timeout = Duration::from_secs(chain.rpc_timeout);
         let node = match EthNode::new(&chain.rpc_url, timeout, 1 << 20) {

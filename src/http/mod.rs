@@ -224,6 +224,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(custody::get_key))
         .routes(routes!(utxo::add_keychain))
         .routes(routes!(utxo::create_address))
+        .routes(routes!(utxo::list_unspents))
         .routes(routes!(custody::initiate))
         .routes(routes!(custody::freeze))
         .routes(routes!(policy::create_rule, policy::update_rule, policy::remove_rule))

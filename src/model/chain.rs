@@ -149,6 +149,64 @@ pub struct TransferEntry {
     pub address: String,
     /// Signed base units as decimal digits (`-1000000000000000000`).
     pub value: String,
+    /// A UTXO send's output back to the wallet itself (BitGo's `isChange`); `None` elsewhere.
+    #[serde(rename = "isChange", default, skip_serializing_if = "Option::is_none")]
+    pub is_change: Option<bool>,
+}
+
+/// One input or output of a UTXO transaction (BitGo's transfer `inputs[]` and `outputs[]`):
+/// `id` is `txid:vout`. Address and value are known for every output, and for the inputs that
+/// spend a watched wallet's outputs (a node's blocks do not give the others').
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UtxoLeg {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Base units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<u64>,
+    /// The block of the output (`None`: not known, or in the mempool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_height: Option<u64>,
+    /// The watched wallet it is of, with its derived position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wallet: Option<WalletId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+}
+
+/// A UTXO transfer's transaction: its inputs and outputs, and whether it signals
+/// replace-by-fee (BIP 125), which decides whether it was announced `unconfirmed` (§6).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UtxoLegs {
+    pub inputs: Vec<UtxoLeg>,
+    pub outputs: Vec<UtxoLeg>,
+    #[serde(default)]
+    pub rbf: bool,
+}
+
+/// An output of a watched UTXO wallet, as Custodian keeps it (BitGo's unspent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unspent {
+    pub chain: Coin,
+    pub txid: String,
+    pub vout: u32,
+    pub wallet_id: WalletId,
+    pub address: String,
+    /// Base units.
+    pub value: u64,
+    /// [`PENDING_HEIGHT`] while only in the mempool.
+    pub height: u64,
+    /// Empty while only in the mempool.
+    pub block_hash: String,
+    /// Unix seconds: the block's time, or when it was first seen in the mempool.
+    pub date: i64,
+    pub position: Option<Position>,
+    /// The transaction that spends it and its height ([`PENDING_HEIGHT`] in the mempool).
+    pub spent: Option<(String, u64)>,
 }
 
 /// A transfer into or out of one wallet: one transaction's effect on the wallet for one coin.
@@ -178,6 +236,8 @@ pub struct Transfer {
     /// The sender and nonce of the transaction, to tell a replacement (`replaced`).
     pub sender: String,
     pub nonce: u64,
+    /// A UTXO chain's transaction: its inputs and outputs (`None` on Ethereum).
+    pub utxo: Option<UtxoLegs>,
 }
 
 /// The id of an event the chain watcher makes, in one place: `chain:<coin>:` and the parts

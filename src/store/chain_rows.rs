@@ -24,6 +24,7 @@ pub(super) struct TransferRow {
     confirmations: i64,
     sender: String,
     nonce: i64,
+    utxo: Option<String>,
 }
 
 impl TransferRow {
@@ -45,6 +46,7 @@ impl TransferRow {
             confirmations: u64::try_from(self.confirmations).unwrap_or(0),
             sender: self.sender,
             nonce: u64::try_from(self.nonce).unwrap_or(0),
+            utxo: self.utxo.as_deref().map(json_value).transpose()?,
         })
     }
 }
@@ -55,7 +57,7 @@ pub(super) fn rows(rows: Vec<TransferRow>) -> StoreResult<Vec<Transfer>> {
 
 pub(super) const TRANSFER_COLUMNS: &str =
     "id, wallet_id, coin, chain, txid, height, block_hash, state, value, fee, \
-    entries, date, confirmations, sender, nonce";
+    entries, date, confirmations, sender, nonce, utxo";
 
 pub(super) const UPSERT_CHAIN_HEAD: &str = "INSERT INTO chain_heads (chain, height, hash, parent_hash) \
     VALUES ($1, $2, $3, $4) ON CONFLICT (chain, height) DO UPDATE SET hash = excluded.hash, \
@@ -63,11 +65,11 @@ pub(super) const UPSERT_CHAIN_HEAD: &str = "INSERT INTO chain_heads (chain, heig
 
 pub(super) const UPSERT_TRANSFER: &str =
     "INSERT INTO transfers (id, wallet_id, coin, chain, txid, height, block_hash, \
-    state, value, fee, entries, date, confirmations, sender, nonce, seen_ms) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+    state, value, fee, entries, date, confirmations, sender, nonce, seen_ms, utxo) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
     ON CONFLICT (id) DO UPDATE SET height = excluded.height, block_hash = excluded.block_hash, \
     state = excluded.state, value = excluded.value, fee = excluded.fee, entries = excluded.entries, \
-    date = excluded.date, confirmations = excluded.confirmations";
+    date = excluded.date, confirmations = excluded.confirmations, utxo = excluded.utxo";
 
 #[derive(FromRow)]
 pub(super) struct ChainStateRow {

@@ -32,6 +32,8 @@ pub struct BlockWrite<'a> {
     pub stale: &'a [(WalletId, Coin)],
     /// Whether balances were read with this write: every kept stale wallet was among them.
     pub balances_read: bool,
+    /// A UTXO chain's changes to its wallets' outputs, with the balances they give.
+    pub utxo: Option<&'a super::unspents::UtxoChanges>,
     /// The §6 events of these changes (the outbox): stored with them or not at all, so a crash
     /// never leaves a state stored whose event is not, nor the reverse.
     pub events: &'a [EventWrite],
@@ -43,6 +45,7 @@ pub(super) async fn blocks<DB>(tx: &mut DB::Connection, w: &BlockWrite<'_>) -> S
 where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, i64): FromRow<'r, DB::Row>,
 {
     let now_ms = crate::clock::wall_now_ms();
     for t in w.transfers {
@@ -63,6 +66,7 @@ where
             .bind(t.sender.as_str())
             .bind(h(t.nonce))
             .bind(now_ms)
+            .bind(t.utxo.as_ref().map(to_json).transpose()?)
             .execute(&mut *tx)
             .await?;
     }
@@ -92,6 +96,10 @@ where
             .await?;
     }
     token_balances::<DB>(tx, w.token_balances).await?;
+    if let Some(c) = w.utxo {
+        let keep_from = (!w.heads.is_empty()).then_some(w.keep_from);
+        super::unspents::apply::<DB>(tx, w.chain, c, keep_from).await?;
+    }
     stale::<DB>(tx, w).await?;
     let events: Vec<&EventWrite> = w.events.iter().collect();
     super::group_commit::events_tx::<DB>(tx, &events).await
@@ -189,6 +197,7 @@ pub(super) async fn rewind<DB>(
     .bind(h(tip))
     .execute(&mut *tx)
     .await?;
+    super::unspents::rewind::<DB>(tx, chain, ancestor.height).await?;
     for table in ["chain_heads", "chain_appearances"] {
         sqlx::query(&format!("DELETE FROM {table} WHERE chain = $1 AND height > $2"))
             .bind(chain)

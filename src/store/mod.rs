@@ -24,6 +24,7 @@
 //! | `prices.rs`     | [`PriceStore`]         | prices set by hand, the circuit breaker      |
 //! | `sso.rs`        | [`SsoStore`]           | identity providers, linked people, sign-ins under way |
 //! | `utxo.rs`       | [`UtxoStore`]          | keychains, UTXO wallets' addresses           |
+//! | `unspents.rs`   | [`UnspentStore`]       | UTXO wallets' unspent outputs, their balances |
 //!
 //! Each file holds its records, its trait, and the one SQL implementation for both backends
 //! (`sql.rs` says how). The backend is chosen from the database URL's scheme ([`open`]). The
@@ -63,6 +64,7 @@ pub mod sqlite;
 mod sso;
 mod throttle;
 mod tokens;
+mod unspents;
 mod users;
 mod utxo;
 mod velocity;
@@ -94,6 +96,7 @@ pub use sql_store::SqlStore;
 pub use sso::{SsoLoginRow, SsoSettingRow, SsoStore};
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::TokenStore;
+pub use unspents::{BookRow, Spend, UnspentFilter, UnspentStore, UtxoChanges};
 pub use users::{User, UserChange, UserStore};
 pub use utxo::{AddressRow, KeychainRow, UtxoAdded, UtxoStore};
 pub use wallets::WalletStore;
@@ -179,6 +182,7 @@ pub trait Store:
     + PriceStore
     + SsoStore
     + UtxoStore
+    + UnspentStore
     + Send
     + Sync
     + 'static
@@ -213,7 +217,8 @@ where
         + AttemptStore
         + PriceStore
         + SsoStore
-        + UtxoStore,
+        + UtxoStore
+        + UnspentStore,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     async fn ping(&self) -> StoreResult<()> {

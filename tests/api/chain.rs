@@ -145,6 +145,19 @@ pub fn watch(c: &mut Config, anvil: &Anvil) {
     c.chains.insert("hteth".into(), chain);
 }
 
+/// (state, valueString, hash) of every transfer notification `receiver` got, in arrival order.
+pub fn transfer_notices(receiver: &TestReceiver) -> Vec<(String, String, String)> {
+    receiver
+        .received()
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+        .map(|b| {
+            let s = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+            (s("state"), s("valueString"), s("hash"))
+        })
+        .collect()
+}
+
 pub struct Chain {
     pub anvil: Anvil,
     pub app: TestApp,
@@ -200,15 +213,7 @@ impl Chain {
 
     /// (state, valueString, hash) of every transfer notification received so far.
     pub fn notified(&self) -> Vec<(String, String, String)> {
-        self.receiver
-            .received()
-            .iter()
-            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
-            .map(|b| {
-                let s = |k: &str| b[k].as_str().unwrap_or_default().to_string();
-                (s("state"), s("valueString"), s("hash"))
-            })
-            .collect()
+        transfer_notices(&self.receiver)
     }
 
     async fn checkpoint(&self) -> u64 {

@@ -52,6 +52,9 @@ impl Litecoind {
             "-rpcallowip=127.0.0.1".into(),
             "-listen=0".into(),
             "-fallbackfee=0.0001".into(),
+            // Litecoin Core refuses replace-by-fee replacements unless told (Bitcoin Core takes
+            // them): the tests replace.
+            "-mempoolreplacement=1".into(),
         ];
         let child =
             Command::new(LITECOIND).args(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
@@ -149,13 +152,13 @@ async fn litecoin_core_derives_the_addresses_custodian_derives() {
 async fn custodian_reads_litecoin_core_s_blocks_and_mempool_and_finds_a_wallet_s_receives_and_sends() {
     use custodian::chain::utxo::{
         effect::{effects, KnownOutput, Owner},
-        node::UtxoNode,
+        node::{Credentials, UtxoNode},
     };
     use std::collections::HashMap;
     let node = Litecoind::start();
     let client = UtxoNode::new(
         &node.rpc_url,
-        Some(("custodian".into(), "custodian".into())),
+        Credentials::Password { user: "custodian".into(), password: "custodian".into() },
         std::time::Duration::from_secs(10),
         1 << 20,
     )
@@ -188,7 +191,7 @@ async fn custodian_reads_litecoin_core_s_blocks_and_mempool_and_finds_a_wallet_s
     assert_eq!(block.height, 102);
     assert_eq!(block.parent, Some(client.block_hash(101).await.unwrap()));
     let wallet: custodian::types::WalletId = "0123456789abcdef0123456789abcdef".parse().unwrap();
-    let owner = |a: &str| Owner { wallet: wallet.clone(), address: a.to_string() };
+    let owner = |a: &str| Owner { wallet: wallet.clone(), address: a.to_string(), position: None };
     let watched: HashMap<String, Owner> = HashMap::from([
         (p2sh.output_script.clone(), owner(&p2sh.address)),
         (p2wsh.output_script.clone(), owner(&p2wsh.address)),
@@ -199,7 +202,10 @@ async fn custodian_reads_litecoin_core_s_blocks_and_mempool_and_finds_a_wallet_s
         for e in effects(tx, &watched, &unspent).unwrap() {
             nets.push(e.net());
             for leg in e.received {
-                unspent.insert(leg.outpoint, KnownOutput { owner: owner(&leg.address), value: leg.value });
+                unspent.insert(
+                    leg.outpoint,
+                    KnownOutput { owner: owner(&leg.address), value: leg.value, height: 102 },
+                );
             }
         }
     }

@@ -48,5 +48,6 @@ mod soft_passkey;
 mod sso;
 mod tokens;
 mod utxo;
+mod utxo_watch;
 mod wallets;
 mod webhooks;

@@ -196,3 +196,53 @@ pub fn derive(
         witness_script: witness.map(|s| hex::encode(s.as_bytes())),
     })
 }
+
+/// The address `script` (an output script, hex) pays, written with `params`: P2PKH, P2SH or a
+/// segwit program (BIP 173/350). `None` for another script (a bare multisig, `OP_RETURN`).
+pub fn address_of_script(script: &str, params: AddressParams) -> Option<String> {
+    let bytes = hex::decode(script).ok()?;
+    let script = bitcoin::Script::from_bytes(&bytes);
+    let base58 = |version: u8, hash: &[u8]| {
+        let mut payload = vec![version];
+        payload.extend_from_slice(hash);
+        bitcoin::base58::encode_check(&payload)
+    };
+    if script.is_p2pkh() {
+        return Some(base58(params.p2pkh, &bytes[3..23]));
+    }
+    if script.is_p2sh() {
+        return Some(base58(params.p2sh, &bytes[2..22]));
+    }
+    let version = script.witness_version()?;
+    let program = bitcoin::WitnessProgram::new(version, &bytes[2..]).ok()?;
+    let hrp = Hrp::parse(params.hrp).ok()?;
+    bech32::segwit::encode(hrp, version.into(), program.program().as_bytes()).ok()
+}
+
+#[cfg(test)]
+mod script_address_tests {
+    use super::*;
+    use crate::chain::utxo::params::{Family, Network};
+
+    /// Every address kind goes to its script and back.
+    #[test]
+    fn an_output_script_gives_back_the_address_that_pays_it() {
+        let params = Family::Litecoin.params(Network::Testnet);
+        let keys = WalletKeys::parse([
+            "xpub661MyMwAqRbcFtXgS5sYJABqqG9YLmC4Q1Rdap9gSE8NqtwybGhePY2gZ29ESFjqJoCu1Rupje8YtGqsefD265TMg7usUDFdp6W1EGMcet8",
+            "xpub661MyMwAqRbcGczjuMoRm6dXaLDEhW1u34gKenbeYqAix21mdUKJyuyu5F1rzYGVxyL6tmgBUAEPrEz92mBXjByMRiJdba9wpnN37RLLAXa",
+            "xpub661MyMwAqRbcFW31YEwpkMuc5THy2PSt5bDMsktWQcFF8syAmRUapSCGu8ED9W6oDMSgv6Zz8idoc4a6mr8BDzTJY47LJhkJ8UB7WEGuduB",
+        ])
+        .expect("three xpubs");
+        for code in [0, 1, 10, 11, 20, 21] {
+            let d = derive(&keys, ChainCode::new(code).unwrap(), 7, params).unwrap();
+            assert_eq!(address_of_script(&d.output_script, params).as_deref(), Some(d.address.as_str()));
+            assert_eq!(output_script_of(&d.address, params).unwrap(), d.output_script);
+        }
+        let p2pkh = "76a914000102030405060708090a0b0c0d0e0f1011121388ac";
+        let text = address_of_script(p2pkh, params).unwrap();
+        assert_eq!(output_script_of(&text, params).unwrap(), p2pkh);
+        assert_eq!(address_of_script("6a0568656c6c6f", params), None, "OP_RETURN pays no address");
+        assert_eq!(address_of_script("zz", params), None);
+    }
+}

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::node::{OutPoint, UtxoTx};
 use crate::chain::node::NodeError;
+use crate::model::chain::Position;
 use crate::types::WalletId;
 
 /// A watched output script's owner: the wallet and the address it is written as.
@@ -15,6 +16,8 @@ use crate::types::WalletId;
 pub struct Owner {
     pub wallet: WalletId,
     pub address: String,
+    /// A derived address's chain code and index.
+    pub position: Option<Position>,
 }
 
 /// An unspent output of a watched wallet, as Custodian keeps it.
@@ -23,6 +26,8 @@ pub struct KnownOutput {
     pub owner: Owner,
     /// Base units.
     pub value: u64,
+    /// Its block's height; `PENDING_HEIGHT` while only in the mempool.
+    pub height: u64,
 }
 
 /// One output or input of a transaction as a wallet sees it: the outpoint, address and value.
@@ -32,6 +37,9 @@ pub struct Leg {
     pub address: String,
     /// Base units.
     pub value: u64,
+    pub position: Option<Position>,
+    /// The spent output's block height (`None` for an output of the transaction itself).
+    pub height: Option<u64>,
 }
 
 /// A transaction's effect on one wallet.
@@ -75,12 +83,20 @@ pub fn effects(
                 outpoint,
                 address: owner.address.clone(),
                 value: o.value,
+                position: owner.position,
+                height: None,
             });
         }
     }
     for prev in tx.inputs.iter().filter_map(|i| i.prev.as_ref()) {
         if let Some(k) = unspent.get(prev) {
-            let leg = Leg { outpoint: prev.clone(), address: k.owner.address.clone(), value: k.value };
+            let leg = Leg {
+                outpoint: prev.clone(),
+                address: k.owner.address.clone(),
+                value: k.value,
+                position: k.owner.position,
+                height: Some(k.height),
+            };
             of(&mut by_wallet, &k.owner.wallet).spent.push(leg);
         }
     }

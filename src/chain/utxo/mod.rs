@@ -6,7 +6,11 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 pub mod address;
+pub mod book;
 pub mod effect;
+pub mod legs;
 pub mod node;
 pub mod params;
+pub mod unspents;
 pub mod wallets;
+pub mod watch;

@@ -23,10 +23,39 @@ const UNITS_PER_COIN: u64 = 100_000_000;
 pub struct UtxoNode {
     http: reqwest::Client,
     url: url::Url,
-    /// `rpcuser`/`rpcpassword`, or the `__cookie__` pair read from the node's cookie file.
-    auth: Option<(String, String)>,
+    auth: Credentials,
     /// Largest mempool answer read, bytes.
     mempool_max_bytes: usize,
+}
+
+/// How the node knows us: its `rpcuser`/`rpcpassword`, or its cookie file (`__cookie__` and a
+/// password the node writes at each start), read at each request so a restarted node's new
+/// cookie is taken.
+#[derive(Clone)]
+pub enum Credentials {
+    None,
+    Password { user: String, password: String },
+    Cookie(std::path::PathBuf),
+}
+
+impl Credentials {
+    /// The user and password to send. Errors: a cookie file that cannot be read (its path is
+    /// the operator's; its content is never shown).
+    fn pair(&self) -> Result<Option<(String, String)>, NodeError> {
+        match self {
+            Credentials::None => Ok(None),
+            Credentials::Password { user, password } => Ok(Some((user.clone(), password.clone()))),
+            Credentials::Cookie(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    NodeError::new(format!("rpc_cookie_file {}: {}", path.display(), e.kind()))
+                })?;
+                let (user, password) = text.trim().split_once(':').ok_or_else(|| {
+                    NodeError::new(format!("rpc_cookie_file {}: not user:password", path.display()))
+                })?;
+                Ok(Some((user.to_string(), password.to_string())))
+            }
+        }
+    }
 }
 
 /// What `getblockchaininfo` says of the node's chain.
@@ -160,7 +189,7 @@ impl UtxoNode {
     /// `timeout`; the mempool's answer is capped at `mempool_max_bytes`.
     pub fn new(
         url: &str,
-        auth: Option<(String, String)>,
+        auth: Credentials,
         timeout: Duration,
         mempool_max_bytes: usize,
     ) -> Result<Self, NodeError> {
@@ -180,7 +209,7 @@ impl UtxoNode {
         let mut req = self.http.post(self.url.clone()).json(&json!({
             "jsonrpc": "1.0", "id": 1, "method": method, "params": params,
         }));
-        if let Some((user, password)) = &self.auth {
+        if let Some((user, password)) = self.auth.pair()? {
             req = req.basic_auth(user, Some(password));
         }
         let mut res = req.send().await.map_err(fail)?;
@@ -234,6 +263,11 @@ impl UtxoNode {
             time: v["time"].as_i64().ok_or_else(|| missing("time"))?,
             txs,
         })
+    }
+
+    /// The node's best block height.
+    pub async fn block_count(&self) -> Result<u64, NodeError> {
+        self.call("getblockcount", json!([]), MAX_OTHER_BYTES).await
     }
 
     /// The txids in the node's mempool; the answer is capped at the configured size.

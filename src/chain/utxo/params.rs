@@ -4,15 +4,7 @@
 
 use crate::types::Coin;
 
-/// Which network of a coin: the `network` of a chain's configuration. BitGo's test coins
-/// (`tbtc`, `tltc`) are `testnet`; a node in `regtest` differs only in its bech32 prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Network {
-    Mainnet,
-    Testnet,
-    Regtest,
-}
+pub use crate::config::Network;
 
 /// How addresses of one coin on one network are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

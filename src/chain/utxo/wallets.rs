@@ -288,10 +288,15 @@ pub async fn import_address(
 /// The address a UTXO wallet's record names (`receiveAddress.address`), when it is one of its
 /// coin's network, with its output script and, if the record says, its chain and index.
 pub fn record_address(wallet: &WalletRow, record: &Value) -> Result<Option<WalletAddress>> {
+    record_address_of(&wallet.coin, &wallet.id, record)
+}
+
+/// [`record_address`] of wallet `wallet_id` of `coin`.
+pub fn record_address_of(coin: &Coin, wallet_id: &WalletId, record: &Value) -> Result<Option<WalletAddress>> {
     let Some(text) = record.pointer("/receiveAddress/address").and_then(Value::as_str) else {
         return Ok(None);
     };
-    let Ok(output_script) = super::address::output_script_of(text, address_params(&wallet.coin)?) else {
+    let Ok(output_script) = super::address::output_script_of(text, address_params(coin)?) else {
         return Ok(None);
     };
     let at = |k: &str| {
@@ -301,9 +306,9 @@ pub fn record_address(wallet: &WalletRow, record: &Value) -> Result<Option<Walle
             .and_then(|n| u32::try_from(n).ok())
     };
     Ok(Some(WalletAddress {
-        chain: wallet.coin.clone(),
+        chain: coin.clone(),
         address: text.to_string(),
-        wallet_id: wallet.id.clone(),
+        wallet_id: wallet_id.clone(),
         label: None,
         created_at: 0,
         scripts: Some(Scripts { output_script, redeem_script: None, witness_script: None }),

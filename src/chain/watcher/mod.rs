@@ -13,7 +13,6 @@ use std::{
 };
 
 use alloy_primitives::Address;
-use serde_json::json;
 use tokio::sync::watch;
 
 use super::{
@@ -30,17 +29,12 @@ use super::{
 };
 use crate::{
     config::ChainConfig,
-    error::Error,
-    model::{
-        audit::AuditType,
-        chain::{Appearance, BlockHead, FeeAlerts, Transfer, TransferState},
-    },
+    model::chain::{Appearance, BlockHead, FeeAlerts, Transfer, TransferState},
     store::{BlockWrite, NodeReport},
     types::{Coin, WalletId},
 };
 
-/// The longest time between two checks of the node's chain id.
-pub const CHAIN_ID_EVERY: Duration = Duration::from_secs(60);
+pub use super::follow::CHAIN_ID_EVERY;
 
 /// While catching up, the least time between two checks of whether the watched address set
 /// changed (at the head it is checked every round).
@@ -49,19 +43,26 @@ pub const BOOK_CHECK: Duration = Duration::from_secs(1);
 /// What can stop a round: the node, the store, or the domain.
 mod run_write;
 
-#[derive(Debug, thiserror::Error)]
-pub enum WatchError {
-    #[error(transparent)]
-    Node(#[from] NodeError),
-    #[error(transparent)]
-    Domain(#[from] Error),
-    #[error(transparent)]
-    Overflow(#[from] super::found::Overflow),
-}
+pub use super::follow::{follow, Follower, WatchError};
 
-impl From<crate::store::StoreError> for WatchError {
-    fn from(e: crate::store::StoreError) -> Self {
-        WatchError::Domain(e.into())
+#[async_trait::async_trait]
+impl Follower for Watcher {
+    fn parts(&self) -> (&Coin, &Chains, &ChainConfig) {
+        (&self.chain, &self.svc, &self.config)
+    }
+
+    async fn check_node(&mut self) -> Result<(), WatchError> {
+        self.check_chain_id().await
+    }
+
+    async fn round(&mut self, catching_up: bool) -> Result<bool, WatchError> {
+        self.catching_up = catching_up;
+        Watcher::round(self).await
+    }
+
+    fn failed(&mut self) {
+        // What was due may have been taken by a write that failed: read it again.
+        self.stale_loaded = false;
     }
 }
 
@@ -120,56 +121,9 @@ impl Watcher {
         }
     }
 
-    /// Runs until `stop` turns true. Node and database faults are logged (without the node's
-    /// URL) and retried with backoff from the poll interval up to 30 s.
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let poll = Duration::from_millis(self.config.poll_interval_ms);
-        let mut backoff = poll;
-        // When the node's chain id was last found right: checked again after any error and at
-        // least every CHAIN_ID_EVERY, so a node switched to another chain is stopped early.
-        let mut chain_id_ok: Option<tokio::time::Instant> = None;
-        loop {
-            if *stop.borrow() {
-                return;
-            }
-            let outcome = async {
-                if chain_id_ok.is_none_or(|at| at.elapsed() >= CHAIN_ID_EVERY) {
-                    self.check_chain_id().await?;
-                    chain_id_ok = Some(tokio::time::Instant::now());
-                }
-                self.round().await
-            }
-            .await;
-            if outcome.is_err() {
-                chain_id_ok = None;
-            }
-            self.catching_up = matches!(outcome, Ok(true));
-            let wait = match outcome {
-                Ok(true) => Duration::ZERO,
-                Ok(false) => {
-                    backoff = poll;
-                    poll
-                }
-                Err(e) => {
-                    tracing::warn!(chain = self.chain.as_str(), error = %e, "chain watcher round failed; retrying");
-                    self.svc.metrics.chain.errors.get_or_create(&self.labels()).inc();
-                    // What was due may have been taken by a write that failed: read it again.
-                    self.stale_loaded = false;
-                    // Best effort: the database may be what failed.
-                    let why = crate::text::clip(e.to_string(), super::node::NodeError::MAX_BYTES);
-                    let report = NodeReport { error: Some(Some(&why)), ..Default::default() };
-                    let _ = self.svc.store.set_chain_node(self.chain.as_str(), &report).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
-                    backoff
-                }
-            };
-            if !wait.is_zero() {
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.changed() => {}
-                }
-            }
-        }
+    /// Runs until `stop` turns true ([`follow`]).
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        follow(self, stop).await
     }
 
     fn labels(&self) -> crate::metrics::ChainLabels {
@@ -313,6 +267,7 @@ impl Watcher {
             token_balances: &token_balances,
             stale: &[],
             balances_read: false,
+            utxo: None,
             events: &batch.events,
         };
         let recorded = self.svc.store.record_blocks(write).await?;
@@ -366,41 +321,10 @@ impl Watcher {
             }
         }
         let Some(ancestor) = ancestor.filter(|a| height - a.height < self.config.reorg_depth) else {
-            let why = format!(
-                "a reorg deeper than reorg_depth ({}) below block {height}; run `custodian chain resync --coin {chain} --from HEIGHT`",
-                self.config.reorg_depth
-            );
-            tracing::error!(chain, "{why}");
-            store
-                .set_chain_node(
-                    chain,
-                    &NodeReport { head: Some(head), halted: Some(&why), ..Default::default() },
-                )
-                .await?;
-            self.svc.metrics.chain.deep_reorgs.get_or_create(&self.labels()).inc();
-            let entry = crate::audit::EntryExt::data(
-                crate::audit::entry(AuditType::ChainReorgTooDeep),
-                json!({ "coin": chain, "height": height, "reorgDepth": self.config.reorg_depth }),
-            );
-            crate::audit::record(&store, &[entry]).await;
-            return Ok(());
+            return super::follow::halt(&self.svc, &self.chain, self.config.reorg_depth, height, head).await;
         };
         let depth = height - ancestor.height;
-        tracing::info!(chain, depth, ancestor = ancestor.height, "reorg");
-        // What the rewind removes, as it will be, so that their `removed` events are stored
-        // with it: the watcher holds the chain's lease, so nothing changes them meanwhile.
-        let tip = ancestor.height + depth;
-        let mut removed = store.live_transfers(chain, ancestor.height + 1).await?;
-        removed.retain(|t| !t.block_hash.is_empty());
-        let mut batch = Batch::default();
-        for t in &mut removed {
-            t.state = TransferState::Removed;
-            t.confirmations = (tip + 1).saturating_sub(t.height);
-            batch.extend(super::announce::transfer(&self.svc, t).await?);
-        }
-        let recorded =
-            store.rewind_chain(chain, &ancestor, depth, store.clock().now(), &batch.events).await?;
-        batch.committed(&self.svc, &recorded).await;
+        let removed = crate::chain::follow::rewind(&self.svc, &self.chain, &ancestor, depth).await?;
         // Read again with the next block of the new branch.
         self.stale.extend(removed.into_iter().map(|t| (t.wallet_id, t.coin)));
         Ok(())
@@ -420,7 +344,8 @@ impl Watcher {
         run.quiet.extend(
             found.iter().filter(|t| window.pending().iter().any(|p| p.id == t.id)).map(|t| t.id.clone()),
         );
-        let (changed, counts) = window.advance(&fetched.block, &found, confirmed_at);
+        let conflict = Window::same_nonce(&fetched.block);
+        let (changed, counts) = window.advance(height, &found, confirmed_at, conflict);
         if let Some(averages) = self.fees.push(height, fetched.block.base_fee) {
             run.alerts.extend(alerts::low_fee(&self.chain, &self.alerts, &fetched.block.head, averages));
         }
@@ -443,12 +368,7 @@ impl Watcher {
 
     /// Those of `candidates` that had not appeared on chain before.
     async fn first_appearances(&self, candidates: Vec<Appearance>) -> Result<Vec<Appearance>, WatchError> {
-        if candidates.is_empty() {
-            return Ok(candidates);
-        }
-        let addresses: Vec<String> = candidates.iter().map(|a| a.address.clone()).collect();
-        let known = self.svc.store.appeared(self.chain.as_str(), &addresses).await?;
-        Ok(candidates.into_iter().filter(|a| !known.contains(&a.address)).collect())
+        super::follow::first_appearances(&self.svc, &self.chain, candidates).await
     }
 }
 
@@ -471,24 +391,4 @@ struct Run {
     fee_touched: std::collections::BTreeSet<WalletId>,
     /// Transfers the blocks include that were pending: their `unconfirmed` was already told.
     quiet: std::collections::BTreeSet<String>,
-}
-
-/// One watcher per configured chain, each with its own node client.
-pub fn spawn_all(svc: &Chains, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut handles = Vec::new();
-    for (coin, config) in &svc.config.chains {
-        let Ok(chain) = coin.parse::<Coin>() else { continue };
-        let timeout = Duration::from_secs(config.rpc_timeout);
-        let pool_cap = usize::try_from(config.pool_max_bytes).unwrap_or(usize::MAX);
-        let node = match super::node::EthNode::new(&config.rpc_url, timeout, pool_cap) {
-            Ok(n) => Arc::new(n) as Arc<dyn ChainNode>,
-            Err(e) => {
-                tracing::error!(chain = coin.as_str(), error = %e, "chain watcher not started");
-                continue;
-            }
-        };
-        let watcher = Watcher::new(chain, config.clone(), node, svc.clone());
-        handles.push(tokio::spawn(watcher.run(stop.clone())));
-    }
-    handles
 }

@@ -31,6 +31,7 @@ impl Watcher {
             token_balances: &token_balances,
             stale: &due,
             balances_read: near_head,
+            utxo: None,
             events: &batch.events,
         };
         let recorded = self.svc.store.record_blocks(write).await?;

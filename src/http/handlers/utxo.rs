@@ -4,14 +4,14 @@
 use axum::{extract::State, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::{
     chain::utxo::wallets,
     http::{
         auth::Auth,
         error::ApiResult,
-        extract::{ApiJson, ApiPath},
+        extract::{ApiJson, ApiPath, ApiQuery},
         ErrorResponse,
     },
     types::{Coin, WalletId},
@@ -82,4 +82,57 @@ pub async fn create_address(
     let chain = req.chain.unwrap_or(0);
     let a = wallets::create_address(&state.chains, &auth, &coin, &wallet_id, chain, req.label).await?;
     Ok(Json(crate::chain::address_json(&a, &coin)))
+}
+
+/// Paging and filters of a wallet's unspents (BitGo's names).
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct UnspentParams {
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+    /// The last unspent of the previous page (`nextBatchPrevId`, `txid:vout`).
+    #[param(pattern = "^[0-9a-fA-F]{64}:[0-9]{1,10}$")]
+    pub prev_id: Option<String>,
+    /// Only outputs with at least this many confirmations; 0 (the default) includes the
+    /// mempool's.
+    #[param(maximum = 1000000)]
+    pub min_confirms: Option<u64>,
+    /// Only outputs of at least this value, base units.
+    pub min_value: Option<u64>,
+}
+
+/// A UTXO wallet's unspent outputs (BitGoJS `wallet.unspents()`), by outpoint:
+/// `{coin, unspents: [{id, address, value, valueString, blockHeight, date, wallet, chain,
+/// index}], count, nextBatchPrevId?}`. Outputs spent by a mempool transaction are left out.
+#[utoipa::path(get, path = "/api/v2/{coin}/wallet/{walletId}/unspents", tag = "utxo", security(("bearer" = [])),
+    params(("coin" = Coin, Path, description = "A UTXO coin: btc, tbtc, ltc, tltc"), ("walletId" = WalletId, Path, description = "Wallet id, 32 hex"), UnspentParams),
+    responses(
+        (status = 200, description = "`{coin, unspents, count, nextBatchPrevId?}`", body = Object),
+        (status = 400, description = "A bad query value, or not a UTXO coin", body = ErrorResponse),
+        (status = 404, description = "No such wallet, or not visible", body = ErrorResponse),
+    ))]
+pub async fn list_unspents(
+    State(state): State<AppState>,
+    Auth(auth): Auth,
+    ApiPath((coin, wallet_id)): ApiPath<(Coin, WalletId)>,
+    ApiQuery(p): ApiQuery<UnspentParams>,
+) -> ApiResult<Json<Value>> {
+    use crate::chain::utxo::unspents;
+    let page = crate::paging::PageRequest::new(p.limit, None)?;
+    let q = unspents::UnspentQuery {
+        min_confirms: p.min_confirms.unwrap_or(0),
+        min_value: p.min_value.unwrap_or(0),
+        prev_id: p.prev_id,
+        limit: page.fetch() - 1,
+    };
+    let found = unspents::list(&state.chains, &auth, &coin, &wallet_id, &q).await?;
+    let ids: Vec<String> = found.iter().map(|u| format!("{}:{}", u.txid, u.vout)).collect();
+    let page = page.page(found.iter().zip(&ids).collect(), |(_, id)| id.as_str());
+    let list: Vec<Value> = page.items.iter().map(|(u, _)| unspents::unspent_json(u)).collect();
+    let mut body = serde_json::json!({ "coin": coin.as_str(), "count": list.len(), "unspents": list });
+    if let Some(next) = page.next_batch_prev_id {
+        body["nextBatchPrevId"] = serde_json::json!(next);
+    }
+    Ok(Json(body))
 }

@@ -1,0 +1,397 @@
+//! The UTXO watcher against Litecoin Core in regtest (litecoind.rs): receives to each chain
+//! code, a send with change, RBF and `bumpfee`, a 2-block reorg, and the balances and
+//! unspents against the node's own view (`scantxoutset`). docs/chains.md#utxo-chains.
+
+use bitcoin::{bip32::Xpriv, secp256k1::Secp256k1, NetworkKind};
+use serde_json::{json, Value};
+
+use crate::common::*;
+use crate::litecoind::Litecoind;
+use crate::receiver::TestReceiver;
+use custodian::chain::utxo::{
+    address::{derive, ChainCode, Derived, WalletKeys},
+    params::{Family, Network},
+};
+use custodian::config::{ChainConfig, ChainFamily, Config, Secret};
+
+/// A wallet whose three keys the test holds, watched by the service, with Litecoin Core's
+/// legacy wallet `ours` able to sign for the addresses the test asks it to.
+pub struct Watched {
+    pub node: Litecoind,
+    pub app: TestApp,
+    pub token: String,
+    pub wallet: String,
+    pub receiver: TestReceiver,
+    pub miner: String,
+    masters: Vec<Xpriv>,
+    keys: WalletKeys,
+}
+
+/// The node as chain `tltc` of the config: regtest, 2 confirmations, polled every 50 ms.
+pub fn watch(c: &mut Config, node: &Litecoind) {
+    crate::webhooks::fast(c);
+    // The tests poll the API for what the watcher wrote.
+    c.rate_limit.requests = 100_000;
+    let chain = ChainConfig {
+        family: ChainFamily::Utxo,
+        rpc_url: node.rpc_url.clone(),
+        network: Some(Network::Regtest),
+        rpc_user: Some("custodian".into()),
+        rpc_password: Some(Secret("custodian".into())),
+        confirmations: 2,
+        reorg_depth: 8,
+        poll_interval_ms: 50,
+        start_block: Some(0),
+        ..ChainConfig::default()
+    };
+    c.chains.insert("tltc".into(), chain);
+}
+
+pub fn ltc(base_units: u64) -> f64 {
+    base_units as f64 / 1e8
+}
+
+impl Watched {
+    /// A node with 101 blocks mined to its wallet `miner`, the service watching it, and
+    /// Alice's wallet of three keychains with a transfer webhook to a receiver.
+    pub async fn start() -> Watched {
+        let node = Litecoind::start();
+        node.rpc("createwallet", json!(["miner"])).await;
+        node.rpc("createwallet", json!(["ours"])).await;
+        let miner = node.wallet_rpc("miner", "getnewaddress", json!([])).await.as_str().unwrap().to_string();
+        node.rpc("generatetoaddress", json!([101, miner])).await;
+        let app = spawn_app_with(|c| watch(c, &node)).await;
+        let alice = app.create_user("alice@example.com").await;
+        let acme = app.create_enterprise("Acme", &[(&alice, true)]).await;
+        let token = app.login(&alice).await;
+        let secp = Secp256k1::new();
+        let masters: Vec<Xpriv> =
+            (0..3u8).map(|i| Xpriv::new_master(NetworkKind::Main, &[60 + i; 32]).unwrap()).collect();
+        let pubs: Vec<String> =
+            masters.iter().map(|m| bitcoin::bip32::Xpub::from_priv(&secp, m).to_string()).collect();
+        let mut ids = Vec::new();
+        for (p, source) in pubs.iter().zip(["user", "backup", "bitgo"]) {
+            let body = json!({ "pub": p, "source": source });
+            let k = expect_json(app.post_auth("/api/v2/tltc/key", &token, &body).await, 200).await;
+            ids.push(k["id"].as_str().unwrap().to_string());
+        }
+        let add = json!({ "label": "LTC", "enterprise": acme, "m": 2, "n": 3, "keys": ids });
+        let w = expect_json(app.post_auth("/api/v2/tltc/wallet/add", &token, &add).await, 200).await;
+        let wallet = w["id"].as_str().unwrap().to_string();
+        let receiver = TestReceiver::start().await;
+        let hook = json!({ "type": "transfer", "url": receiver.url });
+        expect_json(
+            app.post_auth(&format!("/api/v2/tltc/wallet/{wallet}/webhooks"), &token, &hook).await,
+            200,
+        )
+        .await;
+        let keys = WalletKeys::parse([&pubs[0], &pubs[1], &pubs[2]]).unwrap();
+        Watched { node, app, token, wallet, receiver, miner, masters, keys }
+    }
+
+    /// The wallet's address at `chain` and `index` as regtest writes it (the service writes
+    /// BitGo's `tltc` testnet form: the same script).
+    pub fn regtest(&self, chain: u32, index: u32) -> Derived {
+        derive(&self.keys, ChainCode::new(chain).unwrap(), index, Family::Litecoin.params(Network::Regtest))
+            .unwrap()
+    }
+
+    /// Derives the next address of `chain` through the API; its index.
+    pub async fn derive(&self, chain: u32) -> u32 {
+        let path = format!("/api/v2/tltc/wallet/{}/address", self.wallet);
+        let a =
+            expect_json(self.app.post_auth(&path, &self.token, &json!({ "chain": chain })).await, 200).await;
+        u32::try_from(a["index"].as_u64().unwrap()).unwrap()
+    }
+
+    /// Litecoin Core's wallet `ours` gets the three child keys of `chain`/`index` and the
+    /// multisig script, so it signs for that address as the wallet's owners would.
+    pub async fn sign_for(&self, chain: u32, index: u32) {
+        let secp = Secp256k1::new();
+        let path: Vec<bitcoin::bip32::ChildNumber> = [0, 0, chain, index]
+            .iter()
+            .map(|&n| bitcoin::bip32::ChildNumber::from_normal_idx(n).unwrap())
+            .collect();
+        let children: Vec<Xpriv> =
+            self.masters.iter().map(|m| m.derive_priv(&secp, &path).unwrap()).collect();
+        for child in &children {
+            let wif = bitcoin::PrivateKey::new(child.private_key, NetworkKind::Test).to_wif();
+            self.node.wallet_rpc("ours", "importprivkey", json!([wif, "", false])).await;
+        }
+        let pubs: Vec<String> = children.iter().map(|c| c.to_priv().public_key(&secp).to_string()).collect();
+        let kind = match chain / 10 {
+            0 => "legacy",
+            1 => "p2sh-segwit",
+            _ => "bech32",
+        };
+        let made = self.node.wallet_rpc("ours", "addmultisigaddress", json!([2, pubs, "", kind])).await;
+        assert_eq!(made["address"], self.regtest(chain, index).address.as_str());
+    }
+
+    /// Mines `blocks` to a fresh address of the miner's: each block differs from any mined
+    /// before (a branch mined after `invalidateblock` must not be the invalidated one again).
+    pub async fn mine(&self, blocks: u64) {
+        let to = self.node.wallet_rpc("miner", "getnewaddress", json!([])).await;
+        self.node.rpc("generatetoaddress", json!([blocks, to])).await;
+    }
+
+    pub async fn pay(&self, to: &str, units: u64, rbf: bool) -> String {
+        let sent =
+            self.node.wallet_rpc("miner", "sendtoaddress", json!([to, ltc(units), "", "", false, rbf])).await;
+        sent.as_str().unwrap().to_string()
+    }
+
+    async fn checkpoint(&self) -> u64 {
+        let s = custodian::chain::status(&self.app.state.chains).await.unwrap();
+        s[0].height.unwrap_or(0)
+    }
+
+    /// Waits until the watcher has read the node's head.
+    pub async fn caught_up(&self) {
+        let head = self.node.rpc("getblockcount", json!([])).await.as_u64().unwrap();
+        until("the watcher reaches the node's head", 30, || async {
+            (self.checkpoint().await >= head).then_some(())
+        })
+        .await;
+    }
+
+    pub async fn transfers(&self) -> Vec<Value> {
+        let path = format!("/api/v2/tltc/wallet/{}/transfer", self.wallet);
+        expect_json(self.app.get_auth(&path, &self.token).await, 200).await["transfers"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// The transfer of `txid`, once the service has it in `state`.
+    pub async fn transfer_in(&self, txid: &str, state: &str) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let all = self.transfers().await;
+            if let Some(t) = all.iter().find(|t| t["txid"] == txid && t["state"] == state) {
+                return t.clone();
+            }
+            let seen: Vec<(&Value, &Value)> = all.iter().map(|t| (&t["txid"], &t["state"])).collect();
+            assert!(std::time::Instant::now() < deadline, "{txid} never {state}; transfers: {seen:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn wallet_json(&self) -> Value {
+        let path = format!("/api/v2/tltc/wallet/{}?expandBalance=true", self.wallet);
+        expect_json(self.app.get_auth(&path, &self.token).await, 200).await
+    }
+
+    /// (state, valueString, hash) of every transfer notification so far, in arrival order.
+    pub fn notified(&self) -> Vec<(String, String, String)> {
+        crate::chain::transfer_notices(&self.receiver)
+    }
+
+    /// The node's unspent total over `addresses` (regtest form), base units: `scantxoutset`
+    /// with at least `min_confirms` confirmations at the node's head.
+    pub async fn node_balance(&self, addresses: &[String], min_confirms: u64) -> u64 {
+        let descs: Vec<String> = addresses.iter().map(|a| format!("addr({a})")).collect();
+        let scan = self.node.rpc("scantxoutset", json!(["start", descs])).await;
+        let height = scan["height"].as_u64().unwrap();
+        scan["unspents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|u| height + 1 - u["height"].as_u64().unwrap() >= min_confirms)
+            .map(|u| custodian::chain::utxo::node::base_units(&u["amount"]).unwrap())
+            .sum()
+    }
+
+    /// The wallet's balances as the API gives them: (balance, confirmed, spendable).
+    pub async fn balances(&self) -> (u64, u64, u64) {
+        let w = self.wallet_json().await;
+        let n = |k: &str| w[k].as_str().unwrap_or_else(|| panic!("{k} in {w}")).parse::<u64>().unwrap();
+        (n("balanceString"), n("confirmedBalanceString"), n("spendableBalanceString"))
+    }
+}
+
+#[tokio::test]
+async fn a_receive_to_each_chain_code_is_unconfirmed_then_confirmed_with_the_node_s_balances_and_unspents() {
+    let w = Watched::start().await;
+    assert_eq!(w.derive(10).await, 0);
+    assert_eq!(w.derive(20).await, 0);
+    w.caught_up().await;
+    let amounts = [(0u32, 50_000_000u64), (10, 25_000_000), (20, 12_500_000)];
+    let mut txids = Vec::new();
+    for (chain, units) in amounts {
+        txids.push(w.pay(&w.regtest(chain, 0).address, units, false).await);
+    }
+    // Not RBF: each is told `unconfirmed` from the mempool, with its exact value.
+    w.receiver.wait_for(3, 30).await;
+    let mut told = w.notified();
+    told.sort();
+    let mut want: Vec<_> = amounts
+        .iter()
+        .zip(&txids)
+        .map(|((_, u), t)| ("unconfirmed".to_string(), u.to_string(), t.clone()))
+        .collect();
+    want.sort();
+    assert_eq!(told, want);
+    // Unconfirmed receives count in the balance only.
+    let total: u64 = amounts.iter().map(|(_, u)| u).sum();
+    until("the mempool's balance", 30, || async { (w.balances().await == (total, 0, 0)).then_some(()) })
+        .await;
+    // One block: one confirmation of two; the second confirms them.
+    w.mine(1).await;
+    w.caught_up().await;
+    w.mine(1).await;
+    w.receiver.wait_for(6, 30).await;
+    let confirmed: Vec<_> = w.notified()[3..].iter().map(|(s, _, _)| s.clone()).collect();
+    assert_eq!(confirmed, ["confirmed"; 3]);
+    w.caught_up().await;
+    let addresses: Vec<String> = amounts.iter().map(|(c, _)| w.regtest(*c, 0).address).collect();
+    let node = w.node_balance(&addresses, 2).await;
+    assert_eq!(node, total);
+    assert_eq!(w.balances().await, (total, total, total));
+    // Each transfer in BitGo's shape: its output to us with our chain and index.
+    for ((chain, units), txid) in amounts.iter().zip(&txids) {
+        let t = w.transfer_in(txid, "confirmed").await;
+        assert_eq!(
+            (t["type"].as_str(), t["valueString"].as_str()),
+            (Some("receive"), Some(units.to_string().as_str()))
+        );
+        let ours: Vec<&Value> =
+            t["outputs"].as_array().unwrap().iter().filter(|o| o["wallet"] == w.wallet.as_str()).collect();
+        assert_eq!(ours.len(), 1, "{t}");
+        assert_eq!(
+            (ours[0]["chain"].as_u64(), ours[0]["index"].as_u64()),
+            (Some(u64::from(*chain)), Some(0))
+        );
+        assert_eq!(ours[0]["value"].as_u64(), Some(*units));
+        assert!(ours[0]["id"].as_str().unwrap().starts_with(&format!("{txid}:")));
+        assert_eq!(t["entries"].as_array().unwrap().len(), 1, "{t}");
+    }
+    // Unspents: the three, filtered by value and confirmations, paged by outpoint.
+    let path = format!("/api/v2/tltc/wallet/{}/unspents", w.wallet);
+    let all = expect_json(w.app.get_auth(&path, &w.token).await, 200).await;
+    let mut values: Vec<u64> =
+        all["unspents"].as_array().unwrap().iter().map(|u| u["value"].as_u64().unwrap()).collect();
+    values.sort();
+    assert_eq!(values, [12_500_000, 25_000_000, 50_000_000]);
+    let big = expect_json(w.app.get_auth(&format!("{path}?minValue=20000000"), &w.token).await, 200).await;
+    assert_eq!(big["count"], 2);
+    let deep = expect_json(w.app.get_auth(&format!("{path}?minConfirms=3"), &w.token).await, 200).await;
+    assert_eq!(deep["count"], 0);
+    let first = expect_json(w.app.get_auth(&format!("{path}?limit=2"), &w.token).await, 200).await;
+    let next = first["nextBatchPrevId"].as_str().unwrap();
+    let rest = expect_json(w.app.get_auth(&format!("{path}?prevId={next}"), &w.token).await, 200).await;
+    assert_eq!(rest["count"], 1);
+    assert_error(w.app.get_auth(&format!("{path}?prevId=nope"), &w.token).await, 400, "InvalidField").await;
+}
+
+#[tokio::test]
+async fn a_send_with_change_has_exact_entries_and_fee_and_the_node_s_balances() {
+    let w = Watched::start().await;
+    assert_eq!(w.derive(1).await, 0);
+    assert_eq!(w.derive(20).await, 0);
+    w.sign_for(0, 0).await;
+    w.sign_for(20, 0).await;
+    w.pay(&w.regtest(0, 0).address, 60_000_000, false).await;
+    w.pay(&w.regtest(20, 0).address, 40_000_000, false).await;
+    w.mine(2).await;
+    w.caught_up().await;
+    until("both receives", 30, || async { (w.balances().await.1 == 100_000_000).then_some(()) }).await;
+    // Litecoin Core signs with the wallet's keys: 0.7 LTC out, change to our chain 1 address.
+    let change = w.regtest(1, 0).address;
+    let out = json!([{ w.miner.clone(): 0.7 }]);
+    let raw = w.node.wallet_rpc("ours", "createrawtransaction", json!([[], out])).await;
+    let funded = w
+        .node
+        .wallet_rpc(
+            "ours",
+            "fundrawtransaction",
+            json!([raw, { "changeAddress": change, "replaceable": false }]),
+        )
+        .await;
+    let fee = custodian::chain::utxo::node::base_units(&funded["fee"]).unwrap();
+    let signed = w.node.wallet_rpc("ours", "signrawtransactionwithwallet", json!([funded["hex"]])).await;
+    assert_eq!(signed["complete"], true, "{signed}");
+    let txid = w.node.rpc("sendrawtransaction", json!([signed["hex"]])).await.as_str().unwrap().to_string();
+    let t = w.transfer_in(&txid, "unconfirmed").await;
+    let sent = 70_000_000 + fee;
+    assert_eq!(t["type"], "send");
+    assert_eq!(t["valueString"].as_str(), Some(format!("-{sent}").as_str()), "{t}");
+    assert_eq!(t["feeString"].as_str(), Some(fee.to_string().as_str()), "{t}");
+    let entry =
+        |address: &str| t["entries"].as_array().unwrap().iter().find(|e| e["address"] == address).cloned();
+    let paid = entry(&w.miner).expect("the payee's entry");
+    assert_eq!((paid["valueString"].as_str(), paid["isChange"].as_bool()), (Some("70000000"), Some(false)));
+    // The service writes the change address in BitGo's testnet form; same script.
+    let change_tltc =
+        derive(&w.keys, ChainCode::new(1).unwrap(), 0, Family::Litecoin.params(Network::Testnet)).unwrap();
+    let back = entry(&change_tltc.address).expect("the change entry");
+    assert_eq!(back["isChange"], true);
+    assert_eq!(back["valueString"].as_str(), Some((100_000_000 - sent).to_string().as_str()));
+    assert_eq!(t["inputs"].as_array().unwrap().len(), 2, "{t}");
+    // Told once unconfirmed (not RBF), then confirmed; balances follow the node.
+    until("the send's notification", 30, || async { w.notified().iter().any(|n| n.2 == txid).then_some(()) })
+        .await;
+    let (balance, confirmed, spendable) = w.balances().await;
+    assert_eq!((balance, confirmed, spendable), (100_000_000 - sent, 100_000_000, 0));
+    w.mine(2).await;
+    w.transfer_in(&txid, "confirmed").await;
+    w.caught_up().await;
+    let addresses: Vec<String> =
+        [(0, 0), (20, 0), (1, 0)].iter().map(|(c, i)| w.regtest(*c, *i).address).collect();
+    let node = w.node_balance(&addresses, 2).await;
+    assert_eq!(node, 100_000_000 - sent);
+    assert_eq!(w.balances().await, (node, node, node));
+    let states: Vec<String> = w.notified().into_iter().filter(|n| n.2 == txid).map(|n| n.0).collect();
+    assert_eq!(states, ["unconfirmed", "confirmed"]);
+}
+
+#[tokio::test]
+async fn an_rbf_receive_is_not_told_unconfirmed_and_its_replacement_is_confirmed() {
+    let w = Watched::start().await;
+    w.caught_up().await;
+    let to = w.regtest(0, 0).address;
+    let first = w.pay(&to, 30_000_000, true).await;
+    // Recorded, quietly: §6 tells no `unconfirmed` of a replace-by-fee transaction.
+    w.transfer_in(&first, "unconfirmed").await;
+    let bumped = w.node.wallet_rpc("miner", "bumpfee", json!([first])).await;
+    let second = bumped["txid"].as_str().unwrap().to_string();
+    w.transfer_in(&first, "replaced").await;
+    w.transfer_in(&second, "unconfirmed").await;
+    w.mine(2).await;
+    w.transfer_in(&second, "confirmed").await;
+    wait_until_idle(&w.app.state.store).await;
+    let told = w.notified();
+    assert_eq!(told, [("confirmed".to_string(), "30000000".to_string(), second.clone())]);
+    w.caught_up().await;
+    assert_eq!(w.balances().await, (30_000_000, 30_000_000, 30_000_000));
+}
+
+#[tokio::test]
+async fn a_two_block_reorg_sends_the_receive_back_to_the_mempool_and_a_new_branch_confirms_it() {
+    let w = Watched::start().await;
+    w.caught_up().await;
+    let txid = w.pay(&w.regtest(0, 0).address, 80_000_000, false).await;
+    w.receiver.wait_for(1, 30).await;
+    w.mine(2).await;
+    w.transfer_in(&txid, "confirmed").await;
+    w.caught_up().await;
+    let tip = w.node.rpc("getblockcount", json!([])).await.as_u64().unwrap();
+    let included = w.node.rpc("getblockhash", json!([tip - 1])).await;
+    // Both blocks go: the transaction is back in the node's mempool.
+    w.node.rpc("invalidateblock", json!([included])).await;
+    w.transfer_in(&txid, "unconfirmed").await;
+    until("balances without the orphaned blocks", 30, || async {
+        (w.balances().await == (80_000_000, 0, 0)).then_some(())
+    })
+    .await;
+    // A new, longer branch includes it again.
+    w.mine(3).await;
+    w.transfer_in(&txid, "confirmed").await;
+    w.caught_up().await;
+    w.receiver.wait_for(5, 30).await;
+    let states: Vec<String> = w.notified().into_iter().map(|n| n.0).collect();
+    assert_eq!(states, ["unconfirmed", "confirmed", "removed", "unconfirmed", "confirmed"]);
+    let node = w.node_balance(&[w.regtest(0, 0).address], 2).await;
+    assert_eq!(node, 80_000_000);
+    assert_eq!(w.balances().await, (node, node, node));
+}
