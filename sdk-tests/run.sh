@@ -103,6 +103,20 @@ PY
     CUSTODIAN_CHAINS_HTETH_CONFIRMATIONS=2 CUSTODIAN_CHAINS_HTETH_START_BLOCK=0 CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS=100 \
     CUSTODIAN_DELIVERY_ALLOWED_CIDRS=127.0.0.0/8
 fi
+# Litecoin Core in regtest (Debian's litecoind, installed by .ci/run), watched as tltc: the
+# UTXO wallet test pays its addresses and reads transfers and unspents through BitGoJS.
+ltc_rpc_url=
+if [ -z "${CUSTODIAN_SDK_URL:-}" ] && [ -x /usr/lib/litecoin/litecoind ]; then
+  ltc_rpc=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  mkdir -p "$dir/litecoin"
+  /usr/lib/litecoin/litecoind -regtest -datadir="$dir/litecoin" -rpcport="$ltc_rpc" -listen=0 -rpcbind=127.0.0.1 \
+    -rpcallowip=127.0.0.1 -rpcuser=sdk -rpcpassword=sdk -fallbackfee=0.0001 > /dev/null 2>&1 & ltc_pid=$!
+  trap 'kill $ltc_pid ${anvil_pid:-} 2>/dev/null; server_cleanup' EXIT
+  ltc_rpc_url="http://127.0.0.1:$ltc_rpc"
+  export CUSTODIAN_CHAINS_TLTC_FAMILY=utxo CUSTODIAN_CHAINS_TLTC_RPC_URL="$ltc_rpc_url" \
+    CUSTODIAN_CHAINS_TLTC_NETWORK=regtest CUSTODIAN_CHAINS_TLTC_RPC_USER=sdk CUSTODIAN_CHAINS_TLTC_RPC_PASSWORD=sdk \
+    CUSTODIAN_CHAINS_TLTC_CONFIRMATIONS=2 CUSTODIAN_CHAINS_TLTC_START_BLOCK=0 CUSTODIAN_CHAINS_TLTC_POLL_INTERVAL_MS=100
+fi
 eth_wallet=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 sed "s/\"id\": \"$wallet\"/\"id\": \"$eth_wallet\"/; s/\"coin\": \"tbtc\"/\"coin\": \"hteth\"/;
   s/\"coinSpecific\": {}/\"coinSpecific\": {\"baseAddress\": \"0x70997970c51812dc3a010c7d01b50e0d17dc79c8\"}/" \
@@ -118,7 +132,7 @@ cd "$here"
 if ! CUSTODIAN_URL="$url" CUSTODIAN_EMAIL="$email" CUSTODIAN_PASSWORD="$password" \
   CUSTODIAN_ECDH_EMAIL="$ecdh_email" CUSTODIAN_SERVER_XPUB="$server_xpub" CUSTODIAN_PASSKEY_EMAIL="$passkey_email" \
   CUSTODIAN_OAUTH_CLIENT="$oauth_client" CUSTODIAN_ENTERPRISE="$enterprise" CUSTODIAN_APPROVER_EMAIL="$approver_email" \
-  CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="$anvil_url" CUSTODIAN_TOKEN_CONTRACT="${token_contract:-}" CUSTODIAN_RECEIVER_HOST="${CUSTODIAN_SDK_RECEIVER_HOST:-127.0.0.1}" \
+  CUSTODIAN_WALLET="$wallet" CUSTODIAN_ETH_WALLET="$eth_wallet" CUSTODIAN_ANVIL_URL="$anvil_url" CUSTODIAN_TOKEN_CONTRACT="${token_contract:-}" CUSTODIAN_RECEIVER_HOST="${CUSTODIAN_SDK_RECEIVER_HOST:-127.0.0.1}" CUSTODIAN_LTC_RPC_URL="$ltc_rpc_url" \
   node --test "${only[@]}" sdk.test.mjs; then
   if [ -f "$dir/serve.log" ]; then
     echo "--- server log" >&2

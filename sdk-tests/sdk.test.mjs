@@ -21,6 +21,7 @@ const password = process.env.CUSTODIAN_PASSWORD;
 const walletId = process.env.CUSTODIAN_WALLET;
 const ethWalletId = process.env.CUSTODIAN_ETH_WALLET;
 const anvilUrl = process.env.CUSTODIAN_ANVIL_URL;
+const ltcRpcUrl = process.env.CUSTODIAN_LTC_RPC_URL;
 // Where the server's delivery workers reach this machine's receivers.
 const receiverHost = process.env.CUSTODIAN_RECEIVER_HOST ?? '127.0.0.1';
 // A second user, who gets an ECDH keychain; the service's xpub, from `custodian ecdh show-xpub`.
@@ -655,4 +656,40 @@ test("a UTXO multisig wallet: keychains().add, wallets().add, createAddress chec
   const listed = await wallet.addresses({ limit: 50 });
   assert.equal(listed.addresses.length, 8);
   assert.ok(listed.addresses.every((a) => Number.isInteger(a.chain) && Number.isInteger(a.index)));
+  if (!ltcRpcUrl) return; // a deployment without a Litecoin node (deploy/multihost)
+  // A real payment from Litecoin Core to the chain-0 address (p2sh: regtest writes it as
+  // testnet does), read back through BitGoJS once the watcher confirms it.
+  const first = listed.addresses.find((a) => a.chain === 0 && a.index === 0).address;
+  await ltc('createwallet', ['miner']);
+  const miner = await ltc('getnewaddress', [], 'miner');
+  await ltc('generatetoaddress', [101, miner]);
+  const txid = await ltc('sendtoaddress', [first, 0.5, '', '', false, false], 'miner');
+  await ltc('generatetoaddress', [2, miner]);
+  const { transfers } = await until('the payment confirmed', 60, async () => {
+    const t = await wallet.transfers();
+    return t.transfers.some((x) => x.txid === txid && x.state === 'confirmed') && t;
+  });
+  const t = transfers.find((x) => x.txid === txid);
+  assert.equal(t.type, 'receive');
+  assert.equal(t.valueString, '50000000');
+  const mine = t.outputs.filter((o) => o.wallet === wallet.id());
+  assert.deepEqual(mine.map((o) => [o.address, o.chain, o.index, o.valueString]), [[first, 0, 0, '50000000']]);
+  const one = await wallet.getTransfer({ id: t.id });
+  assert.equal(one.txid, txid);
+  const { unspents } = await wallet.unspents();
+  assert.deepEqual(unspents.map((u) => [u.id.split(':')[0], u.address, u.value, u.chain, u.index]), [[txid, first, 50000000, 0, 0]]);
+  const w = await bitgo.get(coin.url(`/wallet/${wallet.id()}`)).query({ expandBalance: true }).result();
+  assert.deepEqual([w.balanceString, w.confirmedBalanceString, w.spendableBalanceString], ['50000000', '50000000', '50000000']);
 });
+
+/** A JSON-RPC call to the Litecoin node (its wallet `wallet`, if named). */
+async function ltc(method, params, wallet) {
+  const res = await fetch(wallet ? `${ltcRpcUrl}/wallet/${wallet}` : ltcRpcUrl, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: `Basic ${Buffer.from('sdk:sdk').toString('base64')}` },
+    body: JSON.stringify({ jsonrpc: '1.0', id: 1, method, params }),
+  });
+  const body = await res.json();
+  if (body.error) throw new Error(`${method}: ${JSON.stringify(body.error)}`);
+  return body.result;
+}

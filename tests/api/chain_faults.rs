@@ -43,7 +43,7 @@ async fn chain_cluster_at(rpc_url: &str, more: &[(&str, &str)]) -> Cluster {
     cluster
 }
 
-async fn transfer_hook(cluster: &Cluster, server: &Server, url: &str) {
+pub async fn transfer_hook(cluster: &Cluster, server: &Server, url: &str) {
     let token = cluster.login(&server.base).await;
     let res = cluster
         .client
@@ -57,7 +57,7 @@ async fn transfer_hook(cluster: &Cluster, server: &Server, url: &str) {
 }
 
 /// `custodian chain status --json` of the cluster's database.
-fn status(cluster: &Cluster) -> Value {
+pub fn status(cluster: &Cluster) -> Value {
     let out = cluster.cmd(&["chain", "status", "--json"]).output().unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)))
 }
@@ -65,7 +65,7 @@ fn status(cluster: &Cluster) -> Value {
 /// Waits until the cluster's checkpoint is at `head`. A restarted process first waits out the
 /// dead one's lease (15 s); on a loaded machine the backfill after it may be slow, but it must
 /// keep moving.
-async fn backfill_reaches(cluster: &Cluster, head: u64) {
+pub async fn backfill_reaches(cluster: &Cluster, head: u64) {
     until_advancing("the backfill to reach the head", 45, || async {
         let height = status(cluster)["height"].as_u64().unwrap_or(0);
         (height, (height == head).then_some(()))
@@ -74,7 +74,7 @@ async fn backfill_reaches(cluster: &Cluster, head: u64) {
 }
 
 /// (hash, state) of each distinct idempotency key received, and how many keys.
-fn events_by_key(receiver: &TestReceiver) -> (HashSet<(String, String)>, usize) {
+pub fn events_by_key(receiver: &TestReceiver) -> (HashSet<(String, String)>, usize) {
     let mut keys = HashSet::new();
     let mut events = HashSet::new();
     for r in receiver.received() {

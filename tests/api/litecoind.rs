@@ -82,6 +82,24 @@ impl Litecoind {
         node.child.kill().ok();
         panic!("litecoind did not answer RPC within a minute");
     }
+    /// Mines `n` blocks to `to`. Litecoin's MWEB activates at regtest block 432, which must
+    /// carry a peg-in: the wallet `miner` sends one to itself first.
+    pub async fn generate(&self, n: u64, to: &Value) {
+        const MWEB_FIRST: u64 = 432;
+        let count = self.rpc("getblockcount", json!([])).await.as_u64().unwrap();
+        if count < MWEB_FIRST && count + n >= MWEB_FIRST {
+            let before = MWEB_FIRST - 1 - count;
+            if before > 0 {
+                self.rpc("generatetoaddress", json!([before, to])).await;
+            }
+            let mweb = self.wallet_rpc("miner", "getnewaddress", json!(["", "mweb"])).await;
+            self.wallet_rpc("miner", "sendtoaddress", json!([mweb, 1])).await;
+            self.rpc("generatetoaddress", json!([n - before, to])).await;
+            return;
+        }
+        self.rpc("generatetoaddress", json!([n, to])).await;
+    }
+
     /// One JSON-RPC call; its `result`.
     pub async fn rpc(&self, method: &str, params: Value) -> Value {
         self.call(&self.rpc_url, method, params).await

@@ -395,3 +395,144 @@ async fn a_two_block_reorg_sends_the_receive_back_to_the_mempool_and_a_new_branc
     assert_eq!(node, 80_000_000);
     assert_eq!(w.balances().await, (node, node, node));
 }
+
+/// A watcher killed (kill -9) during a 500-block backfill: the process that takes over tells
+/// every transfer once. Each transfer is first seen in a block, so (§6) it is told only as
+/// `confirmed`, at 2 confirmations.
+#[tokio::test]
+async fn a_watcher_killed_mid_backfill_of_500_blocks_tells_every_transfer_once() {
+    use crate::chain_faults::{backfill_reaches, events_by_key, status};
+    use std::collections::HashSet;
+    let node = Litecoind::start();
+    node.rpc("createwallet", json!(["miner"])).await;
+    node.rpc("createwallet", json!(["ours"])).await;
+    let miner = node.wallet_rpc("miner", "getnewaddress", json!([])).await;
+    node.rpc("generatetoaddress", json!([101, miner])).await;
+    let watched = node.wallet_rpc("ours", "getnewaddress", json!(["", "legacy"])).await;
+    let mut txids = HashSet::new();
+    for _ in 0..25 {
+        let t = node.wallet_rpc("miner", "sendtoaddress", json!([watched, 0.1, "", "", false, false])).await;
+        txids.insert(t.as_str().unwrap().to_string());
+        node.generate(20, &miner).await;
+    }
+    let head = node.rpc("getblockcount", json!([])).await.as_u64().unwrap();
+    assert_eq!(head, 601);
+    let cluster = crate::procs::Cluster::new(&[
+        ("CUSTODIAN_CHAINS_TLTC_FAMILY", "utxo"),
+        ("CUSTODIAN_CHAINS_TLTC_RPC_URL", node.rpc_url.as_str()),
+        ("CUSTODIAN_CHAINS_TLTC_NETWORK", "regtest"),
+        ("CUSTODIAN_CHAINS_TLTC_RPC_USER", "custodian"),
+        ("CUSTODIAN_CHAINS_TLTC_RPC_PASSWORD", "custodian"),
+        ("CUSTODIAN_CHAINS_TLTC_CONFIRMATIONS", "2"),
+        ("CUSTODIAN_CHAINS_TLTC_START_BLOCK", "0"),
+        ("CUSTODIAN_CHAINS_TLTC_BATCH_BLOCKS", "5"),
+        ("CUSTODIAN_CHAINS_TLTC_READ_AHEAD", "5"),
+        ("CUSTODIAN_CHAINS_TLTC_POLL_INTERVAL_MS", "50"),
+        ("CUSTODIAN_CHAINS_TLTC_LEASE_MS", "1000"),
+        ("CUSTODIAN_DELIVERY_ALLOWED_CIDRS", "127.0.0.1/32"),
+        ("CUSTODIAN_DELIVERY_POLL_INTERVAL_MS", "50"),
+    ])
+    .await;
+    let wallet = "7177c0117177c0117177c0117177c011";
+    let record = json!([{
+        "id": wallet, "label": "ltc", "coin": "tltc", "allowBackupKeySigning": false, "approvalsRequired": 1,
+        "receiveAddress": { "address": watched }, "coinSpecific": {}, "deleted": false,
+        "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false, "isCold": false,
+        "startDate": "2025-01-01T00:00:00Z",
+    }]);
+    std::fs::write(cluster.dir.path().join("ltc.json"), record.to_string()).unwrap();
+    let imported =
+        cluster.cmd(&["wallet", "import", "ltc.json"]).stdout(std::process::Stdio::null()).status();
+    assert!(imported.unwrap().success());
+    let receiver = TestReceiver::start().await;
+    // The hook exists before the watcher reads block 1: an API-only process registers it.
+    let api = cluster.start_role("api").await;
+    let token = cluster.login(&api.base).await;
+    let hook = cluster
+        .client
+        .post(format!("{}/api/v2/tltc/wallet/{wallet}/webhooks", api.base))
+        .bearer_auth(&token)
+        .json(&json!({ "type": "transfer", "url": receiver.url }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hook.status(), 200);
+    let mut first = cluster.start().await;
+    until("the backfill is under way", 60, || async { (receiver.received().len() >= 5).then_some(()) }).await;
+    first.kill();
+    let at_kill = status(&cluster)["height"].as_u64().unwrap_or(0);
+    assert!(at_kill < head, "killed before the end: {at_kill} of {head}");
+    let _second = cluster.start().await;
+    backfill_reaches(&cluster, head).await;
+    let want: HashSet<(String, String)> =
+        txids.iter().map(|t| (t.clone(), "confirmed".to_string())).collect();
+    until_advancing("every transfer's notification", 30, || async {
+        let keys = events_by_key(&receiver).1;
+        (keys as u64, (keys >= want.len()).then_some(()))
+    })
+    .await;
+    cluster.wait_until_idle().await;
+    let (events, keys) = events_by_key(&receiver);
+    assert_eq!(events, want);
+    assert_eq!(keys, want.len(), "one idempotency key per transfer");
+}
+
+/// A node on another network than `network` is not read: the round fails, named in `/health`
+/// and counted, and nothing is recorded.
+#[tokio::test]
+async fn a_node_on_another_network_is_not_read() {
+    let node = Litecoind::start();
+    let app = spawn_app_with(|c| {
+        watch(c, &node);
+        if let Some(chain) = c.chains.get_mut("tltc") {
+            chain.network = Some(Network::Testnet);
+        }
+    })
+    .await;
+    let health = until("the wrong network named in /health", 30, || async {
+        let res = app.client.get(app.url("/health")).send().await.unwrap();
+        let body: Value = res.json().await.unwrap();
+        let error = body["chains"][0]["error"].as_str().unwrap_or_default().to_string();
+        error.contains("regtest").then_some(error)
+    })
+    .await;
+    assert!(health.contains("Testnet"), "{health}");
+    let s = custodian::chain::status(&app.state.chains).await.unwrap();
+    assert_eq!(s[0].height, None, "no block was read");
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(
+        text.lines().any(|l| l.starts_with("custodian_chain_wrong_chain_total{coin=\"tltc\"}")),
+        "{text}"
+    );
+}
+
+/// `pool_max_new` bounds the mempool transactions read per round: the rest wait, counted, and
+/// are read in later rounds.
+#[tokio::test]
+async fn pool_max_new_bounds_the_mempool_read_per_round() {
+    let node = Litecoind::start();
+    node.rpc("createwallet", json!(["miner"])).await;
+    let miner = node.wallet_rpc("miner", "getnewaddress", json!([])).await;
+    node.rpc("generatetoaddress", json!([101, miner])).await;
+    // Four transactions wait in the mempool before the watcher first reaches the head.
+    for _ in 0..4 {
+        node.wallet_rpc("miner", "sendtoaddress", json!([miner, 0.01])).await;
+    }
+    let app = spawn_app_with(|c| {
+        watch(c, &node);
+        if let Some(chain) = c.chains.get_mut("tltc") {
+            chain.pool_max_new = 1;
+        }
+    })
+    .await;
+    until("every transaction read, one a round", 30, || async {
+        let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        let deferred = text
+            .lines()
+            .find(|l| l.starts_with("custodian_chain_pool_deferred_total{coin=\"tltc\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())?;
+        // 4 new, then 3, 2, 1 left waiting: 3 + 2 + 1 deferred in all, and no more.
+        (deferred == 6).then_some(())
+    })
+    .await;
+}

@@ -233,10 +233,12 @@ impl Follower for UtxoWatcher {
 
     /// Reading stops while the node is on another network than `network`.
     async fn check_node(&mut self) -> Result<(), WatchError> {
-        if let Err(e) = self.node.check_network(self.network).await {
+        let info = self.node.chain_info().await?;
+        if info.network() != Some(self.network) {
             self.svc.metrics.chain.wrong_chain.get_or_create(&self.labels()).inc();
             let why = format!(
-                "getblockchaininfo: {e}; chains.{}.network is {:?}",
+                "getblockchaininfo: the node is on chain {:?}, not chains.{}.network {:?}; not reading from it",
+                info.chain,
                 self.chain.as_str(),
                 self.network
             );
