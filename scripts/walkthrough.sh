@@ -19,7 +19,7 @@ readme = open("README.md").read()
 withdrawals = open("docs/withdrawals.md").read()
 # The walkthrough, then "Watching a chain", which continues from it, then moving money.
 blocks = []
-for text, title in ((readme, "## Walkthrough"), (readme, "## Watching a chain"), (withdrawals, "## Walkthrough: moving money"), (readme, "## Sign in with your identity provider")):
+for text, title in ((readme, "## Walkthrough"), (readme, "## Watching a chain"), (readme, "### Watching Litecoin"), (withdrawals, "## Walkthrough: moving money"), (readme, "## Sign in with your identity provider")):
     section = text.split(title, 1)[1]
     blocks.append(re.search(r"```sh\n(.*?)```", section, re.S).group(1))
 open(sys.argv[1], "w").write("\n".join(blocks))

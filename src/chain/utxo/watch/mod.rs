@@ -347,7 +347,8 @@ pub fn spawn(
         (None, Some(user), Some(password)) => {
             Credentials::Password { user: user.clone(), password: password.0.clone() }
         }
-        _ => Credentials::None,
+        (None, Some(_), None) => return Err("rpc_user is set but rpc_password is not".into()),
+        (None, None, _) => Credentials::None,
     };
     let timeout = Duration::from_secs(config.rpc_timeout);
     let cap = usize::try_from(config.pool_max_bytes).unwrap_or(usize::MAX);
