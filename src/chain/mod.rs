@@ -122,9 +122,11 @@ pub fn record_addresses(record: &Value) -> Vec<alloy_primitives::Address> {
     out
 }
 
-/// Sets a wallet's fee alerts (`lowFee`, `lowFeeAddressBalance` thresholds, wei; `None` is
+/// Sets a wallet's fee alerts (`lowFee`, `lowFeeAddressBalance` thresholds, wei; on a UTXO
+/// chain `lowFee` is base units per 1000 virtual bytes and there is no fee address; `None` is
 /// off), audited as `wallet.fee_alerts_set`. Errors: `Forbidden` (not a service admin),
-/// `WalletNotFound`, `WalletNotWatched` (409: a coin the watcher does not read).
+/// `WalletNotFound`, `WalletNotWatched` (409: a coin the watcher does not read),
+/// `InvalidField` (`lowFeeAddressBalance` for a UTXO wallet).
 pub async fn set_fee_alerts(
     svc: &Chains,
     auth: Option<&Principal>,
@@ -134,7 +136,10 @@ pub async fn set_fee_alerts(
     if let Some(auth) = auth {
         auth.require(svc.wallets.policy, Action::ServiceAdmin)?;
     }
-    watched_wallet(svc, wallet_id, "walletId").await?;
+    let wallet = watched_wallet(svc, wallet_id, "walletId").await?;
+    if utxo::params::Family::of(&wallet.coin).is_some() && alerts.low_fee_address_balance.is_some() {
+        return Err(Error::invalid_field("lowFeeAddressBalance", "a UTXO wallet has no fee address"));
+    }
     let text = |b: &Option<crate::types::BaseUnits>| b.as_ref().map(|b| b.as_str().to_string());
     let data = json!({ "lowFee": text(&alerts.low_fee), "lowFeeAddressBalance": text(&alerts.low_fee_address_balance) });
     let entry = audited(auth, AuditType::WalletFeeAlertsSet, wallet_id, data);
@@ -174,10 +179,12 @@ async fn watched_wallet(svc: &Chains, wallet_id: &WalletId, field: &str) -> Resu
         .await?
         .pop()
         .ok_or_else(|| Error::not_found(ErrorName::WalletNotFound))?;
-    if !crate::config::WATCHABLE_COINS.contains(&wallet.coin.as_str()) {
+    let coin = wallet.coin.as_str();
+    let utxo_read = svc.config.chains.get(coin).is_some_and(|c| c.is_utxo());
+    if !crate::config::WATCHABLE_COINS.contains(&coin) && !utxo_read {
         // The request is well formed; the wallet it names is of a coin no watcher reads.
         let message = format!(
-            "{field}: wallet coin {} is not an Ethereum coin this version watches",
+            "{field}: wallet coin {} is not an Ethereum coin nor a configured UTXO chain",
             wallet.coin.as_str()
         );
         return Err(Error::Conflict { name: ErrorName::WalletNotWatched, message });

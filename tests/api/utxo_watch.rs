@@ -536,3 +536,48 @@ async fn pool_max_new_bounds_the_mempool_read_per_round() {
     })
     .await;
 }
+
+/// `lowFee` on a UTXO chain: the node's `estimatesmartfee` falling below a wallet's threshold
+/// (base units per 1000 virtual bytes) is told once, at the block where it crosses.
+#[tokio::test]
+async fn low_fee_is_told_once_when_the_node_s_estimate_falls_below_the_threshold() {
+    use custodian::model::chain::FeeAlerts;
+    let w = Watched::start().await;
+    let wallet: custodian::types::WalletId = w.wallet.parse().unwrap();
+    // A UTXO wallet has no fee address to watch.
+    let both = FeeAlerts { low_fee: "50000".parse().ok(), low_fee_address_balance: "1".parse().ok() };
+    let refused = custodian::chain::set_fee_alerts(&w.app.state.chains, None, &wallet, both).await;
+    assert!(format!("{:?}", refused.unwrap_err()).contains("lowFeeAddressBalance"));
+    let alerts = FeeAlerts { low_fee: "50000".parse().ok(), low_fee_address_balance: None };
+    custodian::chain::set_fee_alerts(&w.app.state.chains, None, &wallet, alerts).await.unwrap();
+    let told = TestReceiver::start().await;
+    let hook = json!({ "type": "lowFee", "url": told.url });
+    let path = format!("/api/v2/tltc/wallet/{}/webhooks", w.wallet);
+    expect_json(w.app.post_auth(&path, &w.token, &hook).await, 200).await;
+    let payee = w.node.wallet_rpc("miner", "getnewaddress", json!([])).await;
+    // Blocks of transactions paying 0.001 LTC/kvB, then 0.0001: the node's estimate for two
+    // blocks follows them down, through 0.0005 (50,000 litoshis per kvB).
+    for fee in [0.001, 0.0001] {
+        w.node.wallet_rpc("miner", "settxfee", json!([fee])).await;
+        for _ in 0..7 {
+            for _ in 0..3 {
+                w.node.wallet_rpc("miner", "sendtoaddress", json!([payee, 0.01])).await;
+            }
+            w.mine(1).await;
+            w.caught_up().await;
+        }
+    }
+    let estimate = w.node.rpc("estimatesmartfee", json!([2])).await;
+    let rate = custodian::chain::utxo::node::base_units(&estimate["feerate"]).unwrap();
+    assert_eq!(rate, 10_000, "{estimate}");
+    told.wait_for(1, 30).await;
+    wait_until_idle(&w.app.state.store).await;
+    let got = told.received();
+    assert_eq!(got.len(), 1, "told once");
+    let body: Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(
+        (body["type"].as_str(), body["wallet"].as_str()),
+        (Some("lowFee"), Some(w.wallet.as_str())),
+        "{body}"
+    );
+}

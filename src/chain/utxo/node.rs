@@ -265,6 +265,14 @@ impl UtxoNode {
         })
     }
 
+    /// The node's fee rate estimate for confirmation within `target` blocks
+    /// (`estimatesmartfee`, economical), base units per 1000 virtual bytes; `None` while the
+    /// node has too little data.
+    pub async fn fee_rate(&self, target: u64) -> Result<Option<u64>, NodeError> {
+        let v: Value = self.call("estimatesmartfee", json!([target]), MAX_OTHER_BYTES).await?;
+        v.get("feerate").map(base_units).transpose()
+    }
+
     /// The node's best block height.
     pub async fn block_count(&self) -> Result<u64, NodeError> {
         self.call("getblockcount", json!([]), MAX_OTHER_BYTES).await

@@ -115,8 +115,9 @@ impl UtxoWatcher {
     }
 
     /// Writes a run's transfers, outputs, balances, blocks and checkpoint with its events, in
-    /// one transaction; a crash before the commit replays the run with the same event ids.
-    pub(super) async fn write(&mut self, mut run: UtxoRun) -> Result<(), WatchError> {
+    /// one transaction; a crash before the commit replays the run with the same event ids. A
+    /// run that ends at the node's head `head` also reads the fee estimate (`lowFee`).
+    pub(super) async fn write(&mut self, mut run: UtxoRun, head: u64) -> Result<(), WatchError> {
         let Some(last) = run.heads.last().cloned() else { return Ok(()) };
         let appeared = crate::chain::follow::first_appearances(
             &self.svc,
@@ -132,7 +133,11 @@ impl UtxoWatcher {
             .cloned()
             .collect();
         batch.extend(announce::block_transfers(&self.svc, &entered, &run.found, &run.counts).await?);
-        batch.extend(announce::all(&self.svc, announce::appearances(&self.chain, &appeared)).await?);
+        let mut raised = announce::appearances(&self.chain, &appeared);
+        if last.height == head {
+            raised.extend(self.low_fee(&last).await?);
+        }
+        batch.extend(announce::all(&self.svc, raised).await?);
         for (i, block) in run.heads.iter().enumerate() {
             let depth = self.config.reorg_depth;
             batch.extend(announce::blocks(&self.svc, &self.chain, depth, block, &run.heads[..i]).await?);

@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 mod blocks;
+mod fees;
 mod mempool;
 
 use super::book::ScriptBook;
@@ -46,6 +47,8 @@ pub struct UtxoWatcher {
     pub(super) pool: Pool,
     /// Wallets whose balances the next write computes again (after a reorg).
     pub(super) due: BTreeSet<WalletId>,
+    /// The node's last fee estimate, base units per 1000 virtual bytes (`lowFee`).
+    pub(super) fee_rate: Option<u64>,
     speed: Speed,
 }
 
@@ -66,6 +69,7 @@ impl UtxoWatcher {
             unspent: None,
             pool: Pool::default(),
             due: BTreeSet::new(),
+            fee_rate: None,
             speed: Speed::default(),
         })
     }
@@ -169,17 +173,17 @@ impl UtxoWatcher {
                 .as_ref()
                 .is_some_and(|(h, hash)| *h + 1 == block.height && block.parent.as_ref() != Some(hash))
             {
-                self.write(std::mem::take(&mut run)).await?;
+                self.write(std::mem::take(&mut run), head).await?;
                 self.reorg(block.height - 1, head).await?;
                 return Ok(true);
             }
             self.find(&block, &mut window, &mut run)?;
             tip = Some((block.height, block.hash.clone()));
             if run.heads.len() >= read_ahead {
-                self.write(std::mem::take(&mut run)).await?;
+                self.write(std::mem::take(&mut run), head).await?;
             }
         }
-        self.write(run).await?;
+        self.write(run, head).await?;
         if end >= head && self.config.pending_pool {
             if let Some((height, hash)) = tip {
                 self.mempool(&mut window, height, &hash).await?;
