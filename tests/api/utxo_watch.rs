@@ -471,7 +471,8 @@ async fn a_watcher_killed_mid_backfill_of_500_blocks_tells_every_transfer_once()
         (keys as u64, (keys >= want.len()).then_some(()))
     })
     .await;
-    cluster.wait_until_idle().await;
+    // Not waiting for the outbox to drain: what the killed process had in flight is sent
+    // again once its lease ends, under the same idempotency key, which the count below dedupes.
     let (events, keys) = events_by_key(&receiver);
     assert_eq!(events, want);
     assert_eq!(keys, want.len(), "one idempotency key per transfer");

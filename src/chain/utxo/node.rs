@@ -292,8 +292,39 @@ impl UtxoNode {
 
 #[cfg(test)]
 mod tests {
-    use super::base_units;
+    use super::{base_units, tx_of};
     use serde_json::json;
+
+    /// A transaction missing any field the watcher reads fails (and with it its block, which is
+    /// read again), rather than being taken as paying or spending nothing.
+    #[test]
+    fn an_incomplete_transaction_is_an_error_not_an_empty_one() {
+        let whole = json!({
+            "txid": "ab",
+            "vin": [{ "txid": "cd", "vout": 1, "sequence": 4294967295u64 }],
+            "vout": [{ "n": 0, "value": 0.5, "scriptPubKey": { "hex": "0014aa" } }],
+        });
+        let tx = tx_of(&whole).unwrap();
+        assert_eq!((tx.inputs.len(), tx.outputs[0].value), (1, 50_000_000));
+        for pointer in [
+            "/txid",
+            "/vin",
+            "/vin/0/vout",
+            "/vin/0/sequence",
+            "/vout",
+            "/vout/0/value",
+            "/vout/0/scriptPubKey/hex",
+        ] {
+            let mut broken = whole.clone();
+            let (parent, key) = pointer.rsplit_once('/').unwrap();
+            let parent = if parent.is_empty() { &mut broken } else { broken.pointer_mut(parent).unwrap() };
+            parent.as_object_mut().unwrap().remove(key);
+            assert!(tx_of(&broken).is_err(), "without {pointer}");
+        }
+        // A coinbase input names no output.
+        let coinbase = json!({ "txid": "ab", "vin": [{ "coinbase": "03", "sequence": 0 }], "vout": [] });
+        assert_eq!(tx_of(&coinbase).unwrap().inputs[0].prev, None);
+    }
 
     #[test]
     fn amounts_are_read_as_decimal_text_exactly() {
