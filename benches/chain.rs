@@ -30,10 +30,7 @@ use std::{
 };
 
 use common::Node;
-use custodian::{
-    config::{ChainConfig, Config},
-    AppState,
-};
+use custodian::{config::ChainConfig, AppState};
 use serde_json::{json, Value};
 
 const RICH: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
@@ -130,14 +127,6 @@ struct Service {
 // Long: the service's setup, one step after another (config, user, wallets, webhook, serve).
 async fn service(node: &Node, poll_ms: u64, extra: usize) -> anyhow::Result<Service> {
     let dir = tempfile::tempdir()?;
-    let mut config = Config {
-        database_url: format!("sqlite://{}/bench.db", dir.path().display()),
-        secret_key_file: Some(dir.path().join("key")),
-        ..Config::default()
-    };
-    std::fs::write(dir.path().join("key"), "22".repeat(32))?;
-    config.delivery.allowed_cidrs = vec!["127.0.0.1/32".parse()?];
-    config.rate_limit.requests = 1_000_000;
     let chain = ChainConfig {
         rpc_url: node.url.clone(),
         chain_id: 31337,
@@ -145,25 +134,14 @@ async fn service(node: &Node, poll_ms: u64, extra: usize) -> anyhow::Result<Serv
         poll_interval_ms: poll_ms,
         ..ChainConfig::default()
     };
-    config.chains.insert("hteth".into(), chain);
     let (hook_url, received) = receiver().await?;
-    let state = AppState::new(config).await?;
-    let user = custodian::identity::users::create_user(
-        &state.store,
-        &state.identity.key,
-        "bench@example.com",
-        None,
-        "benchmark password",
-        false,
-    )
-    .await?;
-    let enterprise = custodian::identity::users::create_enterprise(&state.store, "Bench", None).await?;
+    let (state, user, enterprise) = common::chain_service_state(dir.path(), "hteth", chain).await?;
     let wallet = "be11be11be11be11be11be11be11be11";
     let record = json!([{
-        "id": wallet, "label": "bench", "coin": "hteth", "type": "hot", "enterprise": enterprise.id,
+        "id": wallet, "label": "bench", "coin": "hteth", "type": "hot", "enterprise": enterprise,
         "allowBackupKeySigning": false, "approvalsRequired": 1, "coinSpecific": { "baseAddress": WATCHED },
         "deleted": false, "disableTransactionNotifications": false, "hasLargeNumberOfAddresses": false,
-        "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [{ "user": user.id, "permissions": ["admin"] }],
+        "isCold": false, "startDate": "2025-01-01T00:00:00Z", "users": [{ "user": user, "permissions": ["admin"] }],
     }]);
     custodian::wallets::import::import(&state.store, &record.to_string(), |_, _| {}).await?;
     if extra > 0 {
@@ -180,7 +158,7 @@ async fn service(node: &Node, poll_ms: u64, extra: usize) -> anyhow::Result<Serv
             .collect();
         custodian::wallets::import::import(&state.store, &serde_json::to_string(&others)?, |_, _| {}).await?;
     }
-    common::add_wallet_webhook(&state, &user.id, wallet, Some(enterprise.id.clone()), hook_url).await?;
+    common::add_wallet_webhook(&state, &user, wallet, Some(enterprise.clone()), hook_url).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(custodian::serve(listener, state.clone(), async {

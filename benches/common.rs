@@ -211,3 +211,36 @@ pub async fn watch_from_head(config: &mut custodian::config::Config, node: &Node
     config.chains.insert("hteth".into(), chain);
     Ok(())
 }
+
+/// A service on a fresh SQLite file in `dir` watching `chain` as `coin` (deliveries to
+/// 127.0.0.1 allowed, rate limits out of the way), with a user and an enterprise to own what
+/// the bench adds: (state, user, enterprise).
+#[allow(dead_code)] // the chain benches only
+pub async fn chain_service_state(
+    dir: &std::path::Path,
+    coin: &str,
+    chain: custodian::config::ChainConfig,
+) -> anyhow::Result<(custodian::AppState, custodian::types::UserId, custodian::types::EnterpriseId)> {
+    let mut config = custodian::config::Config {
+        database_url: format!("sqlite://{}/bench.db", dir.display()),
+        secret_key_file: Some(dir.join("key")),
+        ..Default::default()
+    };
+    std::fs::write(dir.join("key"), "22".repeat(32))?;
+    config.delivery.allowed_cidrs = vec!["127.0.0.1/32".parse()?];
+    config.rate_limit.requests = 1_000_000;
+    config.utxo.max_addresses_per_wallet = 10_000_000;
+    config.chains.insert(coin.into(), chain);
+    let state = custodian::AppState::new(config).await?;
+    let user = custodian::identity::users::create_user(
+        &state.store,
+        &state.identity.key,
+        "bench@example.com",
+        None,
+        "benchmark password",
+        false,
+    )
+    .await?;
+    let enterprise = custodian::identity::users::create_enterprise(&state.store, "Bench", None).await?;
+    Ok((state, user.id, enterprise.id))
+}

@@ -582,3 +582,43 @@ async fn low_fee_is_told_once_when_the_node_s_estimate_falls_below_the_threshold
         "{body}"
     );
 }
+
+/// `transaction` (once per transaction and wallet), `address_confirmation` (an address's first
+/// output, once) and `block` (at the webhook's `numConfirmations`) on a UTXO chain.
+#[tokio::test]
+async fn transaction_address_and_block_events_are_told_on_a_utxo_chain() {
+    let w = Watched::start().await;
+    w.caught_up().await;
+    let rx = TestReceiver::start().await;
+    let path = format!("/api/v2/tltc/wallet/{}/webhooks", w.wallet);
+    for kind in ["transaction", "address_confirmation"] {
+        expect_json(w.app.post_auth(&path, &w.token, &json!({ "type": kind, "url": rx.url })).await, 200)
+            .await;
+    }
+    let block = json!({ "type": "block", "url": rx.url, "numConfirmations": 2 });
+    expect_json(w.app.post_auth("/api/v2/tltc/webhooks", &w.token, &block).await, 200).await;
+    let to = w.regtest(0, 0).address;
+    let first = w.pay(&to, 10_000_000, false).await;
+    let second = w.pay(&to, 20_000_000, false).await;
+    w.mine(2).await;
+    w.caught_up().await;
+    rx.wait_for(5, 30).await;
+    wait_until_idle(&w.app.state.store).await;
+    let bodies: Vec<Value> = rx.received().iter().map(|r| serde_json::from_str(&r.body).unwrap()).collect();
+    let of = |kind: &str| bodies.iter().filter(|b| b["type"] == kind).collect::<Vec<_>>();
+    let mut hashes: Vec<&str> = of("transaction").iter().map(|b| b["hash"].as_str().unwrap()).collect();
+    hashes.sort();
+    let mut want = [first.as_str(), second.as_str()];
+    want.sort();
+    assert_eq!(hashes, want, "{bodies:?}");
+    let confirmed = of("address_confirmation");
+    assert_eq!(confirmed.len(), 1, "{bodies:?}");
+    let tltc =
+        derive(&w.keys, ChainCode::new(0).unwrap(), 0, Family::Litecoin.params(Network::Testnet)).unwrap();
+    assert_eq!(confirmed[0]["address"], tltc.address.as_str());
+    // Blocks 102 and 103 were mined: 101 and 102 reached two confirmations.
+    let mut heights: Vec<u64> =
+        of("block").iter().map(|b| b["height"].as_u64().unwrap_or_default()).collect();
+    heights.sort();
+    assert_eq!(heights, [101, 102], "{bodies:?}");
+}
