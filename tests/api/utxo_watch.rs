@@ -282,6 +282,12 @@ async fn a_receive_to_each_chain_code_is_unconfirmed_then_confirmed_with_the_nod
     let rest = expect_json(w.app.get_auth(&format!("{path}?prevId={next}"), &w.token).await, 200).await;
     assert_eq!(rest["count"], 1);
     assert_error(w.app.get_auth(&format!("{path}?prevId=nope"), &w.token).await, 400, "InvalidField").await;
+    for bounded in ["minValue=10000000000000001", "minConfirms=1000001"] {
+        assert_error(w.app.get_auth(&format!("{path}?{bounded}"), &w.token).await, 400, "InvalidField").await;
+    }
+    // No output's index is past u32: nothing comes after such a cursor of the last txid.
+    let far = format!("{path}?prevId={}:9286372204", "f".repeat(64));
+    assert_eq!(expect_json(w.app.get_auth(&far, &w.token).await, 200).await["count"], 0);
 }
 
 #[tokio::test]

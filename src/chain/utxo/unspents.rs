@@ -10,6 +10,12 @@ use crate::model::chain::{Unspent, PENDING_HEIGHT};
 use crate::store::UnspentFilter;
 use crate::types::{Coin, WalletId};
 
+/// The most `minConfirms` a client may ask for.
+pub const MAX_MIN_CONFIRMS: u64 = 1_000_000;
+
+/// The most `minValue` a client may ask for, base units: above any coin's whole supply.
+pub const MAX_MIN_VALUE: u64 = 10_000_000_000_000_000;
+
 /// Which unspents a client asks for: BitGo's `minConfirms` (0: mempool ones too), `minValue`
 /// (base units), `prevId` (`txid:vout`) and `limit` (1 to [`crate::chain::MAX_PAGE`]).
 #[derive(Debug, Clone, Default)]
@@ -24,15 +30,17 @@ pub struct UnspentQuery {
 fn outpoint(text: &str) -> Result<(String, u32)> {
     let bad = || Error::invalid_field("prevId", "not txid:vout (64 hex digits, a colon, a number)");
     let (txid, vout) = text.split_once(':').ok_or_else(bad)?;
-    if txid.len() != 64 || !txid.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if txid.len() != 64 || !txid.bytes().all(|b| b.is_ascii_hexdigit()) || vout.len() > 10 {
         return Err(bad());
     }
-    Ok((txid.to_ascii_lowercase(), vout.parse().map_err(|_| bad())?))
+    // No output has an index past u32: a page after one is after every output of its txid.
+    let vout: u64 = vout.parse().map_err(|_| bad())?;
+    Ok((txid.to_ascii_lowercase(), u32::try_from(vout).unwrap_or(u32::MAX)))
 }
 
 /// The wallet's unspent outputs (not spent in a block nor in the mempool), by outpoint, at
 /// most `q.limit + 1` (the caller pages). Errors: as `wallets::get_wallet`, `InvalidField`
-/// (`prevId`, `coin`: not a UTXO coin).
+/// (`prevId`, `minConfirms`, `minValue` past their bounds, `coin`: not a UTXO coin).
 pub async fn list(
     svc: &Chains,
     auth: &Principal,
@@ -42,6 +50,12 @@ pub async fn list(
 ) -> Result<Vec<Unspent>> {
     if super::params::Family::of(coin).is_none() {
         return Err(Error::invalid_field("coin", "unspents are kept for UTXO coins (btc, tbtc, ltc, tltc)"));
+    }
+    if q.min_confirms > MAX_MIN_CONFIRMS {
+        return Err(Error::invalid_field("minConfirms", format!("at most {MAX_MIN_CONFIRMS}")));
+    }
+    if q.min_value > MAX_MIN_VALUE {
+        return Err(Error::invalid_field("minValue", format!("at most {MAX_MIN_VALUE} base units")));
     }
     crate::wallets::get_wallet(&svc.wallets, auth, coin, wallet_id).await?;
     let after = q.prev_id.as_deref().map(outpoint).transpose()?;

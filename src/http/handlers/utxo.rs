@@ -99,6 +99,7 @@ pub struct UnspentParams {
     #[param(maximum = 1000000)]
     pub min_confirms: Option<u64>,
     /// Only outputs of at least this value, base units.
+    #[param(maximum = 10_000_000_000_000_000_u64)]
     pub min_value: Option<u64>,
 }
 
