@@ -236,15 +236,6 @@ impl UtxoNode {
         self.call("getblockchaininfo", json!([]), MAX_OTHER_BYTES).await
     }
 
-    /// Checks that the node is on `expected`. Errors: which network it is on instead.
-    pub async fn check_network(&self, expected: Network) -> Result<ChainInfo, NodeError> {
-        let info = self.chain_info().await?;
-        match info.network() {
-            Some(n) if n == expected => Ok(info),
-            _ => Err(NodeError::new(format!("the node is on chain {:?}, not {expected:?}", info.chain))),
-        }
-    }
-
     /// The hash of the best chain's block at `height`.
     pub async fn block_hash(&self, height: u64) -> Result<String, NodeError> {
         self.call("getblockhash", json!([height]), MAX_OTHER_BYTES).await
