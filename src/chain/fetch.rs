@@ -10,8 +10,9 @@ use std::{collections::HashMap, sync::Arc};
 
 use alloy_primitives::{Address, B256, U256};
 use futures_util::{StreamExt, TryStreamExt};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
+use super::ahead::Ahead;
 use super::node::{ChainNode, NodeBlock, NodeError, TokenLog};
 use crate::types::WalletId;
 
@@ -65,53 +66,15 @@ pub struct Reader {
     pub read_ahead: usize,
 }
 
-/// Blocks read ahead by their own task, in height order; the task stops when this is dropped.
-pub struct Ahead {
-    rx: mpsc::Receiver<Result<Option<Fetched>, NodeError>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Ahead {
-    /// The blocks read so far, lowest first: waits for one, then takes those already read, up to
-    /// `max`. Empty when every block was handed over.
-    pub async fn next_run(&mut self, max: usize) -> Vec<Result<Option<Fetched>, NodeError>> {
-        let Some(first) = self.rx.recv().await else { return Vec::new() };
-        let mut run = vec![first];
-        while run.len() < max {
-            match self.rx.try_recv() {
-                Ok(b) => run.push(b),
-                Err(_) => break,
-            }
-        }
-        run
-    }
-}
-
-impl Drop for Ahead {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 impl Reader {
     /// Reads blocks `from..=to` in a task of their own, so that they arrive while the watcher
     /// writes: at most `read_ahead` requests in flight and `read_ahead` blocks waiting. A
     /// `None` (the node's head moved back) or an error ends the reading.
-    pub fn spawn(self, from: u64, to: u64) -> Ahead {
+    pub fn spawn(self, from: u64, to: u64) -> Ahead<Result<Option<Fetched>, NodeError>> {
         let read_ahead = self.read_ahead.max(1);
-        let (tx, rx) = mpsc::channel(read_ahead);
         let blocks =
             futures_util::stream::iter(from..=to).map(move |n| self.clone().block(n)).buffered(read_ahead);
-        let task = tokio::spawn(async move {
-            futures_util::pin_mut!(blocks);
-            while let Some(b) = blocks.next().await {
-                let last = !matches!(b, Ok(Some(_)));
-                if tx.send(b).await.is_err() || last {
-                    return;
-                }
-            }
-        });
-        Ahead { rx, task }
+        Ahead::spawn(blocks, read_ahead, |b| !matches!(b, Ok(Some(_))))
     }
 
     async fn block(self, height: u64) -> Result<Option<Fetched>, NodeError> {

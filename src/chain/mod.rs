@@ -5,6 +5,7 @@
 //!
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
+pub mod ahead;
 pub mod alerts;
 pub mod announce;
 mod balances;

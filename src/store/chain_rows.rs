@@ -63,13 +63,13 @@ pub(super) const UPSERT_CHAIN_HEAD: &str = "INSERT INTO chain_heads (chain, heig
     VALUES ($1, $2, $3, $4) ON CONFLICT (chain, height) DO UPDATE SET hash = excluded.hash, \
     parent_hash = excluded.parent_hash";
 
-pub(super) const UPSERT_TRANSFER: &str =
-    "INSERT INTO transfers (id, wallet_id, coin, chain, txid, height, block_hash, \
-    state, value, fee, entries, date, confirmations, sender, nonce, seen_ms, utxo) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
-    ON CONFLICT (id) DO UPDATE SET height = excluded.height, block_hash = excluded.block_hash, \
-    state = excluded.state, value = excluded.value, fee = excluded.fee, entries = excluded.entries, \
-    date = excluded.date, confirmations = excluded.confirmations, utxo = excluded.utxo";
+/// A transfer upsert's head, before its rows of 17 values (`VALUES (...), (...)`).
+pub(super) const UPSERT_TRANSFERS: &str = "INSERT INTO transfers (id, wallet_id, coin, chain, txid, height, \
+    block_hash, state, value, fee, entries, date, confirmations, sender, nonce, seen_ms, utxo) VALUES";
+/// After the rows: what an existing transfer takes (not its first-seen time).
+pub(super) const UPSERT_TRANSFERS_ON_CONFLICT: &str = "ON CONFLICT (id) DO UPDATE SET height = excluded.height, \
+    block_hash = excluded.block_hash, state = excluded.state, value = excluded.value, fee = excluded.fee, \
+    entries = excluded.entries, date = excluded.date, confirmations = excluded.confirmations, utxo = excluded.utxo";
 
 #[derive(FromRow)]
 pub(super) struct ChainStateRow {

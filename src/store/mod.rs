@@ -96,7 +96,7 @@ pub use sql_store::SqlStore;
 pub use sso::{SsoLoginRow, SsoSettingRow, SsoStore};
 pub use throttle::{FailureCount, FailuresOf, LoginThrottleStore};
 pub use tokens::TokenStore;
-pub use unspents::{BookRow, Spend, UnspentFilter, UnspentStore, UtxoChanges};
+pub use unspents::{BookRow, Spend, UnspentFilter, UnspentStore, UtxoBalance, UtxoChanges};
 pub use users::{User, UserChange, UserStore};
 pub use utxo::{AddressRow, KeychainRow, UtxoAdded, UtxoStore};
 pub use wallets::WalletStore;

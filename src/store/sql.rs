@@ -170,6 +170,24 @@ pub(super) fn placeholders(first: usize, n: usize) -> String {
     (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }
 
+/// The last item of each key, in the order those last ones came: a multi-row upsert may not
+/// touch one row twice (PostgreSQL refuses), and a later item wins.
+pub(super) fn last_of_each<'a, T, K: std::hash::Hash + Eq>(
+    items: &'a [T],
+    key: impl Fn(&'a T) -> K,
+) -> Vec<&'a T> {
+    let mut last = std::collections::HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        last.insert(key(item), i);
+    }
+    items
+        .iter()
+        .enumerate()
+        .filter(|(i, item)| last.get(&key(item)) == Some(i))
+        .map(|(_, item)| item)
+        .collect()
+}
+
 /// A count as `u32`, saturating.
 pub(super) fn count_u32(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)

@@ -8,7 +8,7 @@ use custodian_macros::sql_bounds;
 use sqlx::FromRow;
 
 use super::chain_rows::{h, UPDATE_CHAIN_BALANCES};
-use super::sql::{parse_stored, Dialect};
+use super::sql::{last_of_each, parse_stored, placeholders, Dialect};
 use super::sql_store::SqlStore;
 use super::utxo::AddressRow;
 use super::{StoreError, StoreResult};
@@ -33,11 +33,18 @@ pub struct UtxoChanges {
     pub spends: Vec<Spend>,
     /// Mempool transactions that left it unmined: their outputs go, their spends are undone.
     pub dropped: Vec<String>,
-    /// Wallets whose balances are computed again from the set, as of block `tip`.
-    pub balances: Vec<WalletId>,
-    pub tip: u64,
-    /// Blocks, the including one counted, after which an output is confirmed.
-    pub confirmations: u64,
+    /// Wallets' balances as the watcher's set now gives them.
+    pub balances: Vec<(WalletId, UtxoBalance)>,
+}
+
+/// A UTXO wallet's balances in base units (docs/chains.md#utxo-chains): `balance` every
+/// output not spent (mempool included), `confirmed` the outputs at `confirmations` not spent
+/// in a block, `spendable` those not spent at all.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UtxoBalance {
+    pub balance: u64,
+    pub confirmed: u64,
+    pub spendable: u64,
 }
 
 /// Which unspents a page shows.
@@ -138,10 +145,7 @@ pub(super) async fn apply<DB>(
     chain: &str,
     c: &UtxoChanges,
     keep_from: Option<u64>,
-) -> StoreResult<()>
-where
-    for<'r> (i64, i64, i64): FromRow<'r, DB::Row>,
-{
+) -> StoreResult<()> {
     let pending = h(PENDING_HEIGHT);
     for txid in &c.dropped {
         sqlx::query("DELETE FROM utxos WHERE chain = $1 AND txid = $2 AND height = $3")
@@ -160,26 +164,7 @@ where
         .execute(&mut *tx)
         .await?;
     }
-    for o in &c.outputs {
-        sqlx::query(&format!(
-            "INSERT INTO utxos ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL, NULL) \
-             ON CONFLICT (chain, txid, vout) DO UPDATE SET height = excluded.height, \
-             block_hash = excluded.block_hash, date = excluded.date"
-        ))
-        .bind(chain)
-        .bind(o.txid.as_str())
-        .bind(i64::from(o.vout))
-        .bind(o.wallet_id.as_str())
-        .bind(o.address.as_str())
-        .bind(v(o.value))
-        .bind(h(o.height))
-        .bind(o.block_hash.as_str())
-        .bind(o.date)
-        .bind(o.position.map(|p| i64::from(p.chain)))
-        .bind(o.position.map(|p| i64::from(p.index)))
-        .execute(&mut *tx)
-        .await?;
-    }
+    insert_outputs::<DB>(tx, chain, &c.outputs).await?;
     for s in &c.spends {
         sqlx::query(
             "UPDATE utxos SET spent_txid = $4, spent_height = $5 WHERE chain = $1 AND txid = $2 AND vout = $3",
@@ -202,34 +187,41 @@ where
     balances::<DB>(tx, c).await
 }
 
-/// Each wallet's balances from the set, as of block `c.tip` (docs/chains.md#utxo-chains):
-/// `balance` is every output not spent (mempool included), `confirmed` the outputs at
-/// `confirmations` not spent in a block, `spendable` those not spent at all.
+/// Adds or moves (into a block) outputs, many to a statement (docs/decisions.md#performance):
+/// 11 parameters a row. An outpoint named twice keeps its last row: one statement may not
+/// update a row twice.
 #[sql_bounds]
-async fn balances<DB>(tx: &mut DB::Connection, c: &UtxoChanges) -> StoreResult<()>
-where
-    for<'r> (i64, i64, i64): FromRow<'r, DB::Row>,
-{
-    // The highest block whose outputs have `confirmations`; negative when none has yet.
-    let confirmed_at = h(c.tip) + 1 - h(c.confirmations);
-    for wallet in &c.balances {
-        let (balance, confirmed, spendable): (i64, i64, i64) = sqlx::query_as(
-            "SELECT \
-             CAST(COALESCE(SUM(CASE WHEN spent_txid IS NULL THEN value ELSE 0 END), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(CASE WHEN height <= $2 AND (spent_height IS NULL OR spent_height = $3) \
-               THEN value ELSE 0 END), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(CASE WHEN height <= $2 AND spent_txid IS NULL THEN value ELSE 0 END), 0) AS BIGINT) \
-             FROM utxos WHERE wallet_id = $1",
-        )
-        .bind(wallet.as_str())
-        .bind(confirmed_at)
-        .bind(h(PENDING_HEIGHT))
-        .fetch_one(&mut *tx)
-        .await?;
+async fn insert_outputs<DB>(tx: &mut DB::Connection, chain: &str, outputs: &[Unspent]) -> StoreResult<()> {
+    const ROWS: usize = 64;
+    let kept = last_of_each(outputs, |o| (o.txid.as_str(), o.vout));
+    for chunk in kept.chunks(ROWS) {
+        let values: Vec<String> =
+            (0..chunk.len()).map(|i| format!("({}, NULL, NULL)", placeholders(i * 11 + 1, 11))).collect();
+        let sql = format!(
+            "INSERT INTO utxos ({COLUMNS}) VALUES {} ON CONFLICT (chain, txid, vout) DO UPDATE SET \
+             height = excluded.height, block_hash = excluded.block_hash, date = excluded.date",
+            values.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for o in chunk {
+            q = q.bind(chain).bind(o.txid.as_str()).bind(i64::from(o.vout)).bind(o.wallet_id.as_str());
+            q = q.bind(o.address.as_str()).bind(v(o.value)).bind(h(o.height)).bind(o.block_hash.as_str());
+            q = q.bind(o.date).bind(o.position.map(|p| i64::from(p.chain)));
+            q = q.bind(o.position.map(|p| i64::from(p.index)));
+        }
+        q.execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
+/// Writes the wallets' balances (as text, like every balance column).
+#[sql_bounds]
+async fn balances<DB>(tx: &mut DB::Connection, c: &UtxoChanges) -> StoreResult<()> {
+    for (wallet, b) in &c.balances {
         sqlx::query(UPDATE_CHAIN_BALANCES)
-            .bind(balance.to_string())
-            .bind(confirmed.to_string())
-            .bind(spendable.to_string())
+            .bind(b.balance.to_string())
+            .bind(b.confirmed.to_string())
+            .bind(b.spendable.to_string())
             .bind(wallet.as_str())
             .execute(&mut *tx)
             .await?;

@@ -223,7 +223,7 @@ async fn custodian_reads_litecoin_core_s_blocks_and_mempool_and_finds_a_wallet_s
             for leg in e.received {
                 unspent.insert(
                     leg.outpoint,
-                    KnownOutput { owner: owner(&leg.address), value: leg.value, height: 102 },
+                    KnownOutput { owner: owner(&leg.address), value: leg.value, height: 102, spent_by: None },
                 );
             }
         }

@@ -28,6 +28,8 @@ pub struct KnownOutput {
     pub value: u64,
     /// Its block's height; `PENDING_HEIGHT` while only in the mempool.
     pub height: u64,
+    /// The mempool transaction spending it, if one does (a block's spend takes it out of the set).
+    pub spent_by: Option<String>,
 }
 
 /// One output or input of a transaction as a wallet sees it: the outpoint, address and value.

@@ -150,6 +150,16 @@ pub fn base_units(value: &Value) -> Result<u64, NodeError> {
     whole.checked_mul(UNITS_PER_COIN).and_then(|w| w.checked_add(frac)).ok_or_else(bad)
 }
 
+/// One answer's `result`, or its error (clipped by `NodeError`).
+fn result_of<R: DeserializeOwned>(method: &str, answer: &mut Value) -> Result<R, NodeError> {
+    if !answer["error"].is_null() {
+        return Err(NodeError::new(format!("{method}: {}", answer["error"])));
+    }
+    // `get_mut`, not indexing: an answer that is not an object must not panic.
+    let result = answer.get_mut("result").map(Value::take).unwrap_or_default();
+    serde_json::from_value(result).map_err(|e| NodeError::new(format!("{method}: an unexpected answer: {e}")))
+}
+
 /// A transaction from the node's JSON (`getblock` verbosity 2, `getrawtransaction` verbose).
 fn tx_of(v: &Value) -> Result<UtxoTx, NodeError> {
     let missing = |what: &str| NodeError::new(format!("a transaction without {what}"));
@@ -197,6 +207,30 @@ impl UtxoNode {
         Ok(Self { http, url, auth, mempool_max_bytes })
     }
 
+    /// Posts `body` (one JSON-RPC request, or a batch of them) and reads the answer, at most
+    /// `cap` bytes. A transport failure comes back without the URL; an answer that is not JSON
+    /// comes back clipped with its HTTP status.
+    async fn post(&self, what: &str, body: &Value, cap: usize) -> Result<Value, NodeError> {
+        let fail = |e: reqwest::Error| NodeError::new(format!("{what}: {}", e.without_url()));
+        let mut req = self.http.post(self.url.clone()).json(body);
+        if let Some((user, password)) = self.auth.pair()? {
+            req = req.basic_auth(user, Some(password));
+        }
+        let mut res = req.send().await.map_err(fail)?;
+        let status = res.status();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = res.chunk().await.map_err(fail)? {
+            if bytes.len() + chunk.len() > cap {
+                return Err(NodeError::new(format!("{what}: the node's answer is over {cap} bytes")));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        serde_json::from_slice(&bytes).map_err(|_| {
+            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+            NodeError::new(format!("{what}: HTTP {}: {text}", status.as_u16()))
+        })
+    }
+
     /// One call: its `result`. The node's error (Bitcoin Core answers 500 with one) and any
     /// transport failure come back clipped and without the URL.
     async fn call<R: DeserializeOwned>(
@@ -205,31 +239,9 @@ impl UtxoNode {
         params: Value,
         cap: usize,
     ) -> Result<R, NodeError> {
-        let fail = |e: reqwest::Error| NodeError::new(format!("{method}: {}", e.without_url()));
-        let mut req = self.http.post(self.url.clone()).json(&json!({
-            "jsonrpc": "1.0", "id": 1, "method": method, "params": params,
-        }));
-        if let Some((user, password)) = self.auth.pair()? {
-            req = req.basic_auth(user, Some(password));
-        }
-        let mut res = req.send().await.map_err(fail)?;
-        let status = res.status();
-        let mut body = Vec::new();
-        while let Some(chunk) = res.chunk().await.map_err(fail)? {
-            if body.len() + chunk.len() > cap {
-                return Err(NodeError::new(format!("{method}: the node's answer is over {cap} bytes")));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        let answer: Value = serde_json::from_slice(&body).map_err(|_| {
-            let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-            NodeError::new(format!("{method}: HTTP {}: {text}", status.as_u16()))
-        })?;
-        if !answer["error"].is_null() {
-            return Err(NodeError::new(format!("{method}: {}", answer["error"])));
-        }
-        serde_json::from_value(answer["result"].clone())
-            .map_err(|e| NodeError::new(format!("{method}: an unexpected answer: {e}")))
+        let request = json!({ "jsonrpc": "1.0", "id": 1, "method": method, "params": params });
+        let mut answer = self.post(method, &request, cap).await?;
+        result_of(method, &mut answer)
     }
 
     pub async fn chain_info(&self) -> Result<ChainInfo, NodeError> {
@@ -239,6 +251,32 @@ impl UtxoNode {
     /// The hash of the best chain's block at `height`.
     pub async fn block_hash(&self, height: u64) -> Result<String, NodeError> {
         self.call("getblockhash", json!([height]), MAX_OTHER_BYTES).await
+    }
+
+    /// The hashes of the best chain's blocks at `heights`, in order, asked in one JSON-RPC
+    /// batch (one request for a run of blocks). Errors: any one's error, an answer missing one.
+    pub async fn block_hashes(&self, heights: &[u64]) -> Result<Vec<String>, NodeError> {
+        let batch: Vec<Value> = heights
+            .iter()
+            .enumerate()
+            .map(|(i, h)| json!({ "jsonrpc": "1.0", "id": i, "method": "getblockhash", "params": [h] }))
+            .collect();
+        let answer = self.post("getblockhash", &Value::Array(batch), MAX_OTHER_BYTES).await?;
+        let Value::Array(answers) = answer else {
+            return Err(NodeError::new("getblockhash: a batch answered by one answer"));
+        };
+        let mut hashes: Vec<Option<String>> = vec![None; heights.len()];
+        for mut a in answers {
+            let slot = a["id"].as_u64().and_then(|i| hashes.get_mut(usize::try_from(i).ok()?));
+            let Some(slot) = slot else {
+                return Err(NodeError::new("getblockhash: an answer to no request"));
+            };
+            *slot = Some(result_of("getblockhash", &mut a)?);
+        }
+        hashes
+            .into_iter()
+            .map(|h| h.ok_or_else(|| NodeError::new("getblockhash: a request unanswered")))
+            .collect()
     }
 
     /// Block `hash` with its transactions. Errors: the node's, or an answer missing a field.

@@ -7,9 +7,10 @@ use std::collections::{BTreeSet, HashMap};
 use super::super::effect::effects;
 use super::super::legs::{transfer_of, Placement};
 use super::super::node::{OutPoint, UtxoBlock};
-use super::{take_effect, UtxoWatcher};
+use super::set::{drop_pending, take_effect};
+use super::UtxoWatcher;
 use crate::chain::{announce, announce::Batch, follow::WatchError, window::Window};
-use crate::model::chain::{Appearance, BlockHead, Transfer, TransferState, PENDING_HEIGHT};
+use crate::model::chain::{Appearance, BlockHead, Transfer, TransferState};
 use crate::store::UtxoChanges;
 
 /// What a run of blocks read together changes, in block order.
@@ -78,7 +79,7 @@ impl UtxoWatcher {
         // Mempool transactions a block transaction conflicts with are gone for good.
         for txid in self.pool.conflicting(&spent_by) {
             run.changes.dropped.push(txid.clone());
-            unspent.retain(|o, k| !(o.txid == txid && k.height == PENDING_HEIGHT));
+            drop_pending(unspent, &txid);
             self.pool.forget(&txid);
         }
         let confirmed_at = self.config.confirmations;
@@ -94,7 +95,7 @@ impl UtxoWatcher {
         for t in changed.iter().filter(|t| t.state == TransferState::Replaced) {
             if t.block_hash.is_empty() && !run.changes.dropped.contains(&t.txid) {
                 run.changes.dropped.push(t.txid.clone());
-                unspent.retain(|o, k| !(o.txid == t.txid && k.height == PENDING_HEIGHT));
+                drop_pending(unspent, &t.txid);
             }
             if t.utxo.as_ref().is_some_and(|u| u.rbf) && t.block_hash.is_empty() {
                 run.quiet.insert((t.id.clone(), TransferState::Replaced.as_str()));

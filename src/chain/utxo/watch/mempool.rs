@@ -12,7 +12,8 @@ use futures_util::StreamExt;
 use super::super::effect::effects;
 use super::super::legs::{transfer_of, Placement};
 use super::super::node::{OutPoint, UtxoTx};
-use super::{take_effect, UtxoWatcher};
+use super::set::{drop_pending, take_effect};
+use super::UtxoWatcher;
 use crate::chain::{announce, announce::Batch, follow::WatchError, window::Window};
 use crate::model::chain::{Transfer, TransferState, PENDING_HEIGHT};
 use crate::store::UtxoChanges;
@@ -195,7 +196,7 @@ impl UtxoWatcher {
             }
             if !look.changes.dropped.contains(&t.txid) {
                 look.changes.dropped.push(t.txid.clone());
-                unspent.retain(|o, k| !(o.txid == t.txid && k.height == PENDING_HEIGHT));
+                drop_pending(unspent, &t.txid);
             }
             look.written.push(t);
         }

@@ -15,19 +15,20 @@ use tokio::sync::watch;
 mod blocks;
 mod fees;
 mod mempool;
+mod set;
 
 use super::book::ScriptBook;
 use super::effect::KnownOutput;
-use super::legs::Placement;
 use super::node::{OutPoint, UtxoBlock, UtxoNode};
 use super::params::{AddressParams, Family};
+use crate::chain::ahead::Ahead;
 use crate::chain::follow::{Follower, WatchError};
 use crate::chain::node::NodeError;
 use crate::chain::watcher::BOOK_CHECK;
 use crate::chain::{announce::Batch, speed::Speed, window::Window, Chains};
 use crate::config::{ChainConfig, Network};
-use crate::model::chain::{Appearance, BlockHead, Transfer, Unspent, PENDING_HEIGHT};
-use crate::store::{BlockWrite, NodeReport, Spend, UtxoChanges};
+use crate::model::chain::{Appearance, BlockHead, Transfer, PENDING_HEIGHT};
+use crate::store::{BlockWrite, NodeReport, UtxoChanges};
 use crate::types::{Coin, WalletId};
 use mempool::Pool;
 
@@ -101,7 +102,12 @@ impl UtxoWatcher {
                     super::effect::Owner { wallet: u.wallet_id, address: u.address, position: u.position };
                 (
                     OutPoint { txid: u.txid, vout: u.vout },
-                    KnownOutput { owner, value: u.value, height: u.height },
+                    KnownOutput {
+                        owner,
+                        value: u.value,
+                        height: u.height,
+                        spent_by: u.spent.filter(|(_, at)| *at == PENDING_HEIGHT).map(|(by, _)| by),
+                    },
                 )
             })
             .collect();
@@ -153,43 +159,69 @@ impl UtxoWatcher {
         let (live_from, removed_from) = self.window_from(next);
         let mut window = Window::load(&store, &chain, live_from, removed_from).await?;
         let read_ahead = usize::try_from(self.config.read_ahead).unwrap_or(1);
-        let node = self.node.clone();
-        let mut blocks = futures_util::stream::iter(next..=end)
-            .map(|height| {
-                let node = node.clone();
-                async move { node.block(&node.block_hash(height).await?).await }
-            })
-            .buffered(read_ahead);
-        let mut run = blocks::UtxoRun::default();
+        // Blocks already read are taken together (up to `read_ahead`) and written as one run,
+        // while the next ones are read.
+        let mut blocks = self.read_ahead(next, end, read_ahead);
         let mut expected = next;
-        while let Some(block) = blocks.next().await {
-            let block: UtxoBlock = block?;
-            if block.height != expected {
-                let why = format!("getblock: asked for block {expected}, the node answered {}", block.height);
-                return Err(NodeError::new(why).into());
+        loop {
+            let chunk = blocks.next_run(read_ahead).await;
+            if chunk.is_empty() {
+                break;
             }
-            expected += 1;
-            if tip
-                .as_ref()
-                .is_some_and(|(h, hash)| *h + 1 == block.height && block.parent.as_ref() != Some(hash))
-            {
-                self.write(std::mem::take(&mut run), head).await?;
-                self.reorg(block.height - 1, head).await?;
-                return Ok(true);
+            let mut run = blocks::UtxoRun::default();
+            for block in chunk {
+                let block: UtxoBlock = block?;
+                if block.height != expected {
+                    let why =
+                        format!("getblock: asked for block {expected}, the node answered {}", block.height);
+                    return Err(NodeError::new(why).into());
+                }
+                expected += 1;
+                if tip
+                    .as_ref()
+                    .is_some_and(|(h, hash)| *h + 1 == block.height && block.parent.as_ref() != Some(hash))
+                {
+                    self.write(run, head).await?;
+                    self.reorg(block.height - 1, head).await?;
+                    return Ok(true);
+                }
+                self.find(&block, &mut window, &mut run)?;
+                tip = Some((block.height, block.hash.clone()));
             }
-            self.find(&block, &mut window, &mut run)?;
-            tip = Some((block.height, block.hash.clone()));
-            if run.heads.len() >= read_ahead {
-                self.write(std::mem::take(&mut run), head).await?;
-            }
+            self.write(run, head).await?;
         }
-        self.write(run, head).await?;
         if end >= head && self.config.pending_pool {
             if let Some((height, hash)) = tip {
                 self.mempool(&mut window, height, &hash).await?;
             }
         }
         Ok(end < head)
+    }
+
+    /// Blocks `next..=end` read in a task of their own: the hashes of `read_ahead` blocks in
+    /// one batch, then the blocks, `read_ahead` at once. The first error ends the reading.
+    fn read_ahead(&self, next: u64, end: u64, read_ahead: usize) -> Ahead<Result<UtxoBlock, NodeError>> {
+        let (node, hashes_of) = (self.node.clone(), self.node.clone());
+        let heights: Vec<u64> = (next..=end).collect();
+        let batches: Vec<Vec<u64>> = heights.chunks(read_ahead).map(<[u64]>::to_vec).collect();
+        let reads = futures_util::stream::iter(batches)
+            .then(move |batch| {
+                let node = hashes_of.clone();
+                async move { node.block_hashes(&batch).await }
+            })
+            .flat_map(|hashes| {
+                let each: Vec<Result<String, NodeError>> = match hashes {
+                    Ok(hashes) => hashes.into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                };
+                futures_util::stream::iter(each)
+            })
+            .map(move |hash| {
+                let node = node.clone();
+                async move { node.block(&hash?).await }
+            })
+            .buffered(read_ahead);
+        Ahead::spawn(reads, read_ahead, Result::is_err)
     }
 
     /// The block at `height` is no longer the node's: walk back to the common ancestor within
@@ -261,44 +293,6 @@ impl Follower for UtxoWatcher {
     }
 }
 
-/// Takes in `e` (transaction `txid`'s effect on a wallet, at `at`): its spends and its new
-/// outputs, in `changes` and in the set. An output spent in the mempool stays in the set: a
-/// block may still spend it, by that transaction or another.
-fn take_effect(
-    unspent: &mut HashMap<OutPoint, KnownOutput>,
-    changes: &mut UtxoChanges,
-    chain: &Coin,
-    txid: &str,
-    e: super::effect::WalletEffect,
-    at: &Placement,
-) {
-    for leg in &e.spent {
-        if at.height != PENDING_HEIGHT {
-            unspent.remove(&leg.outpoint);
-        }
-        let (spent, vout) = (leg.outpoint.txid.clone(), leg.outpoint.vout);
-        changes.spends.push(Spend { txid: spent, vout, by: txid.to_string(), height: at.height });
-    }
-    for leg in e.received {
-        changes.outputs.push(Unspent {
-            chain: chain.clone(),
-            txid: leg.outpoint.txid.clone(),
-            vout: leg.outpoint.vout,
-            wallet_id: e.wallet.clone(),
-            address: leg.address.clone(),
-            value: leg.value,
-            height: at.height,
-            block_hash: at.block_hash.clone(),
-            date: at.date,
-            position: leg.position,
-            spent: None,
-        });
-        let owner =
-            super::effect::Owner { wallet: e.wallet.clone(), address: leg.address, position: leg.position };
-        unspent.insert(leg.outpoint, KnownOutput { owner, value: leg.value, height: at.height });
-    }
-}
-
 impl UtxoWatcher {
     /// Writes what blocks (`heads`, lowest first) or a look at the mempool (no heads) changed:
     /// `transfers`, first appearances, `changes` to the set with the balances of the wallets
@@ -315,9 +309,10 @@ impl UtxoWatcher {
     ) -> Result<(), WatchError> {
         let mut touched = self.due.clone();
         touched.extend(transfers.iter().map(|t| t.wallet_id.clone()));
-        changes.balances = touched.into_iter().collect();
-        changes.tip = tip;
-        changes.confirmations = self.config.confirmations;
+        self.load_unspent().await?;
+        let unspent =
+            self.unspent.as_ref().ok_or_else(|| NodeError::new("the set of outputs is not loaded"))?;
+        changes.balances = set::balances(unspent, &touched, tip, self.config.confirmations);
         let write = BlockWrite {
             chain: self.chain.as_str(),
             heads,
