@@ -7,7 +7,7 @@ use sqlx::FromRow;
 use super::chain_rows::{
     h, UPDATE_CHAIN_BALANCES, UPSERT_CHAIN_HEAD, UPSERT_TRANSFERS, UPSERT_TRANSFERS_ON_CONFLICT,
 };
-use super::sql::{last_of_each, placeholders, to_json, Dialect};
+use super::sql::{last_of_each, to_json, Dialect};
 use super::{EventWrite, Recorded, StoreResult};
 use crate::model::chain::{Appearance, BlockHead, Transfer};
 use crate::model::wallet::Balances;
@@ -98,7 +98,7 @@ async fn upsert_transfers<DB>(
     const ROWS: usize = 64;
     for chunk in last_of_each(transfers, |t| t.id.as_str()).chunks(ROWS) {
         let values: Vec<String> =
-            (0..chunk.len()).map(|i| format!("({})", placeholders(i * 17 + 1, 17))).collect();
+            (0..chunk.len()).map(|i| format!("({})", DB::row_params(i * 17 + 1, 17))).collect();
         let sql = format!("{UPSERT_TRANSFERS} {} {UPSERT_TRANSFERS_ON_CONFLICT}", values.join(", "));
         let mut q = sqlx::query(&sql);
         for t in chunk {

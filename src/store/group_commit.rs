@@ -154,7 +154,7 @@ where
     let mut inserted: HashSet<String> = HashSet::with_capacity(unique.len());
     for chunk in unique.chunks(EVENT_ROWS_PER_STATEMENT) {
         let values: Vec<String> =
-            (0..chunk.len()).map(|i| format!("({})", placeholders(i * 5 + 1, 5))).collect();
+            (0..chunk.len()).map(|i| format!("({})", DB::row_params(i * 5 + 1, 5))).collect();
         let sql = format!(
             "INSERT INTO events (event_id, result, body, transfer_key, created_at) VALUES {} \
              ON CONFLICT DO NOTHING RETURNING event_id",

@@ -65,6 +65,13 @@ pub trait Dialect: Database {
     const LOCK_AUDIT_HEAD: &'static str;
     /// The text elements of the JSON array bound as `$param`, as a subquery's rows.
     fn json_text_elements(param: usize) -> String;
+    /// Parameters `first..first + n` of a statement whose parameters all appear in order, once
+    /// each (multi-row inserts): `$1, $2, ...`, or SQLite's nameless `?`, which binds in order
+    /// without sqlx asking each parameter's name (a scan of all names per parameter:
+    /// quadratic in a statement of hundreds).
+    fn row_params(first: usize, n: usize) -> String {
+        placeholders(first, n)
+    }
     /// The text value of `key` in the JSON object held as text in column `column`.
     fn json_text_field(column: &str, key: &str) -> String;
 

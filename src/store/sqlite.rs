@@ -95,6 +95,10 @@ pub async fn wait_for_write_lock(url: &str, bound: Duration, on_wait: impl FnOnc
 }
 
 impl Dialect for Sqlite {
+    fn row_params(_first: usize, n: usize) -> String {
+        vec!["?"; n].join(", ")
+    }
+
     /// WAL with synchronous=NORMAL already commits without a flush.
     const RELAXED_COMMIT: Option<&'static str> = None;
 

@@ -8,7 +8,7 @@ use custodian_macros::sql_bounds;
 use sqlx::FromRow;
 
 use super::chain_rows::{h, UPDATE_CHAIN_BALANCES};
-use super::sql::{last_of_each, parse_stored, placeholders, Dialect};
+use super::sql::{last_of_each, parse_stored, Dialect};
 use super::sql_store::SqlStore;
 use super::utxo::AddressRow;
 use super::{StoreError, StoreResult};
@@ -196,7 +196,7 @@ async fn insert_outputs<DB>(tx: &mut DB::Connection, chain: &str, outputs: &[Uns
     let kept = last_of_each(outputs, |o| (o.txid.as_str(), o.vout));
     for chunk in kept.chunks(ROWS) {
         let values: Vec<String> =
-            (0..chunk.len()).map(|i| format!("({}, NULL, NULL)", placeholders(i * 11 + 1, 11))).collect();
+            (0..chunk.len()).map(|i| format!("({}, NULL, NULL)", DB::row_params(i * 11 + 1, 11))).collect();
         let sql = format!(
             "INSERT INTO utxos ({COLUMNS}) VALUES {} ON CONFLICT (chain, txid, vout) DO UPDATE SET \
              height = excluded.height, block_hash = excluded.block_hash, date = excluded.date",

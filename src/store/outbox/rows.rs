@@ -119,7 +119,7 @@ where
     let mut written = Vec::with_capacity(notifications.len());
     for chunk in notifications.chunks(ROWS) {
         let values: Vec<String> =
-            (0..chunk.len()).map(|i| format!("({})", placeholders(i * 15 + 1, 15))).collect();
+            (0..chunk.len()).map(|i| format!("({})", DB::row_params(i * 15 + 1, 15))).collect();
         let sql = format!(
             "INSERT INTO notifications ({NOTIFICATION_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING RETURNING id",
             values.join(", ")
