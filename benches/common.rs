@@ -232,7 +232,17 @@ pub async fn chain_service_state(
     config.utxo.max_addresses_per_wallet = 10_000_000;
     config.chains.insert(coin.into(), chain);
     let state = custodian::AppState::new(config).await?;
-    let user = custodian::identity::users::create_user(
+    let (user, enterprise) = owner(&state).await?;
+    Ok((state, user, enterprise))
+}
+
+/// The bench's user and enterprise, owners of what it adds: (user, enterprise).
+#[allow(dead_code)] // the lookup and chain benches only
+pub async fn owner(
+    state: &custodian::AppState,
+) -> anyhow::Result<(custodian::types::UserId, custodian::types::EnterpriseId)> {
+    use custodian::identity::users;
+    let user = users::create_user(
         &state.store,
         &state.identity.key,
         "bench@example.com",
@@ -241,6 +251,6 @@ pub async fn chain_service_state(
         false,
     )
     .await?;
-    let enterprise = custodian::identity::users::create_enterprise(&state.store, "Bench", None).await?;
-    Ok((state, user.id, enterprise.id))
+    let enterprise = users::create_enterprise(&state.store, "Bench", None).await?;
+    Ok((user.id, enterprise.id))
 }

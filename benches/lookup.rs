@@ -20,7 +20,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use custodian::{config::Config, identity::users, AppState};
+use custodian::{config::Config, AppState};
 use rand::{seq::SliceRandom, SeedableRng};
 use serde_json::{json, Value};
 
@@ -175,17 +175,8 @@ async fn seeded(url: &str, dir: &std::path::Path) -> anyhow::Result<AppState> {
     config.rate_limit.requests = u32::MAX;
     std::fs::write(dir.join("key"), "22".repeat(32))?;
     let state = AppState::new(config).await?;
-    let user = users::create_user(
-        &state.store,
-        &state.identity.key,
-        "bench@example.com",
-        None,
-        "benchmark password",
-        false,
-    )
-    .await?;
-    let enterprise = users::create_enterprise(&state.store, "Bench", None).await?;
-    let records: Vec<Value> = (0..WALLETS).map(|i| record(i, &user.id, &enterprise.id)).collect();
+    let (user, enterprise) = common::owner(&state).await?;
+    let records: Vec<Value> = (0..WALLETS).map(|i| record(i, user.as_str(), enterprise.as_str())).collect();
     let summary =
         custodian::wallets::import::import(&state.store, &serde_json::to_string(&records)?, |_, _| {})
             .await?;

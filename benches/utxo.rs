@@ -38,8 +38,8 @@ fn env_usize(name: &str, default: usize) -> usize {
 /// A regtest node on free ports, killed on drop.
 struct Litecoind {
     child: Child,
-    /// `None` when BENCH_NODE_DIR names a folder kept between runs.
-    _dir: Option<tempfile::TempDir>,
+    /// Removed on drop; `None` when BENCH_NODE_DIR names a folder kept between runs.
+    temp: Option<tempfile::TempDir>,
     url: String,
     http: reqwest::Client,
 }
@@ -47,7 +47,7 @@ struct Litecoind {
 impl Drop for Litecoind {
     fn drop(&mut self) {
         // A kept node is stopped cleanly (SIGTERM), or it forgets blocks it had not flushed.
-        if self._dir.is_none() {
+        if self.temp.is_none() {
             let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         } else {
             let _ = self.child.kill();
@@ -96,7 +96,7 @@ impl Litecoind {
             .spawn()?;
         let node = Litecoind {
             child,
-            _dir: dir,
+            temp: dir,
             url: format!("http://127.0.0.1:{rpc}"),
             http: reqwest::Client::new(),
         };

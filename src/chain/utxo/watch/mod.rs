@@ -90,9 +90,9 @@ impl UtxoWatcher {
     }
 
     /// The set of outputs, read from the store when not held.
-    async fn load_unspent(&mut self) -> Result<(), WatchError> {
+    async fn load_unspent(&mut self) -> Result<&set::Set, WatchError> {
         if self.unspent.is_some() {
-            return Ok(());
+            return Ok(self.unspent.get_or_insert_with(HashMap::new));
         }
         let rows = self.svc.store.chain_unspents(self.chain.as_str()).await?;
         let map = rows
@@ -111,8 +111,7 @@ impl UtxoWatcher {
                 )
             })
             .collect();
-        self.unspent = Some(map);
-        Ok(())
+        Ok(self.unspent.insert(map))
     }
 
     /// One round: renew the lease, read up to `batch_blocks` blocks, then the mempool at the
@@ -309,10 +308,8 @@ impl UtxoWatcher {
     ) -> Result<(), WatchError> {
         let mut touched = self.due.clone();
         touched.extend(transfers.iter().map(|t| t.wallet_id.clone()));
-        self.load_unspent().await?;
-        let unspent =
-            self.unspent.as_ref().ok_or_else(|| NodeError::new("the set of outputs is not loaded"))?;
-        changes.balances = set::balances(unspent, &touched, tip, self.config.confirmations);
+        let confirmations = self.config.confirmations;
+        changes.balances = set::balances(self.load_unspent().await?, &touched, tip, confirmations);
         let write = BlockWrite {
             chain: self.chain.as_str(),
             heads,
