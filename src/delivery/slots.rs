@@ -79,17 +79,43 @@ impl Engine {
         }
     }
 
-    /// How many notifications to claim now: the free permits less those waiting, at most
-    /// [`CLAIM_BATCH`]; none while outcomes wait to be recorded ([`Engine::complete_loop`]).
+    /// How many notifications to claim now: the free permits less the waiting ones that could
+    /// start now, at most [`CLAIM_BATCH`]; none while outcomes wait to be recorded
+    /// ([`Engine::complete_loop`]).
     pub(super) fn claimable(&self, permits: &Semaphore) -> usize {
         if self.unrecorded.load(std::sync::atomic::Ordering::SeqCst) {
             return 0;
         }
-        permits.available_permits().saturating_sub(self.waiting_len()).min(CLAIM_BATCH)
+        permits.available_permits().saturating_sub(self.waiting_startable()).min(CLAIM_BATCH)
     }
 
-    pub(super) fn waiting_len(&self) -> usize {
-        self.waiting.lock().map(|w| w.len()).unwrap_or(0)
+    /// The waiting notifications whose webhook and tenant have a slot free now: each needs a
+    /// permit of its own. One waiting for its share needs none, since the delivery of that
+    /// share that ends next starts it with its own permit ([`Engine::start`]). Counting those
+    /// too let one tenant's hanging receivers, with as many of its notifications waiting as
+    /// permits free, stop every other tenant's claims.
+    pub(super) fn waiting_startable(&self) -> usize {
+        let Ok(w) = self.waiting.lock() else { return 0 };
+        let Ok(m) = self.in_flight.lock() else { return w.len() };
+        let cfg = &self.deps.config.delivery;
+        let (mut webhooks, mut tenants) = (HashMap::new(), HashMap::new());
+        w.iter()
+            .filter(|(c, _)| {
+                let tenant = Tenant::of(&c.webhook);
+                let t = tenants
+                    .entry(tenant.clone())
+                    .or_insert_with(|| m.tenants.get(&tenant).copied().unwrap_or(0));
+                let h = webhooks
+                    .entry(&c.webhook.id)
+                    .or_insert_with(|| m.webhooks.get(&c.webhook.id).copied().unwrap_or(0));
+                let fits = *t < cfg.per_tenant_concurrency && *h < cfg.per_webhook_concurrency;
+                if fits {
+                    *t += 1;
+                    *h += 1;
+                }
+                fits
+            })
+            .count()
     }
 
     /// Removes and returns the waiting notifications `pick` accepts, oldest first.

@@ -240,13 +240,20 @@ async fn the_worker_vacuums_the_outbox_where_the_backend_needs_it() {
 
 #[tokio::test]
 async fn a_tenant_with_hanging_receivers_leaves_slots_for_the_others() {
-    let f = fixture(|c| {
+    fn slots(c: &mut custodian::config::Config) {
         fast(c);
         c.delivery.timeout = 30;
         c.delivery.concurrency = 8;
         c.delivery.per_webhook_concurrency = 8;
         c.delivery.per_tenant_concurrency = 4;
         c.webhooks.operations_per_minute = 1000;
+    }
+    // An API-only host stores every notification first, so that the worker's first claim
+    // finds all of tenant A's 12 at once: 4 start, 4 wait in memory for A's share. Those
+    // waiting once counted against the 4 free permits and B was never claimed.
+    let f = fixture(|c| {
+        slots(c);
+        c.role = custodian::config::Role::Api;
     })
     .await;
     let tarpit = TestReceiver::start().await;
@@ -271,11 +278,18 @@ async fn a_tenant_with_hanging_receivers_leaves_slots_for_the_others() {
         let path = format!("/api/v2/tbtc/wallet/{WALLET}/webhooks/{hung}/simulate");
         expect_json(f.app.post_auth(&path, &f.token, &json!({})).await, 200).await;
     }
-    tarpit.wait_for(4, 10).await;
     for _ in 0..8 {
         let path = format!("{b_path}/{b_hook}/simulate");
         expect_json(f.app.post_auth(&path, &b_token, &json!({})).await, 200).await;
     }
+    let url = f.app._db.url.clone();
+    let _worker = spawn_app_with(|c| {
+        slots(c);
+        c.database_url = url;
+        c.role = custodian::config::Role::Worker;
+    })
+    .await;
+    tarpit.wait_for(4, 10).await;
     // Without a per-tenant share, A's hanging deliveries would hold all 8 slots for 30 s.
     fast_rx.wait_for(8, 10).await;
     assert_eq!(tarpit.received().len(), 4, "tenant A holds only its share");
