@@ -17,7 +17,7 @@ use super::{
     node::{SendNode, SendRefusal},
     policy::{ActionType, Rule},
     progress::{fail, move_all, Change},
-    transaction::{build, gas_of, sign_tx, RoundError},
+    transaction::{build, sign_tx, RoundError},
     Custody,
 };
 use crate::{
@@ -157,7 +157,7 @@ async fn ready(
             return Ok(None);
         }
     }
-    let gas = match gas_of(node, &w, to).await {
+    let gas = match memo.gas(node, &w, to).await {
         Ok(gas) => gas,
         Err(e) if w.nonce.is_none() && e.to_string().to_ascii_lowercase().contains("revert") => {
             fail(svc, &w, TxRequestState::PendingDelivery, "the node says the transaction would revert")

@@ -4,13 +4,23 @@
 
 use std::{
     collections::HashMap,
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
 };
 
 use alloy_primitives::Address;
 
-use super::{node::SendNode, policy::Rule, transaction::RoundError, Custody};
+use super::{
+    node::SendNode,
+    policy::Rule,
+    transaction::{gas_of, RoundError},
+    withdrawals::TRANSFER_GAS,
+    Custody,
+};
 use crate::{
+    chain::node::NodeError,
     model::custody::{KeyRecord, Withdrawal},
     types::{KeyId, WalletId},
 };
@@ -27,6 +37,8 @@ pub(super) struct Memo {
     /// Each wallet's freeze and policy rules.
     gates: HashMap<WalletId, (bool, Vec<Rule>)>,
     keys: HashMap<KeyId, Option<KeyRecord>>,
+    /// Whether each payee of a plain payment holds code, asked once a round.
+    code: std::sync::Mutex<HashMap<Address, Arc<tokio::sync::OnceCell<bool>>>>,
 }
 
 impl Memo {
@@ -71,6 +83,31 @@ impl Memo {
     /// counter then decides).
     pub(super) fn node_next(&self, address: &Address) -> u64 {
         self.node_next.get(address).copied().unwrap_or(0)
+    }
+
+    /// The gas of `w` to `to` ([`gas_of`]), without asking the node for an estimate when `w`
+    /// is a plain payment to an address with no code: that costs exactly
+    /// [`TRANSFER_GAS`] (the yellow paper's G_transaction; no call data, nothing executed).
+    /// Whether `to` holds code is asked once a round per payee. The first 0xffff addresses
+    /// (precompiles, which charge for the call even with no data) and an account delegated by
+    /// EIP-7702 (its code is the delegation) are estimated as before.
+    pub(super) async fn gas(
+        &self,
+        node: &dyn SendNode,
+        w: &Withdrawal,
+        to: Address,
+    ) -> Result<u64, NodeError> {
+        let low = to.as_slice()[..18].iter().all(|b| *b == 0);
+        if w.token.is_none() && !low {
+            let cell = match self.code.lock() {
+                Ok(mut m) => m.entry(to).or_default().clone(),
+                Err(_) => Arc::default(),
+            };
+            if !*cell.get_or_try_init(|| node.has_code(to)).await? {
+                return Ok(TRANSFER_GAS);
+            }
+        }
+        gas_of(node, w, to).await
     }
 
     pub(super) async fn base_fee(&self, node: &dyn SendNode) -> Result<u128, RoundError> {

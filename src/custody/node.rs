@@ -45,6 +45,8 @@ pub trait SendNode: Send + Sync {
         value: U256,
         data: Bytes,
     ) -> Result<u64, NodeError>;
+    /// Whether `address` holds code at the latest block (`eth_getCode`).
+    async fn has_code(&self, address: Address) -> Result<bool, NodeError>;
     /// `eth_sendRawTransaction`.
     async fn send_raw(&self, raw: &[u8]) -> Result<B256, SendRefusal>;
     /// The receipt of `hash`, when it is mined.
@@ -101,6 +103,11 @@ impl SendNode for EthNode {
         let call = TransactionRequest::default().from(from).to(to).value(value).input(data.into());
         let gas: U256 = self.call("eth_estimateGas", (call,)).await?;
         u64::try_from(gas).map_err(|_| NodeError::new("eth_estimateGas: out of range"))
+    }
+
+    async fn has_code(&self, address: Address) -> Result<bool, NodeError> {
+        let code: Bytes = self.call("eth_getCode", (address, "latest")).await?;
+        Ok(!code.is_empty())
     }
 
     async fn send_raw(&self, raw: &[u8]) -> Result<B256, SendRefusal> {

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use crate::chain::{deploy_token, word_address, word_number, Anvil, ONE_ETH, OTHER, RICH};
 use crate::common::*;
 use crate::custody::custodial_on;
+use crate::hostile_node::HostileNode;
 
 async fn token_balance(anvil: &Anvil, contract: &str, who: &str) -> u128 {
     let call = json!({ "to": contract, "data": format!("0x70a08231{}", word_address(who)) });
@@ -86,6 +87,33 @@ async fn a_withdrawal_the_node_says_would_revert_fails_without_taking_a_nonce_or
     // The next one is signed at the address's first nonce: no gap behind the failed one.
     let sent = c.withdraw(OTHER, "5").await;
     assert_eq!(sent["transactions"][0]["nonce"], 0);
+}
+
+#[tokio::test]
+async fn a_payment_to_an_address_without_code_is_not_estimated_and_one_to_a_contract_is() {
+    let anvil = Anvil::start().await;
+    let (contract, _) = deploy_token(&anvil, &word_number(ONE_ETH)).await;
+    // The service reaches the node through a proxy that counts what it is asked.
+    let node = HostileNode::start(&anvil.url).await;
+    let url = node.url.clone();
+    let c = custodial_on(anvil, ONE_ETH, 1, |cfg| {
+        if let Some(chain) = cfg.chains.get_mut("hteth") {
+            chain.rpc_url = url;
+        }
+    })
+    .await;
+    for amount in ["5", "6"] {
+        let sent = c.withdraw(OTHER, amount).await;
+        let hash = sent["transactions"][0]["txHash"].as_str().unwrap();
+        let tx = c.anvil.rpc("eth_getTransactionByHash", json!([hash])).await;
+        assert_eq!(tx["gas"], "0x5208", "a plain payment's 21,000 gas: {tx}");
+    }
+    assert_eq!(node.count("eth_estimateGas"), 0, "no estimate for a payee without code");
+    assert!(node.count("eth_getCode") >= 1, "whether the payee holds code was asked");
+    // A contract payee is estimated: this one takes no ETH, so the estimate fails it.
+    let id = c.approved(&json!({ "recipients": [{ "address": contract, "amount": "1" }] })).await;
+    c.state_is(&id, "failed").await;
+    assert!(node.count("eth_estimateGas") >= 1);
 }
 
 #[tokio::test]
