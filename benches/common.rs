@@ -254,3 +254,26 @@ pub async fn owner(
     let enterprise = users::create_enterprise(&state.store, "Bench", None).await?;
     Ok((user.id, enterprise.id))
 }
+
+/// A child process killed (and waited for) when dropped.
+#[allow(dead_code)] // each bench is its own crate
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `VmRSS` of process `pid`, MiB (NaN when it cannot be read).
+#[allow(dead_code)] // each bench is its own crate
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}

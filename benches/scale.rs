@@ -259,13 +259,7 @@ impl Server {
 
     /// `VmRSS` of the server process, MiB.
     fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
+        common::rss_mib(self.child.id())
     }
 
     /// Bytes the database holds: SQLite's file and its WAL (separately), or PostgreSQL's
