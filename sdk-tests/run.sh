@@ -111,7 +111,8 @@ if [ -z "${CUSTODIAN_SDK_URL:-}" ] && [ -x /usr/lib/litecoin/litecoind ]; then
   mkdir -p "$dir/litecoin"
   /usr/lib/litecoin/litecoind -regtest -datadir="$dir/litecoin" -rpcport="$ltc_rpc" -listen=0 -rpcbind=127.0.0.1 \
     -rpcallowip=127.0.0.1 -rpcuser=sdk -rpcpassword=sdk -fallbackfee=0.0001 > /dev/null 2>&1 & ltc_pid=$!
-  trap 'kill $ltc_pid ${anvil_pid:-} 2>/dev/null; server_cleanup' EXIT
+  # litecoind writes its files while it shuts down: wait for it before its folder is removed.
+  trap 'kill $ltc_pid ${anvil_pid:-} 2>/dev/null || true; wait $ltc_pid 2>/dev/null || true; server_cleanup' EXIT
   ltc_rpc_url="http://127.0.0.1:$ltc_rpc"
   export CUSTODIAN_CHAINS_TLTC_FAMILY=utxo CUSTODIAN_CHAINS_TLTC_RPC_URL="$ltc_rpc_url" \
     CUSTODIAN_CHAINS_TLTC_NETWORK=regtest CUSTODIAN_CHAINS_TLTC_RPC_USER=sdk CUSTODIAN_CHAINS_TLTC_RPC_PASSWORD=sdk \
