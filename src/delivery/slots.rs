@@ -9,7 +9,7 @@ use tokio::{sync::Semaphore, time::Instant};
 use super::*;
 
 /// Deliveries in flight, counted per webhook and per tenant.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct InFlight {
     webhooks: HashMap<WebhookId, usize>,
     tenants: HashMap<Tenant, usize>,
@@ -29,6 +29,27 @@ impl Tenant {
             Some(e) => Tenant::Enterprise(e.clone()),
             None => Tenant::User(w.user_id.clone()),
         }
+    }
+}
+
+impl InFlight {
+    /// Takes a slot for one delivery to `w` unless its tenant holds `per_tenant` or its webhook
+    /// `per_webhook` ([`Engine::take_slot`]).
+    fn take_slot(
+        &mut self,
+        w: &crate::model::webhook::Webhook,
+        per_tenant: usize,
+        per_webhook: usize,
+    ) -> bool {
+        let tenant = Tenant::of(w);
+        if !take(&mut self.tenants, &tenant, per_tenant) {
+            return false;
+        }
+        if !take(&mut self.webhooks, &w.id, per_webhook) {
+            give_back(&mut self.tenants, &tenant);
+            return false;
+        }
+        true
     }
 }
 
@@ -98,22 +119,12 @@ impl Engine {
         let Ok(w) = self.waiting.lock() else { return 0 };
         let Ok(m) = self.in_flight.lock() else { return w.len() };
         let cfg = &self.deps.config.delivery;
-        let (mut webhooks, mut tenants) = (HashMap::new(), HashMap::new());
+        // The slots as they would be if each startable one took its own, oldest first.
+        let mut taken = m.clone();
+        drop(m);
         w.iter()
             .filter(|(c, _)| {
-                let tenant = Tenant::of(&c.webhook);
-                let t = tenants
-                    .entry(tenant.clone())
-                    .or_insert_with(|| m.tenants.get(&tenant).copied().unwrap_or(0));
-                let h = webhooks
-                    .entry(&c.webhook.id)
-                    .or_insert_with(|| m.webhooks.get(&c.webhook.id).copied().unwrap_or(0));
-                let fits = *t < cfg.per_tenant_concurrency && *h < cfg.per_webhook_concurrency;
-                if fits {
-                    *t += 1;
-                    *h += 1;
-                }
-                fits
+                taken.take_slot(&c.webhook, cfg.per_tenant_concurrency, cfg.per_webhook_concurrency)
             })
             .count()
     }
@@ -166,15 +177,7 @@ impl Engine {
     pub(super) fn take_slot(&self, w: &crate::model::webhook::Webhook) -> bool {
         let cfg = &self.deps.config.delivery;
         let Ok(mut m) = self.in_flight.lock() else { return true };
-        let tenant = Tenant::of(w);
-        if !take(&mut m.tenants, &tenant, cfg.per_tenant_concurrency) {
-            return false;
-        }
-        if !take(&mut m.webhooks, &w.id, cfg.per_webhook_concurrency) {
-            give_back(&mut m.tenants, &tenant);
-            return false;
-        }
-        true
+        m.take_slot(w, cfg.per_tenant_concurrency, cfg.per_webhook_concurrency)
     }
 
     /// The webhooks and tenants now at their caps, whose notifications the next claim leaves.
