@@ -172,6 +172,33 @@ impl EthNode {
     {
         self.client.request(method, params).await.map_err(|e| NodeError::new(format!("{method}: {e}")))
     }
+
+    /// `method` once for each of `params`, in one JSON-RPC batch in their order: one answer per
+    /// call, in the same order. A batch that fails as a whole (the node away, an answer over
+    /// its cap or not JSON) fails every call; a call the node answers no item for fails alone.
+    pub(crate) async fn batch<P, R>(
+        &self,
+        method: &'static str,
+        params: impl IntoIterator<Item = P>,
+    ) -> Vec<Result<R, NodeError>>
+    where
+        P: alloy_json_rpc::RpcSend,
+        R: alloy_json_rpc::RpcRecv,
+    {
+        let fail = |e: TransportError| NodeError::new(format!("{method}: {e}"));
+        let mut batch = self.client.new_batch();
+        let waiters: Vec<_> = params.into_iter().map(|p| batch.add_call::<P, R>(method, &p)).collect();
+        let sent = batch.send().await.map_err(fail);
+        let mut out = Vec::with_capacity(waiters.len());
+        for waiter in waiters {
+            out.push(match (&sent, waiter) {
+                (Err(e), _) => Err(NodeError::new(e.0.clone())),
+                (Ok(()), Err(e)) => Err(fail(e)),
+                (Ok(()), Ok(w)) => w.await.map_err(fail),
+            });
+        }
+        out
+    }
 }
 
 fn tag(height: Option<u64>) -> String {

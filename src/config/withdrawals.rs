@@ -78,9 +78,14 @@ pub struct WithdrawalsConfig {
     /// through another process.
     pub poll_interval_ms: u64,
     /// Withdrawals one signer round prepares and signs, or follows, at once, and addresses it
-    /// sends for at once (one address's sends go one at a time, in nonce order); each waits on
-    /// the node and the store; a round takes at most `custody::transaction::BATCH` of each.
+    /// sends for at once (one address's sends go in JSON-RPC batches, in nonce order); each
+    /// waits on the node and the store; a round takes at most `custody::transaction::BATCH` of
+    /// each.
     pub signer_concurrency: u32,
+    /// Most raw transactions of one address sent in one JSON-RPC batch request, in nonce order
+    /// (1 to 50; 1 sends each as a plain request, for a node that refuses batches). A refusal
+    /// holds back that address's later batches until the next round.
+    pub send_batch: u32,
     /// Seconds a sent withdrawal may wait unmined before it is replaced with higher fees.
     pub stuck_after: u64,
     /// Seconds an approved withdrawal may wait unsigned (a frozen wallet, a key store or node
@@ -110,6 +115,7 @@ impl Default for WithdrawalsConfig {
             max_in_flight_per_wallet: 100,
             poll_interval_ms: 500,
             signer_concurrency: 16,
+            send_batch: 50,
             stuck_after: 180,
             delivery_deadline: 24 * 3600,
             policy_webhook_timeout_ms: 5_000,
@@ -142,6 +148,10 @@ impl WithdrawalsConfig {
         if !(1..=64).contains(&self.signer_concurrency) {
             return bad("signer_concurrency", "from 1 to 64");
         }
+        // At most a signer round's batch (`custody::transaction::BATCH`).
+        if !(1..=50).contains(&self.send_batch) {
+            return bad("send_batch", "from 1 to 50");
+        }
         if self.delivery_deadline == 0 {
             return bad("delivery_deadline", "must be at least 1 second");
         }
@@ -161,5 +171,18 @@ impl WithdrawalsConfig {
             return bad("enterprise_policy_approvals", "from 1 to 10");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WithdrawalsConfig;
+
+    #[test]
+    fn send_batch_is_from_one_to_a_rounds_batch() {
+        for (n, ok) in [(0, false), (1, true), (50, true), (51, false)] {
+            let c = WithdrawalsConfig { send_batch: n, ..Default::default() };
+            assert_eq!(c.validate().is_ok(), ok, "send_batch {n}: {:?}", c.validate());
+        }
     }
 }

@@ -239,10 +239,12 @@ async fn store(svc: &Custody, made: Vec<Made>) -> Result<usize, RoundError> {
 }
 
 /// Sends each `signed` withdrawal's stored bytes, then marks those the node took `delivered`
-/// in one transaction: how many. Each address's are sent one after another in nonce order (a
-/// node then never holds a nonce ahead of a gap; anvil's automine can miss such a one,
-/// foundry issue #10122), up to `withdrawals.signer_concurrency` addresses at once; one the
-/// node does not take holds back that address's later ones until the next round. "Insufficient
+/// in one transaction: how many. Each address's go in JSON-RPC batches of up to
+/// `withdrawals.send_batch`, in nonce order (one round trip each, and the node takes them in
+/// order: sent side by side, a nonce could arrive ahead of its predecessor, which anvil's
+/// automine can leave unmined, foundry issue #10122), up to `withdrawals.signer_concurrency`
+/// addresses at once. One the node does not take is sent again next round; the later ones of
+/// its batch wait in the node's pool behind it, and its later batches wait for the next round. "Insufficient
 /// funds" fails one; "underpriced" waits (the stuck-transaction handling bumps it once sent);
 /// anything else is tried next round.
 pub(super) async fn send_all(
@@ -252,6 +254,7 @@ pub(super) async fn send_all(
     ws: Vec<Withdrawal>,
 ) -> Result<usize, RoundError> {
     let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
+    let per_batch = usize::try_from(svc.config.withdrawals.send_batch).unwrap_or(1).max(1);
     let mut by_address: BTreeMap<Address, Vec<Withdrawal>> = BTreeMap::new();
     for w in ws.into_iter().filter(|w| w.signed_tx.is_some()) {
         by_address.entry(w.from).or_default().push(w);
@@ -260,13 +263,18 @@ pub(super) async fn send_all(
         .map(|mut queue| async move {
             queue.sort_by_key(|w| w.nonce);
             let mut outcomes = Vec::with_capacity(queue.len());
-            for w in queue {
-                let Some(raw) = w.signed_tx.as_ref() else { continue };
-                svc.metrics.custody.broadcasts.inc();
-                let sent = node.send_raw(raw).await.map(|_| ());
-                let taken = matches!(sent, Ok(()) | Err(SendRefusal::Known));
-                outcomes.push((w, sent));
-                if !taken {
+            let mut queue = queue.into_iter().peekable();
+            while queue.peek().is_some() {
+                let chunk: Vec<Withdrawal> = queue.by_ref().take(per_batch).collect();
+                let raws: Vec<&[u8]> = chunk.iter().filter_map(|w| w.signed_tx.as_deref()).collect();
+                svc.metrics.custody.broadcasts.inc_by(raws.len() as u64);
+                let sent = match raws.as_slice() {
+                    [raw] => vec![node.send_raw(raw).await],
+                    _ => node.send_raw_all(&raws).await,
+                };
+                let refused = sent.iter().any(|s| !matches!(s, Ok(_) | Err(SendRefusal::Known)));
+                outcomes.extend(chunk.into_iter().zip(sent).map(|(w, sent)| (w, sent.map(|_| ()))));
+                if refused {
                     break;
                 }
             }

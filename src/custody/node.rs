@@ -49,6 +49,11 @@ pub trait SendNode: Send + Sync {
     async fn has_code(&self, address: Address) -> Result<bool, NodeError>;
     /// `eth_sendRawTransaction`.
     async fn send_raw(&self, raw: &[u8]) -> Result<B256, SendRefusal>;
+    /// `eth_sendRawTransaction` of each of `raws`, in one JSON-RPC batch in their order (a node
+    /// runs a batch's calls in order: geth one after another, anvil starting each in turn), so
+    /// an address's transactions reach it in nonce order in one round trip. One outcome per
+    /// raw transaction, in the same order; a batch the node fails as a whole fails each.
+    async fn send_raw_all(&self, raws: &[&[u8]]) -> Vec<Result<B256, SendRefusal>>;
     /// The receipt of `hash`, when it is mined.
     async fn mined(&self, hash: B256) -> Result<Option<Mined>, NodeError>;
     /// Whether the node knows `hash` at all (pool or chain).
@@ -112,6 +117,14 @@ impl SendNode for EthNode {
 
     async fn send_raw(&self, raw: &[u8]) -> Result<B256, SendRefusal> {
         self.call("eth_sendRawTransaction", (Bytes::copy_from_slice(raw),)).await.map_err(classify)
+    }
+
+    async fn send_raw_all(&self, raws: &[&[u8]]) -> Vec<Result<B256, SendRefusal>> {
+        self.batch("eth_sendRawTransaction", raws.iter().map(|raw| (Bytes::copy_from_slice(raw),)))
+            .await
+            .into_iter()
+            .map(|sent| sent.map_err(classify))
+            .collect()
     }
 
     async fn mined(&self, hash: B256) -> Result<Option<Mined>, NodeError> {

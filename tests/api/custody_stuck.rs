@@ -6,12 +6,33 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::chain::{ONE_ETH, OTHER};
+use crate::chain::{Anvil, ONE_ETH, OTHER};
 use crate::common::*;
-use crate::custody::custodial_with;
+use crate::custody::{custodial_on, custodial_with, Custodial};
+use crate::hostile_node::HostileNode;
 
 fn hex_u128(v: &Value) -> u128 {
     u128::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// Another process's lease on the chain's signer, far in the future: nothing is signed here.
+async fn hold_signer_elsewhere(c: &Custodial) {
+    c.app
+        .raw_sql(
+            "INSERT INTO chain_state (chain, lease_holder, lease_until_ms) VALUES ('signer:hteth', 'elsewhere', 99999999999999) \
+             ON CONFLICT (chain) DO UPDATE SET lease_holder = 'elsewhere', lease_until_ms = 99999999999999",
+        )
+        .await;
+}
+
+/// The other process's lease lapses: this one's signer takes it.
+async fn release_signer(c: &Custodial) {
+    c.app.raw_sql("UPDATE chain_state SET lease_until_ms = 0 WHERE chain = 'signer:hteth'").await;
+}
+
+/// Alice asks for `amount` wei to OTHER and Bob approves: its txRequest id.
+async fn approved(c: &Custodial, amount: &str) -> String {
+    c.approved(&json!({ "recipients": [{ "address": OTHER, "amount": amount }] })).await
 }
 
 #[tokio::test]
@@ -167,20 +188,10 @@ async fn the_sends_transfer_notifications_name_their_withdrawal() {
 async fn while_another_process_holds_the_signer_lease_nothing_is_signed_here_then_all_at_the_concurrency_limit(
 ) {
     let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.signer_concurrency = 2).await;
-    // Another process's lease on the chain's signer, far in the future.
-    c.app
-        .raw_sql(
-            "INSERT INTO chain_state (chain, lease_holder, lease_until_ms) VALUES ('signer:hteth', 'elsewhere', 99999999999999) \
-             ON CONFLICT (chain) DO UPDATE SET lease_holder = 'elsewhere', lease_until_ms = 99999999999999",
-        )
-        .await;
+    hold_signer_elsewhere(&c).await;
     let mut ids = Vec::new();
     for amount in ["77", "78", "79", "80"] {
-        let body = json!({ "recipients": [{ "address": OTHER, "amount": amount }] });
-        let pending = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
-        let approve = json!({ "state": "approved", "otp": "000000" });
-        expect_json(c.answer(&c.bob_token, pending["id"].as_str().unwrap(), &approve).await, 200).await;
-        ids.push(pending["txRequestId"].as_str().unwrap().to_string());
+        ids.push(approved(&c, amount).await);
     }
     let held = metric_value(&c.app, "custodian_custody_signer_rounds_held_back_total").await;
     until("three rounds held back after the approval", 30, || async {
@@ -193,7 +204,7 @@ async fn while_another_process_holds_the_signer_lease_nothing_is_signed_here_the
     }
     // The other process's lease lapses: this one takes it and sends all four, two at a time
     // (`withdrawals.signer_concurrency`), at consecutive nonces.
-    c.app.raw_sql("UPDATE chain_state SET lease_until_ms = 0 WHERE chain = 'signer:hteth'").await;
+    release_signer(&c).await;
     let mut nonces = Vec::new();
     for id in &ids {
         let t = until("the withdrawals are sent once the lease lapsed", 30, || async {
@@ -260,4 +271,67 @@ async fn a_reorg_of_the_newest_withdrawal_is_seen_behind_a_full_batch_of_older_m
         (!receipt.is_null() && seen.is_some_and(|b| b > block)).then_some(())
     })
     .await;
+}
+
+/// Four approved withdrawals signed at once, sent through a proxy (`send_batch` set by
+/// `tweak`), Alice's wallet: the proxy, the service, and the four txRequest ids.
+async fn four_signed_at_once(
+    tweak: impl FnOnce(&mut custodian::config::Config),
+) -> (HostileNode, Custodial, Vec<String>) {
+    let anvil = Anvil::start().await;
+    let node = HostileNode::start(&anvil.url).await;
+    let url = node.url.clone();
+    let c = custodial_on(anvil, ONE_ETH, 1, |cfg| {
+        cfg.chains.get_mut("hteth").unwrap().rpc_url = url;
+        cfg.withdrawals.signer_concurrency = 8;
+        tweak(cfg);
+    })
+    .await;
+    hold_signer_elsewhere(&c).await;
+    let mut ids = Vec::new();
+    for amount in ["101", "102", "103", "104"] {
+        ids.push(approved(&c, amount).await);
+    }
+    // Mined only when the test says, so the node's pool holds any after a refused nonce.
+    c.anvil.rpc("evm_setAutomine", json!([false])).await;
+    (node, c, ids)
+}
+
+/// Waits until each of `ids` is delivered, then mines them: all four at consecutive nonces,
+/// the payee paid each once.
+async fn all_sent_and_mined(c: &Custodial, ids: &[String], before: u128) {
+    let mut nonces = Vec::new();
+    for id in ids {
+        nonces.push(c.state_is(id, "delivered").await["transactions"][0]["nonce"].as_u64().unwrap());
+    }
+    nonces.sort_unstable();
+    assert_eq!(nonces, [0, 1, 2, 3], "consecutive nonces");
+    c.anvil.mine(1).await;
+    assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x4");
+    assert_eq!(c.anvil.balance(OTHER).await, before + 101 + 102 + 103 + 104);
+}
+
+#[tokio::test]
+async fn an_addresss_sends_go_in_one_batch_and_one_the_node_refuses_is_sent_again_alone() {
+    let (node, c, ids) = four_signed_at_once(|_| {}).await;
+    let before = c.anvil.balance(OTHER).await;
+    node.lie(|l| l.refuse_in_batch = Some((1, "internal error: try again")));
+    release_signer(&c).await;
+    all_sent_and_mined(&c, &ids, before).await;
+    // One batch of the four in nonce order, its second refused, then that one again alone.
+    assert_eq!(node.batch_sizes(), [4], "one batch; the refused one again as a plain request");
+    assert_eq!(node.count("eth_sendRawTransaction"), 5, "four in one batch, the refused one again");
+    assert_eq!(metric_value(&c.app, "custodian_custody_broadcasts_total").await, 5);
+}
+
+#[tokio::test]
+async fn send_batch_bounds_a_batch_and_at_one_sends_no_batch_at_all() {
+    for (per_batch, batches) in [(2, vec![2, 2]), (1, vec![])] {
+        let (node, c, ids) = four_signed_at_once(|cfg| cfg.withdrawals.send_batch = per_batch).await;
+        let before = c.anvil.balance(OTHER).await;
+        release_signer(&c).await;
+        all_sent_and_mined(&c, &ids, before).await;
+        assert_eq!(node.batch_sizes(), batches, "send_batch {per_batch}");
+        assert_eq!(node.count("eth_sendRawTransaction"), 4, "send_batch {per_batch}");
+    }
 }

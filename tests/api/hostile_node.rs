@@ -1,6 +1,7 @@
 //! A hostile JSON-RPC node: a proxy in front of a real anvil that passes requests through
 //! unless told to lie, as a misbehaving provider or a load balancer behind it does: a `null`
-//! receipt, an empty log list, a 50 MiB answer, another chain's id, a block held back.
+//! receipt, an empty log list, a 50 MiB answer, another chain's id, a block held back, one
+//! transaction of a batch refused.
 
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +30,9 @@ pub struct Lies {
     pub hold_methods: Vec<&'static str>,
     /// Requests of these methods reach the node, and their answers wait until released.
     pub hold_answers_of: Vec<&'static str>,
+    /// The next batch of `eth_sendRawTransaction` calls has its call at this index answered
+    /// with an error (`message`) instead of reaching the node; the rest pass.
+    pub refuse_in_batch: Option<(usize, &'static str)>,
 }
 
 #[derive(Default)]
@@ -36,6 +40,8 @@ struct Inner {
     lies: Lies,
     /// Methods (and block heights asked for) seen, in order.
     seen: Vec<(String, Option<u64>)>,
+    /// The number of calls in each batch request, in order.
+    batches: Vec<usize>,
 }
 
 #[derive(Clone)]
@@ -59,6 +65,9 @@ fn height_of(req: &Value) -> Option<u64> {
 
 async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Value::Array(calls) = req {
+        return batch(&s, calls).await;
+    }
     let method = req["method"].as_str().unwrap_or_default().to_string();
     let height = (method == "eth_getBlockByNumber").then(|| height_of(&req)).flatten();
     let lie = {
@@ -91,18 +100,62 @@ async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse 
             || l.hold_methods.contains(&method.as_str())
     })
     .await;
-    let answer =
-        s.client.post(&s.upstream).header("content-type", "application/json").body(body).send().await;
-    let answer = match answer {
-        Ok(res) => res.text().await.unwrap_or_default(),
-        Err(_) => json!({ "jsonrpc": "2.0", "id": req["id"], "error": { "code": -32000, "message": "upstream away" } })
-            .to_string(),
-    };
+    let answer = s.forward(body.to_vec(), &req["id"]).await;
     s.hold_while(|l| l.hold_answers_of.contains(&method.as_str())).await;
     answer
 }
 
+/// A JSON-RPC batch: every call counted; held while any of its methods is; one send refused
+/// when told (its error spliced into the node's answer to the others, in its place).
+async fn batch(s: &Shared, mut calls: Vec<Value>) -> String {
+    let methods: Vec<String> =
+        calls.iter().map(|c| c["method"].as_str().unwrap_or_default().to_string()).collect();
+    let refused = {
+        let mut i = s.inner.lock().unwrap();
+        i.seen.extend(methods.iter().map(|m| (m.clone(), None)));
+        i.batches.push(calls.len());
+        let sends = methods.iter().all(|m| m == "eth_sendRawTransaction");
+        match i.lies.refuse_in_batch {
+            Some((at, message)) if sends && at < calls.len() => {
+                i.lies.refuse_in_batch = None;
+                Some((at, message))
+            }
+            _ => None,
+        }
+    };
+    let held = |of: &[&'static str]| methods.iter().any(|m| of.contains(&m.as_str()));
+    s.hold_while(|l| held(&l.hold_methods)).await;
+    let refusal = refused.map(|(at, message)| {
+        let call = calls.remove(at);
+        (at, json!({ "jsonrpc": "2.0", "id": call["id"], "error": { "code": -32000, "message": message } }))
+    });
+    let answer = s.forward(serde_json::to_vec(&calls).unwrap(), &Value::Null).await;
+    s.hold_while(|l| held(&l.hold_answers_of)).await;
+    let Some((at, refusal)) = refusal else { return answer };
+    let mut answers: Vec<Value> = serde_json::from_str(&answer).unwrap_or_default();
+    answers.insert(at.min(answers.len()), refusal);
+    Value::Array(answers).to_string()
+}
+
 impl Shared {
+    /// `body` sent on to the node: its answer, or an error with `id` when it is away.
+    async fn forward(&self, body: Vec<u8>, id: &Value) -> String {
+        let answer = self
+            .client
+            .post(&self.upstream)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await;
+        match answer {
+            Ok(res) => res.text().await.unwrap_or_default(),
+            Err(_) => {
+                json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32000, "message": "upstream away" } })
+                    .to_string()
+            }
+        }
+    }
+
     /// Waits while `held` says so of the lies.
     async fn hold_while(&self, held: impl Fn(&Lies) -> bool) {
         loop {
@@ -146,6 +199,11 @@ impl HostileNode {
     /// Whether a request for block `height` has arrived.
     pub fn asked_for_block(&self, height: u64) -> bool {
         self.inner.lock().unwrap().seen.iter().any(|(m, h)| m == "eth_getBlockByNumber" && *h == Some(height))
+    }
+
+    /// The number of calls in each batch request that arrived, in order.
+    pub fn batch_sizes(&self) -> Vec<usize> {
+        self.inner.lock().unwrap().batches.clone()
     }
 
     /// How many requests of `method` arrived.
