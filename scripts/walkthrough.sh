@@ -29,7 +29,15 @@ export CUSTODIAN_DATABASE_URL="sqlite://$tmp/custodian.db"
 # with it, whatever happens.
 pgid=""
 cleanup() {
-  if [ -n "$pgid" ]; then kill -TERM -- "-$pgid" >/dev/null 2>&1 || true; fi
+  if [ -n "$pgid" ]; then
+    kill -TERM -- "-$pgid" >/dev/null 2>&1 || true
+    # The group's nodes write their files as they shut down: wait for them (at most 10 s)
+    # before their folder is removed, as sdk-tests/run.sh does for litecoind.
+    for _ in $(seq 1 100); do
+      kill -0 -- "-$pgid" 2>/dev/null || break
+      sleep 0.1
+    done
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT

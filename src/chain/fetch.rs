@@ -19,6 +19,9 @@ use crate::types::WalletId;
 /// Reads of a block's logs before an empty answer that its bloom filter contradicts is
 /// believed.
 pub const LOG_READS: u32 = 3;
+/// Most receipts asked in one JSON-RPC batch: a block's watched transactions in a few requests
+/// rather than one each (an exchange's wallet may have hundreds in one block).
+pub const RECEIPTS_PER_BATCH: usize = 64;
 /// The pause before the second read of a block's logs (twice that before the third).
 const LOG_REREAD_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 
@@ -91,15 +94,19 @@ impl Reader {
             .collect();
         let hash: B256 =
             block.head.hash.parse().map_err(|_| NodeError::new("a block hash is not 32 bytes"))?;
-        let outcomes = futures_util::stream::iter(watched)
-            .map(|tx| {
+        // The receipts in batches of RECEIPTS_PER_BATCH, each batch one of the node requests
+        // in flight.
+        let outcomes = futures_util::stream::iter(watched.chunks(RECEIPTS_PER_BATCH).map(<[B256]>::to_vec))
+            .map(|txs| {
                 let reader = self.clone();
                 async move {
                     let _permit = reader.permit().await?;
-                    Ok::<_, NodeError>((tx, reader.node.outcome(tx, hash).await?))
+                    let outcomes = reader.node.outcomes(&txs, hash).await?;
+                    Ok::<_, NodeError>(futures_util::stream::iter(txs.into_iter().zip(outcomes).map(Ok)))
                 }
             })
             .buffer_unordered(self.read_ahead.max(1))
+            .try_flatten()
             .try_collect::<HashMap<_, _>>();
         let logs = self.logs(&block, hash);
         let (outcomes, logs) = futures_util::try_join!(outcomes, logs)?;

@@ -110,10 +110,11 @@ pub trait ChainNode: Send + Sync {
     async fn block(&self, height: u64) -> Result<Option<NodeBlock>, NodeError>;
     /// `Transfer` logs of `contracts` in the block with hash `block`.
     async fn token_logs(&self, block: B256, contracts: &[Address]) -> Result<Vec<TokenLog>, NodeError>;
-    /// Whether transaction `tx` of the block with hash `block` succeeded, and the fee it paid
-    /// (wei). No receipt, or one of another block, is an error: the block is incomplete and
-    /// is read again, never passed (a load-balanced node may not have it yet).
-    async fn outcome(&self, tx: B256, block: B256) -> Result<(bool, U256), NodeError>;
+    /// Whether each of `txs` (of the block with hash `block`) succeeded, and the fee it paid
+    /// (wei), in their order: their receipts, asked in one JSON-RPC batch. No receipt, or one
+    /// of another block, is an error: the block is incomplete and is read again, never passed
+    /// (a load-balanced node may not have it yet).
+    async fn outcomes(&self, txs: &[B256], block: B256) -> Result<Vec<(bool, U256)>, NodeError>;
     /// Wei held by `address` at `height` (`None`: the latest block).
     async fn balance(&self, address: Address, height: Option<u64>) -> Result<U256, NodeError>;
     /// The token balance (`balanceOf`) of `address` at `height`; 0 where the contract has no
@@ -277,16 +278,22 @@ impl ChainNode for EthNode {
         Ok(out)
     }
 
-    async fn outcome(&self, tx: B256, block: B256) -> Result<(bool, U256), NodeError> {
-        let r: Option<TransactionReceipt> = self.call("eth_getTransactionReceipt", (tx,)).await?;
-        let r =
-            r.ok_or_else(|| NodeError::new(format!("eth_getTransactionReceipt: no receipt yet for {tx}")))?;
-        if r.block_hash.is_some_and(|h| h != block) {
-            return Err(NodeError::new(format!(
-                "eth_getTransactionReceipt: {tx}'s receipt is of another block"
-            )));
+    async fn outcomes(&self, txs: &[B256], block: B256) -> Result<Vec<(bool, U256)>, NodeError> {
+        let receipts = self
+            .batch::<_, Option<TransactionReceipt>>("eth_getTransactionReceipt", txs.iter().map(|tx| (*tx,)));
+        let mut out = Vec::with_capacity(txs.len());
+        for (tx, r) in txs.iter().zip(receipts.await) {
+            let r = r?.ok_or_else(|| {
+                NodeError::new(format!("eth_getTransactionReceipt: no receipt yet for {tx}"))
+            })?;
+            if r.block_hash.is_some_and(|h| h != block) {
+                return Err(NodeError::new(format!(
+                    "eth_getTransactionReceipt: {tx}'s receipt is of another block"
+                )));
+            }
+            out.push((r.status(), U256::from(r.gas_used) * U256::from(r.effective_gas_price)));
         }
-        Ok((r.status(), U256::from(r.gas_used) * U256::from(r.effective_gas_price)))
+        Ok(out)
     }
 
     async fn balance(&self, address: Address, height: Option<u64>) -> Result<U256, NodeError> {
@@ -393,9 +400,16 @@ impl Transport {
     async fn send(self, req: RequestPacket) -> Result<ResponsePacket, TransportError> {
         // Errors without the URL: it may hold a key.
         let fail = |e: reqwest::Error| TransportErrorKind::custom_str(&e.without_url().to_string());
-        // A batch is capped at its largest method's cap (the watcher sends none).
-        let cap =
-            req.method_names().map(|m| answer_cap(m, self.pool_max_bytes)).max().unwrap_or(MAX_OTHER_BYTES);
+        // A batch is capped at the sum of its calls' caps, and at most a block's: a batch of
+        // one block's receipts is bounded as the block is.
+        let cap = match &req {
+            RequestPacket::Single(r) => answer_cap(r.method(), self.pool_max_bytes),
+            RequestPacket::Batch(_) => req
+                .method_names()
+                .map(|m| answer_cap(m, self.pool_max_bytes))
+                .fold(0usize, usize::saturating_add)
+                .min(MAX_BLOCK_BYTES),
+        };
         let mut res = self.http.post(self.url).json(&req).send().await.map_err(fail)?;
         let status = res.status();
         let mut body = Vec::new();

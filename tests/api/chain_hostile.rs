@@ -49,6 +49,33 @@ async fn a_null_receipt_fails_the_block_until_the_node_answers_and_the_deposit_i
 }
 
 #[tokio::test]
+async fn a_blocks_receipts_are_asked_in_one_batch_and_a_null_among_them_fails_the_block() {
+    let anvil = Anvil::start().await;
+    let (c, node) = behind_proxy(anvil, |c| c.chains.get_mut("hteth").unwrap().pending_pool = false).await;
+    c.caught_up().await;
+    // Three deposits in one block; the first receipt of the first batch asked is `null`.
+    c.anvil.rpc("evm_setAutomine", json!([false])).await;
+    let mut txids = Vec::new();
+    for wei in [1_001u128, 1_002, 1_003] {
+        txids.push(c.anvil.send(RICH, WATCHED, wei).await);
+    }
+    node.lie(|l| l.null_receipts = 1);
+    c.anvil.mine(3).await;
+    c.caught_up().await;
+    let sizes = node.batch_sizes("eth_getTransactionReceipt");
+    assert!(
+        sizes.len() >= 2 && sizes.iter().all(|n| *n == 3),
+        "the block's three in one batch, twice: {sizes:?}"
+    );
+    let listed = c.transfers("").await;
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    for t in &listed {
+        assert_eq!(t["state"], "confirmed", "{t}");
+        assert!(txids.iter().any(|id| t["txid"] == json!(id)), "{t}");
+    }
+}
+
+#[tokio::test]
 async fn a_50_mib_answer_is_cut_before_it_reaches_health_and_the_log() {
     let anvil = Anvil::start().await;
     let (c, node) = behind_proxy(anvil, |_| {}).await;

@@ -319,7 +319,11 @@ async fn an_addresss_sends_go_in_one_batch_and_one_the_node_refuses_is_sent_agai
     release_signer(&c).await;
     all_sent_and_mined(&c, &ids, before).await;
     // One batch of the four in nonce order, its second refused, then that one again alone.
-    assert_eq!(node.batch_sizes(), [4], "one batch; the refused one again as a plain request");
+    assert_eq!(
+        node.batch_sizes("eth_sendRawTransaction"),
+        [4],
+        "one batch; the refused one again as a plain request"
+    );
     assert_eq!(node.count("eth_sendRawTransaction"), 5, "four in one batch, the refused one again");
     assert_eq!(metric_value(&c.app, "custodian_custody_broadcasts_total").await, 5);
 }
@@ -331,7 +335,7 @@ async fn send_batch_bounds_a_batch_and_at_one_sends_no_batch_at_all() {
         let before = c.anvil.balance(OTHER).await;
         release_signer(&c).await;
         all_sent_and_mined(&c, &ids, before).await;
-        assert_eq!(node.batch_sizes(), batches, "send_batch {per_batch}");
+        assert_eq!(node.batch_sizes("eth_sendRawTransaction"), batches, "send_batch {per_batch}");
         assert_eq!(node.count("eth_sendRawTransaction"), 4, "send_batch {per_batch}");
     }
 }

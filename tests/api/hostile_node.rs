@@ -3,7 +3,10 @@
 //! receipt, an empty log list, a 50 MiB answer, another chain's id, a block held back, one
 //! transaction of a batch refused.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use axum::{body::Bytes, extract::State, response::IntoResponse, routing::post, Router};
 use serde_json::{json, Value};
@@ -40,8 +43,8 @@ struct Inner {
     lies: Lies,
     /// Methods (and block heights asked for) seen, in order.
     seen: Vec<(String, Option<u64>)>,
-    /// The number of calls in each batch request, in order.
-    batches: Vec<usize>,
+    /// Each batch request's first method and its number of calls, in order.
+    batches: Vec<(String, usize)>,
 }
 
 #[derive(Clone)]
@@ -105,36 +108,59 @@ async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse 
     answer
 }
 
-/// A JSON-RPC batch: every call counted; held while any of its methods is; one send refused
-/// when told (its error spliced into the node's answer to the others, in its place).
-async fn batch(s: &Shared, mut calls: Vec<Value>) -> String {
+/// A JSON-RPC batch: every call counted; held while any of its methods is; a receipt `null`
+/// while `null_receipts` lasts, and one send refused when told, those answers spliced into the
+/// node's answers to the others, in their places.
+async fn batch(s: &Shared, calls: Vec<Value>) -> String {
     let methods: Vec<String> =
         calls.iter().map(|c| c["method"].as_str().unwrap_or_default().to_string()).collect();
-    let refused = {
+    let canned: Vec<Option<Value>> = {
         let mut i = s.inner.lock().unwrap();
         i.seen.extend(methods.iter().map(|m| (m.clone(), None)));
-        i.batches.push(calls.len());
+        i.batches.push((methods.first().cloned().unwrap_or_default(), calls.len()));
         let sends = methods.iter().all(|m| m == "eth_sendRawTransaction");
-        match i.lies.refuse_in_batch {
+        let refused = match i.lies.refuse_in_batch {
             Some((at, message)) if sends && at < calls.len() => {
                 i.lies.refuse_in_batch = None;
                 Some((at, message))
             }
             _ => None,
-        }
+        };
+        let l = &mut i.lies;
+        let answer =
+            |call: &Value, result: Value| json!({ "jsonrpc": "2.0", "id": call["id"], "result": result });
+        calls
+            .iter()
+            .enumerate()
+            .map(|(n, call)| match (refused, call["method"].as_str()) {
+                (Some((at, message)), _) if at == n => Some(
+                    json!({ "jsonrpc": "2.0", "id": call["id"], "error": { "code": -32000, "message": message } }),
+                ),
+                (_, Some("eth_getTransactionReceipt")) if l.null_receipts > 0 => {
+                    l.null_receipts -= 1;
+                    Some(answer(call, Value::Null))
+                }
+                _ => None,
+            })
+            .collect()
     };
     let held = |of: &[&'static str]| methods.iter().any(|m| of.contains(&m.as_str()));
     s.hold_while(|l| held(&l.hold_methods)).await;
-    let refusal = refused.map(|(at, message)| {
-        let call = calls.remove(at);
-        (at, json!({ "jsonrpc": "2.0", "id": call["id"], "error": { "code": -32000, "message": message } }))
-    });
-    let answer = s.forward(serde_json::to_vec(&calls).unwrap(), &Value::Null).await;
+    let forwarded: Vec<&Value> =
+        calls.iter().zip(&canned).filter(|(_, c)| c.is_none()).map(|(c, _)| c).collect();
+    let mut answers: HashMap<String, Value> = HashMap::new();
+    if !forwarded.is_empty() {
+        let answer = s.forward(serde_json::to_vec(&forwarded).unwrap(), &Value::Null).await;
+        let answered: Vec<Value> = serde_json::from_str(&answer).unwrap_or_default();
+        answers.extend(answered.into_iter().map(|a| (a["id"].to_string(), a)));
+    }
     s.hold_while(|l| held(&l.hold_answers_of)).await;
-    let Some((at, refusal)) = refusal else { return answer };
-    let mut answers: Vec<Value> = serde_json::from_str(&answer).unwrap_or_default();
-    answers.insert(at.min(answers.len()), refusal);
-    Value::Array(answers).to_string()
+    let out: Vec<Value> = calls
+        .iter()
+        .zip(canned)
+        .filter_map(|(call, canned)| canned.or_else(|| answers.remove(&call["id"].to_string())))
+        .collect();
+    Value::Array(out).to_string()
 }
 
 impl Shared {
@@ -201,9 +227,9 @@ impl HostileNode {
         self.inner.lock().unwrap().seen.iter().any(|(m, h)| m == "eth_getBlockByNumber" && *h == Some(height))
     }
 
-    /// The number of calls in each batch request that arrived, in order.
-    pub fn batch_sizes(&self) -> Vec<usize> {
-        self.inner.lock().unwrap().batches.clone()
+    /// The number of calls in each batch request of `method` that arrived, in order.
+    pub fn batch_sizes(&self, method: &str) -> Vec<usize> {
+        self.inner.lock().unwrap().batches.iter().filter(|(m, _)| m == method).map(|(_, n)| *n).collect()
     }
 
     /// How many requests of `method` arrived.
