@@ -63,6 +63,7 @@ pub(super) async fn sign_all(
     ws: Vec<Withdrawal>,
 ) -> Result<usize, RoundError> {
     let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
+    let started = tokio::time::Instant::now();
     let in_flight = InFlight::default();
     // The node's gas estimate comes before a nonce: a call that would revert fails here and
     // takes none, so it leaves no gap.
@@ -96,7 +97,9 @@ pub(super) async fn sign_all(
         .filter(|r| r.w.nonce.is_none())
         .map(|r| (&r.w.id, r.w.from, memo.node_next(&r.w.from)))
         .collect();
+    let checked = started.elapsed();
     let mut reserved = svc.store.reserve_nonces(coin.as_str(), &wanted).await?.into_iter();
+    let nonces = started.elapsed();
     let mut nonced = Vec::with_capacity(ready.len());
     for r in ready {
         let nonce = match r.w.nonce {
@@ -122,7 +125,12 @@ pub(super) async fn sign_all(
         .filter_map(|m| async move { m })
         .collect()
         .await;
-    store(svc, made).await
+    let (n, signing) = (made.len(), started.elapsed());
+    let stored = store(svc, made).await;
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    tracing::debug!(coin = %coin, n, checked_ms = ms(checked), nonces_ms = ms(nonces), signed_ms = ms(signing),
+        stored_ms = ms(started.elapsed()), "signed a batch");
+    stored
 }
 
 /// Checks `w` can be signed now and asks the node for its gas; `None` when it waits (frozen)

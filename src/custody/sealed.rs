@@ -5,7 +5,13 @@ use std::sync::Arc;
 
 use alloy_primitives::B256;
 use async_trait::async_trait;
-use k256::ecdsa::{RecoveryId, Signature, SigningKey};
+use k256::{
+    ecdsa::{
+        hazmat::{bits2field, SignPrimitive},
+        RecoveryId, Signature, SigningKey,
+    },
+    NonZeroScalar, Secp256k1,
+};
 use zeroize::Zeroizing;
 
 use super::keys::{KeyError, KeyStore, NewKey};
@@ -63,14 +69,20 @@ fn sign_sealed(
 ) -> Result<([u8; 64], Option<bool>), KeyError> {
     let scalar =
         Zeroizing::new(master.open(&aad(id.as_str()), handle).map_err(|e| KeyError::Backend(e.to_string()))?);
-    // SigningKey zeroizes itself when dropped.
-    let signing = SigningKey::from_slice(&scalar)
-        .map_err(|_| KeyError::Backend("a sealed key is not a scalar".into()))?;
-    let (sig, recid): (Signature, RecoveryId) =
-        signing.sign_prehash_recoverable(digest.as_slice()).map_err(|e| KeyError::Backend(e.to_string()))?;
+    // The scalar itself signs (RFC 6979, as `SigningKey::sign_prehash_recoverable` does), s made
+    // low by k256: a `SigningKey` would first compute the public key, a curve multiplication
+    // per signature that nothing here uses.
+    let secret = Zeroizing::new(
+        NonZeroScalar::try_from(scalar.as_slice())
+            .map_err(|_| KeyError::Backend("a sealed key is not a scalar".into()))?,
+    );
+    let z = bits2field::<Secp256k1>(digest.as_slice()).map_err(|e| KeyError::Backend(e.to_string()))?;
+    let (sig, recid): (Signature, Option<RecoveryId>) = secret
+        .try_sign_prehashed_rfc6979::<sha2::Sha256>(&z, &[])
+        .map_err(|e| KeyError::Backend(e.to_string()))?;
     let mut out = [0u8; 64];
     out.copy_from_slice(&sig.to_bytes());
-    Ok((out, Some(recid.is_y_odd())))
+    Ok((out, recid.map(|r| r.is_y_odd())))
 }
 
 #[cfg(test)]

@@ -153,6 +153,7 @@ pub async fn round(
     node: &dyn SendNode,
     follow: bool,
 ) -> Result<bool, RoundError> {
+    let started = tokio::time::Instant::now();
     expire(svc, coin).await?;
     super::breaker::reset_due(svc, coin).await?;
     let signed_of = WithdrawalFilter {
@@ -175,11 +176,18 @@ pub async fn round(
         super::batch::send_all(svc, coin, node, to_send),
         sign_next(svc, coin, chain_id, node, BATCH)
     );
-    let busy = signed + sent? + ahead? > 0;
+    let (sent, ahead) = (sent?, ahead?);
+    let sending = started.elapsed();
     if follow {
         follow_all(svc, coin, chain_id, node).await?;
     }
     svc.metrics.custody.rounds.inc();
+    let busy = signed + sent + ahead > 0;
+    if busy {
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(coin = %coin, signed = signed + ahead, sent, sending_ms = ms(sending),
+            round_ms = ms(started.elapsed()), follow, "signer round");
+    }
     Ok(busy)
 }
 
