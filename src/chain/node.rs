@@ -44,7 +44,7 @@ struct TooLarge(usize);
 
 /// A failed node request, worded without the node's URL, and at most [`NodeError::MAX_BYTES`]
 /// long: a hostile node's text reaches `/health`, the log and the console through it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("node: {0}")]
 pub struct NodeError(String);
 
@@ -193,7 +193,7 @@ impl EthNode {
         let mut out = Vec::with_capacity(waiters.len());
         for waiter in waiters {
             out.push(match (&sent, waiter) {
-                (Err(e), _) => Err(NodeError::new(e.0.clone())),
+                (Err(e), _) => Err(e.clone()),
                 (Ok(()), Err(e)) => Err(fail(e)),
                 (Ok(()), Ok(w)) => w.await.map_err(fail),
             });

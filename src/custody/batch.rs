@@ -127,10 +127,15 @@ pub(super) async fn sign_all(
         .await;
     let (n, signing) = (made.len(), started.elapsed());
     let stored = store(svc, made).await;
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let ms = millis;
     tracing::debug!(coin = %coin, n, checked_ms = ms(checked), nonces_ms = ms(nonces), signed_ms = ms(signing),
         stored_ms = ms(started.elapsed()), "signed a batch");
     stored
+}
+
+/// `d` in whole milliseconds, for the signer's debug timings.
+pub(super) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Checks `w` can be signed now and asks the node for its gas; `None` when it waits (frozen)
@@ -252,9 +257,9 @@ async fn store(svc: &Custody, made: Vec<Made>) -> Result<usize, RoundError> {
 /// order: sent side by side, a nonce could arrive ahead of its predecessor, which anvil's
 /// automine can leave unmined, foundry issue #10122), up to `withdrawals.signer_concurrency`
 /// addresses at once. One the node does not take is sent again next round; the later ones of
-/// its batch wait in the node's pool behind it, and its later batches wait for the next round. "Insufficient
-/// funds" fails one; "underpriced" waits (the stuck-transaction handling bumps it once sent);
-/// anything else is tried next round.
+/// its batch wait in the node's pool behind it, and its later batches wait for the next round.
+/// "Insufficient funds" fails one; "underpriced" waits (the stuck-transaction handling bumps it
+/// once sent); anything else is tried next round.
 pub(super) async fn send_all(
     svc: &Custody,
     coin: &Coin,

@@ -184,7 +184,7 @@ pub async fn round(
     svc.metrics.custody.rounds.inc();
     let busy = signed + sent + ahead > 0;
     if busy {
-        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let ms = super::batch::millis;
         tracing::debug!(coin = %coin, signed = signed + ahead, sent, sending_ms = ms(sending),
             round_ms = ms(started.elapsed()), follow, "signer round");
     }

@@ -66,6 +66,27 @@ fn height_of(req: &Value) -> Option<u64> {
     u64::from_str_radix(tag.strip_prefix("0x")?, 16).ok()
 }
 
+/// The lie told for a call of `method` instead of passing it on, if any (a `result`).
+fn lie(l: &mut Lies, method: &str) -> Option<Value> {
+    match method {
+        "eth_getTransactionReceipt" if l.null_receipts > 0 => {
+            l.null_receipts -= 1;
+            Some(Value::Null)
+        }
+        "eth_getLogs" if l.empty_logs > 0 => {
+            l.empty_logs -= 1;
+            Some(json!([]))
+        }
+        "eth_blockNumber" => l.huge_head.map(|n| Value::String("9".repeat(n))),
+        "eth_chainId" => l.chain_id.map(|id| json!(format!("0x{id:x}"))),
+        "txpool_content" if l.empty_pool => Some(json!({ "pending": {}, "queued": {} })),
+        "txpool_content" if l.huge_pool.is_some() => {
+            Some(json!({ "pending": {}, "queued": {}, "padding": "x".repeat(l.huge_pool.unwrap_or(0)) }))
+        }
+        _ => None,
+    }
+}
+
 async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if let Value::Array(calls) = req {
@@ -76,24 +97,7 @@ async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse 
     let lie = {
         let mut i = s.inner.lock().unwrap();
         i.seen.push((method.clone(), height));
-        let l = &mut i.lies;
-        match method.as_str() {
-            "eth_getTransactionReceipt" if l.null_receipts > 0 => {
-                l.null_receipts -= 1;
-                Some(Value::Null)
-            }
-            "eth_getLogs" if l.empty_logs > 0 => {
-                l.empty_logs -= 1;
-                Some(json!([]))
-            }
-            "eth_blockNumber" => l.huge_head.map(|n| Value::String("9".repeat(n))),
-            "eth_chainId" => l.chain_id.map(|id| json!(format!("0x{id:x}"))),
-            "txpool_content" if l.empty_pool => Some(json!({ "pending": {}, "queued": {} })),
-            "txpool_content" if l.huge_pool.is_some() => {
-                Some(json!({ "pending": {}, "queued": {}, "padding": "x".repeat(l.huge_pool.unwrap_or(0)) }))
-            }
-            _ => None,
-        }
+        lie(&mut i.lies, &method)
     };
     if let Some(result) = lie {
         return json!({ "jsonrpc": "2.0", "id": req["id"], "result": result }).to_string();
@@ -108,9 +112,9 @@ async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse 
     answer
 }
 
-/// A JSON-RPC batch: every call counted; held while any of its methods is; a receipt `null`
-/// while `null_receipts` lasts, and one send refused when told, those answers spliced into the
-/// node's answers to the others, in their places.
+/// A JSON-RPC batch: every call counted; held while any of its methods is; each call lied
+/// about as a lone request would be, and one send refused when told, those answers spliced
+/// into the node's answers to the others, in their places.
 async fn batch(s: &Shared, calls: Vec<Value>) -> String {
     let methods: Vec<String> =
         calls.iter().map(|c| c["method"].as_str().unwrap_or_default().to_string()).collect();
@@ -126,21 +130,15 @@ async fn batch(s: &Shared, calls: Vec<Value>) -> String {
             }
             _ => None,
         };
-        let l = &mut i.lies;
-        let answer =
-            |call: &Value, result: Value| json!({ "jsonrpc": "2.0", "id": call["id"], "result": result });
         calls
             .iter()
             .enumerate()
-            .map(|(n, call)| match (refused, call["method"].as_str()) {
-                (Some((at, message)), _) if at == n => Some(
+            .map(|(n, call)| match refused {
+                Some((at, message)) if at == n => Some(
                     json!({ "jsonrpc": "2.0", "id": call["id"], "error": { "code": -32000, "message": message } }),
                 ),
-                (_, Some("eth_getTransactionReceipt")) if l.null_receipts > 0 => {
-                    l.null_receipts -= 1;
-                    Some(answer(call, Value::Null))
-                }
-                _ => None,
+                _ => lie(&mut i.lies, call["method"].as_str().unwrap_or_default())
+                    .map(|result| json!({ "jsonrpc": "2.0", "id": call["id"], "result": result })),
             })
             .collect()
     };
