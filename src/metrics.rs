@@ -181,6 +181,9 @@ pub struct CustodyMetrics {
     /// Stuck transactions replaced with higher fees, and replacements the fee cap held back.
     pub replacements: Counter,
     pub at_fee_cap: Counter,
+    /// First transactions the node held queued though they were next, replaced early
+    /// (`withdrawals.queued_after`); each is in `replacements` too.
+    pub held_queued: Counter,
     /// The signer's rounds that ran to the end.
     pub rounds: Counter,
     /// The most withdrawals one signer round had in flight at once (its last round that
@@ -230,6 +233,11 @@ impl CustodyMetrics {
             "custody_replacements_at_fee_cap",
             "Replacements not made because withdrawals.max_fee_per_gas holds the fees below the node's bump",
             self.at_fee_cap.clone(),
+        );
+        registry.register(
+            "custody_held_queued",
+            "Withdrawals the node held queued though they were next, replaced after withdrawals.queued_after",
+            self.held_queued.clone(),
         );
     }
 }

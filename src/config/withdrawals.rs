@@ -88,6 +88,11 @@ pub struct WithdrawalsConfig {
     pub send_batch: u32,
     /// Seconds a sent withdrawal may wait unmined before it is replaced with higher fees.
     pub stuck_after: u64,
+    /// Seconds a sent withdrawal may wait while the node holds it queued though it is next
+    /// (the node knows it, and its pending count stops at its nonce) before it is replaced
+    /// once, ahead of `stuck_after`; 0 turns this off. anvil's pool can keep a transaction
+    /// waiting for its predecessor after that was mined (docs/withdrawals.md#held-by-the-node).
+    pub queued_after: u64,
     /// Seconds an approved withdrawal may wait unsigned (a frozen wallet, a key store or node
     /// away) before it is `canceled` and told as `transactionExpire`.
     pub delivery_deadline: u64,
@@ -117,6 +122,7 @@ impl Default for WithdrawalsConfig {
             signer_concurrency: 16,
             send_batch: 50,
             stuck_after: 180,
+            queued_after: 30,
             delivery_deadline: 24 * 3600,
             policy_webhook_timeout_ms: 5_000,
             policy_webhook_concurrency: 16,
@@ -144,6 +150,9 @@ impl WithdrawalsConfig {
         }
         if self.stuck_after == 0 {
             return bad("stuck_after", "must be at least 1 second");
+        }
+        if self.queued_after >= self.stuck_after {
+            return bad("queued_after", "must be below stuck_after (0 turns it off)");
         }
         if !(1..=64).contains(&self.signer_concurrency) {
             return bad("signer_concurrency", "from 1 to 64");
@@ -183,6 +192,14 @@ mod tests {
         for (n, ok) in [(0, false), (1, true), (50, true), (51, false)] {
             let c = WithdrawalsConfig { send_batch: n, ..Default::default() };
             assert_eq!(c.validate().is_ok(), ok, "send_batch {n}: {:?}", c.validate());
+        }
+    }
+
+    #[test]
+    fn queued_after_is_below_stuck_after_or_off() {
+        for (queued_after, ok) in [(0, true), (30, true), (179, true), (180, false), (500, false)] {
+            let c = WithdrawalsConfig { queued_after, stuck_after: 180, ..Default::default() };
+            assert_eq!(c.validate().is_ok(), ok, "queued_after {queued_after}: {:?}", c.validate());
         }
     }
 }

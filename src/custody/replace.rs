@@ -56,7 +56,8 @@ pub(super) async fn follow(
             return Ok(());
         }
     }
-    if !node.knows(current).await? {
+    let knows = node.knows(current).await?;
+    if !knows {
         // Lost (a restarted node, a reorg): the same bytes again. A node that drops what pays
         // less than the base fee refuses them as underpriced: then it is stuck, below.
         if let Some(raw) = &w.signed_tx {
@@ -68,14 +69,35 @@ pub(super) async fn follow(
             }
         }
     }
+    let waited = svc.store.clock().now().saturating_sub(w.updated_at);
     let stuck_after = i64::try_from(svc.config.withdrawals.stuck_after).unwrap_or(i64::MAX);
-    if svc.store.clock().now().saturating_sub(w.updated_at) < stuck_after {
-        return Ok(());
+    let Some(last) = attempts.last() else { return Ok(()) };
+    if waited >= stuck_after || (knows && attempts.len() == 1 && held_queued(svc, node, w, waited).await?) {
+        return replace(svc, chain_id, node, w, last).await;
     }
-    match attempts.last() {
-        Some(last) => replace(svc, chain_id, node, w, last).await,
-        None => Ok(()),
+    Ok(())
+}
+
+/// Whether the node has held `w`, sent `waited` seconds ago, queued past
+/// `withdrawals.queued_after` though it is next: the node knows it and its pending count
+/// stops at its nonce, so nothing before it is missing. anvil's pool does this to a
+/// transaction that arrived while its predecessor was being mined (it waits for a marker that
+/// was pruned): only a new transaction at the nonce frees it. Asked only of a first
+/// transaction, so a node that answers `pending` as `latest` costs at most one early bump.
+async fn held_queued(
+    svc: &Custody,
+    node: &dyn SendNode,
+    w: &Withdrawal,
+    waited: i64,
+) -> Result<bool, RoundError> {
+    let after = svc.config.withdrawals.queued_after;
+    let (Some(nonce), Ok(after)) = (w.nonce, i64::try_from(after)) else { return Ok(false) };
+    if after == 0 || waited < after || node.pending_nonce(w.from).await? != nonce {
+        return Ok(false);
     }
+    tracing::info!(coin = %w.coin, txRequestId = %w.id, nonce, "the node holds a withdrawal queued though it is next; replacing it");
+    svc.metrics.custody.held_queued.inc();
+    Ok(true)
 }
 
 /// Signs `w` again at its nonce with fees over `last`'s, stores it, then sends it.

@@ -64,17 +64,23 @@ impl Custodial {
         pending["txRequestId"].as_str().unwrap().to_string()
     }
 
-    /// Waits until txRequest `id` is in `state`: the txRequest. A 429 (a long wait's polls meet
-    /// the per-user rate limit) is waited out, so a slow run fails on the state, not on the limit.
+    /// Waits until txRequest `id` is in `state`: the txRequest.
     pub async fn state_is(&self, id: &str, state: &str) -> Value {
+        self.tx_request_where(id, &format!("the withdrawal is {state}"), |t| t["state"] == state).await
+    }
+
+    /// Waits until txRequest `id` satisfies `cond` (`what`, for a timeout): the txRequest. A 429
+    /// (a long wait's polls meet the per-user rate limit) is waited out, so a slow run fails on
+    /// the condition, not on the limit.
+    pub async fn tx_request_where(&self, id: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
         let path = format!("/api/v2/wallet/{}/txrequests?txRequestIds={id}", self.wallet_id());
-        until(&format!("the withdrawal is {state}"), 30, || async {
+        until(what, 30, || async {
             let res = self.app.get_auth(&path, &self.alice_token).await;
             if res.status() == 429 {
                 return None;
             }
             let t = expect_json(res, 200).await["txRequests"][0].clone();
-            (t["state"] == state).then_some(t)
+            cond(&t).then_some(t)
         })
         .await
     }

@@ -273,16 +273,26 @@ async fn a_reorg_of_the_newest_withdrawal_is_seen_behind_a_full_batch_of_older_m
     .await;
 }
 
-/// Four approved withdrawals signed at once, sent through a proxy (`send_batch` set by
-/// `tweak`), Alice's wallet: the proxy, the service, and the four txRequest ids.
-async fn four_signed_at_once(
-    tweak: impl FnOnce(&mut custodian::config::Config),
-) -> (HostileNode, Custodial, Vec<String>) {
+/// Alice's and Bob's custodial wallet (1 ETH, one approval) whose node is a proxy in front of a
+/// new anvil, `tweak` applied to the configuration: the proxy and the service.
+async fn behind_proxy(tweak: impl FnOnce(&mut custodian::config::Config)) -> (HostileNode, Custodial) {
     let anvil = Anvil::start().await;
     let node = HostileNode::start(&anvil.url).await;
     let url = node.url.clone();
     let c = custodial_on(anvil, ONE_ETH, 1, |cfg| {
         cfg.chains.get_mut("hteth").unwrap().rpc_url = url;
+        tweak(cfg);
+    })
+    .await;
+    (node, c)
+}
+
+/// Four approved withdrawals signed at once, sent through a proxy (`send_batch` set by
+/// `tweak`), Alice's wallet: the proxy, the service, and the four txRequest ids.
+async fn four_signed_at_once(
+    tweak: impl FnOnce(&mut custodian::config::Config),
+) -> (HostileNode, Custodial, Vec<String>) {
+    let (node, c) = behind_proxy(|cfg| {
         cfg.withdrawals.signer_concurrency = 8;
         tweak(cfg);
     })
@@ -338,4 +348,47 @@ async fn send_batch_bounds_a_batch_and_at_one_sends_no_batch_at_all() {
         assert_eq!(node.batch_sizes("eth_sendRawTransaction"), batches, "send_batch {per_batch}");
         assert_eq!(node.count("eth_sendRawTransaction"), 4, "send_batch {per_batch}");
     }
+}
+
+/// anvil's pool can hold a transaction queued though it is next: one that arrived while its
+/// predecessor was being mined waits for a marker already pruned. The test makes that state
+/// with anvil's own methods: the wallet's nonce set to 1, so the withdrawal is signed at 1;
+/// back to 0 while it is sent, so anvil queues it behind nonce 0; then 1 again. The node knows
+/// it, its pending count stops at 1, and nothing but a new transaction at the nonce frees it.
+#[tokio::test]
+async fn a_withdrawal_the_node_holds_queued_though_it_is_next_is_replaced_after_queued_after() {
+    let (node, c) = behind_proxy(|cfg| {
+        cfg.withdrawals.stuck_after = 3600;
+        cfg.withdrawals.queued_after = 20;
+    })
+    .await;
+    let set_nonce = |n: u64| c.anvil.rpc("anvil_setNonce", json!([c.address(), format!("0x{n:x}")]));
+    set_nonce(1).await;
+    node.lie(|l| l.hold_methods = vec!["eth_sendRawTransaction"]);
+    let before = c.anvil.balance(OTHER).await;
+    let id = approved(&c, "31337").await;
+    let signed = c.state_is(&id, "signed").await;
+    assert_eq!(signed["transactions"][0]["nonce"], 1, "{signed}");
+    let first = signed["transactions"][0]["txHash"].as_str().unwrap().to_string();
+    set_nonce(0).await;
+    node.lie(|l| l.hold_methods.clear());
+    c.state_is(&id, "delivered").await;
+    set_nonce(1).await;
+    assert_eq!(c.anvil.rpc("txpool_status", json!([])).await["queued"], "0x1", "anvil holds it queued");
+    assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "pending"])).await, "0x1");
+    // Far before `stuck_after`: past `queued_after`, a replacement at the same nonce.
+    c.app.state.store.clock().advance(Duration::from_secs(21));
+    let replaced = |t: &Value| t["transactions"][0]["replacedTxHashes"] == json!([first]);
+    c.tx_request_where(&id, "a replacement of the queued transaction", replaced).await;
+    let seen = |t: &Value| t["transactions"][0]["blockHeight"].is_u64();
+    let mined = c.tx_request_where(&id, "the replacement is mined and seen", seen).await;
+    let second = mined["transactions"][0]["txHash"].as_str().unwrap().to_string();
+    assert_ne!(second, first);
+    assert_eq!(c.anvil.rpc("eth_getTransactionReceipt", json!([second])).await["status"], "0x1");
+    assert!(c.anvil.rpc("eth_getTransactionReceipt", json!([first])).await.is_null());
+    assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x2");
+    assert_eq!(c.anvil.balance(OTHER).await, before + 31337, "paid once");
+    assert_eq!(metric_value(&c.app, "custodian_custody_held_queued_total").await, 1);
+    let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.replaced'").await;
+    assert_eq!(audit.len(), 1, "one replacement: {audit:?}");
 }
