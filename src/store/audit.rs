@@ -56,30 +56,41 @@ pub(super) async fn append_tx<DB>(tx: &mut DB::Connection, entries: &[AuditEntry
 where
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
+    append_refs_tx::<DB>(tx, &entries.iter().collect::<Vec<_>>()).await
+}
+
+/// Audit entries per multi-row insert: 11 parameters each, under every engine's limit.
+const AUDIT_ROWS_PER_STATEMENT: usize = 50;
+
+/// [`append_tx`] of entries held elsewhere (a batch's, gathered from its items): the head
+/// locked once, the entries inserted in multi-row statements, the head moved once.
+#[sql_bounds]
+pub(super) async fn append_refs_tx<DB>(tx: &mut DB::Connection, entries: &[&AuditEntry]) -> StoreResult<()>
+where
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
     if entries.is_empty() {
         return Ok(());
     }
     let (mut prev,): (String,) = sqlx::query_as(DB::LOCK_AUDIT_HEAD).fetch_one(&mut *tx).await?;
-    for e in entries {
-        let hash = chain_hash(&prev, e);
-        sqlx::query(
+    for chunk in entries.chunks(AUDIT_ROWS_PER_STATEMENT) {
+        let values: Vec<String> =
+            (0..chunk.len()).map(|i| format!("({})", DB::row_params(i * 11 + 1, 11))).collect();
+        let sql = format!(
             "INSERT INTO audit_log (id, date, type, user_id, enterprise_id, wallet_id, ip, token_id, \
-             request_id, data, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(e.id.as_str())
-        .bind(e.date_ms)
-        .bind(e.entry_type.as_str())
-        .bind(e.user_id.as_deref())
-        .bind(e.enterprise_id.as_deref())
-        .bind(e.wallet_id.as_deref())
-        .bind(e.ip.as_deref())
-        .bind(e.token_id.as_deref())
-        .bind(e.request_id.as_deref())
-        .bind(to_json(&e.data)?)
-        .bind(hash.as_str())
-        .execute(&mut *tx)
-        .await?;
-        prev = hash;
+             request_id, data, hash) VALUES {}",
+            values.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for e in chunk {
+            let hash = chain_hash(&prev, e);
+            q = q.bind(e.id.as_str()).bind(e.date_ms).bind(e.entry_type.as_str()).bind(e.user_id.as_deref());
+            q = q.bind(e.enterprise_id.as_deref()).bind(e.wallet_id.as_deref()).bind(e.ip.as_deref());
+            q = q.bind(e.token_id.as_deref()).bind(e.request_id.as_deref()).bind(to_json(&e.data)?);
+            q = q.bind(hash.clone());
+            prev = hash;
+        }
+        q.execute(&mut *tx).await?;
     }
     sqlx::query("UPDATE audit_head SET hash = $1 WHERE id = 1").bind(prev).execute(&mut *tx).await?;
     Ok(())

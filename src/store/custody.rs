@@ -334,12 +334,7 @@ where
         wanted: &[(&TxRequestId, Address, u64)],
     ) -> StoreResult<Vec<u64>> {
         let mut tx = self.begin_write().await?;
-        let mut out = Vec::with_capacity(wanted.len());
-        for (id, from, node_next) in wanted {
-            out.push(
-                super::custody_attempts::reserve_nonce_tx::<DB>(&mut tx, id, chain, from, *node_next).await?,
-            );
-        }
+        let out = super::custody_attempts::reserve_nonces_tx::<DB>(&mut tx, chain, wanted).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -350,7 +345,7 @@ where
         now: i64,
     ) -> StoreResult<Vec<Option<Vec<Recorded>>>> {
         let mut tx = self.begin_write().await?;
-        let mut out = Vec::with_capacity(items.len());
+        let mut made = Vec::with_capacity(items.len());
         for item in items {
             let Signed { id, attempt, fee_reserve } = &item.change;
             let done = sqlx::query(
@@ -364,14 +359,16 @@ where
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            if DB::rows_affected(&done) != 1 {
-                out.push(None);
-                continue;
-            }
-            super::custody_attempts::insert_attempt::<DB>(&mut tx, id, attempt).await?;
-            super::audit::append_tx::<DB>(&mut tx, &item.audit).await?;
-            out.push(Some(super::group_commit::events_tx::<DB>(&mut tx, &item.events).await?));
+            made.push(DB::rows_affected(&done) == 1);
         }
+        let attempts: Vec<(&TxRequestId, &crate::model::custody::Attempt)> = items
+            .iter()
+            .zip(&made)
+            .filter(|(_, m)| **m)
+            .map(|(item, _)| (item.change.id, item.change.attempt))
+            .collect();
+        super::custody_attempts::insert_attempts::<DB>(&mut tx, &attempts).await?;
+        let out = record_made::<DB, _>(&mut tx, items, &made).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -382,7 +379,7 @@ where
         now: i64,
     ) -> StoreResult<Vec<Option<Vec<Recorded>>>> {
         let mut tx = self.begin_write().await?;
-        let mut out = Vec::with_capacity(items.len());
+        let mut made = Vec::with_capacity(items.len());
         for item in items {
             let Move { id, from, to, error } = item.change;
             let mut w = Where::from_placeholder(5);
@@ -395,13 +392,9 @@ where
             let q = sqlx::query(&sql).bind(id.as_str()).bind(to.as_str()).bind(error).bind(now);
             let q = w.bind_args(q);
             let done = q.execute(&mut *tx).await?;
-            if DB::rows_affected(&done) != 1 {
-                out.push(None);
-                continue;
-            }
-            super::audit::append_tx::<DB>(&mut tx, &item.audit).await?;
-            out.push(Some(super::group_commit::events_tx::<DB>(&mut tx, &item.events).await?));
+            made.push(DB::rows_affected(&done) == 1);
         }
+        let out = record_made::<DB, _>(&mut tx, items, &made).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -416,4 +409,31 @@ where
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// The audit entries and events of a batch's items whose change was made (`made`, in the
+/// items' order), written together inside `tx`: one append to the audit chain and one events
+/// write for the batch rather than one of each per item. Per item its events' outcomes, `None`
+/// where its change was not made.
+#[sql_bounds]
+async fn record_made<DB, T>(
+    tx: &mut DB::Connection,
+    items: &[Batched<'_, T>],
+    made: &[bool],
+) -> StoreResult<Vec<Option<Vec<Recorded>>>>
+where
+    T: Sync,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+{
+    let done = || items.iter().zip(made).filter(|(_, m)| **m).map(|(item, _)| item);
+    let audit: Vec<&AuditEntry> = done().flat_map(|item| item.audit.iter()).collect();
+    super::audit::append_refs_tx::<DB>(&mut *tx, &audit).await?;
+    let events: Vec<&super::EventWrite> = done().flat_map(|item| item.events.iter().copied()).collect();
+    let mut outcomes = super::group_commit::events_tx::<DB>(&mut *tx, &events).await?.into_iter();
+    Ok(items
+        .iter()
+        .zip(made)
+        .map(|(item, m)| m.then(|| outcomes.by_ref().take(item.events.len()).collect()))
+        .collect())
 }

@@ -75,19 +75,37 @@ pub(super) async fn insert_attempt<DB>(
     id: &TxRequestId,
     a: &Attempt,
 ) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO withdrawal_attempts (tx_request_id, attempt, tx_hash, signed_tx, max_fee_per_gas, \
-         priority_fee_per_gas, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(id.as_str())
-    .bind(a.attempt)
-    .bind(a.hash.to_string())
-    .bind(hex::encode(&a.signed_tx))
-    .bind(a.max_fee_per_gas.to_string())
-    .bind(a.priority_fee_per_gas.to_string())
-    .bind(a.created_at)
-    .execute(&mut *tx)
-    .await?;
+    insert_attempts::<DB>(tx, &[(id, a)]).await
+}
+
+/// Attempts per multi-row insert: 7 parameters each, under every engine's limit.
+const ATTEMPT_ROWS_PER_STATEMENT: usize = 50;
+
+/// Inserts each `(id, a)` as attempt `a.attempt` of withdrawal `id`, in the caller's
+/// transaction, in multi-row statements.
+#[sql_bounds]
+pub(super) async fn insert_attempts<DB>(
+    tx: &mut DB::Connection,
+    attempts: &[(&TxRequestId, &Attempt)],
+) -> StoreResult<()> {
+    for chunk in attempts.chunks(ATTEMPT_ROWS_PER_STATEMENT) {
+        let values: Vec<String> =
+            (0..chunk.len()).map(|i| format!("({})", DB::row_params(i * 7 + 1, 7))).collect();
+        let sql = format!(
+            "INSERT INTO withdrawal_attempts (tx_request_id, attempt, tx_hash, signed_tx, max_fee_per_gas, \
+             priority_fee_per_gas, created_at) VALUES {}",
+            values.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, a) in chunk {
+            q = q.bind(id.as_str()).bind(a.attempt).bind(a.hash.to_string()).bind(hex::encode(&a.signed_tx));
+            q = q
+                .bind(a.max_fee_per_gas.to_string())
+                .bind(a.priority_fee_per_gas.to_string())
+                .bind(a.created_at);
+        }
+        q.execute(&mut *tx).await?;
+    }
     Ok(())
 }
 
@@ -182,60 +200,84 @@ where
     }
 }
 
-/// One withdrawal's nonce reservation ([`super::CustodyStore::reserve_nonces`]) in the caller's
-/// transaction.
+/// Nonce reservations ([`super::CustodyStore::reserve_nonces`]) in the caller's transaction,
+/// in `wanted`'s order: each address's counter raised to the node's next nonce (the highest
+/// asked) and read once, each withdrawal without a nonce given the next, the counter written
+/// once. A withdrawal that has a nonce (another process reserved it meanwhile) keeps it and the
+/// counter does not move for it, so no nonce is skipped.
 #[sql_bounds]
-pub(super) async fn reserve_nonce_tx<DB>(
+pub(super) async fn reserve_nonces_tx<DB>(
     tx: &mut DB::Connection,
-    id: &TxRequestId,
     chain: &str,
-    from: &Address,
-    node_next: u64,
-) -> StoreResult<u64>
+    wanted: &[(&TxRequestId, Address, u64)],
+) -> StoreResult<Vec<u64>>
 where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
 {
-    let address = from.to_checksum(None);
-    let node_next = i64::try_from(node_next).map_err(|_| StoreError::malformed("nonce", "above i64"))?;
-    // The counter's row is written first, so PostgreSQL holds its lock for what follows:
-    // reservations of one address take turns.
-    sqlx::query(
-        "INSERT INTO signer_nonces (chain, address, next_nonce) VALUES ($1, $2, $3) \
-         ON CONFLICT (chain, address) DO UPDATE SET next_nonce = \
-         CASE WHEN signer_nonces.next_nonce < $3 THEN $3 ELSE signer_nonces.next_nonce END",
-    )
-    .bind(chain)
-    .bind(address.as_str())
-    .bind(node_next)
-    .execute(&mut *tx)
-    .await?;
-    let (nonce,): (i64,) =
-        sqlx::query_as("SELECT next_nonce FROM signer_nonces WHERE chain = $1 AND address = $2")
-            .bind(chain)
-            .bind(address.as_str())
-            .fetch_one(&mut *tx)
-            .await?;
-    // Only a withdrawal without a nonce takes this one: another process may have reserved one
-    // for it meanwhile, and then the counter does not move (no nonce is skipped).
-    let taken = sqlx::query("UPDATE withdrawals SET nonce = $2 WHERE id = $1 AND nonce IS NULL")
-        .bind(id.as_str())
-        .bind(nonce)
+    let mut node_next: std::collections::BTreeMap<Address, u64> = std::collections::BTreeMap::new();
+    for (_, from, next) in wanted {
+        let highest = node_next.entry(*from).or_default();
+        *highest = (*highest).max(*next);
+    }
+    // The counters' rows are written first, in address order, so PostgreSQL holds their locks
+    // for what follows: reservations of one address take turns, and two batches never wait on
+    // each other's rows in opposite orders.
+    let mut counters: std::collections::BTreeMap<Address, (i64, bool)> = std::collections::BTreeMap::new();
+    for (from, next) in node_next {
+        let address = from.to_checksum(None);
+        let next = i64::try_from(next).map_err(|_| StoreError::malformed("nonce", "above i64"))?;
+        sqlx::query(
+            "INSERT INTO signer_nonces (chain, address, next_nonce) VALUES ($1, $2, $3) \
+             ON CONFLICT (chain, address) DO UPDATE SET next_nonce = \
+             CASE WHEN signer_nonces.next_nonce < $3 THEN $3 ELSE signer_nonces.next_nonce END",
+        )
+        .bind(chain)
+        .bind(address.as_str())
+        .bind(next)
         .execute(&mut *tx)
         .await?;
-    if DB::rows_affected(&taken) == 1 {
-        sqlx::query("UPDATE signer_nonces SET next_nonce = $3 WHERE chain = $1 AND address = $2")
-            .bind(chain)
-            .bind(address.as_str())
-            .bind(nonce + 1)
+        let (counter,): (i64,) =
+            sqlx::query_as("SELECT next_nonce FROM signer_nonces WHERE chain = $1 AND address = $2")
+                .bind(chain)
+                .bind(address.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+        counters.insert(from, (counter, false));
+    }
+    let mut out = Vec::with_capacity(wanted.len());
+    for (id, from, _) in wanted {
+        let (counter, moved) = counters
+            .get_mut(from)
+            .ok_or_else(|| StoreError::malformed("signing address", "without a counter"))?;
+        let taken = sqlx::query("UPDATE withdrawals SET nonce = $2 WHERE id = $1 AND nonce IS NULL")
+            .bind(id.as_str())
+            .bind(*counter)
             .execute(&mut *tx)
             .await?;
-        return Ok(u64::try_from(nonce).unwrap_or_default());
+        if DB::rows_affected(&taken) == 1 {
+            out.push(u64::try_from(*counter).unwrap_or_default());
+            (*counter, *moved) = (*counter + 1, true);
+            continue;
+        }
+        let (held,): (Option<i64>,) = sqlx::query_as("SELECT nonce FROM withdrawals WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+        out.push(
+            held.and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| StoreError::malformed("withdrawal nonce", id.as_str()))?,
+        );
     }
-    let (held,): (Option<i64>,) = sqlx::query_as("SELECT nonce FROM withdrawals WHERE id = $1")
-        .bind(id.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
-    held.and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| StoreError::malformed("withdrawal nonce", id.as_str()))
+    for (from, (counter, moved)) in counters {
+        if moved {
+            sqlx::query("UPDATE signer_nonces SET next_nonce = $3 WHERE chain = $1 AND address = $2")
+                .bind(chain)
+                .bind(from.to_checksum(None))
+                .bind(counter)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    Ok(out)
 }
