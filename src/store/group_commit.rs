@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::outbox::rows::insert_notifications_tx;
 
-use super::sql::{begin_gated, placeholders, Dialect, WriteGate};
+use super::sql::{begin_gated, Dialect, WriteGate};
 use super::{StoreError, StoreResult};
 use crate::config::IngestConfig;
 use crate::model::notification::Notification;
@@ -177,7 +177,7 @@ where
     for chunk in earlier.chunks(EVENT_ROWS_PER_STATEMENT) {
         let sql = format!(
             "SELECT event_id, result FROM events WHERE event_id IN ({})",
-            placeholders(1, chunk.len())
+            DB::row_params(1, chunk.len())
         );
         let mut q = sqlx::query_as::<DB, (String, String)>(&sql);
         for id in chunk {

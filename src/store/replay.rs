@@ -11,7 +11,7 @@ use std::{collections::HashSet, future::Future};
 use sqlx::{Database, FromRow, Pool};
 use tokio::sync::{mpsc, oneshot};
 
-use super::sql::{begin_gated, placeholders, Dialect, WriteGate};
+use super::sql::{begin_gated, Dialect, WriteGate};
 use super::{StoreError, StoreResult};
 
 /// Most MACs recorded in one statement (two parameters each).
@@ -120,7 +120,8 @@ where
     .bind(now_ms)
     .execute(&mut *tx)
     .await?;
-    let values: Vec<String> = (0..rows.len()).map(|i| format!("({})", placeholders(i * 2 + 1, 2))).collect();
+    let values: Vec<String> =
+        (0..rows.len()).map(|i| format!("({})", DB::row_params(i * 2 + 1, 2))).collect();
     let sql = format!(
         "INSERT INTO signed_requests (hmac, expires_at) VALUES {} ON CONFLICT (hmac) DO NOTHING RETURNING hmac",
         values.join(", ")

@@ -37,7 +37,10 @@ impl SqlStore<Sqlite> {
             // connection's own small page cache: a 1,000-wallet lookup touches over a
             // thousand pages (docs/decisions.md#performance-as-the-data-grows). Address space, not memory: the pages are the
             // kernel's page cache, shared by the connections.
-            .pragma("mmap_size", MMAP_SIZE.to_string());
+            .pragma("mmap_size", MMAP_SIZE.to_string())
+            // A statement journal or a sort that outgrows its cache spills into memory, not
+            // into a temporary file made and unlinked (about 50 a second under load).
+            .pragma("temp_store", "memory");
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             // A connection to a local file does not go stale, and the check before each use

@@ -17,7 +17,7 @@ use crate::types::WebhookId;
 use crate::{
     model::webhook::WebhookState,
     store::{
-        sql::{placeholders, to_json, Dialect},
+        sql::{to_json, Dialect},
         StoreResult,
     },
 };
@@ -35,7 +35,7 @@ pub(super) struct FailureRow {
 pub(super) async fn insert_attempts<DB>(conn: &mut DB::Connection, outcomes: &[&Outcome]) -> StoreResult<()> {
     for chunk in outcomes.chunks(500) {
         let values = (0..chunk.len())
-            .map(|i| format!("({})", placeholders(i * 8 + 1, 8)))
+            .map(|i| format!("({})", DB::row_params(i * 8 + 1, 8)))
             .collect::<Vec<_>>()
             .join(", ");
         let sql = format!(
@@ -79,14 +79,17 @@ where
     let mut recorded = std::collections::HashSet::with_capacity(delivered.len());
     for chunk in delivered.chunks(500) {
         let values = (0..chunk.len())
-            .map(|i| format!("({})", placeholders(i * 5 + 2, 5)))
+            .map(|i| format!("({})", DB::row_params(i * 5 + 2, 5)))
             .collect::<Vec<_>>()
             .join(", ");
+        // Nameless on SQLite (`DB::row_params`), as each of the rows' parameters: sqlx asks SQLite
+        // the name of every parameter, a scan of the names before it, quadratic in 2,500 of them.
         let sql = format!(
-            "UPDATE notifications SET state = 'processed', lease_until = 0, updated_at = $1, \
+            "UPDATE notifications SET state = 'processed', lease_until = 0, updated_at = {}, \
              delivered_at = v.column2, delivered_ms = v.column3, delivered_status = v.column4, \
              delivered_body = v.column5 FROM (VALUES {values}) AS v \
-             WHERE notifications.id = v.column1 AND notifications.delivered_at IS NULL RETURNING id"
+             WHERE notifications.id = v.column1 AND notifications.delivered_at IS NULL RETURNING id",
+            DB::row_params(1, 1)
         );
         let mut q = sqlx::query_as::<_, (String,)>(&sql).bind(now_ms);
         for a in chunk.iter().map(|o| &o.attempt) {

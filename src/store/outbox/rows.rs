@@ -9,7 +9,7 @@ use sqlx::FromRow;
 use crate::{
     model::notification::{Attempt, Notification, NotificationState},
     store::{
-        sql::{json_value, placeholders, Dialect},
+        sql::{json_value, Dialect},
         StoreError, StoreResult,
     },
     types::{NotificationId, WebhookId},
@@ -165,8 +165,10 @@ where
     wanted.dedup();
     let mut bodies: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for part in wanted.chunks(500) {
-        let sql =
-            format!("SELECT event_id, body FROM events WHERE event_id IN ({})", placeholders(1, part.len()));
+        let sql = format!(
+            "SELECT event_id, body FROM events WHERE event_id IN ({})",
+            DB::row_params(1, part.len())
+        );
         let q = part.iter().fold(sqlx::query_as::<DB, (String, String)>(&sql), |q, id| q.bind(*id));
         bodies.extend(q.fetch_all(pool).await?);
     }
