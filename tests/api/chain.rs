@@ -47,20 +47,31 @@ fn anvil_bin() -> String {
 impl Anvil {
     /// Starts anvil on a free port (chain id 31337, automine).
     pub async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut anvil = Anvil {
-            child: None,
-            port,
-            state: tempfile::tempdir().unwrap(),
-            url: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::new(),
-        };
-        anvil.restart().await;
-        anvil
+        // The port is free when asked, but another test's socket can take it before anvil binds
+        // it; anvil then exits at once, and a new port is tried.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let mut anvil = Anvil {
+                child: None,
+                port,
+                state: tempfile::tempdir().unwrap(),
+                url: format!("http://127.0.0.1:{port}"),
+                http: reqwest::Client::new(),
+            };
+            if anvil.launch().await {
+                return anvil;
+            }
+        }
+        panic!("anvil exited at start five times, each on a new port");
     }
 
     /// Starts the node again (after [`Anvil::stop`]) with the chain it had.
     pub async fn restart(&mut self) {
+        assert!(self.launch().await, "anvil exited at restart: port {} taken meanwhile?", self.port);
+    }
+
+    /// Starts anvil on `self.port` and waits until it answers: false when it exits first.
+    async fn launch(&mut self) -> bool {
         let bin = anvil_bin();
         assert!(
             std::path::Path::new(&bin).exists(),
@@ -82,8 +93,17 @@ impl Anvil {
             .stderr(Stdio::null())
             .spawn()
             .expect("start anvil");
-        self.child = Some(child);
-        until("anvil answers", 20, || async { self.try_rpc("eth_blockNumber", json!([])).await.ok() }).await;
+        let child = std::cell::RefCell::new(child);
+        let answered = until("anvil answers", 20, || async {
+            if let Ok(Some(status)) = child.borrow_mut().try_wait() {
+                eprintln!("anvil on port {} exited at start: {status}", self.port);
+                return Some(false);
+            }
+            self.try_rpc("eth_blockNumber", json!([])).await.ok().map(|_| true)
+        })
+        .await;
+        self.child = Some(child.into_inner());
+        answered
     }
 
     /// Stops the node cleanly (SIGTERM: it writes its chain to the state file).
