@@ -4,8 +4,7 @@
 //! and approved through the real service's API (SQLite), with the signer held back meanwhile by
 //! another holder of its lease. The lease is released, and the clock runs from the last
 //! approval's request until the node has mined the wallet's last transaction (anvil,
-//! automine; should automine leave a ready transaction unmined for a second, foundry #10122,
-//! the bench mines it and the run says so): withdrawals/s. Beside it, in
+//! automine): withdrawals/s. Beside it, in
 //! the same run and on the same node, the ceiling: a loop that signs the same transfers with
 //! consecutive nonces (k256 in process) and sends them raw, until its last is mined. The ceiling
 //! runs twice before the service (whose watcher keeps polling the node after); the ratio is
@@ -52,49 +51,19 @@ fn hex_u64(v: &Value) -> u64 {
     v.as_str().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()).unwrap_or(0)
 }
 
-/// How long the mined count may stand still, with transactions ready in anvil's pool, before
-/// the bench mines them itself: anvil's automine now and then leaves a ready transaction
-/// unmined until another arrives (foundry issue #10122; Aztec's CI flushes them the same way),
-/// which the last of a run never does. A run that needed it says so.
-const AUTOMINE_STALL: Duration = Duration::from_secs(1);
-
-/// Waits until `address` has `count` transactions mined: how many times anvil's automine had
-/// to be flushed (see [`AUTOMINE_STALL`]).
-async fn mined(node: &Node, address: &str, count: u64) -> anyhow::Result<u32> {
+/// Waits until `address` has `count` transactions mined.
+async fn mined(node: &Node, address: &str, count: u64) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
-    let (mut seen, mut since, mut flushed) = (0, Instant::now(), 0);
-    loop {
-        let now = hex_u64(&node.rpc("eth_getTransactionCount", json!([address, "latest"])).await?);
-        if now >= count {
-            return Ok(flushed);
-        }
+    while hex_u64(&node.rpc("eth_getTransactionCount", json!([address, "latest"])).await?) < count {
         anyhow::ensure!(Instant::now() < deadline, "{address} did not reach {count} mined transactions");
-        if now != seen {
-            (seen, since) = (now, Instant::now());
-        } else if since.elapsed() >= AUTOMINE_STALL {
-            let pending = hex_u64(&node.rpc("eth_getTransactionCount", json!([address, "pending"])).await?);
-            if pending > now {
-                node.rpc("evm_mine", json!([])).await?;
-                flushed += 1;
-            }
-            since = Instant::now();
-        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-/// A note on a run's line when anvil's automine had to be flushed.
-fn flushes(n: u32) -> String {
-    if n == 0 {
-        String::new()
-    } else {
-        format!(" (anvil's automine stalled and was flushed {n} time(s) after {AUTOMINE_STALL:?}: foundry #10122)")
-    }
+    Ok(())
 }
 
 /// The ceiling: `n` transfers signed in process with consecutive nonces and sent raw, one after
 /// another, until the last is mined.
-async fn ceiling(node: &Node, n: usize) -> anyhow::Result<(Duration, u32)> {
+async fn ceiling(node: &Node, n: usize) -> anyhow::Result<Duration> {
     let key = k256::ecdsa::SigningKey::from_slice(&hex::decode(CEILING_KEY)?)?;
     let from = Address::from_private_key(&key);
     let first = hex_u64(&node.rpc("eth_getTransactionCount", json!([from, "pending"])).await?);
@@ -118,8 +87,8 @@ async fn ceiling(node: &Node, n: usize) -> anyhow::Result<(Duration, u32)> {
         let raw = format!("0x{}", hex::encode(signed.encoded_2718()));
         node.rpc("eth_sendRawTransaction", json!([raw])).await?;
     }
-    let flushed = mined(node, &from.to_string(), first + n as u64).await?;
-    Ok((started.elapsed(), flushed))
+    mined(node, &from.to_string(), first + n as u64).await?;
+    Ok(started.elapsed())
 }
 
 fn config(dir: &std::path::Path) -> anyhow::Result<Config> {
@@ -160,7 +129,7 @@ impl Api {
 }
 
 // Long: the service's setup and the run, one step after another.
-async fn service(node: &Node, n: usize) -> anyhow::Result<(Duration, u32, u64)> {
+async fn service(node: &Node, n: usize) -> anyhow::Result<(Duration, u64)> {
     let dir = tempfile::tempdir()?;
     let mut config = config(dir.path())?;
     config.rate_limit.requests = 1_000_000;
@@ -224,26 +193,25 @@ async fn service(node: &Node, n: usize) -> anyhow::Result<(Duration, u32, u64)> 
     state.store.take_chain_lease(&lease, "bench", now, now).await?;
     let started = Instant::now();
     api.call(reqwest::Method::PUT, &last, &bob, &approve).await?;
-    let flushed = mined(node, address, n as u64).await?;
-    Ok((started.elapsed(), flushed, state.metrics.custody.held_queued.get()))
+    mined(node, address, n as u64).await?;
+    Ok((started.elapsed(), state.metrics.custody.held_queued.get()))
 }
 
 async fn throughput() -> anyhow::Result<()> {
     let n = env_usize("BENCH_WITHDRAWALS", 200);
     let node = common::start_anvil(&[]).await?;
     // Both ceiling runs come first: the service keeps its watcher polling the node afterwards.
-    let (first, f1) = ceiling(&node, n).await?;
-    let (second, f2) = ceiling(&node, n).await?;
-    let (served, f3, held) = service(&node, n).await?;
+    let first = ceiling(&node, n).await?;
+    let second = ceiling(&node, n).await?;
+    let (served, held) = service(&node, n).await?;
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     let best = rate(first).max(rate(second));
     println!(
-        "throughput: {n} approved withdrawals mined at {:.1}/s; raw-send ceiling {:.1}/s and {:.1}/s; ratio {:.2} to the better{}{}",
+        "throughput: {n} approved withdrawals mined at {:.1}/s; raw-send ceiling {:.1}/s and {:.1}/s; ratio {:.2} to the better{}",
         rate(served),
         rate(first),
         rate(second),
         rate(served) / best,
-        flushes(f1 + f2 + f3),
         if held == 0 { String::new() } else { format!(" (anvil held {held} queued though next: replaced after queued_after)") }
     );
     Ok(())

@@ -254,8 +254,8 @@ async fn store(svc: &Custody, made: Vec<Made>) -> Result<usize, RoundError> {
 /// Sends each `signed` withdrawal's stored bytes, then marks those the node took `delivered`
 /// in one transaction: how many. Each address's go in JSON-RPC batches of up to
 /// `withdrawals.send_batch`, in nonce order (one round trip each, and the node takes them in
-/// order: sent side by side, a nonce could arrive ahead of its predecessor, which anvil's
-/// automine can leave unmined, foundry issue #10122), up to `withdrawals.signer_concurrency`
+/// order: sent side by side, a nonce could arrive ahead of its predecessor, which some pools do
+/// not forward and anvil's can leave queued, docs/withdrawals.md#held-by-the-node), up to `withdrawals.signer_concurrency`
 /// addresses at once. One the node does not take is sent again next round; the later ones of
 /// its batch wait in the node's pool behind it, and its later batches wait for the next round.
 /// "Insufficient funds" fails one; "underpriced" waits (the stuck-transaction handling bumps it

@@ -222,32 +222,26 @@ where
     }
     // The counters' rows are written first, in address order, so PostgreSQL holds their locks
     // for what follows: reservations of one address take turns, and two batches never wait on
-    // each other's rows in opposite orders.
-    let mut counters: std::collections::BTreeMap<Address, (i64, bool)> = std::collections::BTreeMap::new();
+    // each other's rows in opposite orders. Each counter: (as read, next to give).
+    let mut counters: std::collections::BTreeMap<Address, (i64, i64)> = std::collections::BTreeMap::new();
     for (from, next) in node_next {
-        let address = from.to_checksum(None);
         let next = i64::try_from(next).map_err(|_| StoreError::malformed("nonce", "above i64"))?;
-        sqlx::query(
+        let (counter,): (i64,) = sqlx::query_as(
             "INSERT INTO signer_nonces (chain, address, next_nonce) VALUES ($1, $2, $3) \
              ON CONFLICT (chain, address) DO UPDATE SET next_nonce = \
-             CASE WHEN signer_nonces.next_nonce < $3 THEN $3 ELSE signer_nonces.next_nonce END",
+             CASE WHEN signer_nonces.next_nonce < $3 THEN $3 ELSE signer_nonces.next_nonce END \
+             RETURNING next_nonce",
         )
         .bind(chain)
-        .bind(address.as_str())
+        .bind(from.to_checksum(None))
         .bind(next)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-        let (counter,): (i64,) =
-            sqlx::query_as("SELECT next_nonce FROM signer_nonces WHERE chain = $1 AND address = $2")
-                .bind(chain)
-                .bind(address.as_str())
-                .fetch_one(&mut *tx)
-                .await?;
-        counters.insert(from, (counter, false));
+        counters.insert(from, (counter, counter));
     }
     let mut out = Vec::with_capacity(wanted.len());
     for (id, from, _) in wanted {
-        let (counter, moved) = counters
+        let (_, counter) = counters
             .get_mut(from)
             .ok_or_else(|| StoreError::malformed("signing address", "without a counter"))?;
         let taken = sqlx::query("UPDATE withdrawals SET nonce = $2 WHERE id = $1 AND nonce IS NULL")
@@ -257,7 +251,7 @@ where
             .await?;
         if DB::rows_affected(&taken) == 1 {
             out.push(u64::try_from(*counter).unwrap_or_default());
-            (*counter, *moved) = (*counter + 1, true);
+            *counter += 1;
             continue;
         }
         let (held,): (Option<i64>,) = sqlx::query_as("SELECT nonce FROM withdrawals WHERE id = $1")
@@ -269,12 +263,12 @@ where
                 .ok_or_else(|| StoreError::malformed("withdrawal nonce", id.as_str()))?,
         );
     }
-    for (from, (counter, moved)) in counters {
-        if moved {
+    for (from, (read, next)) in counters {
+        if next != read {
             sqlx::query("UPDATE signer_nonces SET next_nonce = $3 WHERE chain = $1 AND address = $2")
                 .bind(chain)
                 .bind(from.to_checksum(None))
-                .bind(counter)
+                .bind(next)
                 .execute(&mut *tx)
                 .await?;
         }
