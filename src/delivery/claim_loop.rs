@@ -199,7 +199,7 @@ impl Engine {
     ) {
         use std::sync::atomic::Ordering::SeqCst;
         let cfg = &self.deps.config.delivery;
-        let rule = suspension::SuspendRule::of(cfg);
+        let rule: Arc<dyn crate::store::SuspendPolicy> = Arc::new(suspension::SuspendRule::of(cfg));
         let mut batch: Vec<Outcome> = Vec::new();
         let mut backoff = RECORD_BACKOFF_MIN;
         let mut closed_at: Option<Instant> = None;
@@ -220,7 +220,10 @@ impl Engine {
                     }
                 }
             }
-            match self.deps.store.complete(&batch, self.deps.store.clock().now_ms(), &rule).await {
+            // Shared with the writer; copied back only when the write failed, to be tried again.
+            let shared: Arc<[Outcome]> = std::mem::take(&mut batch).into();
+            let now = self.deps.store.clock().now_ms();
+            match self.deps.store.complete(shared.clone(), now, rule.clone()).await {
                 Ok(done) => {
                     for id in done.recovered {
                         let _ = recovered.send(id);
@@ -231,10 +234,10 @@ impl Engine {
                     if self.unrecorded.swap(false, SeqCst) {
                         tracing::info!("delivery outcomes recorded again");
                     }
-                    batch.clear();
                     backoff = RECORD_BACKOFF_MIN;
                 }
                 Err(e) => {
+                    batch = shared.to_vec();
                     if !self.unrecorded.swap(true, SeqCst) {
                         tracing::error!(error = %e, count = batch.len(), "recording delivery outcomes failed; keeping them to write again, and claiming nothing meanwhile");
                     }

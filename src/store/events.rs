@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use custodian_macros::sql_bounds;
 use sqlx::FromRow;
 
-use super::group_commit::{write_batch, EventWrite, Recorded};
+use super::group_commit::{EventWrite, Recorded};
 use super::sql::Dialect;
 use super::sql_store::SqlStore;
 use super::StoreResult;
@@ -35,12 +35,7 @@ where
 {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn record_event(&self, event: EventWrite) -> StoreResult<Recorded> {
-        match &self.event_writer {
-            Some(writer) => writer.write(event).await,
-            None => write_batch::<DB>(&self.pool, &self.gate, &[&event]).await?.pop().ok_or_else(|| {
-                super::StoreError::Other(anyhow::anyhow!("no outcome for event {}", event.event_id))
-            }),
-        }
+        self.writer.write(event).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

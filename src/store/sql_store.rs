@@ -8,7 +8,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use sqlx::{pool::PoolConnection, Database, Pool};
 
 use super::{
-    group_commit::{EventWrite, EventWriter, Recorded},
+    group_commit::{Batch, Writer, Written},
     read_cache::ReadCache,
     sql::{begin_gated, Dialect, WriteGate, WriteTx},
     StoreResult,
@@ -19,9 +19,8 @@ use crate::config::Config;
 /// [`super::postgres::PostgresStore`]).
 pub struct SqlStore<DB: Database> {
     pub(super) pool: Pool<DB>,
-    /// The group-commit writer of ingested events; without one, each event is its own
-    /// transaction.
-    pub(super) event_writer: Option<EventWriter>,
+    /// The group-commit writer of ingested events (and, on SQLite, of delivery outcomes).
+    pub(super) writer: Writer,
     /// Tokens, users, memberships and webhook routes (see [`ReadCache`]).
     pub(super) cache: Arc<ReadCache>,
     pub(super) gate: WriteGate,
@@ -106,16 +105,15 @@ impl<DB: Dialect> SqlStore<DB> {
         (write, read_version, record_replays): (W, R, P),
     ) -> Self
     where
-        W: Fn(Pool<DB>, WriteGate, Vec<EventWrite>) -> WF + Send + 'static,
-        WF: Future<Output = (Vec<EventWrite>, StoreResult<Vec<Recorded>>)> + Send + 'static,
+        W: Fn(Pool<DB>, WriteGate, Batch) -> WF + Send + 'static,
+        WF: Future<Output = (Batch, StoreResult<Written>)> + Send + 'static,
         R: Fn(Pool<DB>) -> RF + Send + 'static,
         RF: Future<Output = StoreResult<i64>> + Send + 'static,
         P: Fn(Pool<DB>, WriteGate, Vec<(String, i64)>, i64) -> PF + Send + 'static,
         PF: Future<Output = StoreResult<Vec<String>>> + Send,
     {
         let gate: WriteGate = DB::SERIALIZE_WRITES.then(Arc::default);
-        let event_writer =
-            Some(super::group_commit::spawn(pool.clone(), gate.clone(), &config.ingest, write));
+        let writer = super::group_commit::spawn(pool.clone(), gate.clone(), &config.ingest, write);
         let cache = Arc::new(ReadCache::new(config.cache.capacity));
         if config.cache.capacity > 0 {
             let (weak, p) = (Arc::downgrade(&cache), pool.clone());
@@ -124,7 +122,7 @@ impl<DB: Dialect> SqlStore<DB> {
         }
         let replay = super::replay::spawn(pool.clone(), gate.clone(), record_replays);
         let clock = crate::clock::Clock::default();
-        Self { pool, event_writer, cache, gate, replay, lane: ReadLane::new(DB::READ_LANE), clock }
+        Self { pool, writer, cache, gate, replay, lane: ReadLane::new(DB::READ_LANE), clock }
     }
 
     /// Begins a write transaction through the process's write gate.

@@ -10,7 +10,7 @@
 use custodian_macros::sql_bounds;
 use sqlx::FromRow;
 
-use super::{Completion, FailureFacts, Outcome, SuspendPolicy};
+use super::{Completed, Completion, FailureFacts, Outcome, SuspendPolicy};
 
 use crate::model::notification::NotificationState;
 use crate::types::WebhookId;
@@ -23,16 +23,86 @@ use crate::{
 };
 
 #[derive(FromRow)]
-pub(super) struct FailureRow {
+pub(in crate::store) struct FailureRow {
     failed_attempts_total: i64,
     counters_reset_at: i64,
     state: String,
 }
 
+/// A batch of outcomes for the group-commit writer to record with the events it writes
+/// (`store::group_commit`): owned, it crosses to the writer's task.
+pub(in crate::store) struct CompletionWrite {
+    pub outcomes: std::sync::Arc<[Outcome]>,
+    /// Unix ms.
+    pub now_ms: i64,
+    pub rule: std::sync::Arc<dyn SuspendPolicy>,
+}
+
+/// Writes `outcomes` in the caller's transaction (`OutboxStore::complete`): delivered
+/// notifications marked so with their attempt, the other attempts as rows, the notifications'
+/// next states, then per webhook its failure counters and a suspension by `rule`.
+#[sql_bounds]
+pub(in crate::store) async fn complete_tx<DB>(
+    conn: &mut DB::Connection,
+    outcomes: &[Outcome],
+    now_ms: i64,
+    rule: &dyn SuspendPolicy,
+) -> StoreResult<Completed>
+where
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> FailureRow: FromRow<'r, DB::Row>,
+{
+    let rest = record_deliveries::<DB>(&mut *conn, outcomes, now_ms).await?;
+    insert_attempts::<DB>(&mut *conn, &rest).await?;
+    finish_notifications::<DB>(&mut *conn, &rest, now_ms).await?;
+    // Webhook counters, one statement per webhook: failures after its last success in this
+    // batch continue (or restart) the successive count.
+    let mut completed = Completed::default();
+    for Tally { webhook: id, last_success_ms, fails_after, fails } in failure_counters(outcomes) {
+        let reset = last_success_ms.is_some();
+        // A batch of successes on a webhook without failures changes nothing: no write.
+        let changed = sqlx::query(
+            "UPDATE webhooks SET successive_failed_attempts = CASE WHEN $1 THEN $2 \
+             ELSE successive_failed_attempts + $2 END, \
+             failed_attempts_total = failed_attempts_total + $3 WHERE id = $4 \
+             AND NOT ($1 AND $2 = 0 AND $3 = 0 AND successive_failed_attempts = 0)",
+        )
+        .bind(reset)
+        .bind(fails_after)
+        .bind(fails)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+        if reset && DB::rows_affected(&changed) > 0 {
+            completed.recovered.push(id.clone());
+        }
+        if let Some(at) = last_success_ms {
+            // To the second: a webhook delivered to all the time writes this once a second.
+            sqlx::query(
+                "UPDATE webhooks SET last_delivered_at = $1 WHERE id = $2 \
+                 AND (last_delivered_at IS NULL OR last_delivered_at < $1 - 1000)",
+            )
+            .bind(at)
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        if fails > 0 && should_suspend::<DB>(&mut *conn, id, now_ms, rule).await? {
+            sqlx::query("UPDATE webhooks SET state = 'suspended' WHERE id = $1")
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
+            completed.suspended.push(id.clone());
+        }
+    }
+    Ok(completed)
+}
+
 /// Inserts `outcomes`' attempts as `delivery_attempts` rows: multi-row inserts, skipping
 /// notifications removed meanwhile (with their webhook).
 #[sql_bounds]
-pub(super) async fn insert_attempts<DB>(conn: &mut DB::Connection, outcomes: &[&Outcome]) -> StoreResult<()> {
+async fn insert_attempts<DB>(conn: &mut DB::Connection, outcomes: &[&Outcome]) -> StoreResult<()> {
     for chunk in outcomes.chunks(500) {
         let values = (0..chunk.len())
             .map(|i| format!("({})", DB::row_params(i * 8 + 1, 8)))
@@ -66,7 +136,7 @@ pub(super) async fn insert_attempts<DB>(conn: &mut DB::Connection, outcomes: &[&
 /// ([`insert_attempts`]) and [`finish_notifications`]: those not delivered, and the delivered
 /// ones it did not record so (their notification holds a success already, or is gone).
 #[sql_bounds]
-pub(super) async fn record_deliveries<'o, DB>(
+async fn record_deliveries<'o, DB>(
     conn: &mut DB::Connection,
     outcomes: &'o [Outcome],
     now_ms: i64,
@@ -113,7 +183,7 @@ where
 /// Moves each of `outcomes`' notifications on: processed, failed (one statement per final
 /// state), or pending again at its retry time.
 #[sql_bounds]
-pub(super) async fn finish_notifications<DB>(
+async fn finish_notifications<DB>(
     conn: &mut DB::Connection,
     outcomes: &[&Outcome],
     now_ms: i64,
@@ -198,7 +268,7 @@ pub(super) fn failure_counters(outcomes: &[Outcome]) -> Vec<Tally<'_>> {
 
 /// Whether an active webhook's failures now suspend it by `rule` (the delivery domain's).
 #[sql_bounds]
-pub(super) async fn should_suspend<DB>(
+async fn should_suspend<DB>(
     conn: &mut DB::Connection,
     id: &str,
     now_ms: i64,

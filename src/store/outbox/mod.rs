@@ -5,6 +5,7 @@
 
 use crate::model::notification::{Attempt, Notification, NotificationState};
 use async_trait::async_trait;
+use std::sync::Arc;
 
 use crate::model::webhook::Webhook;
 
@@ -12,7 +13,7 @@ use super::StoreResult;
 use crate::types::AnyId;
 use crate::types::{EnterpriseId, NotificationId, UserId, WebhookId};
 
-mod completion;
+pub(super) mod completion;
 pub(super) mod queries;
 pub(super) mod rows;
 mod search;
@@ -128,12 +129,13 @@ pub trait OutboxStore: Send + Sync {
     /// Gives back claimed notifications unattempted, due again at `at_ms` (no attempt counted).
     async fn defer(&self, ids: &[NotificationId], at_ms: i64) -> StoreResult<()>;
     /// Writes attempts and their consequences in one transaction; returns the webhooks
-    /// suspended and those that answer again after failures.
+    /// suspended and those that answer again after failures. Shared (`Arc`) because on SQLite
+    /// the group-commit writer records them, in the transaction of the events it writes next.
     async fn complete(
         &self,
-        outcomes: &[Outcome],
+        outcomes: Arc<[Outcome]>,
         now_ms: i64,
-        rule: &dyn SuspendPolicy,
+        rule: Arc<dyn SuspendPolicy>,
     ) -> StoreResult<Completed>;
     /// Makes up to `limit` of `webhook`'s notifications waiting for a retry due at `now_ms`,
     /// soonest scheduled first; returns how many. A receiver that answers again gets its

@@ -1,16 +1,13 @@
 //! The SQL of [`super::OutboxStore`] for both backends.
 
 use custodian_macros::sql_bounds;
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use async_trait::async_trait;
 use sqlx::FromRow;
 
 use super::{
-    completion::{
-        failure_counters, finish_notifications, insert_attempts, record_deliveries, should_suspend,
-        FailureRow, Tally,
-    },
+    completion::{complete_tx, CompletionWrite, FailureRow},
     Claimed, Completed, DeliveryStats, OutboxStore, Outcome, Saturated, SuspendPolicy,
 };
 
@@ -126,55 +123,20 @@ where
     #[tracing::instrument(level = "debug", skip_all)]
     async fn complete(
         &self,
-        outcomes: &[Outcome],
+        outcomes: Arc<[Outcome]>,
         now_ms: i64,
-        rule: &dyn SuspendPolicy,
+        rule: Arc<dyn SuspendPolicy>,
     ) -> StoreResult<Completed> {
-        let mut tx = self.begin_relaxed().await?;
-        let rest = record_deliveries::<DB>(&mut tx, outcomes, now_ms).await?;
-        insert_attempts::<DB>(&mut tx, &rest).await?;
-        finish_notifications::<DB>(&mut tx, &rest, now_ms).await?;
-        // Webhook counters, one statement per webhook: failures after its last success in this
-        // batch continue (or restart) the successive count.
-        let mut completed = Completed::default();
-        for Tally { webhook: id, last_success_ms, fails_after, fails } in failure_counters(outcomes) {
-            let reset = last_success_ms.is_some();
-            // A batch of successes on a webhook without failures changes nothing: no write.
-            let changed = sqlx::query(
-                "UPDATE webhooks SET successive_failed_attempts = CASE WHEN $1 THEN $2 \
-                 ELSE successive_failed_attempts + $2 END, \
-                 failed_attempts_total = failed_attempts_total + $3 WHERE id = $4 \
-                 AND NOT ($1 AND $2 = 0 AND $3 = 0 AND successive_failed_attempts = 0)",
-            )
-            .bind(reset)
-            .bind(fails_after)
-            .bind(fails)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-            if reset && DB::rows_affected(&changed) > 0 {
-                completed.recovered.push(id.clone());
-            }
-            if let Some(at) = last_success_ms {
-                // To the second: a webhook delivered to all the time writes this once a second.
-                sqlx::query(
-                    "UPDATE webhooks SET last_delivered_at = $1 WHERE id = $2 \
-                     AND (last_delivered_at IS NULL OR last_delivered_at < $1 - 1000)",
-                )
-                .bind(at)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            if fails > 0 && should_suspend::<DB>(&mut tx, id, now_ms, rule).await? {
-                sqlx::query("UPDATE webhooks SET state = 'suspended' WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                completed.suspended.push(id.clone());
-            }
-        }
-        tx.commit().await?;
+        // One writer for ingestion and outcomes where writes are serialised anyway (SQLite):
+        // both write the outbox's newest pages, once per commit when they share it.
+        let completed = if DB::SERIALIZE_WRITES {
+            self.writer.complete(CompletionWrite { outcomes, now_ms, rule }).await?
+        } else {
+            let mut tx = self.begin_relaxed().await?;
+            let completed = complete_tx::<DB>(&mut tx, &outcomes, now_ms, &*rule).await?;
+            tx.commit().await?;
+            completed
+        };
         if !completed.suspended.is_empty() {
             self.cache.clear();
         }
