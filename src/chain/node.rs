@@ -411,6 +411,10 @@ impl Transport {
                 .min(MAX_BLOCK_BYTES),
         };
         let mut res = self.http.post(self.url).json(&req).send().await.map_err(fail)?;
+        // An answer that says it is over the cap is dropped before a byte is read into memory.
+        if res.content_length().is_some_and(|n| n > cap as u64) {
+            return Err(TransportErrorKind::custom(TooLarge(cap)));
+        }
         let status = res.status();
         let mut body = Vec::new();
         while let Some(chunk) = res.chunk().await.map_err(fail)? {
