@@ -131,4 +131,10 @@ impl Dialect for Postgres {
     ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send {
         pool.begin()
     }
+
+    fn begin_write_on(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = sqlx::Result<Transaction<'_, Self>>> + Send {
+        sqlx::Connection::begin(conn)
+    }
 }

@@ -91,6 +91,11 @@ pub trait Dialect: Database {
     fn begin_write(
         pool: &Pool<Self>,
     ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send;
+
+    /// [`Dialect::begin_write`] on a connection the caller holds.
+    fn begin_write_on(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = sqlx::Result<Transaction<'_, Self>>> + Send;
 }
 
 /// The process's write gate, when the database wants writes serialised

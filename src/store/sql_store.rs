@@ -8,7 +8,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use sqlx::{pool::PoolConnection, Database, Pool};
 
 use super::{
-    group_commit::{Batch, Writer, Written},
+    group_commit::{Batch, Writer, WriterConn, Written},
     read_cache::ReadCache,
     sql::{begin_gated, Dialect, WriteGate, WriteTx},
     StoreResult,
@@ -105,7 +105,7 @@ impl<DB: Dialect> SqlStore<DB> {
         (write, read_version, record_replays): (W, R, P),
     ) -> Self
     where
-        W: Fn(Pool<DB>, WriteGate, Batch) -> WF + Send + 'static,
+        W: Fn(WriterConn<DB>, WriteGate, Batch) -> WF + Send + 'static,
         WF: Future<Output = (Batch, StoreResult<Written>)> + Send + 'static,
         R: Fn(Pool<DB>) -> RF + Send + 'static,
         RF: Future<Output = StoreResult<i64>> + Send + 'static,

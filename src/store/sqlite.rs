@@ -186,6 +186,12 @@ impl Dialect for Sqlite {
     ) -> impl Future<Output = sqlx::Result<Transaction<'static, Self>>> + Send {
         pool.begin_with("BEGIN IMMEDIATE")
     }
+
+    fn begin_write_on(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = sqlx::Result<Transaction<'_, Self>>> + Send {
+        sqlx::Connection::begin_with(conn, "BEGIN IMMEDIATE")
+    }
 }
 
 /// Creates the database file (0600) and its folder (0700) when missing, so that only the

@@ -29,7 +29,7 @@ use crate::types::WebhookId;
 
 mod writer;
 pub(super) use writer::{spawn, write_owned};
-pub use writer::{Batch, Writer, Written};
+pub use writer::{Batch, Writer, WriterConn, Written};
 
 #[cfg(test)]
 mod tests;

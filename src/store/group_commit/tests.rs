@@ -178,3 +178,15 @@ async fn notifications_skipped_by_their_idempotency_key_are_reported() {
     let want: [crate::types::NotificationId; 2] = [crate::types::test_id("n1"), crate::types::test_id("n3")];
     assert_eq!(ids, want);
 }
+
+/// The writer keeps its connection between rounds on SQLite; closing the store still
+/// completes (a closing pool waits for every connection it lent).
+#[tokio::test]
+async fn closing_the_store_is_not_held_by_the_writers_connection() {
+    use crate::store::Store;
+    let dir = tempfile::tempdir().unwrap();
+    let store = lingering_store(&dir).await;
+    store.record_event(event("a")).await.unwrap();
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(10), store.close()).await;
+    assert!(closed.is_ok(), "close waited on the writer's kept connection");
+}

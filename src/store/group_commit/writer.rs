@@ -6,14 +6,16 @@
 use custodian_macros::sql_bounds;
 use std::time::Duration;
 
-use sqlx::{FromRow, Pool};
+use std::sync::Arc;
+
+use sqlx::{pool::PoolConnection, Database, FromRow, Pool};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{events_tx, EventOutcome, EventWrite, Recorded};
 use crate::config::IngestConfig;
 use crate::store::outbox::completion::{complete_tx, CompletionWrite, FailureRow};
 use crate::store::outbox::Completed;
-use crate::store::sql::{begin_gated, Dialect, WriteGate};
+use crate::store::sql::{Dialect, WriteGate};
 use crate::store::{StoreError, StoreResult};
 
 struct EventJob {
@@ -73,17 +75,37 @@ fn closed() -> StoreError {
     StoreError::Other(anyhow::anyhow!("the group-commit writer has stopped"))
 }
 
-/// Writes a batch in one transaction and says what each part got. An error means nothing of
-/// the batch was stored.
+/// The writer's connection. Where writes are serialised (SQLite) it is the same one from round
+/// to round: a commit by another connection empties a connection's page cache, and a writer
+/// taking any pooled connection found its cache stale nearly every round (pages read again,
+/// the memory map remapped). Elsewhere it is taken from the pool each round, so that the pool's
+/// checks still see it.
+pub struct WriterConn<DB: Database> {
+    pool: Pool<DB>,
+    kept: Arc<std::sync::Mutex<Option<PoolConnection<DB>>>>,
+}
+
+impl<DB: Database> Clone for WriterConn<DB> {
+    fn clone(&self) -> Self {
+        Self { pool: self.pool.clone(), kept: self.kept.clone() }
+    }
+}
+
+/// Writes a batch in one transaction on `conn` and says what each part got. An error means
+/// nothing of the batch was stored.
 #[sql_bounds]
-async fn write_batch<DB>(pool: &Pool<DB>, gate: &WriteGate, batch: &Batch) -> StoreResult<Written>
+async fn write_batch<DB>(conn: &mut DB::Connection, gate: &WriteGate, batch: &Batch) -> StoreResult<Written>
 where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> FailureRow: FromRow<'r, DB::Row>,
 {
-    let mut tx = begin_gated(pool, gate).await?;
+    let _gate = match gate {
+        Some(g) => Some(g.lock().await),
+        None => None,
+    };
+    let mut tx = DB::begin_write_on(conn).await?;
     let refs: Vec<&EventWrite> = batch.events.iter().collect();
     let events = events_tx::<DB>(&mut tx, &refs).await?;
     let mut completions = Vec::with_capacity(batch.completions.len());
@@ -95,10 +117,11 @@ where
 }
 
 /// [`write_batch`] over an owned batch, handing it back (for a retry part by part): the
-/// writer task's step, named per backend so that the task's future has a concrete type.
+/// writer task's step, named per backend so that the task's future has a concrete type. A
+/// kept connection is given up after an error; the next round takes a fresh one.
 #[sql_bounds]
 pub(in crate::store) async fn write_owned<DB>(
-    pool: Pool<DB>,
+    conn: WriterConn<DB>,
     gate: WriteGate,
     batch: Batch,
 ) -> (Batch, StoreResult<Written>)
@@ -108,7 +131,24 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> FailureRow: FromRow<'r, DB::Row>,
 {
-    let result = write_batch::<DB>(&pool, &gate, &batch).await;
+    let kept = conn.kept.lock().ok().and_then(|mut k| k.take());
+    let mut c = match kept {
+        Some(c) => c,
+        None => match conn.pool.acquire().await {
+            Ok(c) => c,
+            Err(e) => return (batch, Err(e.into())),
+        },
+    };
+    let result = write_batch::<DB>(&mut c, &gate, &batch).await;
+    if result.is_ok() && DB::SERIALIZE_WRITES {
+        if let Ok(mut k) = conn.kept.lock() {
+            // Checked under the lock that `give_back_on_close` takes: a closing pool waits for
+            // every connection, so none is kept once it closes.
+            if !conn.pool.is_closed() {
+                *k = Some(c);
+            }
+        }
+    }
     (batch, result)
 }
 
@@ -126,15 +166,34 @@ pub(in crate::store) fn spawn<DB, F, Fut>(
 ) -> Writer
 where
     DB: Dialect,
-    F: Fn(Pool<DB>, WriteGate, Batch) -> Fut + Send + 'static,
+    F: Fn(WriterConn<DB>, WriteGate, Batch) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = (Batch, StoreResult<Written>)> + Send + 'static,
 {
     let (events, events_rx) = mpsc::channel(cfg.queue);
     let (completions, completions_rx) = mpsc::channel(COMPLETIONS_QUEUE);
     let (batch_max, linger) = (cfg.batch_max, Duration::from_micros(cfg.linger_us));
     let inbox = Inbox { events: events_rx, completions: completions_rx };
-    tokio::spawn(run(pool, gate, inbox, batch_max, linger, write));
+    let conn = WriterConn { pool, kept: Arc::default() };
+    let (alive, writer_gone) = oneshot::channel::<()>();
+    tokio::spawn(give_back_on_close(conn.clone(), writer_gone));
+    tokio::spawn(async move {
+        run(conn, gate, inbox, batch_max, linger, write).await;
+        drop(alive);
+    });
     Writer { events, completions }
+}
+
+/// Drops the kept connection when the pool closes (`Store::close` waits for every connection);
+/// ends with the writer otherwise.
+async fn give_back_on_close<DB: Database>(conn: WriterConn<DB>, writer_gone: oneshot::Receiver<()>) {
+    tokio::select! {
+        _ = conn.pool.close_event() => {
+            if let Ok(mut k) = conn.kept.lock() {
+                k.take();
+            }
+        }
+        _ = writer_gone => {}
+    }
 }
 
 struct Inbox {
@@ -198,7 +257,7 @@ impl Replies {
 }
 
 async fn run<DB, F, Fut>(
-    pool: Pool<DB>,
+    conn: WriterConn<DB>,
     gate: WriteGate,
     mut inbox: Inbox,
     batch_max: usize,
@@ -206,7 +265,7 @@ async fn run<DB, F, Fut>(
     write: F,
 ) where
     DB: Dialect,
-    F: Fn(Pool<DB>, WriteGate, Batch) -> Fut,
+    F: Fn(WriterConn<DB>, WriteGate, Batch) -> Fut,
     Fut: std::future::Future<Output = (Batch, StoreResult<Written>)>,
 {
     while let Some((event_jobs, complete_jobs)) = inbox.round(batch_max, linger).await {
@@ -215,7 +274,7 @@ async fn run<DB, F, Fut>(
         let (completions, completion_replies): (Vec<CompletionWrite>, Vec<_>) =
             complete_jobs.into_iter().map(|j| (j.write, j.reply)).unzip();
         let replies = Replies { events: event_replies, completions: completion_replies };
-        let (batch, result) = write(pool.clone(), gate.clone(), Batch { events, completions }).await;
+        let (batch, result) = write(conn.clone(), gate.clone(), Batch { events, completions }).await;
         match result {
             Ok(written) => {
                 for (reply, outcome) in replies.events.into_iter().zip(written.events) {
@@ -237,12 +296,12 @@ async fn run<DB, F, Fut>(
                 tracing::warn!(error = %e, events = batch.events.len(), outcome_batches = batch.completions.len(), "a batch of writes failed; writing each part on its own");
                 for (event, reply) in batch.events.into_iter().zip(replies.events) {
                     let one = Batch { events: vec![event], completions: Vec::new() };
-                    let (_, written) = write(pool.clone(), gate.clone(), one).await;
+                    let (_, written) = write(conn.clone(), gate.clone(), one).await;
                     let _ = reply.send(written.and_then(|w| w.events.into_iter().next().ok_or_else(closed)));
                 }
                 for (c, reply) in batch.completions.into_iter().zip(replies.completions) {
                     let one = Batch { events: Vec::new(), completions: vec![c] };
-                    let (_, written) = write(pool.clone(), gate.clone(), one).await;
+                    let (_, written) = write(conn.clone(), gate.clone(), one).await;
                     let _ =
                         reply.send(written.and_then(|w| w.completions.into_iter().next().ok_or_else(closed)));
                 }
