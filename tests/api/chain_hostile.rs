@@ -204,14 +204,27 @@ async fn transfers_new_to_the_pool_are_announced_at_most_pool_max_new_a_round() 
 }
 
 /// A pool answer over `pool_max_bytes` is dropped unread for the round (counted), and the
-/// blocks go on being read.
+/// blocks go on being read: one that declares its length (dropped before it is read).
 #[tokio::test]
 async fn a_pool_over_its_byte_cap_is_dropped_unread_and_blocks_go_on() {
+    pool_over_its_byte_cap(false).await;
+}
+
+/// The same, for an answer without a declared length (a chunked body): read up to the cap.
+#[tokio::test]
+async fn a_streamed_pool_over_its_byte_cap_is_dropped_at_the_cap_and_blocks_go_on() {
+    pool_over_its_byte_cap(true).await;
+}
+
+async fn pool_over_its_byte_cap(stream: bool) {
     let anvil = Anvil::start().await;
     let (c, node) =
         behind_proxy(anvil, |c| c.chains.get_mut("hteth").unwrap().pool_max_bytes = 64 * 1024).await;
     c.caught_up().await;
-    node.lie(|l| l.huge_pool = Some(1 << 20));
+    node.lie(|l| {
+        l.huge_pool = Some(1 << 20);
+        l.stream_answers = stream;
+    });
     let dropped = || async {
         let text = c.app.client.get(c.app.url("/metrics")).send().await.unwrap().text().await.unwrap();
         text.lines()

@@ -29,6 +29,8 @@ pub struct Lies {
     pub empty_pool: bool,
     /// `txpool_content` answers a pool of about this many bytes (padding, no transaction).
     pub huge_pool: Option<usize>,
+    /// Answers come as a chunked body without a length, as a streaming provider sends them.
+    pub stream_answers: bool,
     /// Requests of these methods wait until released, before they reach the node.
     pub hold_methods: Vec<&'static str>,
     /// Requests of these methods reach the node, and their answers wait until released.
@@ -87,10 +89,20 @@ fn lie(l: &mut Lies, method: &str) -> Option<Value> {
     }
 }
 
-async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> impl IntoResponse {
+async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> axum::response::Response {
+    let stream = s.inner.lock().unwrap().lies.stream_answers;
+    let text = answer(&s, body).await;
+    if !stream {
+        return text.into_response();
+    }
+    let chunk = futures_util::stream::once(async move { Ok::<_, std::io::Error>(text) });
+    axum::body::Body::from_stream(chunk).into_response()
+}
+
+async fn answer(s: &Shared, body: Bytes) -> String {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if let Value::Array(calls) = req {
-        return batch(&s, calls).await;
+        return batch(s, calls).await;
     }
     let method = req["method"].as_str().unwrap_or_default().to_string();
     let height = (method == "eth_getBlockByNumber").then(|| height_of(&req)).flatten();
