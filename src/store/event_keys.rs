@@ -1,5 +1,5 @@
-//! How events are found by the transfer they name (migration 0019): a leaf the event writer
-//! (`group_commit.rs`), the event reads (`events.rs`) and the console's search share.
+//! How events are found by the transfer they name (migration 0019): a leaf the group-commit writer
+//! (`group_commit/`), the event reads (`events.rs`) and the console's search share.
 
 use super::sql::Dialect;
 

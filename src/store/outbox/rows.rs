@@ -1,6 +1,6 @@
 //! The outbox's rows and the one write other store files make inside their own transaction:
 //! [`insert_notifications_tx`], so that notifications commit with their cause. A leaf below the
-//! `impl ... for SqlStore` blocks: the event writer (`group_commit.rs`), token creation and the
+//! `impl ... for SqlStore` blocks: the group-commit writer (`group_commit/`), token creation and the
 //! outbox's own queries call it.
 
 use custodian_macros::sql_bounds;
