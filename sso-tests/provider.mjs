@@ -10,25 +10,30 @@
 // ("forgeSub") in the id_token and keeps the signature, "none" strips the signature (alg none),
 // "replay" answers the id_token it issued for the previous sign-in, "huge" pads the token
 // answer to 2 MiB.
-// It prints one line, {"issuer": "http://127.0.0.1:<port>"}, once it listens. Sign-in uses the
-// provider's development pages (any password; the login is the account's sub) and skips
-// consent: the grant is made at once. Tokens are signed (RS256) with a key made at each start.
+// It prints one line, {"issuer": "http://127.0.0.1:<port>"}, once it listens, and writes how far
+// its start got to stderr. Sign-in uses the provider's development pages (any password; the
+// login is the account's sub) and skips consent: the grant is made at once. Tokens are signed (RS256) with a key made at each start.
 import { createServer } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import Provider from 'oidc-provider';
 
+// How far a start got, for the tests' report when one never says it listens.
+const stage = (name) => process.stderr.write(`${new Date().toISOString()} ${name}\n`);
+stage('modules loaded');
 const statePath = process.argv[2];
 const state = () => JSON.parse(readFileSync(statePath, 'utf8'));
 
 const server = createServer();
 server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
+  stage('listening');
   const { port } = server.address();
   const issuer = `http://127.0.0.1:${port}`;
   const initial = state();
   // A signing key of its own each start: a restart on the same port is a key rotation.
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   const jwk = { ...privateKey.export({ format: 'jwk' }), kid: randomUUID(), alg: 'RS256', use: 'sig' };
+  stage('signing key made');
   const provider = new Provider(issuer, {
     jwks: { keys: [jwk] },
     clients: initial.clients.map((c) => ({ ...c, grant_types: ['authorization_code'], response_types: ['code'] })),
@@ -101,4 +106,5 @@ server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   });
   server.on('request', provider.callback());
   process.stdout.write(`${JSON.stringify({ issuer })}\n`);
+  stage('said it listens');
 });

@@ -104,5 +104,7 @@ mod utxo;
 mod utxo_watch;
 #[path = "api/wallets.rs"]
 mod wallets;
+#[path = "api/watchdog.rs"]
+mod watchdog;
 #[path = "api/webhooks.rs"]
 mod webhooks;

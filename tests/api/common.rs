@@ -11,6 +11,8 @@ use custodian::{
 use reqwest::{Client, Response};
 use serde_json::{json, Value};
 
+pub use crate::watchdog::{init_test_log, watch_this_test};
+
 pub const PASSWORD: &str = "correct horse battery staple";
 
 /// Which database a test binary runs on.
@@ -50,8 +52,14 @@ async fn pg_admin(sql: &str) {
 }
 
 impl TestDb {
-    /// The database for a test whose files live in `dir`.
+    /// The database for a test whose files live in `dir`; the test is watched from here
+    /// ([`watch_this_test`]).
     pub async fn new(dir: &std::path::Path) -> Self {
+        watch_this_test();
+        Self::create(dir).await
+    }
+
+    async fn create(dir: &std::path::Path) -> Self {
         match crate::BACKEND {
             Backend::Sqlite => {
                 TestDb { url: format!("sqlite://{}", dir.join("custodian.db").display()), admin: None }
@@ -66,13 +74,14 @@ impl TestDb {
 
     /// [`TestDb::new`] for synchronous tests.
     pub fn blocking(dir: &std::path::Path) -> Self {
+        watch_this_test();
         let dir = dir.to_path_buf();
         std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(TestDb::new(&dir))
+                .block_on(TestDb::create(&dir))
         })
         .join()
         .unwrap()
@@ -150,15 +159,6 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         _db: db,
         _dir: dir,
     }
-}
-
-/// The in-process server's log goes through the test harness's capture (the server runs on the
-/// test's own thread), so a failing test prints it and a passing one stays quiet.
-/// `CUSTODIAN_TEST_LOG` sets the filter (default `custodian=info`).
-pub fn init_test_log() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CUSTODIAN_TEST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("custodian=info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
 
 impl TestApp {

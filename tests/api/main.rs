@@ -50,4 +50,5 @@ mod tokens;
 mod utxo;
 mod utxo_watch;
 mod wallets;
+mod watchdog;
 mod webhooks;
