@@ -55,6 +55,12 @@ pub(super) struct Lent<'l, DB: Database> {
 }
 
 impl<DB: Database> ReadLane<DB> {
+    /// Connections kept now.
+    #[cfg(test)]
+    pub(super) fn kept(&self) -> usize {
+        self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
+    }
+
     fn new(capacity: usize) -> Self {
         let slots = (capacity > 0).then(|| Arc::new(tokio::sync::Semaphore::new(capacity)));
         ReadLane { idle: std::sync::Mutex::default(), slots }

@@ -190,3 +190,17 @@ async fn closing_the_store_is_not_held_by_the_writers_connection() {
     let closed = tokio::time::timeout(std::time::Duration::from_secs(10), store.close()).await;
     assert!(closed.is_ok(), "close waited on the writer's kept connection");
 }
+
+/// The wallet lookup keeps its connections between reads on SQLite (the read lane); closing the
+/// store still completes.
+#[tokio::test]
+async fn closing_the_store_is_not_held_by_the_read_lanes_connections() {
+    use crate::store::{Store, WalletStore};
+    let dir = tempfile::tempdir().unwrap();
+    let store = lingering_store(&dir).await;
+    let found = store.wallets_by_ids(&[crate::types::test_id("w1")], false).await.unwrap();
+    assert!(found.is_empty());
+    assert_eq!(store.lane.kept(), 1, "the lane keeps the lookup's connection");
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(10), store.close()).await;
+    assert!(closed.is_ok(), "close waited on the read lane's kept connection");
+}
