@@ -12,7 +12,8 @@
 // answer to 2 MiB.
 // It prints one line, {"issuer": "http://127.0.0.1:<port>"}, once it listens, and writes how far
 // its start got to stderr. Sign-in uses the provider's development pages (any password; the
-// login is the account's sub) and skips consent: the grant is made at once. Tokens are signed (RS256) with a key made at each start.
+// login is the account's sub) and skips consent: the grant is made at once. Tokens are signed
+// (RS256) with a key made at each start.
 import { createServer } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { generateKeyPairSync, randomUUID } from 'node:crypto';

@@ -38,8 +38,8 @@ fn spawn(state: &std::path::Path, port: u16) -> (Child, String) {
         match try_spawn(dir, state, port) {
             Ok(started) => return started,
             Err(report) => {
-                // Past libtest's capture, so that a CI log shows it even when a retry passes.
-                let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{report}\n").as_bytes());
+                // Shown in the run's log even when a retry passes.
+                crate::watchdog::say(&report);
                 stuck.push(report);
             }
         }

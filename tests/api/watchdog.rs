@@ -41,9 +41,10 @@ struct Recent;
 
 impl std::io::Write for Recent {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let Some(name) = std::thread::current().name().map(str::to_string) else { return Ok(buf.len()) };
+        let thread = std::thread::current();
+        let Some(name) = thread.name() else { return Ok(buf.len()) };
         if let Ok(mut recent) = RECENT.lock() {
-            if let Some((_, lines)) = recent.get_mut(&name) {
+            if let Some((_, lines)) = recent.get_mut(name) {
                 if lines.len() == RECENT_LINES {
                     lines.pop_front();
                 }
@@ -56,6 +57,13 @@ impl std::io::Write for Recent {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Writes `text` and a newline to stderr past libtest's capture (where `eprintln!` from a test's
+/// thread, or a thread it spawned, goes), so that the run's log shows it whatever the test's
+/// outcome.
+pub fn say(text: &str) {
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{text}\n").as_bytes());
 }
 
 /// Arms the watchdog of the calling test, disarmed when its thread ends (libtest runs each test
@@ -86,15 +94,13 @@ pub fn watch_this_test() {
         match armed.recv_timeout(std::time::Duration::from_secs(limit)) {
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let lines = forget(&name).unwrap_or_default();
-                // Past libtest's capture (where `eprintln!` from a test's thread goes): the
-                // process ends before the capture would be printed.
-                let report = format!(
+                // The process ends before libtest would print the capture.
+                say(&format!(
                     "\n{name} is still running after {limit} s (CUSTODIAN_TEST_WATCHDOG_SECS): \
-                     stopping the suite. Its last {} log lines:\n{}\n",
+                     stopping the suite. Its last {} log lines:\n{}",
                     lines.len(),
                     lines.iter().map(String::as_str).collect::<String>()
-                );
-                let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
+                ));
                 std::process::exit(101);
             }
             _ => {
