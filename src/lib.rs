@@ -127,7 +127,7 @@ impl AppState {
             metrics: metrics.clone(),
             webhooks: webhooks.clone(),
             wake: Arc::new(tokio::sync::watch::channel(0).0),
-            policy_hooks: Arc::new(custody::policy_hooks::PolicyHooks::new(&config)?),
+            policy_hooks: Arc::new(custody::policy::hooks::PolicyHooks::new(&config)?),
             feeds: Arc::new(custody::prices::Feeds::new(&config)?),
         };
         Ok(Self(Arc::new(Shared {

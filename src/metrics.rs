@@ -193,6 +193,13 @@ pub struct CustodyMetrics {
     pub rounds_held_back: Counter,
     /// The widest nonce gap of a signing address at the last round (0: none).
     pub nonce_gap: Gauge,
+    /// Signed withdrawals the node refused as underpriced, signed again over the base fee.
+    pub repriced: Counter,
+    /// Nonce gaps filled: zero-value transactions from a signing address to itself.
+    pub nonce_fills: Counter,
+    /// New withdrawals the signer held back before their nonce: the wallet's confirmed balance,
+    /// less what is ahead of them, no longer pays them.
+    pub held_for_funds: Counter,
 }
 
 impl CustodyMetrics {
@@ -233,6 +240,21 @@ impl CustodyMetrics {
             "custody_replacements_at_fee_cap",
             "Replacements not made because withdrawals.max_fee_per_gas holds the fees below the node's bump",
             self.at_fee_cap.clone(),
+        );
+        registry.register(
+            "custody_repriced",
+            "Signed withdrawals the node refused as underpriced, signed again at their nonce over the next base fee",
+            self.repriced.clone(),
+        );
+        registry.register(
+            "custody_nonce_fills",
+            "Nonce gaps filled with a zero-value transaction from the signing address to itself",
+            self.nonce_fills.clone(),
+        );
+        registry.register(
+            "custody_held_for_funds",
+            "Approved withdrawals held before their nonce: the confirmed balance less what is ahead no longer pays them",
+            self.held_for_funds.clone(),
         );
         registry.register(
             "custody_held_queued",

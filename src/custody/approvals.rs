@@ -6,7 +6,13 @@
 
 use serde_json::{json, Value};
 
-use super::{withdrawals::is_wallet_admin, Custody};
+use super::{
+    withdrawal::{
+        is_wallet_admin,
+        machine::{self, Command, Refused, State},
+    },
+    Custody,
+};
 use crate::{
     audit::EntryExt,
     error::{Error, ErrorName, Result},
@@ -190,16 +196,17 @@ pub async fn resolve(
 ) -> Result<Approval> {
     let a = get(svc, auth, coin, id).await?;
     if a.state != ApprovalState::Pending {
-        return Err(Error::Conflict {
-            name: ErrorName::ApprovalNotPending,
-            message: format!("the approval is {} already", a.state.as_str()),
-        });
+        return Err(not_pending(format!("the approval is {} already", a.state.as_str())));
+    }
+    // One instant decides: an answer at or after `expireDate` is refused, swept or not.
+    let now = svc.store.clock().now();
+    if now >= a.expires_at && !(answer == Answer::Rejected && a.creator == auth.user.id) {
+        return Err(expired(&a));
     }
     let (cancel, completes) = may_answer(svc, auth, &a, answer).await?;
     if answer == Answer::Approved {
         crate::identity::passkeys::require_fresh_factor(&svc.identity, auth, otp).await?;
     }
-    let now = svc.store.clock().now();
     let mut next = a.clone();
     next.resolvers.push(Resolver {
         user: auth.user.id.clone(),
@@ -224,42 +231,91 @@ pub async fn resolve(
     // The last approval of a rule change applies it, in the same transaction.
     let swap = match (&a.subject, state) {
         (ApprovalSubject::PolicyRule(r), ApprovalState::Approved) => {
-            Some(super::policy_changes::apply_request(svc, auth, &a, r).await?)
+            Some(super::policy::changes::apply_request(svc, auth, &a, r).await?)
         }
         _ => None,
     };
     if let Some(s) = &swap {
         entries.push(s.audit.clone());
     }
-    let events = resolution_events(svc, &next, withdrawal, now).await?;
+    let moved = match (withdrawal, a.tx_request_id()) {
+        (Some(command), Some(id)) => moved_by(svc, &a, id, command, now).await?,
+        _ => None,
+    };
+    let mut events = vec![super::events::approval_event(&next)];
+    if let Some((moved, from)) = &moved {
+        events.extend(super::events::tx_request_events(moved, Some(*from)));
+    }
     let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
     let record = swap.as_ref().and_then(|s| s.swap(&a));
+    let to = moved.as_ref().map(|(w, _)| (w.state, w.version - 1));
     let written = svc
         .store
-        .resolve_approval(&next, a.resolvers.len(), withdrawal, record, now, &entries, &announce.writes())
+        .resolve_approval(&next, a.resolvers.len(), to, record, now, &entries, &announce.writes())
         .await?;
     let Some(recorded) = written else {
-        return Err(Error::Conflict {
-            name: ErrorName::ApprovalNotPending,
-            message:
-                "another answer to this approval, or a change to the wallet, landed first; read it again"
-                    .into(),
-        });
+        return Err(not_pending(
+            "another answer to this approval, or a change to the wallet, landed first; read it again".into(),
+        ));
     };
     announce.committed(&svc.webhooks, &recorded).await;
-    if withdrawal == Some(TxRequestState::PendingDelivery) {
+    if moved.is_some_and(|(w, _)| w.state == TxRequestState::PendingDelivery) {
         svc.wake_signers();
     }
     Ok(next)
 }
 
-/// What an answer does: the approval's state, its withdrawal's next state, the audit type.
+/// 409 `ApprovalNotPending` with `message`.
+fn not_pending(message: String) -> Error {
+    Error::Conflict { name: ErrorName::ApprovalNotPending, message }
+}
+
+/// 409 `ApprovalNotPending`: `a` expired (its `expireDate` passed), whether or not the signer's
+/// sweep has closed it yet.
+fn expired(a: &Approval) -> Error {
+    not_pending(format!("the approval expired at {}", crate::clock::iso(a.expires_at)))
+}
+
+/// Withdrawal `id` as `command` leaves it (the machine decides, at `now`), with the state it
+/// was in; `None` when it stays as it is. Errors: `ApprovalNotPending` when the withdrawal no
+/// longer takes answers (expired, or moved on).
+async fn moved_by(
+    svc: &Custody,
+    a: &Approval,
+    id: &crate::types::TxRequestId,
+    command: Command,
+    now: i64,
+) -> Result<Option<(crate::model::custody::Withdrawal, TxRequestState)>> {
+    let Some(w) = svc.store.withdrawal(id).await? else { return Ok(None) };
+    let state = State::of(&w, Some(a.expires_at))
+        .ok_or_else(|| Error::Internal(anyhow::anyhow!("withdrawal {id} is malformed")))?;
+    let next = match machine::step(state, command, now) {
+        Ok(next) => next,
+        Err(Refused::Expired(_)) => return Err(expired(a)),
+        Err(why) => return Err(not_pending(format!("the withdrawal cannot take this answer: {why}"))),
+    };
+    if next.name() == w.state {
+        return Ok(None);
+    }
+    let from = w.state;
+    Ok(Some((
+        crate::model::custody::Withdrawal {
+            state: next.name(),
+            version: w.version + 1,
+            updated_at: now,
+            ..w
+        },
+        from,
+    )))
+}
+
+/// What an answer does: the approval's state, what happens to its withdrawal, the audit type.
 fn outcome(
     a: &Approval,
     answer: Answer,
     cancel: bool,
     completes: bool,
-) -> (ApprovalState, Option<TxRequestState>, AuditType) {
+) -> (ApprovalState, Option<Command>, AuditType) {
     let state = match answer {
         Answer::Rejected => ApprovalState::Rejected,
         Answer::Approved if completes => ApprovalState::Approved,
@@ -273,18 +329,17 @@ fn outcome(
         return (state, None, kind);
     }
     match answer {
-        Answer::Rejected if cancel => (state, Some(TxRequestState::Canceled), AuditType::WithdrawalCanceled),
-        Answer::Rejected => (state, Some(TxRequestState::Rejected), AuditType::WithdrawalRejected),
-        Answer::Approved if completes => {
-            (state, Some(TxRequestState::PendingDelivery), AuditType::WithdrawalApproved)
+        Answer::Rejected if cancel => (state, Some(Command::Cancel), AuditType::WithdrawalCanceled),
+        Answer::Rejected => (state, Some(Command::Reject), AuditType::WithdrawalRejected),
+        Answer::Approved => {
+            (state, Some(Command::Approve { last: completes }), AuditType::WithdrawalApproved)
         }
-        Answer::Approved => (state, None, AuditType::WithdrawalApproved),
     }
 }
 
 /// Whether the caller may give `answer` to `a`: (whether it is the initiator cancelling,
 /// whether the approval completes it). The wallet's `approvalsRequired` and the approvals its
-/// fired rules ask for decide the second (`policy_eval::approve`).
+/// fired rules ask for decide the second (`policy::eval::approve`).
 async fn may_answer(svc: &Custody, auth: &Principal, a: &Approval, answer: Answer) -> Result<(bool, bool)> {
     let me = auth.user.id.as_str();
     let cancel = answer == Answer::Rejected && a.creator == auth.user.id;
@@ -314,7 +369,7 @@ async fn may_answer(svc: &Custody, auth: &Principal, a: &Approval, answer: Answe
     };
     let completes = match answer {
         Answer::Approved => {
-            super::policy_eval::approve(a.approvals_required, &a.policy, &approved, &auth.user.id, &|u| {
+            super::policy::eval::approve(a.approvals_required, &a.policy, &approved, &auth.user.id, &|u| {
                 admins.contains(u)
             })
             .map_err(|why| not_allowed(&why))?
@@ -322,26 +377,6 @@ async fn may_answer(svc: &Custody, auth: &Principal, a: &Approval, answer: Answe
         Answer::Rejected => false,
     };
     Ok((cancel, completes))
-}
-
-/// `pendingapproval` for the answered approval `next`, and the withdrawal's change when it
-/// moves `to` a new state.
-async fn resolution_events(
-    svc: &Custody,
-    next: &Approval,
-    to: Option<TxRequestState>,
-    now: i64,
-) -> Result<Vec<crate::webhooks::event::Event>> {
-    let mut events = vec![super::events::approval_event(next)];
-    if let (Some(to), Some(id)) = (to, next.tx_request_id()) {
-        let w = svc.store.withdrawal(id).await?;
-        if let Some(w) = w.filter(|w| w.state == TxRequestState::PendingApproval) {
-            let moved =
-                crate::model::custody::Withdrawal { state: to, version: w.version + 1, updated_at: now, ..w };
-            events.extend(super::events::tx_request_events(&moved, Some(TxRequestState::PendingApproval)));
-        }
-    }
-    Ok(events)
 }
 
 fn not_allowed(message: &str) -> Error {

@@ -18,6 +18,7 @@ use super::{
     policy::{ActionType, Rule},
     progress::{fail, move_all, Change},
     transaction::{build, sign_tx, RoundError},
+    withdrawal::machine::{self, Command, State},
     Custody,
 };
 use crate::{
@@ -147,7 +148,7 @@ async fn ready(
     w: Withdrawal,
 ) -> Result<Option<Ready>, RoundError> {
     let Some(key) = memo.key(&w.key_id) else {
-        fail(svc, &w, TxRequestState::PendingDelivery, "the wallet's key is gone from the key store").await?;
+        fail(svc, &w, Command::Fail, "the wallet's key is gone from the key store").await?;
         return Ok(None);
     };
     let Some(to) = w.recipients.first().map(|r| r.address) else { return Ok(None) };
@@ -166,15 +167,14 @@ async fn ready(
         let upto = Some(&w.id);
         let verdict = super::reserve::verdict_now(svc, &w.wallet_id, &denies, &p, &asked, upto).await?;
         if let Some(reason) = verdict.denied {
-            fail(svc, &w, TxRequestState::PendingDelivery, &format!("denied by policy: {reason}")).await?;
+            fail(svc, &w, Command::Fail, &format!("denied by policy: {reason}")).await?;
             return Ok(None);
         }
     }
     let gas = match memo.gas(node, &w, to).await {
         Ok(gas) => gas,
         Err(e) if w.nonce.is_none() && e.to_string().to_ascii_lowercase().contains("revert") => {
-            fail(svc, &w, TxRequestState::PendingDelivery, "the node says the transaction would revert")
-                .await?;
+            fail(svc, &w, Command::Fail, "the node says the transaction would revert").await?;
             return Ok(None);
         }
         Err(e) => return Err(e.into()),
@@ -192,6 +192,13 @@ async fn make(
     nonce: u64,
 ) -> Result<Made, RoundError> {
     let Ready { w, key, to, gas } = r;
+    // The machine first: only an approved withdrawal holding `nonce` is signed.
+    let reserved = State::of(&w, None)
+        .ok_or(machine::Refused::NotFrom(w.state))
+        .and_then(|s| machine::step(s, Command::Reserve { nonce }, svc.store.clock().now()))
+        .map_err(|why| {
+            crate::error::Error::Internal(anyhow::anyhow!("withdrawal {} cannot be signed: {why}", w.id))
+        })?;
     let base = memo.base_fee(node).await?;
     let tx = build(svc, chain_id, base, &w, (nonce, gas), to, None);
     let (gas, max_fee, tip) = (tx.gas_limit, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
@@ -209,8 +216,11 @@ async fn make(
         priority_fee_per_gas: tip,
         created_at: now,
     };
+    let state = machine::step(reserved, Command::Sign { tx_hash: hash }, now).map_err(|why| {
+        crate::error::Error::Internal(anyhow::anyhow!("withdrawal {} cannot be signed: {why}", w.id))
+    })?;
     let signed = Withdrawal {
-        state: TxRequestState::Signed,
+        state: state.name(),
         version: w.version + 1,
         nonce: Some(nonce),
         tx_hash: Some(hash),
@@ -233,7 +243,12 @@ async fn store(svc: &Custody, made: Vec<Made>) -> Result<usize, RoundError> {
     let items: Vec<Batched<'_, Signed<'_>>> = made
         .iter()
         .map(|m| Batched {
-            change: Signed { id: &m.signed.id, attempt: &m.attempt, fee_reserve: &m.reserve },
+            change: Signed {
+                id: &m.signed.id,
+                version: m.signed.version - 1,
+                attempt: &m.attempt,
+                fee_reserve: &m.reserve,
+            },
             audit: vec![m.entry.clone()],
             events: m.announce.writes(),
         })
@@ -262,7 +277,7 @@ async fn store(svc: &Custody, made: Vec<Made>) -> Result<usize, RoundError> {
 /// once sent); anything else is tried next round.
 pub(super) async fn send_all(
     svc: &Custody,
-    coin: &Coin,
+    (coin, chain_id): (&Coin, u64),
     node: &dyn SendNode,
     ws: Vec<Withdrawal>,
 ) -> Result<usize, RoundError> {
@@ -300,21 +315,36 @@ pub(super) async fn send_all(
     let mut taken = Vec::new();
     for (w, sent) in outcomes {
         match sent {
-            Ok(()) | Err(SendRefusal::Known) => {
-                let entry =
-                    crate::audit::entry(AuditType::WithdrawalBroadcast).wallet(Some(&w.wallet_id)).data(
-                        json!({ "txRequestId": w.id.as_str(), "txHash": w.tx_hash.map(|h| h.to_string()) }),
-                    );
-                let (from, to) = (TxRequestState::Signed, TxRequestState::Delivered);
-                taken.push(Change { w, from, to, error: None, entry, expired: false });
+            Ok(()) | Err(SendRefusal::Known) => taken.push(broadcast(w)),
+            Err(SendRefusal::InsufficientFunds) => match node_has(node, &w).await {
+                // The refusal is one answer: the node, asked again, has the transaction.
+                Ok(true) => taken.push(broadcast(w)),
+                Ok(false) => {
+                    let why = "the node refused it (insufficient funds for value and gas) and has not got it";
+                    alone(coin, &w.id, fail(svc, &w, Command::Refused, why).await);
+                }
+                Err(e) => alone(coin, &w.id, Err(e.into())),
+            },
+            Err(SendRefusal::Underpriced) => {
+                alone(coin, &w.id, super::replace::reprice(svc, chain_id, node, &w).await)
             }
-            Err(SendRefusal::InsufficientFunds) => {
-                let why = "the node refused it: insufficient funds for value and gas";
-                alone(coin, &w.id, fail(svc, &w, TxRequestState::Signed, why).await);
-            }
-            Err(SendRefusal::Underpriced) => {}
             Err(SendRefusal::Other(e)) => alone(coin, &w.id, Err(e.into())),
         }
     }
     move_all(svc, taken).await
+}
+
+/// `w` taken by the node: `delivered`, audited as `withdrawal.broadcast`.
+fn broadcast(w: Withdrawal) -> Change<'static> {
+    let entry = crate::audit::entry(AuditType::WithdrawalBroadcast)
+        .wallet(Some(&w.wallet_id))
+        .data(json!({ "txRequestId": w.id.as_str(), "txHash": w.tx_hash.map(|h| h.to_string()) }));
+    Change { w, command: Command::Sent, error: None, entry, expired: false }
+}
+
+/// Whether the node has `w`'s transaction after all: it knows it (`eth_getTransactionByHash`,
+/// pool or chain) or has its receipt. A refusal is final only when both say no.
+async fn node_has(node: &dyn SendNode, w: &Withdrawal) -> Result<bool, crate::chain::node::NodeError> {
+    let Some(hash) = w.tx_hash else { return Ok(false) };
+    Ok(node.knows(hash).await? || node.mined(hash).await?.is_some())
 }

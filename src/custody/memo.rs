@@ -16,7 +16,7 @@ use super::{
     node::SendNode,
     policy::Rule,
     transaction::{gas_of, RoundError},
-    withdrawals::TRANSFER_GAS,
+    withdrawal::TRANSFER_GAS,
     Custody,
 };
 use crate::{
@@ -55,7 +55,7 @@ impl Memo {
                 memo.keys.insert(w.key_id.clone(), key);
             }
             if !memo.gates.contains_key(&w.wallet_id) {
-                let gate = super::withdrawals::gate(svc, &w.wallet_id).await?;
+                let gate = super::withdrawal::gate(svc, &w.wallet_id).await?;
                 memo.gates.insert(w.wallet_id.clone(), gate);
             }
             if w.nonce.is_none() && !memo.node_next.contains_key(&w.from) {

@@ -1,7 +1,7 @@
 //! Custody (docs/withdrawals.md): keys Custodian holds, custodial wallets, withdrawals that
 //! people approve, and the signer that sends them exactly once.
 //!
-//! The way of a withdrawal: [`withdrawals::initiate`] stores it with its pending approval
+//! The way of a withdrawal: [`withdrawal::initiate`] stores it with its pending approval
 //! (`pendingApproval`); [`approvals::resolve`] records each answer, and the last approval moves
 //! it to `pendingDelivery`; the [`signer`] reserves the address's nonce (stored), signs in the
 //! [`keys::KeyStore`] and checks the signature, stores the signed bytes (`signed`), then
@@ -20,12 +20,6 @@ mod memo;
 pub mod node;
 pub mod pkcs11;
 pub mod policy;
-pub mod policy_changes;
-pub mod policy_edit;
-pub mod policy_enterprise;
-pub mod policy_eval;
-pub mod policy_hooks;
-pub mod policy_rules;
 pub mod prices;
 mod progress;
 pub mod replace;
@@ -36,7 +30,7 @@ pub mod tokens;
 pub mod transaction;
 pub mod views;
 pub mod wallets;
-pub mod withdrawals;
+pub mod withdrawal;
 
 use std::sync::Arc;
 
@@ -67,7 +61,7 @@ pub struct Custody {
     /// processes find it at their poll (`withdrawals.poll_interval_ms`).
     pub wake: Arc<tokio::sync::watch::Sender<u64>>,
     /// The client and slots of `webhook` policy rules' checks.
-    pub policy_hooks: Arc<policy_hooks::PolicyHooks>,
+    pub policy_hooks: Arc<policy::hooks::PolicyHooks>,
     /// The nodes `[prices.<coin>]` feeds are read through.
     pub feeds: Arc<prices::Feeds>,
 }

@@ -22,10 +22,30 @@ pub enum SendRefusal {
 }
 
 /// A mined transaction's receipt, as the signer needs it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct Mined {
     pub block: u64,
     pub success: bool,
+    /// Its ERC-20 `Transfer` logs: (contract, from, to, value in base units); at most
+    /// [`MAX_RECEIPT_TRANSFERS`] read.
+    pub transfers: Vec<(Address, Address, Address, U256)>,
+}
+
+/// `Transfer` logs read from one receipt: a withdrawal's transaction logs one.
+pub const MAX_RECEIPT_TRANSFERS: usize = 16;
+
+/// The ERC-20 `Transfer` logs of `r`, at most [`MAX_RECEIPT_TRANSFERS`].
+fn transfers_of(r: &TransactionReceipt) -> Vec<(Address, Address, Address, U256)> {
+    use alloy_sol_types::SolEvent;
+    r.inner
+        .logs()
+        .iter()
+        .filter_map(|log| {
+            let t = crate::chain::node::Transfer::decode_log(&log.inner).ok()?;
+            Some((log.address(), t.from, t.to, t.value))
+        })
+        .take(MAX_RECEIPT_TRANSFERS)
+        .collect()
 }
 
 #[async_trait]
@@ -129,7 +149,9 @@ impl SendNode for EthNode {
 
     async fn mined(&self, hash: B256) -> Result<Option<Mined>, NodeError> {
         let r: Option<TransactionReceipt> = self.call("eth_getTransactionReceipt", (hash,)).await?;
-        Ok(r.and_then(|r| Some(Mined { block: r.block_number?, success: r.status() })))
+        Ok(r.and_then(|r| {
+            Some(Mined { block: r.block_number?, success: r.status(), transfers: transfers_of(&r) })
+        }))
     }
 
     async fn knows(&self, hash: B256) -> Result<bool, NodeError> {

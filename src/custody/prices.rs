@@ -51,7 +51,7 @@ impl UsdPrice {
 
     /// In words: dollars per whole coin, trailing zeros dropped (`"3000.25"`).
     pub fn text(&self) -> String {
-        super::policy_eval::units(self.mantissa, self.scale)
+        super::policy::eval::units(self.mantissa, self.scale)
     }
 
     /// The value of `amount` base units of a coin of `decimals` places, whole cents rounded

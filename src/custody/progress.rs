@@ -6,30 +6,32 @@ use serde_json::json;
 use super::{
     events::{self, Announcement},
     transaction::RoundError,
+    withdrawal::machine::{self, Command, Refused, State},
     Custody,
 };
 use crate::{
     audit::EntryExt,
     model::{
         audit::{AuditEntry, AuditType},
-        custody::{TxRequestState, Withdrawal},
+        custody::Withdrawal,
     },
     store::{Batched, Move},
 };
 
-/// One state change the signer makes: `w` from `from` to `to` (with `error` for people), with
-/// `entry`; told as `txRequest`/`txRequestTransaction`, and `transactionExpire` too when `expired`.
+/// One state change the signer makes: `command` applied to `w` (the machine decides its next
+/// state, `error` for people), with `entry`; told as `txRequest`/`txRequestTransaction`, and
+/// `transactionExpire` too when `expired`.
 pub(super) struct Change<'a> {
     pub w: Withdrawal,
-    pub from: TxRequestState,
-    pub to: TxRequestState,
+    pub command: Command,
     pub error: Option<&'a str>,
     pub entry: AuditEntry,
     pub expired: bool,
 }
 
-/// Writes `changes` in one store transaction, each only from its `from`, with their events:
-/// how many were written.
+/// Writes `changes` in one store transaction, each only if its withdrawal is still at the
+/// version it was read at, with their events: how many were written. A change the machine
+/// refuses is left out (logged).
 pub(super) async fn move_all(svc: &Custody, changes: Vec<Change<'_>>) -> Result<usize, RoundError> {
     if changes.is_empty() {
         return Ok(0);
@@ -37,18 +39,31 @@ pub(super) async fn move_all(svc: &Custody, changes: Vec<Change<'_>>) -> Result<
     let now = svc.store.clock().now();
     let mut prepared = Vec::with_capacity(changes.len());
     for c in changes {
-        let moved = Withdrawal { state: c.to, version: c.w.version + 1, updated_at: now, ..c.w };
-        let mut told = events::tx_request_events(&moved, Some(c.from));
+        let decided = State::of(&c.w, None)
+            .ok_or(Refused::NotFrom(c.w.state))
+            .and_then(|s| machine::step(s, c.command, now));
+        let to = match decided {
+            Ok(to) if to.name() != c.w.state => to.name(),
+            Ok(_) => continue,
+            Err(why) => {
+                tracing::debug!(txRequestId = %c.w.id, command = ?c.command, %why, "a withdrawal's change was not made");
+                continue;
+            }
+        };
+        let from = c.w.state;
+        let version = c.w.version;
+        let moved = Withdrawal { state: to, version: version + 1, updated_at: now, ..c.w };
+        let mut told = events::tx_request_events(&moved, Some(from));
         if c.expired {
-            told.push(events::expire_event(&moved, c.from));
+            told.push(events::expire_event(&moved, from));
         }
         let announce = Announcement::prepare(&svc.webhooks, &told).await?;
-        prepared.push((moved, [c.from], c.error, c.entry, announce));
+        prepared.push((moved, version, c.error, c.entry, announce));
     }
     let items: Vec<Batched<'_, Move<'_>>> = prepared
         .iter()
-        .map(|(moved, from, error, entry, announce)| Batched {
-            change: Move { id: &moved.id, from, to: moved.state, error: *error },
+        .map(|(moved, version, error, entry, announce)| Batched {
+            change: Move { id: &moved.id, version: *version, to: moved.state, error: *error },
             audit: vec![entry.clone()],
             events: announce.writes(),
         })
@@ -65,18 +80,19 @@ pub(super) async fn move_all(svc: &Custody, changes: Vec<Change<'_>>) -> Result<
     Ok(count)
 }
 
-/// Moves `w` from `from` to `failed` with `why`, audited as `withdrawal.failed`.
+/// Applies `command` to `w` when it makes it `failed` (with `why`), audited as
+/// `withdrawal.failed`: `Fail` before it is sent, `Refused` for a send the node does not have,
+/// `Settle` for a reverted receipt at depth.
 pub(super) async fn fail(
     svc: &Custody,
     w: &Withdrawal,
-    from: TxRequestState,
+    command: Command,
     why: &str,
 ) -> Result<(), RoundError> {
     let entry = crate::audit::entry(AuditType::WithdrawalFailed)
         .wallet(Some(&w.wallet_id))
-        .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
-    let to = TxRequestState::Failed;
-    let change = Change { w: w.clone(), from, to, error: Some(why), entry, expired: false };
+        .data(json!({ "txRequestId": w.id.as_str(), "reason": why, "nonce": w.nonce }));
+    let change = Change { w: w.clone(), command, error: Some(why), entry, expired: false };
     move_all(svc, vec![change]).await.map(drop)
 }
 
@@ -87,7 +103,8 @@ pub(super) async fn expire_unsigned(svc: &Custody, w: &Withdrawal) -> Result<(),
     let entry = crate::audit::entry(AuditType::WithdrawalExpired)
         .wallet(Some(&w.wallet_id))
         .data(json!({ "txRequestId": w.id.as_str(), "reason": why }));
-    let (from, to) = (TxRequestState::PendingDelivery, TxRequestState::Canceled);
-    let change = Change { w: w.clone(), from, to, error: Some(why), entry, expired: true };
+    let deadline = i64::try_from(svc.config.withdrawals.delivery_deadline).unwrap_or(i64::MAX);
+    let command = Command::MissDeadline { deadline };
+    let change = Change { w: w.clone(), command, error: Some(why), entry, expired: true };
     move_all(svc, vec![change]).await.map(drop)
 }

@@ -11,13 +11,14 @@ use serde_json::json;
 use super::{
     node::{SendNode, SendRefusal},
     transaction::{build, gas_of, sign_tx, RoundError},
+    withdrawal::machine::{self, Command, State},
     Custody,
 };
 use crate::{
     audit::EntryExt,
     model::{
         audit::AuditType,
-        custody::{Attempt, TxRequestState, Withdrawal},
+        custody::{Attempt, Withdrawal},
     },
     store::Replacement,
 };
@@ -41,18 +42,17 @@ pub(super) async fn follow(
     // The newest first: a replacement is the likelier to be mined.
     for a in attempts.iter().rev() {
         if let Some(m) = node.mined(a.hash).await? {
+            // A reverted receipt (status 0) is one answer: the block is noted and the receipt
+            // read again at the confirmation depth before it fails (`recheck_mined`). Until
+            // then the withdrawal stays in flight and in the velocity sums.
             if !m.success {
-                // Mined but reverted (receipt status 0): the nonce and the fee are spent and the
-                // payee was not paid. Final, never sent again; failed first, so a crash before
-                // the block is noted still leaves it failed.
-                let why = format!(
-                    "mined in block {} but reverted (receipt status 0): the fee was paid, the payee was not",
-                    m.block
-                );
-                let mined = Withdrawal { tx_hash: Some(a.hash), ..w.clone() };
-                super::progress::fail(svc, &mined, TxRequestState::Delivered, &why).await?;
+                tracing::info!(txRequestId = %w.id, block = m.block, "a withdrawal's receipt says it reverted; read again at the confirmation depth");
             }
-            svc.store.settle_mined(&w.id, &a.hash, m.block).await?;
+            let next =
+                State::of(w, None).and_then(|s| machine::step(s, Command::Mined { block: m.block }, 0).ok());
+            if next.is_some() {
+                svc.store.settle_mined(&w.id, &a.hash, m.block).await?;
+            }
             return Ok(());
         }
     }
@@ -114,6 +114,7 @@ async fn replace(
         return Ok(());
     };
     let Some(key) = svc.store.custody_key(&w.key_id).await? else { return Ok(()) };
+    let Some(state) = State::of(w, None) else { return Ok(()) };
     let floor = (bumped(last.max_fee_per_gas), bumped(last.priority_fee_per_gas));
     let gas = gas_of(node, w, to).await?;
     let base = node.next_base_fee().await?;
@@ -126,6 +127,9 @@ async fn replace(
     let (gas, max_fee, tip) = (tx.gas_limit, tx.max_fee_per_gas, tx.max_priority_fee_per_gas);
     let (raw, hash) = sign_tx(svc, &key, tx, w.from).await?;
     let now = svc.store.clock().now();
+    if machine::step(state, Command::Replace { tx_hash: hash }, now).is_err() {
+        return Ok(());
+    }
     let attempt = Attempt {
         attempt: last.attempt + 1,
         hash,
@@ -152,16 +156,34 @@ async fn replace(
     }
 }
 
-/// Withdrawals seen mined within the chain's `reorg_depth` of the head: one whose block a reorg
-/// took away is followed again (sent again when the node dropped it), one mined again elsewhere
-/// gets its new block.
+/// A signed withdrawal the node refuses as underpriced (the base fee rose after it was signed):
+/// signed again at its nonce over the last fees and the next base fee, within
+/// `withdrawals.max_fee_per_gas`, stored, then sent ([`replace`]).
+pub(super) async fn reprice(
+    svc: &Custody,
+    chain_id: u64,
+    node: &dyn SendNode,
+    w: &Withdrawal,
+) -> Result<(), RoundError> {
+    let attempts = svc.store.withdrawal_attempts(&w.id).await?;
+    let Some(last) = attempts.last() else { return Ok(()) };
+    svc.metrics.custody.repriced.inc();
+    replace(svc, chain_id, node, w, last).await
+}
+
+/// Withdrawals seen mined within the chain's `reorg_depth` (or `confirmations`, if deeper) of
+/// the head: one whose block a reorg took away is followed again (sent again when the node
+/// dropped it), one mined again elsewhere gets its new block, and one whose receipt still says
+/// it did not pay once its block is `confirmations` deep fails for good.
 pub(super) async fn recheck_mined(
     svc: &Custody,
     coin: &crate::types::Coin,
     node: &dyn SendNode,
 ) -> Result<(), RoundError> {
     use futures_util::StreamExt;
-    let depth = svc.config.chains.get(coin.as_str()).map_or(64, |c| c.reorg_depth);
+    let chain = svc.config.chains.get(coin.as_str());
+    let confirmations = chain.map_or(12, |c| c.confirmations);
+    let depth = chain.map_or(64, |c| c.reorg_depth).max(confirmations);
     let head = node.head().await?;
     // The latest mined first: a reorg takes the latest blocks.
     let filter = crate::store::WithdrawalFilter {
@@ -176,12 +198,26 @@ pub(super) async fn recheck_mined(
     let checked: Vec<Result<(), RoundError>> = futures_util::stream::iter(svc.store.withdrawals(&filter).await?)
         .map(|w| async move {
             let Some(hash) = w.tx_hash else { return Ok(()) };
-            let now = node.mined(hash).await?.map(|m| m.block);
+            let mined = node.mined(hash).await?;
+            let now = mined.as_ref().map(|m| m.block);
             if now != w.mined_block {
                 if now.is_none() {
                     tracing::warn!(txRequestId = %w.id, %hash, "a withdrawal's block was reorged away; following it again");
                 }
                 svc.store.set_mined(&w.id, now).await?;
+                return Ok(());
+            }
+            if let Some(m) = mined {
+                let paid = m.success || super::tokens::logged(&w, &m);
+                let deep = (head + 1).saturating_sub(m.block);
+                if !paid && deep >= confirmations {
+                    let why = format!(
+                        "mined in block {} but reverted (receipt status 0, read again {deep} blocks deep): the fee was paid, the payee was not",
+                        m.block
+                    );
+                    let settle = Command::Settle { paid, depth: deep, confirmations };
+                    super::progress::fail(svc, &w, settle, &why).await?;
+                }
             }
             Ok(())
         })

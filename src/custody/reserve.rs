@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use super::{
     breaker::{self, Valued},
+    policy::eval::{self, Proposal, Verdict, Window},
+    policy::hooks::Asked,
     policy::Rule,
-    policy_eval::{self, Proposal, Verdict, Window},
-    policy_hooks::Asked,
     Custody,
 };
 use crate::{
@@ -79,15 +79,15 @@ pub async fn verdict_now(
     asked: &Asked<'_>,
     upto: Option<&TxRequestId>,
 ) -> Result<Verdict> {
-    let answers = super::policy_hooks::ask(svc, rules, asked).await;
+    let answers = super::policy::hooks::ask(svc, rules, asked).await;
     let p = Proposal { hooks: Some(&answers), ..*p };
-    let windows = policy_eval::windows(rules, p.wallet_coin);
+    let windows = eval::windows(rules, p.wallet_coin);
     let sums = if windows.is_empty() {
         Vec::new()
     } else {
         svc.store.velocity_sums(wallet, &sum_windows(&windows, svc.store.clock().now()), upto).await?
     };
-    let verdict = policy_eval::evaluate(rules, &p, &spent_in(&windows, &sums));
+    let verdict = eval::evaluate(rules, &p, &spent_in(&windows, &sums));
     Ok(verdict)
 }
 
@@ -109,13 +109,13 @@ pub async fn create(
     audit: &[AuditEntry],
     events: &[&EventWrite],
 ) -> Result<Created> {
-    let rules = super::policy_enterprise::all_rules(svc, wallet, record).await?;
+    let rules = super::policy::enterprise::all_rules(svc, wallet, record).await?;
     // The webhooks are asked before the wallet is locked: a slow URL must not hold it.
     let answers =
-        super::policy_hooks::ask(svc, &rules, &asked(w, "initiation", Some(approval.approvals_required)))
+        super::policy::hooks::ask(svc, &rules, &asked(w, "initiation", Some(approval.approvals_required)))
             .await;
     let p = Proposal { hooks: Some(&answers), ..proposal(svc, w, &wallet.coin) };
-    let windows = policy_eval::windows(&rules, &wallet.coin);
+    let windows = eval::windows(&rules, &wallet.coin);
     let token_held = match &w.token {
         Some(t) => super::tokens::held(svc, &wallet.id, t).await?,
         None => U256::ZERO,
@@ -129,7 +129,7 @@ pub async fn create(
     let cap = svc.config.withdrawals.max_in_flight_per_wallet;
     let limit = breaker::limit_cents(svc);
     let judge = |s: &Spending| -> std::result::Result<Approval, Refusal> {
-        let verdict = policy_eval::evaluate(&rules, &p, &spent_in(&windows, &s.sums));
+        let verdict = eval::evaluate(&rules, &p, &spent_in(&windows, &s.sums));
         if let Some(refused) = verdict.refusal() {
             return Err(Box::new(refused));
         }

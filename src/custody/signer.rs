@@ -19,6 +19,7 @@ use super::{
     events::{self, Announcement},
     memo::Memo,
     node::SendNode,
+    withdrawal::machine::{self, Command, State},
     Custody,
 };
 use crate::{
@@ -173,7 +174,7 @@ pub async fn round(
     }
     // One withdrawal's failure (a node error about it) does not hold the others back.
     let (sent, ahead) = tokio::join!(
-        super::batch::send_all(svc, coin, node, to_send),
+        super::batch::send_all(svc, (coin, chain_id), node, to_send),
         sign_next(svc, coin, chain_id, node, BATCH)
     );
     let (sent, ahead) = (sent?, ahead?);
@@ -278,14 +279,17 @@ async fn expire(svc: &Custody, coin: &Coin) -> Result<(), RoundError> {
             Some(id) => svc.store.withdrawal(id).await?,
             None => None,
         };
+        let mut next = None;
         if let Some(w) = w {
-            let w =
-                Withdrawal { state: TxRequestState::Canceled, version: w.version + 1, updated_at: now, ..w };
+            let Some(state) = State::of(&w, Some(a.expires_at)) else { continue };
+            // Only a withdrawal still waiting for approvers expires with its approval.
+            let Ok(to) = machine::step(state, Command::Expire, now) else { continue };
+            next = Some((to.name(), w.version));
+            let w = Withdrawal { state: to.name(), version: w.version + 1, updated_at: now, ..w };
             events.extend(events::tx_request_events(&w, Some(TxRequestState::PendingApproval)));
             events.push(events::expire_event(&w, TxRequestState::PendingApproval));
         }
         let announce = Announcement::prepare(&svc.webhooks, &events).await?;
-        let next = a.tx_request_id().map(|_| TxRequestState::Canceled);
         let written = svc
             .store
             .resolve_approval(&closed, a.resolvers.len(), next, None, now, &[entry], &announce.writes())

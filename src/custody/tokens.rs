@@ -103,6 +103,16 @@ pub fn call_of(w: &Withdrawal, recipient: Address) -> (Address, U256, Bytes) {
     }
 }
 
+/// Whether token withdrawal `w`'s receipt `m` logs its `Transfer` (its contract, from its
+/// address, to its payee, its amount): paid, whatever the receipt's status says. Never for an
+/// ETH withdrawal.
+pub fn logged(w: &Withdrawal, m: &super::node::Mined) -> bool {
+    let (Some(t), Some(r)) = (&w.token, w.recipients.first()) else { return false };
+    m.transfers.iter().any(|&(contract, from, to, value)| {
+        contract == t.contract && from == w.from && to == r.address && value == r.amount
+    })
+}
+
 /// Wei a withdrawal itself moves out of the wallet (none for a token's).
 pub fn wei_spent(w: &Withdrawal) -> U256 {
     if w.token.is_some() {

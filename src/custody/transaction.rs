@@ -57,11 +57,7 @@ pub async fn gas_of(
 ) -> Result<u64, NodeError> {
     let (to, value, input) = super::tokens::call_of(w, to);
     let estimated = node.estimate_gas(w.from, to, value, input).await?;
-    Ok(if estimated == super::withdrawals::TRANSFER_GAS {
-        estimated
-    } else {
-        estimated.saturating_mul(6) / 5
-    })
+    Ok(if estimated == super::withdrawal::TRANSFER_GAS { estimated } else { estimated.saturating_mul(6) / 5 })
 }
 
 /// An EIP-1559 transfer of `w` at `(nonce, gas)`, with `base`, the node's next base fee

@@ -83,15 +83,15 @@ pub trait CustodyStore: Send + Sync {
     ) -> StoreResult<Vec<Recorded>>;
     /// Writes `a`'s state and resolvers if the stored approval is still `pending` with
     /// `resolved_before` resolvers (no one answered meanwhile), moves its withdrawal to `next`
-    /// when given, and swaps a wallet's record when `record` says (only if it is still
-    /// `before`), with `events`; `None` when someone else changed either first (nothing
-    /// written).
+    /// when given (`(state, the version it was decided from)`: only if still at that version),
+    /// and swaps a wallet's record when `record` says (only if it is still `before`), with
+    /// `events`; `None` when someone else changed any of them first (nothing written).
     #[allow(clippy::too_many_arguments)] // one transaction's parts, each its own
     async fn resolve_approval(
         &self,
         a: &Approval,
         resolved_before: usize,
-        next: Option<TxRequestState>,
+        next: Option<(TxRequestState, i64)>,
         record: Option<RecordSwap<'_>>,
         now: i64,
         audit: &[AuditEntry],
@@ -262,7 +262,7 @@ where
         &self,
         a: &Approval,
         resolved_before: usize,
-        next: Option<TxRequestState>,
+        next: Option<(TxRequestState, i64)>,
         record: Option<RecordSwap<'_>>,
         now: i64,
         audit: &[AuditEntry],
@@ -276,15 +276,21 @@ where
         .fetch_optional(&mut *tx)
         .await?;
         let Some(current) = current else { return Ok(None) };
+        let read = current.resolvers_text().to_string();
         if current.into_approval()?.resolvers.len() != resolved_before {
             return Ok(None);
         }
+        // Guarded by the answers read, not only the state: under PostgreSQL's read committed two
+        // answers at once both read no answer, and the second's update, run after the first
+        // commits, would otherwise overwrite the first's answer with its own.
         let done = sqlx::query(
-            "UPDATE pending_approvals SET state = $2, resolvers = $3 WHERE id = $1 AND state = 'pending'",
+            "UPDATE pending_approvals SET state = $2, resolvers = $3 WHERE id = $1 AND state = 'pending' \
+             AND resolvers = $4",
         )
         .bind(a.id.as_str())
         .bind(a.state.as_str())
         .bind(to_json(&a.resolvers)?)
+        .bind(read)
         .execute(&mut *tx)
         .await?;
         if DB::rows_affected(&done) != 1 {
@@ -311,16 +317,20 @@ where
         if swapped != 1 {
             return Ok(None);
         }
-        if let (Some(next), Some(id)) = (next, a.tx_request_id()) {
-            sqlx::query(
+        if let (Some((next, version)), Some(id)) = (next, a.tx_request_id()) {
+            let done = sqlx::query(
                 "UPDATE withdrawals SET state = $2, version = version + 1, updated_at = $3 \
-                 WHERE id = $1 AND state = 'pendingApproval'",
+                 WHERE id = $1 AND version = $4",
             )
             .bind(id.as_str())
             .bind(next.as_str())
             .bind(now)
+            .bind(version)
             .execute(&mut *tx)
             .await?;
+            if DB::rows_affected(&done) != 1 {
+                return Ok(None);
+            }
         }
         super::audit::append_tx::<DB>(&mut tx, audit).await?;
         let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
@@ -347,16 +357,18 @@ where
         let mut tx = self.begin_write().await?;
         let mut made = Vec::with_capacity(items.len());
         for item in items {
-            let Signed { id, attempt, fee_reserve } = &item.change;
+            let Signed { id, version, attempt, fee_reserve } = &item.change;
             let done = sqlx::query(
-                "UPDATE withdrawals SET state = 'signed', tx_hash = $2, signed_tx = $3, fee_reserve = $4, \
-                 version = version + 1, updated_at = $5 WHERE id = $1 AND state = 'pendingDelivery'",
+                "UPDATE withdrawals SET state = $6, tx_hash = $2, signed_tx = $3, fee_reserve = $4, \
+                 version = version + 1, updated_at = $5 WHERE id = $1 AND version = $7 AND nonce IS NOT NULL",
             )
             .bind(id.as_str())
             .bind(attempt.hash.to_string())
             .bind(hex::encode(&attempt.signed_tx))
             .bind(fee_reserve.to_string())
             .bind(now)
+            .bind(TxRequestState::Signed.as_str())
+            .bind(version)
             .execute(&mut *tx)
             .await?;
             made.push(DB::rows_affected(&done) == 1);
@@ -381,17 +393,18 @@ where
         let mut tx = self.begin_write().await?;
         let mut made = Vec::with_capacity(items.len());
         for item in items {
-            let Move { id, from, to, error } = item.change;
-            let mut w = Where::from_placeholder(5);
-            w.any("state", Some(from.iter().map(|s| s.as_str().to_string()).collect()));
-            let sql = format!(
+            let Move { id, version, to, error } = item.change;
+            let done = sqlx::query(
                 "UPDATE withdrawals SET state = $2, error = COALESCE($3, error), version = version + 1, \
-                 updated_at = $4 WHERE id = $1 AND {}",
-                w.sql()
-            );
-            let q = sqlx::query(&sql).bind(id.as_str()).bind(to.as_str()).bind(error).bind(now);
-            let q = w.bind_args(q);
-            let done = q.execute(&mut *tx).await?;
+                 updated_at = $4 WHERE id = $1 AND version = $5",
+            )
+            .bind(id.as_str())
+            .bind(to.as_str())
+            .bind(error)
+            .bind(now)
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
             made.push(DB::rows_affected(&done) == 1);
         }
         let out = record_made::<DB, _>(&mut tx, items, &made).await?;

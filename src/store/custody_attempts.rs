@@ -13,7 +13,10 @@ use super::{
     sql_store::SqlStore,
     StoreError, StoreResult,
 };
-use crate::model::{audit::AuditEntry, custody::Attempt};
+use crate::model::{
+    audit::AuditEntry,
+    custody::{Attempt, TxRequestState},
+};
 use crate::types::TxRequestId;
 
 /// A replacement to store: the new current transaction of a withdrawal.
@@ -31,8 +34,8 @@ pub struct Replacement<'a> {
 pub trait AttemptStore: Send + Sync {
     /// A withdrawal's transactions, first to last.
     async fn withdrawal_attempts(&self, id: &TxRequestId) -> StoreResult<Vec<Attempt>>;
-    /// Makes `r.attempt` the withdrawal's current transaction (still `delivered`, its version
-    /// bumped), keeping the one it replaces among its attempts, with `audit`; `false` when the
+    /// Makes `r.attempt` the withdrawal's current transaction (still `signed` or `delivered`,
+    /// not seen mined, its version bumped), keeping the one it replaces among its attempts, with `audit`; `false` when the
     /// current transaction is no longer `r.replaces` (another process replaced it first).
     async fn replace_signed(&self, r: &Replacement<'_>, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
     /// The attempt `hash` was mined in `block`: it becomes the withdrawal's transaction.
@@ -132,7 +135,7 @@ where
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE withdrawals SET tx_hash = $3, signed_tx = $4, fee_reserve = $5, version = version + 1, \
-             updated_at = $6 WHERE id = $1 AND tx_hash = $2 AND state = 'delivered' AND mined_block IS NULL",
+             updated_at = $6 WHERE id = $1 AND tx_hash = $2 AND state IN ($7, $8) AND mined_block IS NULL",
         )
         .bind(r.id.as_str())
         .bind(r.replaces.to_string())
@@ -140,6 +143,8 @@ where
         .bind(hex::encode(&r.attempt.signed_tx))
         .bind(r.fee_reserve.to_string())
         .bind(now)
+        .bind(TxRequestState::Signed.as_str())
+        .bind(TxRequestState::Delivered.as_str())
         .execute(&mut *tx)
         .await?;
         if DB::rows_affected(&done) != 1 {

@@ -180,6 +180,11 @@ pub(super) struct ApprovalRow {
 }
 
 impl ApprovalRow {
+    /// The stored answers, as stored (a write that guards on them compares this text).
+    pub(super) fn resolvers_text(&self) -> &str {
+        &self.resolvers
+    }
+
     pub(super) fn into_approval(self) -> StoreResult<Approval> {
         let resolvers: Vec<Resolver> = json_value(&self.resolvers)?;
         if self.wallet_id.is_none() && self.enterprise.is_none() {
@@ -223,11 +228,6 @@ pub(super) struct Where {
 }
 
 impl Where {
-    /// A clause whose first placeholder is `$first` (after the statement's own).
-    pub(super) fn from_placeholder(first: usize) -> Self {
-        Where { next: first, ..Where::default() }
-    }
-
     fn placeholder(&mut self, value: String) -> String {
         self.params.push(value);
         format!("${}", self.next.max(1) + self.params.len() - 1)
@@ -276,19 +276,6 @@ impl Where {
         }
         q
     }
-
-    pub(super) fn bind_args<'q, DB: sqlx::Database>(
-        &'q self,
-        mut q: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
-    ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
-    where
-        &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    {
-        for p in &self.params {
-            q = q.bind(p.as_str());
-        }
-        q
-    }
 }
 
 /// Rules swapped in the transaction of a rule change's last approval: only if they are still
@@ -319,16 +306,22 @@ pub enum Created {
 #[derive(Debug)]
 pub struct Signed<'a> {
     pub id: &'a TxRequestId,
+    /// The version the signer read it at (`pendingDelivery` with its nonce): written only if
+    /// it is still that one.
+    pub version: i64,
     /// The first attempt: its hash, bytes and fees.
     pub attempt: &'a crate::model::custody::Attempt,
     pub fee_reserve: &'a U256,
 }
 
-/// A withdrawal's move from one of `from` to `to`, with `error` for people when it failed.
+/// A withdrawal's move to `to` (decided by `custody::withdrawal::machine` from the withdrawal
+/// at `version`), with `error` for people when it failed and the `nonce` it keeps or clears.
 #[derive(Debug, Clone, Copy)]
 pub struct Move<'a> {
     pub id: &'a TxRequestId,
-    pub from: &'a [TxRequestState],
+    /// The version the move was decided from: written only if the withdrawal is still at it
+    /// (compare-and-swap), so two deciders at once change it once.
+    pub version: i64,
     pub to: TxRequestState,
     pub error: Option<&'a str>,
 }

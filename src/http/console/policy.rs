@@ -13,7 +13,11 @@ use serde_json::Value;
 
 use super::{error_response, html, layout, Form, Session};
 use crate::{
-    custody::{approvals, policy_enterprise, policy_rules, withdrawals::RecipientRequest},
+    custody::{
+        approvals,
+        policy::{enterprise as policy_enterprise, rules as policy_rules},
+        withdrawal::RecipientRequest,
+    },
     error::{Error, ErrorName},
     model::custody::{ApprovalState, ApprovalSubject},
     types::WalletId,

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::{error_response, html, layout, opt, FieldError, Session};
 use crate::{
     chain::{self, WalletView},
-    custody::{history, withdrawals::has_permission},
+    custody::{history, withdrawal::has_permission},
     error::{Error, ErrorName},
     model::chain::{TransferState, PENDING_HEIGHT},
     model::custody::Withdrawal,

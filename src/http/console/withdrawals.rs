@@ -18,7 +18,7 @@ use crate::{
     custody::{
         approvals::{self, Answer},
         history,
-        withdrawals::{self, RecipientRequest, WithdrawalRequest},
+        withdrawal::{self, RecipientRequest, WithdrawalRequest},
     },
     error::{Error, ErrorName},
     identity::sessions,
@@ -336,5 +336,5 @@ async fn start(state: &AppState, session: &Session, id: &str, f: &WithdrawForm) 
         otp: unlocked.then(|| otp.to_string()),
         idempotency_key: None,
     };
-    Ok(withdrawals::initiate(&state.custody, &session.auth, &coin, &wallet, &req).await?.withdrawal)
+    Ok(withdrawal::initiate(&state.custody, &session.auth, &coin, &wallet, &req).await?.withdrawal)
 }

@@ -15,7 +15,7 @@ use crate::{
     custody::{
         history, views,
         wallets::NewCustodialWallet,
-        withdrawals::{self, RecipientRequest, WithdrawalRequest},
+        withdrawal::{self, RecipientRequest, WithdrawalRequest},
     },
     error::Error,
     http::{
@@ -219,7 +219,7 @@ pub async fn initiate(
         otp: req.otp,
         idempotency_key: req.sequence_id,
     };
-    let started = withdrawals::initiate(&state.custody, &auth, &coin, &wallet_id, &request).await?;
+    let started = withdrawal::initiate(&state.custody, &auth, &coin, &wallet_id, &request).await?;
     Ok(Json(views::approval(&started.approval, Some(&started.withdrawal))))
 }
 
@@ -312,7 +312,7 @@ pub async fn create_tx_request(
         otp: req.otp,
         idempotency_key: req.idempotency_key.or(req.intent.sequence_id),
     };
-    let started = withdrawals::initiate(&state.custody, &auth, &wallet.coin, &wallet_id, &request).await?;
+    let started = withdrawal::initiate(&state.custody, &auth, &wallet.coin, &wallet_id, &request).await?;
     Ok(Json(views::tx_request(&started.withdrawal, &[])))
 }
 

@@ -13,9 +13,11 @@ use utoipa::ToSchema;
 
 use crate::{
     custody::{
-        policy_enterprise,
-        policy_rules::{self, Changed, RuleChange},
-        withdrawals::RecipientRequest,
+        policy::{
+            enterprise as policy_enterprise,
+            rules::{self as policy_rules, Changed, RuleChange},
+        },
+        withdrawal::RecipientRequest,
     },
     http::handlers::custody::InitiateRecipient,
     http::{

@@ -1,9 +1,9 @@
-//! What changing a policy rule shares between a wallet's rules (`policy_rules`) and an
-//! enterprise's (`policy_enterprise`): the kinds of change, a whitelist edited in place, and the
+//! What changing a policy rule shares between a wallet's rules (`policy::rules`) and an
+//! enterprise's (`policy::enterprise`): the kinds of change, a whitelist edited in place, and the
 //! checks of a condition that need the service's settings, finding a rule, and writing a
 //! wallet's rules back into its record.
 
-use super::{
+use crate::custody::{
     policy::{Condition, Rule, WhitelistEdit},
     Custody,
 };

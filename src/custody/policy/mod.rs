@@ -1,9 +1,16 @@
 //! Wallet policy rules (docs/policy.md), BitGo's `admin.policy.rules[]`: what a rule says and
 //! how a change to one is judged (tightening or loosening). Pure: evaluation is
-//! `policy_eval`, storage and routes `policy_rules`.
+//! [`eval`], storage and routes [`rules`].
 
 use alloy_primitives::{Address, U256};
 use serde_json::{json, Map, Value};
+
+pub mod changes;
+pub mod edit;
+pub mod enterprise;
+pub mod eval;
+pub mod hooks;
+pub mod rules;
 
 use crate::{
     error::{Error, Result},
@@ -188,10 +195,33 @@ impl Rule {
             }
             _ => {}
         }
-        let widened = self.action == old.action
+        // A fired approval rule is met by one of its users (none named: any wallet admin), so
+        // any user the old rule did not name can now give what it asked, whatever the action
+        // (getApproval [bob] to getFinalApproval [carol] lets Carol approve without Bob). A
+        // `deny` asks no one.
+        let widened = self.action != ActionType::Deny
             && !old.user_ids.is_empty()
             && (self.user_ids.is_empty() || self.user_ids.iter().any(|u| !old.user_ids.contains(u)));
-        widened.then(|| format!("rule {id} widens who may approve"))
+        if widened {
+            return Some(format!("rule {id} widens who may approve"));
+        }
+        // A user a final-approval rule names may not approve before the others; one it no
+        // longer names may, so the people left can move money with fewer others than before.
+        let released = old.action == ActionType::GetFinalApproval
+            && self.action != ActionType::Deny
+            && old.user_ids.iter().any(|u| !self.user_ids.contains(u));
+        released.then(|| format!("rule {id} lets a user it named as final approver approve early"))
+    }
+
+    /// How a change of `self` (the rule in force) to `new` (the same id) is judged at `now`:
+    /// `Some(why)` when it must be approved as a loosening ([`Rule::loosens`]), or when `self`
+    /// is locked (its `lockDate` passed) and `new` differs at all: a locked rule does not change
+    /// at once, tighter or not (docs/policy.md#lockdate). `None`: it applies at once.
+    pub fn judge_change(&self, new: &Rule, now: i64) -> Option<String> {
+        if self.locked(now) && new != self {
+            return Some(format!("rule {} is locked: any change to it is approved first", self.id));
+        }
+        new.loosens(self)
     }
 }
 
@@ -395,101 +425,4 @@ fn whitelist(condition: &Map<String, Value>, checks: Checks) -> Result<(Vec<Addr
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const A: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
-    const B: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
-
-    fn rule(v: Value) -> Rule {
-        parse(&v).unwrap().0
-    }
-
-    #[test]
-    fn a_whitelist_loosens_only_by_adding_and_an_action_change_is_judged_loosening() {
-        let two = rule(
-            json!({ "id": "w", "type": "coinAddressWhitelist", "condition": { "addresses": [A, B] }, "action": { "type": "deny" } }),
-        );
-        let one = rule(
-            json!({ "id": "w", "type": "coinAddressWhitelist", "condition": { "addresses": [A] }, "action": { "type": "deny" } }),
-        );
-        assert_eq!(one.loosens(&two), None);
-        assert!(two.loosens(&one).unwrap().contains("adds"));
-        let all = rule(json!({ "id": "w", "type": "allTx", "condition": {}, "action": { "type": "deny" } }));
-        assert!(all.loosens(&one).is_some());
-    }
-
-    #[test]
-    fn rules_are_written_into_a_record_whose_admin_or_policy_is_not_an_object() {
-        let all = rule(json!({ "id": "a", "type": "allTx", "condition": {}, "action": { "type": "deny" } }));
-        for mut record in
-            [json!({}), json!({ "admin": "x" }), json!({ "admin": { "policy": 7, "other": 1 } })]
-        {
-            crate::custody::policy_edit::set_rules(&mut record, std::slice::from_ref(&all));
-            assert_eq!(rules_of(&record), vec![all.clone()], "{record}");
-        }
-        let mut kept = json!({ "admin": { "other": 1 } });
-        crate::custody::policy_edit::set_rules(&mut kept, &[]);
-        assert_eq!(kept, json!({ "admin": { "other": 1, "policy": { "rules": [] } } }));
-    }
-
-    #[test]
-    fn a_velocity_limit_loosens_by_a_higher_amount_a_shorter_window_or_a_lesser_action() {
-        let v = |amount: &str, window: u64, action: &str| {
-            rule(
-                json!({ "id": "v", "type": "velocityLimit", "condition": { "amountString": amount, "timeWindow": window }, "action": { "type": action } }),
-            )
-        };
-        let base = v("100", 3600, "getApproval");
-        assert_eq!(v("50", 3600, "getApproval").loosens(&base), None);
-        assert_eq!(v("100", 7200, "getApproval").loosens(&base), None);
-        assert_eq!(v("100", 3600, "deny").loosens(&base), None);
-        assert!(v("101", 3600, "getApproval").loosens(&base).unwrap().contains("raises"));
-        assert!(v("100", 60, "getApproval").loosens(&base).unwrap().contains("shortens"));
-        assert!(base.loosens(&v("100", 3600, "getFinalApproval")).unwrap().contains("action"));
-        assert_eq!(rule(base.to_json()), base);
-    }
-
-    #[test]
-    fn a_lock_date_loosens_only_when_cleared_or_put_off() {
-        let at = |d: Option<&str>| {
-            let mut v = json!({ "id": "a", "type": "allTx", "condition": {}, "action": { "type": "deny" } });
-            if let Some(d) = d {
-                v["lockDate"] = json!(d);
-            }
-            rule(v)
-        };
-        let locked = at(Some("2027-01-01T00:00:00Z"));
-        assert_eq!(rule(locked.to_json()), locked);
-        assert_eq!(at(Some("2026-06-01T00:00:00Z")).loosens(&locked), None);
-        assert_eq!(locked.loosens(&at(None)), None);
-        assert!(at(None).loosens(&locked).unwrap().contains("lockDate"));
-        assert!(at(Some("2028-01-01T00:00:00Z")).loosens(&locked).unwrap().contains("lockDate"));
-        assert!(locked.locked(locked.lock_date.unwrap()) && !locked.locked(0));
-        assert!(parse(&json!({ "id": "a", "type": "allTx", "condition": {}, "action": { "type": "deny" }, "lockDate": "soon" })).is_err());
-    }
-
-    #[test]
-    fn bad_rules_name_their_field() {
-        let e =
-            parse(&json!({ "id": "h", "type": "webhook", "condition": {}, "action": { "type": "deny" } }));
-        assert!(e.unwrap_err().to_string().contains("condition.url"));
-        let e = parse(&json!({ "id": "h", "type": "fancy", "condition": {}, "action": { "type": "deny" } }));
-        assert!(e.unwrap_err().to_string().contains("a rule type"));
-        let e = parse(
-            &json!({ "id": "v", "type": "velocityLimit", "condition": { "amountString": "1" }, "action": { "type": "deny" } }),
-        );
-        assert!(e.unwrap_err().to_string().contains("condition.timeWindow"));
-        let e = parse(
-            &json!({ "id": "v", "type": "velocityLimit", "condition": { "amountString": "1", "timeWindow": 2_678_401 }, "action": { "type": "deny" } }),
-        );
-        assert!(e.unwrap_err().to_string().contains("2678400"));
-        let e =
-            parse(&json!({ "id": "a b", "type": "allTx", "condition": {}, "action": { "type": "deny" } }));
-        assert!(matches!(e, Err(Error::Invalid { .. })));
-        let e = parse(
-            &json!({ "id": "w", "type": "coinAddressWhitelist", "condition": { "addresses": ["0x12"] }, "action": { "type": "deny" } }),
-        );
-        assert!(e.unwrap_err().to_string().contains("Ethereum address"));
-    }
-}
+mod tests;

@@ -2,6 +2,8 @@
 //! /api/v2/wallet/{id}/txrequests`): who may, what is refused, and the one object both routes
 //! make: a [`Withdrawal`] with its pending [`Approval`].
 
+pub mod machine;
+
 use alloy_primitives::U256;
 use serde_json::{json, Value};
 
@@ -288,7 +290,7 @@ pub async fn gate(svc: &Custody, id: &WalletId) -> Result<(bool, Vec<super::poli
     let record: Value = serde_json::from_str(row.record.as_str()).unwrap_or_default();
     Ok((
         is_frozen(&record, svc.store.clock().now()),
-        super::policy_enterprise::all_rules(svc, &row, &record).await?,
+        super::policy::enterprise::all_rules(svc, &row, &record).await?,
     ))
 }
 

@@ -2,19 +2,18 @@
 //! /api/v2/{coin}/wallet/{walletId}/policy/rule`, kept in the wallet record's
 //! `admin.policy.rules`. A change that tightens (a new rule, a whitelist address taken away, a
 //! lower limit, fewer approvers) applies at once; one that loosens becomes a pending approval
-//! that other wallet admins resolve (`policy_changes`). Every change is audited with the rule
+//! that other wallet admins resolve (`policy::changes`). Every change is audited with the rule
 //! before and after.
 
 use serde_json::{json, Value};
 
-pub use super::policy_edit::RuleChange;
+pub use crate::custody::policy::edit::RuleChange;
 
-use super::{
+use crate::custody::{
+    policy::changes::Owner,
+    policy::edit::{apply_edit, check_condition},
     policy::{self, Rule, MAX_RULES},
-    policy_changes::Owner,
-    policy_edit::{apply_edit, check_condition},
-    policy_eval,
-    withdrawals::is_wallet_admin,
+    withdrawal::is_wallet_admin,
     Custody,
 };
 use crate::{
@@ -39,7 +38,7 @@ pub enum Changed {
 /// `wallet_manage` form and a wallet admin. Errors: `WalletNotFound`, `InsufficientScope`,
 /// `ApprovalNotAllowed` (not a wallet admin), `MissingField`, `InvalidField`, `AlreadyExists`
 /// (the id, or [`MAX_RULES`] reached), `PolicyRuleNotFound`, `TooManyRuleChanges` (409: the
-/// wallet has `policy_changes::MAX_PENDING` loosenings waiting), `Conflict` when the wallet
+/// wallet has `policy::changes::MAX_PENDING` loosenings waiting), `Conflict` when the wallet
 /// changed meanwhile.
 pub async fn change(
     svc: &Custody,
@@ -64,10 +63,17 @@ pub async fn change(
     let (before, after) = match what {
         RuleChange::Remove => {
             let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
-            let at = super::policy_edit::position(&rules, id)?;
+            let at = crate::custody::policy::edit::position(&rules, id)?;
             let why = format!("removing rule {id}");
-            let pending =
-                super::policy_changes::request(svc, auth, Owner::Wallet(&row), &rules[at], None, why).await?;
+            let pending = crate::custody::policy::changes::request(
+                svc,
+                auth,
+                Owner::Wallet(&row),
+                &rules[at],
+                None,
+                why,
+            )
+            .await?;
             return Ok(Changed::Pending(Box::new(pending)));
         }
         RuleChange::Create => {
@@ -85,24 +91,30 @@ pub async fn change(
         RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
             check_rule(svc, &row, &record, &rule).await?;
-            let at = super::policy_edit::position(&rules, &rule.id)?;
+            let at = crate::custody::policy::edit::position(&rules, &rule.id)?;
             let old = rules[at].clone();
             apply_edit(&mut rule, &old, edit);
             // A PUT that does not mention `lockDate` keeps it (`null` clears it: a loosening).
             if body.get("lockDate").is_none() {
                 rule.lock_date = old.lock_date;
             }
-            if let Some(why) = rule.loosens(&old) {
-                let pending =
-                    super::policy_changes::request(svc, auth, Owner::Wallet(&row), &old, Some(&rule), why)
-                        .await?;
+            if let Some(why) = old.judge_change(&rule, svc.store.clock().now()) {
+                let pending = crate::custody::policy::changes::request(
+                    svc,
+                    auth,
+                    Owner::Wallet(&row),
+                    &old,
+                    Some(&rule),
+                    why,
+                )
+                .await?;
                 return Ok(Changed::Pending(Box::new(pending)));
             }
             rules[at] = rule.clone();
             (Some(old), rule)
         }
     };
-    super::policy_edit::set_rules(&mut record, &rules);
+    crate::custody::policy::edit::set_rules(&mut record, &rules);
     let (kind, id) = (
         if before.is_some() { AuditType::PolicyRuleUpdated } else { AuditType::PolicyRuleCreated },
         &after.id,
@@ -152,24 +164,24 @@ pub async fn dry_run(
     auth: &Principal,
     coin: &Coin,
     wallet_id: &WalletId,
-    recipients: &[super::withdrawals::RecipientRequest],
+    recipients: &[crate::custody::withdrawal::RecipientRequest],
 ) -> Result<Value> {
     let row =
         crate::wallets::wallet_access(&svc.wallets, auth, coin, wallet_id, WalletPermission::View).await?;
     let record: Value = serde_json::from_str(row.record.as_str())
         .map_err(|e| Error::Internal(anyhow::anyhow!("stored wallet record: {e}")))?;
-    let recipients = super::withdrawals::parse_recipients(recipients)?;
+    let recipients = crate::custody::withdrawal::parse_recipients(recipients)?;
     let total = recipients.iter().fold(alloy_primitives::U256::ZERO, |a, r| a.saturating_add(r.amount));
-    let p = policy_eval::Proposal {
+    let p = policy::eval::Proposal {
         coin,
         wallet_coin: &row.coin,
         recipients: &recipients,
         total,
-        decimals: super::tokens::decimals(&svc.config, &row.coin, coin),
+        decimals: crate::custody::tokens::decimals(&svc.config, &row.coin, coin),
         hooks: None,
     };
     let required = policy::approvals_required(&record);
-    let asked = super::policy_hooks::Asked {
+    let asked = crate::custody::policy::hooks::Asked {
         stage: "dryRun",
         wallet: &row.id,
         coin,
@@ -180,10 +192,10 @@ pub async fn dry_run(
         total,
         approvals_required: Some(required),
     };
-    let verdict = super::reserve::verdict_now(
+    let verdict = crate::custody::reserve::verdict_now(
         svc,
         &row.id,
-        &super::policy_enterprise::all_rules(svc, &row, &record).await?,
+        &crate::custody::policy::enterprise::all_rules(svc, &row, &record).await?,
         &p,
         &asked,
         None,
@@ -191,8 +203,8 @@ pub async fn dry_run(
     .await?;
     let outcome = if verdict.denied.is_some() { "denied" } else { "pendingApproval" };
     let mut policy = verdict.into_policy();
-    let valued = super::breaker::value_of(svc, &row.coin, coin, total).await;
-    super::breaker::judge_now(svc, &row.id, &valued, &mut policy).await?;
+    let valued = crate::custody::breaker::value_of(svc, &row.coin, coin, total).await;
+    crate::custody::breaker::judge_now(svc, &row.id, &valued, &mut policy).await?;
     Ok(json!({
         "outcome": outcome,
         "singleRunResults": policy.single_run_results,

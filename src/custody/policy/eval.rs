@@ -8,7 +8,7 @@
 use alloy_primitives::U256;
 use serde_json::json;
 
-use super::policy::{ActionType, Condition, Rule};
+use super::{ActionType, Condition, Rule};
 use crate::{
     error::{Error, ErrorName},
     model::custody::{ApprovalPolicy, Recipient, RuleApproval, RuleResult},
@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// What `webhook` rules' URLs answered, by rule id: `None` when the URL passed the withdrawal,
-/// else why the rule fires (`custody::policy_hooks`).
+/// else why the rule fires (`custody::policy::hooks`).
 pub type Answers = std::collections::HashMap<String, Option<String>>;
 
 /// A withdrawal as the rules see it.

@@ -3,14 +3,14 @@
 //! same rules as a wallet's, applying to every wallet of the enterprise and coin, each judged
 //! on its own (a velocity limit counts each wallet's withdrawals). In a wallet's evaluation
 //! they follow its own rules, their ids prefixed [`PREFIX`]. A loosening waits for other admins
-//! of the enterprise (`policy_changes`).
+//! of the enterprise (`policy::changes`).
 
 use serde_json::{json, Value};
 
-use super::{
+use crate::custody::{
+    policy::changes::Owner,
+    policy::edit::{apply_edit, check_condition, RuleChange},
     policy::{self, Rule, MAX_RULES},
-    policy_changes::Owner,
-    policy_edit::{apply_edit, check_condition, RuleChange},
     Custody,
 };
 use crate::{
@@ -101,16 +101,17 @@ pub async fn change(
 ) -> Result<Changed> {
     auth.require(svc.wallets.policy, Action::ManageEnterprise { enterprise_id: enterprise })?;
     member(svc, auth, enterprise, true).await?;
-    super::spendable_coin(&svc.config, coin)?;
+    crate::custody::spendable_coin(&svc.config, coin)?;
     let text = svc.store.enterprise_rules(enterprise, coin).await?;
     let mut rules = policy::rules_of_list(text.as_deref());
     let (before, after) = match what {
         RuleChange::Remove => {
             let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
-            let at = super::policy_edit::position(&rules, id)?;
+            let at = crate::custody::policy::edit::position(&rules, id)?;
             let owner = Owner::Enterprise(enterprise, coin);
             let why = format!("removing rule {id}");
-            let pending = super::policy_changes::request(svc, auth, owner, &rules[at], None, why).await?;
+            let pending =
+                crate::custody::policy::changes::request(svc, auth, owner, &rules[at], None, why).await?;
             return Ok(Changed::Pending(Box::new(pending)));
         }
         RuleChange::Create => {
@@ -128,16 +129,17 @@ pub async fn change(
         RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
             checked(svc, enterprise, coin, &rule).await?;
-            let at = super::policy_edit::position(&rules, &rule.id)?;
+            let at = crate::custody::policy::edit::position(&rules, &rule.id)?;
             let old = rules[at].clone();
             apply_edit(&mut rule, &old, edit);
             if body.get("lockDate").is_none() {
                 rule.lock_date = old.lock_date;
             }
-            if let Some(why) = rule.loosens(&old) {
+            if let Some(why) = old.judge_change(&rule, svc.store.clock().now()) {
                 let owner = Owner::Enterprise(enterprise, coin);
                 let pending =
-                    super::policy_changes::request(svc, auth, owner, &old, Some(&rule), why).await?;
+                    crate::custody::policy::changes::request(svc, auth, owner, &old, Some(&rule), why)
+                        .await?;
                 return Ok(Changed::Pending(Box::new(pending)));
             }
             rules[at] = rule.clone();

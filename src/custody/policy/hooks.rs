@@ -11,9 +11,9 @@ use alloy_primitives::U256;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
-use super::{
+use crate::custody::{
+    policy::eval::Answers,
     policy::{Condition, Rule},
-    policy_eval::Answers,
     Custody,
 };
 use crate::{

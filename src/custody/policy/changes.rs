@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use super::{
+use crate::custody::{
     policy::{self, Rule},
     Custody,
 };
@@ -115,8 +115,8 @@ pub async fn request(
     if approval.wallet_id.is_none() {
         entry.enterprise_id = approval.enterprise.clone();
     }
-    let events = [super::events::approval_event(&approval)];
-    let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
+    let events = [crate::custody::events::approval_event(&approval)];
+    let announce = crate::custody::events::Announcement::prepare(&svc.webhooks, &events).await?;
     let recorded = svc.store.create_approval(&approval, &[entry], &announce.writes()).await?;
     announce.committed(&svc.webhooks, &recorded).await;
     Ok(approval)
@@ -175,7 +175,7 @@ pub async fn apply_request(
         name: ErrorName::PolicyRuleNotFound,
         message: format!("rule {} changed or went since this change was asked for; reject it", r.rule_id),
     };
-    let at = super::policy_edit::position(&rules, &r.rule_id).map_err(|_| gone())?;
+    let at = crate::custody::policy::edit::position(&rules, &r.rule_id).map_err(|_| gone())?;
     // Approvers approved a change from `before`: a rule changed since (tightened, say) is not
     // overwritten.
     let now = rules[at].to_json();
@@ -195,7 +195,7 @@ pub async fn apply_request(
     };
     let after = match record {
         Some(mut record) => {
-            super::policy_edit::set_rules(&mut record, &rules);
+            crate::custody::policy::edit::set_rules(&mut record, &rules);
             record.to_string()
         }
         None => Value::Array(rules.iter().map(Rule::to_json).collect()).to_string(),
