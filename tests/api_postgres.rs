@@ -36,6 +36,8 @@ mod custody;
 mod custody_approvals;
 #[path = "api/custody_faults.rs"]
 mod custody_faults;
+#[path = "api/custody_money.rs"]
+mod custody_money;
 #[path = "api/custody_scale.rs"]
 mod custody_scale;
 #[path = "api/custody_stuck.rs"]

@@ -109,6 +109,10 @@ pub struct WithdrawalsConfig {
     /// Approvals a loosening of an enterprise's policy rules needs, each from a different admin
     /// of the enterprise other than the one who asked (docs/policy.md#enterprise-rules).
     pub enterprise_policy_approvals: u32,
+    /// Seconds between the signer's nonce gap checks, which compare every signing address's
+    /// next nonce with the node's pending count and fill each gap (0: every round; at most
+    /// 3600; docs/withdrawals.md#nonce-gaps).
+    pub gap_check_interval: u64,
 }
 
 impl Default for WithdrawalsConfig {
@@ -128,6 +132,7 @@ impl Default for WithdrawalsConfig {
             policy_webhook_concurrency: 16,
             circuit_breaker_usd: 20_000_000,
             enterprise_policy_approvals: 1,
+            gap_check_interval: 30,
         }
     }
 }
@@ -160,6 +165,9 @@ impl WithdrawalsConfig {
         // At most a signer round's batch (`custody::transaction::BATCH`).
         if !(1..=50).contains(&self.send_batch) {
             return bad("send_batch", "from 1 to 50");
+        }
+        if self.gap_check_interval > 3_600 {
+            return bad("gap_check_interval", "from 0 to 3600 seconds");
         }
         if self.delivery_deadline == 0 {
             return bad("delivery_deadline", "must be at least 1 second");

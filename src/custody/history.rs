@@ -88,8 +88,7 @@ pub async fn timeline(svc: &Custody, auth: &Principal, id: &TxRequestId) -> Resu
     Ok(Timeline { record: WithdrawalRecord { withdrawal: w, attempts }, approval, transfers })
 }
 
-/// Withdrawals one unlock's totals count at most.
-pub const MAX_UNLOCK_COUNTED: u32 = 10_000;
+pub use crate::store::MAX_UNLOCK_COUNTED;
 
 /// What session `t` started under its current unlock (§2.4 `unlock.txCount`, `txValue`): its
 /// withdrawals since the unlock's `time`, in any state, at most [`MAX_UNLOCK_COUNTED`], and the

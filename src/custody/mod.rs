@@ -14,6 +14,7 @@ mod batch;
 pub mod breaker;
 pub mod events;
 pub mod freeze;
+pub mod gaps;
 pub mod history;
 pub mod keys;
 mod memo;

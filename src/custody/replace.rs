@@ -226,30 +226,3 @@ pub(super) async fn recheck_mined(
         .await;
     checked.into_iter().collect()
 }
-
-/// Signing addresses compared with the node per check (by address).
-pub const MAX_RECONCILED: u32 = 500;
-
-/// Compares each signing address's next nonce in the store with the node's pending count: the
-/// nonces reserved but neither with the node nor held by a withdrawal on its way there are a
-/// gap, which stalls every later transaction of the address. The largest is the gauge
-/// `custodian_custody_nonce_gap` (0 when none), and each is logged.
-pub(super) async fn reconcile(
-    svc: &Custody,
-    coin: &crate::types::Coin,
-    node: &dyn SendNode,
-) -> Result<(), RoundError> {
-    let mut widest = 0u64;
-    for (address, next, on_the_way) in
-        svc.store.nonce_counters(coin.as_str(), super::transaction::BATCH).await?
-    {
-        let with_node = node.pending_nonce(address).await?;
-        let gap = next.saturating_sub(with_node).saturating_sub(on_the_way);
-        if gap > 0 {
-            tracing::warn!(coin = %coin, %address, next, with_node, on_the_way, gap, "nonces reserved but not with the node: later transactions of this address stall");
-        }
-        widest = widest.max(gap);
-    }
-    svc.metrics.custody.nonce_gap.set(i64::try_from(widest).unwrap_or(i64::MAX));
-    Ok(())
-}

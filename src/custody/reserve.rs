@@ -105,6 +105,7 @@ pub async fn create(
     record: &Value,
     w: &Withdrawal,
     valued: &Valued,
+    unlock: Option<&UnlockCap>,
     approval: Approval,
     audit: &[AuditEntry],
     events: &[&EventWrite],
@@ -120,9 +121,11 @@ pub async fn create(
         Some(t) => super::tokens::held(svc, &wallet.id, t).await?,
         None => U256::ZERO,
     };
+    // The balance at the chain's confirmation depth: a deposit not yet that deep, or one a reorg
+    // may still take away, pays nothing.
     let balance = wallet
         .balances
-        .balance
+        .confirmed
         .as_ref()
         .and_then(|b| U256::from_str_radix(b.as_str(), 10).ok())
         .unwrap_or(U256::ZERO);
@@ -134,6 +137,9 @@ pub async fn create(
             return Err(Box::new(refused));
         }
         check_funds(cap, balance, token_held, w, &s.flying).map_err(|e| Box::new(e) as Refusal)?;
+        if let (Some(u), Some(sent)) = (unlock, s.unlock_sent) {
+            u.check(sent, w.total()).map_err(|e| Box::new(e) as Refusal)?;
+        }
         let mut policy = verdict.into_policy();
         if let Some(why) = breaker::holds(limit, s.usd_sent.unwrap_or(0), valued) {
             breaker::add_hold(&mut policy, why);
@@ -142,7 +148,9 @@ pub async fn create(
     };
     let sums = sum_windows(&windows, w.created_at);
     let usd_since = valued.usd.as_ref().map(|_| breaker::since(w.created_at));
-    let reserve = Reservation { in_flight: IN_FLIGHT, in_flight_limit: cap, windows: &sums, usd_since };
+    let unlock_since = unlock.map(|u| (&u.token, u.since));
+    let reserve =
+        Reservation { in_flight: IN_FLIGHT, in_flight_limit: cap, windows: &sums, usd_since, unlock_since };
     match svc.store.create_withdrawal(w, &reserve, &judge, audit, events).await? {
         Created::Refused(r) => Err(match r.downcast::<Error>() {
             Ok(e) => *e,
@@ -160,9 +168,40 @@ pub async fn create(
     }
 }
 
-/// Refuses a withdrawal the wallet cannot pay: its balance (the chain watcher's; `token_held`
-/// of a token) less what `flying` will spend, each with its fee reserve; or one past the cap
-/// of `cap` withdrawals in flight.
+/// An unlocked session's `unlock.txValueLimit` (§2.4): what it may start in all, base units of
+/// any coin, from its unlock's `time` (Unix seconds) until the unlock ends. BitGo's "unlocking
+/// removes spending limits" lifts the per-coin `spendingLimits`, not this
+/// (docs/decisions.md#unlock-txvaluelimit).
+#[derive(Debug, Clone)]
+pub struct UnlockCap {
+    pub token: crate::types::TokenId,
+    pub since: i64,
+    pub limit: U256,
+}
+
+impl UnlockCap {
+    /// Refuses `total` when what the session `sent` since its unlock and `total` pass the
+    /// limit: 400 `SpendingLimitExceeded`.
+    pub fn check(&self, sent: U256, total: U256) -> Result<()> {
+        let after = sent.saturating_add(total);
+        if after <= self.limit {
+            return Ok(());
+        }
+        Err(Error::Invalid {
+            name: ErrorName::SpendingLimitExceeded,
+            message: format!(
+                "this unlocked session started {sent} base units since its unlock; {total} more would pass its txValueLimit ({})",
+                self.limit
+            ),
+            context: serde_json::json!({ "field": "amount", "txValue": sent.to_string(), "txValueLimit": self.limit.to_string() }),
+        })
+    }
+}
+
+/// Refuses a withdrawal the wallet cannot pay: its confirmed balance (the chain watcher's, at
+/// the chain's confirmation depth; `token_held` of a token) less what `flying` (every
+/// withdrawal that balance does not hold yet) will spend, each with its fee reserve; or one
+/// past the cap of `cap` unmined withdrawals in flight.
 fn check_funds(
     cap: u32,
     balance: U256,
@@ -170,7 +209,11 @@ fn check_funds(
     w: &Withdrawal,
     flying: &[Withdrawal],
 ) -> Result<()> {
-    if flying.len() >= usize::try_from(cap).unwrap_or(usize::MAX) {
+    let unmined = flying.iter().filter(|f| f.mined_block.is_none()).count();
+    let cap_all = cap.saturating_add(crate::store::MAX_UNSETTLED_MINED);
+    if unmined >= usize::try_from(cap).unwrap_or(usize::MAX)
+        || flying.len() >= usize::try_from(cap_all).unwrap_or(usize::MAX)
+    {
         return Err(Error::Conflict {
             name: ErrorName::TooManyWithdrawals,
             message: format!(
@@ -202,3 +245,57 @@ pub const IN_FLIGHT: &[TxRequestState] = &[
     TxRequestState::Signed,
     TxRequestState::Delivered,
 ];
+
+/// Which of `ws` (approved, about to take a nonce, in the order they would) the money really
+/// there still pays: the wallet's confirmed balance (and token balance) as the watcher read it
+/// last, less every withdrawal of the wallet holding a nonce that balance does not hold yet,
+/// and less those of `ws` before it that pass. A deposit reorged away, or a payment the node
+/// made that the watcher has not confirmed, can leave less than at admission; one that does
+/// not fit waits unsigned (and its delivery deadline cancels it), so it never takes a nonce it
+/// cannot use.
+pub async fn still_funded(svc: &Custody, ws: &[&Withdrawal]) -> Result<Vec<bool>> {
+    let mut wallets: Vec<WalletId> = ws.iter().map(|w| w.wallet_id.clone()).collect();
+    wallets.sort();
+    wallets.dedup();
+    let rows = svc.store.wallets_by_ids(&wallets, true).await?;
+    let mut ahead: std::collections::HashMap<WalletId, Vec<Withdrawal>> = Default::default();
+    for wallet in &wallets {
+        let filter = crate::store::WithdrawalFilter {
+            wallet: Some(wallet.clone()),
+            states: Some(vec![
+                TxRequestState::PendingDelivery,
+                TxRequestState::Signed,
+                TxRequestState::Delivered,
+            ]),
+            unsettled: true,
+            limit: svc
+                .config
+                .withdrawals
+                .max_in_flight_per_wallet
+                .saturating_add(crate::store::MAX_UNSETTLED_MINED),
+            ..Default::default()
+        };
+        let held: Vec<Withdrawal> =
+            svc.store.withdrawals(&filter).await?.into_iter().filter(|w| w.nonce.is_some()).collect();
+        ahead.insert(wallet.clone(), held);
+    }
+    let mut out = Vec::with_capacity(ws.len());
+    for w in ws {
+        let row = rows.iter().find(|r| r.id == w.wallet_id);
+        let balance = row
+            .and_then(|r| r.balances.confirmed.as_ref())
+            .and_then(|b| U256::from_str_radix(b.as_str(), 10).ok())
+            .unwrap_or(U256::ZERO);
+        let token_held = match &w.token {
+            Some(t) => super::tokens::held(svc, &w.wallet_id, t).await?,
+            None => U256::ZERO,
+        };
+        let before = ahead.entry(w.wallet_id.clone()).or_default();
+        let fits = check_funds(u32::MAX, balance, token_held, w, before).is_ok();
+        if fits {
+            before.push((*w).clone());
+        }
+        out.push(fits);
+    }
+    Ok(out)
+}

@@ -35,10 +35,6 @@ use crate::{
 
 pub use super::transaction::BATCH;
 
-/// How often the signer compares its nonces with the node's (`replace::reconcile`), seconds of
-/// the service's clock.
-pub const RECONCILE_EVERY: i64 = 30;
-
 /// Starts a signer for each configured chain; each stops when `stop` turns true.
 pub fn spawn_all(svc: &Custody, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
     let mut handles = Vec::new();
@@ -114,10 +110,12 @@ async fn run(
                 false
             }
         };
-        // The gap check asks the node about every signing address: once a RECONCILE_EVERY.
+        // The gap check asks the node about every signing address: once a
+        // `withdrawals.gap_check_interval` of the service's clock.
         let now = svc.store.clock().now();
-        if reconciled.is_none_or(|at| now.saturating_sub(at) >= RECONCILE_EVERY) {
-            match super::replace::reconcile(&svc, &coin, node.as_ref()).await {
+        let every = i64::try_from(svc.config.withdrawals.gap_check_interval).unwrap_or(i64::MAX);
+        if reconciled.is_none_or(|at| now.saturating_sub(at) >= every) {
+            match super::gaps::reconcile(&svc, (&coin, chain_id), node.as_ref()).await {
                 Ok(()) => reconciled = Some(now),
                 Err(e) => {
                     tracing::warn!(coin = %coin, error = %e, "the nonce gap check failed; trying again")

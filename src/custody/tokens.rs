@@ -50,8 +50,8 @@ pub fn resolve(config: &Config, chain: &Coin, route: &Coin, names: &[Option<&str
     }))
 }
 
-/// The wallet's balance of `token` as the chain watcher last saw it (base units; 0 when it
-/// has none).
+/// The wallet's balance of `token` at the chain's confirmation depth, as the chain watcher last
+/// read it (base units; 0 when it has none).
 pub async fn held(svc: &Custody, wallet: &WalletId, token: &Token) -> Result<U256> {
     Ok(svc
         .store
@@ -59,7 +59,7 @@ pub async fn held(svc: &Custody, wallet: &WalletId, token: &Token) -> Result<U25
         .await?
         .into_iter()
         .find(|(coin, ..)| coin == token.coin.as_str())
-        .and_then(|(_, balance, ..)| U256::from_str_radix(&balance, 10).ok())
+        .and_then(|(_, _, confirmed, _)| U256::from_str_radix(&confirmed, 10).ok())
         .unwrap_or(U256::ZERO))
 }
 

@@ -88,6 +88,7 @@ crate::types::text_enum!(
         WithdrawalBroadcast = "withdrawal.broadcast",
         WithdrawalReplaced = "withdrawal.replaced",
         WithdrawalFailed = "withdrawal.failed",
+        WithdrawalNonceFilled = "withdrawal.nonce_filled",
     }
 );
 

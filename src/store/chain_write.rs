@@ -52,6 +52,7 @@ where
 {
     let now_ms = crate::clock::wall_now_ms();
     upsert_transfers::<DB>(tx, w.transfers, now_ms).await?;
+    settle_withdrawals::<DB>(tx, w.transfers).await?;
     for a in w.appeared {
         sqlx::query(
             "INSERT INTO chain_appearances (chain, address, wallet_id, height, txid) VALUES ($1, $2, $3, $4, $5) \
@@ -109,6 +110,39 @@ async fn upsert_transfers<DB>(
             q = q.bind(t.utxo.as_ref().map(to_json).transpose()?);
         }
         q.execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
+/// Marks settled the withdrawals one of whose transactions `transfers` record as a `confirmed`
+/// send (written with the confirmed balances that now hold it), and unmarks those whose send
+/// is in another state now. A withdrawal admits against the confirmed balance less the
+/// withdrawals not settled (`custody::reserve`).
+#[sql_bounds]
+async fn settle_withdrawals<DB>(tx: &mut DB::Connection, transfers: &[Transfer]) -> StoreResult<()> {
+    const HASHES: usize = 64;
+    let sends: Vec<&Transfer> =
+        last_of_each(transfers, |t| t.id.as_str()).into_iter().filter(|t| t.value.starts_with('-')).collect();
+    for settled in [true, false] {
+        let hashes: Vec<String> = sends
+            .iter()
+            .filter(|t| (t.state == crate::model::chain::TransferState::Confirmed) == settled)
+            .map(|t| t.txid.to_ascii_lowercase())
+            .collect();
+        for chunk in hashes.chunks(HASHES) {
+            // `settled` is the store's own 0 or 1, written into the text; only the hashes are bound.
+            let flag = i64::from(settled);
+            let sql = format!(
+                "UPDATE withdrawals SET settled = {flag} WHERE settled <> {flag} AND id IN (SELECT tx_request_id \
+                 FROM withdrawal_attempts WHERE tx_hash IN ({}))",
+                DB::row_params(1, chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for hash in chunk {
+                q = q.bind(hash.as_str());
+            }
+            q.execute(&mut *tx).await?;
+        }
     }
     Ok(())
 }
@@ -196,6 +230,16 @@ pub(super) async fn rewind<DB>(
     now: i64,
 ) -> StoreResult<()> {
     let tip = ancestor.height + depth;
+    // A confirmed send the reorg takes away no longer settles its withdrawal.
+    sqlx::query(
+        "UPDATE withdrawals SET settled = 0 WHERE settled = 1 AND id IN (SELECT a.tx_request_id FROM \
+         withdrawal_attempts a JOIN transfers t ON t.txid = a.tx_hash WHERE t.chain = $1 AND t.height > $2 \
+         AND t.state = 'confirmed')",
+    )
+    .bind(chain)
+    .bind(h(ancestor.height))
+    .execute(&mut *tx)
+    .await?;
     sqlx::query(
         "UPDATE transfers SET state = 'removed', confirmations = $3 - height + 1 WHERE chain = $1 \
          AND height > $2 AND state IN ('unconfirmed', 'confirmed') AND block_hash <> ''",

@@ -7,7 +7,9 @@ use alloy_primitives::{Address, U256};
 use async_trait::async_trait;
 use sqlx::FromRow;
 
-pub use super::custody_create::{Judge, Reservation, Spending, SumWindow};
+pub use super::custody_create::{
+    Judge, Reservation, Spending, SumWindow, MAX_UNLOCK_COUNTED, MAX_UNSETTLED_MINED,
+};
 pub use super::custody_rows::{Batched, Created, Move, RecordSwap, Refusal, Signed, WithdrawalFilter};
 use super::{
     custody_rows::{

@@ -21,12 +21,20 @@ use crate::model::{
     audit::AuditEntry,
     custody::{Approval, TxRequestState, Withdrawal},
 };
-use crate::types::{Coin, EnterpriseId, TxRequestId, WalletId};
+use crate::types::{Coin, EnterpriseId, TokenId, TxRequestId, WalletId};
+
+/// Withdrawals one unlock's `txValue` counts at most (as `custody::history` shows it).
+pub const MAX_UNLOCK_COUNTED: u32 = 10_000;
+
+/// Withdrawals of one wallet mined but not yet confirmed by the chain watcher that admission
+/// reads beside the in-flight cap: a wallet's sends within its chain's confirmation depth.
+pub const MAX_UNSETTLED_MINED: u32 = 10_000;
 
 /// What a new withdrawal's judge reads under the wallet's lock.
 #[derive(Debug)]
 pub struct Reservation<'a> {
-    /// The wallet's unmined withdrawals in these states, at most `in_flight_limit`.
+    /// The wallet's withdrawals in these states that are not settled (their send not confirmed
+    /// by the watcher), at most `in_flight_limit` unmined and [`MAX_UNSETTLED_MINED`] mined.
     pub in_flight: &'a [TxRequestState],
     pub in_flight_limit: u32,
     /// The velocity windows to sum, as [`super::CustodyStore::velocity_sums`] does.
@@ -34,6 +42,9 @@ pub struct Reservation<'a> {
     /// The start of the circuit breaker's window (Unix seconds): the cents the wallet sent
     /// since, as [`super::PriceStore::usd_sent`] reads them; `None`: not read.
     pub usd_since: Option<i64>,
+    /// An unlocked session with a `txValueLimit` and its unlock's `time` (Unix seconds): the
+    /// token is locked too and what it started since is summed ([`Spending::unlock_sent`]).
+    pub unlock_since: Option<(&'a TokenId, i64)>,
 }
 
 /// A velocity window: base units of `coin` withdrawn since `since` (Unix seconds).
@@ -51,6 +62,9 @@ pub struct Spending {
     pub sums: Vec<U256>,
     /// Cents sent since [`Reservation::usd_since`], when asked.
     pub usd_sent: Option<i64>,
+    /// Base units the session of [`Reservation::unlock_since`] started since its unlock, any
+    /// state, any coin (its `unlock.txValue`), when asked.
+    pub unlock_sent: Option<U256>,
 }
 
 /// Decides, under the wallet's lock, the approval a new withdrawal is stored with, or refuses it.
@@ -137,11 +151,13 @@ where
     if let Some(row) = existing {
         return Ok(Created::Existing(Box::new(row.into_withdrawal()?)));
     }
+    // Every withdrawal the confirmed balance does not hold yet: those not sent, and those sent
+    // whose send the watcher has not confirmed (mined or not).
     let filter = WithdrawalFilter {
         wallet: Some(w.wallet_id.clone()),
         states: Some(reserve.in_flight.to_vec()),
-        unmined: true,
-        limit: reserve.in_flight_limit,
+        unsettled: true,
+        limit: reserve.in_flight_limit.saturating_add(MAX_UNSETTLED_MINED),
         ..Default::default()
     };
     let (sql, params) = select_withdrawals(&filter);
@@ -152,7 +168,27 @@ where
         Some(since) => Some(super::prices::usd_sent_on::<DB>(&mut tx, &w.wallet_id, since).await?),
         None => None,
     };
-    let a = match judge(&Spending { flying, sums, usd_sent }) {
+    let unlock_sent = match reserve.unlock_since {
+        Some((token, since)) => {
+            let _: Option<(String,)> =
+                sqlx::query_as(DB::LOCK_TOKEN).bind(token.as_str()).fetch_optional(&mut *tx).await?;
+            let filter = WithdrawalFilter {
+                token: Some(token.clone()),
+                created_from: Some(since),
+                limit: MAX_UNLOCK_COUNTED,
+                ..Default::default()
+            };
+            let (sql, params) = select_withdrawals(&filter);
+            let rows = params.bind(sqlx::query_as::<DB, WithdrawalRow>(&sql)).fetch_all(&mut *tx).await?;
+            let mut sent = U256::ZERO;
+            for row in rows {
+                sent = sent.saturating_add(row.into_withdrawal()?.total());
+            }
+            Some(sent)
+        }
+        None => None,
+    };
+    let a = match judge(&Spending { flying, sums, usd_sent, unlock_sent }) {
         Ok(a) => a,
         Err(refused) => return Ok(Created::Refused(refused)),
     };

@@ -351,6 +351,9 @@ pub struct WithdrawalFilter {
     pub key: Option<String>,
     /// Only those whose transaction the signer has not seen mined.
     pub unmined: bool,
+    /// Only those whose send the chain watcher has not recorded `confirmed` (`settled` unset):
+    /// what the wallet's confirmed balance does not hold yet.
+    pub unsettled: bool,
     /// Only those the signer saw mined at this block or later.
     pub mined_from: Option<u64>,
     pub ids: Option<Vec<TxRequestId>>,
@@ -375,6 +378,9 @@ pub(super) fn select_withdrawals(f: &WithdrawalFilter) -> (String, Where) {
     w.eq("idempotency_key", f.key.clone());
     if f.unmined {
         w.raw("mined_block IS NULL");
+    }
+    if f.unsettled {
+        w.raw("settled = 0");
     }
     if let Some(from) = f.mined_from {
         // A number of the store's own, not a client's text.

@@ -15,6 +15,7 @@
 //! | `rate_buckets.rs` | [`RateBucketStore`]  | rate limits' token buckets (PostgreSQL only) |
 //! | `custody.rs`    | [`CustodyStore`]       | custody keys, withdrawals, pending approvals, nonces |
 //! | `custody_attempts.rs` | [`AttemptStore`] | every transaction signed for a withdrawal |
+//! | `nonce_fills.rs` | [`NonceFillStore`] | nonce gaps' holders and the signer's fills |
 //! | `custody_create.rs` | (`CustodyStore`) | a new withdrawal judged under its wallet's lock |
 //! | `velocity.rs` | (`CustodyStore`) | the velocity ledger: a window's sum in a few index reads |
 //! | `chain.rs` (and `chain_*.rs`) | [`ChainStore`] | watched addresses, headers, checkpoints, transfers |
@@ -49,6 +50,7 @@ mod event_keys;
 mod events;
 pub mod group_commit;
 mod keys;
+mod nonce_fills;
 mod oauth;
 mod oauth_exchange;
 mod outbox;
@@ -75,13 +77,14 @@ pub use audit::{AuditFilter, AuditStore};
 pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
 pub use custody::{
     ApprovalFilter, Batched, Created, CustodyStore, Judge, Move, RecordSwap, Refusal, Reservation, Signed,
-    Spending, SumWindow, WithdrawalFilter,
+    Spending, SumWindow, WithdrawalFilter, MAX_UNLOCK_COUNTED, MAX_UNSETTLED_MINED,
 };
 pub use custody_attempts::{AttemptStore, Replacement};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};
 pub use keys::KeyStore;
+pub use nonce_fills::{NonceFill, NonceFillStore, NonceHolder};
 pub use oauth::{Exchange, OAuthStore, Redeem, Redeemed};
 pub use outbox::{
     Claimed, Completion, DeliveryStats, FailureFacts, HourCount, LastAttempts, NotificationSearch,
@@ -179,6 +182,7 @@ pub trait Store:
     + RateBucketStore
     + CustodyStore
     + AttemptStore
+    + NonceFillStore
     + PriceStore
     + SsoStore
     + UtxoStore
@@ -215,6 +219,7 @@ where
         + RateBucketStore
         + CustodyStore
         + AttemptStore
+        + NonceFillStore
         + PriceStore
         + SsoStore
         + UtxoStore

@@ -106,6 +106,7 @@ impl Dialect for Postgres {
     const SERIALIZE_WEBHOOK_INSERTS: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(7421001)");
 
     const LOCK_WALLET: &'static str = "SELECT id FROM wallets WHERE id = $1 FOR UPDATE";
+    const LOCK_TOKEN: &'static str = "SELECT id FROM access_tokens WHERE id = $1 FOR UPDATE";
     const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1 FOR UPDATE";
 
     fn json_text_elements(param: usize) -> String {

@@ -61,6 +61,10 @@ pub trait Dialect: Database {
     /// Locks wallet `$1` until the transaction ends: two withdrawals of one wallet are judged
     /// one after the other, across processes (its in-flight cap, balance and velocity limits).
     const LOCK_WALLET: &'static str;
+    /// Locks access token `$1` until the transaction ends: two withdrawals of one unlocked
+    /// session, of any wallets, are judged one after the other against its `txValueLimit`
+    /// (taken after the wallet's lock, never before).
+    const LOCK_TOKEN: &'static str;
     /// Reads the audit chain's last hash and locks it until the transaction ends.
     const LOCK_AUDIT_HEAD: &'static str;
     /// The text elements of the JSON array bound as `$param`, as a subquery's rows.

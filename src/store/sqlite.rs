@@ -160,6 +160,7 @@ impl Dialect for Sqlite {
 
     /// One writer at a time already (`BEGIN IMMEDIATE`): a read is enough.
     const LOCK_WALLET: &'static str = "SELECT id FROM wallets WHERE id = $1";
+    const LOCK_TOKEN: &'static str = "SELECT id FROM access_tokens WHERE id = $1";
     const LOCK_AUDIT_HEAD: &'static str = "SELECT hash FROM audit_head WHERE id = 1";
 
     fn json_text_elements(param: usize) -> String {

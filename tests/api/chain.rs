@@ -141,6 +141,11 @@ impl Anvil {
         hex_u128(&self.rpc("eth_blockNumber", json!([])).await) as u64
     }
 
+    /// The address's mined transaction count (`eth_getTransactionCount` at `latest`).
+    pub async fn nonce(&self, address: &str) -> u64 {
+        hex_u128(&self.rpc("eth_getTransactionCount", json!([address, "latest"])).await) as u64
+    }
+
     pub async fn balance(&self, address: &str) -> u128 {
         hex_u128(&self.rpc("eth_getBalance", json!([address, "latest"])).await)
     }

@@ -100,12 +100,14 @@ impl Custodial {
         receiver
     }
 
-    /// Waits until the watcher's balance of the wallet is `wei`.
+    /// Waits until the watcher's balance of the wallet is `wei`, at the head and at the chain's
+    /// confirmation depth (which new withdrawals are admitted against).
     pub async fn balance_is(&self, wei: u128) {
         let path = format!("/api/v2/hteth/wallet/{}?expandBalance=true", self.wallet_id());
         until("the wallet's balance", 30, || async {
             let w = expect_json(self.app.get_auth(&path, &self.alice_token).await, 200).await;
-            (w["balanceString"] == json!(wei.to_string())).then_some(())
+            let wanted = json!(wei.to_string());
+            (w["balanceString"] == wanted && w["confirmedBalanceString"] == wanted).then_some(())
         })
         .await;
     }

@@ -97,7 +97,9 @@ async fn kill_once_at(at: KilledWhen) {
     let path = format!("{}/api/v2/hteth/wallet/{wallet_id}?expandBalance=true", first.base);
     until("the wallet is funded", 30, || async {
         let w: Value = c.client.get(&path).bearer_auth(&alice).send().await.ok()?.json().await.ok()?;
-        (w["balanceString"] == json!(ONE_ETH.to_string())).then_some(())
+        (w["balanceString"] == json!(ONE_ETH.to_string())
+            && w["confirmedBalanceString"] == json!(ONE_ETH.to_string()))
+        .then_some(())
     })
     .await;
     post(&c, &first, &alice, "/api/v2/user/unlock", &json!({ "otp": "000000" }), "POST").await;

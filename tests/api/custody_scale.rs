@@ -33,7 +33,9 @@ async fn fifty_withdrawals_through_two_processes_take_consecutive_nonces_and_are
     let path = format!("{}/api/v2/hteth/wallet/{wallet_id}?expandBalance=true", servers[0].base);
     until("the wallet is funded", 30, || async {
         let w: Value = c.client.get(&path).bearer_auth(&alice).send().await.ok()?.json().await.ok()?;
-        (w["balanceString"] == json!(ONE_ETH.to_string())).then_some(())
+        (w["balanceString"] == json!(ONE_ETH.to_string())
+            && w["confirmedBalanceString"] == json!(ONE_ETH.to_string()))
+        .then_some(())
     })
     .await;
     post(&c, &servers[0], &alice, "/api/v2/user/unlock", &json!({ "otp": "000000" }), "POST").await;

@@ -139,8 +139,8 @@ async fn a_withdrawal_whose_block_is_reorged_away_is_sent_again_and_mined_once()
 }
 
 #[tokio::test]
-async fn a_nonce_reserved_but_never_with_the_node_is_reported_as_a_gap() {
-    let c = custodial_with(ONE_ETH, 1, |_| {}).await;
+async fn a_nonce_reserved_but_never_with_the_node_is_reported_then_filled_and_the_wallet_moves_on() {
+    let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.gap_check_interval = 1).await;
     c.withdraw(OTHER, "1").await;
     let rounds = metric_value(&c.app, "custodian_custody_signer_rounds_total").await;
     until("a round after the send", 30, || async {
@@ -148,17 +148,38 @@ async fn a_nonce_reserved_but_never_with_the_node_is_reported_as_a_gap() {
     })
     .await;
     assert_eq!(metric_value(&c.app, "custodian_custody_nonce_gap").await, 0, "no gap after a clean send");
-    // A nonce the store handed out that no transaction carries (a withdrawal lost after it took
-    // its nonce): every later transaction of the address would wait behind it.
+    assert_eq!(metric_value(&c.app, "custodian_custody_nonce_fills_total").await, 0);
+    // A nonce the store handed out that no transaction carries (a node's pending count answered
+    // one too high when it was reserved): every later transaction of the address waits behind it.
     c.app.raw_sql("UPDATE signer_nonces SET next_nonce = next_nonce + 1").await;
-    // The check runs every `RECONCILE_EVERY` seconds of the service's clock.
-    c.app
-        .state
-        .store
-        .clock()
-        .advance(Duration::from_secs(custodian::custody::signer::RECONCILE_EVERY as u64 + 1));
-    until("the gap is reported", 30, || async {
-        (metric_value(&c.app, "custodian_custody_nonce_gap").await == 1).then_some(())
+    let before = c.anvil.nonce(&c.address()).await;
+    // The check runs every `withdrawals.gap_check_interval` seconds of the service's clock.
+    c.app.state.store.clock().advance(Duration::from_secs(2));
+    until("the gap is filled", 30, || async {
+        (metric_value(&c.app, "custodian_custody_nonce_fills_total").await == 1).then_some(())
+    })
+    .await;
+    // The fill is a zero-value transaction from the address to itself at the missing nonce,
+    // audited, and mined: the node's count moves past it.
+    let audited = c.app.raw_sql("SELECT data FROM audit_log WHERE type = 'withdrawal.nonce_filled'").await;
+    assert_eq!(audited.len(), 1, "{audited:?}");
+    let entry: Value = serde_json::from_str(&audited[0]).unwrap();
+    assert_eq!(entry["nonce"], json!(before), "{entry}");
+    until("the node counts the fill", 30, || async {
+        (c.anvil.nonce(&c.address()).await == before + 1).then_some(())
+    })
+    .await;
+    c.app.state.store.clock().advance(Duration::from_secs(2));
+    until("the gap gauge returns to 0", 30, || async {
+        (metric_value(&c.app, "custodian_custody_nonce_gap").await == 0).then_some(())
+    })
+    .await;
+    // The next withdrawal takes the nonce after the fill and is mined.
+    let next = c.withdraw(OTHER, "2").await;
+    assert_eq!(next["transactions"][0]["nonce"], json!(before + 1), "{next}");
+    c.anvil.mine(1).await;
+    until("the node counts the next withdrawal", 30, || async {
+        (c.anvil.nonce(&c.address()).await == before + 2).then_some(())
     })
     .await;
 }
@@ -275,7 +296,7 @@ async fn a_reorg_of_the_newest_withdrawal_is_seen_behind_a_full_batch_of_older_m
 
 /// Alice's and Bob's custodial wallet (1 ETH, one approval) whose node is a proxy in front of a
 /// new anvil, `tweak` applied to the configuration: the proxy and the service.
-async fn behind_proxy(tweak: impl FnOnce(&mut custodian::config::Config)) -> (HostileNode, Custodial) {
+pub async fn behind_proxy(tweak: impl FnOnce(&mut custodian::config::Config)) -> (HostileNode, Custodial) {
     let anvil = Anvil::start().await;
     let node = HostileNode::start(&anvil.url).await;
     let url = node.url.clone();

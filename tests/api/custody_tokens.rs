@@ -24,7 +24,10 @@ async fn fund_tokens(c: &crate::custody::Custodial, contract: &str, amount: u128
     let path = format!("/api/v2/hteth/wallet/{}?allTokens=true", c.wallet_id());
     until("the watcher reads the token balance", 30, || async {
         let w: Value = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
-        (w["tokens"]["hteth:tst"]["balanceString"] == json!(amount.to_string())).then_some(())
+        let t = &w["tokens"]["hteth:tst"];
+        (t["balanceString"] == json!(amount.to_string())
+            && t["confirmedBalanceString"] == json!(amount.to_string()))
+        .then_some(())
     })
     .await;
 }
@@ -140,6 +143,12 @@ async fn a_withdrawal_mined_but_reverted_ends_failed_and_is_not_sent_again() {
     let hash = sent["transactions"][0]["txHash"].as_str().unwrap();
     let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
     assert_eq!(receipt["status"], "0x0", "{receipt}");
+    // One reverted receipt decides nothing: the signer reads it again once its block is the
+    // chain's `confirmations` (3) deep, finds no Transfer of it logged, and only then fails it.
+    c.tx_request_where(&id, "the signer sees it mined", |t| t["transactions"][0]["blockHeight"].is_u64())
+        .await;
+    assert_eq!(c.tx_request(&id).await["state"], "delivered");
+    c.anvil.mine(2).await;
     let failed = c.state_is(&id, "failed").await;
     assert_eq!(failed["transactions"][0]["txHash"], hash, "{failed}");
     assert_eq!(token_balance(&c.anvil, &contract, OTHER).await, 0);

@@ -38,6 +38,63 @@ pub struct Lies {
     /// The next batch of `eth_sendRawTransaction` calls has its call at this index answered
     /// with an error (`message`) instead of reaching the node; the rest pass.
     pub refuse_in_batch: Option<(usize, &'static str)>,
+    /// The next this many `eth_sendRawTransaction` calls are answered with this error without
+    /// reaching the node.
+    pub refuse_sends: (usize, &'static str),
+    /// The next this many `eth_sendRawTransaction` calls reach the node, which takes them, and
+    /// are answered "insufficient funds" all the same.
+    pub take_then_refuse: usize,
+    /// The next this many receipts that exist, asked alone (the signer's way; the chain watcher
+    /// asks a block's in a batch), are answered with `status: 0x0` (reverted).
+    pub reverted_receipts: usize,
+    /// The next this many `eth_getTransactionCount(.., "pending")` answers are this much higher
+    /// than the node's.
+    pub pending_nonce_plus: (usize, u64),
+}
+
+/// The error a call of `method` is answered with instead of reaching the node, if any.
+fn refusal(l: &mut Lies, method: &str) -> Option<&'static str> {
+    match method {
+        "eth_sendRawTransaction" if l.refuse_sends.0 > 0 => {
+            l.refuse_sends.0 -= 1;
+            Some(l.refuse_sends.1)
+        }
+        _ => None,
+    }
+}
+
+/// The node's `answer` to `call`, changed when told to lie about it.
+fn tamper(l: &mut Lies, call: &Value, mut answer: Value, lone: bool) -> Value {
+    match call["method"].as_str().unwrap_or_default() {
+        "eth_sendRawTransaction" if l.take_then_refuse > 0 && answer.get("result").is_some() => {
+            l.take_then_refuse -= 1;
+            json!({ "jsonrpc": "2.0", "id": call["id"], "error": { "code": -32000, "message": "insufficient funds for gas * price + value" } })
+        }
+        "eth_getTransactionReceipt" if lone && l.reverted_receipts > 0 && answer["result"].is_object() => {
+            l.reverted_receipts -= 1;
+            answer["result"]["status"] = json!("0x0");
+            answer
+        }
+        "eth_getTransactionCount" if l.pending_nonce_plus.0 > 0 && call["params"][1] == "pending" => {
+            let n = answer["result"]
+                .as_str()
+                .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok());
+            if let Some(n) = n {
+                l.pending_nonce_plus.0 -= 1;
+                answer["result"] = json!(format!("0x{:x}", n + l.pending_nonce_plus.1));
+            }
+            answer
+        }
+        _ => answer,
+    }
+}
+
+/// `text`, one answer, tampered with as `call` says.
+fn tampered(s: &Shared, call: &Value, text: String) -> String {
+    match serde_json::from_str::<Value>(&text) {
+        Ok(answer) => tamper(&mut s.inner.lock().unwrap().lies, call, answer, true).to_string(),
+        Err(_) => text,
+    }
 }
 
 #[derive(Default)]
@@ -106,20 +163,24 @@ async fn answer(s: &Shared, body: Bytes) -> String {
     }
     let method = req["method"].as_str().unwrap_or_default().to_string();
     let height = (method == "eth_getBlockByNumber").then(|| height_of(&req)).flatten();
-    let lie = {
+    let (lie, refused) = {
         let mut i = s.inner.lock().unwrap();
         i.seen.push((method.clone(), height));
-        lie(&mut i.lies, &method)
+        (lie(&mut i.lies, &method), refusal(&mut i.lies, &method))
     };
     if let Some(result) = lie {
         return json!({ "jsonrpc": "2.0", "id": req["id"], "result": result }).to_string();
+    }
+    if let Some(message) = refused {
+        return json!({ "jsonrpc": "2.0", "id": req["id"], "error": { "code": -32000, "message": message } })
+            .to_string();
     }
     s.hold_while(|l| {
         matches!((l.hold_from, height), (Some(from), Some(h)) if h >= from)
             || l.hold_methods.contains(&method.as_str())
     })
     .await;
-    let answer = s.forward(body.to_vec(), &req["id"]).await;
+    let answer = tampered(s, &req, s.forward(body.to_vec(), &req["id"]).await);
     s.hold_while(|l| l.hold_answers_of.contains(&method.as_str())).await;
     answer
 }
@@ -145,12 +206,19 @@ async fn batch(s: &Shared, calls: Vec<Value>) -> String {
         calls
             .iter()
             .enumerate()
-            .map(|(n, call)| match refused {
-                Some((at, message)) if at == n => Some(
-                    json!({ "jsonrpc": "2.0", "id": call["id"], "error": { "code": -32000, "message": message } }),
-                ),
-                _ => lie(&mut i.lies, call["method"].as_str().unwrap_or_default())
-                    .map(|result| json!({ "jsonrpc": "2.0", "id": call["id"], "result": result })),
+            .map(|(n, call)| {
+                let method = call["method"].as_str().unwrap_or_default();
+                let message = match refused {
+                    Some((at, message)) if at == n => Some(message),
+                    _ => refusal(&mut i.lies, method),
+                };
+                match message {
+                    Some(message) => Some(
+                        json!({ "jsonrpc": "2.0", "id": call["id"], "error": { "code": -32000, "message": message } }),
+                    ),
+                    None => lie(&mut i.lies, method)
+                        .map(|result| json!({ "jsonrpc": "2.0", "id": call["id"], "result": result })),
+                }
             })
             .collect()
     };
@@ -162,7 +230,11 @@ async fn batch(s: &Shared, calls: Vec<Value>) -> String {
     if !forwarded.is_empty() {
         let answer = s.forward(serde_json::to_vec(&forwarded).unwrap(), &Value::Null).await;
         let answered: Vec<Value> = serde_json::from_str(&answer).unwrap_or_default();
-        answers.extend(answered.into_iter().map(|a| (a["id"].to_string(), a)));
+        let mut i = s.inner.lock().unwrap();
+        for a in answered {
+            let call = forwarded.iter().find(|c| c["id"] == a["id"]).copied().cloned().unwrap_or(Value::Null);
+            answers.insert(a["id"].to_string(), tamper(&mut i.lies, &call, a, false));
+        }
     }
     s.hold_while(|l| held(&l.hold_answers_of)).await;
     let out: Vec<Value> = calls

@@ -19,6 +19,7 @@ mod connections;
 mod custody;
 mod custody_approvals;
 mod custody_faults;
+mod custody_money;
 mod custody_scale;
 mod custody_stuck;
 mod custody_tokens;

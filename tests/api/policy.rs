@@ -229,9 +229,11 @@ async fn a_rule_past_its_lock_date_is_loosened_only_at_a_service_admin_s_request
     let clear = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "addresses": [OTHER, PAYEE] }, "action": { "type": "deny" }, "lockDate": null });
     assert_error(c.app.put_auth(&path, &c.alice_token, &clear).await, 403, "PolicyRuleLocked").await;
     assert!(c.app.raw_sql("SELECT id FROM pending_approvals").await.is_empty());
-    // Tightening still applies at once, and a PUT that does not name lockDate keeps it.
+    // A locked rule does not change at once even to tighten: that too is a service admin's
+    // request, approved by others.
     let take = json!({ "id": "payees", "type": "coinAddressWhitelist", "condition": { "remove": PAYEE }, "action": { "type": "deny" } });
-    expect_json(c.app.put_auth(&path, &c.alice_token, &take).await, 200).await;
+    assert_error(c.app.put_auth(&path, &c.alice_token, &take).await, 403, "PolicyRuleLocked").await;
+    assert_eq!(rules(&c).await[0]["condition"]["addresses"], json!([OTHER, PAYEE]));
     assert_eq!(rules(&c).await[0]["lockDate"], "2026-01-01T00:00:00.000Z");
     // A service admin (here also in the enterprise) may ask; other admins still approve it.
     let ops = c.app.create_user_with("ops@example.com", true).await;

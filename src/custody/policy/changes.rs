@@ -175,7 +175,7 @@ pub async fn apply_request(
         name: ErrorName::PolicyRuleNotFound,
         message: format!("rule {} changed or went since this change was asked for; reject it", r.rule_id),
     };
-    let at = crate::custody::policy::edit::position(&rules, &r.rule_id).map_err(|_| gone())?;
+    let at = policy::edit::position(&rules, &r.rule_id).map_err(|_| gone())?;
     // Approvers approved a change from `before`: a rule changed since (tightened, say) is not
     // overwritten.
     let now = rules[at].to_json();
@@ -195,7 +195,7 @@ pub async fn apply_request(
     };
     let after = match record {
         Some(mut record) => {
-            crate::custody::policy::edit::set_rules(&mut record, &rules);
+            policy::edit::set_rules(&mut record, &rules);
             record.to_string()
         }
         None => Value::Array(rules.iter().map(Rule::to_json).collect()).to_string(),

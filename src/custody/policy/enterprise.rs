@@ -107,11 +107,10 @@ pub async fn change(
     let (before, after) = match what {
         RuleChange::Remove => {
             let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
-            let at = crate::custody::policy::edit::position(&rules, id)?;
+            let at = policy::edit::position(&rules, id)?;
             let owner = Owner::Enterprise(enterprise, coin);
             let why = format!("removing rule {id}");
-            let pending =
-                crate::custody::policy::changes::request(svc, auth, owner, &rules[at], None, why).await?;
+            let pending = policy::changes::request(svc, auth, owner, &rules[at], None, why).await?;
             return Ok(Changed::Pending(Box::new(pending)));
         }
         RuleChange::Create => {
@@ -129,7 +128,7 @@ pub async fn change(
         RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
             checked(svc, enterprise, coin, &rule).await?;
-            let at = crate::custody::policy::edit::position(&rules, &rule.id)?;
+            let at = policy::edit::position(&rules, &rule.id)?;
             let old = rules[at].clone();
             apply_edit(&mut rule, &old, edit);
             if body.get("lockDate").is_none() {
@@ -137,9 +136,7 @@ pub async fn change(
             }
             if let Some(why) = old.judge_change(&rule, svc.store.clock().now()) {
                 let owner = Owner::Enterprise(enterprise, coin);
-                let pending =
-                    crate::custody::policy::changes::request(svc, auth, owner, &old, Some(&rule), why)
-                        .await?;
+                let pending = policy::changes::request(svc, auth, owner, &old, Some(&rule), why).await?;
                 return Ok(Changed::Pending(Box::new(pending)));
             }
             rules[at] = rule.clone();

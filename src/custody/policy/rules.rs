@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-pub use crate::custody::policy::edit::RuleChange;
+pub use policy::edit::RuleChange;
 
 use crate::custody::{
     policy::changes::Owner,
@@ -63,17 +63,10 @@ pub async fn change(
     let (before, after) = match what {
         RuleChange::Remove => {
             let id = body.get("id").and_then(Value::as_str).ok_or_else(|| Error::missing_field("id"))?;
-            let at = crate::custody::policy::edit::position(&rules, id)?;
+            let at = policy::edit::position(&rules, id)?;
             let why = format!("removing rule {id}");
-            let pending = crate::custody::policy::changes::request(
-                svc,
-                auth,
-                Owner::Wallet(&row),
-                &rules[at],
-                None,
-                why,
-            )
-            .await?;
+            let pending =
+                policy::changes::request(svc, auth, Owner::Wallet(&row), &rules[at], None, why).await?;
             return Ok(Changed::Pending(Box::new(pending)));
         }
         RuleChange::Create => {
@@ -91,7 +84,7 @@ pub async fn change(
         RuleChange::Update => {
             let (mut rule, edit) = policy::parse(body)?;
             check_rule(svc, &row, &record, &rule).await?;
-            let at = crate::custody::policy::edit::position(&rules, &rule.id)?;
+            let at = policy::edit::position(&rules, &rule.id)?;
             let old = rules[at].clone();
             apply_edit(&mut rule, &old, edit);
             // A PUT that does not mention `lockDate` keeps it (`null` clears it: a loosening).
@@ -99,22 +92,15 @@ pub async fn change(
                 rule.lock_date = old.lock_date;
             }
             if let Some(why) = old.judge_change(&rule, svc.store.clock().now()) {
-                let pending = crate::custody::policy::changes::request(
-                    svc,
-                    auth,
-                    Owner::Wallet(&row),
-                    &old,
-                    Some(&rule),
-                    why,
-                )
-                .await?;
+                let pending =
+                    policy::changes::request(svc, auth, Owner::Wallet(&row), &old, Some(&rule), why).await?;
                 return Ok(Changed::Pending(Box::new(pending)));
             }
             rules[at] = rule.clone();
             (Some(old), rule)
         }
     };
-    crate::custody::policy::edit::set_rules(&mut record, &rules);
+    policy::edit::set_rules(&mut record, &rules);
     let (kind, id) = (
         if before.is_some() { AuditType::PolicyRuleUpdated } else { AuditType::PolicyRuleCreated },
         &after.id,

@@ -104,7 +104,9 @@ async fn start(
     let Parsed { recipients, total, comment, idempotency_key } = parse_request(req)?;
     let names: Vec<Option<&str>> = req.recipients.iter().map(|r| r.token_name.as_deref()).collect();
     let token = super::tokens::resolve(&svc.config, &chain, coin, &names)?;
-    check_limits(&fresh_token(svc, auth).await?, token.as_ref().map_or(&chain, |t| &t.coin), &total, now)?;
+    let session = fresh_token(svc, auth).await?;
+    check_limits(&session, token.as_ref().map_or(&chain, |t| &t.coin), &total, now)?;
+    let unlock = unlock_cap(&session, now);
     if let Some(otp) = &req.otp {
         check_otp(svc, auth, otp).await?;
     }
@@ -153,9 +155,18 @@ async fn start(
     events.extend(super::events::tx_request_events(&withdrawal, None));
     let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
     let writes = announce.writes();
-    let created =
-        super::reserve::create(svc, &wallet, &record, &withdrawal, &valued, approval, &[entry], &writes)
-            .await?;
+    let created = super::reserve::create(
+        svc,
+        &wallet,
+        &record,
+        &withdrawal,
+        &valued,
+        unlock.as_ref(),
+        approval,
+        &[entry],
+        &writes,
+    )
+    .await?;
     match created {
         Created::New(recorded, approval) => {
             announce.committed(&svc.webhooks, &recorded).await;
@@ -380,8 +391,9 @@ async fn fresh_token(svc: &Custody, auth: &Principal) -> Result<crate::model::to
 }
 
 /// §4.3: a token with a spending limit for the coin may send at most its `txValueLimit` per
-/// transaction; one without must be unlocked. An unlocked session has no limits (BitGo:
-/// "unlocking a token with spending limits removes all spending limits").
+/// transaction; one without must be unlocked. An unlocked session has no per-coin limits (BitGo:
+/// "unlocking a token with spending limits removes all spending limits"); its own
+/// `unlock.txValueLimit` still caps what it sends in all ([`super::reserve::UnlockCap`]).
 fn check_limits(t: &crate::model::token::TokenRecord, coin: &Coin, total: &U256, now: i64) -> Result<()> {
     if t.unlock.as_ref().is_some_and(|u| u.expires > now) {
         return Ok(());
@@ -403,6 +415,13 @@ fn check_limits(t: &crate::model::token::TokenRecord, coin: &Coin, total: &U256,
         });
     }
     Ok(())
+}
+
+/// The unlocked session's `txValueLimit`, when it is unlocked at `now` and has one.
+fn unlock_cap(t: &crate::model::token::TokenRecord, now: i64) -> Option<super::reserve::UnlockCap> {
+    let unlock = t.unlock.filter(|u| u.expires > now)?;
+    let limit = U256::from_str_radix(t.tx_value_limit.as_ref()?.as_str(), 10).ok()?;
+    Some(super::reserve::UnlockCap { token: t.id.clone(), since: unlock.time, limit })
 }
 
 /// A wallet admin: listed on the wallet with `admin`, or an admin of its enterprise

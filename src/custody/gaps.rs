@@ -1,0 +1,171 @@
+//! Nonce gaps (docs/withdrawals.md#nonce-gaps): a nonce handed out that no transaction will use
+//! stalls every later transaction of its address, for good. One appears when a withdrawal that
+//! had taken a nonce fails before it reached the chain, or when the node's pending count was
+//! answered too high when nonces were reserved. The signer finds each one by comparing the
+//! store's next nonce with the node's pending count, and fills it as OpenZeppelin's relayer
+//! does: a zero-value transaction from the address to itself at that nonce, signed in the key
+//! store, stored (and audited) before it is sent, sent again until mined.
+
+use alloy_consensus::TxEip1559;
+use alloy_primitives::{Address, TxKind, U256};
+use serde_json::json;
+
+use super::{
+    node::{SendNode, SendRefusal},
+    transaction::{sign_tx, RoundError, BATCH},
+    Custody,
+};
+use crate::{
+    audit::EntryExt,
+    model::{audit::AuditType, custody::TxRequestState},
+    store::{NonceFill, NonceHolder},
+    types::Coin,
+};
+
+/// Signing addresses compared with the node per check (by address).
+pub const MAX_RECONCILED: u32 = BATCH * 10;
+/// Nonces of one address looked at, and filled, per check: a node that answered its pending
+/// count far too high once cannot make the signer sign without end.
+pub const MAX_FILLS_PER_CHECK: u64 = 16;
+
+/// Whether a withdrawal in `state` holding a nonce will still use it.
+fn uses_nonce(state: TxRequestState) -> bool {
+    matches!(state, TxRequestState::PendingDelivery | TxRequestState::Signed | TxRequestState::Delivered)
+}
+
+/// The nonces in `[with_node, next)` no withdrawal will use (`holders` hold the range's nonces).
+pub fn gaps(with_node: u64, next: u64, holders: &[NonceHolder]) -> Vec<u64> {
+    let used = |n: u64| holders.iter().any(|h| h.nonce == n && uses_nonce(h.state));
+    (with_node..next).filter(|n| !used(*n)).collect()
+}
+
+/// Compares each signing address's next nonce in the store with the node's pending count and
+/// fills every gap (at most [`MAX_FILLS_PER_CHECK`] an address a check), then sends each stored
+/// fill the node has not counted yet. The widest gap still open at the node is the gauge
+/// `custodian_custody_nonce_gap` (0 when none; a filled one counts until its fill is mined).
+pub(super) async fn reconcile(
+    svc: &Custody,
+    (coin, chain_id): (&Coin, u64),
+    node: &dyn SendNode,
+) -> Result<(), RoundError> {
+    let mut widest = 0u64;
+    for (address, next, _) in svc.store.nonce_counters(coin.as_str(), MAX_RECONCILED).await? {
+        let with_node = node.pending_nonce(address).await?;
+        if next <= with_node {
+            continue;
+        }
+        let upto = next.min(with_node.saturating_add(MAX_FILLS_PER_CHECK));
+        let holders = svc.store.nonce_holders(coin.as_str(), address, (with_node, upto), BATCH).await?;
+        let open = gaps(with_node, upto, &holders);
+        if !open.is_empty() {
+            tracing::warn!(coin = %coin, %address, next, with_node, gap = open.len(), "nonces reserved that no transaction will use: filling them");
+        }
+        widest = widest.max(open.len() as u64);
+        let filled = svc.store.nonce_fills(coin.as_str(), address, with_node, BATCH).await?;
+        for nonce in open.iter().filter(|n| !filled.iter().any(|f| f.nonce == **n)) {
+            let failed = holders.iter().find(|h| h.nonce == *nonce).map(|h| h.tx_request_id.clone());
+            fill(svc, (coin, chain_id), node, address, *nonce, failed).await?;
+        }
+        // Every fill not yet counted by the node, the new ones too: a crash or a lost send
+        // resends the same bytes.
+        for f in svc.store.nonce_fills(coin.as_str(), address, with_node, BATCH).await? {
+            svc.metrics.custody.broadcasts.inc();
+            match node.send_raw(&f.signed_tx).await {
+                Ok(_) | Err(SendRefusal::Known) => {}
+                Err(SendRefusal::Other(e)) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(coin = %coin, %address, nonce = f.nonce, error = ?e, "the node refused a nonce fill; sending it again next check")
+                }
+            }
+        }
+    }
+    svc.metrics.custody.nonce_gap.set(i64::try_from(widest).unwrap_or(i64::MAX));
+    Ok(())
+}
+
+/// Signs and stores a zero-value transaction from `address` to itself at `nonce` (`failed`: the
+/// withdrawal that had taken it), audited as `withdrawal.nonce_filled`.
+async fn fill(
+    svc: &Custody,
+    (coin, chain_id): (&Coin, u64),
+    node: &dyn SendNode,
+    address: Address,
+    nonce: u64,
+    failed: Option<crate::types::TxRequestId>,
+) -> Result<(), RoundError> {
+    let key = match svc.store.key_of_address(coin.as_str(), address).await? {
+        Some(id) => svc.store.custody_key(&id).await?,
+        None => None,
+    };
+    let Some(key) = key else {
+        tracing::error!(coin = %coin, %address, nonce, "a nonce gap of an address whose key is gone: it cannot be filled");
+        return Ok(());
+    };
+    let cfg = &svc.config.withdrawals;
+    let base = node.next_base_fee().await?;
+    let tip = u128::from(cfg.priority_fee_per_gas);
+    let max_fee = base.saturating_mul(2).saturating_add(tip).min(u128::from(cfg.max_fee_per_gas));
+    let tx = TxEip1559 {
+        chain_id,
+        nonce,
+        gas_limit: super::withdrawal::TRANSFER_GAS,
+        max_fee_per_gas: max_fee,
+        max_priority_fee_per_gas: tip.min(max_fee),
+        to: TxKind::Call(address),
+        value: U256::ZERO,
+        access_list: Default::default(),
+        input: Default::default(),
+    };
+    let (raw, hash) = sign_tx(svc, &key, tx, address).await?;
+    let now = svc.store.clock().now();
+    let entry = crate::audit::entry(AuditType::WithdrawalNonceFilled).data(json!({
+        "coin": coin.as_str(), "address": address.to_checksum(None), "nonce": nonce, "txHash": hash.to_string(),
+        "txRequestId": failed.as_ref().map(|id| id.as_str()),
+    }));
+    let f = NonceFill {
+        chain: coin.as_str().to_string(),
+        address,
+        nonce,
+        tx_hash: hash,
+        signed_tx: raw,
+        tx_request_id: failed,
+        created_at: now,
+    };
+    if svc.store.add_nonce_fill(&f, &[entry]).await? {
+        svc.metrics.custody.nonce_fills.inc();
+        tracing::info!(coin = %coin, %address, nonce, txHash = %hash, "filled a nonce gap");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(nonce: u64, state: TxRequestState) -> NonceHolder {
+        NonceHolder {
+            nonce,
+            state,
+            tx_request_id: crate::types::TxRequestId::new_random(),
+            key_id: crate::types::KeyId::new_random(),
+        }
+    }
+
+    #[test]
+    fn a_nonce_no_live_withdrawal_holds_is_a_gap() {
+        // Nonce 1 failed after it was taken; 2 and 3 wait queued behind it.
+        let holders = [
+            held(1, TxRequestState::Failed),
+            held(2, TxRequestState::Delivered),
+            held(3, TxRequestState::Signed),
+        ];
+        assert_eq!(gaps(1, 4, &holders), vec![1]);
+        // Nonces skipped on a pending count answered too high: each one a gap.
+        assert_eq!(gaps(0, 3, &[]), vec![0, 1, 2]);
+        assert_eq!(gaps(4, 4, &holders), Vec::<u64>::new());
+        assert_eq!(
+            gaps(2, 4, &[held(2, TxRequestState::PendingDelivery), held(3, TxRequestState::Delivered)]),
+            Vec::<u64>::new()
+        );
+    }
+}
