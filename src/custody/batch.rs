@@ -90,17 +90,7 @@ pub(super) async fn sign_all(
     if in_flight.peak() > 0 {
         svc.metrics.custody.concurrency_peak.set(i64::try_from(in_flight.peak()).unwrap_or(i64::MAX));
     }
-    // The funds again before a nonce is taken: a withdrawal the money there no longer pays
-    // would take a nonce the node then refuses, a gap behind which the wallet stalls.
-    let fresh: Vec<&Withdrawal> = ready.iter().filter(|r| r.w.nonce.is_none()).map(|r| &r.w).collect();
-    let funded = super::reserve::still_funded(svc, &fresh).await?;
-    let short: Vec<TxRequestId> =
-        fresh.iter().zip(&funded).filter(|(_, ok)| !**ok).map(|(w, _)| w.id.clone()).collect();
-    let ready: Vec<Ready> = ready.into_iter().filter(|r| !short.contains(&r.w.id)).collect();
-    for id in &short {
-        svc.metrics.custody.held_for_funds.inc();
-        tracing::warn!(coin = %coin, txRequestId = %id, "the wallet's confirmed balance no longer pays this withdrawal; it waits unsigned");
-    }
+    let ready = funded(svc, coin, ready).await?;
     if ready.is_empty() {
         return Ok(0);
     }
@@ -143,6 +133,21 @@ pub(super) async fn sign_all(
     tracing::debug!(coin = %coin, n, checked_ms = ms(checked), nonces_ms = ms(nonces), signed_ms = ms(signing),
         stored_ms = ms(started.elapsed()), "signed a batch");
     stored
+}
+
+/// Those of `ready` the money there still pays, checked again before a nonce is taken
+/// (`reserve::still_funded`): one it no longer pays would take a nonce the node then refuses, a
+/// gap behind which the wallet stalls. The others wait unsigned, counted and logged.
+async fn funded(svc: &Custody, coin: &Coin, ready: Vec<Ready>) -> Result<Vec<Ready>, RoundError> {
+    let fresh: Vec<&Withdrawal> = ready.iter().filter(|r| r.w.nonce.is_none()).map(|r| &r.w).collect();
+    let funded = super::reserve::still_funded(svc, &fresh).await?;
+    let short: Vec<TxRequestId> =
+        fresh.iter().zip(&funded).filter(|(_, ok)| !**ok).map(|(w, _)| w.id.clone()).collect();
+    for id in &short {
+        svc.metrics.custody.held_for_funds.inc();
+        tracing::warn!(coin = %coin, txRequestId = %id, "the wallet's confirmed balance no longer pays this withdrawal; it waits unsigned");
+    }
+    Ok(ready.into_iter().filter(|r| !short.contains(&r.w.id)).collect())
 }
 
 /// `d` in whole milliseconds, for the signer's debug timings.

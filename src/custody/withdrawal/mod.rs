@@ -110,39 +110,12 @@ async fn start(
     if let Some(otp) = &req.otp {
         check_otp(svc, auth, otp).await?;
     }
-    let gas = if token.is_some() { super::tokens::TOKEN_TRANSFER_GAS } else { TRANSFER_GAS };
-    let fee_reserve = U256::from(gas) * U256::from(svc.config.withdrawals.max_fee_per_gas);
     let from = crate::chain::record_address(&record, "/coinSpecific/baseAddress").ok_or_else(|| {
         Error::Internal(anyhow::anyhow!("custodial wallet {wallet_id} has no base address"))
     })?;
-    let id = TxRequestId::new_random();
-    let approval_id = ApprovalId::new_random();
-    let mut withdrawal = Withdrawal {
-        id: id.clone(),
-        wallet_id: wallet.id.clone(),
-        coin: chain.clone(),
-        enterprise: wallet.enterprise.clone(),
-        creator: auth.user.id.clone(),
-        idempotency_key,
-        state: TxRequestState::PendingApproval,
-        version: 1,
-        recipients,
-        token,
-        comment,
-        key_id,
-        from,
-        approval_id: approval_id.clone(),
-        nonce: None,
-        tx_hash: None,
-        signed_tx: None,
-        fee_reserve,
-        error: None,
-        mined_block: None,
-        token_id: Some(auth.token.id.clone()),
-        usd: None,
-        created_at: now,
-        updated_at: now,
-    };
+    let parsed = Parsed { recipients, total, comment, idempotency_key };
+    let mut withdrawal = new_withdrawal(svc, auth, &wallet, (chain, token), (key_id, from), parsed, now);
+    let approval_id = withdrawal.approval_id.clone();
     // A repeat of an idempotency key answers the first withdrawal before any balance check.
     if let Some(existing) = repeat(svc, &withdrawal).await? {
         return Ok(existing);
@@ -174,6 +147,46 @@ async fn start(
         }
         Created::Existing(first) => answer_first(svc, *first).await,
         Created::Refused(_) => Err(Error::Internal(anyhow::anyhow!("a refusal came back unread"))),
+    }
+}
+
+/// A new withdrawal from `wallet` of `chain` (`token`'s, when it sends one), signed by
+/// `key` at its address, as `parsed` asks, waiting for approval.
+fn new_withdrawal(
+    svc: &Custody,
+    auth: &Principal,
+    wallet: &crate::model::wallet::WalletRow,
+    (chain, token): (Coin, Option<crate::model::custody::Token>),
+    (key_id, from): (KeyId, alloy_primitives::Address),
+    parsed: Parsed,
+    now: i64,
+) -> Withdrawal {
+    let gas = if token.is_some() { super::tokens::TOKEN_TRANSFER_GAS } else { TRANSFER_GAS };
+    Withdrawal {
+        id: TxRequestId::new_random(),
+        wallet_id: wallet.id.clone(),
+        coin: chain,
+        enterprise: wallet.enterprise.clone(),
+        creator: auth.user.id.clone(),
+        idempotency_key: parsed.idempotency_key,
+        state: TxRequestState::PendingApproval,
+        version: 1,
+        recipients: parsed.recipients,
+        token,
+        comment: parsed.comment,
+        key_id,
+        from,
+        approval_id: ApprovalId::new_random(),
+        nonce: None,
+        tx_hash: None,
+        signed_tx: None,
+        fee_reserve: U256::from(gas) * U256::from(svc.config.withdrawals.max_fee_per_gas),
+        error: None,
+        mined_block: None,
+        token_id: Some(auth.token.id.clone()),
+        usd: None,
+        created_at: now,
+        updated_at: now,
     }
 }
 
