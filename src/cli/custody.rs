@@ -4,7 +4,7 @@
 use super::args::{KeysCommand, WithdrawalCommand};
 use crate::{
     config::Config,
-    custody::{views, wallets::NewCustodialWallet},
+    custody::{history::WithdrawalRecord, views, wallets::NewCustodialWallet},
     model::custody::TxRequestState,
     store::WithdrawalFilter,
     types::{Coin, EnterpriseId},
@@ -65,8 +65,8 @@ pub async fn withdrawal(config: Config, cmd: WithdrawalCommand) -> anyhow::Resul
             let filter = WithdrawalFilter { wallet, states, limit, ..Default::default() };
             for w in state.store.withdrawals(&filter).await? {
                 if json {
-                    let attempts = state.store.withdrawal_attempts(&w.id).await?;
-                    println!("{}", views::tx_request(&w, &attempts));
+                    let record = WithdrawalRecord::read(&state.store, w).await?;
+                    println!("{}", views::tx_request(&record));
                 } else {
                     let hash = w.tx_hash.map(|h| h.to_string()).unwrap_or_else(|| "-".into());
                     println!(
@@ -85,8 +85,8 @@ pub async fn withdrawal(config: Config, cmd: WithdrawalCommand) -> anyhow::Resul
         WithdrawalCommand::Show { id } => {
             let w =
                 state.store.withdrawal(&id).await?.ok_or_else(|| anyhow::anyhow!("no withdrawal {id}"))?;
-            let attempts = state.store.withdrawal_attempts(&w.id).await?;
-            println!("{}", serde_json::to_string_pretty(&views::tx_request(&w, &attempts))?);
+            let record = WithdrawalRecord::read(&state.store, w).await?;
+            println!("{}", serde_json::to_string_pretty(&views::tx_request(&record))?);
             Ok(())
         }
     }

@@ -27,6 +27,24 @@ pub const MAX_TIMELINE_ATTEMPTS: usize = 20;
 pub struct WithdrawalRecord {
     pub withdrawal: Withdrawal,
     pub attempts: Vec<Attempt>,
+    /// The transaction that filled its nonce, for a failed one that had taken a nonce
+    /// (docs/withdrawals.md#nonce-gaps).
+    pub fill: Option<crate::store::NonceFill>,
+}
+
+impl WithdrawalRecord {
+    /// `withdrawal` with its transactions and the fill of its nonce, read from `store` (the CLI
+    /// and the routes alike).
+    pub async fn read(store: &crate::store::DynStore, withdrawal: Withdrawal) -> Result<Self> {
+        let attempts = store.withdrawal_attempts(&withdrawal.id).await?;
+        let fill = match (withdrawal.state, withdrawal.nonce) {
+            (crate::model::custody::TxRequestState::Failed, Some(_)) => {
+                store.nonce_fill_of(&withdrawal.id).await?
+            }
+            _ => None,
+        };
+        Ok(WithdrawalRecord { withdrawal, attempts, fill })
+    }
 }
 
 /// The withdrawals of wallet `wallet_id` the caller may see, newest first: those named by `ids`
@@ -55,8 +73,7 @@ pub async fn list(
     };
     let mut out = Vec::new();
     for withdrawal in svc.store.withdrawals(&filter).await? {
-        let attempts = svc.store.withdrawal_attempts(&withdrawal.id).await?;
-        out.push(WithdrawalRecord { withdrawal, attempts });
+        out.push(WithdrawalRecord::read(&svc.store, withdrawal).await?);
     }
     Ok(out)
 }
@@ -76,7 +93,8 @@ pub async fn timeline(svc: &Custody, auth: &Principal, id: &TxRequestId) -> Resu
     let not_found = || Error::not_found(ErrorName::TxRequestNotFound);
     let w = svc.store.withdrawal(id).await?.ok_or_else(not_found)?;
     crate::wallets::wallet_row(&svc.wallets, auth, &w.wallet_id).await.map_err(|_| not_found())?;
-    let attempts = svc.store.withdrawal_attempts(&w.id).await?;
+    let record = WithdrawalRecord::read(&svc.store, w).await?;
+    let (w, attempts) = (&record.withdrawal, &record.attempts);
     let approval = svc.store.approval(&w.approval_id).await?;
     let coin = w.token.as_ref().map_or(&w.coin, |t| &t.coin);
     let mut transfers = Vec::new();
@@ -85,7 +103,7 @@ pub async fn timeline(svc: &Custody, auth: &Principal, id: &TxRequestId) -> Resu
         let filter = TransferFilter { txid: Some(a.hash.to_string()), ..Default::default() };
         transfers.extend(svc.store.wallet_transfers(&w.wallet_id, coin.as_str(), &filter, None, 2).await?);
     }
-    Ok(Timeline { record: WithdrawalRecord { withdrawal: w, attempts }, approval, transfers })
+    Ok(Timeline { record, approval, transfers })
 }
 
 pub use crate::store::MAX_UNLOCK_COUNTED;

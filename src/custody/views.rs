@@ -84,7 +84,8 @@ fn transaction_state(s: TxRequestState) -> &'static str {
 /// updatedDate}`, with `usd` and `usdRate` when it was valued (docs/policy.md#circuit-breaker).
 /// `attempts` are every transaction signed for it: those other than the current
 /// one are listed as its `replacedTxHashes`.
-pub fn tx_request(w: &Withdrawal, attempts: &[crate::model::custody::Attempt]) -> Value {
+pub fn tx_request(r: &super::history::WithdrawalRecord) -> Value {
+    let (w, attempts) = (&r.withdrawal, &r.attempts);
     let recipients: Vec<Value> = w
         .recipients
         .iter()
@@ -113,6 +114,9 @@ pub fn tx_request(w: &Withdrawal, attempts: &[crate::model::custody::Attempt]) -
         attempts.iter().filter(|a| Some(a.hash) != w.tx_hash).map(|a| a.hash.to_string()).collect();
     if !replaced.is_empty() {
         tx["replacedTxHashes"] = json!(replaced);
+    }
+    if let Some(f) = &r.fill {
+        tx["nonceFill"] = json!({ "txHash": f.tx_hash.to_string(), "nonce": f.nonce });
     }
     let mut v = json!({
         "txRequestId": w.id.as_str(),

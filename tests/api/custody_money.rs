@@ -210,6 +210,12 @@ async fn a_send_refused_for_good_fails_and_its_nonce_is_filled_so_the_wallet_mov
     assert_eq!(metric_value(&c.app, "custodian_custody_nonce_fills_total").await, 1);
     let fill = c.app.raw_sql("SELECT tx_request_id FROM nonce_fills").await;
     assert_eq!(fill, vec![first["txRequestId"].as_str().unwrap().to_string()]);
+    // The failed withdrawal shows the transaction that filled its nonce.
+    let shown = c.tx_request(first["txRequestId"].as_str().unwrap()).await;
+    let filled = &shown["transactions"][0]["nonceFill"];
+    assert_eq!(filled["nonce"], 0, "{shown}");
+    let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([filled["txHash"]])).await;
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
     // The next withdrawal is not stranded behind the gap.
     let second = ask(&c, 2_222).await;
     expect_json(approve(&c, &second).await, 200).await;

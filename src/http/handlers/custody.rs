@@ -313,7 +313,12 @@ pub async fn create_tx_request(
         idempotency_key: req.idempotency_key.or(req.intent.sequence_id),
     };
     let started = withdrawal::initiate(&state.custody, &auth, &wallet.coin, &wallet_id, &request).await?;
-    Ok(Json(views::tx_request(&started.withdrawal, &[])))
+    let record = crate::custody::history::WithdrawalRecord {
+        withdrawal: started.withdrawal,
+        attempts: Vec::new(),
+        fill: None,
+    };
+    Ok(Json(views::tx_request(&record)))
 }
 
 /// Query of the txRequest list.
@@ -357,6 +362,6 @@ pub async fn list_tx_requests(
     };
     let limit = q.limit.unwrap_or(100);
     let found = history::list(&state.custody, &auth, &wallet_id, ids, limit).await?;
-    let out: Vec<Value> = found.iter().map(|r| views::tx_request(&r.withdrawal, &r.attempts)).collect();
+    let out: Vec<Value> = found.iter().map(views::tx_request).collect();
     Ok(Json(serde_json::json!({ "txRequests": out })))
 }
