@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the README's walkthrough exactly as written (the first ```sh block under "## Walkthrough",
 # then the one under "## Watching a chain", which needs ports 8545 and 4000 again and npm, then
-# docs/withdrawals.md's "## Walkthrough: moving money", which starts them again, then "## Sign in
-# with your identity provider", which needs port 4001 and Node.js),
+# docs/chains.md's "### Walkthrough: watching Litecoin", docs/withdrawals.md's "## Walkthrough:
+# moving money", which starts them again, then docs/sso.md's "## Walkthrough: sign in with your
+# identity provider", which needs port 4001 and Node.js),
 # with `bash -e -o pipefail` from the repository root, so CI fails when a newcomer's paste would.
 # The database goes to a temporary folder (CUSTODIAN_DATABASE_URL) and ./data is untouched. Needs
 # ports 3080 and 4000 free, curl, jq and python3. Started processes are stopped on any exit.
@@ -17,9 +18,11 @@ python3 - "$block" <<'PY'
 import re, sys
 readme = open("README.md").read()
 withdrawals = open("docs/withdrawals.md").read()
+chains = open("docs/chains.md").read()
+sso = open("docs/sso.md").read()
 # The walkthrough, then "Watching a chain", which continues from it, then moving money.
 blocks = []
-for text, title in ((readme, "## Walkthrough"), (readme, "## Watching a chain"), (readme, "### Watching Litecoin"), (withdrawals, "## Walkthrough: moving money"), (readme, "## Sign in with your identity provider")):
+for text, title in ((readme, "## Walkthrough"), (readme, "## Watching a chain"), (chains, "### Walkthrough: watching Litecoin"), (withdrawals, "## Walkthrough: moving money"), (sso, "## Walkthrough: sign in with your identity provider")):
     section = text.split(title, 1)[1]
     blocks.append(re.search(r"```sh\n(.*?)```", section, re.S).group(1))
 open(sys.argv[1], "w").write("\n".join(blocks))
