@@ -163,7 +163,10 @@ async fn service(node: &Node, n: usize) -> anyhow::Result<(Duration, u64)> {
         .await?;
     node.rpc("anvil_mine", json!(["0x3"])).await?;
     let path = format!("/api/v2/hteth/wallet/{id}?expandBalance=true");
-    while api.call(reqwest::Method::GET, &path, &alice, &Value::Null).await?["balanceString"] == json!("0") {
+    // Withdrawals are admitted against the confirmed balance.
+    while api.call(reqwest::Method::GET, &path, &alice, &Value::Null).await?["confirmedBalanceString"]
+        == json!("0")
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     api.call(

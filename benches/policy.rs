@@ -62,7 +62,7 @@ async fn wallet(api: &Api, node: &common::Node, enterprise: &str, label: &str) -
     node.rpc("eth_sendTransaction", json!([{ "from": RICH, "to": address, "value": "0x56bc75e2d63100000" }]))
         .await?;
     node.rpc("anvil_mine", json!(["0x3"])).await?;
-    while api.get(&format!("/api/v2/hteth/wallet/{id}?expandBalance=true")).await?["balanceString"]
+    while api.get(&format!("/api/v2/hteth/wallet/{id}?expandBalance=true")).await?["confirmedBalanceString"]
         == json!("0")
     {
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -701,7 +701,8 @@ def custodial_wallet(token, label):
     assert status == 200, wallet
     rpc("eth_sendTransaction", [{"from": RICH, "to": wallet["coinSpecific"]["baseAddress"], "value": hex(10**18)}])
     rpc("anvil_mine", ["0x3"])
-    wait_for("the watcher's balance", lambda: api("GET", f"/api/v2/hteth/wallet/{wallet['id']}?expandBalance=true", token)[1].get("balanceString") == str(10**18))
+    # Withdrawals are admitted against the balance at the chain's confirmation depth.
+    wait_for("the watcher's confirmed balance", lambda: api("GET", f"/api/v2/hteth/wallet/{wallet['id']}?expandBalance=true", token)[1].get("confirmedBalanceString") == str(10**18))
     return wallet
 
 

@@ -511,7 +511,8 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
   await rpc('anvil_mine', ['0x2']);
   await until('the wallet is funded', 30, async () => {
     const w = await bitgo.get(bitgo.coin('hteth').url(`/wallet/${wallet.id()}`)).query({ expandBalance: true }).result();
-    return w.balanceString === '1000000000000000000';
+    // Withdrawals are admitted against the balance at the chain's confirmation depth.
+    return w.balanceString === '1000000000000000000' && w.confirmedBalanceString === '1000000000000000000';
   });
   // Without a spending limit the session must be unlocked first (§4.3).
   await assert.rejects(wallet.sendMany({ recipients: [{ address: PAYEE, amount: '1234' }], otp: OTP }), (e) => e.status === 401 && e.result?.needsUnlock === true);
@@ -555,7 +556,7 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
     await rpc('anvil_mine', ['0x2']);
     await until('the token balance is read', 30, async () => {
       const w = await bitgo.get(bitgo.coin('hteth').url(`/wallet/${wallet.id()}`)).query({ allTokens: true }).result();
-      return w.tokens?.['hteth:tst']?.balanceString === '1000000000000000000';
+      return w.tokens?.['hteth:tst']?.confirmedBalanceString === '1000000000000000000';
     });
     const tokenPending = await wallet.sendMany({ recipients: [{ address: PAYEE, amount: '5000', tokenName: 'hteth:tst' }], otp: OTP });
     assert.equal(tokenPending.info.transactionRequest.requestedAmount, '5000');
