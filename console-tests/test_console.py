@@ -752,7 +752,13 @@ def test_a_withdrawal_is_made_approved_and_followed_to_confirmed_in_the_console(
     dave = sign_in(context.browser.new_context(viewport={"width": 1280, "height": 800}), "dave")
     dave.goto(BASE + "/console/approvals")
     card = dave.locator(f"section.approval:has(a[href='/console/withdrawals/{first}'])")
-    expect(card).to_contain_text("123456789 hteth")
+    # What an approver sees is what moves: the amount in ETH with its base units beside, the
+    # initiator by name and email, the wallet by label, a payee never paid before flagged.
+    expect(card.locator(".pays .amount")).to_have_text("0.000000000123456789 hteth")
+    expect(card.locator(".pays .base-units")).to_contain_text("123456789")
+    expect(card.locator(".initiator")).to_contain_text("alice@example.com")
+    expect(card.locator("h3 a.wallet")).to_have_text("Acme cold")
+    expect(card.locator(".first-payee")).to_be_visible()
     expect(card.locator(".usd")).to_have_text("$0.00 (3000 USD per coin)")
     expect(card.locator(".approvals")).to_have_text("0 of 1")
     shot(dave, "approvals")
@@ -768,6 +774,7 @@ def test_a_withdrawal_is_made_approved_and_followed_to_confirmed_in_the_console(
         dave.reload()
     expect(dave.locator("#withdrawal h2")).to_contain_text("delivered")
     expect(dave.locator("#timeline")).to_contain_text("approved by")
+    expect(dave.locator("#timeline")).to_contain_text("dave@")
     expect(dave.locator("#timeline")).to_contain_text("signed: 0x")
     rpc("anvil_mine", ["0x3"])
     row = dave.locator("#attempts tbody tr").first
@@ -781,9 +788,10 @@ def test_a_withdrawal_is_made_approved_and_followed_to_confirmed_in_the_console(
     tx = row.get_attribute("data-hash")
     receipt = rpc("eth_getTransactionReceipt", [tx])
     assert receipt["status"] == "0x1" and receipt["to"].lower() == PAYEE.lower(), receipt
-    # A second one, rejected by Dave: it ends there.
+    # A second one, rejected by Dave: it ends there. Its payee was paid before: not flagged.
     second = withdraw_in_console(alice, BASE, wallet, 7)
     dave.goto(BASE + "/console/approvals")
+    expect(dave.locator(f"section.approval:has(a[href='/console/withdrawals/{second}']) .first-payee")).to_have_count(0)
     dave.locator(f"section.approval:has(a[href='/console/withdrawals/{second}'])").locator("button", has_text="Reject").click()
     expect(dave.locator(".alert.ok")).to_contain_text("rejected")
     alice.goto(f"{BASE}/console/withdrawals/{second}")

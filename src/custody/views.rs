@@ -18,7 +18,11 @@ fn recipients(w: &Withdrawal) -> Vec<Value> {
 /// per whole coin; only when its coin is priced); a loosening rule change has no `txRequestId` and `info: {type:
 /// "policyRuleRequest", policyRuleRequest: {action, ruleId, update, before}}`. `approvalsRequired` counts the final approval a fired
 /// `getFinalApproval` rule asks for (docs/policy.md).
-pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
+pub fn approval(
+    a: &Approval,
+    w: Option<&Withdrawal>,
+    shown: Option<&super::approvals::shown::Shown>,
+) -> Value {
     let info = match &a.subject {
         ApprovalSubject::Withdrawal(_) => {
             let mut request = json!({ "sourceWallet": a.wallet_id.as_ref().map(|w| w.as_str()) });
@@ -34,6 +38,9 @@ pub fn approval(a: &Approval, w: Option<&Withdrawal>) -> Value {
                     request["usd"] = json!(u.dollars());
                     request["usdRate"] = json!(u.rate.parse::<f64>().ok());
                 }
+            }
+            if let Some(s) = shown {
+                s.add_to(&mut request);
             }
             json!({ "type": a.kind(), "transactionRequest": request })
         }

@@ -328,3 +328,28 @@ async fn a_change_of_named_approvers_is_approved_first_on_the_wallet_and_the_ent
         assert_eq!(rules_at(&c, &path).await, before, "{path}: nothing changed yet");
     }
 }
+
+#[tokio::test]
+async fn an_approver_sees_the_amount_in_units_people_by_email_the_wallet_by_label_and_a_new_payee() {
+    let c = custodial(ONE_ETH, 1).await;
+    let first = ask(&c, ONE_ETH * 9 / 10).await;
+    let request = &first["info"]["transactionRequest"];
+    // BitGo's base units stay; what a person reads is added beside them.
+    assert_eq!(request["requestedAmount"], "900000000000000000", "{first}");
+    assert_eq!(request["requestedAmountUnits"], "0.9", "{first}");
+    assert_eq!(request["coin"], "hteth");
+    assert_eq!(request["initiator"]["email"], "alice@example.com", "{first}");
+    assert_eq!(request["walletLabel"], "cold");
+    assert_eq!(request["firstTimePayees"], json!([OTHER]), "{first}");
+    expect_json(approve(&c, &first).await, 200).await;
+    mined(&c, first["txRequestId"].as_str().unwrap()).await;
+    let read = format!("/api/v2/hteth/pendingapprovals/{}", first["id"].as_str().unwrap());
+    let answered = expect_json(c.app.get_auth(&read, &c.alice_token).await, 200).await;
+    let approvers = &answered["info"]["transactionRequest"]["approvers"];
+    assert_eq!(approvers[0]["email"], "bob@example.com", "{answered}");
+    assert_eq!(approvers[0]["resolutionType"], "approved", "{answered}");
+    // Paid once from this wallet, the payee is no longer new.
+    let second = ask(&c, 7).await;
+    assert_eq!(second["info"]["transactionRequest"]["firstTimePayees"], json!([]), "{second}");
+    assert_eq!(second["info"]["transactionRequest"]["requestedAmountUnits"], "0.000000000000000007");
+}

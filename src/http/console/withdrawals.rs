@@ -16,7 +16,11 @@ use super::layout::Shown;
 use super::{error_response, html, layout, Form, NoFields, Session};
 use crate::{
     custody::{
-        approvals::{self, Answer},
+        approvals::{
+            self,
+            shown::{shown_all, Shown as Seen},
+            Answer,
+        },
         history,
         withdrawal::{self, RecipientRequest, WithdrawalRequest},
     },
@@ -30,14 +34,29 @@ use crate::{
 /// Approvals the page lists (the newest pending ones).
 pub const PAGE: u32 = 100;
 
-/// What a withdrawal pays, as a line: amount, coin, address.
-fn pays(w: &Withdrawal) -> Markup {
+/// What a withdrawal pays, as a person reads it: the amount in the coin's units with the base
+/// units beside it, and each payee, flagged when this wallet never paid it before.
+fn pays(w: &Withdrawal, shown: Option<&Seen>) -> Markup {
     let coin = w.token.as_ref().map_or(&w.coin, |t| &t.coin);
     html! {
         @for r in &w.recipients {
-            span.mono { (r.amount.to_string()) } " " (coin.as_str()) " to " span.mono { (r.address.to_checksum(None)) }
+            @if let Some(s) = shown {
+                strong.amount { (s.amount) " " (coin.as_str()) } " "
+                span.muted.base-units { "(" span.mono { (r.amount.to_string()) } " base units)" }
+            } @else {
+                span.mono { (r.amount.to_string()) } " " (coin.as_str())
+            }
+            " to " span.mono.payee { (r.address.to_checksum(None)) }
+            @if shown.is_some_and(|s| s.first_time_payees.contains(&r.address)) {
+                " " span.badge.bad.first-payee { "first payment to this address" }
+            }
         }
     }
+}
+
+/// A person by name and email, their id on hover.
+fn person(p: &crate::custody::approvals::shown::Person) -> Markup {
+    html! { span.person title=(p.id.as_str()) { (p.label()) } }
 }
 
 /// A withdrawal's value as it was made: `$300.00 (3000 USD per coin)`.
@@ -56,18 +75,22 @@ async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Re
         Ok(f) => f,
         Err(e) => return error_response(e.into(), Some(session)),
     };
+    let seen = match shown_all(&state.custody, &found).await {
+        Ok(s) => s,
+        Err(e) => return error_response(e.into(), Some(session)),
+    };
     let me = session.auth.user.id.clone();
     let error = shown.error();
     let body = html! {
         (layout::shown(&shown))
         p.muted { "Withdrawals and policy changes waiting for approval on the wallets and enterprises you can see. Approving needs a fresh one-time code or passkey; the initiator cannot approve their own, and may cancel it." }
         @if found.is_empty() { p.muted #no-approvals { "Nothing is waiting for approval." } }
-        @for (a, w) in &found {
+        @for ((a, w), s) in found.iter().zip(&seen) {
             section.panel.approval data-approval-id=(a.id.as_str()) {
                 h3 {
                     @match &a.subject { ApprovalSubject::Withdrawal(_) => "Withdrawal from ", ApprovalSubject::PolicyRule(_) => "Policy change on " }
                     @match (&a.wallet_id, &a.enterprise) {
-                        (Some(w), _) => { a href={ "/console/wallets/" (w.as_str()) } { (w.as_str()) } }
+                        (Some(w), _) => { a.wallet href={ "/console/wallets/" (w.as_str()) } { (s.as_ref().and_then(|s| s.wallet_label.as_deref()).unwrap_or(w.as_str())) } }
                         (None, e) => { "enterprise " span.enterprise { (e.as_ref().map_or("", |e| e.as_str())) } " (" (a.coin.as_str()) ")" }
                     }
                     " " (layout::badge(a.state.as_str()))
@@ -75,7 +98,7 @@ async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Re
                 dl.facts {
                     @match &a.subject {
                         ApprovalSubject::Withdrawal(_) => {
-                            dt { "Pays" } dd { @if let Some(w) = w { (pays(w)) } }
+                            dt { "Pays" } dd.pays { @if let Some(w) = w { (pays(w, s.as_ref())) } }
                             @if let Some(u) = w.as_ref().and_then(|w| w.usd.as_ref()) { dt { "Value" } dd.usd { (usd(u)) } }
                         }
                         ApprovalSubject::PolicyRule(r) => {
@@ -86,7 +109,13 @@ async fn approvals_page(state: &AppState, session: &Session, shown: Shown) -> Re
                     @if !a.policy.reasons.is_empty() {
                         dt { "Policy" } dd { ul.reasons { @for reason in &a.policy.reasons { li { (reason) } } } }
                     }
-                    dt { "Initiator" } dd.mono { (a.creator.as_str()) @if a.creator == me { " (you)" } }
+                    dt { "Initiator" } dd.initiator {
+                        @match s { Some(s) => (person(&s.initiator)), None => span.mono { (a.creator.as_str()) } }
+                        @if a.creator == me { " (you)" }
+                    }
+                    @if let Some(s) = s.as_ref().filter(|s| !s.answered.is_empty()) {
+                        dt { "Answered" } dd.answered { @for (p, answer) in &s.answered { (answer) " by " (person(p)) br; } }
+                    }
                     dt { "Created" } dd { (layout::time_s(a.created_at)) }
                     dt { "Expires" } dd { (layout::time_s(a.expires_at)) }
                     dt { "Approvals" } dd.approvals { (a.resolvers.iter().filter(|r| r.resolution == "approved").count()) " of " (a.policy.approvals_required(a.approvals_required)) }
@@ -197,13 +226,20 @@ pub async fn timeline(State(state): State<AppState>, session: Session, Path(id):
         Err(e) => return error_response(e.into(), Some(&session)),
     };
     let w = &t.record.withdrawal;
+    let seen = match &t.approval {
+        Some(a) => shown_all(&state.custody, &[(a.clone(), Some(w.clone()))])
+            .await
+            .ok()
+            .and_then(|mut s| s.pop().flatten()),
+        None => None,
+    };
     let body = html! {
         section.panel #withdrawal {
             h2 { "Withdrawal " (layout::badge(w.state.as_str())) }
             dl.facts {
                 dt { "txRequestId" } dd.mono { (w.id.as_str()) }
-                dt { "Wallet" } dd { a href={ "/console/wallets/" (w.wallet_id.as_str()) } { (w.wallet_id.as_str()) } }
-                dt { "Pays" } dd { (pays(w)) }
+                dt { "Wallet" } dd { a.wallet href={ "/console/wallets/" (w.wallet_id.as_str()) } { (seen.as_ref().and_then(|s| s.wallet_label.as_deref()).unwrap_or(w.wallet_id.as_str())) } }
+                dt { "Pays" } dd.pays { (pays(w, seen.as_ref())) }
                 @if let Some(u) = &w.usd { dt { "Value" } dd.usd #usd { (usd(u)) } }
                 dt { "From" } dd.mono { (w.from.to_checksum(None)) }
                 @if let Some(n) = w.nonce { dt { "Nonce" } dd.mono #nonce { (n) } }
@@ -213,21 +249,31 @@ pub async fn timeline(State(state): State<AppState>, session: Session, Path(id):
         }
         section.panel {
             h3 { "Timeline" }
-            ol.timeline #timeline { @for (at, what) in steps(&t) { li { (layout::time_s(at)) " " (what) } } }
+            ol.timeline #timeline { @for (at, what) in steps(&t, seen.as_ref()) { li { (layout::time_s(at)) " " (what) } } }
         }
         (transactions(&t))
     };
     html(StatusCode::OK, layout::page(Some(&session), "Withdrawal", "/console/approvals", body))
 }
 
-/// The withdrawal's steps by time: initiated, each answer, each transaction signed, updated.
-fn steps(t: &history::Timeline) -> Vec<(i64, Markup)> {
+/// The withdrawal's steps by time: initiated, each answer, each transaction signed, updated;
+/// people by name and email when `shown` knows them.
+fn steps(t: &history::Timeline, shown: Option<&Seen>) -> Vec<(i64, Markup)> {
     let w = &t.record.withdrawal;
-    let mut out = vec![(w.created_at, html! { "initiated by " span.mono { (w.creator.as_str()) } })];
+    let who = |id: &crate::types::UserId| {
+        let known = shown.and_then(|s| {
+            std::iter::once(&s.initiator).chain(s.answered.iter().map(|(p, _)| p)).find(|p| &p.id == id)
+        });
+        match known {
+            Some(p) => person(p),
+            None => html! { span.mono { (id.as_str()) } },
+        }
+    };
+    let mut out = vec![(w.created_at, html! { "initiated by " (who(&w.creator)) })];
     if let Some(a) = &t.approval {
         for r in &a.resolvers {
             let at = crate::clock::parse_iso(&r.date).unwrap_or(a.created_at);
-            out.push((at, html! { (r.resolution) " by " span.mono { (r.user.as_str()) } }));
+            out.push((at, html! { (r.resolution) " by " (who(&r.user)) }));
         }
     }
     for (i, a) in t.record.attempts.iter().enumerate() {

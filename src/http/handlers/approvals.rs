@@ -64,7 +64,9 @@ async fn approval_list(
 ) -> ApiResult<Json<Value>> {
     let found = approvals::list(&state.custody, auth, &q).await?;
     let found = approvals::with_withdrawals(&state.custody, found).await?;
-    let out: Vec<Value> = found.iter().map(|(a, w)| views::approval(a, w.as_ref())).collect();
+    let shown = approvals::shown::shown_all(&state.custody, &found).await?;
+    let out: Vec<Value> =
+        found.iter().zip(&shown).map(|((a, w), s)| views::approval(a, w.as_ref(), s.as_ref())).collect();
     Ok(Json(serde_json::json!({ "pendingApprovals": out })))
 }
 
@@ -104,9 +106,10 @@ pub async fn list_approvals(
 }
 
 async fn approval_view(state: &AppState, a: &crate::model::custody::Approval) -> ApiResult<Json<Value>> {
-    let mut found = approvals::with_withdrawals(&state.custody, vec![a.clone()]).await?;
-    let w = found.pop().and_then(|(_, w)| w);
-    Ok(Json(views::approval(a, w.as_ref())))
+    let found = approvals::with_withdrawals(&state.custody, vec![a.clone()]).await?;
+    let shown = approvals::shown::shown_all(&state.custody, &found).await?.pop().flatten();
+    let w = found.into_iter().next().and_then(|(_, w)| w);
+    Ok(Json(views::approval(a, w.as_ref(), shown.as_ref())))
 }
 
 /// One pending approval (BitGoJS `pendingApprovals().get({id})`).

@@ -220,7 +220,10 @@ pub async fn initiate(
         idempotency_key: req.sequence_id,
     };
     let started = withdrawal::initiate(&state.custody, &auth, &coin, &wallet_id, &request).await?;
-    Ok(Json(views::approval(&started.approval, Some(&started.withdrawal))))
+    let pair = [(started.approval, Some(started.withdrawal))];
+    let shown = crate::custody::approvals::shown::shown_all(&state.custody, &pair).await?.pop().flatten();
+    let [(approval, withdrawal)] = pair;
+    Ok(Json(views::approval(&approval, withdrawal.as_ref(), shown.as_ref())))
 }
 
 /// `{address: {address}}` of a txRequest recipient.

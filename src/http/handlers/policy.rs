@@ -85,7 +85,7 @@ fn answer(changed: Changed) -> Response {
             model::render(&row, Expand::default(), &mut body);
             ([(header::CONTENT_TYPE, "application/json")], body).into_response()
         }
-        Changed::Pending(a) => Json(crate::custody::views::approval(&a, None)).into_response(),
+        Changed::Pending(a) => Json(crate::custody::views::approval(&a, None, None)).into_response(),
     }
 }
 
@@ -209,7 +209,7 @@ fn enterprise_rules(rules: Vec<Value>) -> Json<Value> {
 fn enterprise_answer(changed: policy_enterprise::Changed) -> Json<Value> {
     match changed {
         policy_enterprise::Changed::Applied(rules) => enterprise_rules(rules),
-        policy_enterprise::Changed::Pending(a) => Json(crate::custody::views::approval(&a, None)),
+        policy_enterprise::Changed::Pending(a) => Json(crate::custody::views::approval(&a, None, None)),
     }
 }
 

@@ -4,6 +4,8 @@
 //! initiator may cancel their own. A change to an enterprise's rules (`scope: "enterprise"`,
 //! no wallet) is seen by the enterprise's members and answered by its admins.
 
+pub mod shown;
+
 use serde_json::{json, Value};
 
 use super::{
