@@ -322,6 +322,17 @@ async fn withdrawals_are_refused_with_the_spec_error_and_change_nothing() {
     for (body, status, name) in cases {
         assert_error(c.initiate(&c.alice_token, &body).await, status, name).await;
     }
+    // The zero address burns what it is paid: refused on both routes, the field named.
+    let zero = "0x0000000000000000000000000000000000000000";
+    let refused =
+        assert_error(c.initiate(&c.alice_token, &one(zero, json!("1"))).await, 400, "InvalidField").await;
+    assert_eq!(refused["context"]["field"], "recipients[0].address", "{refused}");
+    let intent = json!({ "intent": { "intentType": "payment",
+        "recipients": [{ "address": { "address": zero }, "amount": { "value": "1" } }] } });
+    let path = format!("/api/v2/wallet/{}/txrequests", c.wallet_id());
+    let refused =
+        assert_error(c.app.post_auth(&path, &c.alice_token, &intent).await, 400, "InvalidField").await;
+    assert_eq!(refused["context"]["field"], "recipients[0].address", "{refused}");
     // Bob is an enterprise admin but not a spender of the wallet.
     expect_json(c.app.post_auth("/api/v2/user/unlock", &c.bob_token, &json!({ "otp": "000000" })).await, 200)
         .await;

@@ -159,7 +159,8 @@ pub async fn freeze(
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitiateRecipient {
-    /// `0x` and 40 hex digits; mixed case must be a valid EIP-55 checksum.
+    /// `0x` and 40 hex digits, not the zero address; mixed case must be a valid EIP-55
+    /// checksum.
     #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
     pub address: String,
     /// Base units (wei), digits or a JSON integer, above 0.
@@ -226,6 +227,8 @@ pub async fn initiate(
 /// `{address: {address}}` of a txRequest recipient.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct IntentAddress {
+    /// `0x` and 40 hex digits, not the zero address; mixed case must be a valid EIP-55
+    /// checksum.
     #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
     pub address: String,
 }
