@@ -207,9 +207,60 @@ async fn a_custodial_wallet_holds_its_key_and_shows_only_the_public_part() {
     .await;
 }
 
+/// Waits until the watcher confirms send `hash` (its `receipt`, paying `amount` wei), and
+/// checks BitGo's fields of it, listed and told to `hook` (a `transfer` webhook): `value`
+/// includes the fee, `baseValue` ("value excluding network fees") does not; the receive that
+/// funded the wallet paid none.
+async fn send_is_told_with_bitgos_fields(
+    c: &Custodial,
+    hook: &crate::receiver::TestReceiver,
+    hash: &str,
+    receipt: &Value,
+    amount: u128,
+) {
+    let path = format!("/api/v2/hteth/wallet/{}/transfer", c.wallet_id());
+    let transfers = until("the send is confirmed", 30, || async {
+        let body = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
+        let all = body["transfers"].as_array().unwrap().clone();
+        all.iter().any(|t| t["txid"] == json!(hash) && t["state"] == "confirmed").then_some(all)
+    })
+    .await;
+    let hex = |v: &Value| u128::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let fee = hex(&receipt["gasUsed"]) * hex(&receipt["effectiveGasPrice"]);
+    assert!(fee > 0, "{receipt}");
+    let send = transfers.iter().find(|t| t["txid"] == json!(hash)).unwrap();
+    let (value, base) = (format!("-{}", amount + fee), format!("-{amount}"));
+    assert_eq!(
+        (&send["type"], &send["feeString"], &send["valueString"], &send["baseValueString"]),
+        (&json!("send"), &json!(fee.to_string()), &json!(value), &json!(base)),
+        "{send}"
+    );
+    assert_eq!(send["baseValue"], json!(-i64::try_from(amount).unwrap()), "{send}");
+    let receive = transfers.iter().find(|t| t["type"] == "receive").unwrap();
+    assert_eq!(
+        (&receive["valueString"], &receive["baseValueString"], &receive["feeString"]),
+        (&receive["valueString"], &receive["valueString"], &json!("0")),
+        "{receive}"
+    );
+    // The `transfer` webhook's notification of the confirmed send says the same.
+    let told = until("the confirmed send is told", 30, || async {
+        hook.received()
+            .iter()
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .find(|b| b["hash"] == json!(hash) && b["state"] == "confirmed")
+    })
+    .await;
+    assert_eq!(
+        (&told["valueString"], &told["baseValueString"], &told["feeString"]),
+        (&json!(value), &json!(base), &json!(fee.to_string())),
+        "{told}"
+    );
+}
+
 #[tokio::test]
 async fn a_withdrawal_approved_by_another_admin_is_signed_sent_and_mined_once() {
     let c = custodial(2 * ONE_ETH, 1).await;
+    let hook = c.hook("transfer").await;
     let before = c.anvil.balance(OTHER).await;
     let body = json!({ "recipients": [{ "address": OTHER, "amount": "1234567" }], "sequenceId": "pay-1", "comment": "rent" });
     let approval = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
@@ -248,17 +299,7 @@ async fn a_withdrawal_approved_by_another_admin_is_signed_sent_and_mined_once() 
     let count = c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await;
     assert_eq!(count, "0x1");
     // The watcher sees the send like any transfer, and confirms it.
-    let path = format!("/api/v2/hteth/wallet/{}/transfer", c.wallet_id());
-    until("the send is confirmed", 30, || async {
-        let body = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
-        body["transfers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t["txid"] == json!(hash) && t["state"] == "confirmed")
-            .then_some(())
-    })
-    .await;
+    send_is_told_with_bitgos_fields(&c, &hook, &hash, &receipt, 1_234_567).await;
     let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'withdrawal.%' ORDER BY seq").await;
     for t in ["withdrawal.initiated", "withdrawal.approved", "withdrawal.signed", "withdrawal.broadcast"] {
         assert!(audit.iter().any(|a| a == t), "{t} missing from {audit:?}");

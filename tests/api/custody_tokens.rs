@@ -61,6 +61,44 @@ async fn a_token_withdrawal_calls_the_contract_and_pays_the_recipient_once() {
     assert_eq!(token_balance(&c.anvil, &contract, OTHER).await, 7 * ONE_ETH);
     assert_eq!(token_balance(&c.anvil, &contract, &c.address()).await, 43 * ONE_ETH);
     assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x1");
+    // The watcher's transfers of the send: the token's moves 7 TST, fee-less; the ETH one of
+    // the same transaction is the fee alone, which its baseValue leaves out.
+    let hex = |v: &Value| u128::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let fee = hex(&receipt["gasUsed"]) * hex(&receipt["effectiveGasPrice"]);
+    let send_of = |coin: &'static str| {
+        let path = format!("/api/v2/{coin}/wallet/{}/transfer", c.wallet_id());
+        let c = &c;
+        async move {
+            until("the send is seen", 30, || async {
+                let body = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
+                body["transfers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t["txid"] == json!(hash) && t["height"] != 999_999_999)
+                    .cloned()
+            })
+            .await
+        }
+    };
+    let token_send = send_of("hteth:tst").await;
+    let seven = format!("-{}", 7 * ONE_ETH);
+    assert_eq!(
+        (
+            &token_send["type"],
+            &token_send["valueString"],
+            &token_send["baseValueString"],
+            &token_send["feeString"]
+        ),
+        (&json!("send"), &json!(seven), &json!(seven), &json!("0")),
+        "{token_send}"
+    );
+    let eth_send = send_of("hteth").await;
+    assert_eq!(
+        (&eth_send["valueString"], &eth_send["baseValueString"], &eth_send["feeString"]),
+        (&json!(format!("-{fee}")), &json!("0"), &json!(fee.to_string())),
+        "{eth_send}"
+    );
 }
 
 #[tokio::test]
