@@ -547,3 +547,38 @@ async fn a_frozen_wallet_refuses_withdrawals_holds_approved_ones_and_tells_its_a
         c.app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'wallet.%frozen' ORDER BY seq").await;
     assert_eq!(audit, ["wallet.frozen", "wallet.unfrozen"]);
 }
+
+/// Ten withdrawals of 1 wei Alice asks for at once, each with `otp` (`round` keeps their
+/// idempotency keys apart): their statuses.
+async fn ten_at_once(c: &Custodial, otp: &str, round: u32) -> Vec<u16> {
+    futures_util::future::join_all((0..10).map(|i| async move {
+        let body = json!({ "recipients": [{ "address": OTHER, "amount": "1" }], "otp": otp, "sequenceId": format!("{otp}-{round}-{i}") });
+        c.initiate(&c.alice_token, &body).await.status().as_u16()
+    }))
+    .await
+}
+
+#[tokio::test]
+async fn ten_withdrawals_at_once_with_a_right_code_all_pass_and_wrong_codes_still_stop_at_the_limit() {
+    // A limit of 2 (5 by default): three checks side by side are enough to trip it, so the test
+    // does not hang on how the ten happen to interleave.
+    let c = crate::custody::custodial_with(ONE_ETH, 1, |cfg| cfg.login.max_otp_failures = 2).await;
+    // BitGoJS's sendMany in parallel, each with a right code. "000000" is the test environment's
+    // code: right every time and never claimed against replay (a real code is claimed once per
+    // step), so these are ten right codes at once, each counted as a failure until it passes.
+    for round in 0..2 {
+        let answers = ten_at_once(&c, "000000", round).await;
+        assert_eq!(answers, [200; 10], "a right code never counts as a wrong one");
+    }
+    assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 20);
+    // Ten wrong codes at once: login.max_otp_failures are wrong, the rest throttled.
+    let valid = [c.alice.code(-1), c.alice.code(0), c.alice.code(1), "000000".to_string()];
+    let wrong = (1..1_000_000).map(|n| format!("{n:06}")).find(|code| !valid.contains(code)).unwrap();
+    let mut answers = ten_at_once(&c, &wrong, 0).await;
+    answers.sort();
+    assert_eq!(answers, [401, 401, 429, 429, 429, 429, 429, 429, 429, 429]);
+    // Now the right code is refused too, and nothing more was made.
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "1" }], "otp": "000000" });
+    assert_error(c.initiate(&c.alice_token, &body).await, 429, "TooManyOtpAttempts").await;
+    assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 20);
+}
