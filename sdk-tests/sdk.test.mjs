@@ -545,6 +545,12 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
   const receipt = await rpc('eth_getTransactionReceipt', [hash]);
   assert.equal(receipt.status, '0x1');
   assert.equal(receipt.from, address.toLowerCase());
+  // BitGo's fields of the send: valueString includes the network fee, baseValueString ("value
+  // excluding network fees") does not, feeString is the fee.
+  const fee = BigInt(receipt.gasUsed) * BigInt(receipt.effectiveGasPrice);
+  assert.equal(sent.baseValueString, '-1234');
+  assert.equal(sent.feeString, fee.toString());
+  assert.equal(sent.valueString, (-(1234n + fee)).toString());
 
   // A token withdrawal through the same sendMany (a recipient's tokenName), when run.sh deployed
   // the test token.

@@ -112,6 +112,7 @@ impl AppState {
             hashing: Arc::new(identity::password::HashLimiter::new(&config.login)),
             refused_clients: Arc::default(),
             throttle_notes: Arc::default(),
+            otp_locks: Arc::default(),
             replay: Arc::new(identity::hmac_auth::ReplayMemory::new(config.tokens.hmac_read_replay_capacity)),
             dispatch: dispatch.clone(),
             server_ecdh: Arc::default(),

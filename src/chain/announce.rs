@@ -72,6 +72,7 @@ async fn send(
         state: t.state.as_str(),
         transfer_type: t.kind(),
         value_string: t.value.clone(),
+        base_value_string: t.base_value(),
         fee_string: t.fee.clone(),
         height: t.height,
         confirmations,

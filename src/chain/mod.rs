@@ -321,9 +321,11 @@ pub async fn get_transfer(
 }
 
 /// BitGo's transfer record: value and fee in base units, as numbers (when they fit 2^53) and
-/// as strings.
+/// as strings; `value` includes the fee the wallet paid, `baseValue` does not
+/// ([`crate::model::chain::base_value`]).
 pub fn transfer_json(t: &Transfer, confirmations_now: Option<u64>) -> Value {
     let number = |s: &str| s.parse::<i64>().ok().filter(|n| n.unsigned_abs() < (1 << 53)).map(Value::from);
+    let base = t.base_value();
     let mut v = json!({
         "id": t.id,
         "coin": t.coin.as_str(),
@@ -336,8 +338,8 @@ pub fn transfer_json(t: &Transfer, confirmations_now: Option<u64>) -> Value {
         "type": t.kind(),
         "value": number(&t.value),
         "valueString": t.value,
-        "baseValue": number(&t.value),
-        "baseValueString": t.value,
+        "baseValue": number(&base),
+        "baseValueString": base,
         "feeString": t.fee,
         "state": t.state.as_str(),
         "entries": t.entries.iter().map(|e| {

@@ -1,6 +1,9 @@
 //! The `pkcs11` key backend: keys made inside an HSM through PKCS#11 (the `cryptoki` crate),
 //! never extractable (`CKA_EXTRACTABLE` false, `CKA_SENSITIVE` true), on secp256k1
-//! (OID 1.3.132.0.10), signing digests with `CKM_ECDSA`. The HSM gives r and s without a
+//! (OID 1.3.132.0.10), signing digests with `CKM_ECDSA` and good for nothing else: every other
+//! use (decrypt, unwrap, derive, sign-recover; encrypt, wrap on the public part) is false, and
+//! the private key can be neither modified nor copied, since tokens such as SoftHSM2 default
+//! some of them to true. The HSM gives r and s without a
 //! recovery id and may give a high s: `custody::keys::sign` normalises, recovers and checks
 //! every signature, and makes it again when it does not verify (SoftHSMv2's issue #901).
 //!
@@ -34,7 +37,11 @@ pub struct HsmKeys {
 /// `C_Initialize` is refused) and finalized never, since every key store shares it.
 static CONTEXT: Mutex<Option<(std::path::PathBuf, Pkcs11)>> = Mutex::new(None);
 
-fn context(module: &std::path::Path) -> Result<Pkcs11, KeyError> {
+/// The process's PKCS#11 context of `module` (a shared library path), loaded and initialized at
+/// the first call and shared after: what a key store uses, and what a check of a token's objects
+/// (tests/api/hsm.rs) opens its own session with. Errors: `Backend` when the module does not
+/// load or initialize, or another module is loaded already.
+pub fn context(module: &std::path::Path) -> Result<Pkcs11, KeyError> {
     let mut held = CONTEXT.lock().map_err(|_| KeyError::Backend("the PKCS#11 context is poisoned".into()))?;
     if let Some((path, context)) = held.as_ref() {
         if path != module {
@@ -122,10 +129,16 @@ impl KeyStore for HsmKeys {
         let handle = id.as_str().as_bytes().to_vec();
         let label = format!("custodian {}", id.as_str());
         self.with_session(move |session| {
+            // Verifying and signing only: each other use said false, not left to the
+            // token's defaults (SoftHSM2 makes a private key good for decrypt and unwrap).
             let public = [
                 Attribute::Token(true),
                 Attribute::EcParams(SECP256K1.to_vec()),
                 Attribute::Verify(true),
+                Attribute::VerifyRecover(false),
+                Attribute::Encrypt(false),
+                Attribute::Wrap(false),
+                Attribute::Derive(false),
                 Attribute::Id(handle.clone()),
                 Attribute::Label(label.clone().into_bytes()),
             ];
@@ -135,6 +148,12 @@ impl KeyStore for HsmKeys {
                 Attribute::Sensitive(true),
                 Attribute::Extractable(false),
                 Attribute::Sign(true),
+                Attribute::SignRecover(false),
+                Attribute::Decrypt(false),
+                Attribute::Unwrap(false),
+                Attribute::Derive(false),
+                Attribute::Modifiable(false),
+                Attribute::Copyable(false),
                 Attribute::Id(handle.clone()),
                 Attribute::Label(label.into_bytes()),
             ];

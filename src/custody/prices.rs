@@ -1,7 +1,8 @@
 //! USD prices for the circuit breaker (docs/policy.md#circuit-breaker): a Chainlink-style
 //! aggregator read through the coin's node (`[prices.<coin>]`), else a price an operator set
-//! (`custodian price set`). A feed that fails, answers nothing positive, or is older than its
-//! `max_age` gives no price: the breaker then holds.
+//! (`custodian price set`). A feed that fails, answers nothing positive, is older than its
+//! `max_age`, or is dated ahead of the service's clock by more than
+//! [`FEED_FUTURE_TOLERANCE_SECS`] gives no price: the breaker then holds.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -20,6 +21,11 @@ alloy_sol_types::sol! {
     function decimals() external view returns (uint8);
     function latestRoundData() external view returns (uint80 roundId, int256 answer, uint256 startedAt, uint256 updatedAt, uint80 answeredInRound);
 }
+
+/// How far ahead of the service's clock a feed's `updatedAt` may be, seconds: clocks drift
+/// apart by a few seconds, but an answer dated further ahead would never grow older than
+/// `max_age`, so it gives no price (docs/policy.md#circuit-breaker).
+pub const FEED_FUTURE_TOLERANCE_SECS: i64 = 60;
 
 /// Most decimal places a set price may have.
 pub const MAX_PRICE_DECIMALS: usize = 18;
@@ -204,7 +210,7 @@ async fn read_feed(
 }
 
 /// A feed's answer as a price: positive, of at most 36 decimals, and updated at most
-/// `max_age` seconds before `now`.
+/// `max_age` seconds before `now` and at most [`FEED_FUTURE_TOLERANCE_SECS`] after it.
 fn judge_feed(
     coin: &Coin,
     answer: alloy_primitives::I256,
@@ -217,6 +223,12 @@ fn judge_feed(
         return Priced::Unavailable(format!("the price feed of {coin} answers no positive price"));
     }
     let updated = i64::try_from(updated).unwrap_or(i64::MAX);
+    let ahead = updated.saturating_sub(now);
+    if ahead > FEED_FUTURE_TOLERANCE_SECS {
+        return Priced::Unavailable(format!(
+            "the price feed of {coin} is dated {ahead} s in the future, more than {FEED_FUTURE_TOLERANCE_SECS} s ahead of this service's clock"
+        ));
+    }
     let age = now.saturating_sub(updated);
     if age > i64::try_from(max_age).unwrap_or(i64::MAX) {
         return Priced::Unavailable(format!(
@@ -257,6 +269,12 @@ mod tests {
             Priced::Price(UsdPrice { mantissa: U256::from(300_000_000_000u64), scale: 8 })
         );
         assert!(matches!(judge_feed(&coin, answer, 8, at, 60, 1_061), Priced::Unavailable(_)));
+        // Dated in the future: usable within the tolerance, not beyond it, however large.
+        let ahead = |by: i64| judge_feed(&coin, answer, 8, U256::from(1_000 + by), 60, 1_000);
+        assert!(matches!(ahead(FEED_FUTURE_TOLERANCE_SECS), Priced::Price(_)));
+        assert!(matches!(ahead(FEED_FUTURE_TOLERANCE_SECS + 1), Priced::Unavailable(_)));
+        assert!(matches!(ahead(10 * 365 * 86_400), Priced::Unavailable(_)));
+        assert!(matches!(judge_feed(&coin, answer, 8, U256::MAX, 60, 1_000), Priced::Unavailable(_)));
         assert!(matches!(
             judge_feed(&coin, alloy_primitives::I256::ZERO, 8, at, 60, 1_000),
             Priced::Unavailable(_)

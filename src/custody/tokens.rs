@@ -50,6 +50,66 @@ pub fn resolve(config: &Config, chain: &Coin, route: &Coin, names: &[Option<&str
     }))
 }
 
+/// The coin a txRequest's payment intent pays in, from its recipients' `amount.symbol`
+/// (`symbols`, in their order; ASCII case ignored): `chain` (the wallet's coin) when none is
+/// given or each is `chain`, else a token configured for the chain (`chains.<coin>.tokens`)
+/// that every recipient names. Errors: `InvalidField`
+/// (`intent.recipients[i].amount.symbol`) for any other symbol (another coin, an unknown token,
+/// another chain's) or a symbol unlike an earlier recipient's (an absent one standing for
+/// `chain`); audited as `withdrawal.refused`, as every refused withdrawal is.
+pub async fn intent_coin(
+    svc: &Custody,
+    auth: &crate::identity::bearer::Principal,
+    wallet_id: &WalletId,
+    chain: &Coin,
+    symbols: &[Option<&str>],
+) -> Result<Coin> {
+    let result = coin_of_symbols(&svc.config, chain, symbols);
+    if let Err(e) = &result {
+        use crate::audit::EntryExt;
+        let entry = auth
+            .audit(crate::model::audit::AuditType::WithdrawalRefused)
+            .wallet(Some(wallet_id))
+            .data(serde_json::json!({ "reason": e.to_string() }));
+        crate::audit::record(&svc.store, &[entry]).await;
+    }
+    result
+}
+
+/// [`intent_coin`]'s rule, without the audit.
+fn coin_of_symbols(config: &Config, chain: &Coin, symbols: &[Option<&str>]) -> Result<Coin> {
+    let mut paid: Option<Coin> = None;
+    for (i, symbol) in symbols.iter().enumerate() {
+        let field = || format!("intent.recipients[{i}].amount.symbol");
+        let coin = match symbol.map(str::to_ascii_lowercase) {
+            None => chain.clone(),
+            Some(s) if s == chain.as_str() => chain.clone(),
+            Some(s) => {
+                let configured =
+                    config.chains.get(chain.as_str()).and_then(|c| c.tokens.iter().find(|t| t.coin == s));
+                let unknown = || {
+                    let shown = crate::text::clip(s.clone(), 64);
+                    Error::invalid_field(
+                        field(),
+                        format!("`{shown}` is neither {chain} nor a token configured for {chain}"),
+                    )
+                };
+                configured.ok_or_else(unknown)?.coin.parse().map_err(|_| unknown())?
+            }
+        };
+        match &paid {
+            Some(first) if first != &coin => {
+                return Err(Error::invalid_field(
+                    field(),
+                    format!("{coin} differs from the first recipient's {first}: one coin per withdrawal"),
+                ))
+            }
+            _ => paid = Some(coin),
+        }
+    }
+    Ok(paid.unwrap_or_else(|| chain.clone()))
+}
+
 /// The wallet's balance of `token` at the chain's confirmation depth, as the chain watcher last
 /// read it (base units; 0 when it has none).
 pub async fn held(svc: &Custody, wallet: &WalletId, token: &Token) -> Result<U256> {

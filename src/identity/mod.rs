@@ -48,6 +48,8 @@ pub struct Identity {
     pub refused_clients: Arc<throttle::RefusedClients>,
     /// Throttlings already recorded in the audit log this minute.
     pub throttle_notes: Arc<throttle::ThrottleNotes>,
+    /// Each user's OTP checks, one after another.
+    pub otp_locks: Arc<otp::OtpLocks>,
     /// Wakes delivery for the accessToken notifications a new token writes.
     pub dispatch: Arc<dyn Dispatch>,
     /// Signed reads this process has seen (the replay guard of reads, docs/decisions.md#signed-requests).

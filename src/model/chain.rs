@@ -263,11 +263,66 @@ impl Transfer {
         }
     }
 
+    /// BitGo's `baseValue` ("value excluding network fees"): [`base_value`] of its `value` and
+    /// `fee`.
+    pub fn base_value(&self) -> String {
+        base_value(&self.value, &self.fee)
+    }
+
     /// The deterministic id of a transaction's transfer for a wallet and coin.
     pub fn id_for(coin: &str, txid: &str, wallet: &WalletId) -> String {
         let mut id = crate::digest::sha256_hex(format!("{coin}|{txid}|{}", wallet.as_str()).as_bytes());
         id.truncate(32);
         id
+    }
+}
+
+/// A transfer's value without the fee the wallet paid (BitGo's `baseValue`: "value excluding
+/// network fees"), signed base units as decimal digits. `value` (signed digits) is what the
+/// wallet's balance moved, so a send's includes its fee (`-(amount + fee)`) and this is
+/// `value + fee` (`-amount`); `fee` (digits) is 0 but on the chain coin's sends, so a receive
+/// or a token transfer keeps its value. Amounts that are not digits (never the watcher's own)
+/// give `value` back.
+pub fn base_value(value: &str, fee: &str) -> String {
+    use alloy_primitives::U256;
+    let (negative, digits) = match value.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, value),
+    };
+    let (Ok(fee), Ok(magnitude)) = (fee.parse::<U256>(), digits.parse::<U256>()) else {
+        return value.to_string();
+    };
+    if fee.is_zero() {
+        return value.to_string();
+    }
+    if !negative {
+        return magnitude.checked_add(fee).map_or_else(|| value.to_string(), |v| v.to_string());
+    }
+    match magnitude.checked_sub(fee) {
+        Some(left) if left.is_zero() => "0".into(),
+        Some(left) => format!("-{left}"),
+        None => (fee - magnitude).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod base_value_tests {
+    use super::base_value;
+
+    #[test]
+    fn a_sends_base_value_leaves_its_fee_out_and_a_receives_is_its_value() {
+        assert_eq!(base_value("-1021000", "21000"), "-1000000", "a send of 1,000,000 paying 21,000");
+        assert_eq!(base_value("-21000", "21000"), "0", "a fee alone (a token send's ETH leg)");
+        assert_eq!(base_value("-5", "0"), "-5", "a token send, or a send still in the pool");
+        assert_eq!(base_value("7", "0"), "7", "a receive");
+        assert_eq!(base_value("-100", "150"), "50", "a send to itself that received more than it paid");
+        assert_eq!(base_value("100", "5"), "105");
+        let big = "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+        let less = "115792089237316195423570985008687907853269984665640564039457584007913129639934";
+        assert_eq!(base_value(&format!("-{big}"), "1"), format!("-{less}"));
+        assert_eq!(base_value(big, "1"), big, "past 2^256: left as it is");
+        assert_eq!(base_value("x", "1"), "x");
+        assert_eq!(base_value("-5", "y"), "-5");
     }
 }
 

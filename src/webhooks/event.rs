@@ -153,9 +153,11 @@ pub struct TransferEvent {
     pub state: &'static str,
     /// `send` or `receive`.
     pub transfer_type: &'static str,
-    /// Signed base units.
+    /// Signed base units; a send's includes the fee the wallet paid.
     pub value_string: String,
-    /// Base units.
+    /// Signed base units without that fee (BitGo: "value excluding network fees").
+    pub base_value_string: String,
+    /// Base units of the chain's coin.
     pub fee_string: String,
     pub height: u64,
     pub confirmations: u64,
@@ -408,8 +410,8 @@ impl Event {
     }
 
     /// Its JSON fields, with `eventId` and `type`: what is stored and, without `eventId`,
-    /// what its notifications carry. A transfer also names itself `transfer` and its value
-    /// `baseValueString`, BitGo's names beside the watcher's. A posted event's fields are lent,
+    /// what its notifications carry. A transfer also names itself `transfer`, BitGo's name
+    /// beside the watcher's. A posted event's fields are lent,
     /// not copied: most are never stored (only those naming a transfer are).
     pub fn body(&self) -> std::borrow::Cow<'_, Map<String, Value>> {
         let typed = match self {
@@ -434,7 +436,6 @@ impl Event {
         };
         if let Event::Transfer(e) = self {
             body.insert("transfer".into(), json!(e.transfer_id));
-            body.insert("baseValueString".into(), json!(e.value_string));
         }
         body.insert("eventId".into(), json!(self.id()));
         body.insert("type".into(), json!(self.kind()));
@@ -457,6 +458,7 @@ mod tests {
             state: "confirmed",
             transfer_type: "receive",
             value_string: "5".into(),
+            base_value_string: "5".into(),
             fee_string: "0".into(),
             height: 7,
             confirmations: 3,

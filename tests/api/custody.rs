@@ -209,9 +209,60 @@ async fn a_custodial_wallet_holds_its_key_and_shows_only_the_public_part() {
     .await;
 }
 
+/// Waits until the watcher confirms send `hash` (its `receipt`, paying `amount` wei), and
+/// checks BitGo's fields of it, listed and told to `hook` (a `transfer` webhook): `value`
+/// includes the fee, `baseValue` ("value excluding network fees") does not; the receive that
+/// funded the wallet paid none.
+async fn send_is_told_with_bitgos_fields(
+    c: &Custodial,
+    hook: &crate::receiver::TestReceiver,
+    hash: &str,
+    receipt: &Value,
+    amount: u128,
+) {
+    let path = format!("/api/v2/hteth/wallet/{}/transfer", c.wallet_id());
+    let transfers = until("the send is confirmed", 30, || async {
+        let body = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
+        let all = body["transfers"].as_array().unwrap().clone();
+        all.iter().any(|t| t["txid"] == json!(hash) && t["state"] == "confirmed").then_some(all)
+    })
+    .await;
+    let hex = |v: &Value| u128::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let fee = hex(&receipt["gasUsed"]) * hex(&receipt["effectiveGasPrice"]);
+    assert!(fee > 0, "{receipt}");
+    let send = transfers.iter().find(|t| t["txid"] == json!(hash)).unwrap();
+    let (value, base) = (format!("-{}", amount + fee), format!("-{amount}"));
+    assert_eq!(
+        (&send["type"], &send["feeString"], &send["valueString"], &send["baseValueString"]),
+        (&json!("send"), &json!(fee.to_string()), &json!(value), &json!(base)),
+        "{send}"
+    );
+    assert_eq!(send["baseValue"], json!(-i64::try_from(amount).unwrap()), "{send}");
+    let receive = transfers.iter().find(|t| t["type"] == "receive").unwrap();
+    assert_eq!(
+        (&receive["valueString"], &receive["baseValueString"], &receive["feeString"]),
+        (&receive["valueString"], &receive["valueString"], &json!("0")),
+        "{receive}"
+    );
+    // The `transfer` webhook's notification of the confirmed send says the same.
+    let told = until("the confirmed send is told", 30, || async {
+        hook.received()
+            .iter()
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .find(|b| b["hash"] == json!(hash) && b["state"] == "confirmed")
+    })
+    .await;
+    assert_eq!(
+        (&told["valueString"], &told["baseValueString"], &told["feeString"]),
+        (&json!(value), &json!(base), &json!(fee.to_string())),
+        "{told}"
+    );
+}
+
 #[tokio::test]
 async fn a_withdrawal_approved_by_another_admin_is_signed_sent_and_mined_once() {
     let c = custodial(2 * ONE_ETH, 1).await;
+    let hook = c.hook("transfer").await;
     let before = c.anvil.balance(OTHER).await;
     let body = json!({ "recipients": [{ "address": OTHER, "amount": "1234567" }], "sequenceId": "pay-1", "comment": "rent" });
     let approval = expect_json(c.initiate(&c.alice_token, &body).await, 200).await;
@@ -250,17 +301,7 @@ async fn a_withdrawal_approved_by_another_admin_is_signed_sent_and_mined_once() 
     let count = c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await;
     assert_eq!(count, "0x1");
     // The watcher sees the send like any transfer, and confirms it.
-    let path = format!("/api/v2/hteth/wallet/{}/transfer", c.wallet_id());
-    until("the send is confirmed", 30, || async {
-        let body = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
-        body["transfers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t["txid"] == json!(hash) && t["state"] == "confirmed")
-            .then_some(())
-    })
-    .await;
+    send_is_told_with_bitgos_fields(&c, &hook, &hash, &receipt, 1_234_567).await;
     let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'withdrawal.%' ORDER BY seq").await;
     for t in ["withdrawal.initiated", "withdrawal.approved", "withdrawal.signed", "withdrawal.broadcast"] {
         assert!(audit.iter().any(|a| a == t), "{t} missing from {audit:?}");
@@ -324,6 +365,17 @@ async fn withdrawals_are_refused_with_the_spec_error_and_change_nothing() {
     for (body, status, name) in cases {
         assert_error(c.initiate(&c.alice_token, &body).await, status, name).await;
     }
+    // The zero address burns what it is paid: refused on both routes, the field named.
+    let zero = "0x0000000000000000000000000000000000000000";
+    let refused =
+        assert_error(c.initiate(&c.alice_token, &one(zero, json!("1"))).await, 400, "InvalidField").await;
+    assert_eq!(refused["context"]["field"], "recipients[0].address", "{refused}");
+    let intent = json!({ "intent": { "intentType": "payment",
+        "recipients": [{ "address": { "address": zero }, "amount": { "value": "1" } }] } });
+    let path = format!("/api/v2/wallet/{}/txrequests", c.wallet_id());
+    let refused =
+        assert_error(c.app.post_auth(&path, &c.alice_token, &intent).await, 400, "InvalidField").await;
+    assert_eq!(refused["context"]["field"], "recipients[0].address", "{refused}");
     // Bob is an enterprise admin but not a spender of the wallet.
     expect_json(c.app.post_auth("/api/v2/user/unlock", &c.bob_token, &json!({ "otp": "000000" })).await, 200)
         .await;
@@ -496,4 +548,39 @@ async fn a_frozen_wallet_refuses_withdrawals_holds_approved_ones_and_tells_its_a
     let audit =
         c.app.raw_sql("SELECT type FROM audit_log WHERE type LIKE 'wallet.%frozen' ORDER BY seq").await;
     assert_eq!(audit, ["wallet.frozen", "wallet.unfrozen"]);
+}
+
+/// Ten withdrawals of 1 wei Alice asks for at once, each with `otp` (`round` keeps their
+/// idempotency keys apart): their statuses.
+async fn ten_at_once(c: &Custodial, otp: &str, round: u32) -> Vec<u16> {
+    futures_util::future::join_all((0..10).map(|i| async move {
+        let body = json!({ "recipients": [{ "address": OTHER, "amount": "1" }], "otp": otp, "sequenceId": format!("{otp}-{round}-{i}") });
+        c.initiate(&c.alice_token, &body).await.status().as_u16()
+    }))
+    .await
+}
+
+#[tokio::test]
+async fn ten_withdrawals_at_once_with_a_right_code_all_pass_and_wrong_codes_still_stop_at_the_limit() {
+    // A limit of 2 (5 by default): three checks side by side are enough to trip it, so the test
+    // does not hang on how the ten happen to interleave.
+    let c = crate::custody::custodial_with(ONE_ETH, 1, |cfg| cfg.login.max_otp_failures = 2).await;
+    // BitGoJS's sendMany in parallel, each with a right code. "000000" is the test environment's
+    // code: right every time and never claimed against replay (a real code is claimed once per
+    // step), so these are ten right codes at once, each counted as a failure until it passes.
+    for round in 0..2 {
+        let answers = ten_at_once(&c, "000000", round).await;
+        assert_eq!(answers, [200; 10], "a right code never counts as a wrong one");
+    }
+    assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 20);
+    // Ten wrong codes at once: login.max_otp_failures are wrong, the rest throttled.
+    let valid = [c.alice.code(-1), c.alice.code(0), c.alice.code(1), "000000".to_string()];
+    let wrong = (1..1_000_000).map(|n| format!("{n:06}")).find(|code| !valid.contains(code)).unwrap();
+    let mut answers = ten_at_once(&c, &wrong, 0).await;
+    answers.sort();
+    assert_eq!(answers, [401, 401, 429, 429, 429, 429, 429, 429, 429, 429]);
+    // Now the right code is refused too, and nothing more was made.
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": "1" }], "otp": "000000" });
+    assert_error(c.initiate(&c.alice_token, &body).await, 429, "TooManyOtpAttempts").await;
+    assert_eq!(c.app.raw_sql("SELECT id FROM withdrawals").await.len(), 20);
 }

@@ -64,6 +64,44 @@ async fn a_token_withdrawal_calls_the_contract_and_pays_the_recipient_once() {
     assert_eq!(token_balance(&c.anvil, &contract, OTHER).await, 7 * ONE_ETH);
     assert_eq!(token_balance(&c.anvil, &contract, &c.address()).await, 43 * ONE_ETH);
     assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "latest"])).await, "0x1");
+    // The watcher's transfers of the send: the token's moves 7 TST, fee-less; the ETH one of
+    // the same transaction is the fee alone, which its baseValue leaves out.
+    let hex = |v: &Value| u128::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let fee = hex(&receipt["gasUsed"]) * hex(&receipt["effectiveGasPrice"]);
+    let send_of = |coin: &'static str| {
+        let path = format!("/api/v2/{coin}/wallet/{}/transfer", c.wallet_id());
+        let c = &c;
+        async move {
+            until("the send is seen", 30, || async {
+                let body = expect_json(c.app.get_auth(&path, &c.alice_token).await, 200).await;
+                body["transfers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t["txid"] == json!(hash) && t["height"] != 999_999_999)
+                    .cloned()
+            })
+            .await
+        }
+    };
+    let token_send = send_of("hteth:tst").await;
+    let seven = format!("-{}", 7 * ONE_ETH);
+    assert_eq!(
+        (
+            &token_send["type"],
+            &token_send["valueString"],
+            &token_send["baseValueString"],
+            &token_send["feeString"]
+        ),
+        (&json!("send"), &json!(seven), &json!(seven), &json!("0")),
+        "{token_send}"
+    );
+    let eth_send = send_of("hteth").await;
+    assert_eq!(
+        (&eth_send["valueString"], &eth_send["baseValueString"], &eth_send["feeString"]),
+        (&json!(format!("-{fee}")), &json!("0"), &json!(fee.to_string())),
+        "{eth_send}"
+    );
 }
 
 #[tokio::test]
@@ -157,4 +195,58 @@ async fn a_withdrawal_mined_but_reverted_ends_failed_and_is_not_sent_again() {
     assert_eq!(c.anvil.rpc("eth_getTransactionCount", json!([c.address(), "pending"])).await, "0x1");
     let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.failed'").await;
     assert_eq!(audit.len(), 1);
+}
+
+#[tokio::test]
+async fn a_tx_request_pays_what_its_amount_symbol_names_and_refuses_other_symbols() {
+    let anvil = Anvil::start().await;
+    let (contract, token) = deploy_token(&anvil, &word_number(1_000_000 * ONE_ETH)).await;
+    let c =
+        custodial_on(anvil, ONE_ETH, 1, |cfg| cfg.chains.get_mut("hteth").unwrap().tokens.push(token)).await;
+    fund_tokens(&c, &contract, 5 * ONE_ETH).await;
+    let path = format!("/api/v2/wallet/{}/txrequests", c.wallet_id());
+    let intent = |recipients: Value| json!({ "intent": { "intentType": "payment", "recipients": recipients }, "apiVersion": "full" });
+    let pay = |symbol: Value| json!({ "address": { "address": OTHER }, "amount": { "value": ONE_ETH.to_string(), "symbol": symbol } });
+    // Another coin, an unknown token, another chain's token, a mixed pair (an absent symbol is
+    // the wallet's coin): refused, the field named, nothing stored.
+    let refused = [
+        (intent(json!([pay(json!("btc"))])), "intent.recipients[0].amount.symbol"),
+        (intent(json!([pay(json!("hteth:nope"))])), "intent.recipients[0].amount.symbol"),
+        (intent(json!([pay(json!("eth:tst"))])), "intent.recipients[0].amount.symbol"),
+        (intent(json!([pay(json!("hteth")), pay(json!("hteth:tst"))])), "intent.recipients[1].amount.symbol"),
+        (intent(json!([pay(Value::Null), pay(json!("hteth:tst"))])), "intent.recipients[1].amount.symbol"),
+    ];
+    for (body, field) in refused {
+        let got =
+            assert_error(c.app.post_auth(&path, &c.alice_token, &body).await, 400, "InvalidField").await;
+        assert_eq!(got["context"]["field"], field, "{body}: {got}");
+    }
+    assert!(c.app.raw_sql("SELECT id FROM withdrawals").await.is_empty());
+    let audit = c.app.raw_sql("SELECT type FROM audit_log WHERE type = 'withdrawal.refused'").await;
+    assert_eq!(audit.len(), 5, "each refusal is audited");
+    // 1 hteth:tst is a token withdrawal of 1 TST: the contract's transfer, no ETH paid out.
+    let eth_before = c.anvil.balance(OTHER).await;
+    let t = expect_json(
+        c.app.post_auth(&path, &c.alice_token, &intent(json!([pay(json!("hteth:tst"))]))).await,
+        200,
+    )
+    .await;
+    assert_eq!(t["intent"]["recipients"][0]["amount"]["symbol"], "hteth:tst", "{t}");
+    let id = t["txRequestId"].as_str().unwrap();
+    let approve = json!({ "state": "approved", "otp": "000000" });
+    expect_json(c.answer(&c.bob_token, t["pendingApprovalId"].as_str().unwrap(), &approve).await, 200).await;
+    let sent = c.state_is(id, "delivered").await;
+    let hash = sent["transactions"][0]["txHash"].as_str().unwrap();
+    c.anvil.mine(1).await;
+    let receipt = c.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
+    assert_eq!(receipt["to"].as_str().unwrap(), contract.to_lowercase(), "{receipt}");
+    assert_eq!(token_balance(&c.anvil, &contract, OTHER).await, ONE_ETH);
+    assert_eq!(c.anvil.balance(OTHER).await, eth_before, "no ETH paid to the recipient");
+    // The wallet's coin, named or not (its case ignored), is an ETH withdrawal.
+    for symbol in [json!("hteth"), json!("HTETH"), Value::Null] {
+        let small = json!({ "intent": { "intentType": "payment", "recipients": [
+            { "address": { "address": OTHER }, "amount": { "value": "5", "symbol": symbol } }] } });
+        let t = expect_json(c.app.post_auth(&path, &c.alice_token, &small).await, 200).await;
+        assert_eq!(t["intent"]["recipients"][0]["amount"]["symbol"], "hteth", "{t}");
+    }
 }

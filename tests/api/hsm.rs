@@ -3,6 +3,11 @@
 
 use std::sync::OnceLock;
 
+use cryptoki::{
+    object::{Attribute, AttributeType, ObjectClass},
+    session::UserType,
+    types::AuthPin,
+};
 use serde_json::json;
 
 use crate::chain::{ONE_ETH, OTHER};
@@ -51,6 +56,40 @@ fn hsm(c: &mut custodian::config::Config) {
     c.keys.pkcs11_pin_file = Some(pin);
 }
 
+/// What the token itself says of the key whose `CKA_ID` is `id`: `types` of its private object,
+/// then `others` of its public one, read through a session of the test's own.
+async fn token_attributes(
+    id: Vec<u8>,
+    types: Vec<AttributeType>,
+    others: Vec<AttributeType>,
+) -> (Vec<Attribute>, Vec<Attribute>) {
+    tokio::task::spawn_blocking(move || {
+        let context = custodian::custody::pkcs11::context(std::path::Path::new(MODULE)).expect("context");
+        let slot = context
+            .get_slots_with_token()
+            .expect("slots")
+            .into_iter()
+            .find(|s| context.get_token_info(*s).is_ok_and(|t| t.label().trim_end() == TOKEN))
+            .expect("the token");
+        let session = context.open_ro_session(slot).expect("session");
+        // Login is the process's: the key store's session logged it in already.
+        match session.login(UserType::User, Some(&AuthPin::new(PIN.into()))) {
+            Ok(())
+            | Err(cryptoki::error::Error::Pkcs11(cryptoki::error::RvError::UserAlreadyLoggedIn, _)) => {}
+            Err(e) => panic!("login: {e}"),
+        }
+        let read = |class: ObjectClass, types: &[AttributeType]| {
+            let found =
+                session.find_objects(&[Attribute::Class(class), Attribute::Id(id.clone())]).expect("find");
+            assert_eq!(found.len(), 1, "one {class} object for the key");
+            session.get_attributes(found[0], types).expect("attributes")
+        };
+        (read(ObjectClass::PRIVATE_KEY, &types), read(ObjectClass::PUBLIC_KEY, &others))
+    })
+    .await
+    .expect("the token's attributes")
+}
+
 #[tokio::test]
 async fn a_withdrawal_signed_inside_the_hsm_is_mined_once() {
     let c = custodial_with(ONE_ETH, 1, hsm).await;
@@ -59,6 +98,41 @@ async fn a_withdrawal_signed_inside_the_hsm_is_mined_once() {
     let handle = c.app.raw_sql("SELECT handle FROM custody_keys").await.remove(0);
     let key_id = c.wallet["keys"][0].as_str().unwrap();
     assert_eq!(hex::decode(handle).unwrap(), key_id.as_bytes());
+    // The token holds a signing key and nothing more: read back from the token itself.
+    use AttributeType as T;
+    let (private, public) = token_attributes(
+        key_id.as_bytes().to_vec(),
+        vec![
+            T::Sign,
+            T::SignRecover,
+            T::Decrypt,
+            T::Unwrap,
+            T::Derive,
+            T::Sensitive,
+            T::Extractable,
+            T::Modifiable,
+            T::Copyable,
+        ],
+        vec![T::Verify, T::VerifyRecover, T::Encrypt, T::Wrap, T::Derive],
+    )
+    .await;
+    use Attribute as A;
+    let want_private = [
+        A::Sign(true),
+        A::SignRecover(false),
+        A::Decrypt(false),
+        A::Unwrap(false),
+        A::Derive(false),
+        A::Sensitive(true),
+        A::Extractable(false),
+        A::Modifiable(false),
+        A::Copyable(false),
+    ];
+    assert_eq!(private, want_private);
+    assert_eq!(
+        public,
+        [A::Verify(true), A::VerifyRecover(false), A::Encrypt(false), A::Wrap(false), A::Derive(false)]
+    );
     let before = c.anvil.balance(OTHER).await;
     let sent = c.withdraw(OTHER, "4242").await;
     let hash = sent["transactions"][0]["txHash"].as_str().unwrap();

@@ -130,6 +130,12 @@ async fn a_stale_feed_holds_every_withdrawal_and_a_fresh_one_passes() {
     let reason = held["reasons"].as_array().unwrap().last().unwrap().as_str().unwrap();
     assert!(reason.contains("more than prices.hteth.max_age (3600 s)"), "{reason}");
     assert_eq!(held["info"]["transactionRequest"].get("usd"), None, "no price, no value: {held}");
+    // Dated a day ahead: it would never grow stale, so it is no price either.
+    move_feed(&c.anvil, &feed, 3_000, now + 86_400).await;
+    let ahead = expect_json(c.initiate(&c.alice_token, &pay(TENTH, "c")).await, 200).await;
+    assert!(breaker_fired(&ahead), "{ahead}");
+    let reason = ahead["reasons"].as_array().unwrap().last().unwrap().as_str().unwrap();
+    assert!(reason.contains("in the future"), "{reason}");
     move_feed(&c.anvil, &feed, 3_000, now).await;
     let passes = expect_json(c.initiate(&c.alice_token, &pay(TENTH, "b")).await, 200).await;
     assert!(!breaker_fired(&passes), "{passes}");

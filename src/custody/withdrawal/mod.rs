@@ -369,6 +369,13 @@ pub(super) fn parse_recipients(reqs: &[RecipientRequest]) -> Result<Vec<Recipien
         .map(|(i, r)| {
             let address = parse_eth_address(&r.address)
                 .map_err(|e| Error::invalid_field(format!("recipients[{i}].address"), e))?;
+            // Nobody holds the zero address's key: what is sent there is burnt.
+            if address.is_zero() {
+                return Err(Error::invalid_field(
+                    format!("recipients[{i}].address"),
+                    "the zero address: nobody can spend what is sent to it",
+                ));
+            }
             let amount = parse_amount(&r.amount).ok_or_else(|| {
                 Error::invalid_field(
                     format!("recipients[{i}].amount"),

@@ -159,7 +159,8 @@ pub async fn freeze(
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitiateRecipient {
-    /// `0x` and 40 hex digits; mixed case must be a valid EIP-55 checksum.
+    /// `0x` and 40 hex digits, not the zero address; mixed case must be a valid EIP-55
+    /// checksum.
     #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
     pub address: String,
     /// Base units (wei), digits or a JSON integer, above 0.
@@ -229,15 +230,20 @@ pub async fn initiate(
 /// `{address: {address}}` of a txRequest recipient.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct IntentAddress {
+    /// `0x` and 40 hex digits, not the zero address; mixed case must be a valid EIP-55
+    /// checksum.
     #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
     pub address: String,
 }
 
-/// `{value, symbol}` of a txRequest recipient: base units.
+/// `{value, symbol}` of a txRequest recipient.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct IntentAmount {
+    /// Base units of `symbol`'s coin, digits or a JSON integer, above 0.
     #[schema(value_type = String, pattern = "^[0-9]{1,78}$")]
     pub value: Value,
+    /// What is paid: the wallet's coin (`hteth`, the default) or a token configured for its
+    /// chain (`hteth:usdc`), the same for every recipient; anything else is 400 `InvalidField`.
     pub symbol: Option<String>,
 }
 
@@ -300,6 +306,12 @@ pub async fn create_tx_request(
         return Err(Error::invalid_field("intent.intentType", "only payment").into());
     }
     let wallet = crate::wallets::wallet_row(&state.wallets, &auth, &wallet_id).await?;
+    // `amount.symbol` names what is paid: the wallet's coin, or a token of its chain, which
+    // is then the coin the withdrawal is started for (as the token's own route does).
+    let symbols: Vec<Option<&str>> =
+        req.intent.recipients.iter().map(|r| r.amount.symbol.as_deref()).collect();
+    let coin = crate::custody::tokens::intent_coin(&state.custody, &auth, &wallet_id, &wallet.coin, &symbols)
+        .await?;
     let request = WithdrawalRequest {
         recipients: req
             .intent
@@ -315,7 +327,7 @@ pub async fn create_tx_request(
         otp: req.otp,
         idempotency_key: req.idempotency_key.or(req.intent.sequence_id),
     };
-    let started = withdrawal::initiate(&state.custody, &auth, &wallet.coin, &wallet_id, &request).await?;
+    let started = withdrawal::initiate(&state.custody, &auth, &coin, &wallet_id, &request).await?;
     let record = crate::custody::history::WithdrawalRecord {
         withdrawal: started.withdrawal,
         attempts: Vec::new(),
