@@ -36,6 +36,7 @@ pub async fn cluster(node: &str) -> Cluster {
         ("CUSTODIAN_CHAINS_HTETH_POLL_INTERVAL_MS", "50"),
         ("CUSTODIAN_CHAINS_HTETH_LEASE_MS", "1000"),
         ("CUSTODIAN_WITHDRAWALS_POLL_INTERVAL_MS", "50"),
+        ("CUSTODIAN_WITHDRAWALS_GAP_CHECK_INTERVAL", "0"),
     ];
     let c = Cluster::new(&env).await;
     c.create_user("alice@example.com", false);
@@ -136,7 +137,7 @@ async fn kill_once_at(at: KilledWhen) {
         l.hold_methods.clear();
         l.hold_answers_of.clear();
     });
-    let _second = c.start().await;
+    let second = c.start().await;
     let sent = until(&format!("another process sends it ({at:?})"), 60, || async {
         let w = withdrawal(&c, &id);
         (w["state"] == "delivered").then_some(w)
@@ -156,6 +157,21 @@ async fn kill_once_at(at: KilledWhen) {
     assert_eq!(anvil.rpc("eth_getTransactionCount", json!([address, "latest"])).await, "0x1", "{at:?}");
     assert_eq!(anvil.rpc("eth_getTransactionCount", json!([address, "pending"])).await, "0x1", "{at:?}");
     assert_eq!(anvil.balance(PAYEE).await, before + AMOUNT, "{at:?}");
+    // No nonce is left stranded: the process that finished it checks every round and finds no gap,
+    // and filled none.
+    let metrics = format!("{}/metrics", second.base);
+    let rounds = |text: &str| {
+        text.lines().find_map(|l| l.strip_prefix("custodian_custody_signer_rounds_total ")?.parse::<u64>().ok())
+    };
+    let seen = c.client.get(&metrics).send().await.unwrap().text().await.unwrap();
+    let from = rounds(&seen).unwrap_or(0);
+    let text = until(&format!("a gap check after it was mined ({at:?})"), 30, || async {
+        let text = c.client.get(&metrics).send().await.ok()?.text().await.ok()?;
+        (rounds(&text)? > from).then_some(text)
+    })
+    .await;
+    assert!(text.lines().any(|l| l == "custodian_custody_nonce_gap 0"), "{at:?}");
+    assert!(text.lines().any(|l| l == "custodian_custody_nonce_fills_total 0"), "{at:?}");
 }
 
 #[tokio::test]
