@@ -592,6 +592,16 @@ test('a custodial wallet: wallets().add, sendMany with an OTP gives a pending ap
   const refused = await (await approver.coin('hteth').pendingApprovals().get({ id: second.id })).reject();
   assert.equal(refused.state, 'rejected');
 
+  // Ten sendMany at once, each with a right code: one user's codes are checked in turn, so none
+  // is counted as a wrong one and all ten pass (then the approver rejects them: they count for
+  // nothing below).
+  const ten = await Promise.all(Array.from({ length: 10 }, (_, i) =>
+    wallet.sendMany({ recipients: [{ address: PAYEE, amount: String(11 + i) }], otp: OTP })));
+  assert.deepEqual(ten.map((p) => p.state), Array(10).fill('pending'));
+  for (const p of ten) {
+    await (await approver.coin('hteth').pendingApprovals().get({ id: p.id })).reject();
+  }
+
   // Policy rules through BitGoJS (docs/policy.md). The wallet has sent 1,234 wei of ETH in the
   // last hour (rejected ones do not count): a 2,000 wei hourly limit that asks for the approver.
   const approverId = (await approver.me()).id;

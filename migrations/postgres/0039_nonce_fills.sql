@@ -11,6 +11,9 @@ CREATE TABLE nonce_fills (
     -- The failed withdrawal that had taken the nonce, when one had.
     tx_request_id TEXT,
     created_at BIGINT NOT NULL,
+    -- 1 once the nonce is known used: the fill mined, or the failed withdrawal's own
+    -- transaction found mined after all (it is then followed again).
+    done BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (chain, address, nonce)
 );
 CREATE INDEX nonce_fills_by_withdrawal ON nonce_fills (tx_request_id);

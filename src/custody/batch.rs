@@ -189,7 +189,8 @@ async fn ready(
     }
     let gas = match memo.gas(node, &w, to).await {
         Ok(gas) => gas,
-        Err(e) if w.nonce.is_none() && e.to_string().to_ascii_lowercase().contains("revert") => {
+        // One holding a nonce fails too: its nonce is then filled, so it strands nothing.
+        Err(e) if e.to_string().to_ascii_lowercase().contains("revert") => {
             fail(svc, &w, Command::Fail, "the node says the transaction would revert").await?;
             return Ok(None);
         }
@@ -332,14 +333,14 @@ pub(super) async fn send_all(
     for (w, sent) in outcomes {
         match sent {
             Ok(()) | Err(SendRefusal::Known) => taken.push(broadcast(w)),
-            Err(SendRefusal::InsufficientFunds) => match node_has(node, &w).await {
+            Err(SendRefusal::InsufficientFunds) => match node_has(svc, node, &w).await {
                 // The refusal is one answer: the node, asked again, has the transaction.
                 Ok(true) => taken.push(broadcast(w)),
                 Ok(false) => {
                     let why = "the node refused it (insufficient funds for value and gas) and has not got it";
                     alone(coin, &w.id, fail(svc, &w, Command::Refused, why).await);
                 }
-                Err(e) => alone(coin, &w.id, Err(e.into())),
+                Err(e) => alone(coin, &w.id, Err(e)),
             },
             Err(SendRefusal::Underpriced) => {
                 alone(coin, &w.id, super::replace::reprice(svc, chain_id, node, &w).await)
@@ -358,9 +359,14 @@ fn broadcast(w: Withdrawal) -> Change<'static> {
     Change { w, command: Command::Sent, error: None, entry, expired: false }
 }
 
-/// Whether the node has `w`'s transaction after all: it knows it (`eth_getTransactionByHash`,
-/// pool or chain) or has its receipt. A refusal is final only when both say no.
-async fn node_has(node: &dyn SendNode, w: &Withdrawal) -> Result<bool, crate::chain::node::NodeError> {
-    let Some(hash) = w.tx_hash else { return Ok(false) };
-    Ok(node.knows(hash).await? || node.mined(hash).await?.is_some())
+/// Whether the node has one of `w`'s transactions after all (its current one or any it
+/// replaced): it knows it (`eth_getTransactionByHash`, pool or chain) or has its receipt. A
+/// refusal is final only when both say no of each.
+async fn node_has(svc: &Custody, node: &dyn SendNode, w: &Withdrawal) -> Result<bool, RoundError> {
+    for a in svc.store.withdrawal_attempts(&w.id).await? {
+        if node.knows(a.hash).await? || node.mined(a.hash).await?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

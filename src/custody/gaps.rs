@@ -41,8 +41,11 @@ pub fn gaps(with_node: u64, next: u64, holders: &[NonceHolder]) -> Vec<u64> {
 
 /// Compares each signing address's next nonce in the store with the node's pending count and
 /// fills every gap (at most [`MAX_FILLS_PER_CHECK`] an address a check), then sends each stored
-/// fill the node has not counted yet. The widest gap still open at the node is the gauge
-/// `custodian_custody_nonce_gap` (0 when none; a filled one counts until its fill is mined).
+/// fill the node has not counted yet, and settles the fills it has: one whose nonce went to the
+/// failed withdrawal's own transaction after all brings that withdrawal back (`delivered`). The
+/// widest gap still open at the node is the gauge `custodian_custody_nonce_gap` (0 when none; a
+/// filled one counts until its fill is mined). One address's trouble (a node error about it)
+/// is logged and does not hold the others back.
 pub(super) async fn reconcile(
     svc: &Custody,
     (coin, chain_id): (&Coin, u64),
@@ -50,37 +53,143 @@ pub(super) async fn reconcile(
 ) -> Result<(), RoundError> {
     let mut widest = 0u64;
     for (address, next, _) in svc.store.nonce_counters(coin.as_str(), MAX_RECONCILED).await? {
-        let with_node = node.pending_nonce(address).await?;
-        if next <= with_node {
-            continue;
-        }
-        let upto = next.min(with_node.saturating_add(MAX_FILLS_PER_CHECK));
-        let holders = svc.store.nonce_holders(coin.as_str(), address, (with_node, upto), BATCH).await?;
-        let open = gaps(with_node, upto, &holders);
-        if !open.is_empty() {
-            tracing::warn!(coin = %coin, %address, next, with_node, gap = open.len(), "nonces reserved that no transaction will use: filling them");
-        }
-        widest = widest.max(open.len() as u64);
-        let filled = svc.store.nonce_fills(coin.as_str(), address, with_node, BATCH).await?;
-        for nonce in open.iter().filter(|n| !filled.iter().any(|f| f.nonce == **n)) {
-            let failed = holders.iter().find(|h| h.nonce == *nonce).map(|h| h.tx_request_id.clone());
-            fill(svc, (coin, chain_id), node, address, *nonce, failed).await?;
-        }
-        // Every fill not yet counted by the node, the new ones too: a crash or a lost send
-        // resends the same bytes.
-        for f in svc.store.nonce_fills(coin.as_str(), address, with_node, BATCH).await? {
-            svc.metrics.custody.broadcasts.inc();
-            match node.send_raw(&f.signed_tx).await {
-                Ok(_) | Err(SendRefusal::Known) => {}
-                Err(SendRefusal::Other(e)) => return Err(e.into()),
-                Err(e) => {
-                    tracing::warn!(coin = %coin, %address, nonce = f.nonce, error = ?e, "the node refused a nonce fill; sending it again next check")
-                }
+        match reconcile_one(svc, (coin, chain_id), node, address, next).await {
+            Ok(gap) => widest = widest.max(gap),
+            Err(e) => {
+                tracing::warn!(coin = %coin, %address, error = %e, "the nonce gap check of an address failed; trying again next check")
             }
         }
     }
     svc.metrics.custody.nonce_gap.set(i64::try_from(widest).unwrap_or(i64::MAX));
     Ok(())
+}
+
+/// [`reconcile`] for `address`, whose next nonce in the store is `next`: its gap still open at
+/// the node.
+async fn reconcile_one(
+    svc: &Custody,
+    (coin, chain_id): (&Coin, u64),
+    node: &dyn SendNode,
+    address: Address,
+    next: u64,
+) -> Result<u64, RoundError> {
+    let with_node = node.pending_nonce(address).await?;
+    settle_fills(svc, coin, node, address, with_node).await?;
+    // A failed withdrawal among the latest nonces the node counts used, with no fill: the nonce
+    // went to its own transaction, so it paid after all.
+    let recent = (with_node.saturating_sub(MAX_FILLS_PER_CHECK), with_node);
+    for h in svc.store.nonce_holders(coin.as_str(), address, recent, BATCH).await? {
+        if h.state == TxRequestState::Failed && svc.store.nonce_fill_of(&h.tx_request_id).await?.is_none() {
+            revive(svc, coin, node, &h.tx_request_id).await?;
+        }
+    }
+    if next <= with_node {
+        return Ok(0);
+    }
+    let upto = next.min(with_node.saturating_add(MAX_FILLS_PER_CHECK));
+    let holders = svc.store.nonce_holders(coin.as_str(), address, (with_node, upto), BATCH).await?;
+    let open = gaps(with_node, upto, &holders);
+    if !open.is_empty() {
+        tracing::warn!(coin = %coin, %address, next, with_node, gap = open.len(), "nonces reserved that no transaction will use: filling them");
+    }
+    let filled = svc.store.nonce_fills(coin.as_str(), address, with_node, BATCH).await?;
+    for nonce in open.iter().filter(|n| !filled.iter().any(|f| f.nonce == **n)) {
+        let failed = holders.iter().find(|h| h.nonce == *nonce).map(|h| h.tx_request_id.clone());
+        // A failed withdrawal whose own transaction the node has after all is not filled over.
+        if let Some(id) = &failed {
+            if own_transaction(svc, node, id).await?.is_some() {
+                continue;
+            }
+        }
+        fill(svc, (coin, chain_id), node, address, *nonce, failed).await?;
+    }
+    // Every fill not yet counted by the node, the new ones too: a crash or a lost send
+    // resends the same bytes.
+    for f in svc.store.nonce_fills(coin.as_str(), address, with_node, BATCH).await? {
+        svc.metrics.custody.broadcasts.inc();
+        match node.send_raw(&f.signed_tx).await {
+            Ok(_) | Err(SendRefusal::Known) => {}
+            Err(SendRefusal::Other(e)) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(coin = %coin, %address, nonce = f.nonce, error = ?e, "the node refused a nonce fill; sending it again next check")
+            }
+        }
+    }
+    Ok(open.len() as u64)
+}
+
+/// The fills of `address` whose nonce the node counts used (below `with_node`): done when the
+/// fill was mined; when it was not, the nonce went to something else, and a failed withdrawal
+/// whose own transaction that was is `delivered` again (it paid). Neither seen: asked again
+/// next check.
+async fn settle_fills(
+    svc: &Custody,
+    coin: &Coin,
+    node: &dyn SendNode,
+    address: Address,
+    with_node: u64,
+) -> Result<(), RoundError> {
+    for f in svc.store.open_fills(coin.as_str(), address, with_node, MAX_FILLS_PER_CHECK as u32).await? {
+        if node.mined(f.tx_hash).await?.is_some() {
+            svc.store.finish_fill(coin.as_str(), address, f.nonce).await?;
+            continue;
+        }
+        let Some(id) = &f.tx_request_id else { continue };
+        if revive(svc, coin, node, id).await? {
+            svc.store.finish_fill(coin.as_str(), address, f.nonce).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Failed withdrawal `id` back to `delivered` when one of its own transactions was mined and
+/// paid after all (audited as `withdrawal.found_mined`): whether it was.
+async fn revive(
+    svc: &Custody,
+    coin: &Coin,
+    node: &dyn SendNode,
+    id: &crate::types::TxRequestId,
+) -> Result<bool, RoundError> {
+    let Some((w, Some((hash, m)))) = own_transaction(svc, node, id).await? else { return Ok(false) };
+    // Mined but reverted: it failed for good, as it says.
+    if !m.success && !super::tokens::logged(&w, &m) {
+        return Ok(false);
+    }
+    tracing::warn!(coin = %coin, txRequestId = %id, %hash, block = m.block, "a failed withdrawal's own transaction was mined after all: it paid");
+    let entry = crate::audit::entry(AuditType::WithdrawalFoundMined)
+        .wallet(Some(&w.wallet_id))
+        .data(json!({ "txRequestId": id.as_str(), "txHash": hash.to_string(), "block": m.block }));
+    let command = super::withdrawal::machine::Command::FoundMined { tx_hash: hash, block: m.block };
+    let change = super::progress::Change { w: w.clone(), command, error: None, entry, expired: false };
+    if super::progress::move_all(svc, vec![change]).await? != 1 {
+        return Ok(false);
+    }
+    svc.store.settle_mined(&w.id, &hash, m.block).await?;
+    Ok(true)
+}
+
+/// Failed withdrawal `id` when the node has one of its own transactions (in its pool or
+/// mined), with the mined one's hash and receipt when mined.
+async fn own_transaction(
+    svc: &Custody,
+    node: &dyn SendNode,
+    id: &crate::types::TxRequestId,
+) -> Result<
+    Option<(crate::model::custody::Withdrawal, Option<(alloy_primitives::B256, super::node::Mined)>)>,
+    RoundError,
+> {
+    let Some(w) = svc.store.withdrawal(id).await?.filter(|w| w.state == TxRequestState::Failed) else {
+        return Ok(None);
+    };
+    for a in svc.store.withdrawal_attempts(id).await?.iter().rev() {
+        if let Some(m) = node.mined(a.hash).await? {
+            return Ok(Some((w, Some((a.hash, m)))));
+        }
+        if node.knows(a.hash).await? {
+            return Ok(Some((w, None)));
+        }
+    }
+    Ok(None)
 }
 
 /// Signs and stores a zero-value transaction from `address` to itself at `nonce` (`failed`: the

@@ -41,6 +41,10 @@ pub(super) struct Memo {
     code: std::sync::Mutex<HashMap<Address, Arc<tokio::sync::OnceCell<bool>>>>,
 }
 
+/// How far past an address's mined count the node's pending count is believed when nonces are
+/// reserved (its transactions waiting in the pool that the store does not know).
+pub const MAX_POOL_AHEAD: u64 = 16;
+
 impl Memo {
     /// Reads what signing `ws` needs, each thing once.
     pub(super) async fn read(
@@ -59,7 +63,11 @@ impl Memo {
                 memo.gates.insert(w.wallet_id.clone(), gate);
             }
             if w.nonce.is_none() && !memo.node_next.contains_key(&w.from) {
-                memo.node_next.insert(w.from, node.pending_nonce(w.from).await?);
+                // The pending count raises the store's counter (transactions the store does not
+                // know, after a restore), but never more than MAX_POOL_AHEAD past the mined
+                // count: one answer far too high would make every nonce between a gap to fill.
+                let (pending, mined) = (node.pending_nonce(w.from).await?, node.latest_nonce(w.from).await?);
+                memo.node_next.insert(w.from, pending.min(mined.saturating_add(MAX_POOL_AHEAD)));
             }
         }
         Ok(memo)

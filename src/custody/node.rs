@@ -55,6 +55,8 @@ pub trait SendNode: Send + Sync {
     async fn head(&self) -> Result<u64, NodeError>;
     /// `eth_getTransactionCount(address, "pending")`.
     async fn pending_nonce(&self, address: Address) -> Result<u64, NodeError>;
+    /// `eth_getTransactionCount(address, "latest")`: the address's mined transactions.
+    async fn latest_nonce(&self, address: Address) -> Result<u64, NodeError>;
     /// The next block's base fee, wei per gas (`eth_feeHistory`).
     async fn next_base_fee(&self) -> Result<u128, NodeError>;
     /// `eth_estimateGas` of a call.
@@ -110,6 +112,11 @@ impl SendNode for EthNode {
 
     async fn pending_nonce(&self, address: Address) -> Result<u64, NodeError> {
         let n: U256 = self.call("eth_getTransactionCount", (address, "pending")).await?;
+        u64::try_from(n).map_err(|_| NodeError::new("eth_getTransactionCount: out of range"))
+    }
+
+    async fn latest_nonce(&self, address: Address) -> Result<u64, NodeError> {
+        let n: U256 = self.call("eth_getTransactionCount", (address, "latest")).await?;
         u64::try_from(n).map_err(|_| NodeError::new("eth_getTransactionCount: out of range"))
     }
 

@@ -28,16 +28,16 @@ fn bumped(fee: u128) -> u128 {
     fee.saturating_mul(9).div_ceil(8)
 }
 
-/// Notes the block that mined `w`'s current transaction or any it replaced; sends it again
-/// when the node lost it; replaces it when stuck (not mined `withdrawals.stuck_after` seconds
-/// after it was sent or last replaced).
+/// Notes the block that mined `w`'s current transaction or any it replaced (`Ok(true)`); sends
+/// it again when the node lost it; replaces it when stuck (not mined `withdrawals.stuck_after`
+/// seconds after it was sent or last replaced).
 pub(super) async fn follow(
     svc: &Custody,
     chain_id: u64,
     node: &dyn SendNode,
     w: &Withdrawal,
-) -> Result<(), RoundError> {
-    let Some(current) = w.tx_hash else { return Ok(()) };
+) -> Result<bool, RoundError> {
+    let Some(current) = w.tx_hash else { return Ok(false) };
     let attempts = svc.store.withdrawal_attempts(&w.id).await?;
     // The newest first: a replacement is the likelier to be mined.
     for a in attempts.iter().rev() {
@@ -53,7 +53,7 @@ pub(super) async fn follow(
             if next.is_some() {
                 svc.store.settle_mined(&w.id, &a.hash, m.block).await?;
             }
-            return Ok(());
+            return Ok(true);
         }
     }
     let knows = node.knows(current).await?;
@@ -63,7 +63,7 @@ pub(super) async fn follow(
         if let Some(raw) = &w.signed_tx {
             svc.metrics.custody.broadcasts.inc();
             match node.send_raw(raw).await {
-                Ok(_) | Err(SendRefusal::Known) => return Ok(()),
+                Ok(_) | Err(SendRefusal::Known) => return Ok(false),
                 Err(SendRefusal::Underpriced) | Err(SendRefusal::InsufficientFunds) => {}
                 Err(SendRefusal::Other(e)) => return Err(e.into()),
             }
@@ -71,11 +71,11 @@ pub(super) async fn follow(
     }
     let waited = svc.store.clock().now().saturating_sub(w.updated_at);
     let stuck_after = i64::try_from(svc.config.withdrawals.stuck_after).unwrap_or(i64::MAX);
-    let Some(last) = attempts.last() else { return Ok(()) };
+    let Some(last) = attempts.last() else { return Ok(false) };
     if waited >= stuck_after || (knows && attempts.len() == 1 && held_queued(svc, node, w, waited).await?) {
-        return replace(svc, chain_id, node, w, last).await;
+        return replace(svc, chain_id, node, w, last).await.map(|()| false);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Whether the node has held `w`, sent `waited` seconds ago, queued past
@@ -179,6 +179,7 @@ pub(super) async fn recheck_mined(
     svc: &Custody,
     coin: &crate::types::Coin,
     node: &dyn SendNode,
+    just_seen: &[crate::types::TxRequestId],
 ) -> Result<(), RoundError> {
     use futures_util::StreamExt;
     let chain = svc.config.chains.get(coin.as_str());
@@ -207,7 +208,8 @@ pub(super) async fn recheck_mined(
                 svc.store.set_mined(&w.id, now).await?;
                 return Ok(());
             }
-            if let Some(m) = mined {
+            // A receipt first seen this round is read again in a later one, not twice in one.
+            if let Some(m) = mined.filter(|_| !just_seen.contains(&w.id)) {
                 let paid = m.success || super::tokens::logged(&w, &m);
                 let deep = (head + 1).saturating_sub(m.block);
                 if !paid && deep >= confirmations {

@@ -117,18 +117,12 @@ pub async fn create(
             .await;
     let p = Proposal { hooks: Some(&answers), ..proposal(svc, w, &wallet.coin) };
     let windows = eval::windows(&rules, &wallet.coin);
-    let token_held = match &w.token {
-        Some(t) => super::tokens::held(svc, &wallet.id, t).await?,
-        None => U256::ZERO,
+    // The balance at the chain's confirmation depth, read under the wallet's lock after the
+    // withdrawals it does not hold yet: a deposit not yet that deep, or one a reorg may still
+    // take away, pays nothing.
+    let units = |b: &Option<String>| {
+        b.as_deref().and_then(|b| U256::from_str_radix(b, 10).ok()).unwrap_or(U256::ZERO)
     };
-    // The balance at the chain's confirmation depth: a deposit not yet that deep, or one a reorg
-    // may still take away, pays nothing.
-    let balance = wallet
-        .balances
-        .confirmed
-        .as_ref()
-        .and_then(|b| U256::from_str_radix(b.as_str(), 10).ok())
-        .unwrap_or(U256::ZERO);
     let cap = svc.config.withdrawals.max_in_flight_per_wallet;
     let limit = breaker::limit_cents(svc);
     let judge = |s: &Spending| -> std::result::Result<Approval, Refusal> {
@@ -136,6 +130,7 @@ pub async fn create(
         if let Some(refused) = verdict.refusal() {
             return Err(Box::new(refused));
         }
+        let (balance, token_held) = (units(&s.confirmed), units(&s.token_confirmed));
         check_funds(cap, balance, token_held, w, &s.flying).map_err(|e| Box::new(e) as Refusal)?;
         if let (Some(u), Some(sent)) = (unlock, s.unlock_sent) {
             u.check(sent, w.total()).map_err(|e| Box::new(e) as Refusal)?;
@@ -257,7 +252,6 @@ pub async fn still_funded(svc: &Custody, ws: &[&Withdrawal]) -> Result<Vec<bool>
     let mut wallets: Vec<WalletId> = ws.iter().map(|w| w.wallet_id.clone()).collect();
     wallets.sort();
     wallets.dedup();
-    let rows = svc.store.wallets_by_ids(&wallets, true).await?;
     let mut ahead: std::collections::HashMap<WalletId, Vec<Withdrawal>> = Default::default();
     for wallet in &wallets {
         let filter = crate::store::WithdrawalFilter {
@@ -279,6 +273,9 @@ pub async fn still_funded(svc: &Custody, ws: &[&Withdrawal]) -> Result<Vec<bool>
             svc.store.withdrawals(&filter).await?.into_iter().filter(|w| w.nonce.is_some()).collect();
         ahead.insert(wallet.clone(), held);
     }
+    // The balances after what is ahead: a watcher write between the two reads can only count a
+    // payment twice (it waits), never not at all.
+    let rows = svc.store.wallets_by_ids(&wallets, true).await?;
     let mut out = Vec::with_capacity(ws.len());
     for w in ws {
         let row = rows.iter().find(|r| r.id == w.wallet_id);

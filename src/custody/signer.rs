@@ -238,12 +238,22 @@ async fn follow_all(
         limit: BATCH,
         ..Default::default()
     };
+    let seen = std::sync::Mutex::new(Vec::new());
     stream::iter(svc.store.withdrawals(&of).await?)
-        .for_each_concurrent(limit, |w| async move {
-            alone(coin, &w.id, super::replace::follow(svc, chain_id, node, &w).await);
+        .for_each_concurrent(limit, |w| {
+            let seen = &seen;
+            async move {
+                match super::replace::follow(svc, chain_id, node, &w).await {
+                    Ok(true) => {
+                        seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(w.id.clone())
+                    }
+                    done => alone(coin, &w.id, done.map(drop)),
+                }
+            }
         })
         .await;
-    super::replace::recheck_mined(svc, coin, node).await
+    let seen = seen.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    super::replace::recheck_mined(svc, coin, node, &seen).await
 }
 
 /// Approvals past `expires_at` are closed and their withdrawals canceled (a rule change's is

@@ -89,6 +89,7 @@ crate::types::text_enum!(
         WithdrawalReplaced = "withdrawal.replaced",
         WithdrawalFailed = "withdrawal.failed",
         WithdrawalNonceFilled = "withdrawal.nonce_filled",
+        WithdrawalFoundMined = "withdrawal.found_mined",
     }
 );
 

@@ -131,10 +131,19 @@ async fn settle_withdrawals<DB>(tx: &mut DB::Connection, transfers: &[Transfer])
             .collect();
         for chunk in hashes.chunks(HASHES) {
             // `settled` is the store's own 0 or 1, written into the text; only the hashes are bound.
+            // A withdrawal is unsettled again only when none of its transactions' sends is
+            // confirmed now: a replaced attempt's send turning `replaced` in the write that
+            // confirms the mined one leaves it settled.
             let flag = i64::from(settled);
+            let keep = match settled {
+                true => "",
+                false => " AND NOT EXISTS (SELECT 1 FROM withdrawal_attempts a JOIN transfers t ON t.txid = a.tx_hash \
+                           WHERE a.tx_request_id = withdrawals.id AND t.wallet_id = withdrawals.wallet_id \
+                           AND t.state = 'confirmed')",
+            };
             let sql = format!(
                 "UPDATE withdrawals SET settled = {flag} WHERE settled <> {flag} AND id IN (SELECT tx_request_id \
-                 FROM withdrawal_attempts WHERE tx_hash IN ({}))",
+                 FROM withdrawal_attempts WHERE tx_hash IN ({})){keep}",
                 DB::row_params(1, chunk.len())
             );
             let mut q = sqlx::query(&sql);

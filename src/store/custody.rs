@@ -133,6 +133,7 @@ where
     for<'r> WithdrawalRow: FromRow<'r, DB::Row>,
     for<'r> ApprovalRow: FromRow<'r, DB::Row>,
     for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
+    for<'r> (Option<String>,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,

@@ -63,8 +63,14 @@ pub struct Spending {
     /// Cents sent since [`Reservation::usd_since`], when asked.
     pub usd_sent: Option<i64>,
     /// Base units the session of [`Reservation::unlock_since`] started since its unlock, any
-    /// state, any coin (its `unlock.txValue`), when asked.
+    /// state, any coin (its `unlock.txValue`), when asked; `U256::MAX` past
+    /// [`MAX_UNLOCK_COUNTED`] withdrawals (what is not counted cannot be let through).
     pub unlock_sent: Option<U256>,
+    /// The wallet's `confirmedBalanceString` and, for a token withdrawal, its confirmed balance
+    /// of the token, read under the lock after `flying` (so a watcher write between the two
+    /// reads can only count a payment twice, never not at all).
+    pub confirmed: Option<String>,
+    pub token_confirmed: Option<String>,
 }
 
 /// Decides, under the wallet's lock, the approval a new withdrawal is stored with, or refuses it.
@@ -137,6 +143,7 @@ where
     for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (Option<String>,): FromRow<'r, DB::Row>,
 {
     let mut tx = store.begin_write().await?;
     let _: Option<(String,)> =
@@ -180,15 +187,39 @@ where
             };
             let (sql, params) = select_withdrawals(&filter);
             let rows = params.bind(sqlx::query_as::<DB, WithdrawalRow>(&sql)).fetch_all(&mut *tx).await?;
+            let counted = rows.len();
             let mut sent = U256::ZERO;
             for row in rows {
                 sent = sent.saturating_add(row.into_withdrawal()?.total());
             }
-            Some(sent)
+            Some(if counted >= usize::try_from(MAX_UNLOCK_COUNTED).unwrap_or(usize::MAX) {
+                U256::MAX
+            } else {
+                sent
+            })
         }
         None => None,
     };
-    let a = match judge(&Spending { flying, sums, usd_sent, unlock_sent }) {
+    let (confirmed,): (Option<String>,) =
+        sqlx::query_as("SELECT confirmed_balance FROM wallets WHERE id = $1")
+            .bind(w.wallet_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .unwrap_or((None,));
+    let token_confirmed = match &w.token {
+        Some(t) => {
+            let row: Option<(Option<String>,)> = sqlx::query_as(
+                "SELECT confirmed_balance FROM wallet_token_balances WHERE wallet_id = $1 AND coin = $2",
+            )
+            .bind(w.wallet_id.as_str())
+            .bind(t.coin.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+            row.and_then(|(b,)| b)
+        }
+        None => None,
+    };
+    let a = match judge(&Spending { flying, sums, usd_sent, unlock_sent, confirmed, token_confirmed }) {
         Ok(a) => a,
         Err(refused) => return Ok(Created::Refused(refused)),
     };

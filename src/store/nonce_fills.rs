@@ -66,6 +66,17 @@ pub trait NonceFillStore: Send + Sync {
     ) -> StoreResult<Vec<NonceFill>>;
     /// The fill of the nonce withdrawal `id` had taken, when it was filled.
     async fn nonce_fill_of(&self, id: &TxRequestId) -> StoreResult<Option<NonceFill>>;
+    /// The fills of `address` below `below` not yet known done (the node counts their nonce
+    /// used, by the fill or by something else), by nonce, at most `limit`.
+    async fn open_fills(
+        &self,
+        chain: &str,
+        address: Address,
+        below: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<NonceFill>>;
+    /// Marks the fill of `nonce` done.
+    async fn finish_fill(&self, chain: &str, address: Address, nonce: u64) -> StoreResult<()>;
 }
 
 const FILL_COLUMNS: &str = "chain, address, nonce, tx_hash, signed_tx, tx_request_id, created_at";
@@ -192,6 +203,38 @@ where
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(FillRow::into_fill).collect()
+    }
+
+    async fn open_fills(
+        &self,
+        chain: &str,
+        address: Address,
+        below: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<NonceFill>> {
+        let rows: Vec<FillRow> = sqlx::query_as(&format!(
+            "SELECT {FILL_COLUMNS} FROM nonce_fills WHERE chain = $1 AND address = $2 AND nonce < $3 AND done = 0 \
+             ORDER BY nonce LIMIT $4"
+        ))
+        .bind(chain)
+        .bind(address.to_checksum(None))
+        .bind(n(below))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(FillRow::into_fill).collect()
+    }
+
+    async fn finish_fill(&self, chain: &str, address: Address, nonce: u64) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE nonce_fills SET done = 1 WHERE chain = $1 AND address = $2 AND nonce = $3")
+            .bind(chain)
+            .bind(address.to_checksum(None))
+            .bind(n(nonce))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn nonce_fill_of(&self, id: &TxRequestId) -> StoreResult<Option<NonceFill>> {

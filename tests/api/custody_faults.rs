@@ -157,11 +157,16 @@ async fn kill_once_at(at: KilledWhen) {
     assert_eq!(anvil.rpc("eth_getTransactionCount", json!([address, "latest"])).await, "0x1", "{at:?}");
     assert_eq!(anvil.rpc("eth_getTransactionCount", json!([address, "pending"])).await, "0x1", "{at:?}");
     assert_eq!(anvil.balance(PAYEE).await, before + AMOUNT, "{at:?}");
-    // No nonce is left stranded: the process that finished it checks every round and finds no gap,
-    // and filled none.
+    no_gap_left(&c, &second, at).await;
+}
+
+/// No nonce is left stranded: the process that finished the withdrawal (`server`) checks every
+/// round and finds no gap, and filled none.
+async fn no_gap_left(c: &Cluster, second: &Server, at: KilledWhen) {
     let metrics = format!("{}/metrics", second.base);
     let rounds = |text: &str| {
-        text.lines().find_map(|l| l.strip_prefix("custodian_custody_signer_rounds_total ")?.parse::<u64>().ok())
+        text.lines()
+            .find_map(|l| l.strip_prefix("custodian_custody_signer_rounds_total ")?.parse::<u64>().ok())
     };
     let seen = c.client.get(&metrics).send().await.unwrap().text().await.unwrap();
     let from = rounds(&seen).unwrap_or(0);

@@ -353,3 +353,63 @@ async fn an_approver_sees_the_amount_in_units_people_by_email_the_wallet_by_labe
     assert_eq!(second["info"]["transactionRequest"]["firstTimePayees"], json!([]), "{second}");
     assert_eq!(second["info"]["transactionRequest"]["requestedAmountUnits"], "0.000000000000000007");
 }
+
+#[tokio::test]
+async fn a_pending_count_answered_absurdly_high_costs_a_bounded_number_of_fills() {
+    let (node, c) = behind_proxy(|cfg| cfg.withdrawals.gap_check_interval = 0).await;
+    node.lie(|l| l.pending_nonce_plus = (1, 1_000_000));
+    let pending = ask(&c, 6_666).await;
+    expect_json(approve(&c, &pending).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    let t = c.state_is(id, "delivered").await;
+    // Believed only up to MAX_POOL_AHEAD past the mined count.
+    assert_eq!(t["transactions"][0]["nonce"], 16, "{t}");
+    until("the skipped nonces filled", 30, || async {
+        (metric_value(&c.app, "custodian_custody_nonce_fills_total").await == 16).then_some(())
+    })
+    .await;
+    c.anvil.mine(1).await;
+    mined(&c, id).await;
+    let rounds = metric_value(&c.app, "custodian_custody_signer_rounds_total").await;
+    until("more rounds", 30, || async {
+        (metric_value(&c.app, "custodian_custody_signer_rounds_total").await > rounds + 3).then_some(())
+    })
+    .await;
+    assert_eq!(metric_value(&c.app, "custodian_custody_nonce_fills_total").await, 16, "no more fills");
+    assert_eq!(metric_value(&c.app, "custodian_custody_nonce_gap").await, 0);
+}
+
+#[tokio::test]
+async fn a_withdrawal_failed_on_three_false_answers_is_delivered_again_once_its_transaction_is_found_mined() {
+    let (node, c) = behind_proxy(|cfg| cfg.withdrawals.gap_check_interval = 0).await;
+    let before = c.anvil.balance(OTHER).await;
+    // The watcher reads no new block meanwhile, so only the signer hears the lies.
+    let head = c.anvil.head().await;
+    node.lie(|l| {
+        l.hold_from = Some(head + 1);
+        l.take_then_refuse = 1;
+        l.null_tx_by_hash = 1;
+        l.null_receipts = 1;
+    });
+    let pending = ask(&c, 7_777).await;
+    expect_json(approve(&c, &pending).await, 200).await;
+    let id = pending["txRequestId"].as_str().unwrap();
+    // The node took it, then said "insufficient funds", then knew nothing of it: failed. Its
+    // nonce was then used by its own transaction, which paid: it is followed again.
+    let back = c
+        .tx_request_where(id, "it is delivered again", |t| {
+            t["state"] == "delivered" && t["transactions"][0]["blockHeight"].is_u64()
+        })
+        .await;
+    assert_eq!(back["transactions"][0]["nonce"], 0, "{back}");
+    assert_eq!(c.anvil.balance(OTHER).await, before + 7_777, "paid once");
+    assert!(c.app.raw_sql("SELECT tx_hash FROM nonce_fills").await.is_empty(), "nothing filled over it");
+    let failed = c.app.raw_sql("SELECT data FROM audit_log WHERE type = 'withdrawal.failed'").await;
+    assert_eq!(failed.len(), 1, "it was failed first: {failed:?}");
+    let found = c.app.raw_sql("SELECT data FROM audit_log WHERE type = 'withdrawal.found_mined'").await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    node.lie(|l| l.hold_from = None);
+    // Back in flight and in the sums until the watcher confirms it.
+    let body = json!({ "recipients": [{ "address": OTHER, "amount": (ONE_ETH - 7_777).to_string() }] });
+    assert_error(c.initiate(&c.alice_token, &body).await, 400, "InsufficientBalance").await;
+}

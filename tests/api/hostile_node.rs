@@ -50,6 +50,8 @@ pub struct Lies {
     /// The next this many `eth_getTransactionCount(.., "pending")` answers are this much higher
     /// than the node's.
     pub pending_nonce_plus: (usize, u64),
+    /// The next this many `eth_getTransactionByHash` answers are `null`.
+    pub null_tx_by_hash: usize,
 }
 
 /// The error a call of `method` is answered with instead of reaching the node, if any.
@@ -130,6 +132,10 @@ fn lie(l: &mut Lies, method: &str) -> Option<Value> {
     match method {
         "eth_getTransactionReceipt" if l.null_receipts > 0 => {
             l.null_receipts -= 1;
+            Some(Value::Null)
+        }
+        "eth_getTransactionByHash" if l.null_tx_by_hash > 0 => {
+            l.null_tx_by_hash -= 1;
             Some(Value::Null)
         }
         "eth_getLogs" if l.empty_logs > 0 => {

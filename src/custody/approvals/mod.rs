@@ -200,14 +200,19 @@ pub async fn resolve(
     if a.state != ApprovalState::Pending {
         return Err(not_pending(format!("the approval is {} already", a.state.as_str())));
     }
-    // One instant decides: an answer at or after `expireDate` is refused, swept or not.
-    let now = svc.store.clock().now();
-    if now >= a.expires_at && !(answer == Answer::Rejected && a.creator == auth.user.id) {
+    // An answer at or after `expireDate` is refused, swept or not: checked first, and again
+    // with the instant that is written, after the OTP check (which may wait its turn).
+    let late = |now: i64| now >= a.expires_at && !(answer == Answer::Rejected && a.creator == auth.user.id);
+    if late(svc.store.clock().now()) {
         return Err(expired(&a));
     }
     let (cancel, completes) = may_answer(svc, auth, &a, answer).await?;
     if answer == Answer::Approved {
         crate::identity::passkeys::require_fresh_factor(&svc.identity, auth, otp).await?;
+    }
+    let now = svc.store.clock().now();
+    if late(now) {
+        return Err(expired(&a));
     }
     let mut next = a.clone();
     next.resolvers.push(Resolver {
@@ -244,11 +249,7 @@ pub async fn resolve(
         (Some(command), Some(id)) => moved_by(svc, &a, id, command, now).await?,
         _ => None,
     };
-    let mut events = vec![super::events::approval_event(&next)];
-    if let Some((moved, from)) = &moved {
-        events.extend(super::events::tx_request_events(moved, Some(*from)));
-    }
-    let announce = super::events::Announcement::prepare(&svc.webhooks, &events).await?;
+    let announce = announced(svc, &next, moved.as_ref()).await?;
     let record = swap.as_ref().and_then(|s| s.swap(&a));
     let to = moved.as_ref().map(|(w, _)| (w.state, w.version - 1));
     let written = svc
@@ -265,6 +266,20 @@ pub async fn resolve(
         svc.wake_signers();
     }
     Ok(next)
+}
+
+/// The events of an answer: `pendingapproval` for `next`, and the withdrawal's change when it
+/// `moved` (from the state given).
+async fn announced(
+    svc: &Custody,
+    next: &Approval,
+    moved: Option<&(crate::model::custody::Withdrawal, TxRequestState)>,
+) -> Result<super::events::Announcement> {
+    let mut events = vec![super::events::approval_event(next)];
+    if let Some((moved, from)) = moved {
+        events.extend(super::events::tx_request_events(moved, Some(*from)));
+    }
+    super::events::Announcement::prepare(&svc.webhooks, &events).await
 }
 
 /// 409 `ApprovalNotPending` with `message`.

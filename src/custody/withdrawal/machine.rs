@@ -34,8 +34,9 @@ pub enum State {
     Rejected,
     /// Its initiator withdrew it, its approval expired, or it missed its delivery deadline.
     Canceled,
-    /// Failed for good; `nonce` when it had taken one, which the signer then fills
-    /// (docs/withdrawals.md#nonce-gaps).
+    /// Failed; `nonce` when it had taken one, which the signer then fills
+    /// (docs/withdrawals.md#nonce-gaps). Final, but for one way back: its own transaction found
+    /// mined in place of the fill ([`Command::FoundMined`]).
     Failed { nonce: Option<u64> },
 }
 
@@ -105,6 +106,10 @@ pub enum Command {
     /// Signed again at its nonce with higher fees: stuck or held queued once sent, or refused
     /// as underpriced before.
     Replace { tx_hash: B256 },
+    /// A failed withdrawal's own transaction `tx_hash` found mined in `block` after all (its
+    /// nonce's fill was not mined): the node's refusal was wrong, it paid, and is followed
+    /// again.
+    FoundMined { tx_hash: B256, block: u64 },
     /// Its receipt read again with its block `depth` blocks deep (1: the head), the chain asking
     /// `confirmations`: `paid` when it succeeded (status 1; for a token, its `Transfer` logged).
     Settle { paid: bool, depth: u64, confirmations: u64 },
@@ -186,6 +191,10 @@ pub fn step(state: State, command: Command, now: i64) -> Result<State, Refused> 
             Ok(S::Failed { nonce: Some(nonce) })
         }
         (S::Delivered { .. }, C::Settle { .. }) => Err(Refused::NotYet),
+
+        (S::Failed { nonce: Some(nonce) }, C::FoundMined { tx_hash, block }) => {
+            Ok(S::Delivered { nonce, tx_hash, mined: Some(block) })
+        }
 
         (s, _) => Err(Refused::NotFrom(s.name())),
     }

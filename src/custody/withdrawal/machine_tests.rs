@@ -45,6 +45,7 @@ fn every_command() -> Vec<C> {
         C::Replace { tx_hash: OTHER },
         C::Settle { paid: false, depth: 12, confirmations: 12 },
         C::Settle { paid: true, depth: 12, confirmations: 12 },
+        C::FoundMined { tx_hash: HASH, block: 9 },
     ]
 }
 
@@ -262,12 +263,25 @@ fn a_signed_withdrawal_cannot_be_canceled_or_expired() {
 }
 
 #[test]
-fn final_states_take_nothing() {
+fn final_states_take_nothing_but_a_failed_one_found_mined() {
     for s in [S::Rejected, S::Canceled, S::Failed { nonce: None }, S::Failed { nonce: Some(7) }] {
         for c in every_command() {
+            if matches!((s, c), (S::Failed { nonce: Some(_) }, C::FoundMined { .. })) {
+                continue;
+            }
             assert_eq!(step(s, c, NOW), Err(Refused::NotFrom(s.name())), "{s:?} {c:?}");
         }
     }
+}
+
+#[test]
+fn a_failed_withdrawal_whose_own_transaction_was_mined_after_all_is_delivered_again() {
+    let found = C::FoundMined { tx_hash: OTHER, block: 12 };
+    assert_eq!(
+        step(S::Failed { nonce: Some(7) }, found, NOW),
+        Ok(S::Delivered { nonce: 7, tx_hash: OTHER, mined: Some(12) })
+    );
+    assert_eq!(step(S::Failed { nonce: None }, found, NOW), Err(Refused::NotFrom(TxRequestState::Failed)));
 }
 
 /// Every (state, command) pair: a change is only ever to a state the diagram of
@@ -283,7 +297,7 @@ fn every_pair_moves_only_along_the_diagram() {
                     from == to || diagram.contains(&(from, to)),
                     "{s:?} --{c:?}--> {next:?} is not drawn"
                 );
-                assert!(!s.name().is_final(), "{s:?} is final");
+                assert!(!s.name().is_final() || matches!(c, C::FoundMined { .. }), "{s:?} is final");
             }
         }
     }
