@@ -162,6 +162,9 @@ impl AppState {
     }
 }
 
+/// How long shutting down waits for the store to close, after requests and workers finished.
+pub const STORE_CLOSE_WAIT: Duration = Duration::from_secs(10);
+
 /// Serves the API on `listener` and runs the delivery engine until `shutdown` completes, then
 /// finishes in-flight requests and deliveries.
 pub async fn serve(
@@ -202,7 +205,14 @@ pub async fn serve(
     for w in watchers.into_iter().chain(signers) {
         let _ = w.await;
     }
-    store.close().await;
+    // A connection still lent when the store closes would hold the exit for ever: the store
+    // is given a bound, then the process ends anyway (committed writes are on disk).
+    if tokio::time::timeout(STORE_CLOSE_WAIT, store.close()).await.is_err() {
+        tracing::warn!(
+            seconds = STORE_CLOSE_WAIT.as_secs(),
+            "the store did not close in time (a connection still lent); exiting anyway"
+        );
+    }
     Ok(())
 }
 

@@ -232,6 +232,7 @@ where
     }
 
     async fn close(&self) {
+        self.lane.release();
         self.pool.close().await;
     }
 

@@ -66,6 +66,13 @@ impl<DB: Database> ReadLane<DB> {
         ReadLane { idle: std::sync::Mutex::default(), slots }
     }
 
+    /// Gives every kept connection back to its pool: a closing pool waits for each connection
+    /// taken from it, and these would never come back by themselves.
+    pub(super) fn release(&self) {
+        let kept = self.idle.lock().map(|mut idle| std::mem::take(&mut *idle)).unwrap_or_default();
+        drop(kept);
+    }
+
     /// One of the lane's connections, waiting for a free one; taken from `pool` when the lane
     /// has fewer than its capacity.
     pub(super) async fn take(&self, pool: &Pool<DB>) -> sqlx::Result<Lent<'_, DB>> {
@@ -201,5 +208,24 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(none.idle.lock().unwrap().len(), 0);
         assert_eq!(pool.num_idle(), 1);
+    }
+
+    /// A connection the lane keeps holds a closing pool for ever (sqlx waits for every
+    /// connection taken from it); released first, the pool closes. A server once hung at
+    /// shutdown on this after ten wallet reads at once.
+    #[tokio::test]
+    async fn a_pool_closes_once_the_lane_gives_back_what_it_keeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("lane.db").display());
+        let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(4).connect(&url).await.unwrap();
+        let lane = ReadLane::<sqlx::Sqlite>::new(2);
+        lane.take(&pool).await.unwrap().keep();
+        assert_eq!(lane.idle.lock().unwrap().len(), 1);
+        let held = tokio::time::timeout(Duration::from_millis(300), pool.close()).await;
+        assert!(held.is_err(), "a kept connection holds the close");
+        lane.release();
+        let closed = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
+        assert!(closed.is_ok(), "released, the pool closes");
+        assert_eq!(lane.idle.lock().unwrap().len(), 0);
     }
 }
