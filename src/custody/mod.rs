@@ -10,25 +10,20 @@
 //! Layer rule: no web-framework types and nothing of the HTTP layer (docs/architecture.md).
 
 pub mod approvals;
-mod batch;
 pub mod breaker;
 pub mod events;
 pub mod freeze;
-pub mod gaps;
 pub mod history;
 pub mod keys;
-mod memo;
-pub mod node;
-pub mod pkcs11;
 pub mod policy;
 pub mod prices;
-mod progress;
-pub mod replace;
 pub mod reserve;
-pub mod sealed;
 pub mod signer;
+
+pub use keys::{pkcs11, sealed};
+use signer::{batch, memo, progress};
+pub use signer::{gaps, node, replace, transaction};
 pub mod tokens;
-pub mod transaction;
 pub mod views;
 pub mod wallets;
 pub mod withdrawal;

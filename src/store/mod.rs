@@ -13,10 +13,10 @@
 //! | `throttle.rs`   | [`LoginThrottleStore`] | failed logins and OTPs, login clients        |
 //! | `audit.rs`      | [`AuditStore`]         | the audit log, a hash chain                  |
 //! | `rate_buckets.rs` | [`RateBucketStore`]  | rate limits' token buckets (PostgreSQL only) |
-//! | `custody.rs`    | [`CustodyStore`]       | custody keys, withdrawals, pending approvals, nonces |
-//! | `custody_attempts.rs` | [`AttemptStore`] | every transaction signed for a withdrawal |
+//! | `custody/`      | [`CustodyStore`]       | custody keys, withdrawals, pending approvals, nonces |
+//! | `custody/attempts.rs` | [`AttemptStore`] | every transaction signed for a withdrawal |
 //! | `nonce_fills.rs` | [`NonceFillStore`] | nonce gaps' holders and the signer's fills |
-//! | `custody_create.rs` | (`CustodyStore`) | a new withdrawal judged under its wallet's lock |
+//! | `custody/create.rs` | (`CustodyStore`) | a new withdrawal judged under its wallet's lock |
 //! | `velocity.rs` | (`CustodyStore`) | the velocity ledger: a window's sum in a few index reads |
 //! | `chain.rs` (and `chain_*.rs`) | [`ChainStore`] | watched addresses, headers, checkpoints, transfers |
 //! | `keys.rs`       | [`KeyStore`]           | sealed server keys                           |
@@ -42,9 +42,6 @@ mod chain_reads;
 mod chain_rows;
 mod chain_write;
 mod custody;
-mod custody_attempts;
-mod custody_create;
-mod custody_rows;
 mod enterprises;
 mod event_keys;
 mod events;
@@ -75,11 +72,12 @@ mod webhooks;
 
 pub use audit::{AuditFilter, AuditStore};
 pub use chain::{BlockWrite, ChainStore, NodeReport, TokenBalanceRow, TransferFilter};
+pub use custody::attempts::{AttemptStore, Replacement};
+use custody::{attempts as custody_attempts, create as custody_create, rows as custody_rows};
 pub use custody::{
     ApprovalFilter, Batched, Created, CustodyStore, Judge, Move, RecordSwap, Refusal, Reservation, Signed,
     Spending, SumWindow, WithdrawalFilter, MAX_UNLOCK_COUNTED, MAX_UNSETTLED_MINED,
 };
-pub use custody_attempts::{AttemptStore, Replacement};
 pub use enterprises::{Enterprise, EnterpriseStore, Member, Membership};
 pub use events::EventStore;
 pub use group_commit::{EventWrite, Recorded};

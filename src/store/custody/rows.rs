@@ -3,31 +3,32 @@
 
 use sqlx::FromRow;
 
-use super::Recorded;
-use super::{
-    sql::{json_value, parse_stored, to_json},
-    StoreError, StoreResult,
-};
 use crate::model::custody::{
     Approval, ApprovalState, ApprovalSubject, KeyRecord, Recipient, Resolver, Token, TxRequestState,
     UsdValue, Withdrawal,
 };
+use crate::store::Recorded;
+use crate::store::{
+    sql::{json_value, parse_stored, to_json},
+    StoreError, StoreResult,
+};
 use crate::types::{Coin, EnterpriseId, TokenId, TxRequestId, UserId, WalletId};
 use alloy_primitives::U256;
 
-pub(super) const KEY_COLUMNS: &str = "id, wallet_id, backend, public_key, address, handle, created_at";
+pub(in crate::store) const KEY_COLUMNS: &str =
+    "id, wallet_id, backend, public_key, address, handle, created_at";
 
-pub(super) const WITHDRAWAL_COLUMNS: &str =
+pub(in crate::store) const WITHDRAWAL_COLUMNS: &str =
     "id, wallet_id, coin, enterprise, creator, idempotency_key, state, version, \
      recipients, token_coin, token_contract, comment, key_id, from_address, approval_id, nonce, tx_hash, signed_tx, fee_reserve, error, \
      mined_block, created_at, updated_at, token_id, usd_cents, usd_rate";
 
-pub(super) const APPROVAL_COLUMNS: &str =
+pub(in crate::store) const APPROVAL_COLUMNS: &str =
     "id, wallet_id, coin, enterprise, creator, state, approvals_required, resolvers, tx_request_id, created_at, expires_at, policy, \
      approval_type, info";
 
 #[derive(FromRow)]
-pub(super) struct KeyRow {
+pub(in crate::store) struct KeyRow {
     id: String,
     wallet_id: String,
     backend: String,
@@ -38,7 +39,7 @@ pub(super) struct KeyRow {
 }
 
 impl KeyRow {
-    pub(super) fn into_record(self) -> StoreResult<KeyRecord> {
+    pub(in crate::store) fn into_record(self) -> StoreResult<KeyRecord> {
         let hex_of = |s: &str, what| hex::decode(s).map_err(|_| StoreError::malformed(what, s));
         Ok(KeyRecord {
             id: parse_stored(&self.id, "key id")?,
@@ -53,7 +54,7 @@ impl KeyRow {
 }
 
 #[derive(FromRow)]
-pub(super) struct WithdrawalRow {
+pub(in crate::store) struct WithdrawalRow {
     id: String,
     wallet_id: String,
     coin: String,
@@ -89,7 +90,7 @@ struct StoredRecipient {
     amount: String,
 }
 
-pub(super) fn recipients_json(rs: &[Recipient]) -> StoreResult<String> {
+pub(in crate::store) fn recipients_json(rs: &[Recipient]) -> StoreResult<String> {
     let stored: Vec<StoredRecipient> = rs
         .iter()
         .map(|r| StoredRecipient { address: r.address.to_checksum(None), amount: r.amount.to_string() })
@@ -98,7 +99,7 @@ pub(super) fn recipients_json(rs: &[Recipient]) -> StoreResult<String> {
 }
 
 /// The sum of the amounts of recipients stored as `json`.
-pub(super) fn recipients_total(json: &str) -> StoreResult<U256> {
+pub(in crate::store) fn recipients_total(json: &str) -> StoreResult<U256> {
     let stored: Vec<StoredRecipient> = json_value(json)?;
     stored.iter().try_fold(U256::ZERO, |a, r| {
         Ok(a.saturating_add(parse_stored::<U256>(&r.amount, "recipient amount")?))
@@ -106,7 +107,7 @@ pub(super) fn recipients_total(json: &str) -> StoreResult<U256> {
 }
 
 impl WithdrawalRow {
-    pub(super) fn into_withdrawal(self) -> StoreResult<Withdrawal> {
+    pub(in crate::store) fn into_withdrawal(self) -> StoreResult<Withdrawal> {
         let stored: Vec<StoredRecipient> = json_value(&self.recipients)?;
         let recipients = stored
             .iter()
@@ -162,7 +163,7 @@ impl WithdrawalRow {
 }
 
 #[derive(FromRow)]
-pub(super) struct ApprovalRow {
+pub(in crate::store) struct ApprovalRow {
     id: String,
     wallet_id: Option<String>,
     coin: String,
@@ -181,11 +182,11 @@ pub(super) struct ApprovalRow {
 
 impl ApprovalRow {
     /// The stored answers, as stored (a write that guards on them compares this text).
-    pub(super) fn resolvers_text(&self) -> &str {
+    pub(in crate::store) fn resolvers_text(&self) -> &str {
         &self.resolvers
     }
 
-    pub(super) fn into_approval(self) -> StoreResult<Approval> {
+    pub(in crate::store) fn into_approval(self) -> StoreResult<Approval> {
         let resolvers: Vec<Resolver> = json_value(&self.resolvers)?;
         if self.wallet_id.is_none() && self.enterprise.is_none() {
             return Err(StoreError::malformed("pending approval of no wallet or enterprise", &self.id));
@@ -220,7 +221,7 @@ impl ApprovalRow {
 /// A `WHERE` clause of text parameters built from a filter: each condition numbers its own
 /// placeholders from `next`, and [`Where::bind`] binds them in the same order.
 #[derive(Default)]
-pub(super) struct Where {
+pub(in crate::store) struct Where {
     conditions: Vec<String>,
     params: Vec<String>,
     /// The first placeholder's number (0 and 1 both mean `$1`).
@@ -234,7 +235,7 @@ impl Where {
     }
 
     /// `column = value`, when there is a value.
-    pub(super) fn eq(&mut self, column: &str, value: Option<String>) {
+    pub(in crate::store) fn eq(&mut self, column: &str, value: Option<String>) {
         if let Some(v) = value {
             let p = self.placeholder(v);
             self.conditions.push(format!("{column} = {p}"));
@@ -242,7 +243,7 @@ impl Where {
     }
 
     /// `column IN (values)`, when there is a list; an empty list matches nothing.
-    pub(super) fn any(&mut self, column: &str, values: Option<Vec<String>>) {
+    pub(in crate::store) fn any(&mut self, column: &str, values: Option<Vec<String>>) {
         let Some(values) = values else { return };
         if values.is_empty() {
             self.conditions.push("1 = 0".into());
@@ -253,18 +254,18 @@ impl Where {
     }
 
     /// A condition of the store's own, with no client text in it.
-    pub(super) fn raw(&mut self, condition: &str) {
+    pub(in crate::store) fn raw(&mut self, condition: &str) {
         self.conditions.push(condition.to_string());
     }
 
-    pub(super) fn sql(&self) -> String {
+    pub(in crate::store) fn sql(&self) -> String {
         match self.conditions.is_empty() {
             true => "1 = 1".into(),
             false => self.conditions.join(" AND "),
         }
     }
 
-    pub(super) fn bind<'q, DB: sqlx::Database, O>(
+    pub(in crate::store) fn bind<'q, DB: sqlx::Database, O>(
         &'q self,
         mut q: sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments<'q>>,
     ) -> sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments<'q>>
@@ -331,11 +332,13 @@ pub struct Move<'a> {
 pub struct Batched<'a, T> {
     pub change: T,
     pub audit: Vec<crate::model::audit::AuditEntry>,
-    pub events: Vec<&'a super::EventWrite>,
+    pub events: Vec<&'a crate::store::EventWrite>,
 }
 
 /// The subject columns of approval `a`: (`approval_type`, `tx_request_id`, `info`).
-pub(super) fn subject_columns(a: &Approval) -> StoreResult<(&'static str, Option<&str>, Option<String>)> {
+pub(in crate::store) fn subject_columns(
+    a: &Approval,
+) -> StoreResult<(&'static str, Option<&str>, Option<String>)> {
     Ok(match &a.subject {
         ApprovalSubject::Withdrawal(id) => (a.kind(), Some(id.as_str()), None),
         ApprovalSubject::PolicyRule(r) => (a.kind(), None, Some(to_json(r)?)),
@@ -371,7 +374,7 @@ pub struct WithdrawalFilter {
 }
 
 /// The statement listing withdrawals as `f` asks, and its parameters.
-pub(super) fn select_withdrawals(f: &WithdrawalFilter) -> (String, Where) {
+pub(in crate::store) fn select_withdrawals(f: &WithdrawalFilter) -> (String, Where) {
     let mut w = Where::default();
     w.eq("wallet_id", f.wallet.as_ref().map(|v| v.as_str().to_string()));
     w.eq("coin", f.coin.as_ref().map(|v| v.as_str().to_string()));

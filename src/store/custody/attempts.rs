@@ -8,14 +8,14 @@ use alloy_primitives::{Address, B256};
 use async_trait::async_trait;
 use sqlx::FromRow;
 
-use super::{
-    sql::{parse_stored, Dialect},
-    sql_store::SqlStore,
-    StoreError, StoreResult,
-};
 use crate::model::{
     audit::AuditEntry,
     custody::{Attempt, TxRequestState},
+};
+use crate::store::{
+    sql::{parse_stored, Dialect},
+    sql_store::SqlStore,
+    StoreError, StoreResult,
 };
 use crate::types::TxRequestId;
 
@@ -48,7 +48,7 @@ pub trait AttemptStore: Send + Sync {
 }
 
 #[derive(FromRow)]
-pub(super) struct AttemptRow {
+pub(in crate::store) struct AttemptRow {
     attempt: i64,
     tx_hash: String,
     signed_tx: String,
@@ -73,7 +73,7 @@ impl AttemptRow {
 
 /// Inserts `a` as attempt `a.attempt` of withdrawal `id`, in the caller's transaction.
 #[sql_bounds]
-pub(super) async fn insert_attempt<DB>(
+pub(in crate::store) async fn insert_attempt<DB>(
     tx: &mut DB::Connection,
     id: &TxRequestId,
     a: &Attempt,
@@ -87,7 +87,7 @@ const ATTEMPT_ROWS_PER_STATEMENT: usize = 50;
 /// Inserts each `(id, a)` as attempt `a.attempt` of withdrawal `id`, in the caller's
 /// transaction, in multi-row statements.
 #[sql_bounds]
-pub(super) async fn insert_attempts<DB>(
+pub(in crate::store) async fn insert_attempts<DB>(
     tx: &mut DB::Connection,
     attempts: &[(&TxRequestId, &Attempt)],
 ) -> StoreResult<()> {
@@ -151,7 +151,7 @@ where
             return Ok(false);
         }
         insert_attempt::<DB>(&mut tx, r.id, r.attempt).await?;
-        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        crate::store::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -205,13 +205,13 @@ where
     }
 }
 
-/// Nonce reservations ([`super::CustodyStore::reserve_nonces`]) in the caller's transaction,
+/// Nonce reservations ([`crate::store::CustodyStore::reserve_nonces`]) in the caller's transaction,
 /// in `wanted`'s order: each address's counter raised to the node's next nonce (the highest
 /// asked) and read once, each withdrawal without a nonce given the next, the counter written
 /// once. A withdrawal that has a nonce (another process reserved it meanwhile) keeps it and the
 /// counter does not move for it, so no nonce is skipped.
 #[sql_bounds]
-pub(super) async fn reserve_nonces_tx<DB>(
+pub(in crate::store) async fn reserve_nonces_tx<DB>(
     tx: &mut DB::Connection,
     chain: &str,
     wanted: &[(&TxRequestId, Address, u64)],

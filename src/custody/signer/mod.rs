@@ -7,14 +7,22 @@
 //! write, so two processes signing at once keep one signature). After a crash the same bytes
 //! are sent again; a node that knows them already answers "already known", which counts as sent.
 
+pub(crate) mod batch;
+pub mod gaps;
+pub(crate) mod memo;
+pub mod node;
+pub(crate) mod progress;
+pub mod replace;
+pub mod transaction;
+
 use std::{sync::Arc, time::Duration};
 
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 use tokio::sync::watch;
 
-pub use super::transaction::RoundError;
-use super::{
+pub use crate::custody::transaction::RoundError;
+use crate::custody::{
     batch::alone,
     events::{self, Announcement},
     memo::Memo,
@@ -33,7 +41,7 @@ use crate::{
     types::Coin,
 };
 
-pub use super::transaction::BATCH;
+pub use crate::custody::transaction::BATCH;
 
 /// Starts a signer for each configured chain; each stops when `stop` turns true.
 pub fn spawn_all(svc: &Custody, stop: watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
@@ -115,7 +123,7 @@ async fn run(
         let now = svc.store.clock().now();
         let every = i64::try_from(svc.config.withdrawals.gap_check_interval).unwrap_or(i64::MAX);
         if reconciled.is_none_or(|at| now.saturating_sub(at) >= every) {
-            match super::gaps::reconcile(&svc, (&coin, chain_id), node.as_ref()).await {
+            match crate::custody::gaps::reconcile(&svc, (&coin, chain_id), node.as_ref()).await {
                 Ok(()) => reconciled = Some(now),
                 Err(e) => {
                     tracing::warn!(coin = %coin, error = %e, "the nonce gap check failed; trying again")
@@ -154,7 +162,7 @@ pub async fn round(
 ) -> Result<bool, RoundError> {
     let started = tokio::time::Instant::now();
     expire(svc, coin).await?;
-    super::breaker::reset_due(svc, coin).await?;
+    crate::custody::breaker::reset_due(svc, coin).await?;
     let signed_of = WithdrawalFilter {
         coin: Some(coin.clone()),
         states: Some(vec![TxRequestState::Signed]),
@@ -172,7 +180,7 @@ pub async fn round(
     }
     // One withdrawal's failure (a node error about it) does not hold the others back.
     let (sent, ahead) = tokio::join!(
-        super::batch::send_all(svc, (coin, chain_id), node, to_send),
+        crate::custody::batch::send_all(svc, (coin, chain_id), node, to_send),
         sign_next(svc, coin, chain_id, node, BATCH)
     );
     let (sent, ahead) = (sent?, ahead?);
@@ -183,7 +191,7 @@ pub async fn round(
     svc.metrics.custody.rounds.inc();
     let busy = signed + sent + ahead > 0;
     if busy {
-        let ms = super::batch::millis;
+        let ms = crate::custody::batch::millis;
         tracing::debug!(coin = %coin, signed = signed + ahead, sent, sending_ms = ms(sending),
             round_ms = ms(started.elapsed()), follow, "signer round");
     }
@@ -211,7 +219,7 @@ async fn sign_next(
     for w in svc.store.withdrawals(&approved).await? {
         // Approved but never signed by its deadline (one with a nonce is signed next, so no gap).
         if w.nonce.is_none() && now.saturating_sub(w.updated_at) >= deadline {
-            alone(coin, &w.id, super::progress::expire_unsigned(svc, &w).await);
+            alone(coin, &w.id, crate::custody::progress::expire_unsigned(svc, &w).await);
         } else {
             to_sign.push(w);
         }
@@ -220,7 +228,7 @@ async fn sign_next(
         return Ok(0);
     }
     let memo = Memo::read(svc, node, &to_sign).await?;
-    super::batch::sign_all(svc, (coin, chain_id), node, &memo, to_sign).await
+    crate::custody::batch::sign_all(svc, (coin, chain_id), node, &memo, to_sign).await
 }
 
 /// Follows the chain's sent withdrawals not yet seen mined, then checks the mined ones still are.
@@ -243,7 +251,7 @@ async fn follow_all(
         .for_each_concurrent(limit, |w| {
             let seen = &seen;
             async move {
-                match super::replace::follow(svc, chain_id, node, &w).await {
+                match crate::custody::replace::follow(svc, chain_id, node, &w).await {
                     Ok(true) => {
                         seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(w.id.clone())
                     }
@@ -253,7 +261,7 @@ async fn follow_all(
         })
         .await;
     let seen = seen.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-    super::replace::recheck_mined(svc, coin, node, &seen).await
+    crate::custody::replace::recheck_mined(svc, coin, node, &seen).await
 }
 
 /// Approvals past `expires_at` are closed and their withdrawals canceled (a rule change's is

@@ -12,7 +12,7 @@ use std::{
 
 use alloy_primitives::Address;
 
-use super::{
+use crate::custody::{
     node::SendNode,
     policy::Rule,
     transaction::{gas_of, RoundError},
@@ -59,7 +59,7 @@ impl Memo {
                 memo.keys.insert(w.key_id.clone(), key);
             }
             if !memo.gates.contains_key(&w.wallet_id) {
-                let gate = super::withdrawal::gate(svc, &w.wallet_id).await?;
+                let gate = crate::custody::withdrawal::gate(svc, &w.wallet_id).await?;
                 memo.gates.insert(w.wallet_id.clone(), gate);
             }
             if w.nonce.is_none() && !memo.node_next.contains_key(&w.from) {

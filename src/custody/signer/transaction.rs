@@ -5,7 +5,7 @@ use alloy_consensus::{SignableTransaction, TxEip1559};
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::TxKind;
 
-use super::{keys, node::SendNode, Custody};
+use crate::custody::{keys, node::SendNode, Custody};
 use crate::{chain::node::NodeError, model::custody::Withdrawal};
 
 /// Withdrawals the signer takes per state per round.
@@ -55,9 +55,13 @@ pub async fn gas_of(
     w: &Withdrawal,
     to: alloy_primitives::Address,
 ) -> Result<u64, NodeError> {
-    let (to, value, input) = super::tokens::call_of(w, to);
+    let (to, value, input) = crate::custody::tokens::call_of(w, to);
     let estimated = node.estimate_gas(w.from, to, value, input).await?;
-    Ok(if estimated == super::withdrawal::TRANSFER_GAS { estimated } else { estimated.saturating_mul(6) / 5 })
+    Ok(if estimated == crate::custody::withdrawal::TRANSFER_GAS {
+        estimated
+    } else {
+        estimated.saturating_mul(6) / 5
+    })
 }
 
 /// An EIP-1559 transfer of `w` at `(nonce, gas)`, with `base`, the node's next base fee
@@ -77,7 +81,7 @@ pub fn build(
     let tip = u128::from(cfg.priority_fee_per_gas).max(floor_tip);
     let max_fee =
         base.saturating_mul(2).saturating_add(tip).max(floor_max).min(u128::from(cfg.max_fee_per_gas));
-    let (to, value, input) = super::tokens::call_of(w, to);
+    let (to, value, input) = crate::custody::tokens::call_of(w, to);
     TxEip1559 {
         chain_id,
         nonce,

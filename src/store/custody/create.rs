@@ -7,7 +7,11 @@ use alloy_primitives::U256;
 use custodian_macros::sql_bounds;
 use sqlx::FromRow;
 
-use super::{
+use crate::model::{
+    audit::AuditEntry,
+    custody::{Approval, TxRequestState, Withdrawal},
+};
+use crate::store::{
     custody_rows::{
         recipients_json, select_withdrawals, subject_columns, Created, Refusal, WithdrawalFilter,
         WithdrawalRow, APPROVAL_COLUMNS, WITHDRAWAL_COLUMNS,
@@ -16,10 +20,6 @@ use super::{
     sql_store::SqlStore,
     velocity::{self, words, LostRow, PlaceRow},
     EventWrite, StoreError, StoreResult,
-};
-use crate::model::{
-    audit::AuditEntry,
-    custody::{Approval, TxRequestState, Withdrawal},
 };
 use crate::types::{Coin, EnterpriseId, TokenId, TxRequestId, WalletId};
 
@@ -37,10 +37,10 @@ pub struct Reservation<'a> {
     /// by the watcher), at most `in_flight_limit` unmined and [`MAX_UNSETTLED_MINED`] mined.
     pub in_flight: &'a [TxRequestState],
     pub in_flight_limit: u32,
-    /// The velocity windows to sum, as [`super::CustodyStore::velocity_sums`] does.
+    /// The velocity windows to sum, as [`crate::store::CustodyStore::velocity_sums`] does.
     pub windows: &'a [SumWindow],
     /// The start of the circuit breaker's window (Unix seconds): the cents the wallet sent
-    /// since, as [`super::PriceStore::usd_sent`] reads them; `None`: not read.
+    /// since, as [`crate::store::PriceStore::usd_sent`] reads them; `None`: not read.
     pub usd_since: Option<i64>,
     /// An unlocked session with a `txValueLimit` and its unlock's `time` (Unix seconds): the
     /// token is locked too and what it started since is summed ([`Spending::unlock_sent`]).
@@ -76,10 +76,10 @@ pub struct Spending {
 /// Decides, under the wallet's lock, the approval a new withdrawal is stored with, or refuses it.
 pub type Judge<'a> = &'a (dyn Fn(&Spending) -> Result<Approval, Refusal> + Send + Sync);
 
-/// Each window's sum, with the ledger tops read on the way ([`super::velocity::sums_and_tops`]),
+/// Each window's sum, with the ledger tops read on the way ([`crate::store::velocity::sums_and_tops`]),
 /// on `conn` (inside the creating transaction, or alone).
 #[sql_bounds]
-pub(super) async fn velocity_sums<DB>(
+pub(in crate::store) async fn velocity_sums<DB>(
     conn: &mut DB::Connection,
     wallet: &WalletId,
     windows: &[SumWindow],
@@ -98,7 +98,7 @@ where
 
 /// Inserts approval `a` inside `tx`.
 #[sql_bounds]
-pub(super) async fn insert_approval<DB>(tx: &mut DB::Connection, a: &Approval) -> StoreResult<()> {
+pub(in crate::store) async fn insert_approval<DB>(tx: &mut DB::Connection, a: &Approval) -> StoreResult<()> {
     let (kind, tx_request, info) = subject_columns(a)?;
     sqlx::query(&format!(
         "INSERT INTO pending_approvals ({APPROVAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
@@ -122,11 +122,11 @@ pub(super) async fn insert_approval<DB>(tx: &mut DB::Connection, a: &Approval) -
     Ok(())
 }
 
-/// [`super::CustodyStore::create_withdrawal`].
+/// [`crate::store::CustodyStore::create_withdrawal`].
 // Long: one transaction: the lock, the idempotency check, the judge, both inserts, the audit
 // and the events.
 #[sql_bounds]
-pub(super) async fn create_withdrawal<DB>(
+pub(in crate::store) async fn create_withdrawal<DB>(
     store: &SqlStore<DB>,
     w: &Withdrawal,
     reserve: &Reservation<'_>,
@@ -172,7 +172,7 @@ where
     let flying = rows.into_iter().map(WithdrawalRow::into_withdrawal).collect::<StoreResult<Vec<_>>>()?;
     let (sums, tops) = velocity_sums::<DB>(&mut tx, &w.wallet_id, reserve.windows, None).await?;
     let usd_sent = match reserve.usd_since {
-        Some(since) => Some(super::prices::usd_sent_on::<DB>(&mut tx, &w.wallet_id, since).await?),
+        Some(since) => Some(crate::store::prices::usd_sent_on::<DB>(&mut tx, &w.wallet_id, since).await?),
         None => None,
     };
     let unlock_sent = match reserve.unlock_since {
@@ -294,11 +294,11 @@ where
         return Err(e);
     }
     if let Some(usd) = &w.usd {
-        super::prices::add_usd_sent::<DB>(&mut tx, &w.wallet_id, w.created_at, usd.cents).await?;
+        crate::store::prices::add_usd_sent::<DB>(&mut tx, &w.wallet_id, w.created_at, usd.cents).await?;
     }
     insert_approval::<DB>(&mut tx, &a).await?;
-    super::audit::append_tx::<DB>(&mut tx, audit).await?;
-    let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
+    crate::store::audit::append_tx::<DB>(&mut tx, audit).await?;
+    let recorded = crate::store::group_commit::events_tx::<DB>(&mut tx, events).await?;
     tx.commit().await?;
     Ok(Created::New(recorded, Box::new(a)))
 }

@@ -22,7 +22,7 @@ use cryptoki::{
     types::AuthPin,
 };
 
-use super::keys::{KeyError, KeyStore, NewKey};
+use crate::custody::keys::{KeyError, KeyStore, NewKey};
 use crate::{model::custody::KeyRecord, types::KeyId};
 
 /// DER of the secp256k1 curve's OID (1.3.132.0.10), `CKA_EC_PARAMS`.

@@ -8,7 +8,7 @@
 use alloy_primitives::U256;
 use serde_json::json;
 
-use super::{
+use crate::custody::{
     node::{SendNode, SendRefusal},
     transaction::{build, gas_of, sign_tx, RoundError},
     withdrawal::machine::{self, Command, State},
@@ -192,7 +192,7 @@ pub(super) async fn recheck_mined(
         states: Some(vec![crate::model::custody::TxRequestState::Delivered]),
         mined_from: Some(head.saturating_sub(depth)),
         latest_mined_first: true,
-        limit: super::transaction::BATCH,
+        limit: crate::custody::transaction::BATCH,
         ..Default::default()
     };
     let limit = usize::try_from(svc.config.withdrawals.signer_concurrency).unwrap_or(1);
@@ -210,7 +210,7 @@ pub(super) async fn recheck_mined(
             }
             // A receipt first seen this round is read again in a later one, not twice in one.
             if let Some(m) = mined.filter(|_| !just_seen.contains(&w.id)) {
-                let paid = m.success || super::tokens::logged(&w, &m);
+                let paid = m.success || crate::custody::tokens::logged(&w, &m);
                 let deep = (head + 1).saturating_sub(m.block);
                 if !paid && deep >= confirmations {
                     let why = format!(
@@ -218,7 +218,7 @@ pub(super) async fn recheck_mined(
                         m.block
                     );
                     let settle = Command::Settle { paid, depth: deep, confirmations };
-                    super::progress::fail(svc, &w, settle, &why).await?;
+                    crate::custody::progress::fail(svc, &w, settle, &why).await?;
                 }
             }
             Ok(())

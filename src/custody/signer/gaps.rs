@@ -10,7 +10,7 @@ use alloy_consensus::TxEip1559;
 use alloy_primitives::{Address, TxKind, U256};
 use serde_json::json;
 
-use super::{
+use crate::custody::{
     node::{SendNode, SendRefusal},
     transaction::{sign_tx, RoundError, BATCH},
     Custody,
@@ -152,16 +152,17 @@ async fn revive(
 ) -> Result<bool, RoundError> {
     let Some((w, Some((hash, m)))) = own_transaction(svc, node, id).await? else { return Ok(false) };
     // Mined but reverted: it failed for good, as it says.
-    if !m.success && !super::tokens::logged(&w, &m) {
+    if !m.success && !crate::custody::tokens::logged(&w, &m) {
         return Ok(false);
     }
     tracing::warn!(coin = %coin, txRequestId = %id, %hash, block = m.block, "a failed withdrawal's own transaction was mined after all: it paid");
     let entry = crate::audit::entry(AuditType::WithdrawalFoundMined)
         .wallet(Some(&w.wallet_id))
         .data(json!({ "txRequestId": id.as_str(), "txHash": hash.to_string(), "block": m.block }));
-    let command = super::withdrawal::machine::Command::FoundMined { tx_hash: hash, block: m.block };
-    let change = super::progress::Change { w: w.clone(), command, error: None, entry, expired: false };
-    if super::progress::move_all(svc, vec![change]).await? != 1 {
+    let command = crate::custody::withdrawal::machine::Command::FoundMined { tx_hash: hash, block: m.block };
+    let change =
+        crate::custody::progress::Change { w: w.clone(), command, error: None, entry, expired: false };
+    if crate::custody::progress::move_all(svc, vec![change]).await? != 1 {
         return Ok(false);
     }
     svc.store.settle_mined(&w.id, &hash, m.block).await?;
@@ -175,7 +176,10 @@ async fn own_transaction(
     node: &dyn SendNode,
     id: &crate::types::TxRequestId,
 ) -> Result<
-    Option<(crate::model::custody::Withdrawal, Option<(alloy_primitives::B256, super::node::Mined)>)>,
+    Option<(
+        crate::model::custody::Withdrawal,
+        Option<(alloy_primitives::B256, crate::custody::node::Mined)>,
+    )>,
     RoundError,
 > {
     let Some(w) = svc.store.withdrawal(id).await?.filter(|w| w.state == TxRequestState::Failed) else {
@@ -217,7 +221,7 @@ async fn fill(
     let tx = TxEip1559 {
         chain_id,
         nonce,
-        gas_limit: super::withdrawal::TRANSFER_GAS,
+        gas_limit: crate::custody::withdrawal::TRANSFER_GAS,
         max_fee_per_gas: max_fee,
         max_priority_fee_per_gas: tip.min(max_fee),
         to: TxKind::Call(address),

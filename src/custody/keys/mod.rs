@@ -3,6 +3,9 @@
 //! backend gives (r and s, perhaps a high s, no recovery id: PKCS#11's `CKM_ECDSA`) into an
 //! Ethereum signature that is checked against the key's public key before anyone uses it.
 
+pub mod pkcs11;
+pub mod sealed;
+
 use alloy_primitives::{Address, Signature, B256, U256};
 use async_trait::async_trait;
 

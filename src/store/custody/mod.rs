@@ -1,17 +1,25 @@
 //! Custody: the keys Custodian holds, withdrawals (txRequests), their pending approvals, and
 //! each signing address's next nonce. The rules (who may, states, signing) are `custody`'s.
 
+pub(super) mod attempts;
+pub(super) mod create;
+pub(super) mod rows;
+
 use custodian_macros::sql_bounds;
 
 use alloy_primitives::{Address, U256};
 use async_trait::async_trait;
 use sqlx::FromRow;
 
-pub use super::custody_create::{
+use crate::model::{
+    audit::AuditEntry,
+    custody::{Approval, ApprovalState, KeyRecord, TxRequestState, Withdrawal},
+};
+pub use crate::store::custody_create::{
     Judge, Reservation, Spending, SumWindow, MAX_UNLOCK_COUNTED, MAX_UNSETTLED_MINED,
 };
-pub use super::custody_rows::{Batched, Created, Move, RecordSwap, Refusal, Signed, WithdrawalFilter};
-use super::{
+pub use crate::store::custody_rows::{Batched, Created, Move, RecordSwap, Refusal, Signed, WithdrawalFilter};
+use crate::store::{
     custody_rows::{
         select_withdrawals, ApprovalRow, KeyRow, Where, WithdrawalRow, APPROVAL_COLUMNS, KEY_COLUMNS,
         WITHDRAWAL_COLUMNS,
@@ -20,11 +28,7 @@ use super::{
     sql_store::SqlStore,
     StoreResult,
 };
-use super::{EventWrite, Recorded};
-use crate::model::{
-    audit::AuditEntry,
-    custody::{Approval, ApprovalState, KeyRecord, TxRequestState, Withdrawal},
-};
+use crate::store::{EventWrite, Recorded};
 use crate::types::{ApprovalId, EnterpriseId, KeyId, TxRequestId, WalletId};
 
 /// Which pending approvals to list, newest first.
@@ -137,8 +141,8 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
-    for<'r> super::velocity::LostRow: FromRow<'r, DB::Row>,
-    for<'r> super::velocity::PlaceRow: FromRow<'r, DB::Row>,
+    for<'r> crate::store::velocity::LostRow: FromRow<'r, DB::Row>,
+    for<'r> crate::store::velocity::PlaceRow: FromRow<'r, DB::Row>,
     for<'r> (i64, i64, String, String): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, i64, String): FromRow<'r, DB::Row>,
 {
@@ -155,7 +159,7 @@ where
             .execute(&mut *tx)
             .await
             .map_err(|e| unique_violation(e, "key"))?;
-        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        crate::store::audit::append_tx::<DB>(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -188,7 +192,7 @@ where
         audit: &[AuditEntry],
         events: &[&EventWrite],
     ) -> StoreResult<Created> {
-        super::custody_create::create_withdrawal(self, w, reserve, judge, audit, events).await
+        crate::store::custody_create::create_withdrawal(self, w, reserve, judge, audit, events).await
     }
 
     async fn velocity_sums(
@@ -198,7 +202,7 @@ where
         upto: Option<&TxRequestId>,
     ) -> StoreResult<Vec<U256>> {
         let mut conn = self.pool.acquire().await?;
-        Ok(super::custody_create::velocity_sums::<DB>(&mut conn, wallet, windows, upto).await?.0)
+        Ok(crate::store::custody_create::velocity_sums::<DB>(&mut conn, wallet, windows, upto).await?.0)
     }
 
     async fn withdrawal(&self, id: &TxRequestId) -> StoreResult<Option<Withdrawal>> {
@@ -254,9 +258,9 @@ where
         events: &[&EventWrite],
     ) -> StoreResult<Vec<Recorded>> {
         let mut tx = self.begin_write().await?;
-        super::custody_create::insert_approval::<DB>(&mut tx, a).await?;
-        super::audit::append_tx::<DB>(&mut tx, audit).await?;
-        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
+        crate::store::custody_create::insert_approval::<DB>(&mut tx, a).await?;
+        crate::store::audit::append_tx::<DB>(&mut tx, audit).await?;
+        let recorded = crate::store::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;
         Ok(recorded)
     }
@@ -314,7 +318,8 @@ where
                 DB::rows_affected(&done)
             }
             Some(RecordSwap::EnterpriseRules { enterprise, coin, before, after }) => {
-                super::enterprises::swap_rules_tx::<DB>(&mut tx, enterprise, coin, before, after, now).await?
+                crate::store::enterprises::swap_rules_tx::<DB>(&mut tx, enterprise, coin, before, after, now)
+                    .await?
             }
         };
         if swapped != 1 {
@@ -335,8 +340,8 @@ where
                 return Ok(None);
             }
         }
-        super::audit::append_tx::<DB>(&mut tx, audit).await?;
-        let recorded = super::group_commit::events_tx::<DB>(&mut tx, events).await?;
+        crate::store::audit::append_tx::<DB>(&mut tx, audit).await?;
+        let recorded = crate::store::group_commit::events_tx::<DB>(&mut tx, events).await?;
         tx.commit().await?;
         Ok(Some(recorded))
     }
@@ -347,7 +352,7 @@ where
         wanted: &[(&TxRequestId, Address, u64)],
     ) -> StoreResult<Vec<u64>> {
         let mut tx = self.begin_write().await?;
-        let out = super::custody_attempts::reserve_nonces_tx::<DB>(&mut tx, chain, wanted).await?;
+        let out = crate::store::custody_attempts::reserve_nonces_tx::<DB>(&mut tx, chain, wanted).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -382,7 +387,7 @@ where
             .filter(|(_, m)| **m)
             .map(|(item, _)| (item.change.id, item.change.attempt))
             .collect();
-        super::custody_attempts::insert_attempts::<DB>(&mut tx, &attempts).await?;
+        crate::store::custody_attempts::insert_attempts::<DB>(&mut tx, &attempts).await?;
         let out = record_made::<DB, _>(&mut tx, items, &made).await?;
         tx.commit().await?;
         Ok(out)
@@ -444,9 +449,10 @@ where
 {
     let done = || items.iter().zip(made).filter(|(_, m)| **m).map(|(item, _)| item);
     let audit: Vec<&AuditEntry> = done().flat_map(|item| item.audit.iter()).collect();
-    super::audit::append_refs_tx::<DB>(&mut *tx, &audit).await?;
-    let events: Vec<&super::EventWrite> = done().flat_map(|item| item.events.iter().copied()).collect();
-    let mut outcomes = super::group_commit::events_tx::<DB>(&mut *tx, &events).await?.into_iter();
+    crate::store::audit::append_refs_tx::<DB>(&mut *tx, &audit).await?;
+    let events: Vec<&crate::store::EventWrite> =
+        done().flat_map(|item| item.events.iter().copied()).collect();
+    let mut outcomes = crate::store::group_commit::events_tx::<DB>(&mut *tx, &events).await?.into_iter();
     Ok(items
         .iter()
         .zip(made)

@@ -11,7 +11,7 @@ use alloy_primitives::{Address, U256};
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 
-use super::{
+use crate::custody::{
     events::{self, Announcement},
     memo::{InFlight, Memo},
     node::{SendNode, SendRefusal},
@@ -140,7 +140,7 @@ pub(super) async fn sign_all(
 /// gap behind which the wallet stalls. The others wait unsigned, counted and logged.
 async fn funded(svc: &Custody, coin: &Coin, ready: Vec<Ready>) -> Result<Vec<Ready>, RoundError> {
     let fresh: Vec<&Withdrawal> = ready.iter().filter(|r| r.w.nonce.is_none()).map(|r| &r.w).collect();
-    let funded = super::reserve::still_funded(svc, &fresh).await?;
+    let funded = crate::custody::reserve::still_funded(svc, &fresh).await?;
     let short: Vec<TxRequestId> =
         fresh.iter().zip(&funded).filter(|(_, ok)| !**ok).map(|(w, _)| w.id.clone()).collect();
     for id in &short {
@@ -178,10 +178,11 @@ async fn ready(
     if w.nonce.is_none() {
         let denies: Vec<Rule> =
             memo.rules(&w.wallet_id).iter().filter(|r| r.action == ActionType::Deny).cloned().collect();
-        let p = super::reserve::proposal(svc, &w, &w.coin);
-        let asked = super::reserve::asked(&w, "signing", None);
+        let p = crate::custody::reserve::proposal(svc, &w, &w.coin);
+        let asked = crate::custody::reserve::asked(&w, "signing", None);
         let upto = Some(&w.id);
-        let verdict = super::reserve::verdict_now(svc, &w.wallet_id, &denies, &p, &asked, upto).await?;
+        let verdict =
+            crate::custody::reserve::verdict_now(svc, &w.wallet_id, &denies, &p, &asked, upto).await?;
         if let Some(reason) = verdict.denied {
             fail(svc, &w, Command::Fail, &format!("denied by policy: {reason}")).await?;
             return Ok(None);
@@ -343,7 +344,7 @@ pub(super) async fn send_all(
                 Err(e) => alone(coin, &w.id, Err(e)),
             },
             Err(SendRefusal::Underpriced) => {
-                alone(coin, &w.id, super::replace::reprice(svc, chain_id, node, &w).await)
+                alone(coin, &w.id, crate::custody::replace::reprice(svc, chain_id, node, &w).await)
             }
             Err(SendRefusal::Other(e)) => alone(coin, &w.id, Err(e.into())),
         }

@@ -14,7 +14,7 @@ use k256::{
 };
 use zeroize::Zeroizing;
 
-use super::keys::{KeyError, KeyStore, NewKey};
+use crate::custody::keys::{KeyError, KeyStore, NewKey};
 use crate::{master_key::MasterKey, model::custody::KeyRecord, types::KeyId};
 
 /// Keys sealed under the master key, kept in the database.

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{
+use crate::custody::{
     events::{self, Announcement},
     transaction::RoundError,
     withdrawal::machine::{self, Command, Refused, State},
