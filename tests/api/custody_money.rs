@@ -413,3 +413,27 @@ async fn a_withdrawal_failed_on_three_false_answers_is_delivered_again_once_its_
     let body = json!({ "recipients": [{ "address": OTHER, "amount": (ONE_ETH - 7_777).to_string() }] });
     assert_error(c.initiate(&c.alice_token, &body).await, 400, "InsufficientBalance").await;
 }
+
+#[tokio::test]
+async fn a_gap_past_the_first_500_signing_addresses_is_still_filled() {
+    let c = custodial_with(ONE_ETH, 1, |cfg| cfg.withdrawals.gap_check_interval = 0).await;
+    c.withdraw(OTHER, "1").await;
+    // 500 signing addresses that sort before the wallet's, none with a gap.
+    let many = match crate::BACKEND {
+        Backend::Sqlite => "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) \
+             INSERT INTO signer_nonces (chain, address, next_nonce) SELECT 'hteth', printf('0x%040x', i), 0 FROM n",
+        Backend::Postgres => "INSERT INTO signer_nonces (chain, address, next_nonce) \
+             SELECT 'hteth', '0x' || lpad(to_hex(i), 40, '0'), 0 FROM generate_series(1, 500) AS i",
+    };
+    c.app.raw_sql(many).await;
+    c.app
+        .raw_sql(&format!(
+            "UPDATE signer_nonces SET next_nonce = next_nonce + 1 WHERE address = '{}'",
+            c.address()
+        ))
+        .await;
+    until("the wallet's gap is filled", 60, || async {
+        (metric_value(&c.app, "custodian_custody_nonce_fills_total").await == 1).then_some(())
+    })
+    .await;
+}

@@ -39,21 +39,26 @@ pub fn gaps(with_node: u64, next: u64, holders: &[NonceHolder]) -> Vec<u64> {
     (with_node..next).filter(|n| !used(*n)).collect()
 }
 
-/// Compares each signing address's next nonce in the store with the node's pending count and
-/// fills every gap (at most [`MAX_FILLS_PER_CHECK`] an address a check), then sends each stored
-/// fill the node has not counted yet, and settles the fills it has: one whose nonce went to the
-/// failed withdrawal's own transaction after all brings that withdrawal back (`delivered`). The
-/// widest gap still open at the node is the gauge `custodian_custody_nonce_gap` (0 when none; a
-/// filled one counts until its fill is mined). One address's trouble (a node error about it)
-/// is logged and does not hold the others back.
+/// Compares the next [`MAX_RECONCILED`] signing addresses after `after` (the last check's
+/// cursor; `None`: from the first), each its next nonce in the store with the node's pending
+/// count, and fills every gap (at most [`MAX_FILLS_PER_CHECK`] an address a check), then sends
+/// each stored fill the node has not counted yet, and settles the fills it has: one whose nonce
+/// went to the failed withdrawal's own transaction after all brings that withdrawal back
+/// (`delivered`). The widest gap still open at the node among the addresses checked is the
+/// gauge `custodian_custody_nonce_gap` (0 when none; a filled one counts until its fill is
+/// mined). One address's trouble (a node error about it) is logged and does not hold the
+/// others back. Answers the next check's cursor: the last address checked when the page was
+/// full, else `None` (the next check starts from the first again).
 pub(super) async fn reconcile(
     svc: &Custody,
     (coin, chain_id): (&Coin, u64),
     node: &dyn SendNode,
-) -> Result<(), RoundError> {
+    after: Option<Address>,
+) -> Result<Option<Address>, RoundError> {
     let mut widest = 0u64;
-    for (address, next, _) in svc.store.nonce_counters(coin.as_str(), MAX_RECONCILED).await? {
-        match reconcile_one(svc, (coin, chain_id), node, address, next).await {
+    let page = svc.store.nonce_counters(coin.as_str(), after, MAX_RECONCILED).await?;
+    for (address, next) in &page {
+        match reconcile_one(svc, (coin, chain_id), node, *address, *next).await {
             Ok(gap) => widest = widest.max(gap),
             Err(e) => {
                 tracing::warn!(coin = %coin, %address, error = %e, "the nonce gap check of an address failed; trying again next check")
@@ -61,7 +66,8 @@ pub(super) async fn reconcile(
         }
     }
     svc.metrics.custody.nonce_gap.set(i64::try_from(widest).unwrap_or(i64::MAX));
-    Ok(())
+    let full = page.len() >= usize::try_from(MAX_RECONCILED).unwrap_or(usize::MAX);
+    Ok(page.last().map(|(a, _)| *a).filter(|_| full))
 }
 
 /// [`reconcile`] for `address`, whose next nonce in the store is `next`: its gap still open at

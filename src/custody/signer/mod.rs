@@ -77,6 +77,8 @@ async fn run(
 ) {
     let pause = Duration::from_millis(svc.config.withdrawals.poll_interval_ms);
     let mut reconciled: Option<i64> = None;
+    // Where the next gap check starts among the chain's signing addresses.
+    let mut gap_cursor = None;
     let mut followed = None;
     let holder = crate::ids::new_id();
     let lease = lease_name(&coin);
@@ -123,8 +125,11 @@ async fn run(
         let now = svc.store.clock().now();
         let every = i64::try_from(svc.config.withdrawals.gap_check_interval).unwrap_or(i64::MAX);
         if reconciled.is_none_or(|at| now.saturating_sub(at) >= every) {
-            match crate::custody::gaps::reconcile(&svc, (&coin, chain_id), node.as_ref()).await {
-                Ok(()) => reconciled = Some(now),
+            match crate::custody::gaps::reconcile(&svc, (&coin, chain_id), node.as_ref(), gap_cursor).await {
+                Ok(next) => {
+                    reconciled = Some(now);
+                    gap_cursor = next;
+                }
                 Err(e) => {
                     tracing::warn!(coin = %coin, error = %e, "the nonce gap check failed; trying again")
                 }

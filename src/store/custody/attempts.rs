@@ -40,9 +40,14 @@ pub trait AttemptStore: Send + Sync {
     async fn replace_signed(&self, r: &Replacement<'_>, now: i64, audit: &[AuditEntry]) -> StoreResult<bool>;
     /// The attempt `hash` was mined in `block`: it becomes the withdrawal's transaction.
     async fn settle_mined(&self, id: &TxRequestId, hash: &B256, block: u64) -> StoreResult<()>;
-    /// Each signing address of `chain` with its next nonce and how many of its withdrawals hold
-    /// a nonce but have not reached the node yet (`pendingDelivery` or `signed`), at most `limit`.
-    async fn nonce_counters(&self, chain: &str, limit: u32) -> StoreResult<Vec<(Address, u64, u64)>>;
+    /// The signing addresses of `chain` after `after` (by their checksummed text; `None`: from
+    /// the first), each with its next nonce, at most `limit`.
+    async fn nonce_counters(
+        &self,
+        chain: &str,
+        after: Option<Address>,
+        limit: u32,
+    ) -> StoreResult<Vec<(Address, u64)>>;
     /// The withdrawal one of whose transactions has hash `hash` (`0x` and 64 lower-case hex).
     async fn tx_request_of(&self, hash: &str) -> StoreResult<Option<TxRequestId>>;
 }
@@ -118,7 +123,7 @@ impl<DB> AttemptStore for SqlStore<DB>
 where
     for<'r> AttemptRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
-    for<'r> (String, i64, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, i64): FromRow<'r, DB::Row>,
 {
     async fn withdrawal_attempts(&self, id: &TxRequestId) -> StoreResult<Vec<Attempt>> {
         let rows: Vec<AttemptRow> = sqlx::query_as(
@@ -173,24 +178,24 @@ where
         Ok(())
     }
 
-    async fn nonce_counters(&self, chain: &str, limit: u32) -> StoreResult<Vec<(Address, u64, u64)>> {
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT n.address, n.next_nonce, (SELECT COUNT(*) FROM withdrawals w WHERE w.coin = n.chain \
-             AND w.from_address = n.address AND w.nonce IS NOT NULL AND w.state IN ('pendingDelivery', 'signed')) \
-             FROM signer_nonces n WHERE n.chain = $1 ORDER BY n.address LIMIT $2",
+    async fn nonce_counters(
+        &self,
+        chain: &str,
+        after: Option<Address>,
+        limit: u32,
+    ) -> StoreResult<Vec<(Address, u64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT address, next_nonce FROM signer_nonces WHERE chain = $1 AND address > $2 \
+             ORDER BY address LIMIT $3",
         )
         .bind(chain)
+        .bind(after.map(|a| a.to_checksum(None)).unwrap_or_default())
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(address, next, held)| {
-                let address = parse_stored(&address, "signing address")?;
-                Ok((
-                    address,
-                    u64::try_from(next).unwrap_or_default(),
-                    u64::try_from(held).unwrap_or_default(),
-                ))
+            .map(|(address, next)| {
+                Ok((parse_stored(&address, "signing address")?, u64::try_from(next).unwrap_or_default()))
             })
             .collect()
     }
