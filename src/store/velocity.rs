@@ -17,7 +17,8 @@ use super::{
 };
 use crate::types::{TxRequestId, WalletId};
 
-/// The states whose withdrawals never moved money and never will: not counted.
+/// The states whose withdrawals never moved money and never will: not counted. The final states
+/// of `TxRequestState` (a test keeps the two the same).
 pub(super) const UNCOUNTED: &str = "('rejected', 'canceled', 'failed')";
 
 /// One place in a (wallet, coin) ledger.
@@ -322,5 +323,18 @@ mod tests {
         let b = a.next(U256::MAX, 90);
         assert_eq!((b.vseq, b.vtime), (2, 100));
         assert_eq!(b.cum, U512::from(U256::MAX) * U512::from(2u8));
+    }
+
+    #[test]
+    fn the_uncounted_states_are_the_final_ones() {
+        use crate::model::custody::TxRequestState;
+        let listed: Vec<&str> = UNCOUNTED
+            .trim_matches(|c| c == '(' || c == ')')
+            .split(", ")
+            .map(|s| s.trim_matches('\''))
+            .collect();
+        let finals: Vec<&str> =
+            TxRequestState::ALL.iter().filter(|s| s.is_final()).map(|s| s.as_str()).collect();
+        assert_eq!(listed, finals);
     }
 }
