@@ -193,7 +193,8 @@ pub struct CustodyMetrics {
     pub rounds_held_back: Counter,
     /// The widest nonce gap of a signing address at the last round (0: none).
     pub nonce_gap: Gauge,
-    /// Signed withdrawals the node refused as underpriced, signed again over the base fee.
+    /// Signed withdrawals and nonce fills the node refused as underpriced, signed again over the
+    /// base fee.
     pub repriced: Counter,
     /// Nonce gaps filled: zero-value transactions from a signing address to itself.
     pub nonce_fills: Counter,
@@ -243,7 +244,7 @@ impl CustodyMetrics {
         );
         registry.register(
             "custody_repriced",
-            "Signed withdrawals the node refused as underpriced, signed again at their nonce over the next base fee",
+            "Signed withdrawals and nonce fills the node refused as underpriced, signed again at their nonce over the next base fee",
             self.repriced.clone(),
         );
         registry.register(

@@ -75,6 +75,10 @@ pub trait NonceFillStore: Send + Sync {
         below: u64,
         limit: u32,
     ) -> StoreResult<Vec<NonceFill>>;
+    /// Makes `new` the fill of its nonce in place of `old` (signed again over a higher base fee),
+    /// with `audit`; `false` when the stored fill is no longer `old` or is done.
+    async fn replace_fill(&self, old: &NonceFill, new: &NonceFill, audit: &[AuditEntry])
+        -> StoreResult<bool>;
     /// Marks the fill of `nonce` done.
     async fn finish_fill(&self, chain: &str, address: Address, nonce: u64) -> StoreResult<()>;
 }
@@ -223,6 +227,33 @@ where
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(FillRow::into_fill).collect()
+    }
+
+    async fn replace_fill(
+        &self,
+        old: &NonceFill,
+        new: &NonceFill,
+        audit: &[AuditEntry],
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE nonce_fills SET tx_hash = $5, signed_tx = $6 WHERE chain = $1 AND address = $2 AND nonce = $3 \
+             AND tx_hash = $4 AND done = 0",
+        )
+        .bind(old.chain.as_str())
+        .bind(old.address.to_checksum(None))
+        .bind(n(old.nonce))
+        .bind(old.tx_hash.to_string())
+        .bind(new.tx_hash.to_string())
+        .bind(hex::encode(&new.signed_tx))
+        .execute(&mut *tx)
+        .await?;
+        if DB::rows_affected(&done) != 1 {
+            return Ok(false);
+        }
+        super::audit::append_tx::<DB>(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn finish_fill(&self, chain: &str, address: Address, nonce: u64) -> StoreResult<()> {

@@ -437,3 +437,27 @@ async fn a_gap_past_the_first_500_signing_addresses_is_still_filled() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_nonce_fill_refused_as_underpriced_is_signed_again_over_it() {
+    let (node, c) = behind_proxy(|cfg| cfg.withdrawals.gap_check_interval = 0).await;
+    c.withdraw(OTHER, "1").await;
+    let before = c.anvil.nonce(&c.address()).await;
+    // The fill's first send is refused as underpriced (the base fee rose past what it offers).
+    node.lie(|l| l.refuse_sends = (1, "transaction underpriced"));
+    c.app.raw_sql("UPDATE signer_nonces SET next_nonce = next_nonce + 1").await;
+    until("the fill is mined", 30, || async {
+        (c.anvil.nonce(&c.address()).await == before + 1).then_some(())
+    })
+    .await;
+    assert_eq!(metric_value(&c.app, "custodian_custody_nonce_fills_total").await, 1);
+    assert_eq!(metric_value(&c.app, "custodian_custody_repriced_total").await, 1, "signed again once");
+    let audited =
+        c.app.raw_sql("SELECT data FROM audit_log WHERE type = 'withdrawal.nonce_filled' ORDER BY seq").await;
+    assert_eq!(audited.len(), 2, "{audited:?}");
+    let first: Value = serde_json::from_str(&audited[0]).unwrap();
+    let second: Value = serde_json::from_str(&audited[1]).unwrap();
+    assert_eq!(second["replaces"], first["txHash"], "{second}");
+    let stored = c.app.raw_sql("SELECT tx_hash FROM nonce_fills").await;
+    assert_eq!(stored, vec![second["txHash"].as_str().unwrap().to_string()]);
+}

@@ -107,7 +107,7 @@ async fn reconcile_one(
                 continue;
             }
         }
-        fill(svc, (coin, chain_id), node, address, *nonce, failed).await?;
+        fill(svc, (coin, chain_id), node, address, *nonce, Refill::First(failed)).await?;
     }
     // Every fill not yet counted by the node, the new ones too: a crash or a lost send
     // resends the same bytes.
@@ -116,6 +116,10 @@ async fn reconcile_one(
         match node.send_raw(&f.signed_tx).await {
             Ok(_) | Err(SendRefusal::Known) => {}
             Err(SendRefusal::Other(e)) => return Err(e.into()),
+            // The base fee rose past what it offers: signed again over it, sent next check.
+            Err(SendRefusal::Underpriced) => {
+                fill(svc, (coin, chain_id), node, address, f.nonce, Refill::Over(&f)).await?;
+            }
             Err(e) => {
                 tracing::warn!(coin = %coin, %address, nonce = f.nonce, error = ?e, "the node refused a nonce fill; sending it again next check")
             }
@@ -202,15 +206,35 @@ async fn own_transaction(
     Ok(None)
 }
 
-/// Signs and stores a zero-value transaction from `address` to itself at `nonce` (`failed`: the
-/// withdrawal that had taken it), audited as `withdrawal.nonce_filled`.
+/// A fill to make: the first of its nonce (naming the failed withdrawal that had taken it), or
+/// one over a fill the node refused as underpriced.
+enum Refill<'a> {
+    First(Option<crate::types::TxRequestId>),
+    Over(&'a NonceFill),
+}
+
+/// The max fee and tip per gas a signed fill offered (0 for bytes that do not decode).
+fn offered(raw: &[u8]) -> (u128, u128) {
+    use alloy_eips::eip2718::Decodable2718;
+    match alloy_consensus::TxEnvelope::decode_2718(&mut &raw[..]) {
+        Ok(alloy_consensus::TxEnvelope::Eip1559(t)) => {
+            (t.tx().max_fee_per_gas, t.tx().max_priority_fee_per_gas)
+        }
+        _ => (0, 0),
+    }
+}
+
+/// Signs and stores a zero-value transaction from `address` to itself at `nonce`, audited as
+/// `withdrawal.nonce_filled`: at `2 × base fee + tip`, and over a refused one (`Refill::Over`)
+/// both fees raised by 12.5% at least, never above `withdrawals.max_fee_per_gas` (at the cap,
+/// nothing is signed and it waits for the base fee to fall).
 async fn fill(
     svc: &Custody,
     (coin, chain_id): (&Coin, u64),
     node: &dyn SendNode,
     address: Address,
     nonce: u64,
-    failed: Option<crate::types::TxRequestId>,
+    refill: Refill<'_>,
 ) -> Result<(), RoundError> {
     let key = match svc.store.key_of_address(coin.as_str(), address).await? {
         Some(id) => svc.store.custody_key(&id).await?,
@@ -222,14 +246,26 @@ async fn fill(
     };
     let cfg = &svc.config.withdrawals;
     let base = node.next_base_fee().await?;
-    let tip = u128::from(cfg.priority_fee_per_gas);
-    let max_fee = base.saturating_mul(2).saturating_add(tip).min(u128::from(cfg.max_fee_per_gas));
+    let cap = u128::from(cfg.max_fee_per_gas);
+    let (floor_max, floor_tip) = match &refill {
+        Refill::Over(f) => {
+            let (max, tip) = offered(&f.signed_tx);
+            (max.saturating_mul(9).div_ceil(8), tip.saturating_mul(9).div_ceil(8))
+        }
+        Refill::First(_) => (0, 0),
+    };
+    let tip = u128::from(cfg.priority_fee_per_gas).max(floor_tip);
+    let max_fee = base.saturating_mul(2).saturating_add(tip).max(floor_max).min(cap);
+    if max_fee < floor_max || tip > max_fee {
+        svc.metrics.custody.at_fee_cap.inc();
+        return Ok(());
+    }
     let tx = TxEip1559 {
         chain_id,
         nonce,
         gas_limit: crate::custody::withdrawal::TRANSFER_GAS,
         max_fee_per_gas: max_fee,
-        max_priority_fee_per_gas: tip.min(max_fee),
+        max_priority_fee_per_gas: tip,
         to: TxKind::Call(address),
         value: U256::ZERO,
         access_list: Default::default(),
@@ -237,9 +273,13 @@ async fn fill(
     };
     let (raw, hash) = sign_tx(svc, &key, tx, address).await?;
     let now = svc.store.clock().now();
+    let (failed, replaces) = match &refill {
+        Refill::First(failed) => (failed.clone(), None),
+        Refill::Over(f) => (f.tx_request_id.clone(), Some(f.tx_hash)),
+    };
     let entry = crate::audit::entry(AuditType::WithdrawalNonceFilled).data(json!({
         "coin": coin.as_str(), "address": address.to_checksum(None), "nonce": nonce, "txHash": hash.to_string(),
-        "txRequestId": failed.as_ref().map(|id| id.as_str()),
+        "txRequestId": failed.as_ref().map(|id| id.as_str()), "replaces": replaces.map(|h| h.to_string()),
     }));
     let f = NonceFill {
         chain: coin.as_str().to_string(),
@@ -250,8 +290,16 @@ async fn fill(
         tx_request_id: failed,
         created_at: now,
     };
-    if svc.store.add_nonce_fill(&f, &[entry]).await? {
-        svc.metrics.custody.nonce_fills.inc();
+    let stored = match &refill {
+        Refill::First(_) => svc.store.add_nonce_fill(&f, &[entry]).await?,
+        Refill::Over(old) => svc.store.replace_fill(old, &f, &[entry]).await?,
+    };
+    if stored {
+        let counter = match refill {
+            Refill::First(_) => &svc.metrics.custody.nonce_fills,
+            Refill::Over(_) => &svc.metrics.custody.repriced,
+        };
+        counter.inc();
         tracing::info!(coin = %coin, %address, nonce, txHash = %hash, "filled a nonce gap");
     }
     Ok(())
