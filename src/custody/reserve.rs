@@ -120,9 +120,6 @@ pub async fn create(
     // The balance at the chain's confirmation depth, read under the wallet's lock after the
     // withdrawals it does not hold yet: a deposit not yet that deep, or one a reorg may still
     // take away, pays nothing.
-    let units = |b: &Option<String>| {
-        b.as_deref().and_then(|b| U256::from_str_radix(b, 10).ok()).unwrap_or(U256::ZERO)
-    };
     let cap = svc.config.withdrawals.max_in_flight_per_wallet;
     let limit = breaker::limit_cents(svc);
     let judge = |s: &Spending| -> std::result::Result<Approval, Refusal> {
@@ -130,7 +127,10 @@ pub async fn create(
         if let Some(refused) = verdict.refusal() {
             return Err(Box::new(refused));
         }
-        let (balance, token_held) = (units(&s.confirmed), units(&s.token_confirmed));
+        let (balance, token_held) = (
+            super::tokens::units(s.confirmed.as_deref()),
+            super::tokens::units(s.token_confirmed.as_deref()),
+        );
         check_funds(cap, balance, token_held, w, &s.flying).map_err(|e| Box::new(e) as Refusal)?;
         if let (Some(u), Some(sent)) = (unlock, s.unlock_sent) {
             u.check(sent, w.total()).map_err(|e| Box::new(e) as Refusal)?;
@@ -279,10 +279,8 @@ pub async fn still_funded(svc: &Custody, ws: &[&Withdrawal]) -> Result<Vec<bool>
     let mut out = Vec::with_capacity(ws.len());
     for w in ws {
         let row = rows.iter().find(|r| r.id == w.wallet_id);
-        let balance = row
-            .and_then(|r| r.balances.confirmed.as_ref())
-            .and_then(|b| U256::from_str_radix(b.as_str(), 10).ok())
-            .unwrap_or(U256::ZERO);
+        let balance =
+            super::tokens::units(row.and_then(|r| r.balances.confirmed.as_ref()).map(|b| b.as_str()));
         let token_held = match &w.token {
             Some(t) => super::tokens::held(svc, &w.wallet_id, t).await?,
             None => U256::ZERO,

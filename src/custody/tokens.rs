@@ -113,14 +113,9 @@ fn coin_of_symbols(config: &Config, chain: &Coin, symbols: &[Option<&str>]) -> R
 /// The wallet's balance of `token` at the chain's confirmation depth, as the chain watcher last
 /// read it (base units; 0 when it has none).
 pub async fn held(svc: &Custody, wallet: &WalletId, token: &Token) -> Result<U256> {
-    Ok(svc
-        .store
-        .token_balances(wallet)
-        .await?
-        .into_iter()
-        .find(|(coin, ..)| coin == token.coin.as_str())
-        .and_then(|(_, _, confirmed, _)| U256::from_str_radix(&confirmed, 10).ok())
-        .unwrap_or(U256::ZERO))
+    let balances = svc.store.token_balances(wallet).await?;
+    let found = balances.iter().find(|(coin, ..)| coin == token.coin.as_str());
+    Ok(units(found.map(|(_, _, confirmed, _)| confirmed.as_str())))
 }
 
 /// Refuses a token withdrawal above `held` (the wallet's balance of the token) less the token
@@ -180,4 +175,9 @@ pub fn wei_spent(w: &Withdrawal) -> U256 {
     } else {
         w.total()
     }
+}
+
+/// A stored balance in base units; 0 when there is none (never read) or it does not parse.
+pub(super) fn units(text: Option<&str>) -> U256 {
+    text.and_then(|b| U256::from_str_radix(b, 10).ok()).unwrap_or(U256::ZERO)
 }

@@ -38,7 +38,6 @@ pub struct NonceHolder {
     pub nonce: u64,
     pub state: TxRequestState,
     pub tx_request_id: TxRequestId,
-    pub key_id: KeyId,
 }
 
 #[async_trait]
@@ -116,6 +115,32 @@ fn n(nonce: u64) -> i64 {
     i64::try_from(nonce).unwrap_or(i64::MAX)
 }
 
+/// The fills of `address` on `chain` whose nonce meets `condition` (of the store's own text,
+/// comparing with `$3`, which is `nonce`), by nonce, at most `limit`.
+#[sql_bounds]
+async fn fills_where<DB>(
+    store: &SqlStore<DB>,
+    (chain, address): (&str, Address),
+    condition: &str,
+    nonce: u64,
+    limit: u32,
+) -> StoreResult<Vec<NonceFill>>
+where
+    for<'r> FillRow: FromRow<'r, DB::Row>,
+{
+    let rows: Vec<FillRow> = sqlx::query_as(&format!(
+        "SELECT {FILL_COLUMNS} FROM nonce_fills WHERE chain = $1 AND address = $2 AND {condition} \
+         ORDER BY nonce LIMIT $4"
+    ))
+    .bind(chain)
+    .bind(address.to_checksum(None))
+    .bind(n(nonce))
+    .bind(i64::from(limit))
+    .fetch_all(&store.pool)
+    .await?;
+    rows.into_iter().map(FillRow::into_fill).collect()
+}
+
 #[sql_bounds]
 #[async_trait]
 impl<DB> NonceFillStore for SqlStore<DB>
@@ -123,7 +148,7 @@ where
     for<'r> FillRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
-    for<'r> (i64, String, String, String): FromRow<'r, DB::Row>,
+    for<'r> (i64, String, String): FromRow<'r, DB::Row>,
 {
     async fn nonce_holders(
         &self,
@@ -132,8 +157,8 @@ where
         (from, to): (u64, u64),
         limit: u32,
     ) -> StoreResult<Vec<NonceHolder>> {
-        let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
-            "SELECT nonce, state, id, key_id FROM withdrawals WHERE coin = $1 AND from_address = $2 \
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT nonce, state, id FROM withdrawals WHERE coin = $1 AND from_address = $2 \
              AND nonce >= $3 AND nonce < $4 ORDER BY nonce LIMIT $5",
         )
         .bind(chain)
@@ -144,12 +169,11 @@ where
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(nonce, state, id, key)| {
+            .map(|(nonce, state, id)| {
                 Ok(NonceHolder {
                     nonce: u64::try_from(nonce).map_err(|_| StoreError::malformed("nonce", &id))?,
                     state: TxRequestState::parse(&state)
                         .ok_or_else(|| StoreError::malformed("state", &id))?,
-                    key_id: parse_stored(&key, "key id")?,
                     tx_request_id: parse_stored(&id, "txRequest id")?,
                 })
             })
@@ -196,17 +220,7 @@ where
         from: u64,
         limit: u32,
     ) -> StoreResult<Vec<NonceFill>> {
-        let rows: Vec<FillRow> = sqlx::query_as(&format!(
-            "SELECT {FILL_COLUMNS} FROM nonce_fills WHERE chain = $1 AND address = $2 AND nonce >= $3 \
-             ORDER BY nonce LIMIT $4"
-        ))
-        .bind(chain)
-        .bind(address.to_checksum(None))
-        .bind(n(from))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(FillRow::into_fill).collect()
+        fills_where(self, (chain, address), "nonce >= $3", from, limit).await
     }
 
     async fn open_fills(
@@ -216,17 +230,7 @@ where
         below: u64,
         limit: u32,
     ) -> StoreResult<Vec<NonceFill>> {
-        let rows: Vec<FillRow> = sqlx::query_as(&format!(
-            "SELECT {FILL_COLUMNS} FROM nonce_fills WHERE chain = $1 AND address = $2 AND nonce < $3 AND done = 0 \
-             ORDER BY nonce LIMIT $4"
-        ))
-        .bind(chain)
-        .bind(address.to_checksum(None))
-        .bind(n(below))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(FillRow::into_fill).collect()
+        fills_where(self, (chain, address), "nonce < $3 AND done = 0", below, limit).await
     }
 
     async fn replace_fill(

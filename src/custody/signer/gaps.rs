@@ -310,12 +310,7 @@ mod tests {
     use super::*;
 
     fn held(nonce: u64, state: TxRequestState) -> NonceHolder {
-        NonceHolder {
-            nonce,
-            state,
-            tx_request_id: crate::types::TxRequestId::new_random(),
-            key_id: crate::types::KeyId::new_random(),
-        }
+        NonceHolder { nonce, state, tx_request_id: crate::types::TxRequestId::new_random() }
     }
 
     #[test]

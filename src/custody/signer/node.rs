@@ -100,6 +100,12 @@ pub fn classify(e: NodeError) -> SendRefusal {
     }
 }
 
+/// `eth_getTransactionCount(address, tag)` (`pending` or `latest`).
+async fn transaction_count(node: &EthNode, address: Address, tag: &str) -> Result<u64, NodeError> {
+    let n: U256 = node.call("eth_getTransactionCount", (address, tag)).await?;
+    u64::try_from(n).map_err(|_| NodeError::new("eth_getTransactionCount: out of range"))
+}
+
 #[async_trait]
 impl SendNode for EthNode {
     async fn chain_id(&self) -> Result<u64, NodeError> {
@@ -111,13 +117,11 @@ impl SendNode for EthNode {
     }
 
     async fn pending_nonce(&self, address: Address) -> Result<u64, NodeError> {
-        let n: U256 = self.call("eth_getTransactionCount", (address, "pending")).await?;
-        u64::try_from(n).map_err(|_| NodeError::new("eth_getTransactionCount: out of range"))
+        transaction_count(self, address, "pending").await
     }
 
     async fn latest_nonce(&self, address: Address) -> Result<u64, NodeError> {
-        let n: U256 = self.call("eth_getTransactionCount", (address, "latest")).await?;
-        u64::try_from(n).map_err(|_| NodeError::new("eth_getTransactionCount: out of range"))
+        transaction_count(self, address, "latest").await
     }
 
     async fn next_base_fee(&self) -> Result<u128, NodeError> {
